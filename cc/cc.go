@@ -1,0 +1,61 @@
+// Package cc defines the congestion-control interface that the MetaRoCE state
+// machine calls, and the controllers that live in a data center.
+//
+// The sender loop is one Controller per connection, fed per path: the state
+// machine reports every packet sent, every ack (acked bytes, ECN-marked bytes,
+// RTT), every loss and every receiver rate hint, and asks the controller for
+// each path's window and the connection's pacing rate. The receiver loop is
+// FairShare: it computes each sender's share of the receiver's inbound
+// capacity, which the state machine returns to the sender in every ack.
+//
+// Controllers take time as an argument and do no I/O, so they run unchanged in
+// the simulator, in load tests and in production. This package must not import
+// anything else from this repository.
+package cc
+
+import "time"
+
+// AckSample is what one ack told the sender about one path.
+type AckSample struct {
+	// AckedBytes is the number of payload-carrying bytes newly acknowledged.
+	AckedBytes int
+	// MarkedBytes is the part of AckedBytes that the receiver saw marked
+	// ECN-CE (estimated from the ack's cumulative CE count).
+	MarkedBytes int
+	// RTT is the round-trip sample this ack produced, or 0 if it produced none.
+	RTT time.Duration
+	// SRTT and MinRTT are the path's smoothed and minimum round-trip times.
+	SRTT, MinRTT time.Duration
+	// InflightBytes is what remains in flight on the path after this ack.
+	InflightBytes int
+}
+
+// Controller is a connection's sender-side congestion controller. Paths are
+// numbered 0..n-1 as in the connection. Implementations are not safe for
+// concurrent use: the state machine that owns them is single-threaded.
+type Controller interface {
+	// Name identifies the algorithm in reports and metrics.
+	Name() string
+	// Window is the number of bytes path may have in flight.
+	Window(path int) int
+	// PacingRate is the connection's sending rate in bytes per second;
+	// 0 means unpaced (window-limited only).
+	PacingRate() float64
+	// OnSent is called for every data packet handed to the network.
+	OnSent(now time.Duration, path int, bytes int)
+	// OnAck is called once per ack that acknowledged something on path.
+	OnAck(now time.Duration, path int, s AckSample)
+	// OnLoss is called when bytes sent on path are declared lost.
+	OnLoss(now time.Duration, path int, bytes int)
+	// OnRateHint passes on the receiver's allocated share for this sender,
+	// in bytes per second; the controller must never pace above it. 0 means
+	// the receiver gave no hint.
+	OnRateHint(now time.Duration, bytesPerSecond float64)
+	// OnPathState tells the controller that path became usable or not
+	// (down paths get no window; a path coming back starts afresh).
+	OnPathState(now time.Duration, path int, usable bool)
+}
+
+// Factory builds a Controller for a connection with the given number of paths
+// and maximum packet size (payload plus header, in bytes).
+type Factory func(paths int, packetSize int) Controller

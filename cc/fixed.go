@@ -1,0 +1,56 @@
+package cc
+
+import "time"
+
+// Fixed is the simplest controller: a constant window per path and a constant
+// pacing rate, capped by the receiver's hint. It does not react to ECN or
+// loss. It is the reference the real controllers are measured against and the
+// controller of the RoCEv2 baseline, whose network is assumed lossless.
+type Fixed struct {
+	window []int
+	rate   float64 // configured pacing rate, bytes/s (0 = unpaced)
+	hint   float64 // receiver's hint, bytes/s (0 = none)
+}
+
+// NewFixed returns a Factory for Fixed controllers with windowBytes per path
+// and the given pacing rate in bytes per second (0 = unpaced).
+func NewFixed(windowBytes int, rateBytesPerSecond float64) Factory {
+	return func(paths, _ int) Controller {
+		w := make([]int, paths)
+		for i := range w {
+			w[i] = windowBytes
+		}
+		return &Fixed{window: w, rate: rateBytesPerSecond}
+	}
+}
+
+// Name implements Controller.
+func (f *Fixed) Name() string { return "fixed" }
+
+// Window implements Controller.
+func (f *Fixed) Window(path int) int { return f.window[path] }
+
+// PacingRate implements Controller: the configured rate, never above the hint.
+func (f *Fixed) PacingRate() float64 {
+	switch {
+	case f.hint > 0 && (f.rate == 0 || f.hint < f.rate):
+		return f.hint
+	default:
+		return f.rate
+	}
+}
+
+// OnSent implements Controller.
+func (f *Fixed) OnSent(time.Duration, int, int) {}
+
+// OnAck implements Controller.
+func (f *Fixed) OnAck(time.Duration, int, AckSample) {}
+
+// OnLoss implements Controller.
+func (f *Fixed) OnLoss(time.Duration, int, int) {}
+
+// OnRateHint implements Controller.
+func (f *Fixed) OnRateHint(_ time.Duration, bps float64) { f.hint = bps }
+
+// OnPathState implements Controller.
+func (f *Fixed) OnPathState(time.Duration, int, bool) {}

@@ -1,0 +1,130 @@
+package metaroce
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/mrgw/mrgw/cc"
+	"github.com/mrgw/mrgw/pathmgr"
+)
+
+// Mode selects the transport's reliability scheme.
+type Mode uint8
+
+const (
+	// ModeMetaRoCE sprays over many paths, places out of order and repairs
+	// loss from per-path SACK bitvectors.
+	ModeMetaRoCE Mode = iota
+	// ModeRoCEv2 is the baseline that MetaRoCE is measured against: one path,
+	// in-order acceptance and go-back-N on any gap. It exists only to be
+	// measured in the same run.
+	ModeRoCEv2
+)
+
+func (m Mode) String() string {
+	if m == ModeRoCEv2 {
+		return "rocev2"
+	}
+	return "mrgw"
+}
+
+// MinMTU is the smallest payload size a connection accepts.
+const MinMTU = 256
+
+// Config configures an Endpoint and every connection it makes or accepts.
+type Config struct {
+	Mode Mode
+	// MTU is the largest DATA payload in bytes (default 4096). Both ends use
+	// the smaller of their two values.
+	MTU int
+	// Paths is the number of paths a connection sprays over (default 8; the
+	// RoCEv2 mode always uses 1).
+	Paths int
+	// CC builds each connection's congestion controller (default: a fixed
+	// window of 256 KiB per path, unpaced).
+	CC cc.Factory
+	// Path tunes failure detection and probing.
+	Path pathmgr.Config
+	// AckEvery is the number of DATA packets a path acknowledges at once
+	// (default 2); gaps and CE marks are acknowledged at once.
+	AckEvery int
+	// MaxAckDelay bounds how long an acknowledgement may wait.
+	MaxAckDelay time.Duration
+	// MaxPathInflight bounds the packets in flight on one path (default 65536);
+	// it sizes the receiver's per-path tracking window.
+	MaxPathInflight int
+	// MaxMessagesAhead bounds how far beyond its oldest incomplete message a
+	// stream may have messages in flight (default 4096).
+	MaxMessagesAhead int
+	// MaxQueuedMessages bounds each connection's queue of messages not yet
+	// completed (default 65536).
+	MaxQueuedMessages int
+	// MaxConns bounds the connections an Endpoint holds (default 65536).
+	MaxConns int
+	// Listen makes the Endpoint accept connections.
+	Listen bool
+	// ReceiveCapacityBps is the inbound capacity the receiver divides among
+	// its senders as rate hints (0 = no hints).
+	ReceiveCapacityBps float64
+	// HandshakeRetries is how many times INIT and CLOSE are sent before giving up.
+	HandshakeRetries int
+	// Seed seeds the Endpoint's random numbers (connection ids, entropy).
+	Seed uint64
+}
+
+// withDefaults returns c with zero fields set to their defaults.
+func (c Config) withDefaults() Config {
+	if c.MTU == 0 {
+		c.MTU = 4096
+	}
+	if c.Paths == 0 {
+		c.Paths = 8
+	}
+	if c.Mode == ModeRoCEv2 {
+		c.Paths = 1
+	}
+	if c.CC == nil {
+		c.CC = cc.NewFixed(256<<10, 0)
+	}
+	if c.Path == (pathmgr.Config{}) {
+		c.Path = pathmgr.DefaultConfig()
+	}
+	if c.AckEvery == 0 {
+		c.AckEvery = 2
+	}
+	if c.MaxAckDelay == 0 {
+		c.MaxAckDelay = c.Path.MaxAckDelay
+	}
+	if c.MaxPathInflight == 0 {
+		c.MaxPathInflight = 65536
+	}
+	if c.MaxMessagesAhead == 0 {
+		c.MaxMessagesAhead = 4096
+	}
+	if c.MaxQueuedMessages == 0 {
+		c.MaxQueuedMessages = 65536
+	}
+	if c.MaxConns == 0 {
+		c.MaxConns = 65536
+	}
+	if c.HandshakeRetries == 0 {
+		c.HandshakeRetries = 8
+	}
+	return c
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.MTU < MinMTU || c.MTU > MaxPayload:
+		return fmt.Errorf("metaroce: MTU %d outside [%d, %d]", c.MTU, MinMTU, MaxPayload)
+	case c.Paths < 1 || c.Paths > 1024:
+		return fmt.Errorf("metaroce: Paths %d outside [1, 1024]", c.Paths)
+	case c.AckEvery < 1:
+		return fmt.Errorf("metaroce: AckEvery %d must be at least 1", c.AckEvery)
+	case c.MaxPathInflight < SackBits || c.MaxPathInflight > 1<<24:
+		return fmt.Errorf("metaroce: MaxPathInflight %d outside [%d, %d]", c.MaxPathInflight, SackBits, 1<<24)
+	case c.Path.DownAfter < 1 || c.Path.UpAfter < 1:
+		return fmt.Errorf("metaroce: Path.DownAfter and Path.UpAfter must be at least 1")
+	}
+	return nil
+}

@@ -1,0 +1,483 @@
+package metaroce
+
+import (
+	"math/rand/v2"
+	"time"
+
+	"github.com/mrgw/mrgw/cc"
+	"github.com/mrgw/mrgw/pathmgr"
+)
+
+type connState uint8
+
+const (
+	stateConnecting connState = iota
+	stateEstablished
+	stateClosing
+	stateClosed
+)
+
+// ConnStats counts a connection's work. All fields only grow.
+type ConnStats struct {
+	// Sender side.
+	DataSent, Retransmits, PayloadBytesSent, AcksReceived, PacketsLost, Timeouts, ProbesSent uint64
+	MessagesSent, MessagesFailed                                                             uint64
+	// Receiver side.
+	DataReceived, Duplicates, PayloadBytesPlaced, AcksSent, MessagesReceived uint64
+	OutOfOrderDropped                                                        uint64 // RoCEv2 mode only
+	PlacementErrors, Malformed, WindowViolations                             uint64
+}
+
+// maxControl bounds each queue of control packets a connection owes
+// (probe answers, errors); beyond it they are dropped and counted, and the
+// peer's timers recover.
+const maxControl = 64
+
+// Conn is one MetaRoCE connection: a sender and a receiver half that share
+// paths, a congestion controller and a set of ordered streams.
+type Conn struct {
+	ep        *Endpoint
+	id        uint64
+	peer      PeerID
+	initiator bool
+	state     connState
+	mode      Mode
+	mtu       int
+	closeErr  error
+
+	paths    *pathmgr.Set
+	ctl      cc.Controller
+	windowFn func(int) int
+
+	// sender
+	tx         []txPath
+	streams    map[uint32]*txStream
+	active     []*txStream
+	activeCur  int
+	retx       []chunkRef
+	retxHead   int
+	queued     int
+	nextSend   time.Duration
+	cwndLimit  bool // the last attempt to send found no path with room
+	lastHintAt time.Duration
+
+	// receiver
+	rx       []rxPath
+	rstreams map[uint32]*rxStream
+	dirty    []uint32
+	posted   map[uint64][]byte
+
+	// control packets owed
+	needInit, needAccept, needClose, needCloseAck bool
+	acceptEcho                                    uint64
+	acceptPort, closeAckPort                      uint16
+	hsDeadline                                    time.Duration
+	hsTries                                       int
+	hsRTO                                         time.Duration
+	closeSends                                    int
+	closeReason                                   CloseReason
+	probeAcks                                     []probeAck
+	errsOut                                       []errOut
+	trans                                         []pathmgr.Transition
+
+	Stats ConnStats
+}
+
+type probeAck struct {
+	path uint16
+	port uint16
+	ts   uint64
+}
+
+type errOut struct {
+	e    MessageError
+	port uint16
+}
+
+func newConn(e *Endpoint, id uint64, peer PeerID, initiator bool, paths, mtu int, now time.Duration) *Conn {
+	cfg := &e.cfg
+	c := &Conn{
+		ep:        e,
+		id:        id,
+		peer:      peer,
+		initiator: initiator,
+		mode:      cfg.Mode,
+		mtu:       mtu,
+		streams:   make(map[uint32]*txStream),
+		rstreams:  make(map[uint32]*rxStream),
+		posted:    make(map[uint64][]byte),
+		hsRTO:     3 * cfg.Path.InitialRTT,
+	}
+	seed := e.rng.Uint64()
+	c.paths = pathmgr.NewSet(paths, cfg.Path, rand.New(rand.NewPCG(seed, id)))
+	c.ctl = cfg.CC(paths, mtu+DataHeaderLen)
+	c.windowFn = c.window
+	c.tx = make([]txPath, paths)
+	c.rx = make([]rxPath, paths)
+	for i := range c.rx {
+		c.rx[i].ackDeadline = -1
+	}
+	if initiator {
+		c.needInit = true
+	}
+	return c
+}
+
+// ID returns the connection id.
+func (c *Conn) ID() uint64 { return c.id }
+
+// Peer returns the peer the connection talks to.
+func (c *Conn) Peer() PeerID { return c.peer }
+
+// Established reports whether the handshake has completed and the
+// connection is not closing.
+func (c *Conn) Established() bool { return c.state == stateEstablished }
+
+// Closed reports whether the connection is closed.
+func (c *Conn) Closed() bool { return c.state == stateClosed }
+
+// MTU returns the negotiated payload size.
+func (c *Conn) MTU() int { return c.mtu }
+
+// Paths returns the connection's path set (read-only use: states, RTTs, counters).
+func (c *Conn) Paths() *pathmgr.Set { return c.paths }
+
+// Controller returns the connection's congestion controller.
+func (c *Conn) Controller() cc.Controller { return c.ctl }
+
+// Queued returns the number of messages sent and not yet completed.
+func (c *Conn) Queued() int { return c.queued }
+
+// InflightBytes returns the bytes in flight on all paths.
+func (c *Conn) InflightBytes() int {
+	n := 0
+	for i := range c.paths.Paths {
+		n += c.paths.Paths[i].InflightBytes
+	}
+	return n
+}
+
+// MarkPathDown takes path out of service at once (for example on a peer
+// gateway's report that its plane failed). Its packets in flight are resent
+// on other paths; it is probed back like any failed path.
+func (c *Conn) MarkPathDown(now time.Duration, path int, reason string) {
+	if path < 0 || path >= len(c.tx) || !c.paths.Paths[path].State.Usable() {
+		return
+	}
+	c.loseAll(now, path)
+	c.paths.MarkDown(now, path, reason)
+	c.flushTransitions(now)
+}
+
+// Close starts a graceful close: a CLOSE is sent (and repeated until
+// answered or the retries run out); messages not yet complete fail with
+// ErrClosed.
+func (c *Conn) Close(now time.Duration) {
+	if c.state == stateClosed || c.state == stateClosing {
+		return
+	}
+	c.state = stateClosing
+	c.closeReason = CloseNormal
+	c.closeSends = c.ep.cfg.HandshakeRetries
+	c.needClose = true
+}
+
+func (c *Conn) fail(now time.Duration, err error) {
+	if c.state == stateClosed {
+		return
+	}
+	c.state = stateClosed
+	c.closeErr = err
+	c.closeSends = 0
+	c.needClose = false
+	c.failAll(now, ErrClosed)
+	c.ep.emit(Event{Kind: EventClosed, Conn: c, Err: err, At: now})
+}
+
+func (c *Conn) hasControl() bool {
+	return c.needInit || c.needAccept || c.needClose || c.needCloseAck || len(c.probeAcks) > 0 || len(c.errsOut) > 0
+}
+
+// receive dispatches one packet of this connection.
+func (c *Conn) receive(now time.Duration, t PacketType, b []byte, m RecvMeta) {
+	switch t {
+	case TypeData:
+		var h DataHeader
+		payload, err := DecodeData(b, &h)
+		if err != nil {
+			c.Stats.Malformed++
+			return
+		}
+		if c.state == stateClosed {
+			return
+		}
+		c.onData(now, &h, payload, m)
+	case TypeAck:
+		var a Ack
+		if err := DecodeAck(b, &a); err != nil {
+			c.Stats.Malformed++
+			return
+		}
+		c.onAck(now, &a)
+	case TypeInit:
+		// A retransmitted INIT: our ACCEPT was lost.
+		if !c.initiator && c.state == stateEstablished {
+			c.needAccept = true
+			c.rx[0].peerPort = m.Entropy
+		}
+	case TypeAccept:
+		var h Handshake
+		if err := DecodeHandshake(b, TypeAccept, &h); err != nil {
+			c.Stats.Malformed++
+			return
+		}
+		c.onAccept(now, &h)
+	case TypeClose:
+		_, reason, ack, err := DecodeClose(b)
+		if err != nil {
+			c.Stats.Malformed++
+			return
+		}
+		if ack {
+			if c.state == stateClosing {
+				c.fail(now, nil)
+			}
+			return
+		}
+		c.needCloseAck = true
+		c.closeAckPort = m.Entropy
+		var cerr error
+		switch reason {
+		case CloseNormal:
+		case CloseRefused:
+			cerr = ErrRefused
+		default:
+			cerr = ErrClosed
+		}
+		c.fail(now, cerr)
+	case TypeProbe:
+		_, path, ts, err := DecodeProbe(b, TypeProbe)
+		if err != nil {
+			c.Stats.Malformed++
+			return
+		}
+		if len(c.probeAcks) < maxControl {
+			c.probeAcks = append(c.probeAcks, probeAck{path: path, port: m.Entropy, ts: ts})
+		}
+	case TypeProbeAck:
+		_, path, ts, err := DecodeProbe(b, TypeProbeAck)
+		if err != nil || int(path) >= len(c.tx) || ts == 0 || ts-1 > uint64(now) {
+			c.Stats.Malformed++
+			return
+		}
+		c.paths.OnProbeAck(now, int(path), now-time.Duration(ts-1))
+		c.flushTransitions(now)
+	case TypeError:
+		var me MessageError
+		if err := DecodeError(b, &me); err != nil {
+			c.Stats.Malformed++
+			return
+		}
+		c.onPeerError(now, &me)
+	}
+}
+
+func (c *Conn) onAccept(now time.Duration, h *Handshake) {
+	if !c.initiator || c.state != stateConnecting {
+		return
+	}
+	if int(h.MTU) < c.mtu {
+		c.mtu = int(h.MTU)
+	}
+	if n := int(h.Paths); n < len(c.tx) {
+		c.paths.Paths = c.paths.Paths[:n]
+		c.tx = c.tx[:n]
+		c.rx = c.rx[:n]
+	}
+	if h.EchoTimestamp > 0 && h.EchoTimestamp-1 <= uint64(now) {
+		c.paths.Paths[0].OnRTTSample(now - time.Duration(h.EchoTimestamp-1))
+	}
+	if h.RateHintBps > 0 {
+		c.ctl.OnRateHint(now, float64(h.RateHintBps)/8)
+	}
+	c.state = stateEstablished
+	c.needInit = false
+	c.ep.emit(Event{Kind: EventConnected, Conn: c, At: now})
+}
+
+// poll builds this connection's next datagram into buf.
+func (c *Conn) poll(now time.Duration, buf []byte) (Transmit, bool) {
+	if tx, ok := c.pollControl(now, buf); ok {
+		return tx, true
+	}
+	if c.state == stateClosed {
+		return Transmit{}, false
+	}
+	if tx, ok := c.pollAck(now, buf); ok {
+		return tx, true
+	}
+	if c.state != stateEstablished {
+		return Transmit{}, false
+	}
+	if tx, ok := c.pollProbe(now, buf); ok {
+		return tx, true
+	}
+	return c.pollData(now, buf)
+}
+
+func (c *Conn) pollControl(now time.Duration, buf []byte) (Transmit, bool) {
+	t := Transmit{Peer: c.peer, Conn: c}
+	var p []byte
+	var err error
+	switch {
+	case c.needCloseAck:
+		c.needCloseAck = false
+		p, err = AppendClose(buf[:0], c.id, CloseNormal, true)
+		t.Reply, t.Entropy = true, c.closeAckPort
+	case c.needClose && c.state == stateClosing:
+		c.needClose = false
+		p, err = AppendClose(buf[:0], c.id, c.closeReason, false)
+		t.Entropy = c.paths.Paths[0].Entropy
+		c.hsDeadline = now + c.rto()
+	case c.needInit && c.state == stateConnecting:
+		c.needInit = false
+		h := Handshake{Conn: c.id, MTU: uint16(c.mtu), Paths: uint16(len(c.tx)), Timestamp: uint64(now) + 1}
+		p, err = AppendInit(buf[:0], &h)
+		t.Entropy = c.paths.Paths[0].Entropy
+		c.hsDeadline = now + c.hsRTO
+	case c.needAccept:
+		c.needAccept = false
+		h := Handshake{Conn: c.id, MTU: uint16(c.mtu), Paths: uint16(len(c.tx)), Timestamp: uint64(now) + 1,
+			EchoTimestamp: c.acceptEcho, RateHintBps: c.ep.rateHintBps(now, c.id)}
+		p, err = AppendAccept(buf[:0], &h)
+		t.Reply, t.Entropy = true, c.rx[0].peerPort
+	case len(c.probeAcks) > 0:
+		pa := c.probeAcks[0]
+		c.probeAcks = c.probeAcks[1:]
+		p, err = AppendProbe(buf[:0], TypeProbeAck, c.id, pa.path, pa.ts)
+		t.Reply, t.Entropy = true, pa.port
+	case len(c.errsOut) > 0:
+		eo := c.errsOut[0]
+		c.errsOut = c.errsOut[1:]
+		p, err = AppendError(buf[:0], &eo.e)
+		t.Reply, t.Entropy = true, eo.port
+	default:
+		return Transmit{}, false
+	}
+	if err != nil {
+		return Transmit{}, false
+	}
+	t.Len = len(p)
+	return t, true
+}
+
+// rto is the retransmission timeout of handshake and close packets.
+func (c *Conn) rto() time.Duration {
+	return 2 * c.paths.Paths[0].PTO(c.paths.Config())
+}
+
+func (c *Conn) pollProbe(now time.Duration, buf []byte) (Transmit, bool) {
+	for i := range c.paths.Paths {
+		if !c.paths.ProbeDue(now, i) {
+			continue
+		}
+		p, err := AppendProbe(buf[:0], TypeProbe, c.id, uint16(i), uint64(now)+1)
+		if err != nil {
+			return Transmit{}, false
+		}
+		c.Stats.ProbesSent++
+		c.flushTransitions(now)
+		return Transmit{Peer: c.peer, Conn: c, Path: i, Entropy: c.paths.Paths[i].Entropy, Len: len(p)}, true
+	}
+	return Transmit{}, false
+}
+
+// nextTimeout returns the connection's earliest timer, or -1.
+func (c *Conn) nextTimeout() time.Duration {
+	t := time.Duration(-1)
+	min := func(x time.Duration) {
+		if x >= 0 && (t < 0 || x < t) {
+			t = x
+		}
+	}
+	switch c.state {
+	case stateClosed:
+		return -1
+	case stateConnecting:
+		min(c.hsDeadline)
+	case stateClosing:
+		min(c.hsDeadline)
+	}
+	for i := range c.rx {
+		if c.rx[i].pending > 0 {
+			min(c.rx[i].ackDeadline)
+		}
+	}
+	if c.state != stateEstablished {
+		return t
+	}
+	if !c.cwndLimit && c.hasDataToSend() && c.ctl.PacingRate() > 0 {
+		min(c.nextSend)
+	}
+	for i := range c.tx {
+		if d, ok := c.ptoDeadline(i); ok {
+			min(d)
+		}
+	}
+	min(c.paths.NextProbe())
+	return t
+}
+
+// handleTimeout runs the connection's due timers.
+func (c *Conn) handleTimeout(now time.Duration) {
+	switch c.state {
+	case stateClosed:
+		return
+	case stateConnecting:
+		if now >= c.hsDeadline && !c.needInit {
+			c.hsTries++
+			if c.hsTries >= c.ep.cfg.HandshakeRetries {
+				c.fail(now, ErrHandshakeTimeout)
+				return
+			}
+			c.hsRTO *= 2
+			c.needInit = true
+		}
+	case stateClosing:
+		if now >= c.hsDeadline && !c.needClose {
+			c.closeSends--
+			if c.closeSends <= 0 {
+				c.fail(now, nil)
+				return
+			}
+			c.needClose = true
+		}
+	}
+	for i := range c.rx {
+		if r := &c.rx[i]; r.pending > 0 && r.ackDeadline >= 0 && now >= r.ackDeadline {
+			r.immediate = true
+		}
+	}
+	if c.state != stateEstablished {
+		return
+	}
+	for i := range c.tx {
+		if d, ok := c.ptoDeadline(i); ok && now >= d {
+			c.onPTO(now, i)
+		}
+	}
+	c.flushTransitions(now)
+}
+
+// flushTransitions turns recorded path transitions into events and tells
+// the controller which paths are usable.
+func (c *Conn) flushTransitions(now time.Duration) {
+	c.trans = c.paths.DrainTransitions(c.trans[:0])
+	for _, tr := range c.trans {
+		if tr.From.Usable() != tr.To.Usable() {
+			c.ctl.OnPathState(now, tr.Path, tr.To.Usable())
+			c.cwndLimit = false
+		}
+		c.ep.emit(Event{Kind: EventPath, Conn: c, At: now, Transition: tr})
+	}
+}

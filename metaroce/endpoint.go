@@ -1,0 +1,321 @@
+package metaroce
+
+import (
+	"math/rand/v2"
+	"time"
+
+	"github.com/mrgw/mrgw/cc"
+)
+
+// PeerID names a remote endpoint for the driver. The state machine never
+// interprets it: the driver maps it to an address (a host in the simulator, a
+// UDP address in production).
+type PeerID uint32
+
+// RecvMeta is what the driver knows about a received datagram beyond its bytes.
+type RecvMeta struct {
+	Peer PeerID
+	// Entropy is the datagram's source port as the receiver saw it.
+	Entropy uint16
+	// CE is true if the datagram arrived marked ECN congestion-experienced.
+	CE bool
+}
+
+// Transmit describes a datagram that Poll wrote into the caller's buffer.
+type Transmit struct {
+	Peer PeerID
+	Conn *Conn
+	Path int
+	// Entropy is a UDP port that identifies the path to the fabric. When
+	// Reply is false the datagram leaves from the local path socket whose
+	// port is Entropy, towards the peer's listening port; when Reply is true
+	// (acks, probe answers, errors) it leaves from the listening port towards
+	// the peer's port Entropy, so that it follows the path being answered.
+	Entropy uint16
+	Reply   bool
+	// ECT asks the driver to send the datagram ECN-capable (ECT(0)).
+	ECT bool
+	Len int
+}
+
+// EndpointStats counts what the Endpoint dropped before any connection saw it.
+type EndpointStats struct {
+	Received, Truncated, BadVersion, BadType, UnknownConn, Malformed, Refused uint64
+	VersionSent                                                               uint64
+}
+
+// Endpoint is one MetaRoCE stack: its connections, the memory they place
+// into, and the receiver loop's fair share. It is a pure state machine: the
+// driver feeds it datagrams and the time, and polls it for datagrams to send,
+// events and the next timer. It is not safe for concurrent use.
+type Endpoint struct {
+	cfg   Config
+	mem   *Memory
+	share *cc.FairShare
+	rng   *rand.Rand
+
+	conns  map[uint64]*Conn
+	list   []*Conn
+	cursor int
+
+	// replies the endpoint owes to packets of no connection (VERSION,
+	// CLOSE-ack), bounded: beyond the bound they are dropped and counted.
+	replies []reply
+	events  []Event
+	evHead  int
+
+	Stats EndpointStats
+}
+
+type reply struct {
+	peer    PeerID
+	entropy uint16
+	pkt     [CommonHeaderLen + 2 + CloseLen]byte
+	n       int
+}
+
+const maxReplies = 64
+
+// NewEndpoint creates an Endpoint that places into mem (which may be shared).
+func NewEndpoint(cfg Config, mem *Memory) (*Endpoint, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if mem == nil {
+		mem = NewMemory()
+	}
+	e := &Endpoint{
+		cfg:   cfg,
+		mem:   mem,
+		rng:   rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
+		conns: make(map[uint64]*Conn),
+	}
+	if cfg.ReceiveCapacityBps > 0 {
+		e.share = cc.NewFairShare(cfg.ReceiveCapacityBps, 100*cfg.Path.InitialRTT+10*time.Millisecond)
+	}
+	return e, nil
+}
+
+// Config returns the endpoint's configuration with defaults applied.
+func (e *Endpoint) Config() Config { return e.cfg }
+
+// Memory returns the registry WRITEs place into.
+func (e *Endpoint) Memory() *Memory { return e.mem }
+
+// Conns returns the endpoint's connections (do not modify the slice).
+func (e *Endpoint) Conns() []*Conn { return e.list }
+
+// Connect starts a connection to peer. It is established when
+// EventConnected is reported.
+func (e *Endpoint) Connect(now time.Duration, peer PeerID) (*Conn, error) {
+	if len(e.conns) >= e.cfg.MaxConns {
+		return nil, ErrQueueFull
+	}
+	var id uint64
+	for id == 0 || e.conns[id] != nil {
+		id = e.rng.Uint64()
+	}
+	c := newConn(e, id, peer, true, e.cfg.Paths, e.cfg.MTU, now)
+	e.add(c)
+	return c, nil
+}
+
+func (e *Endpoint) add(c *Conn) {
+	e.conns[c.id] = c
+	e.list = append(e.list, c)
+}
+
+// remove forgets a closed connection.
+func (e *Endpoint) remove(c *Conn) {
+	delete(e.conns, c.id)
+	for i, x := range e.list {
+		if x == c {
+			e.list = append(e.list[:i], e.list[i+1:]...)
+			break
+		}
+	}
+	if e.share != nil {
+		e.share.Forget(c.id)
+	}
+}
+
+func (e *Endpoint) emit(ev Event) {
+	if e.evHead > 0 && e.evHead == len(e.events) {
+		e.events = e.events[:0]
+		e.evHead = 0
+	}
+	e.events = append(e.events, ev)
+}
+
+// PollEvent returns the next event, if any.
+func (e *Endpoint) PollEvent() (Event, bool) {
+	if e.evHead >= len(e.events) {
+		return Event{}, false
+	}
+	ev := e.events[e.evHead]
+	e.events[e.evHead] = Event{}
+	e.evHead++
+	return ev, true
+}
+
+func (e *Endpoint) queueReply(peer PeerID, entropy uint16, pkt []byte) {
+	if len(e.replies) >= maxReplies {
+		e.Stats.Refused++
+		return
+	}
+	r := reply{peer: peer, entropy: entropy, n: len(pkt)}
+	copy(r.pkt[:], pkt)
+	e.replies = append(e.replies, r)
+}
+
+// Receive processes one datagram. Malformed or unexpected datagrams are
+// dropped and counted; Receive never panics on any input.
+func (e *Endpoint) Receive(now time.Duration, b []byte, m RecvMeta) {
+	e.Stats.Received++
+	ver, t, id, err := Peek(b)
+	if err != nil {
+		e.Stats.Truncated++
+		return
+	}
+	if ver == 0 && t == TypeVersion {
+		_, vers, err := DecodeVersion(b)
+		if err != nil {
+			e.Stats.Malformed++
+			return
+		}
+		if c := e.conns[id]; c != nil && c.state == stateConnecting {
+			for _, v := range vers {
+				if v == Version {
+					return // the peer does speak ours: a stray reply
+				}
+			}
+			c.fail(now, ErrNoCommonVersion)
+		}
+		return
+	}
+	if ver != Version {
+		e.Stats.BadVersion++
+		var tmp [CommonHeaderLen + 2]byte
+		if p, err := AppendVersion(tmp[:0], id, []uint8{Version}); err == nil {
+			e.Stats.VersionSent++
+			e.queueReply(m.Peer, m.Entropy, p)
+		}
+		return
+	}
+	if t < TypeData || t > TypeError {
+		e.Stats.BadType++
+		return
+	}
+	c := e.conns[id]
+	if c == nil || c.peer != m.Peer {
+		switch t {
+		case TypeInit:
+			e.accept(now, b, m)
+		case TypeClose:
+			if _, _, ack, err := DecodeClose(b); err == nil && !ack {
+				var tmp [CloseLen]byte
+				p, _ := AppendClose(tmp[:0], id, CloseNormal, true)
+				e.queueReply(m.Peer, m.Entropy, p)
+			}
+			e.Stats.UnknownConn++
+		default:
+			e.Stats.UnknownConn++
+		}
+		return
+	}
+	c.receive(now, t, b, m)
+}
+
+func (e *Endpoint) accept(now time.Duration, b []byte, m RecvMeta) {
+	var h Handshake
+	if err := DecodeHandshake(b, TypeInit, &h); err != nil {
+		e.Stats.Malformed++
+		return
+	}
+	if !e.cfg.Listen || len(e.conns) >= e.cfg.MaxConns || e.conns[h.Conn] != nil {
+		e.Stats.Refused++
+		var tmp [CloseLen]byte
+		p, _ := AppendClose(tmp[:0], h.Conn, CloseRefused, false)
+		e.queueReply(m.Peer, m.Entropy, p)
+		return
+	}
+	paths := int(h.Paths)
+	if paths > e.cfg.Paths {
+		paths = e.cfg.Paths
+	}
+	mtu := int(h.MTU)
+	if mtu > e.cfg.MTU {
+		mtu = e.cfg.MTU
+	}
+	c := newConn(e, h.Conn, m.Peer, false, paths, mtu, now)
+	c.rx[0].peerPort = m.Entropy
+	c.state = stateEstablished
+	c.needAccept = true
+	c.acceptEcho = h.Timestamp
+	e.add(c)
+	e.emit(Event{Kind: EventConnected, Conn: c, At: now})
+}
+
+// Poll writes the next datagram to send into buf (which must have room for
+// MTU+DataHeaderLen bytes) and describes it. It returns false when nothing
+// may be sent now; NextTimeout says when to try again.
+func (e *Endpoint) Poll(now time.Duration, buf []byte) (Transmit, bool) {
+	if len(e.replies) > 0 {
+		r := e.replies[0]
+		e.replies = e.replies[1:]
+		n := copy(buf[:cap(buf)], r.pkt[:r.n])
+		return Transmit{Peer: r.peer, Entropy: r.entropy, Reply: true, Len: n}, true
+	}
+	n := len(e.list)
+	for k := 0; k < n; k++ {
+		i := (e.cursor + k) % n
+		c := e.list[i]
+		if tx, ok := c.poll(now, buf); ok {
+			e.cursor = (i + 1) % n
+			return tx, true
+		}
+	}
+	e.reap()
+	return Transmit{}, false
+}
+
+// reap removes connections that finished closing.
+func (e *Endpoint) reap() {
+	for i := 0; i < len(e.list); i++ {
+		if c := e.list[i]; c.state == stateClosed && !c.hasControl() {
+			e.remove(c)
+			i--
+		}
+	}
+}
+
+// NextTimeout returns when HandleTimeout should next be called, or a negative
+// value if no timer is set.
+func (e *Endpoint) NextTimeout() time.Duration {
+	t := time.Duration(-1)
+	if len(e.replies) > 0 {
+		return 0
+	}
+	for _, c := range e.list {
+		if ct := c.nextTimeout(); ct >= 0 && (t < 0 || ct < t) {
+			t = ct
+		}
+	}
+	return t
+}
+
+// HandleTimeout runs every timer that is due at now.
+func (e *Endpoint) HandleTimeout(now time.Duration) {
+	for i := 0; i < len(e.list); i++ {
+		e.list[i].handleTimeout(now)
+	}
+}
+
+func (e *Endpoint) rateHintBps(now time.Duration, conn uint64) uint64 {
+	if e.share == nil {
+		return 0
+	}
+	e.share.Observe(now, conn)
+	return uint64(e.share.ShareBytesPerSecond(now) * 8)
+}

@@ -1,0 +1,93 @@
+package metaroce
+
+import "time"
+
+// This file is the RoCEv2 baseline: one path, packets accepted only in order,
+// and go-back-N on any gap. It shares framing, placement and completions with
+// MetaRoCE so that the two differ only in how they recover loss.
+
+// onDataGBN accepts only the next expected sequence; anything beyond it is
+// dropped and answered with one NAK per gap.
+func (c *Conn) onDataGBN(now time.Duration, r *rxPath, h *DataHeader, payload []byte, m RecvMeta) {
+	switch {
+	case h.Seq < r.cum:
+		c.Stats.Duplicates++
+		r.immediate = true
+		c.owe(now, r)
+	case h.Seq > r.cum:
+		c.Stats.OutOfOrderDropped++
+		if !r.nakSent {
+			r.nak, r.nakSent = true, true
+		}
+	default:
+		r.cum++
+		r.largest = h.Seq
+		r.lastTs = h.Timestamp
+		r.any = true
+		r.nakSent = false
+		r.count++
+		if m.CE {
+			r.ce++
+		}
+		c.owe(now, r)
+		c.place(now, h, payload, r.peerPort)
+	}
+}
+
+// onAckGBN processes a cumulative ACK or NAK.
+func (c *Conn) onAckGBN(now time.Duration, a *Ack) {
+	tp := &c.tx[0]
+	ps := &c.paths.Paths[0]
+	acked := 0
+	for tp.floor < a.Cum {
+		r := tp.rec(tp.floor)
+		if r.state == recInflight {
+			ps.InflightBytes -= int(r.size)
+			ps.AckedPackets++
+			acked += int(r.size)
+			c.ackChunk(now, r.msg, int(r.idx))
+		}
+		*r = txRecord{}
+		tp.floor++
+	}
+	if tp.gbnResend < tp.floor {
+		tp.gbnResend = tp.floor
+	}
+	if a.Flags&FlagAckNak != 0 && a.Cum < tp.next {
+		tp.gbnResend = a.Cum // go back N
+		c.Stats.PacketsLost++
+		c.ctl.OnLoss(now, 0, int(tp.rec(a.Cum).size))
+	}
+	if a.EchoTimestamp > tp.lastEcho && a.EchoTimestamp-1 <= uint64(now) {
+		tp.lastEcho = a.EchoTimestamp
+		ps.OnRTTSample(now - time.Duration(a.EchoTimestamp-1))
+	}
+	if a.RateHintBps > 0 {
+		c.ctl.OnRateHint(now, float64(a.RateHintBps)/8)
+	}
+	if acked > 0 {
+		ps.LastProgress = now
+		c.ctl.OnAck(now, 0, ackSample(acked, ps))
+		c.cwndLimit = false
+	}
+}
+
+// gbnResend resends, with its original sequence number, the next packet after a go-back.
+func (c *Conn) gbnResend(now time.Duration, buf []byte, rate float64) (Transmit, bool) {
+	tp := &c.tx[0]
+	seq := tp.gbnResend
+	r := tp.rec(seq)
+	ref := chunkRef{msg: r.msg, idx: int(r.idx)}
+	payload := ref.msg.chunk(ref.idx, c.mtu)
+	p, err := c.encodeData(buf, 0, seq, tp.floor, ref, payload, true, now)
+	if err != nil {
+		return Transmit{}, false
+	}
+	tp.gbnResend++
+	r.sent = now
+	c.Stats.DataSent++
+	c.Stats.Retransmits++
+	c.Stats.PayloadBytesSent += uint64(len(payload))
+	c.pace(now, int(r.size), rate)
+	return Transmit{Peer: c.peer, Conn: c, Path: 0, Entropy: c.paths.Paths[0].Entropy, ECT: true, Len: len(p)}, true
+}

@@ -1,0 +1,164 @@
+package metaroce
+
+import (
+	"container/heap"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// testNet is a tiny deterministic network for the state machine's own tests:
+// two endpoints, P planes chosen by hashing a datagram's ports, a per-plane
+// one-way delay (so paths on different planes reorder against each other),
+// random loss and duplication, and planes that can go black. The full
+// simulator lives in sim/; this one keeps metaroce's tests self-contained.
+type testNet struct {
+	t      testing.TB
+	now    time.Duration
+	eps    [2]*Endpoint
+	q      dgramHeap
+	seq    uint64
+	rng    *rand.Rand
+	delay  []time.Duration // per plane
+	loss   float64
+	dup    float64
+	black  []bool
+	bufs   [][]byte
+	maxDgs int
+
+	sent, lost, delivered int
+}
+
+type dgram struct {
+	at   time.Duration
+	seq  uint64
+	to   int
+	data []byte
+	meta RecvMeta
+}
+
+type dgramHeap []*dgram
+
+func (h dgramHeap) Len() int { return len(h) }
+func (h dgramHeap) Less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	return h[i].seq < h[j].seq
+}
+func (h dgramHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *dgramHeap) Push(x any)   { *h = append(*h, x.(*dgram)) }
+func (h *dgramHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+func newTestNet(t testing.TB, cfgA, cfgB Config, planes int, seed uint64) *testNet {
+	t.Helper()
+	n := &testNet{t: t, rng: rand.New(rand.NewPCG(seed, 7)), delay: make([]time.Duration, planes), black: make([]bool, planes)}
+	for i := range n.delay {
+		n.delay[i] = time.Duration(20+7*i) * time.Microsecond
+	}
+	cfgB.Listen = true
+	var err error
+	if n.eps[0], err = NewEndpoint(cfgA, NewMemory()); err != nil {
+		t.Fatal(err)
+	}
+	if n.eps[1], err = NewEndpoint(cfgB, NewMemory()); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// plane hashes the 5-tuple's ports onto a plane, as ECMP would.
+func (n *testNet) plane(src, dst uint16) int {
+	h := uint32(src)*0x9e3779b1 ^ uint32(dst)*0x85ebca6b
+	h ^= h >> 15
+	h *= 0x2c1b3c6d
+	h ^= h >> 12
+	return int(h % uint32(len(n.delay)))
+}
+
+const listenPort = 4791
+
+func (n *testNet) flush(from int) {
+	ep := n.eps[from]
+	for {
+		buf := make([]byte, 0, 70000)
+		tx, ok := ep.Poll(n.now, buf)
+		if !ok {
+			return
+		}
+		src, dst := tx.Entropy, uint16(listenPort)
+		if tx.Reply {
+			src, dst = listenPort, tx.Entropy
+		}
+		n.sent++
+		pl := n.plane(src, dst)
+		if n.black[pl] || n.rng.Float64() < n.loss {
+			n.lost++
+			continue
+		}
+		copies := 1
+		if n.rng.Float64() < n.dup {
+			copies = 2
+		}
+		for k := 0; k < copies; k++ {
+			d := &dgram{at: n.now + n.delay[pl] + time.Duration(k)*time.Microsecond, to: 1 - from, data: buf[:tx.Len],
+				meta: RecvMeta{Peer: PeerID(from), Entropy: src}}
+			n.seq++
+			d.seq = n.seq
+			heap.Push(&n.q, d)
+		}
+	}
+}
+
+// run advances virtual time until cond holds or limit passes; it reports
+// whether cond held.
+func (n *testNet) run(limit time.Duration, cond func() bool) bool {
+	n.flush(0)
+	n.flush(1)
+	for !cond() {
+		next := time.Duration(-1)
+		if n.q.Len() > 0 {
+			next = n.q[0].at
+		}
+		for _, ep := range n.eps {
+			if t := ep.NextTimeout(); t >= 0 && (next < 0 || t < next) {
+				next = t
+			}
+		}
+		if next < 0 || next > limit {
+			return cond()
+		}
+		if next > n.now {
+			n.now = next
+		}
+		for n.q.Len() > 0 && n.q[0].at <= n.now {
+			d := heap.Pop(&n.q).(*dgram)
+			n.delivered++
+			n.eps[d.to].Receive(n.now, d.data, d.meta)
+		}
+		for i, ep := range n.eps {
+			if t := ep.NextTimeout(); t >= 0 && t <= n.now {
+				ep.HandleTimeout(n.now)
+			}
+			n.flush(i)
+		}
+	}
+	return true
+}
+
+// events drains an endpoint's events.
+func drain(ep *Endpoint) []Event {
+	var out []Event
+	for {
+		ev, ok := ep.PollEvent()
+		if !ok {
+			return out
+		}
+		out = append(out, ev)
+	}
+}

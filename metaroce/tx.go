@@ -1,0 +1,528 @@
+package metaroce
+
+import (
+	"time"
+
+	"github.com/mrgw/mrgw/cc"
+	"github.com/mrgw/mrgw/pathmgr"
+)
+
+// txMessage is a message being sent. Its bytes belong to the application
+// until the message completes.
+type txMessage struct {
+	stream      *txStream
+	seq         uint64
+	op          Op
+	key         uint32
+	addr        uint64
+	data        []byte
+	nChunks     int
+	nextChunk   int      // first chunk never sent
+	acked       []uint64 // bitmap of acknowledged chunks
+	ackedChunks int
+	err         error
+}
+
+func (m *txMessage) done() bool { return m.ackedChunks == m.nChunks }
+
+// chunk returns the payload of chunk i.
+func (m *txMessage) chunk(i, mtu int) []byte {
+	lo := i * mtu
+	hi := lo + mtu
+	if hi > len(m.data) {
+		hi = len(m.data)
+	}
+	return m.data[lo:hi]
+}
+
+type txStream struct {
+	id      uint32
+	msgs    []*txMessage // not yet completed, in order
+	head    int
+	sendIdx int // index in msgs of the first message with unsent chunks
+	nextSeq uint64
+	active  bool
+}
+
+type chunkRef struct {
+	msg *txMessage
+	idx int
+}
+
+const (
+	recInflight uint8 = iota + 1
+	recAcked
+	recLost
+)
+
+type txRecord struct {
+	msg   *txMessage
+	idx   uint32
+	size  uint32 // bytes on the wire
+	sent  time.Duration
+	state uint8
+}
+
+// txPath is the sender's view of one path's sequence space.
+type txPath struct {
+	ring        []txRecord // indexed by seq & (len-1)
+	floor, next uint64     // records exist for [floor, next); floor is the oldest in flight
+	lastEcho    uint64
+	lastCE      uint64
+	lastRx      uint64
+	gbnResend   uint64 // RoCEv2: next sequence to resend after a NAK
+	lastSent    time.Duration
+}
+
+func (p *txPath) rec(seq uint64) *txRecord { return &p.ring[seq&uint64(len(p.ring)-1)] }
+
+// Write queues a WRITE of data to (key, addr) at the peer on stream. The
+// data must stay untouched until EventSendComplete for the returned sequence.
+func (c *Conn) Write(now time.Duration, stream uint32, key uint32, addr uint64, data []byte) (uint64, error) {
+	return c.enqueue(stream, OpWrite, key, addr, data)
+}
+
+// Send queues a SEND of data on stream, to land in the receive buffer the
+// peer posted with tag.
+func (c *Conn) Send(now time.Duration, stream uint32, tag uint64, data []byte) (uint64, error) {
+	return c.enqueue(stream, OpSend, 0, tag, data)
+}
+
+func (c *Conn) enqueue(stream uint32, op Op, key uint32, addr uint64, data []byte) (uint64, error) {
+	if c.state == stateClosing || c.state == stateClosed {
+		return 0, ErrClosed
+	}
+	if c.queued >= c.ep.cfg.MaxQueuedMessages {
+		return 0, ErrQueueFull
+	}
+	if uint64(len(data)) > 1<<40 {
+		return 0, ErrMessageTooLarge
+	}
+	s := c.streams[stream]
+	if s == nil {
+		s = &txStream{id: stream}
+		c.streams[stream] = s
+	}
+	n := (len(data) + c.mtu - 1) / c.mtu
+	if n == 0 {
+		n = 1
+	}
+	m := &txMessage{stream: s, seq: s.nextSeq, op: op, key: key, addr: addr, data: data, nChunks: n, acked: make([]uint64, (n+63)/64)}
+	s.nextSeq++
+	s.msgs = append(s.msgs, m)
+	c.queued++
+	c.Stats.MessagesSent++
+	if !s.active {
+		s.active = true
+		c.active = append(c.active, s)
+	}
+	c.cwndLimit = false
+	return m.seq, nil
+}
+
+func (c *Conn) hasDataToSend() bool {
+	return len(c.active) > 0 || c.retxHead < len(c.retx) || c.gbnPending()
+}
+
+func (c *Conn) gbnPending() bool {
+	return c.mode == ModeRoCEv2 && c.tx[0].gbnResend < c.tx[0].next
+}
+
+// window is the room a path may use: the controller's window, unless the
+// path's sequence space is full.
+func (c *Conn) window(path int) int {
+	p := &c.tx[path]
+	if p.next-p.floor >= uint64(c.ep.cfg.MaxPathInflight) {
+		return 0
+	}
+	return c.ctl.Window(path)
+}
+
+// peekChunk returns the next chunk to send: retransmissions first, then new
+// chunks round-robin over the streams.
+func (c *Conn) peekChunk() (chunkRef, bool) {
+	for c.retxHead < len(c.retx) {
+		r := c.retx[c.retxHead]
+		if r.msg.err != nil || r.msg.acked[r.idx/64]&(1<<(r.idx%64)) != 0 {
+			c.retx[c.retxHead] = chunkRef{}
+			c.retxHead++
+			continue
+		}
+		return r, true
+	}
+	if c.retxHead > 0 && c.retxHead == len(c.retx) {
+		c.retx = c.retx[:0]
+		c.retxHead = 0
+	}
+	for len(c.active) > 0 {
+		if c.activeCur >= len(c.active) {
+			c.activeCur = 0
+		}
+		s := c.active[c.activeCur]
+		if s.sendIdx < s.head {
+			s.sendIdx = s.head // completed messages are never sent again
+		}
+		for s.sendIdx < len(s.msgs) {
+			m := s.msgs[s.sendIdx]
+			if m.err == nil && m.nextChunk < m.nChunks {
+				// Keep the receiver's message window: never start a message
+				// too far beyond the oldest incomplete one.
+				if m.seq-s.msgs[s.head].seq >= uint64(c.ep.cfg.MaxMessagesAhead) {
+					break
+				}
+				return chunkRef{msg: m, idx: m.nextChunk}, true
+			}
+			s.sendIdx++
+		}
+		if s.sendIdx >= len(s.msgs) {
+			s.active = false
+			c.active = append(c.active[:c.activeCur], c.active[c.activeCur+1:]...)
+			continue
+		}
+		// Stream blocked by its message window: try the others.
+		c.activeCur++
+		if c.activeCur >= len(c.active) {
+			return chunkRef{}, false
+		}
+	}
+	return chunkRef{}, false
+}
+
+func (c *Conn) pollData(now time.Duration, buf []byte) (Transmit, bool) {
+	rate := c.ctl.PacingRate()
+	if rate > 0 && now < c.nextSend {
+		return Transmit{}, false
+	}
+	if c.mode == ModeRoCEv2 && c.gbnPending() {
+		return c.gbnResend(now, buf, rate)
+	}
+	ref, ok := c.peekChunk()
+	if !ok {
+		return Transmit{}, false
+	}
+	payload := ref.msg.chunk(ref.idx, c.mtu)
+	size := DataHeaderLen + len(payload)
+	path := c.paths.Pick(size, c.windowFn)
+	if path < 0 {
+		c.cwndLimit = true
+		return Transmit{}, false
+	}
+	retransmit := false
+	if c.retxHead < len(c.retx) && c.retx[c.retxHead] == ref {
+		c.retx[c.retxHead] = chunkRef{}
+		c.retxHead++
+		retransmit = true
+	} else {
+		ref.msg.nextChunk++
+		if c.activeCur < len(c.active) && ref.msg.nextChunk == ref.msg.nChunks {
+			c.activeCur++ // round-robin between streams at message boundaries
+		}
+	}
+	tp := &c.tx[path]
+	seq := tp.next
+	if !c.ensureRing(tp) {
+		c.cwndLimit = true
+		return Transmit{}, false
+	}
+	p, err := c.encodeData(buf, path, seq, tp.floor, ref, payload, retransmit, now)
+	if err != nil {
+		return Transmit{}, false
+	}
+	tp.next++
+	*tp.rec(seq) = txRecord{msg: ref.msg, idx: uint32(ref.idx), size: uint32(size), sent: now, state: recInflight}
+	return c.sent(now, path, size, len(payload), retransmit, rate, len(p)), true
+}
+
+// sent does the bookkeeping common to every DATA packet sent.
+func (c *Conn) sent(now time.Duration, path, size, payload int, retransmit bool, rate float64, n int) Transmit {
+	tp := &c.tx[path]
+	ps := &c.paths.Paths[path]
+	if ps.InflightBytes == 0 {
+		ps.LastProgress = now // the PTO clock starts with the first packet in flight
+	}
+	ps.InflightBytes += size
+	ps.SentPackets++
+	tp.lastSent = now
+	c.ctl.OnSent(now, path, size)
+	c.Stats.DataSent++
+	c.Stats.PayloadBytesSent += uint64(payload)
+	if retransmit {
+		c.Stats.Retransmits++
+	}
+	c.pace(now, size, rate)
+	return Transmit{Peer: c.peer, Conn: c, Path: path, Entropy: c.paths.Paths[path].Entropy, ECT: true, Len: n}
+}
+
+// pace advances the pacing clock by one packet of size bytes at rate bytes/s,
+// allowing a burst of a few packets after an idle period and no more.
+func (c *Conn) pace(now time.Duration, size int, rate float64) {
+	if rate <= 0 {
+		return
+	}
+	gap := time.Duration(float64(size) / rate * 1e9)
+	if floor := now - 4*gap; c.nextSend < floor {
+		c.nextSend = floor
+	}
+	c.nextSend += gap
+}
+
+func ackSample(acked int, ps *pathmgr.Path) cc.AckSample {
+	return cc.AckSample{AckedBytes: acked, RTT: ps.LatestRTT, SRTT: ps.SRTT, MinRTT: ps.MinRTT, InflightBytes: ps.InflightBytes}
+}
+
+func (c *Conn) encodeData(buf []byte, path int, seq, floor uint64, ref chunkRef, payload []byte, retransmit bool, now time.Duration) ([]byte, error) {
+	m := ref.msg
+	h := DataHeader{
+		Op:        m.op,
+		Conn:      c.id,
+		Path:      uint16(path),
+		Stream:    m.stream.id,
+		Seq:       seq,
+		FloorGap:  uint32(seq - floor),
+		MsgSeq:    m.seq,
+		MsgLen:    uint64(len(m.data)),
+		Offset:    uint64(ref.idx) * uint64(c.mtu),
+		Key:       m.key,
+		Addr:      m.addr,
+		Timestamp: uint64(now) + 1,
+	}
+	if retransmit {
+		h.Flags = FlagRetransmit
+	}
+	return AppendData(buf[:0], &h, payload)
+}
+
+// ensureRing makes room in the path's ring for sequence tp.next.
+func (c *Conn) ensureRing(tp *txPath) bool {
+	need := tp.next - tp.floor + 1
+	if need <= uint64(len(tp.ring)) {
+		return true
+	}
+	if need > uint64(c.ep.cfg.MaxPathInflight) {
+		return false
+	}
+	n := 64
+	for uint64(n) < need {
+		n *= 2
+	}
+	ring := make([]txRecord, n)
+	for s := tp.floor; s < tp.next; s++ {
+		ring[s&uint64(n-1)] = *tp.rec(s)
+	}
+	tp.ring = ring
+	return true
+}
+
+// onAck processes an ACK for one of our paths.
+func (c *Conn) onAck(now time.Duration, a *Ack) {
+	path := int(a.Path)
+	if path >= len(c.tx) {
+		c.Stats.Malformed++
+		return
+	}
+	tp := &c.tx[path]
+	if a.Largest >= tp.next || a.Cum > tp.next {
+		c.Stats.Malformed++ // acknowledges what we never sent
+		return
+	}
+	c.Stats.AcksReceived++
+	if c.mode == ModeRoCEv2 {
+		c.onAckGBN(now, a)
+		return
+	}
+	ps := &c.paths.Paths[path]
+	var s cc.AckSample
+	lostBytes := 0
+	end := a.Largest + 1
+	if a.Cum > end {
+		end = a.Cum
+	}
+	ackedPkts := 0
+	for seq := tp.floor; seq < end && seq < tp.next; seq++ {
+		r := tp.rec(seq)
+		if r.state != recInflight {
+			continue
+		}
+		if a.Acked(seq) {
+			r.state = recAcked
+			ps.InflightBytes -= int(r.size)
+			ps.AckedPackets++
+			ackedPkts++
+			s.AckedBytes += int(r.size)
+			c.ackChunk(now, r.msg, int(r.idx))
+		} else if seq < a.Largest {
+			c.lose(ps, r)
+			lostBytes += int(r.size)
+		}
+	}
+	c.advanceFloor(tp)
+	if a.EchoTimestamp > tp.lastEcho && a.EchoTimestamp-1 <= uint64(now) {
+		tp.lastEcho = a.EchoTimestamp
+		s.RTT = now - time.Duration(a.EchoTimestamp-1)
+		ps.OnRTTSample(s.RTT)
+	}
+	// ECN: the ack carries cumulative counts of CE-marked and all packets.
+	if a.RxCount > tp.lastRx {
+		dRx := a.RxCount - tp.lastRx
+		dCE := uint64(0)
+		if a.CECount > tp.lastCE {
+			dCE = a.CECount - tp.lastCE
+		}
+		if dCE > dRx {
+			dCE = dRx
+		}
+		s.MarkedBytes = int(float64(s.AckedBytes) * float64(dCE) / float64(dRx))
+		ps.MarkedPackets += dCE
+		tp.lastRx, tp.lastCE = a.RxCount, a.CECount
+	}
+	if a.RateHintBps > 0 {
+		c.ctl.OnRateHint(now, float64(a.RateHintBps)/8)
+	}
+	if lostBytes > 0 {
+		c.ctl.OnLoss(now, path, lostBytes)
+	}
+	if s.AckedBytes > 0 {
+		s.SRTT, s.MinRTT, s.InflightBytes = ps.SRTT, ps.MinRTT, ps.InflightBytes
+		c.ctl.OnAck(now, path, s)
+		c.paths.OnProgress(now, path)
+		c.flushTransitions(now)
+	}
+	if s.AckedBytes > 0 || lostBytes > 0 {
+		c.cwndLimit = false
+	}
+}
+
+// lose declares a record lost and queues its chunk for retransmission.
+func (c *Conn) lose(ps *pathmgr.Path, r *txRecord) {
+	r.state = recLost
+	ps.InflightBytes -= int(r.size)
+	ps.LostPackets++
+	c.Stats.PacketsLost++
+	if r.msg.err == nil && r.msg.acked[r.idx/64]&(1<<(r.idx%64)) == 0 {
+		c.retx = append(c.retx, chunkRef{msg: r.msg, idx: int(r.idx)})
+	}
+}
+
+func (c *Conn) advanceFloor(tp *txPath) {
+	for tp.floor < tp.next && tp.rec(tp.floor).state != recInflight {
+		*tp.rec(tp.floor) = txRecord{}
+		tp.floor++
+	}
+}
+
+// ackChunk records that chunk idx of m is in the receiver's memory.
+func (c *Conn) ackChunk(now time.Duration, m *txMessage, idx int) {
+	w, bit := idx/64, uint64(1)<<(idx%64)
+	if m.acked[w]&bit != 0 || m.err != nil {
+		return
+	}
+	m.acked[w] |= bit
+	m.ackedChunks++
+	if m.done() {
+		c.completeStream(now, m.stream)
+	}
+}
+
+// completeStream reports, in order, the stream's messages that are done.
+func (c *Conn) completeStream(now time.Duration, s *txStream) {
+	for s.head < len(s.msgs) {
+		m := s.msgs[s.head]
+		if !m.done() && m.err == nil {
+			break
+		}
+		if m.err != nil {
+			c.Stats.MessagesFailed++
+		}
+		c.ep.emit(Event{Kind: EventSendComplete, Conn: c, Stream: s.id, Seq: m.seq, Op: m.op, Key: m.key, Addr: m.addr, Len: uint64(len(m.data)), Err: m.err, At: now})
+		s.msgs[s.head] = nil
+		s.head++
+		c.queued--
+	}
+	// Compact once the completed prefix dominates, keeping appends amortised O(1).
+	if s.head > 0 && s.head*2 >= len(s.msgs) {
+		n := copy(s.msgs, s.msgs[s.head:])
+		clear(s.msgs[n:])
+		s.msgs = s.msgs[:n]
+		s.sendIdx -= s.head
+		if s.sendIdx < 0 {
+			s.sendIdx = 0
+		}
+		s.head = 0
+	}
+}
+
+// onPeerError fails a message the receiver refused.
+func (c *Conn) onPeerError(now time.Duration, e *MessageError) {
+	s := c.streams[e.Stream]
+	if s == nil {
+		return
+	}
+	for i := s.head; i < len(s.msgs); i++ {
+		if m := s.msgs[i]; m.seq == e.MsgSeq {
+			if m.err == nil && !m.done() {
+				m.err = &RemoteError{Code: e.Code}
+				c.completeStream(now, s)
+			}
+			return
+		}
+	}
+}
+
+// failAll fails every message not yet complete (the connection is gone).
+func (c *Conn) failAll(now time.Duration, err error) {
+	for _, s := range c.streams {
+		for i := s.head; i < len(s.msgs); i++ {
+			if m := s.msgs[i]; !m.done() && m.err == nil {
+				m.err = err
+			}
+		}
+		c.completeStream(now, s)
+	}
+	c.active = c.active[:0]
+}
+
+// ptoDeadline returns when path's oldest packet in flight times out.
+func (c *Conn) ptoDeadline(path int) (time.Duration, bool) {
+	tp := &c.tx[path]
+	ps := &c.paths.Paths[path]
+	if tp.floor >= tp.next || ps.InflightBytes <= 0 {
+		return 0, false
+	}
+	start := ps.LastProgress
+	if sent := tp.rec(tp.floor).sent; sent > start {
+		start = sent
+	}
+	return start + ps.PTO(c.paths.Config()), true
+}
+
+// onPTO handles a path whose data went unacknowledged for a probe timeout:
+// everything in flight on it is resent (on other paths if it is now down).
+func (c *Conn) onPTO(now time.Duration, path int) {
+	c.Stats.Timeouts++
+	if c.mode == ModeRoCEv2 {
+		tp := &c.tx[path]
+		tp.gbnResend = tp.floor // go back to the oldest unacknowledged packet
+		c.paths.Paths[path].LastProgress = now
+		return
+	}
+	c.loseAll(now, path)
+	c.paths.OnTimeout(now, path)
+}
+
+// loseAll declares everything in flight on path lost.
+func (c *Conn) loseAll(now time.Duration, path int) {
+	tp := &c.tx[path]
+	ps := &c.paths.Paths[path]
+	lost := 0
+	for seq := tp.floor; seq < tp.next; seq++ {
+		if r := tp.rec(seq); r.state == recInflight {
+			c.lose(ps, r)
+			lost += int(r.size)
+		}
+	}
+	c.advanceFloor(tp)
+	if lost > 0 {
+		c.ctl.OnLoss(now, path, lost)
+	}
+	c.cwndLimit = false
+}

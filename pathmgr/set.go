@@ -1,0 +1,213 @@
+package pathmgr
+
+import (
+	"math/rand/v2"
+	"time"
+)
+
+// Set holds a connection's paths, drives their health state machine and
+// sprays packets over them.
+type Set struct {
+	cfg   Config
+	Paths []Path
+	rng   *rand.Rand
+	next  int // round-robin cursor of the sprayer
+
+	transitions []Transition // pending, drained by the owner
+}
+
+// NewSet creates n paths, all up, with distinct entropy values drawn from rng.
+func NewSet(n int, cfg Config, rng *rand.Rand) *Set {
+	s := &Set{cfg: cfg, Paths: make([]Path, n), rng: rng}
+	base := uint16(rng.IntN(1 << 15))
+	for i := range s.Paths {
+		s.Paths[i] = Path{ID: i, Entropy: 49152 + (base+uint16(i))%16384, probeInterval: cfg.ProbeInterval}
+	}
+	return s
+}
+
+// Config returns the set's configuration.
+func (s *Set) Config() *Config { return &s.cfg }
+
+// DrainTransitions returns and clears the transitions recorded since the last call.
+func (s *Set) DrainTransitions(dst []Transition) []Transition {
+	dst = append(dst, s.transitions...)
+	s.transitions = s.transitions[:0]
+	return dst
+}
+
+func (s *Set) move(p *Path, to State, now time.Duration, reason string) {
+	if p.State == to {
+		return
+	}
+	s.transitions = append(s.transitions, Transition{Path: p.ID, From: p.State, To: to, At: now, Reason: reason, Entropy: p.Entropy})
+	p.State = to
+}
+
+// reroll gives the path a new entropy value different from every other path's.
+func (s *Set) reroll(p *Path) {
+	for {
+		e := uint16(49152 + s.rng.IntN(16384))
+		clash := false
+		for i := range s.Paths {
+			if s.Paths[i].Entropy == e {
+				clash = true
+				break
+			}
+		}
+		if !clash {
+			p.Entropy = e
+			return
+		}
+	}
+}
+
+// OnProgress records that an ack on path acknowledged new data.
+func (s *Set) OnProgress(now time.Duration, path int) {
+	p := &s.Paths[path]
+	p.LastProgress = now
+	p.consecutiveTimeouts = 0
+	if p.State == Suspect {
+		s.move(p, Up, now, "ack after timeout")
+	}
+}
+
+// OnTimeout records that path's outstanding data went unacknowledged for a
+// PTO. It returns true if the path is now down (and its entropy re-rolled).
+func (s *Set) OnTimeout(now time.Duration, path int) bool {
+	p := &s.Paths[path]
+	p.Timeouts++
+	p.consecutiveTimeouts++
+	if !p.State.Usable() {
+		return false
+	}
+	if p.consecutiveTimeouts >= s.cfg.DownAfter {
+		s.reroll(p)
+		p.probeInterval = s.cfg.ProbeInterval
+		p.NextProbe = now
+		p.probeAnswers = 0
+		p.ProbeOutstanding = false
+		s.move(p, Down, now, "timeouts")
+		return true
+	}
+	s.move(p, Suspect, now, "timeout")
+	return false
+}
+
+// MarkDown takes a path out of service at once (for example when a peer
+// gateway reported its plane dead), re-rolling its entropy.
+func (s *Set) MarkDown(now time.Duration, path int, reason string) {
+	p := &s.Paths[path]
+	if !p.State.Usable() {
+		return
+	}
+	s.reroll(p)
+	p.probeInterval = s.cfg.ProbeInterval
+	p.NextProbe = now
+	p.probeAnswers = 0
+	p.ProbeOutstanding = false
+	s.move(p, Down, now, reason)
+}
+
+// ProbeDue reports whether a probe should be sent on path now, and if so
+// records it as sent.
+func (s *Set) ProbeDue(now time.Duration, path int) bool {
+	p := &s.Paths[path]
+	if p.State.Usable() || now < p.NextProbe {
+		return false
+	}
+	if p.ProbeOutstanding {
+		// The last probe went unanswered: this entropy may hash onto a dead
+		// plane too, so roll again and back off.
+		s.reroll(p)
+		p.probeAnswers = 0
+		if p.State == Probing {
+			s.move(p, Down, now, "probe unanswered")
+		}
+		p.probeInterval *= 2
+		if p.probeInterval > s.cfg.MaxProbeInterval {
+			p.probeInterval = s.cfg.MaxProbeInterval
+		}
+	}
+	p.ProbeOutstanding = true
+	wait := p.probeInterval
+	if pto := p.PTO(&s.cfg); wait < pto {
+		wait = pto
+	}
+	p.NextProbe = now + wait
+	return true
+}
+
+// OnProbeAck records a probe's answer. The path comes back up after UpAfter
+// consecutive answers.
+func (s *Set) OnProbeAck(now time.Duration, path int, rtt time.Duration) {
+	p := &s.Paths[path]
+	if p.State.Usable() || !p.ProbeOutstanding {
+		return
+	}
+	p.ProbeOutstanding = false
+	p.OnRTTSample(rtt)
+	p.probeAnswers++
+	if p.probeAnswers >= s.cfg.UpAfter {
+		p.consecutiveTimeouts = 0
+		p.LastProgress = now
+		s.move(p, Up, now, "probes answered")
+		return
+	}
+	s.move(p, Probing, now, "probe answered")
+	p.NextProbe = now // probe again at once; hysteresis is the answer count
+}
+
+// NextProbe returns the earliest probe deadline of any down or probing path,
+// or -1 if none.
+func (s *Set) NextProbe() time.Duration {
+	t := time.Duration(-1)
+	for i := range s.Paths {
+		p := &s.Paths[i]
+		if p.State.Usable() {
+			continue
+		}
+		if t < 0 || p.NextProbe < t {
+			t = p.NextProbe
+		}
+	}
+	return t
+}
+
+// Pick chooses the path for the next packet of size bytes: the next usable
+// path, in round-robin order, whose window has room. Up paths are preferred
+// to suspect ones. It returns -1 if no path has room.
+func (s *Set) Pick(size int, window func(path int) int) int {
+	n := len(s.Paths)
+	suspect := -1
+	for k := 0; k < n; k++ {
+		i := (s.next + k) % n
+		p := &s.Paths[i]
+		if !p.State.Usable() || p.InflightBytes+size > window(i) {
+			continue
+		}
+		if p.State == Suspect {
+			if suspect < 0 {
+				suspect = i
+			}
+			continue
+		}
+		s.next = (i + 1) % n
+		return i
+	}
+	if suspect >= 0 {
+		s.next = (suspect + 1) % n
+	}
+	return suspect
+}
+
+// UsableCount returns the number of paths that may carry data.
+func (s *Set) UsableCount() int {
+	c := 0
+	for i := range s.Paths {
+		if s.Paths[i].State.Usable() {
+			c++
+		}
+	}
+	return c
+}
