@@ -229,6 +229,9 @@ func (c *Conn) pollData(now time.Duration, buf []byte) (Transmit, bool) {
 		return Transmit{}, false
 	}
 	tp.next++
+	if c.mode == ModeRoCEv2 {
+		tp.gbnResend = tp.next // nothing to go back over
+	}
 	*tp.rec(seq) = txRecord{msg: ref.msg, idx: uint32(ref.idx), size: uint32(size), sent: now, state: recInflight}
 	return c.sent(now, path, size, len(payload), retransmit, rate, len(p)), true
 }

@@ -8,8 +8,10 @@ import (
 	_ "github.com/prometheus/client_golang/prometheus"
 	_ "github.com/prometheus/client_golang/prometheus/promhttp"
 	_ "github.com/quic-go/quic-go"
+	_ "github.com/schollz/progressbar/v3"
 	_ "github.com/spf13/cobra"
 	_ "github.com/spf13/viper"
+	_ "github.com/xtaci/kcp-go/v5"
 	_ "go.uber.org/goleak"
 	_ "golang.org/x/net/ipv4"
 	_ "golang.org/x/net/ipv6"
@@ -17,6 +19,4 @@ import (
 	_ "gonum.org/v1/plot"
 	_ "gonum.org/v1/plot/plotter"
 	_ "gonum.org/v1/plot/vg"
-	_ "github.com/schollz/progressbar/v3"
-	_ "github.com/xtaci/kcp-go/v5"
 )

@@ -1,0 +1,136 @@
+// Package report holds the result rows shared by `mrgw sim` and `mrgw
+// loadtest`, and prints them as a readable table or as JSON lines.
+//
+// A Row's JSON field names are a published interface: scripts and
+// docs/RESULTS.md depend on them, so fields are only ever added.
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+// Row is one measured point.
+type Row struct {
+	Scenario    string  `json:"scenario"`
+	System      string  `json:"system"`
+	CC          string  `json:"cc,omitempty"`
+	Planes      int     `json:"planes,omitempty"`
+	Paths       int     `json:"paths,omitempty"`
+	RTTms       float64 `json:"rtt_ms"`
+	Loss        float64 `json:"loss"`
+	Flows       int     `json:"flows,omitempty"`
+	Streams     int     `json:"streams,omitempty"`
+	CapacityBps float64 `json:"capacity_bps"`
+	GoodputBps  float64 `json:"goodput_bps"`
+	Fraction    float64 `json:"fraction"`
+	// RelLossFree is goodput relative to the same system's loss-free goodput
+	// in the same run (loss sweeps only).
+	RelLossFree   float64   `json:"rel_loss_free,omitempty"`
+	Jain          float64   `json:"jain,omitempty"`
+	SettleRTTs    float64   `json:"settle_rtts,omitempty"`
+	MaxQueueBytes int       `json:"max_queue_bytes,omitempty"`
+	Shares        []float64 `json:"shares,omitempty"`
+	// Efficiency is goodput per plane relative to one plane's (planes only).
+	Efficiency  float64 `json:"efficiency,omitempty"`
+	Retransmits uint64  `json:"retransmits,omitempty"`
+	// SimSeconds, WallSeconds and SimPacketsPerSec describe the simulator run.
+	SimSeconds       float64 `json:"sim_seconds,omitempty"`
+	WallSeconds      float64 `json:"wall_seconds,omitempty"`
+	SimPacketsPerSec float64 `json:"sim_packets_per_sec,omitempty"`
+	Note             string  `json:"note,omitempty"`
+}
+
+// WriteJSON writes one JSON object per line.
+func WriteJSON(w io.Writer, rows []Row) error {
+	enc := json.NewEncoder(w)
+	for i := range rows {
+		if err := enc.Encode(&rows[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Column is one column of a table.
+type Column struct {
+	Title string
+	Value func(r *Row) string
+}
+
+// Common columns.
+var (
+	ColSystem   = Column{"system", func(r *Row) string { return r.System }}
+	ColCC       = Column{"cc", func(r *Row) string { return r.CC }}
+	ColPlanes   = Column{"planes", func(r *Row) string { return fmt.Sprint(r.Planes) }}
+	ColRTT      = Column{"rtt", func(r *Row) string { return FormatRTT(r.RTTms) }}
+	ColLoss     = Column{"loss", func(r *Row) string { return fmt.Sprintf("%g%%", r.Loss*100) }}
+	ColFlows    = Column{"flows", func(r *Row) string { return fmt.Sprint(r.Flows) }}
+	ColCapacity = Column{"capacity", func(r *Row) string { return FormatBps(r.CapacityBps) }}
+	ColGoodput  = Column{"goodput", func(r *Row) string { return FormatBps(r.GoodputBps) }}
+	ColFraction = Column{"fraction", func(r *Row) string { return fmt.Sprintf("%.3f", r.Fraction) }}
+	ColRel      = Column{"vs loss-free", func(r *Row) string { return fmt.Sprintf("%.3f", r.RelLossFree) }}
+	ColEff      = Column{"efficiency", func(r *Row) string { return fmt.Sprintf("%.3f", r.Efficiency) }}
+	ColJain     = Column{"jain", func(r *Row) string { return fmt.Sprintf("%.3f", r.Jain) }}
+	ColRetx     = Column{"retransmits", func(r *Row) string { return fmt.Sprint(r.Retransmits) }}
+	ColSpeed    = Column{"sim pkts/s", func(r *Row) string { return fmt.Sprintf("%.2gM", r.SimPacketsPerSec/1e6) }}
+)
+
+// WriteTable writes rows as an aligned plain-text table (also valid Markdown).
+func WriteTable(w io.Writer, rows []Row, cols ...Column) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
+	titles := make([]string, len(cols))
+	seps := make([]string, len(cols))
+	for i, c := range cols {
+		titles[i] = " " + c.Title + " "
+		seps[i] = strings.Repeat("-", len(c.Title)+2)
+	}
+	fmt.Fprintf(tw, "|%s|\n", strings.Join(titles, "\t|"))
+	fmt.Fprintf(tw, "|%s|\n", strings.Join(seps, "\t|"))
+	for i := range rows {
+		vals := make([]string, len(cols))
+		for j, c := range cols {
+			vals[j] = " " + c.Value(&rows[i]) + " "
+		}
+		fmt.Fprintf(tw, "|%s|\n", strings.Join(vals, "\t|"))
+	}
+	return tw.Flush()
+}
+
+// FormatBps prints a rate with an SI unit.
+func FormatBps(bps float64) string {
+	switch {
+	case bps >= 1e9:
+		return fmt.Sprintf("%.2f Gbit/s", bps/1e9)
+	case bps >= 1e6:
+		return fmt.Sprintf("%.2f Mbit/s", bps/1e6)
+	case bps >= 1e3:
+		return fmt.Sprintf("%.2f kbit/s", bps/1e3)
+	}
+	return fmt.Sprintf("%.0f bit/s", bps)
+}
+
+// FormatRTT prints a round-trip time given in milliseconds.
+func FormatRTT(ms float64) string {
+	if ms < 1 {
+		return fmt.Sprintf("%gµs", ms*1000)
+	}
+	return fmt.Sprintf("%gms", ms)
+}
+
+// Jain returns Jain's fairness index of xs: 1 when all are equal, 1/n when
+// one takes everything.
+func Jain(xs []float64) float64 {
+	var s, s2 float64
+	for _, x := range xs {
+		s += x
+		s2 += x * x
+	}
+	if s2 == 0 {
+		return 0
+	}
+	return s * s / (float64(len(xs)) * s2)
+}

@@ -1,0 +1,240 @@
+package scenario
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/mrgw/mrgw/cc"
+	"github.com/mrgw/mrgw/metaroce"
+	"github.com/mrgw/mrgw/pathmgr"
+	"github.com/mrgw/mrgw/sim"
+)
+
+// Setup describes one simulated run: Flows senders at site A writing to one
+// receiver at site B across Planes planes.
+type Setup struct {
+	Mode     metaroce.Mode
+	Planes   int
+	RateBps  float64       // per plane, each direction
+	RTT      time.Duration // base round trip (propagation only)
+	Loss     float64       // random loss on every plane link, after the queue
+	Flows    int
+	Paths    int // per connection
+	MTU      int
+	MsgSize  int
+	Duration time.Duration
+	Warmup   time.Duration
+	// CC builds the controllers; nil means a fixed window of WindowBDPs
+	// bandwidth-delay products split over the paths, paced at the receiver's hint.
+	CC         cc.Factory
+	WindowBDPs float64
+	// QueueBytes is each plane link's drop-tail limit (0: 2 BDP, at least 1 MiB).
+	QueueBytes   int
+	ECNThreshold int
+	// ReceiverCapacityBps is what the receiver divides into rate hints
+	// (0: the fabric's capacity, Planes × RateBps).
+	ReceiverCapacityBps float64
+	Seed                uint64
+	// Faults, if set, is called with the network before the run to schedule faults.
+	Faults func(n *sim.Network)
+}
+
+// Result is what one run measured.
+type Result struct {
+	CapacityBps   float64
+	GoodputBps    float64
+	PerFlowBps    []float64
+	MaxQueueBytes int
+	Retransmits   uint64
+	Lost          uint64
+	SimPackets    uint64
+	Wall          time.Duration
+	CCName        string
+	// Series is goodput per interval (for plots), if Interval was set.
+	Senders []*metaroce.Conn
+}
+
+// capacity returns the fabric's capacity in bits/s.
+func (s *Setup) capacity() float64 { return float64(s.Planes) * s.RateBps }
+
+func (s *Setup) withDefaults() Setup {
+	c := *s
+	if c.Planes == 0 {
+		c.Planes = 1
+	}
+	if c.Flows == 0 {
+		c.Flows = 1
+	}
+	if c.MTU == 0 {
+		c.MTU = 4096
+	}
+	if c.Paths == 0 {
+		c.Paths = 8
+	}
+	if c.Mode == metaroce.ModeRoCEv2 {
+		c.Paths = 1
+	}
+	if c.WindowBDPs == 0 {
+		c.WindowBDPs = 2
+	}
+	if c.ReceiverCapacityBps == 0 {
+		c.ReceiverCapacityBps = c.capacity()
+	}
+	bdp := c.capacity() / 8 * c.RTT.Seconds()
+	if c.QueueBytes == 0 {
+		c.QueueBytes = int(2 * c.RateBps / 8 * c.RTT.Seconds())
+		if c.QueueBytes < 1<<20 {
+			c.QueueBytes = 1 << 20
+		}
+	}
+	if c.MsgSize == 0 {
+		c.MsgSize = 1 << 20
+		if bdp > 64<<20 {
+			c.MsgSize = 16 << 20
+		}
+	}
+	return c
+}
+
+// PathConfig returns failure-detection settings for a base RTT.
+func PathConfig(rtt time.Duration) pathmgr.Config {
+	pc := pathmgr.DefaultConfig()
+	pc.InitialRTT = rtt + 10*time.Microsecond
+	pc.MaxAckDelay = rtt / 20
+	if pc.MaxAckDelay < 5*time.Microsecond {
+		pc.MaxAckDelay = 5 * time.Microsecond
+	}
+	if pc.MaxAckDelay > time.Millisecond {
+		pc.MaxAckDelay = time.Millisecond
+	}
+	pc.MinPTO = rtt/2 + 20*time.Microsecond
+	pc.ProbeInterval = rtt + 50*time.Microsecond
+	pc.MaxProbeInterval = 8 * pc.ProbeInterval
+	return pc
+}
+
+// Run executes a setup and measures it.
+func Run(in Setup) (Result, error) {
+	s := in.withDefaults()
+	if s.RateBps <= 0 || s.RTT <= 0 || s.Duration <= s.Warmup {
+		return Result{}, fmt.Errorf("scenario: need RateBps > 0, RTT > 0 and Duration > Warmup")
+	}
+	pktSize := s.MTU + metaroce.DataHeaderLen
+	bdp := s.capacity() / 8 * s.RTT.Seconds()
+	factory := s.CC
+	if factory == nil {
+		w := int(s.WindowBDPs * bdp / float64(s.Flows*s.Paths))
+		if w < 4*pktSize {
+			w = 4 * pktSize
+		}
+		factory = cc.NewFixed(w, 0)
+	}
+	inflightPkts := int(s.WindowBDPs*bdp)/pktSize + s.QueueBytes*s.Planes/pktSize
+	simCfg := sim.Config{
+		Seed:            s.Seed,
+		MaxDatagramSize: pktSize + 64,
+		MaxDatagrams:    2*inflightPkts + 200_000,
+	}
+	sm := sim.New(simCfg)
+	link := sim.LinkConfig{Rate: int64(s.RateBps), Delay: s.RTT / 2, QueueLimit: s.QueueBytes, ECNThreshold: s.ECNThreshold, Loss: s.Loss}
+	net := sim.NewNetwork(sm, sim.NetworkConfig{Planes: s.Planes, AtoB: link, BtoA: link})
+
+	mcfg := metaroce.Config{
+		Mode:             s.Mode,
+		MTU:              s.MTU,
+		Paths:            s.Paths,
+		CC:               factory,
+		Path:             PathConfig(s.RTT),
+		MaxPathInflight:  1 << 20,
+		MaxMessagesAhead: 1 << 16,
+	}
+	rcfg := mcfg
+	rcfg.Listen = true
+	rcfg.ReceiveCapacityBps = s.ReceiverCapacityBps
+	rcfg.Seed = s.Seed ^ 0xabcdef
+	recv, err := NewNode(rcfg)
+	if err != nil {
+		return Result{}, err
+	}
+	region := make([]byte, 64<<20)
+	if s.MsgSize > len(region) {
+		region = make([]byte, s.MsgSize)
+	}
+	if err := recv.EP.Memory().Register(bulkKey, region); err != nil {
+		return Result{}, err
+	}
+	recvHost := net.AddHost(sim.SiteB, recv, sim.HostConfig{})
+	recv.Host = recvHost
+
+	src := make([]byte, s.MsgSize)
+	rng := rand.New(rand.NewPCG(s.Seed, 1))
+	for i := range src {
+		src[i] = byte(rng.Uint32())
+	}
+	outstanding := int(6*s.WindowBDPs*bdp/float64(s.Flows)/float64(s.MsgSize)) + 4
+	var res Result
+	for f := 0; f < s.Flows; f++ {
+		cfg := mcfg
+		cfg.Seed = s.Seed + uint64(f)*7919
+		node, err := NewNode(cfg)
+		if err != nil {
+			return Result{}, err
+		}
+		b := &bulk{msgSize: s.MsgSize, outstanding: outstanding, src: src, key: bulkKey, regionSize: len(region), stream: uint32(f)}
+		node.OnEvent = func(now time.Duration, ev metaroce.Event) {
+			switch ev.Kind {
+			case metaroce.EventConnected, metaroce.EventSendComplete:
+				b.fill(now)
+			}
+		}
+		h := net.AddHost(sim.SiteA, node, sim.HostConfig{})
+		node.Host = h
+		conn, err := node.EP.Connect(0, metaroce.PeerID(recvHost.ID()))
+		if err != nil {
+			return Result{}, err
+		}
+		b.conn = conn
+		res.Senders = append(res.Senders, conn)
+		res.CCName = conn.Controller().Name()
+	}
+	if s.Faults != nil {
+		s.Faults(net)
+	}
+	// Goodput is payload placed in the receiver's memory between the end of
+	// the warm-up and the end of the run: each byte counts once however many
+	// times it was sent.
+	placedAt := func() map[uint64]uint64 {
+		out := make(map[uint64]uint64)
+		for _, c := range recv.EP.Conns() {
+			out[c.ID()] = c.Stats.PayloadBytesPlaced
+		}
+		return out
+	}
+	var atWarmup, atEnd map[uint64]uint64
+	sm.At(s.Warmup, func() { atWarmup = placedAt() })
+	sm.At(s.Duration, func() { atEnd = placedAt() })
+	start := time.Now()
+	sm.Run(s.Duration)
+	res.Wall = time.Since(start)
+	if atEnd == nil {
+		atEnd = placedAt()
+	}
+
+	res.CapacityBps = s.capacity()
+	secs := (s.Duration - s.Warmup).Seconds()
+	for _, c := range res.Senders {
+		bps := float64(atEnd[c.ID()]-atWarmup[c.ID()]) * 8 / secs
+		res.PerFlowBps = append(res.PerFlowBps, bps)
+		res.GoodputBps += bps
+		res.Retransmits += c.Stats.Retransmits
+		res.Lost += c.Stats.PacketsLost
+	}
+	for i := 0; i < net.Planes(); i++ {
+		if q := net.Plane(i).AtoB().Stats().MaxQueueBytes; q > res.MaxQueueBytes {
+			res.MaxQueueBytes = q
+		}
+	}
+	res.SimPackets = sm.Stats().DatagramsSent
+	return res, nil
+}

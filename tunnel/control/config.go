@@ -1,0 +1,177 @@
+// Package control is the control channel between two peer mrgw gateways: one
+// QUIC connection (quic-go) per gateway pair, authenticated both ways with
+// mutual TLS from tunnel/pki, carrying one bidirectional stream of framed
+// messages (tunnel/control/wire documents every byte).
+//
+// What it does for the gateway:
+//
+//   - Authenticates the peer. After the QUIC handshake the peer's certificate
+//     is checked again against the CA and its gateway name (the certificate's
+//     DNS SAN) against Config.ExpectedPeers; anything else is refused with a
+//     log line and ErrBadCertificate or ErrUnknownPeer. The dialer's QUIC dial
+//     completes even when the listener rejects its certificate (TLS 1.3 sends
+//     the verdict after the client's Finished), so Dial only returns a Session
+//     after the listener has answered Hello: the rejection surfaces there, as
+//     ErrBadCertificate, instead of as a live-looking connection.
+//   - Exchanges Hello/HelloAck: protocol version, name, region, capabilities,
+//     data-plane UDP address per plane, number of paths (Session.Peer).
+//   - Announces data-plane paths (Session.SetupPaths / PathSetupAck).
+//   - Derives the datagram keys (Session.Keys) from the TLS exporter, per
+//     direction and per epoch, and rotates them (KeyUpdate/KeyUpdateAck),
+//     on demand or when Config.KeyLifetime passes.
+//   - Measures RTT and detects a dead peer with its own Ping/Pong (not QUIC's),
+//     so the interval and the number of misses are ours to set.
+//   - Drains gracefully: the peer stops opening new flows, acknowledges, and
+//     the connection closes.
+//
+// The data plane (tunnel/udp, tunnel/seal) never talks to this package's
+// peer directly: it takes keys and epoch numbers from Session.Keys and the
+// events, and seals datagrams itself.
+//
+// Concurrency: a Session runs two goroutines (reader, ticker). Config.OnEvent
+// is called from the reader goroutine, one event at a time and in order; a
+// receive key is reported (EventRecvKey) before the KeyUpdateAck leaves, so
+// the data plane can install it before the peer switches. OnEvent must not
+// block for long and must not call Session.Close or Session.Drain.
+//
+// This package must not import region/, gateway/, config/ or metrics: the
+// gateway turns events into logs and metrics.
+package control
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/mrgw/mrgw/tunnel/control/wire"
+	"github.com/mrgw/mrgw/tunnel/pki"
+)
+
+// KeyLabel is the TLS exporter label for datagram keys (RFC 8446 §7.5). The
+// exporter context is the 4-byte big-endian epoch followed by one direction
+// byte (DirDialerToListener or DirListenerToDialer), so every direction and
+// every epoch gets an independent 32-byte key.
+const KeyLabel = "mrgw datagram key"
+
+// Directions of the data plane, as used in the exporter context.
+const (
+	DirDialerToListener byte = 0
+	DirListenerToDialer byte = 1
+)
+
+// Defaults for the zero values of Config.
+const (
+	DefaultKeepaliveInterval = time.Second
+	DefaultKeepaliveMisses   = 3
+	DefaultKeyLifetime       = 10 * time.Minute
+	DefaultHandshakeTimeout  = 10 * time.Second
+	// maxPendingHandshakes bounds the listener's concurrent handshakes, so a
+	// flood of connection attempts costs bounded memory and goroutines.
+	maxPendingHandshakes = 32
+	// acceptQueue bounds sessions established but not yet Accepted.
+	acceptQueue = 16
+)
+
+// LocalInfo describes this gateway in Hello.
+type LocalInfo struct {
+	Name         string // must be the name in our certificate
+	Region       string
+	Capabilities []string
+	Planes       []netip.AddrPort // data-plane UDP address per plane
+	NumPaths     uint16
+}
+
+// PeerInfo is what the peer said in Hello (its name checked against its
+// certificate), plus its address.
+type PeerInfo struct {
+	Version      uint16
+	Name         string
+	Region       string
+	Capabilities []string
+	Planes       []netip.AddrPort
+	NumPaths     uint16
+	Addr         net.Addr
+}
+
+// Config configures Dial and Listen. The zero values of the durations and
+// counts pick the defaults above.
+type Config struct {
+	Credentials   *pki.Credentials
+	Local         LocalInfo
+	ExpectedPeers []string // gateway names allowed to be our peer
+
+	KeepaliveInterval time.Duration
+	KeepaliveMisses   int           // the peer is dead after this many unanswered pings
+	KeyLifetime       time.Duration // rotate the sending key after this long; < 0 disables
+	HandshakeTimeout  time.Duration // QUIC handshake plus Hello exchange
+
+	Logger *slog.Logger // nil: discard
+	// OnEvent receives session events; see the package doc for the rules.
+	OnEvent func(Event)
+	// OnRefused is told about every peer the listener refuses after the
+	// TLS handshake (it is also logged). Optional.
+	OnRefused func(remote net.Addr, err error)
+	// Now gives the time for certificate validity checks; nil: time.Now.
+	Now func() time.Time
+}
+
+// ErrConfig is wrapped by every configuration error.
+var ErrConfig = errors.New("control: invalid config")
+
+// withDefaults validates c and returns a copy with defaults filled in.
+func (c Config) withDefaults() (*Config, error) {
+	if c.Credentials == nil || c.Credentials.Identity == nil || c.Credentials.Pool == nil {
+		return nil, fmt.Errorf("%w: Credentials with an identity and a CA pool are required", ErrConfig)
+	}
+	if c.Local.Name != c.Credentials.Identity.Name {
+		return nil, fmt.Errorf("%w: Local.Name %q is not the certificate's name %q",
+			ErrConfig, c.Local.Name, c.Credentials.Identity.Name)
+	}
+	if len(c.ExpectedPeers) == 0 {
+		return nil, fmt.Errorf("%w: ExpectedPeers is empty: no peer could ever be accepted", ErrConfig)
+	}
+	// Encoding the Hello once here turns an over-long name or too many
+	// planes into a config error instead of a failure at every connection.
+	if _, err := wire.Append(nil, wire.Hello{
+		Version: wire.ProtocolVersion, Name: c.Local.Name, Region: c.Local.Region,
+		Capabilities: c.Local.Capabilities, Planes: c.Local.Planes, NumPaths: c.Local.NumPaths,
+	}); err != nil {
+		return nil, fmt.Errorf("%w: Local: %w", ErrConfig, err)
+	}
+	if c.KeepaliveInterval == 0 {
+		c.KeepaliveInterval = DefaultKeepaliveInterval
+	}
+	if c.KeepaliveMisses == 0 {
+		c.KeepaliveMisses = DefaultKeepaliveMisses
+	}
+	if c.KeyLifetime == 0 {
+		c.KeyLifetime = DefaultKeyLifetime
+	}
+	if c.HandshakeTimeout == 0 {
+		c.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if c.KeepaliveInterval < 0 || c.KeepaliveMisses < 0 || c.HandshakeTimeout < 0 {
+		return nil, fmt.Errorf("%w: negative keepalive or handshake setting", ErrConfig)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	c.ExpectedPeers = slices.Clone(c.ExpectedPeers)
+	return &c, nil
+}
+
+func (c *Config) expected(name string) bool { return slices.Contains(c.ExpectedPeers, name) }
+
+// idleTimeout is QUIC's idle timeout: comfortably longer than our own
+// dead-peer detection, so that our keepalive, with its configured interval
+// and misses, is what declares a peer dead.
+func (c *Config) idleTimeout() time.Duration {
+	return 2 * c.KeepaliveInterval * time.Duration(c.KeepaliveMisses+1)
+}

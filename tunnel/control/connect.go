@@ -1,0 +1,303 @@
+package control
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/mrgw/mrgw/tunnel/control/wire"
+	"github.com/mrgw/mrgw/tunnel/pki"
+)
+
+func (c *Config) quicConfig(listener bool) *quic.Config {
+	q := &quic.Config{
+		HandshakeIdleTimeout: c.HandshakeTimeout,
+		MaxIdleTimeout:       c.idleTimeout(),
+		// Exactly one stream, opened by the dialer: the listener accepts
+		// one, the dialer none; no unidirectional streams at all.
+		MaxIncomingStreams:    -1,
+		MaxIncomingUniStreams: -1,
+	}
+	if listener {
+		q.MaxIncomingStreams = 1
+	}
+	return q
+}
+
+func (c *Config) hello() wire.Hello {
+	return wire.Hello{
+		Version: wire.ProtocolVersion, Name: c.Local.Name, Region: c.Local.Region,
+		Capabilities: c.Local.Capabilities, Planes: c.Local.Planes, NumPaths: c.Local.NumPaths,
+	}
+}
+
+// verifyPeer checks the peer's certificate after the QUIC handshake: it must
+// chain to our CA (for the role it plays) and certify a name we expect.
+func (c *Config) verifyPeer(conn *quic.Conn, usage x509.ExtKeyUsage) (string, error) {
+	chain := conn.ConnectionState().TLS.PeerCertificates
+	name, err := pki.PeerName(chain, c.Credentials.Pool, usage, c.Now())
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrBadCertificate, err)
+	}
+	if !c.expected(name) {
+		return name, fmt.Errorf("%w: %q is not in the expected peers %v", ErrUnknownPeer, name, c.ExpectedPeers)
+	}
+	return name, nil
+}
+
+// checkHello validates the peer's Hello against its certificate name.
+func checkHello(h wire.Hello, certName string, addr net.Addr) (PeerInfo, error) {
+	if h.Version != wire.ProtocolVersion {
+		return PeerInfo{}, fmt.Errorf("%w: peer speaks %d, we speak %d", ErrVersionMismatch, h.Version, wire.ProtocolVersion)
+	}
+	if h.Name != certName {
+		return PeerInfo{}, fmt.Errorf("%w: Hello names %q but the certificate is %q", ErrUnknownPeer, h.Name, certName)
+	}
+	return PeerInfo{
+		Version: h.Version, Name: h.Name, Region: h.Region, Capabilities: h.Capabilities,
+		Planes: h.Planes, NumPaths: h.NumPaths, Addr: addr,
+	}, nil
+}
+
+// Dial connects to the gateway called peer at addr (host:port, UDP), checks
+// its certificate and name, and exchanges Hello. It returns only once the
+// listener has accepted us: a listener that refuses our certificate or our
+// name makes Dial fail with ErrBadCertificate or ErrUnknownPeer.
+func Dial(ctx context.Context, addr, peer string, cfg Config) (*Session, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	log := c.Logger.With("peer", peer, "addr", addr)
+	if !c.expected(peer) {
+		return nil, fmt.Errorf("%w: refusing to dial %q: not in the expected peers", ErrUnknownPeer, peer)
+	}
+	return dial(ctx, addr, peer, c, c.Credentials.ClientTLS(peer), log)
+}
+
+// dial is Dial after validation; tests pass a TLS config Dial would never
+// build (no client certificate) to check the listener refuses it.
+func dial(ctx context.Context, addr, peer string, c *Config, tlsConf *tls.Config, log *slog.Logger) (*Session, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.HandshakeTimeout)
+	defer cancel()
+	conn, err := quic.DialAddr(ctx, addr, tlsConf, c.quicConfig(false))
+	if err != nil {
+		err = classify(err)
+		log.Warn("control: dial failed", "err", err)
+		return nil, err
+	}
+	fail := func(err error) (*Session, error) {
+		log.Warn("control: refused peer", "err", err)
+		_ = conn.CloseWithError(codeFor(err), err.Error())
+		return nil, err
+	}
+	name, err := c.verifyPeer(conn, x509.ExtKeyUsageServerAuth)
+	if err != nil {
+		return fail(err)
+	}
+	if name != peer {
+		// crypto/tls checked ServerName already; this guards config drift.
+		return fail(fmt.Errorf("%w: dialed %q but the certificate is %q", ErrUnknownPeer, peer, name))
+	}
+	str, err := conn.OpenStreamSync(ctx)
+	if err != nil {
+		return fail(classify(err))
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		_ = str.SetDeadline(dl)
+	}
+	b, err := wire.Append(nil, c.hello())
+	if err == nil {
+		_, err = str.Write(b)
+	}
+	if err != nil {
+		return fail(classify(err))
+	}
+	// The listener's verdict on our certificate and name arrives here.
+	m, err := wire.Read(str)
+	if err != nil {
+		err = classify(err)
+		if errors.Is(err, ErrBadCertificate) || errors.Is(err, ErrUnknownPeer) {
+			log.Warn("control: peer refused us", "err", err)
+			_ = conn.CloseWithError(CodeNoError, "")
+			return nil, err
+		}
+		return fail(err)
+	}
+	ack, ok := m.(wire.HelloAck)
+	if !ok {
+		return fail(fmt.Errorf("%w: got %v, want HelloAck", ErrProtocol, m.Type()))
+	}
+	info, err := checkHello(ack.Hello, name, conn.RemoteAddr())
+	if err != nil {
+		return fail(err)
+	}
+	_ = str.SetDeadline(time.Time{})
+	s, err := newSession(conn, str, c, info, true, log)
+	if err != nil {
+		return fail(err)
+	}
+	log.Info("control: session established", "region", info.Region, "role", "dialer")
+	return s, nil
+}
+
+// Listener accepts control sessions from peer gateways.
+type Listener struct {
+	ql     *quic.Listener
+	cfg    *Config
+	ready  chan *Session
+	ctx    context.Context
+	cancel context.CancelFunc
+	stop   func() bool
+	wg     sync.WaitGroup
+	once   sync.Once
+}
+
+// Listen listens on addr (host:port, UDP). Peers are authenticated and
+// greeted in the background; Accept returns only sessions that passed.
+// The listener closes when ctx is done or Close is called.
+func Listen(ctx context.Context, addr string, cfg Config) (*Listener, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	ql, err := quic.ListenAddr(addr, c.Credentials.ServerTLS(), c.quicConfig(true))
+	if err != nil {
+		return nil, fmt.Errorf("control: listen %s: %w", addr, err)
+	}
+	lctx, cancel := context.WithCancel(context.Background())
+	l := &Listener{ql: ql, cfg: c, ready: make(chan *Session, acceptQueue), ctx: lctx, cancel: cancel}
+	l.stop = context.AfterFunc(ctx, func() { l.Close() })
+	l.wg.Add(1)
+	go l.acceptLoop()
+	c.Logger.Info("control: listening", "addr", ql.Addr().String(), "name", c.Local.Name)
+	return l, nil
+}
+
+// Addr returns the UDP address the listener is bound to.
+func (l *Listener) Addr() net.Addr { return l.ql.Addr() }
+
+// Accept returns the next authenticated session.
+func (l *Listener) Accept(ctx context.Context) (*Session, error) {
+	select {
+	case s := <-l.ready:
+		return s, nil
+	case <-l.ctx.Done():
+		return nil, ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Close stops accepting, aborts handshakes in progress and closes sessions
+// not yet returned by Accept. Sessions already accepted stay up.
+func (l *Listener) Close() error {
+	l.once.Do(func() {
+		l.stop()
+		l.cancel()
+		_ = l.ql.Close()
+		l.wg.Wait()
+		for {
+			select {
+			case s := <-l.ready:
+				s.Close()
+			default:
+				return
+			}
+		}
+	})
+	return nil
+}
+
+func (l *Listener) acceptLoop() {
+	defer l.wg.Done()
+	sem := make(chan struct{}, maxPendingHandshakes)
+	for {
+		conn, err := l.ql.Accept(l.ctx)
+		if err != nil {
+			return // listener closed
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-l.ctx.Done():
+			_ = conn.CloseWithError(CodeNoError, "listener closed")
+			return
+		}
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			defer func() { <-sem }()
+			s, err := l.handshake(conn)
+			if err != nil {
+				l.refuse(conn, err)
+				return
+			}
+			select {
+			case l.ready <- s:
+			case <-l.ctx.Done():
+				s.Close()
+			}
+		}()
+	}
+}
+
+func (l *Listener) refuse(conn *quic.Conn, err error) {
+	c := l.cfg
+	c.Logger.Warn("control: refused peer", "remote", conn.RemoteAddr().String(), "err", err)
+	_ = conn.CloseWithError(codeFor(err), err.Error())
+	if c.OnRefused != nil {
+		c.OnRefused(conn.RemoteAddr(), err)
+	}
+}
+
+func (l *Listener) handshake(conn *quic.Conn) (*Session, error) {
+	c := l.cfg
+	name, err := c.verifyPeer(conn, x509.ExtKeyUsageClientAuth)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(l.ctx, c.HandshakeTimeout)
+	defer cancel()
+	str, err := conn.AcceptStream(ctx)
+	if err != nil {
+		return nil, classify(err)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		_ = str.SetDeadline(dl)
+	}
+	m, err := wire.Read(str)
+	if err != nil {
+		return nil, classify(err)
+	}
+	h, ok := m.(wire.Hello)
+	if !ok {
+		return nil, fmt.Errorf("%w: got %v, want Hello", ErrProtocol, m.Type())
+	}
+	info, err := checkHello(h, name, conn.RemoteAddr())
+	if err != nil {
+		return nil, err
+	}
+	b, err := wire.Append(nil, wire.HelloAck{Hello: c.hello()})
+	if err == nil {
+		_, err = str.Write(b)
+	}
+	if err != nil {
+		return nil, classify(err)
+	}
+	_ = str.SetDeadline(time.Time{})
+	log := c.Logger.With("peer", name, "addr", conn.RemoteAddr().String())
+	s, err := newSession(conn, str, c, info, false, log)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("control: session established", "region", info.Region, "role", "listener")
+	return s, nil
+}

@@ -1,0 +1,702 @@
+package control
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"go.uber.org/goleak"
+
+	"github.com/mrgw/mrgw/tunnel/control/wire"
+	"github.com/mrgw/mrgw/tunnel/pki"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// testTimeout bounds every wait in these tests; nothing asserts on time.
+const testTimeout = 20 * time.Second
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// certs minted once per test: crypto/tls checks validity against the real
+// clock, so they are valid around now.
+type certs struct {
+	ca, other *pki.CA
+}
+
+func newCerts(t *testing.T) *certs {
+	t.Helper()
+	now := time.Now().Add(-time.Hour)
+	ca, err := pki.NewCA("mrgw test CA", now, 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := pki.NewCA("some other CA", now, 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &certs{ca: ca, other: other}
+}
+
+// creds returns credentials for name issued by signer, trusting c.ca.
+func (c *certs) creds(t *testing.T, signer *pki.CA, name string) *pki.Credentials {
+	t.Helper()
+	id, err := signer.Issue(name, time.Now().Add(-time.Hour), 12*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.ca.Credentials(id)
+}
+
+// recorder collects a session side's events.
+type recorder struct {
+	mu     sync.Mutex
+	events []Event
+	notify chan struct{}
+}
+
+func newRecorder() *recorder { return &recorder{notify: make(chan struct{}, 1)} }
+
+func (r *recorder) on(e Event) {
+	r.mu.Lock()
+	r.events = append(r.events, e)
+	r.mu.Unlock()
+	select {
+	case r.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (r *recorder) wait(ctx context.Context, t *testing.T, what string, pred func(Event) bool) Event {
+	t.Helper()
+	for {
+		r.mu.Lock()
+		for _, e := range r.events {
+			if pred(e) {
+				r.mu.Unlock()
+				return e
+			}
+		}
+		r.mu.Unlock()
+		select {
+		case <-r.notify:
+		case <-ctx.Done():
+			t.Fatalf("waiting for %s: %v", what, ctx.Err())
+		}
+	}
+}
+
+func (r *recorder) count(kind EventKind) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, e := range r.events {
+		if e.Kind == kind {
+			n++
+		}
+	}
+	return n
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type side struct {
+	cfg  Config
+	rec  *recorder
+	logs *syncBuffer
+}
+
+func newSide(cr *pki.Credentials, region string, expected ...string) *side {
+	s := &side{rec: newRecorder(), logs: &syncBuffer{}}
+	s.cfg = Config{
+		Credentials: cr,
+		Local: LocalInfo{
+			Name: cr.Identity.Name, Region: region, Capabilities: []string{"ecn", "gso"},
+			Planes: []netip.AddrPort{
+				netip.MustParseAddrPort("127.0.0.1:47001"),
+				netip.MustParseAddrPort("127.0.0.1:47002"),
+			},
+			NumPaths: 16,
+		},
+		ExpectedPeers:     expected,
+		KeepaliveInterval: 20 * time.Millisecond,
+		KeepaliveMisses:   3,
+		KeyLifetime:       -1,
+		HandshakeTimeout:  5 * time.Second,
+		Logger:            slog.New(slog.NewTextHandler(s.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		OnEvent:           s.rec.on,
+	}
+	return s
+}
+
+// pair establishes a session from dialer to listener over loopback.
+func pair(t *testing.T, ctx context.Context, lst, dlr *side) (ls, ds *Session, l *Listener) {
+	t.Helper()
+	l, err := Listen(ctx, "127.0.0.1:0", lst.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	ds, err = Dial(ctx, l.Addr().String(), lst.cfg.Local.Name, dlr.cfg)
+	if err != nil {
+		t.Fatalf("Dial: %v", err)
+	}
+	t.Cleanup(func() { ds.Close() })
+	ls, err = l.Accept(ctx)
+	if err != nil {
+		t.Fatalf("Accept: %v", err)
+	}
+	t.Cleanup(func() { ls.Close() })
+	return ls, ds, l
+}
+
+func TestHandshakeBothWaysAndKeys(t *testing.T) {
+	c := newCerts(t)
+	a := newSide(c.creds(t, c.ca, "gw-a"), "eu-west", "gw-b")
+	b := newSide(c.creds(t, c.ca, "gw-b"), "us-east", "gw-a")
+	for _, tc := range []struct {
+		name     string
+		lst, dlr *side
+	}{{"b dials a", a, b}, {"a dials b", b, a}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testCtx(t)
+			ls, ds, _ := pair(t, ctx, tc.lst, tc.dlr)
+
+			// Each side sees the other's Hello, name checked against its cert.
+			for _, x := range []struct {
+				s    *Session
+				want *side
+			}{{ls, tc.dlr}, {ds, tc.lst}} {
+				p := x.s.Peer()
+				w := x.want.cfg.Local
+				if p.Name != w.Name || p.Region != w.Region || p.NumPaths != w.NumPaths ||
+					strings.Join(p.Capabilities, ",") != "ecn,gso" || len(p.Planes) != 2 || p.Planes[1] != w.Planes[1] ||
+					p.Version != wire.ProtocolVersion || p.Addr == nil {
+					t.Fatalf("peer info %+v, want %+v", p, w)
+				}
+			}
+
+			seen := map[[32]byte]string{}
+			for epoch := uint32(0); epoch < 3; epoch++ {
+				ls1, lr := ls.Keys(epoch)
+				ds1, dr := ds.Keys(epoch)
+				if ls1 != dr || ds1 != lr {
+					t.Fatalf("epoch %d: the two sides disagree on the keys", epoch)
+				}
+				if ls1 == lr {
+					t.Fatalf("epoch %d: send == recv", epoch)
+				}
+				for _, k := range [][32]byte{ls1, lr} {
+					if prev, dup := seen[k]; dup {
+						t.Fatalf("epoch %d reuses a key of %s", epoch, prev)
+					}
+					seen[k] = "an earlier epoch or direction"
+				}
+				if ls1 == ([32]byte{}) {
+					t.Fatal("zero key")
+				}
+			}
+		})
+	}
+}
+
+// TestKeysAreBoundToTheConnection: two sessions between the same gateways
+// get unrelated keys (the exporter is per TLS session).
+func TestKeysAreBoundToTheConnection(t *testing.T) {
+	c := newCerts(t)
+	ctx := testCtx(t)
+	a := newSide(c.creds(t, c.ca, "gw-a"), "eu", "gw-b")
+	b := newSide(c.creds(t, c.ca, "gw-b"), "us", "gw-a")
+	ls1, _, _ := pair(t, ctx, a, b)
+	ls2, _, _ := pair(t, ctx, a, b)
+	k1, _ := ls1.Keys(0)
+	k2, _ := ls2.Keys(0)
+	if k1 == k2 {
+		t.Fatal("two connections derived the same key")
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	c := newCerts(t)
+	good := c.creds(t, c.ca, "gw-a")
+	cases := []struct {
+		name        string
+		listener    *pki.Credentials
+		dialer      *pki.Credentials
+		dialName    string
+		dialerNoCrt bool
+		want        error
+		// wantRefused: the listener gets far enough to log and report the
+		// refusal itself (crypto/tls refuses the others before we see them).
+		wantRefused error
+	}{
+		{name: "client cert from another CA", listener: good, dialer: c.creds(t, c.other, "gw-b"),
+			dialName: "gw-a", want: ErrBadCertificate},
+		{name: "server cert from another CA", listener: c.creds(t, c.other, "gw-a"), dialer: c.creds(t, c.ca, "gw-b"),
+			dialName: "gw-a", want: ErrBadCertificate},
+		{name: "client without certificate", listener: good, dialer: c.creds(t, c.ca, "gw-b"), dialerNoCrt: true,
+			dialName: "gw-a", want: ErrBadCertificate},
+		{name: "client name not expected", listener: good, dialer: c.creds(t, c.ca, "gw-x"),
+			dialName: "gw-a", want: ErrUnknownPeer, wantRefused: ErrUnknownPeer},
+		{name: "server name not the one dialed", listener: c.creds(t, c.ca, "gw-x"), dialer: c.creds(t, c.ca, "gw-b"),
+			dialName: "gw-a", want: ErrBadCertificate},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testCtx(t)
+			lst := newSide(tc.listener, "eu", "gw-b")
+			var refusedMu sync.Mutex
+			var refused []error
+			lst.cfg.OnRefused = func(_ net.Addr, err error) {
+				refusedMu.Lock()
+				refused = append(refused, err)
+				refusedMu.Unlock()
+			}
+			l, err := Listen(ctx, "127.0.0.1:0", lst.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			dlr := newSide(tc.dialer, "us", "gw-a")
+			var s *Session
+			if tc.dialerNoCrt {
+				cfg, err := dlr.cfg.withDefaults()
+				if err != nil {
+					t.Fatal(err)
+				}
+				noCert := &pki.Credentials{CAs: tc.dialer.CAs, Pool: tc.dialer.Pool}
+				s, err = dial(ctx, l.Addr().String(), tc.dialName, cfg, noCert.ClientTLS(tc.dialName), cfg.Logger)
+				if err == nil || !strings.Contains(err.Error(), "certificate required") {
+					t.Errorf("want the TLS reason in the error, got %v", err)
+				}
+				if !errors.Is(err, tc.want) {
+					t.Fatalf("dial without certificate: %v, want %v", err, tc.want)
+				}
+			} else {
+				s, err = Dial(ctx, l.Addr().String(), tc.dialName, dlr.cfg)
+				if !errors.Is(err, tc.want) {
+					t.Fatalf("Dial: %v, want %v", err, tc.want)
+				}
+			}
+			if s != nil {
+				s.Close()
+				t.Fatal("a refused Dial returned a session")
+			}
+			if !strings.Contains(dlr.logs.String(), "refused") && !strings.Contains(dlr.logs.String(), "dial failed") {
+				t.Errorf("dialer logged no refusal: %s", dlr.logs.String())
+			}
+			// Nothing may come out of Accept.
+			actx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			defer cancel()
+			if s, err := l.Accept(actx); err == nil {
+				s.Close()
+				t.Fatal("listener accepted a refused peer")
+			}
+			if tc.wantRefused != nil {
+				refusedMu.Lock()
+				defer refusedMu.Unlock()
+				if len(refused) != 1 || !errors.Is(refused[0], tc.wantRefused) {
+					t.Fatalf("OnRefused got %v, want one %v", refused, tc.wantRefused)
+				}
+				if !strings.Contains(lst.logs.String(), "refused peer") || !strings.Contains(lst.logs.String(), "gw-x") {
+					t.Fatalf("listener log lacks a clear refusal line: %s", lst.logs.String())
+				}
+			}
+		})
+	}
+}
+
+func TestDialRefusesUnexpectedNameBeforeConnecting(t *testing.T) {
+	c := newCerts(t)
+	d := newSide(c.creds(t, c.ca, "gw-b"), "us", "gw-a")
+	// Port 9 on loopback: nothing listens, and nothing must be sent anyway.
+	_, err := Dial(testCtx(t), "127.0.0.1:9", "gw-z", d.cfg)
+	if !errors.Is(err, ErrUnknownPeer) {
+		t.Fatalf("err = %v, want ErrUnknownPeer", err)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	c := newCerts(t)
+	cr := c.creds(t, c.ca, "gw-a")
+	base := newSide(cr, "eu", "gw-b").cfg
+	bad := []func(*Config){
+		func(c *Config) { c.Credentials = nil },
+		func(c *Config) { c.Local.Name = "gw-other" },
+		func(c *Config) { c.ExpectedPeers = nil },
+		func(c *Config) { c.Local.Region = strings.Repeat("r", 300) },
+		func(c *Config) { c.KeepaliveInterval = -time.Second },
+	}
+	for i, mut := range bad {
+		cfg := base
+		mut(&cfg)
+		if _, err := Listen(testCtx(t), "127.0.0.1:0", cfg); !errors.Is(err, ErrConfig) {
+			t.Errorf("case %d: %v, want ErrConfig", i, err)
+		}
+	}
+}
+
+func TestKeyRotation(t *testing.T) {
+	c := newCerts(t)
+	ctx := testCtx(t)
+	a := newSide(c.creds(t, c.ca, "gw-a"), "eu", "gw-b")
+	b := newSide(c.creds(t, c.ca, "gw-b"), "us", "gw-a")
+	ls, ds, _ := pair(t, ctx, a, b)
+
+	for want := uint32(1); want <= 2; want++ {
+		got, err := ds.RotateKeys(ctx)
+		if err != nil || got != want {
+			t.Fatalf("RotateKeys = %d, %v; want %d", got, err, want)
+		}
+		// The listener installed the matching receive key before acking.
+		ev := a.rec.wait(ctx, t, "EventRecvKey", func(e Event) bool { return e.Kind == EventRecvKey && e.Epoch == want })
+		sendKey, _ := ds.Keys(want)
+		_, recvKey := ls.Keys(want)
+		if ev.RecvKey != sendKey || ev.RecvKey != recvKey || ev.Session != ls {
+			t.Fatalf("epoch %d: receive key in event does not match the dialer's send key", want)
+		}
+		sev := b.rec.wait(ctx, t, "EventSendKey", func(e Event) bool { return e.Kind == EventSendKey && e.Epoch == want })
+		if sev.SendKey != sendKey {
+			t.Fatal("send key in event is not Keys(epoch).send")
+		}
+		if s, r := ds.Epochs(); s != want || r != 0 {
+			t.Fatalf("dialer epochs %d/%d, want %d/0", s, r, want)
+		}
+		if s, r := ls.Epochs(); s != 0 || r != want {
+			t.Fatalf("listener epochs %d/%d, want 0/%d", s, r, want)
+		}
+	}
+	// The other direction rotates independently.
+	if got, err := ls.RotateKeys(ctx); err != nil || got != 1 {
+		t.Fatalf("listener RotateKeys = %d, %v", got, err)
+	}
+	if s, r := ds.Epochs(); s != 2 || r != 1 {
+		t.Fatalf("dialer epochs %d/%d, want 2/1", s, r)
+	}
+	// Concurrent requests share one rotation instead of racing epochs.
+	var wg sync.WaitGroup
+	got := make([]uint32, 4)
+	for i := range got {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got[i], _ = ds.RotateKeys(ctx)
+		}()
+	}
+	wg.Wait()
+	s, _ := ds.Epochs()
+	for _, g := range got {
+		if g < 3 || g > s {
+			t.Fatalf("concurrent rotations returned %v, final epoch %d", got, s)
+		}
+	}
+	if _, r := ls.Epochs(); r != s {
+		t.Fatalf("peers disagree after concurrent rotations: %d vs %d", r, s)
+	}
+}
+
+func TestKeyRotationOnTimeLimit(t *testing.T) {
+	c := newCerts(t)
+	ctx := testCtx(t)
+	a := newSide(c.creds(t, c.ca, "gw-a"), "eu", "gw-b")
+	b := newSide(c.creds(t, c.ca, "gw-b"), "us", "gw-a")
+	b.cfg.KeyLifetime = 30 * time.Millisecond // checked on each keepalive tick
+	pair(t, ctx, a, b)
+	b.rec.wait(ctx, t, "a timed rotation", func(e Event) bool { return e.Kind == EventSendKey && e.Epoch == 2 })
+	a.rec.wait(ctx, t, "the peer installing it", func(e Event) bool { return e.Kind == EventRecvKey && e.Epoch == 2 })
+	if n := a.rec.count(EventSendKey); n != 0 {
+		t.Fatalf("the side without a key lifetime rotated %d times", n)
+	}
+}
+
+func TestPathSetup(t *testing.T) {
+	c := newCerts(t)
+	ctx := testCtx(t)
+	a := newSide(c.creds(t, c.ca, "gw-a"), "eu", "gw-b")
+	b := newSide(c.creds(t, c.ca, "gw-b"), "us", "gw-a")
+	ls, ds, _ := pair(t, ctx, a, b)
+	paths := []wire.Path{{ID: 1, SourcePort: 50001}, {ID: 7, SourcePort: 50007}}
+	ids, err := ds.SetupPaths(ctx, paths)
+	if err != nil || len(ids) != 2 || ids[0] != 1 || ids[1] != 7 {
+		t.Fatalf("SetupPaths = %v, %v", ids, err)
+	}
+	ev := a.rec.wait(ctx, t, "EventPathSetup", func(e Event) bool { return e.Kind == EventPathSetup })
+	if len(ev.Paths) != 2 || ev.Paths[1] != paths[1] {
+		t.Fatalf("event paths %v", ev.Paths)
+	}
+	if pp := ls.PeerPaths(); len(pp) != 2 || pp[0] != paths[0] {
+		t.Fatalf("PeerPaths %v", pp)
+	}
+}
+
+// udpRelay forwards one client's datagrams to a server and back, and can
+// silently drop everything: a peer that vanishes without a CONNECTION_CLOSE.
+type udpRelay struct {
+	front, back *net.UDPConn
+	client      atomic.Pointer[net.UDPAddr]
+	drop        atomic.Bool
+	wg          sync.WaitGroup
+}
+
+func newRelay(t *testing.T, server net.Addr) *udpRelay {
+	front, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := net.DialUDP("udp", nil, server.(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &udpRelay{front: front, back: back}
+	r.wg.Add(2)
+	go func() { // client -> server
+		defer r.wg.Done()
+		buf := make([]byte, 65536)
+		for {
+			n, from, err := front.ReadFromUDP(buf)
+			if err != nil {
+				return
+			}
+			r.client.Store(from)
+			if !r.drop.Load() {
+				back.Write(buf[:n])
+			}
+		}
+	}()
+	go func() { // server -> client
+		defer r.wg.Done()
+		buf := make([]byte, 65536)
+		for {
+			n, err := back.Read(buf)
+			if err != nil {
+				return
+			}
+			if c := r.client.Load(); c != nil && !r.drop.Load() {
+				front.WriteToUDP(buf[:n], c)
+			}
+		}
+	}()
+	t.Cleanup(r.close)
+	return r
+}
+
+func (r *udpRelay) close() {
+	r.front.Close()
+	r.back.Close()
+	r.wg.Wait()
+}
+
+func TestKeepaliveRTTAndDeadPeer(t *testing.T) {
+	c := newCerts(t)
+	ctx := testCtx(t)
+	a := newSide(c.creds(t, c.ca, "gw-a"), "eu", "gw-b")
+	b := newSide(c.creds(t, c.ca, "gw-b"), "us", "gw-a")
+	l, err := Listen(ctx, "127.0.0.1:0", a.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	relay := newRelay(t, l.Addr())
+	ds, err := Dial(ctx, relay.front.LocalAddr().String(), "gw-a", b.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ds.Close()
+	ls, err := l.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ls.Close()
+
+	for _, x := range []struct {
+		s   *Session
+		rec *recorder
+	}{{ds, b.rec}, {ls, a.rec}} {
+		ev := x.rec.wait(ctx, t, "an RTT sample", func(e Event) bool { return e.Kind == EventRTT })
+		if ev.RTT <= 0 || x.s.RTT() <= 0 {
+			t.Fatalf("RTT sample %v, smoothed %v", ev.RTT, x.s.RTT())
+		}
+	}
+	if ds.Err() != nil || ls.Err() != nil {
+		t.Fatal("sessions ended while the peer was answering")
+	}
+
+	relay.drop.Store(true) // the peer vanishes: no CONNECTION_CLOSE reaches anyone
+	for _, x := range []struct {
+		s   *Session
+		rec *recorder
+	}{{ds, b.rec}, {ls, a.rec}} {
+		ev := x.rec.wait(ctx, t, "EventClosed", func(e Event) bool { return e.Kind == EventClosed })
+		if !errors.Is(ev.Err, ErrPeerDead) || !errors.Is(x.s.Err(), ErrPeerDead) {
+			t.Fatalf("closed with %v / %v, want ErrPeerDead", ev.Err, x.s.Err())
+		}
+		if !strings.Contains(ev.Err.Error(), "keepalives unanswered") {
+			t.Fatalf("dead peer found by %v, want our keepalive (not QUIC's idle timeout)", ev.Err)
+		}
+	}
+	if _, err := ds.RotateKeys(ctx); !errors.Is(err, ErrPeerDead) {
+		t.Fatalf("RotateKeys on a dead session: %v", err)
+	}
+}
+
+func TestDrain(t *testing.T) {
+	c := newCerts(t)
+	ctx := testCtx(t)
+	a := newSide(c.creds(t, c.ca, "gw-a"), "eu", "gw-b")
+	b := newSide(c.creds(t, c.ca, "gw-b"), "us", "gw-a")
+	var sawDraining atomic.Bool
+	a.cfg.OnEvent = func(e Event) {
+		if e.Kind == EventDrainRequested {
+			// The gateway stops new flows here, before the ack leaves.
+			sawDraining.Store(e.Session.Draining())
+		}
+		a.rec.on(e)
+	}
+	ls, ds, _ := pair(t, ctx, a, b)
+	if err := ds.Drain(ctx); err != nil {
+		t.Fatalf("Drain: %v", err)
+	}
+	if !sawDraining.Load() {
+		t.Fatal("peer was not marked draining when told")
+	}
+	ev := a.rec.wait(ctx, t, "EventClosed", func(e Event) bool { return e.Kind == EventClosed })
+	if !errors.Is(ev.Err, ErrDrained) || !errors.Is(ls.Err(), ErrDrained) {
+		t.Fatalf("listener ended with %v, want ErrDrained", ev.Err)
+	}
+	if !errors.Is(ds.Err(), ErrDrained) {
+		t.Fatalf("dialer ended with %v, want ErrDrained", ds.Err())
+	}
+	if a.rec.count(EventDrainRequested) != 1 {
+		t.Fatal("no EventDrainRequested on the peer")
+	}
+}
+
+func TestCloseIsSeenByPeer(t *testing.T) {
+	c := newCerts(t)
+	ctx := testCtx(t)
+	a := newSide(c.creds(t, c.ca, "gw-a"), "eu", "gw-b")
+	b := newSide(c.creds(t, c.ca, "gw-b"), "us", "gw-a")
+	ls, ds, _ := pair(t, ctx, a, b)
+	ds.Close()
+	if !errors.Is(ds.Err(), ErrClosed) {
+		t.Fatalf("closer: %v", ds.Err())
+	}
+	ev := a.rec.wait(ctx, t, "EventClosed", func(e Event) bool { return e.Kind == EventClosed })
+	if !errors.Is(ev.Err, ErrClosed) || !errors.Is(ls.Err(), ErrClosed) {
+		t.Fatalf("peer saw %v", ev.Err)
+	}
+}
+
+// rawDial opens a QUIC connection with valid credentials but speaks raw
+// bytes on the control stream, to feed the listener malformed messages.
+func rawDial(t *testing.T, ctx context.Context, addr string, cr *pki.Credentials) (*quic.Conn, *quic.Stream) {
+	t.Helper()
+	conn, err := quic.DialAddr(ctx, addr, cr.ClientTLS("gw-a"), &quic.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.CloseWithError(0, "") })
+	str, err := conn.OpenStreamSync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn, str
+}
+
+func TestListenerRefusesBadHello(t *testing.T) {
+	c := newCerts(t)
+	oversize := []byte{wire.FrameVersion, byte(wire.TypeHello), 0xff, 0, 0, 0}
+	truncated, _ := wire.Append(nil, wire.Hello{Version: 1, Name: "gw-b"})
+	truncated = truncated[:len(truncated)-1]
+	wrongName, _ := wire.Append(nil, wire.Hello{Version: 1, Name: "gw-a"})
+	wrongVersion, _ := wire.Append(nil, wire.Hello{Version: 9, Name: "gw-b"})
+	notHello, _ := wire.Append(nil, wire.Ping{Seq: 1})
+	for _, tc := range []struct {
+		name string
+		send []byte
+		want error
+	}{
+		{"oversize", oversize, ErrProtocol},
+		{"truncated", truncated, ErrProtocol},
+		{"name differs from certificate", wrongName, ErrUnknownPeer},
+		{"version", wrongVersion, ErrVersionMismatch},
+		{"not a Hello", notHello, ErrProtocol},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testCtx(t)
+			lst := newSide(c.creds(t, c.ca, "gw-a"), "eu", "gw-b")
+			refused := make(chan error, 1)
+			lst.cfg.OnRefused = func(_ net.Addr, err error) { refused <- err }
+			l, err := Listen(ctx, "127.0.0.1:0", lst.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			conn, str := rawDial(t, ctx, l.Addr().String(), c.creds(t, c.ca, "gw-b"))
+			if _, err := str.Write(tc.send); err != nil {
+				t.Fatal(err)
+			}
+			str.Close() // end of stream: a truncated frame stays truncated
+			select {
+			case err := <-refused:
+				if !errors.Is(err, tc.want) {
+					t.Fatalf("refused with %v, want %v", err, tc.want)
+				}
+			case <-ctx.Done():
+				t.Fatal("listener never refused")
+			}
+			// The refusal reaches the dialer as a close code.
+			select {
+			case <-conn.Context().Done():
+				if !errors.Is(classify(context.Cause(conn.Context())), tc.want) {
+					t.Fatalf("dialer sees %v", context.Cause(conn.Context()))
+				}
+			case <-ctx.Done():
+				t.Fatal("connection not closed")
+			}
+		})
+	}
+}
+
+func TestListenerCloseAndContext(t *testing.T) {
+	c := newCerts(t)
+	ctx, cancel := context.WithCancel(testCtx(t))
+	a := newSide(c.creds(t, c.ca, "gw-a"), "eu", "gw-b")
+	l, err := Listen(ctx, "127.0.0.1:0", a.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel() // the listener follows its context
+	if _, err := l.Accept(testCtx(t)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Accept after cancel: %v", err)
+	}
+	l.Close() // idempotent
+}

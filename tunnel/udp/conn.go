@@ -1,0 +1,516 @@
+//go:build linux
+
+// Package udp is the per-path socket layer of the tunnel: one Conn is one
+// local UDP port, and that port is the path's ECMP entropy (DESIGN.md §5).
+// A new path, or a path whose entropy is re-rolled, is a new Conn.
+//
+// The API is batch-first, after wireguard-go's conn package: ReadBatch and
+// WriteBatch move many datagrams per system call (recvmmsg/sendmmsg through
+// golang.org/x/net/ipv4 and ipv6). Every outgoing datagram carries an ECN
+// codepoint (ECT(0) unless told otherwise) and every received datagram
+// reports its ECN bits, through internal/ecn, because ECN marks are the
+// congestion signal the controllers run on.
+//
+// Where the kernel offers them, UDP segmentation offload is used in both
+// directions: WriteBatch coalesces runs of equal-sized datagrams to the same
+// destination into one UDP_SEGMENT send, and ReadBatch splits UDP_GRO
+// super-datagrams back into single datagrams. Both are probed when the
+// Conn opens; if a GSO send fails at run time the Conn turns GSO off for
+// good, counts the fallback and resends without it.
+//
+// A Conn is safe for concurrent use; concurrent ReadBatch calls (or
+// WriteBatch calls) are serialized. It is Linux only. It knows nothing of
+// encryption (tunnel/seal) or of paths' state (pathmgr).
+package udp
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/ipv4"
+	"golang.org/x/net/ipv6"
+	"golang.org/x/sys/unix"
+
+	"github.com/mrgw/mrgw/internal/ecn"
+)
+
+// Message is one datagram. On ReadBatch the Conn fills Buf[:N] with the
+// payload and sets N, Addr (the sender) and ECN (the codepoint it arrived
+// with). On WriteBatch the Conn sends Buf[:N] to Addr with codepoint ECN,
+// where ECN's zero value, NotECT, stands for the Conn's default
+// (Options.ECN).
+type Message struct {
+	Buf  []byte
+	N    int
+	Addr netip.AddrPort
+	ECN  ecn.Codepoint
+}
+
+// Options configure a Conn. The zero value is the production default.
+type Options struct {
+	// ECN is the codepoint of outgoing datagrams whose Message.ECN is
+	// NotECT. Zero means ECT(0).
+	ECN ecn.Codepoint
+	// NotECT sends datagrams that name no codepoint as Not-ECT instead, as
+	// a baseline that does not take part in ECN.
+	NotECT bool
+	// DisableGSO and DisableGRO turn the offloads off even where the
+	// kernel has them.
+	DisableGSO bool
+	DisableGRO bool
+	// BatchSize is the most datagrams (or GSO super-datagrams) per
+	// recvmmsg/sendmmsg. Zero means DefaultBatchSize.
+	BatchSize int
+	// GROBuffers is how many 64 KiB buffers a GRO-enabled Conn reads into
+	// per recvmmsg; each may hold up to 64 coalesced datagrams. Zero means
+	// DefaultGROBuffers. Memory per Conn is GROBuffers × 64 KiB.
+	GROBuffers int
+	// ReadBuffer and WriteBuffer set SO_RCVBUF and SO_SNDBUF when non-zero.
+	ReadBuffer, WriteBuffer int
+}
+
+// Defaults for Options.
+const (
+	DefaultBatchSize  = 64
+	DefaultGROBuffers = 4
+	groBufSize        = 1 << 16 // the largest UDP payload, rounded up
+	// maxIovecs bounds the payload pieces of one sendmmsg (the kernel
+	// allows 1024 per message; one per datagram here).
+	maxIovecs = 1024
+)
+
+// Stats are a Conn's counters since it opened.
+type Stats struct {
+	DatagramsIn, BytesIn   uint64 // single datagrams received (after GRO split) and their payload bytes
+	DatagramsOut, BytesOut uint64 // single datagrams sent (before GSO split) and their payload bytes
+	CEIn                   uint64 // datagrams received marked CE
+	Truncated              uint64 // datagrams longer than the buffer given for them
+	GSOSends               uint64 // sendmsgs that carried more than one segment
+	GROReads               uint64 // received buffers that held more than one datagram
+	GSOFallbacks           uint64 // times a GSO send failed and GSO was turned off
+	GSO, GRO               bool   // whether each offload is in use now
+}
+
+// Conn is one path's UDP socket. Create it with Listen.
+type Conn struct {
+	udp   *net.UDPConn
+	batch interface { // *ipv4.PacketConn or *ipv6.PacketConn
+		ReadBatch(ms []ipv4.Message, flags int) (int, error)
+		WriteBatch(ms []ipv4.Message, flags int) (int, error)
+	}
+	local   netip.AddrPort
+	v6      bool          // IPv6 socket: send IPV6_TCLASS cmsgs
+	defECN  ecn.Codepoint // resolved Options.ECN
+	gso     atomic.Bool
+	gro     bool
+	batchSz int
+
+	rmu     sync.Mutex // guards the read state below
+	rmsgs   []ipv4.Message
+	rbufs   [][]byte     // GRO buffers, nil without GRO
+	pending []pendingBuf // undelivered rest of the last GRO read, in order
+
+	wmu    sync.Mutex // guards the write state below
+	wmsgs  []ipv4.Message
+	waddrs []net.UDPAddr
+	wips   [][16]byte
+	woob   [][]byte
+	iovs   [][]byte
+	groups []sendGroup
+
+	stats struct {
+		datagramsIn, bytesIn, datagramsOut, bytesOut atomic.Uint64
+		ceIn, truncated, gsoSends, groReads          atomic.Uint64
+		gsoFallbacks                                 atomic.Uint64
+	}
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// pendingBuf is the undelivered rest of a GRO buffer.
+type pendingBuf struct {
+	buf     []byte // remaining payload
+	segSize int
+	addr    netip.AddrPort
+	ecn     ecn.Codepoint
+}
+
+// Listen opens a Conn on local. Port 0 picks an ephemeral port: a fresh
+// ECMP entropy. An IPv4 address (including 0.0.0.0) opens an IPv4 socket,
+// an IPv6 address (including ::) an IPv6-only socket.
+func Listen(local netip.AddrPort, opts Options) (*Conn, error) {
+	local = netip.AddrPortFrom(local.Addr().Unmap(), local.Port())
+	network := "udp4"
+	if local.Addr().Is6() {
+		network = "udp6"
+	}
+	uc, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(local))
+	if err != nil {
+		return nil, fmt.Errorf("udp: listen %v: %w", local, err)
+	}
+	c, err := newConn(uc, network == "udp6", opts)
+	if err != nil {
+		uc.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func newConn(uc *net.UDPConn, v6 bool, opts Options) (*Conn, error) {
+	c := &Conn{
+		udp:     uc,
+		local:   uc.LocalAddr().(*net.UDPAddr).AddrPort(),
+		v6:      v6,
+		defECN:  ecn.ECT0,
+		batchSz: opts.BatchSize,
+	}
+	if opts.ECN != ecn.NotECT {
+		c.defECN = opts.ECN
+	}
+	if opts.NotECT {
+		c.defECN = ecn.NotECT
+	}
+	if c.batchSz <= 0 {
+		c.batchSz = DefaultBatchSize
+	}
+	if v6 {
+		c.batch = ipv6.NewPacketConn(uc)
+	} else {
+		c.batch = ipv4.NewPacketConn(uc)
+	}
+	if opts.ReadBuffer > 0 {
+		if err := uc.SetReadBuffer(opts.ReadBuffer); err != nil {
+			return nil, fmt.Errorf("udp: SO_RCVBUF: %w", err)
+		}
+	}
+	if opts.WriteBuffer > 0 {
+		if err := uc.SetWriteBuffer(opts.WriteBuffer); err != nil {
+			return nil, fmt.Errorf("udp: SO_SNDBUF: %w", err)
+		}
+	}
+	if err := ecn.EnableReceive(uc); err != nil {
+		return nil, fmt.Errorf("udp: %w", err)
+	}
+	gso, gro := probeOffloads(uc, !opts.DisableGSO, !opts.DisableGRO)
+	c.gso.Store(gso)
+	c.gro = gro
+
+	// Read side: with GRO the kernel hands over up to 64 KiB per message,
+	// so reads go through the Conn's own buffers and are split into the
+	// caller's; without GRO they land straight in the caller's buffers.
+	nr := c.batchSz
+	if gro {
+		nr = opts.GROBuffers
+		if nr <= 0 {
+			nr = DefaultGROBuffers
+		}
+		c.rbufs = make([][]byte, nr)
+		for i := range c.rbufs {
+			c.rbufs[i] = make([]byte, groBufSize)
+		}
+		c.pending = make([]pendingBuf, 0, nr)
+	}
+	c.rmsgs = make([]ipv4.Message, nr)
+	rbufv := make([][]byte, nr) // one iovec per message
+	roob := make([]byte, nr*ecn.RecvSpace)
+	for i := range c.rmsgs {
+		c.rmsgs[i].Buffers = rbufv[i : i+1 : i+1]
+		c.rmsgs[i].OOB = roob[i*ecn.RecvSpace : (i+1)*ecn.RecvSpace : (i+1)*ecn.RecvSpace]
+	}
+
+	// Write side: one sendmsg per group, its payload gathered from the
+	// caller's buffers by iovecs, so GSO costs no copy.
+	c.wmsgs = make([]ipv4.Message, c.batchSz)
+	c.waddrs = make([]net.UDPAddr, c.batchSz)
+	c.wips = make([][16]byte, c.batchSz)
+	c.woob = make([][]byte, c.batchSz)
+	woob := make([]byte, c.batchSz*ecn.SendSpace)
+	for i := range c.wmsgs {
+		c.woob[i] = woob[i*ecn.SendSpace : i*ecn.SendSpace : (i+1)*ecn.SendSpace]
+		c.wmsgs[i].Addr = &c.waddrs[i]
+	}
+	c.iovs = make([][]byte, max(c.batchSz, maxIovecs))
+	c.groups = make([]sendGroup, 0, c.batchSz)
+	return c, nil
+}
+
+// probeOffloads reports which offloads the kernel grants this socket.
+// GSO: getsockopt(UDP_SEGMENT) exists exactly on kernels that support it.
+// GRO: setsockopt(UDP_GRO) switches it on.
+func probeOffloads(uc *net.UDPConn, wantGSO, wantGRO bool) (gso, gro bool) {
+	rc, err := uc.SyscallConn()
+	if err != nil {
+		return false, false
+	}
+	rc.Control(func(fd uintptr) {
+		if wantGSO {
+			_, err := unix.GetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_SEGMENT)
+			gso = err == nil
+		}
+		if wantGRO {
+			gro = unix.SetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_GRO, 1) == nil
+		}
+	})
+	return gso, gro
+}
+
+// LocalAddr returns the bound address; its port is the path's entropy.
+func (c *Conn) LocalAddr() netip.AddrPort { return c.local }
+
+// SetReadDeadline bounds a blocked ReadBatch, as net.Conn's does.
+func (c *Conn) SetReadDeadline(t time.Time) error { return c.udp.SetReadDeadline(t) }
+
+// Close closes the socket; blocked calls return net.ErrClosed.
+func (c *Conn) Close() error {
+	c.closeOnce.Do(func() { c.closeErr = c.udp.Close() })
+	return c.closeErr
+}
+
+// Stats returns a snapshot of the counters.
+func (c *Conn) Stats() Stats {
+	s := &c.stats
+	return Stats{
+		DatagramsIn: s.datagramsIn.Load(), BytesIn: s.bytesIn.Load(),
+		DatagramsOut: s.datagramsOut.Load(), BytesOut: s.bytesOut.Load(),
+		CEIn: s.ceIn.Load(), Truncated: s.truncated.Load(),
+		GSOSends: s.gsoSends.Load(), GROReads: s.groReads.Load(),
+		GSOFallbacks: s.gsoFallbacks.Load(),
+		GSO:          c.gso.Load(), GRO: c.gro,
+	}
+}
+
+// ReadBatch blocks until at least one datagram is available and fills
+// msgs[:n] with up to len(msgs) datagrams, each in its Message's Buf (which
+// should hold the largest datagram expected; longer ones are truncated and
+// counted). GRO super-datagrams are split, one datagram per Message; what
+// does not fit is delivered by the next call.
+func (c *Conn) ReadBatch(msgs []Message) (int, error) {
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	if c.gro {
+		return c.readGRO(msgs)
+	}
+	nr := min(len(msgs), len(c.rmsgs))
+	rm := c.rmsgs[:nr]
+	for i := range rm {
+		rm[i].Buffers[0] = msgs[i].Buf
+	}
+	n, err := c.batch.ReadBatch(rm, 0)
+	if err != nil {
+		return 0, err
+	}
+	var bytes, ce uint64
+	for i := range n {
+		ctl, _ := ecn.ParseControl(rm[i].OOB[:rm[i].NN])
+		msgs[i].N = rm[i].N
+		msgs[i].Addr = addrPort(rm[i].Addr)
+		msgs[i].ECN = ctl.ECN
+		if rm[i].Flags&unix.MSG_TRUNC != 0 {
+			c.stats.truncated.Add(1)
+		}
+		bytes += uint64(rm[i].N)
+		if ctl.ECN == ecn.CE {
+			ce++
+		}
+		rm[i].Buffers[0] = nil // do not keep the caller's buffer alive
+	}
+	c.countIn(uint64(n), bytes, ce)
+	return n, nil
+}
+
+// readGRO serves msgs from pending GRO buffers, reading more only when none
+// are left.
+func (c *Conn) readGRO(msgs []Message) (int, error) {
+	if len(c.pending) == 0 {
+		rm := c.rmsgs
+		for i := range rm {
+			rm[i].Buffers[0] = c.rbufs[i]
+		}
+		n, err := c.batch.ReadBatch(rm, 0)
+		if err != nil {
+			return 0, err
+		}
+		for i := range n {
+			ctl, _ := ecn.ParseControl(rm[i].OOB[:rm[i].NN])
+			seg := ctl.GROSize
+			if seg <= 0 || seg >= rm[i].N {
+				seg = rm[i].N // a single datagram
+			} else {
+				c.stats.groReads.Add(1)
+			}
+			c.pending = append(c.pending, pendingBuf{
+				buf: c.rbufs[i][:rm[i].N], segSize: seg,
+				addr: addrPort(rm[i].Addr), ecn: ctl.ECN,
+			})
+		}
+	}
+	var n int
+	var bytes, ce uint64
+	for n < len(msgs) && len(c.pending) > 0 {
+		p := &c.pending[0]
+		seg := min(p.segSize, len(p.buf))
+		m := &msgs[n]
+		m.N = copy(m.Buf, p.buf[:seg])
+		if m.N < seg {
+			c.stats.truncated.Add(1)
+		}
+		m.Addr, m.ECN = p.addr, p.ecn
+		bytes += uint64(seg)
+		if p.ecn == ecn.CE {
+			ce++
+		}
+		n++
+		if p.buf = p.buf[seg:]; len(p.buf) == 0 || seg == 0 {
+			// Shift rather than reslice, so pending keeps its backing array.
+			copy(c.pending, c.pending[1:])
+			c.pending = c.pending[:len(c.pending)-1]
+		}
+	}
+	c.countIn(uint64(n), bytes, ce)
+	return n, nil
+}
+
+func (c *Conn) countIn(n, bytes, ce uint64) {
+	c.stats.datagramsIn.Add(n)
+	c.stats.bytesIn.Add(bytes)
+	if ce > 0 {
+		c.stats.ceIn.Add(ce)
+	}
+}
+
+// addrPort converts x/net's address (a *net.UDPAddr) to a netip.AddrPort.
+func addrPort(a net.Addr) netip.AddrPort {
+	ua, ok := a.(*net.UDPAddr)
+	if !ok {
+		return netip.AddrPort{}
+	}
+	ap := ua.AddrPort()
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+}
+
+// WriteBatch sends msgs in order and returns how many were sent. With GSO,
+// runs of consecutive messages to one destination with one size and one
+// codepoint leave as one super-datagram (see planGSO); the receiver still
+// sees separate datagrams. If a GSO send fails with an error that says the
+// kernel or device cannot segment it, GSO is turned off for this Conn and
+// the messages are resent one by one.
+func (c *Conn) WriteBatch(msgs []Message) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	sent := 0
+	for sent < len(msgs) {
+		gso := c.gso.Load()
+		maxSegs := 1
+		if gso {
+			maxSegs = maxGSOSegments
+		}
+		// Plan only as far ahead as one sendmmsg can go.
+		rest := msgs[sent:]
+		rest = rest[:min(len(rest), c.batchSz*maxSegs)]
+		c.groups = planGSO(c.groups[:0], rest, maxSegs, maxGSOBytes, c.defECN)
+		groups := c.groups[:min(len(c.groups), c.batchSz)]
+		n, err := c.send(rest, groups)
+		for _, g := range groups[:n] {
+			sent += g.count
+		}
+		if err == nil {
+			continue
+		}
+		if gso && n < len(groups) && groups[n].count > 1 && gsoUnsupported(err) {
+			c.gso.Store(false)
+			c.stats.gsoFallbacks.Add(1)
+			continue
+		}
+		return sent, fmt.Errorf("udp: send to %v: %w", msgs[sent].Addr, err)
+	}
+	return sent, nil
+}
+
+// send builds one sendmmsg from groups (indices into msgs) and returns how
+// many groups the kernel took.
+func (c *Conn) send(msgs []Message, groups []sendGroup) (int, error) {
+	iovs := c.iovs[:0]
+	wm := c.wmsgs[:len(groups)]
+	for i, g := range groups {
+		// Once the iovec pool is full, send what is packed so far; the
+		// caller loops for the rest.
+		if len(iovs)+g.count > cap(iovs) {
+			wm = wm[:i]
+			groups = groups[:i]
+			break
+		}
+		first := len(iovs)
+		for _, m := range msgs[g.start : g.start+g.count] {
+			iovs = append(iovs, m.Buf[:m.N])
+		}
+		wm[i].Buffers = iovs[first:len(iovs):len(iovs)]
+		c.setAddr(i, msgs[g.start].Addr)
+		oob := ecn.AppendECN(c.woob[i][:0], c.v6, g.ecn)
+		if g.count > 1 {
+			oob = ecn.AppendGSO(oob, uint16(g.segSize))
+		}
+		wm[i].OOB = oob
+	}
+	n := 0
+	var err error
+	for n < len(wm) {
+		var k int
+		k, err = c.batch.WriteBatch(wm[n:], 0)
+		if k > 0 {
+			n += k
+		}
+		if err != nil {
+			break
+		}
+		if k == 0 { // cannot happen without an error; do not spin
+			err = errors.New("sendmmsg sent nothing")
+			break
+		}
+	}
+	for _, g := range groups[:n] {
+		c.stats.datagramsOut.Add(uint64(g.count))
+		c.stats.bytesOut.Add(uint64(g.bytes))
+		if g.count > 1 {
+			c.stats.gsoSends.Add(1)
+		}
+	}
+	clear(iovs) // do not keep the caller's buffers alive
+	for i := range wm {
+		wm[i].Buffers = nil
+	}
+	return n, err
+}
+
+// setAddr points write message i at a, reusing its net.UDPAddr and IP
+// array so that steady-state sends allocate nothing.
+func (c *Conn) setAddr(i int, a netip.AddrPort) {
+	ua := &c.waddrs[i]
+	ip := a.Addr()
+	if c.v6 {
+		c.wips[i] = ip.As16()
+		ua.IP = c.wips[i][:]
+	} else {
+		b := ip.Unmap().As4()
+		copy(c.wips[i][:4], b[:])
+		ua.IP = c.wips[i][:4]
+	}
+	ua.Port = int(a.Port())
+	ua.Zone = ""
+}
+
+// gsoUnsupported reports whether a failed GSO send should be retried
+// without GSO: EIO (the device cannot checksum-offload segments), EINVAL
+// (the kernel rejects the segment size or the socket's settings), and
+// ENOPROTOOPT / EOPNOTSUPP (no UDP_SEGMENT at all).
+func gsoUnsupported(err error) bool {
+	return errors.Is(err, unix.EIO) || errors.Is(err, unix.EINVAL) ||
+		errors.Is(err, unix.ENOPROTOOPT) || errors.Is(err, unix.EOPNOTSUPP)
+}
