@@ -1,0 +1,81 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// run executes the mrgw command tree with args and returns its output.
+func run(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	cmd := newRoot()
+	var out, errOut bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	cmd.SetArgs(args)
+	err := cmd.Execute()
+	return out.String(), errOut.String(), err
+}
+
+func TestVersion(t *testing.T) {
+	out, _, err := run(t, "version")
+	if err != nil || !strings.HasPrefix(out, "mrgw ") || !strings.Contains(out, "wire protocol v1") {
+		t.Fatalf("version: %q %v", out, err)
+	}
+}
+
+func TestConfigCheckNamesTheKey(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("node:\n  name: gw1\n  region: r1\nwan:\n  mtu: 0\n  pathz: 3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, err := run(t, "config", "check", "--skip-file-checks", bad)
+	if err == nil {
+		t.Fatal("a bad file passed config check")
+	}
+	for _, want := range []string{"wan.mtu", "wan.pathz"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("output does not name %s:\n%s", want, errOut)
+		}
+	}
+}
+
+func TestCertThenConfigCheckExamples(t *testing.T) {
+	dir := t.TempDir()
+	if _, _, err := run(t, "cert", "--dir", filepath.Join(dir, "certs"), "euw-gw1", "euw-gw2", "use-gw1", "use-gw2"); err != nil {
+		t.Fatal(err)
+	}
+	files, _ := filepath.Glob("../../config/examples/two-region/*.yaml")
+	if len(files) == 0 {
+		t.Fatal("no example configurations found")
+	}
+	var args []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst := filepath.Join(dir, filepath.Base(f))
+		if err := os.WriteFile(dst, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, dst)
+	}
+	out, errOut, err := run(t, append([]string{"config", "check"}, args...)...)
+	if err != nil {
+		t.Fatalf("examples with minted certificates fail config check: %v\n%s", err, errOut)
+	}
+	if strings.Count(out, ": ok") != len(args) {
+		t.Fatalf("output: %s", out)
+	}
+}
+
+func TestSimUnknownScenario(t *testing.T) {
+	if _, _, err := run(t, "sim", "no-such"); err == nil || !strings.Contains(err.Error(), "unknown scenario") {
+		t.Fatalf("err = %v", err)
+	}
+}

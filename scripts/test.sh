@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The project's test command (README.md and .ci/run both run exactly this):
+# formatting, vet, every package's tests, the race detector on the packages
+# that run goroutines, and the deployment checks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export GOFLAGS="${GOFLAGS:--buildvcs=false}"
+
+echo "== gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.git/*'))
+if [ -n "$unformatted" ]; then
+  echo "gofmt would change:"; echo "$unformatted"; exit 1
+fi
+
+echo "== go vet"
+go vet ./...
+
+# Packages whose code runs goroutines or touches sockets concurrently get the
+# race detector; the sans-I/O and simulator packages are single-threaded by
+# design and run without it (they are also the slowest under -race).
+race_re='/(tunnel|netio|region|gateway|loadtest|conformance|metrics|host)(/|$)'
+all=$(go list ./...)
+race=$(echo "$all" | grep -E "$race_re" || true)
+plain=$(echo "$all" | grep -vE "$race_re" || true)
+
+echo "== go test"
+go test -count=1 $plain
+if [ -n "$race" ]; then
+  echo "== go test -race"
+  go test -count=1 -race $race
+fi
+
+if [ -x .ci/deploy-checks.sh ]; then
+  echo "== deploy checks"
+  .ci/deploy-checks.sh
+fi
+echo "all checks passed"
