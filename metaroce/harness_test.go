@@ -85,12 +85,13 @@ const listenPort = 4791
 
 func (n *testNet) flush(from int) {
 	ep := n.eps[from]
+	scratch := make([]byte, 0, 70000)
 	for {
-		buf := make([]byte, 0, 70000)
-		tx, ok := ep.Poll(n.now, buf)
+		tx, ok := ep.Poll(n.now, scratch)
 		if !ok {
 			return
 		}
+		buf := append([]byte(nil), scratch[:tx.Len]...)
 		src, dst := tx.Entropy, uint16(listenPort)
 		if tx.Reply {
 			src, dst = listenPort, tx.Entropy

@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
+	"unicode/utf8"
 )
 
 // Row is one measured point.
@@ -79,25 +79,43 @@ var (
 	ColSpeed    = Column{"sim pkts/s", func(r *Row) string { return fmt.Sprintf("%.2gM", r.SimPacketsPerSec/1e6) }}
 )
 
-// WriteTable writes rows as an aligned plain-text table (also valid Markdown).
+// WriteTable writes rows as an aligned plain-text table that is also valid
+// Markdown.
 func WriteTable(w io.Writer, rows []Row, cols ...Column) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
-	titles := make([]string, len(cols))
-	seps := make([]string, len(cols))
+	cells := make([][]string, 0, len(rows)+2)
+	head := make([]string, len(cols))
 	for i, c := range cols {
-		titles[i] = " " + c.Title + " "
-		seps[i] = strings.Repeat("-", len(c.Title)+2)
+		head[i] = c.Title
 	}
-	fmt.Fprintf(tw, "|%s|\n", strings.Join(titles, "\t|"))
-	fmt.Fprintf(tw, "|%s|\n", strings.Join(seps, "\t|"))
+	cells = append(cells, head, nil)
 	for i := range rows {
-		vals := make([]string, len(cols))
+		line := make([]string, len(cols))
 		for j, c := range cols {
-			vals[j] = " " + c.Value(&rows[i]) + " "
+			line[j] = c.Value(&rows[i])
 		}
-		fmt.Fprintf(tw, "|%s|\n", strings.Join(vals, "\t|"))
+		cells = append(cells, line)
 	}
-	return tw.Flush()
+	width := make([]int, len(cols))
+	for _, line := range cells {
+		for j, v := range line {
+			width[j] = max(width[j], utf8.RuneCountInString(v))
+		}
+	}
+	var b strings.Builder
+	for _, line := range cells {
+		b.WriteString("|")
+		for j := range cols {
+			if line == nil {
+				b.WriteString(strings.Repeat("-", width[j]+2) + "|")
+				continue
+			}
+			v := line[j]
+			b.WriteString(" " + v + strings.Repeat(" ", width[j]-utf8.RuneCountInString(v)) + " |")
+		}
+		b.WriteString("\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
 }
 
 // FormatBps prints a rate with an SI unit.
