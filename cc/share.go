@@ -1,12 +1,25 @@
 package cc
 
-import "time"
+import (
+	"sort"
+	"time"
+)
 
 // FairShare is the receiver loop: it knows the receiver's inbound capacity and
-// which senders have been active recently, and gives each an equal share of
-// the capacity. The share is returned to each sender in every ack, so a sender
-// starts at its share instead of searching for it, and an N-to-1 incast
-// settles as soon as every sender has seen one ack.
+// which senders have been active recently, and gives them a max-min fair
+// share of the capacity. The share is returned to each sender in every ack,
+// so a sender starts at its share instead of searching for it, and an N-to-1
+// incast settles as soon as every sender has seen one ack.
+//
+// Demand: when the receiver is told how many bytes each sender delivered
+// (Account), it measures each sender's rate over Window. A sender that used
+// clearly less than the last share (it has less to send, or is held back by
+// a bottleneck elsewhere) is counted at its measured rate, and what it leaves
+// is shared among the others (water-filling). Every sender receives the same
+// level L, which is the max-min share of the unconstrained ones and above the
+// rate of the constrained ones, so a constrained sender may grow back without
+// asking first. New senders count as unconstrained until they have been
+// measured for a full window.
 //
 // Senders are identified by an opaque key (the connection id). FairShare's
 // memory is bounded by the number of senders seen within Idle.
@@ -15,24 +28,64 @@ type FairShare struct {
 	CapacityBps float64
 	// Idle is how long a sender stays counted after its last packet.
 	Idle time.Duration
+	// Window is the demand measurement interval (default Idle/50).
+	Window time.Duration
 
-	last   map[uint64]time.Duration
+	last   map[uint64]*shareSender
 	active int
 	swept  time.Duration
+
+	winStart time.Duration
+	level    float64 // bytes/s; 0 until the first window closes
+	demands  []float64
+}
+
+type shareSender struct {
+	last     time.Duration
+	first    time.Duration
+	bytes    int64   // in the current window
+	measured float64 // bytes/s over the last full window, -1 if none yet
 }
 
 // NewFairShare returns a FairShare for capacityBps with senders forgotten after idle.
 func NewFairShare(capacityBps float64, idle time.Duration) *FairShare {
-	return &FairShare{CapacityBps: capacityBps, Idle: idle, last: make(map[uint64]time.Duration)}
+	return &FairShare{CapacityBps: capacityBps, Idle: idle, last: make(map[uint64]*shareSender)}
+}
+
+func (f *FairShare) window() time.Duration {
+	if f.Window > 0 {
+		return f.Window
+	}
+	if f.Idle > 0 {
+		return f.Idle / 50
+	}
+	return time.Millisecond
 }
 
 // Observe records that sender was active at now.
 func (f *FairShare) Observe(now time.Duration, sender uint64) {
-	if _, ok := f.last[sender]; !ok {
+	s, ok := f.last[sender]
+	if !ok {
+		s = &shareSender{first: now, measured: -1}
+		f.last[sender] = s
 		f.active++
+		f.level = 0 // a newcomer: fall back to the equal split until measured
 	}
-	f.last[sender] = now
+	s.last = now
 	f.sweep(now)
+}
+
+// Account records that sender delivered bytes at now (it also counts as
+// activity). Without Account, FairShare divides the capacity equally.
+func (f *FairShare) Account(now time.Duration, sender uint64, bytes int) {
+	s, ok := f.last[sender]
+	if !ok {
+		f.Observe(now, sender)
+		s = f.last[sender]
+	}
+	s.last = now
+	s.bytes += int64(bytes)
+	f.roll(now)
 }
 
 // Forget removes sender at once (its connection closed).
@@ -40,6 +93,7 @@ func (f *FairShare) Forget(sender uint64) {
 	if _, ok := f.last[sender]; ok {
 		delete(f.last, sender)
 		f.active--
+		f.level = 0
 	}
 }
 
@@ -50,6 +104,7 @@ func (f *FairShare) Active() int { return f.active }
 // second (0 if no capacity is configured).
 func (f *FairShare) ShareBytesPerSecond(now time.Duration) float64 {
 	f.sweep(now)
+	f.roll(now)
 	if f.CapacityBps <= 0 {
 		return 0
 	}
@@ -57,7 +112,68 @@ func (f *FairShare) ShareBytesPerSecond(now time.Duration) float64 {
 	if n < 1 {
 		n = 1
 	}
-	return f.CapacityBps / 8 / float64(n)
+	eq := f.CapacityBps / 8 / float64(n)
+	if f.level > eq {
+		return f.level
+	}
+	return eq
+}
+
+// roll closes the measurement window if it is over and recomputes the level.
+func (f *FairShare) roll(now time.Duration) {
+	w := f.window()
+	if now-f.winStart < w {
+		return
+	}
+	span := (now - f.winStart).Seconds()
+	full := now-f.winStart < 2*w // a window that was not interrupted by a long quiet spell
+	f.winStart = now
+	capacity := f.CapacityBps / 8
+	prevLevel := f.level
+	if prevLevel == 0 && f.active > 0 {
+		prevLevel = capacity / float64(f.active)
+	}
+	f.demands = f.demands[:0]
+	unconstrained := 0
+	for _, s := range f.last {
+		rate := float64(s.bytes) / span
+		s.bytes = 0
+		if !full || now-s.first < 2*w {
+			s.measured = -1
+			unconstrained++
+			continue
+		}
+		s.measured = rate
+		if rate < 0.8*prevLevel {
+			f.demands = append(f.demands, rate)
+		} else {
+			unconstrained++
+		}
+	}
+	f.level = maxMinLevel(capacity, f.demands, unconstrained)
+}
+
+// maxMinLevel is water-filling: the level L such that the constrained
+// demands below L plus L for everyone else fill the capacity.
+func maxMinLevel(capacity float64, demands []float64, unconstrained int) float64 {
+	sort.Float64s(demands)
+	left := capacity
+	n := unconstrained + len(demands)
+	if n == 0 {
+		return capacity
+	}
+	for i, d := range demands {
+		l := left / float64(n-i)
+		if d >= l {
+			return l
+		}
+		left -= d
+	}
+	if unconstrained == 0 {
+		// Everyone is below what they could have: let them all grow.
+		return capacity / float64(len(demands))
+	}
+	return left / float64(unconstrained)
 }
 
 // sweep drops senders idle for longer than Idle, at most once per Idle/4 so
@@ -67,10 +183,11 @@ func (f *FairShare) sweep(now time.Duration) {
 		return
 	}
 	f.swept = now
-	for k, t := range f.last {
-		if now-t > f.Idle {
+	for k, s := range f.last {
+		if now-s.last > f.Idle {
 			delete(f.last, k)
 			f.active--
+			f.level = 0
 		}
 	}
 }

@@ -92,6 +92,7 @@ type rxStream struct {
 	next  uint64 // the oldest message not yet completed
 	msgs  map[uint64]*rxMessage
 	dirty bool
+	sink  Sink // if set, chunks go here instead of memory (relay.go)
 }
 
 // maxStreams bounds the receive streams a peer may open on one connection.
@@ -134,6 +135,10 @@ func (c *Conn) onData(now time.Duration, h *DataHeader, payload []byte, m RecvMe
 		c.ep.emit(Event{Kind: EventConnected, Conn: c, At: now})
 	}
 	c.Stats.DataReceived++
+	if c.ep.share != nil {
+		// The receiver loop measures each sender's demand (max-min shares).
+		c.ep.share.Account(now, c.id, DataHeaderLen+len(payload))
+	}
 	r := &c.rx[path]
 	r.peerPort = m.Entropy
 	if c.mode == ModeRoCEv2 {
@@ -187,14 +192,10 @@ func (c *Conn) owe(now time.Duration, r *rxPath) {
 // place writes a payload straight into its destination, whatever order it
 // arrives in, and completes messages in order per stream.
 func (c *Conn) place(now time.Duration, h *DataHeader, payload []byte, port uint16) {
-	rs := c.rstreams[h.Stream]
+	rs := c.rxStream(h.Stream)
 	if rs == nil {
-		if len(c.rstreams) >= maxStreams {
-			c.Stats.PlacementErrors++
-			return
-		}
-		rs = &rxStream{id: h.Stream, msgs: make(map[uint64]*rxMessage)}
-		c.rstreams[h.Stream] = rs
+		c.Stats.PlacementErrors++
+		return
 	}
 	if h.MsgSeq < rs.next {
 		c.Stats.Duplicates++ // a late copy of a completed message: its buffer is the application's again
@@ -205,7 +206,10 @@ func (c *Conn) place(now time.Duration, h *DataHeader, payload []byte, port uint
 		return
 	}
 	m := rs.msgs[h.MsgSeq]
-	if m == nil {
+	if m == nil && rs.sink != nil {
+		m = c.newSinkMessage(h)
+		rs.msgs[h.MsgSeq] = m
+	} else if m == nil {
 		m = c.newRxMessage(h)
 		rs.msgs[h.MsgSeq] = m
 		if m.err != nil {
@@ -225,7 +229,14 @@ func (c *Conn) place(now time.Duration, h *DataHeader, payload []byte, port uint
 		return
 	}
 	var dst []byte
-	if m.op == OpWrite {
+	if rs.sink != nil {
+		if code := rs.sink.Chunk(c, h, payload); code != 0 {
+			m.err = code.Err()
+			c.refuse(now, h, port, m, code)
+			c.completeRx(now, rs)
+			return
+		}
+	} else if m.op == OpWrite {
 		var code ErrorCode
 		dst, code = c.ep.mem.place(m.key, m.addr+h.Offset, len(payload))
 		if code != 0 { // deregistered while the message was arriving
@@ -237,7 +248,7 @@ func (c *Conn) place(now time.Duration, h *DataHeader, payload []byte, port uint
 	} else {
 		dst = m.buf[h.Offset : h.Offset+uint64(len(payload))]
 	}
-	copy(dst, payload)
+	copy(dst, payload) // (a sink already took it: dst is nil)
 	c.Stats.PayloadBytesPlaced += uint64(len(payload))
 	m.got[w] |= bit
 	m.gotChunks++

@@ -16,17 +16,62 @@ type txMessage struct {
 	key         uint32
 	addr        uint64
 	data        []byte
+	length      uint64
 	nChunks     int
-	nextChunk   int      // first chunk never sent
+	nextChunk   int      // first chunk never sent (whole messages)
 	acked       []uint64 // bitmap of acknowledged chunks
 	ackedChunks int
 	err         error
+	inSendable  bool // queued in its stream's sendable list
+
+	// Relayed messages (WriteRelay) get their chunks one by one through
+	// Supply: bufs holds each supplied chunk until it is acknowledged,
+	// supplied lists chunks ready to send, in the order they came.
+	relay    bool
+	bufs     map[int][]byte
+	supplied []int
+	supHead  int
+	release  func([]byte)
 }
 
 func (m *txMessage) done() bool { return m.ackedChunks == m.nChunks }
 
+// hasReady reports whether the message has a chunk ready that was never sent.
+func (m *txMessage) hasReady() bool {
+	if m.err != nil {
+		return false
+	}
+	if m.relay {
+		return m.supHead < len(m.supplied)
+	}
+	return m.nextChunk < m.nChunks
+}
+
+// peekReady returns the next chunk ready to send (hasReady must be true).
+func (m *txMessage) peekReady() int {
+	if m.relay {
+		return m.supplied[m.supHead]
+	}
+	return m.nextChunk
+}
+
+// consumeReady marks the chunk peekReady returned as sent.
+func (m *txMessage) consumeReady() {
+	if m.relay {
+		m.supHead++
+		if m.supHead == len(m.supplied) {
+			m.supplied, m.supHead = m.supplied[:0], 0
+		}
+		return
+	}
+	m.nextChunk++
+}
+
 // chunk returns the payload of chunk i.
 func (m *txMessage) chunk(i, mtu int) []byte {
+	if m.relay {
+		return m.bufs[i]
+	}
 	lo := i * mtu
 	hi := lo + mtu
 	if hi > len(m.data) {
@@ -37,11 +82,30 @@ func (m *txMessage) chunk(i, mtu int) []byte {
 
 type txStream struct {
 	id      uint32
-	msgs    []*txMessage // not yet completed, in order
+	msgs    []*txMessage // not yet completed, in sequence order
 	head    int
-	sendIdx int // index in msgs of the first message with unsent chunks
 	nextSeq uint64
 	active  bool
+	// sendable lists messages that have chunks ready to send, oldest first.
+	sendable []*txMessage
+	sHead    int
+	// weight is how many chunks the stream may send per round of the
+	// round robin over streams; credits is what is left of this round.
+	weight, credits int
+}
+
+func (s *txStream) pushSendable(m *txMessage) {
+	if m.inSendable {
+		return
+	}
+	m.inSendable = true
+	if s.sHead > 0 && s.sHead*2 >= len(s.sendable) {
+		n := copy(s.sendable, s.sendable[s.sHead:])
+		clear(s.sendable[n:])
+		s.sendable = s.sendable[:n]
+		s.sHead = 0
+	}
+	s.sendable = append(s.sendable, m)
 }
 
 type chunkRef struct {
@@ -98,26 +162,58 @@ func (c *Conn) enqueue(stream uint32, op Op, key uint32, addr uint64, data []byt
 	if uint64(len(data)) > 1<<40 {
 		return 0, ErrMessageTooLarge
 	}
-	s := c.streams[stream]
-	if s == nil {
-		s = &txStream{id: stream}
-		c.streams[stream] = s
-	}
-	n := (len(data) + c.mtu - 1) / c.mtu
-	if n == 0 {
-		n = 1
-	}
-	m := &txMessage{stream: s, seq: s.nextSeq, op: op, key: key, addr: addr, data: data, nChunks: n, acked: make([]uint64, (n+63)/64)}
+	s := c.stream(stream)
+	m := c.newTxMessage(s, s.nextSeq, op, key, addr, uint64(len(data)))
+	m.data = data
 	s.nextSeq++
 	s.msgs = append(s.msgs, m)
 	c.queued++
 	c.Stats.MessagesSent++
+	s.pushSendable(m)
+	c.activate(s)
+	return m.seq, nil
+}
+
+// stream returns the send state of stream id, creating it.
+func (c *Conn) stream(id uint32) *txStream {
+	s := c.streams[id]
+	if s == nil {
+		s = &txStream{id: id, weight: 1, credits: 1}
+		c.streams[id] = s
+	}
+	return s
+}
+
+func (c *Conn) newTxMessage(s *txStream, seq uint64, op Op, key uint32, addr, length uint64) *txMessage {
+	n := int((length + uint64(c.mtu) - 1) / uint64(c.mtu))
+	if n == 0 {
+		n = 1
+	}
+	return &txMessage{stream: s, seq: seq, op: op, key: key, addr: addr, length: length, nChunks: n, acked: make([]uint64, (n+63)/64)}
+}
+
+// activate puts a stream with something to send into the round robin.
+func (c *Conn) activate(s *txStream) {
 	if !s.active {
 		s.active = true
 		c.active = append(c.active, s)
 	}
 	c.cwndLimit = false
-	return m.seq, nil
+}
+
+// SetStreamWeight sets how many packets stream may send per round of the
+// round robin over the connection's streams (default 1): a stream of
+// weight 3 gets three times the share of a stream of weight 1 when both
+// have data to send.
+func (c *Conn) SetStreamWeight(stream uint32, weight int) {
+	if weight < 1 {
+		weight = 1
+	}
+	s := c.stream(stream)
+	s.weight = weight
+	if s.credits > weight {
+		s.credits = weight
+	}
 }
 
 func (c *Conn) hasDataToSend() bool {
@@ -154,38 +250,47 @@ func (c *Conn) peekChunk() (chunkRef, bool) {
 		c.retx = c.retx[:0]
 		c.retxHead = 0
 	}
-	for len(c.active) > 0 {
+	blocked := 0
+	for len(c.active) > 0 && blocked < len(c.active) {
 		if c.activeCur >= len(c.active) {
 			c.activeCur = 0
 		}
 		s := c.active[c.activeCur]
-		if s.sendIdx < s.head {
-			s.sendIdx = s.head // completed messages are never sent again
+		for s.sHead < len(s.sendable) && !s.sendable[s.sHead].hasReady() {
+			s.sendable[s.sHead].inSendable = false
+			s.sendable[s.sHead] = nil
+			s.sHead++
 		}
-		for s.sendIdx < len(s.msgs) {
-			m := s.msgs[s.sendIdx]
-			if m.err == nil && m.nextChunk < m.nChunks {
-				// Keep the receiver's message window: never start a message
-				// too far beyond the oldest incomplete one.
-				if m.seq-s.msgs[s.head].seq >= uint64(c.ep.cfg.MaxMessagesAhead) {
-					break
-				}
-				return chunkRef{msg: m, idx: m.nextChunk}, true
-			}
-			s.sendIdx++
-		}
-		if s.sendIdx >= len(s.msgs) {
+		if s.sHead >= len(s.sendable) {
+			s.sendable, s.sHead = s.sendable[:0], 0
 			s.active = false
+			s.credits = s.weight
 			c.active = append(c.active[:c.activeCur], c.active[c.activeCur+1:]...)
 			continue
 		}
-		// Stream blocked by its message window: try the others.
-		c.activeCur++
-		if c.activeCur >= len(c.active) {
-			return chunkRef{}, false
+		m := s.sendable[s.sHead]
+		// Keep the receiver's message window: never send a message too far
+		// beyond the oldest incomplete one of its stream.
+		if m.seq-s.msgs[s.head].seq >= uint64(c.ep.cfg.MaxMessagesAhead) {
+			blocked++
+			c.activeCur++
+			continue
 		}
+		return chunkRef{msg: m, idx: m.peekReady()}, true
 	}
 	return chunkRef{}, false
+}
+
+// consumed records that a new chunk of ref's stream was sent, and moves the
+// round robin on when the stream has used its weight for this round.
+func (c *Conn) consumed(ref chunkRef) {
+	ref.msg.consumeReady()
+	s := ref.msg.stream
+	s.credits--
+	if s.credits <= 0 {
+		s.credits = s.weight
+		c.activeCur++
+	}
 }
 
 func (c *Conn) pollData(now time.Duration, buf []byte) (Transmit, bool) {
@@ -213,10 +318,7 @@ func (c *Conn) pollData(now time.Duration, buf []byte) (Transmit, bool) {
 		c.retxHead++
 		retransmit = true
 	} else {
-		ref.msg.nextChunk++
-		if c.activeCur < len(c.active) && ref.msg.nextChunk == ref.msg.nChunks {
-			c.activeCur++ // round-robin between streams at message boundaries
-		}
+		c.consumed(ref)
 	}
 	tp := &c.tx[path]
 	seq := tp.next
@@ -283,7 +385,7 @@ func (c *Conn) encodeData(buf []byte, path int, seq, floor uint64, ref chunkRef,
 		Seq:       seq,
 		FloorGap:  uint32(seq - floor),
 		MsgSeq:    m.seq,
-		MsgLen:    uint64(len(m.data)),
+		MsgLen:    m.length,
 		Offset:    uint64(ref.idx) * uint64(c.mtu),
 		Key:       m.key,
 		Addr:      m.addr,
@@ -421,6 +523,14 @@ func (c *Conn) ackChunk(now time.Duration, m *txMessage, idx int) {
 	}
 	m.acked[w] |= bit
 	m.ackedChunks++
+	if m.relay {
+		if b, ok := m.bufs[idx]; ok {
+			delete(m.bufs, idx)
+			if m.release != nil {
+				m.release(b)
+			}
+		}
+	}
 	if m.done() {
 		c.completeStream(now, m.stream)
 	}
@@ -436,7 +546,10 @@ func (c *Conn) completeStream(now time.Duration, s *txStream) {
 		if m.err != nil {
 			c.Stats.MessagesFailed++
 		}
-		c.ep.emit(Event{Kind: EventSendComplete, Conn: c, Stream: s.id, Seq: m.seq, Op: m.op, Key: m.key, Addr: m.addr, Len: uint64(len(m.data)), Err: m.err, At: now})
+		if m.relay && m.err != nil {
+			m.releaseAll()
+		}
+		c.ep.emit(Event{Kind: EventSendComplete, Conn: c, Stream: s.id, Seq: m.seq, Op: m.op, Key: m.key, Addr: m.addr, Len: m.length, Err: m.err, At: now})
 		s.msgs[s.head] = nil
 		s.head++
 		c.queued--
@@ -446,10 +559,6 @@ func (c *Conn) completeStream(now time.Duration, s *txStream) {
 		n := copy(s.msgs, s.msgs[s.head:])
 		clear(s.msgs[n:])
 		s.msgs = s.msgs[:n]
-		s.sendIdx -= s.head
-		if s.sendIdx < 0 {
-			s.sendIdx = 0
-		}
 		s.head = 0
 	}
 }
@@ -477,6 +586,9 @@ func (c *Conn) failAll(now time.Duration, err error) {
 		for i := s.head; i < len(s.msgs); i++ {
 			if m := s.msgs[i]; !m.done() && m.err == nil {
 				m.err = err
+				if m.relay {
+					m.releaseAll()
+				}
 			}
 		}
 		c.completeStream(now, s)

@@ -211,3 +211,22 @@ func (s *Set) UsableCount() int {
 	}
 	return c
 }
+
+// PlaneMap tells which plane a path with the given entropy is known to use,
+// or -1 when the sender cannot know (the fabric hashes it). A gateway knows
+// it when paths are bound to per-plane local addresses.
+type PlaneMap func(path int, entropy uint16) int
+
+// PathsOnPlane appends to dst the usable paths that planeOf places on plane
+// and returns it. A gateway calls it on another gateway's report that the
+// plane failed (path-health gossip), then takes those paths down at once
+// instead of waiting for its own timeouts.
+func (s *Set) PathsOnPlane(dst []int, plane int, planeOf PlaneMap) []int {
+	for i := range s.Paths {
+		p := &s.Paths[i]
+		if p.State.Usable() && planeOf(i, p.Entropy) == plane {
+			dst = append(dst, i)
+		}
+	}
+	return dst
+}

@@ -1,0 +1,174 @@
+package metaroce
+
+import (
+	"errors"
+	"sort"
+)
+
+// This file holds what a gateway needs to relay traffic cut-through, packet
+// by packet, without ever holding a whole message:
+//
+//   - a stream Sink on the receiving connection gets every newly arrived
+//     chunk of the stream instead of having it placed in memory;
+//   - a RelayMessage on the sending connection is a message whose length is
+//     known up front but whose chunks are supplied one by one as they arrive,
+//     in any order, and sent as soon as they are supplied;
+//   - ResumeStream lets a stream start at a message sequence other than 0,
+//     so a flow that moves to another gateway keeps its end-to-end numbering.
+
+// Sink receives the chunks of a stream bound with BindSink. Chunk is called
+// once for every chunk that arrives for the first time, in arrival order;
+// payload is only valid during the call. Returning an error refuses the
+// chunk: nothing is recorded and the sender's message fails with the code.
+type Sink interface {
+	Chunk(c *Conn, h *DataHeader, payload []byte) ErrorCode
+}
+
+// BindSink makes every chunk of stream go to sink instead of memory. Memory
+// keys and posted buffers are not consulted for that stream: the sink
+// decides. Completion events are reported as for any stream.
+func (c *Conn) BindSink(stream uint32, sink Sink) {
+	rs := c.rxStream(stream)
+	if rs != nil {
+		rs.sink = sink
+	}
+}
+
+// ResumeStream makes receive stream start at message sequence next, as if the
+// messages before it had completed. It only works on a stream that has seen
+// no data yet.
+func (c *Conn) ResumeStream(stream uint32, next uint64) error {
+	rs := c.rxStream(stream)
+	if rs == nil {
+		return ErrQueueFull
+	}
+	if len(rs.msgs) > 0 || rs.next > next {
+		return errors.New("metaroce: stream already receiving")
+	}
+	rs.next = next
+	return nil
+}
+
+// rxStream returns the receive state of stream id, creating it.
+func (c *Conn) rxStream(id uint32) *rxStream {
+	rs := c.rstreams[id]
+	if rs == nil {
+		if len(c.rstreams) >= maxStreams {
+			return nil
+		}
+		rs = &rxStream{id: id, msgs: make(map[uint64]*rxMessage)}
+		c.rstreams[id] = rs
+	}
+	return rs
+}
+
+// RelayMessage is a message sent as its chunks become available.
+type RelayMessage struct {
+	c *Conn
+	m *txMessage
+}
+
+// Errors of the relay API.
+var (
+	ErrSeqUsed    = errors.New("metaroce: message sequence already used on the stream")
+	ErrBadChunk   = errors.New("metaroce: chunk offset or length does not fit the message")
+	ErrChunkTwice = errors.New("metaroce: chunk supplied twice")
+)
+
+// WriteRelay starts a WRITE (op OpWrite) or SEND (OpSend) of length bytes as
+// message seq of stream. Messages of a stream may be started in any order,
+// but each sequence only once. release, if not nil, is called with each
+// supplied chunk buffer once the peer has acknowledged it (or the message
+// failed), so the caller can recycle it.
+func (c *Conn) WriteRelay(stream uint32, seq uint64, op Op, key uint32, addr, length uint64, release func([]byte)) (*RelayMessage, error) {
+	if c.state == stateClosing || c.state == stateClosed {
+		return nil, ErrClosed
+	}
+	if c.queued >= c.ep.cfg.MaxQueuedMessages {
+		return nil, ErrQueueFull
+	}
+	if length > 1<<40 {
+		return nil, ErrMessageTooLarge
+	}
+	s := c.stream(stream)
+	i := sort.Search(len(s.msgs)-s.head, func(i int) bool { return s.msgs[s.head+i].seq >= seq }) + s.head
+	if i < len(s.msgs) && s.msgs[i].seq == seq {
+		return nil, ErrSeqUsed
+	}
+	m := c.newTxMessage(s, seq, op, key, addr, length)
+	m.relay = true
+	m.bufs = make(map[int][]byte)
+	m.release = release
+	s.msgs = append(s.msgs, nil)
+	copy(s.msgs[i+1:], s.msgs[i:])
+	s.msgs[i] = m
+	if seq >= s.nextSeq {
+		s.nextSeq = seq + 1
+	}
+	c.queued++
+	c.Stats.MessagesSent++
+	return &RelayMessage{c: c, m: m}, nil
+}
+
+// Supply hands over the chunk at offset (a multiple of the connection's MTU;
+// exactly MTU bytes except for the message's last chunk). The buffer belongs
+// to the connection until release is called with it.
+func (r *RelayMessage) Supply(offset uint64, chunk []byte) error {
+	m, c := r.m, r.c
+	mtu := uint64(c.mtu)
+	if offset%mtu != 0 || offset > m.length {
+		return ErrBadChunk
+	}
+	want := m.length - offset
+	if want > mtu {
+		want = mtu
+	}
+	if uint64(len(chunk)) != want || (m.length > 0 && offset == m.length) {
+		return ErrBadChunk
+	}
+	idx := int(offset / mtu)
+	if _, ok := m.bufs[idx]; ok || m.acked[idx/64]&(1<<(idx%64)) != 0 {
+		return ErrChunkTwice
+	}
+	if m.err != nil {
+		return m.err
+	}
+	m.bufs[idx] = chunk
+	m.supplied = append(m.supplied, idx)
+	m.stream.pushSendable(m)
+	c.activate(m.stream)
+	return nil
+}
+
+// Fail abandons a relayed message (its source went away): it completes with
+// err and its buffers are released.
+func (r *RelayMessage) Fail(err error) {
+	if r.m.err == nil && !r.m.done() {
+		r.m.err = err
+		r.c.completeStream(0, r.m.stream)
+	}
+}
+
+// Seq returns the message's sequence number.
+func (r *RelayMessage) Seq() uint64 { return r.m.seq }
+
+// releaseAll gives every buffer a failed relayed message still holds back.
+func (m *txMessage) releaseAll() {
+	for i, b := range m.bufs {
+		delete(m.bufs, i)
+		if m.release != nil {
+			m.release(b)
+		}
+	}
+	m.supplied, m.supHead = nil, 0
+}
+
+// newSinkMessage tracks a message of a sink-bound stream: the sink, not
+// memory, decides where its bytes go.
+func (c *Conn) newSinkMessage(h *DataHeader) *rxMessage {
+	n := int((h.MsgLen + uint64(c.mtu) - 1) / uint64(c.mtu))
+	if n == 0 {
+		n = 1
+	}
+	return &rxMessage{op: h.Op, len: h.MsgLen, key: h.Key, addr: h.Addr, chunks: n, got: make([]uint64, (n+63)/64)}
+}

@@ -1,0 +1,220 @@
+package metaroce
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/mrgw/mrgw/cc"
+)
+
+// relaySink forwards every chunk of a stream to another connection as a
+// relayed message with the same sequence, key and address: a gateway in
+// miniature.
+type relaySink struct {
+	t        *testing.T
+	out      *Conn
+	stream   uint32
+	msgs     map[uint64]*RelayMessage
+	inflight int // chunk buffers held by the outgoing connection
+	maxHeld  int
+}
+
+func (r *relaySink) Chunk(c *Conn, h *DataHeader, payload []byte) ErrorCode {
+	rm := r.msgs[h.MsgSeq]
+	if rm == nil {
+		var err error
+		rm, err = r.out.WriteRelay(r.stream, h.MsgSeq, h.Op, h.Key, h.Addr, h.MsgLen, func([]byte) { r.inflight-- })
+		if err != nil {
+			r.t.Errorf("WriteRelay: %v", err)
+			return ErrCodeTooFarAhead
+		}
+		r.msgs[h.MsgSeq] = rm
+	}
+	if err := rm.Supply(h.Offset, append([]byte(nil), payload...)); err != nil {
+		r.t.Errorf("Supply: %v", err)
+	}
+	r.inflight++
+	r.maxHeld = max(r.maxHeld, r.inflight)
+	return 0
+}
+
+// TestRelayCutThrough relays random messages A → G → B with loss on both
+// hops. G never holds a whole message: it forwards chunks as they arrive. B's
+// memory must equal what A sent, with every message completed once in order,
+// and G must end holding no buffers.
+func TestRelayCutThrough(t *testing.T) {
+	cfg := Config{MTU: 1024, Paths: 4, CC: cc.NewFixed(32<<10, 0), Seed: 11}
+	n1 := newTestNet(t, cfg, cfg, 4, 11) // A (0) → G (1)
+	n2 := newTestNet(t, cfg, cfg, 4, 12) // G (0) → B (1)
+	n1.loss, n2.loss = 0.02, 0.02
+	a, _ := n1.eps[0].Connect(0, 1)
+	gOut, _ := n2.eps[0].Connect(0, 1)
+	step := func(cond func() bool) bool {
+		for i := 0; i < 200000; i++ {
+			if cond() {
+				return true
+			}
+			t1 := n1.now + 10*time.Microsecond
+			n1.run(t1, func() bool { return false })
+			n2.run(t1, func() bool { return false })
+			n1.now, n2.now = t1, t1
+		}
+		return cond()
+	}
+	if !step(func() bool { return a.Established() && gOut.Established() }) {
+		t.Fatal("handshakes")
+	}
+	var gIn, bIn *Conn
+	for _, ev := range drain(n1.eps[1]) {
+		if ev.Kind == EventConnected {
+			gIn = ev.Conn
+		}
+	}
+	for _, ev := range drain(n2.eps[1]) {
+		if ev.Kind == EventConnected {
+			bIn = ev.Conn
+		}
+	}
+	sink := &relaySink{t: t, out: gOut, stream: 9, msgs: map[uint64]*RelayMessage{}}
+	gIn.BindSink(5, sink)
+	region := make([]byte, 1<<20)
+	if err := n2.eps[1].Memory().Register(3, region); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	var want []byte
+	off := 0
+	const msgs = 40
+	for i := 0; i < msgs; i++ {
+		size := 1 + rng.IntN(20000)
+		data := make([]byte, size)
+		for j := range data {
+			data[j] = byte(rng.Uint32())
+		}
+		if _, err := a.Write(n1.now, 5, 3, uint64(off), data); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, data...)
+		off += size
+	}
+	var aDone, bDone []uint64
+	if !step(func() bool {
+		for _, ev := range drain(n1.eps[0]) {
+			if ev.Kind == EventSendComplete {
+				aDone = append(aDone, ev.Seq)
+			}
+		}
+		drain(n1.eps[1])
+		drain(n2.eps[0])
+		for _, ev := range drain(n2.eps[1]) {
+			if ev.Kind == EventRecvComplete {
+				if ev.Err != nil || ev.Stream != 9 {
+					t.Errorf("completion %+v", ev)
+				}
+				bDone = append(bDone, ev.Seq)
+			}
+		}
+		return len(aDone) == msgs && len(bDone) == msgs && sink.inflight == 0
+	}) {
+		t.Fatalf("relay incomplete: A %d, B %d, G holds %d buffers", len(aDone), len(bDone), sink.inflight)
+	}
+	for i, s := range bDone {
+		if s != uint64(i) {
+			t.Fatalf("B completed %v: not in order", bDone)
+		}
+	}
+	if !bytes.Equal(region[:len(want)], want) {
+		t.Fatal("B's memory differs from what A wrote")
+	}
+	if sink.maxHeld*1024 >= len(want) {
+		t.Fatalf("G held %d chunks at once: that is the whole transfer, not cut-through", sink.maxHeld)
+	}
+	_ = bIn
+}
+
+func TestWriteRelayValidation(t *testing.T) {
+	_, c, _ := establish(t, Config{MTU: 1024})
+	rm, err := c.WriteRelay(1, 7, OpWrite, 1, 0, 2500, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WriteRelay(1, 7, OpWrite, 1, 0, 10, nil); err != ErrSeqUsed {
+		t.Fatalf("second WriteRelay of seq 7: %v", err)
+	}
+	for _, bad := range []struct {
+		off uint64
+		n   int
+	}{{1, 1024}, {0, 1000}, {2048, 1024}, {3072, 1}} {
+		if err := rm.Supply(bad.off, make([]byte, bad.n)); err != ErrBadChunk {
+			t.Errorf("Supply(%d, %d bytes) = %v, want ErrBadChunk", bad.off, bad.n, err)
+		}
+	}
+	if err := rm.Supply(2048, make([]byte, 452)); err != nil {
+		t.Fatal(err)
+	}
+	if err := rm.Supply(2048, make([]byte, 452)); err != ErrChunkTwice {
+		t.Fatalf("chunk twice: %v", err)
+	}
+}
+
+// TestStreamWeights: with two streams always backlogged, a stream of weight 3
+// gets three times the packets of a stream of weight 1.
+func TestStreamWeights(t *testing.T) {
+	n, c, _ := establish(t, Config{MTU: 1024, Paths: 2, CC: cc.NewFixed(64<<20, 50e6)})
+	if err := n.eps[1].Memory().Register(1, make([]byte, 8<<20)); err != nil {
+		t.Fatal(err)
+	}
+	c.SetStreamWeight(2, 3)
+	big := make([]byte, 4<<20)
+	c.Write(n.now, 1, 1, 0, big)
+	c.Write(n.now, 2, 1, 4<<20, big)
+	sent := map[uint32]int{}
+	buf := make([]byte, 0, 4096)
+	now := n.now
+	for i := 0; i < 40000; i++ {
+		tx, ok := n.eps[0].Poll(now, buf)
+		if !ok {
+			now += time.Microsecond
+			continue
+		}
+		var h DataHeader
+		if _, err := DecodeData(buf[:tx.Len], &h); err == nil {
+			sent[h.Stream]++
+		}
+	}
+	ratio := float64(sent[2]) / float64(sent[1])
+	if sent[1] < 100 || ratio < 2.8 || ratio > 3.2 {
+		t.Fatalf("packets per stream %v: ratio %.2f, want 3", sent, ratio)
+	}
+}
+
+func TestResumeStream(t *testing.T) {
+	n, c, s := establish(t, Config{MTU: 1024})
+	if err := n.eps[1].Memory().Register(1, make([]byte, 4096)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ResumeStream(4, 100); err != nil {
+		t.Fatal(err)
+	}
+	rm, err := c.WriteRelay(4, 100, OpWrite, 1, 0, 10, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rm.Supply(0, []byte("0123456789"))
+	var got []uint64
+	if !n.run(n.now+time.Second, func() bool {
+		for _, ev := range drain(n.eps[1]) {
+			if ev.Kind == EventRecvComplete {
+				got = append(got, ev.Seq)
+			}
+		}
+		return len(got) == 1
+	}) || got[0] != 100 {
+		t.Fatalf("resumed stream completions %v, want [100]", got)
+	}
+	if err := s.ResumeStream(4, 50); err == nil {
+		t.Fatal("resuming a stream backwards must fail")
+	}
+}
