@@ -214,3 +214,35 @@ func FuzzEndpointReceive(f *testing.F) {
 		n.run(n.now+10*time.Millisecond, func() bool { return false })
 	})
 }
+
+// TestDeadPeerDetected: when every plane goes black, the connection closes
+// with ErrPeerUnreachable after DeadAfter instead of hanging.
+func TestDeadPeerDetected(t *testing.T) {
+	n, c, _ := establish(t, Config{Paths: 4, DeadAfter: 50 * time.Millisecond})
+	if err := n.eps[1].Memory().Register(1, make([]byte, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n.black {
+		n.black[i] = true
+	}
+	if _, err := c.Write(n.now, 0, 1, 0, make([]byte, 100000)); err != nil {
+		t.Fatal(err)
+	}
+	var closed, sendErr error
+	if !n.run(n.now+10*time.Second, func() bool {
+		for _, ev := range drain(n.eps[0]) {
+			switch ev.Kind {
+			case EventClosed:
+				closed = ev.Err
+			case EventSendComplete:
+				sendErr = ev.Err
+			}
+		}
+		return closed != nil
+	}) {
+		t.Fatal("connection to a dead peer never closed")
+	}
+	if !errors.Is(closed, ErrPeerUnreachable) || !errors.Is(sendErr, ErrClosed) {
+		t.Fatalf("closed with %v, message failed with %v", closed, sendErr)
+	}
+}

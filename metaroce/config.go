@@ -68,6 +68,10 @@ type Config struct {
 	ReceiveCapacityBps float64
 	// HandshakeRetries is how many times INIT and CLOSE are sent before giving up.
 	HandshakeRetries int
+	// DeadAfter closes a connection whose paths have all been down for this
+	// long, with ErrPeerUnreachable (default 2 s), so that applications
+	// learn of a dead peer instead of waiting forever.
+	DeadAfter time.Duration
 	// Seed seeds the Endpoint's random numbers (connection ids, entropy).
 	Seed uint64
 }
@@ -109,6 +113,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.HandshakeRetries == 0 {
 		c.HandshakeRetries = 8
+	}
+	if c.DeadAfter == 0 {
+		c.DeadAfter = 2 * time.Second
 	}
 	return c
 }

@@ -79,6 +79,7 @@ type Conn struct {
 	probeAcks                                     []probeAck
 	errsOut                                       []errOut
 	trans                                         []pathmgr.Transition
+	allDownSince                                  time.Duration // -1 while some path is usable
 
 	Stats ConnStats
 }
@@ -108,6 +109,7 @@ func newConn(e *Endpoint, id uint64, peer PeerID, initiator bool, paths, mtu int
 		posted:    make(map[uint64][]byte),
 		hsRTO:     3 * cfg.Path.InitialRTT,
 	}
+	c.allDownSince = -1
 	seed := e.rng.Uint64()
 	c.paths = pathmgr.NewSet(paths, cfg.Path, rand.New(rand.NewPCG(seed, id)))
 	c.ctl = cfg.CC(paths, mtu+DataHeaderLen)
@@ -425,6 +427,9 @@ func (c *Conn) nextTimeout() time.Duration {
 		}
 	}
 	min(c.paths.NextProbe())
+	if c.allDownSince >= 0 {
+		min(c.allDownSince + c.ep.cfg.DeadAfter)
+	}
 	return t
 }
 
@@ -467,6 +472,23 @@ func (c *Conn) handleTimeout(now time.Duration) {
 		}
 	}
 	c.flushTransitions(now)
+	c.checkDead(now)
+}
+
+// checkDead closes the connection once every path has been down for
+// DeadAfter: the peer is gone or cut off.
+func (c *Conn) checkDead(now time.Duration) {
+	if c.paths.UsableCount() > 0 {
+		c.allDownSince = -1
+		return
+	}
+	if c.allDownSince < 0 {
+		c.allDownSince = now
+		return
+	}
+	if now-c.allDownSince >= c.ep.cfg.DeadAfter {
+		c.fail(now, ErrPeerUnreachable)
+	}
 }
 
 // flushTransitions turns recorded path transitions into events and tells

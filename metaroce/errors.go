@@ -20,6 +20,7 @@ var (
 	ErrNoCommonVersion  = errors.New("metaroce: peer speaks no common protocol version")
 	ErrRefused          = errors.New("metaroce: connection refused by peer")
 	ErrDuplicateTag     = errors.New("metaroce: receive tag already posted")
+	ErrPeerUnreachable  = errors.New("metaroce: every path to the peer is down")
 )
 
 // Err returns the application error for a wire error code.
