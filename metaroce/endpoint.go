@@ -63,6 +63,7 @@ type Endpoint struct {
 	replies []reply
 	events  []Event
 	evHead  int
+	sinks   map[uint32]Sink // streams bound on every connection (BindSinkAll)
 
 	Stats EndpointStats
 }

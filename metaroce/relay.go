@@ -49,6 +49,19 @@ func (c *Conn) ResumeStream(stream uint32, next uint64) error {
 	return nil
 }
 
+// BindSinkAll binds stream on every connection, present and future, to
+// sink: the stream exists before the first packet of a new connection can
+// arrive (a control stream, say).
+func (e *Endpoint) BindSinkAll(stream uint32, sink Sink) {
+	if e.sinks == nil {
+		e.sinks = make(map[uint32]Sink)
+	}
+	e.sinks[stream] = sink
+	for _, c := range e.list {
+		c.BindSink(stream, sink)
+	}
+}
+
 // rxStream returns the receive state of stream id, creating it.
 func (c *Conn) rxStream(id uint32) *rxStream {
 	rs := c.rstreams[id]
@@ -56,7 +69,7 @@ func (c *Conn) rxStream(id uint32) *rxStream {
 		if len(c.rstreams) >= maxStreams {
 			return nil
 		}
-		rs = &rxStream{id: id, msgs: make(map[uint64]*rxMessage)}
+		rs = &rxStream{id: id, msgs: make(map[uint64]*rxMessage), sink: c.ep.sinks[id]}
 		c.rstreams[id] = rs
 	}
 	return rs
