@@ -50,16 +50,15 @@ type Conn struct {
 	windowFn func(int) int
 
 	// sender
-	tx         []txPath
-	streams    map[uint32]*txStream
-	active     []*txStream
-	activeCur  int
-	retx       []chunkRef
-	retxHead   int
-	queued     int
-	nextSend   time.Duration
-	cwndLimit  bool // the last attempt to send found no path with room
-	lastHintAt time.Duration
+	tx        []txPath
+	streams   map[uint32]*txStream
+	active    []*txStream
+	activeCur int
+	retx      []chunkRef
+	retxHead  int
+	queued    int
+	nextSend  time.Duration
+	cwndLimit bool // the last attempt to send found no path with room
 
 	// receiver
 	rx       []rxPath
@@ -70,7 +69,7 @@ type Conn struct {
 	// control packets owed
 	needInit, needAccept, needClose, needCloseAck bool
 	acceptEcho                                    uint64
-	acceptPort, closeAckPort                      uint16
+	closeAckPort                                  uint16
 	hsDeadline                                    time.Duration
 	hsTries                                       int
 	hsRTO                                         time.Duration

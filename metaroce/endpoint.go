@@ -94,6 +94,9 @@ func NewEndpoint(cfg Config, mem *Memory) (*Endpoint, error) {
 	}
 	if cfg.ReceiveCapacityBps > 0 {
 		e.share = cc.NewFairShare(cfg.ReceiveCapacityBps, 100*cfg.Path.InitialRTT+10*time.Millisecond)
+		// Measure demand and marks over a couple of round trips, so that
+		// the receiver loop reacts within round trips, not idle periods.
+		e.share.MarkWindow = 2 * cfg.Path.InitialRTT
 	}
 	return e, nil
 }

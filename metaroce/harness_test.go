@@ -13,18 +13,16 @@ import (
 // random loss and duplication, and planes that can go black. The full
 // simulator lives in sim/; this one keeps metaroce's tests self-contained.
 type testNet struct {
-	t      testing.TB
-	now    time.Duration
-	eps    [2]*Endpoint
-	q      dgramHeap
-	seq    uint64
-	rng    *rand.Rand
-	delay  []time.Duration // per plane
-	loss   float64
-	dup    float64
-	black  []bool
-	bufs   [][]byte
-	maxDgs int
+	t     testing.TB
+	now   time.Duration
+	eps   [2]*Endpoint
+	q     dgramHeap
+	seq   uint64
+	rng   *rand.Rand
+	delay []time.Duration // per plane
+	loss  float64
+	dup   float64
+	black []bool
 
 	sent, lost, delivered int
 }

@@ -137,7 +137,7 @@ func (c *Conn) onData(now time.Duration, h *DataHeader, payload []byte, m RecvMe
 	c.Stats.DataReceived++
 	if c.ep.share != nil {
 		// The receiver loop measures each sender's demand (max-min shares).
-		c.ep.share.Account(now, c.id, DataHeaderLen+len(payload))
+		c.ep.share.Account(now, c.id, DataHeaderLen+len(payload), m.CE)
 	}
 	r := &c.rx[path]
 	r.peerPort = m.Entropy

@@ -15,6 +15,9 @@ fi
 echo "== go vet"
 go vet ./...
 
+echo "== staticcheck"
+go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+
 # Packages whose code runs goroutines or touches sockets concurrently get the
 # race detector; the sans-I/O and simulator packages are single-threaded by
 # design and run without it (they are also the slowest under -race).

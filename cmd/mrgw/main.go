@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/spf13/cobra"
 )
@@ -37,11 +35,4 @@ with congestion control built for millisecond round trips.`,
 	}
 	root.AddCommand(newVersionCmd(), newSimCmd(), newConfigCmd(), newCertCmd())
 	return root
-}
-
-// signalContext returns a context cancelled on SIGINT or SIGTERM.
-func signalContext(cmd *cobra.Command) (func(), <-chan os.Signal) {
-	ch := make(chan os.Signal, 2)
-	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
-	return func() { signal.Stop(ch) }, ch
 }

@@ -249,7 +249,7 @@ func TestMutualTLS(t *testing.T) {
 	if sc.MinVersion != tls.VersionTLS13 || sc.ClientAuth != tls.RequireAndVerifyClientCert || sc.NextProtos[0] != ALPN {
 		t.Fatalf("server config: %+v", sc)
 	}
-	handshake := func(cc *tls.Config) (cliErr, srvErr error, state tls.ConnectionState) {
+	handshake := func(cc *tls.Config) (state tls.ConnectionState, cliErr, srvErr error) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
@@ -286,22 +286,22 @@ func TestMutualTLS(t *testing.T) {
 			_, cliErr = tc.Read(b[:])
 		}
 		state = tc.ConnectionState()
-		return cliErr, <-done, state
+		return state, cliErr, <-done
 	}
-	cliErr, srvErr, st := handshake(cli.ClientTLS("gw-srv"))
+	st, cliErr, srvErr := handshake(cli.ClientTLS("gw-srv"))
 	if cliErr != nil || srvErr != nil {
 		t.Fatalf("good pair: client %v, server %v", cliErr, srvErr)
 	}
 	if st.NegotiatedProtocol != ALPN || st.Version != tls.VersionTLS13 {
 		t.Fatalf("ALPN %q version %x", st.NegotiatedProtocol, st.Version)
 	}
-	if cliErr, _, _ := handshake(cli.ClientTLS("gw-wrong")); cliErr == nil {
+	if _, cliErr, _ := handshake(cli.ClientTLS("gw-wrong")); cliErr == nil {
 		t.Fatal("client accepted a server certificate for another name")
 	}
-	if cliErr, srvErr, _ := handshake(noCert.ClientTLS("gw-srv")); cliErr == nil || srvErr == nil {
+	if _, cliErr, srvErr := handshake(noCert.ClientTLS("gw-srv")); cliErr == nil || srvErr == nil {
 		t.Fatalf("no client cert accepted: client %v server %v", cliErr, srvErr)
 	}
-	if cliErr, srvErr, _ := handshake(foreign.ClientTLS("gw-srv")); cliErr == nil || srvErr == nil {
+	if _, cliErr, srvErr := handshake(foreign.ClientTLS("gw-srv")); cliErr == nil || srvErr == nil {
 		t.Fatalf("foreign client cert accepted: client %v server %v", cliErr, srvErr)
 	}
 }

@@ -1,0 +1,232 @@
+package emu
+
+import (
+	"math/bits"
+	"math/rand/v2"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/mrgw/mrgw/internal/ecn"
+)
+
+// Verdict is what the link model decided for one datagram.
+type Verdict uint8
+
+// Verdicts, in the order the model checks them.
+const (
+	Forwarded       Verdict = iota // scheduled for delivery
+	DroppedDown                    // the plane is failed (black hole)
+	DroppedOverflow                // the emulator-wide MaxBuffered cap was reached
+	DroppedQueue                   // drop-tail: the plane's queue was full
+	DroppedLoss                    // random loss on the wire, after the queue
+)
+
+// String names the verdict.
+func (v Verdict) String() string {
+	switch v {
+	case Forwarded:
+		return "forwarded"
+	case DroppedDown:
+		return "dropped-down"
+	case DroppedOverflow:
+		return "dropped-overflow"
+	case DroppedQueue:
+		return "dropped-queue"
+	case DroppedLoss:
+		return "dropped-loss"
+	}
+	return "verdict(?)"
+}
+
+// TraceEvent is the model's decision for one datagram (see Config.Trace).
+// Times are offsets from the emulator's start on the monotonic clock.
+type TraceEvent struct {
+	Dir     Dir
+	Plane   int
+	Size    int // UDP payload bytes
+	Verdict Verdict
+	Arrival time.Duration
+	// Depart is when the last bit leaves the plane's serialiser; set for
+	// Forwarded and DroppedLoss (a lost datagram still used the link).
+	Depart time.Duration
+	// Deliver is the scheduled hand-over to the receiver (Forwarded only):
+	// Depart + Delay + jitter, never earlier than the plane's previous one.
+	Deliver time.Duration
+	// Backlog is the bytes queued ahead of the datagram when it arrived.
+	Backlog int
+	ECNIn   ecn.Codepoint
+	ECNOut  ecn.Codepoint
+}
+
+// linkCounters are atomics so Stats can read them without the direction
+// lock; writers hold the lock anyway except for the delivery counters.
+type linkCounters struct {
+	in, bytesIn               atomic.Uint64
+	delivered, bytesDelivered atomic.Uint64
+	queueDrops, lossDrops     atomic.Uint64
+	downDrops, ceMarks        atomic.Uint64
+	maxQueue                  atomic.Uint64
+}
+
+// link is one plane in one direction: the queue model plus the FIFO of
+// datagrams waiting for their delivery time. All fields except the
+// counters are guarded by the owning direction's mutex.
+//
+// The queue is modelled analytically rather than by holding datagrams
+// until they are serialised: busyUntil is when the serialiser finishes the
+// last accepted datagram, so the bytes still queued at time t are
+// (busyUntil-t)*Rate/8. This is exact for a FIFO work-conserving link and
+// lets a datagram's whole fate be decided once, on arrival.
+type link struct {
+	cfg  LinkConfig
+	down bool
+	// epoch counts failures: a datagram queued under an older epoch was
+	// in flight when the plane failed and is dropped at delivery, even if
+	// the plane has been restored since.
+	epoch       uint32
+	busyUntil   time.Duration
+	lastDeliver time.Duration
+	fifo        ring
+	c           linkCounters
+}
+
+// txTime is the serialisation time of size bytes at rate bits/s.
+func txTime(size int, rate uint64) time.Duration {
+	if rate == 0 {
+		return 0
+	}
+	hi, lo := bits.Mul64(uint64(size)*8, uint64(time.Second))
+	q, _ := bits.Div64(hi, lo, rate) // hi < rate: size*8e9 < 2^64
+	return time.Duration(q)
+}
+
+// backlog returns the bytes still waiting for the serialiser at now.
+func (l *link) backlog(now time.Duration) int {
+	if l.cfg.Rate == 0 || l.busyUntil <= now {
+		return 0
+	}
+	hi, lo := bits.Mul64(uint64(l.busyUntil-now), l.cfg.Rate)
+	q, _ := bits.Div64(hi, lo, 8*uint64(time.Second))
+	return int(q)
+}
+
+// setConfig re-tunes the link. The bytes already queued stay queued: they
+// are re-expressed as serialiser time at the new rate, so a lower rate
+// makes later arrivals wait longer. Datagrams already scheduled keep their
+// delivery times.
+func (l *link) setConfig(now time.Duration, cfg LinkConfig) {
+	q := l.backlog(now)
+	l.cfg = cfg
+	l.busyUntil = now + txTime(q, cfg.Rate)
+}
+
+// fail black-holes the plane: what is queued is lost and the serialiser
+// is idle when the plane comes back.
+func (l *link) fail(now time.Duration) {
+	if l.down {
+		return
+	}
+	l.down = true
+	l.epoch++
+	l.busyUntil = now
+}
+
+// admit runs the model for one datagram of size bytes with ECN codepoint cp
+// arriving at now; full reports that the emulator-wide buffer cap is
+// reached. It updates the link state and counters (except
+// delivered) and returns the verdict; for Forwarded, ev.Deliver is the
+// delivery time and ev.ECNOut the codepoint to send with.
+func (l *link) admit(now time.Duration, size int, cp ecn.Codepoint, full bool, rng *rand.Rand, ev *TraceEvent) Verdict {
+	ev.Arrival, ev.Size, ev.ECNIn, ev.ECNOut = now, size, cp, cp
+	l.c.in.Add(1)
+	l.c.bytesIn.Add(uint64(size))
+	if l.down {
+		l.c.downDrops.Add(1)
+		return DroppedDown
+	}
+	if full {
+		return DroppedOverflow // counted by the emulator, not the plane
+	}
+	q := l.backlog(now)
+	ev.Backlog = q
+	if l.cfg.Rate != 0 && q+size > l.cfg.queueLimit() {
+		l.c.queueDrops.Add(1)
+		return DroppedQueue
+	}
+	if occ := uint64(q + size); l.cfg.Rate != 0 && occ > l.c.maxQueue.Load() {
+		l.c.maxQueue.Store(occ) // only writer: the direction lock is held
+	}
+	start := max(now, l.busyUntil)
+	depart := start + txTime(size, l.cfg.Rate)
+	if l.cfg.Rate != 0 {
+		l.busyUntil = depart
+	}
+	ev.Depart = depart
+	if l.cfg.ECNThreshold > 0 && q > l.cfg.ECNThreshold && cp.IsECT() {
+		if cp != ecn.CE {
+			l.c.ceMarks.Add(1)
+		}
+		ev.ECNOut = ecn.CE
+	}
+	if l.cfg.Loss > 0 && rng.Float64() < l.cfg.Loss {
+		l.c.lossDrops.Add(1)
+		return DroppedLoss
+	}
+	deliver := depart + l.cfg.Delay
+	if l.cfg.Jitter > 0 {
+		deliver += time.Duration(rng.Int64N(int64(l.cfg.Jitter) + 1))
+	}
+	// Jitter must not reorder the plane: a datagram never overtakes the
+	// one ahead of it.
+	deliver = max(deliver, l.lastDeliver)
+	l.lastDeliver = deliver
+	ev.Deliver = deliver
+	return Forwarded
+}
+
+// packet is a datagram waiting in a plane's FIFO.
+type packet struct {
+	buf     *[]byte // from the emulator's pool; payload is (*buf)[:n]
+	n       int
+	tos     byte // full TOS byte to send with (DSCP kept, ECN maybe CE)
+	epoch   uint32
+	deliver time.Duration
+	plane   uint8
+	out     *sock        // the stand-in socket that sends it
+	to      *net.UDPAddr // the real receiver
+}
+
+// ring is a growable FIFO of packets. It grows by doubling and never
+// shrinks; its size is bounded by Config.MaxBuffered.
+type ring struct {
+	buf  []packet
+	head int
+	n    int
+}
+
+func (r *ring) len() int { return r.n }
+
+func (r *ring) push(p packet) {
+	if r.n == len(r.buf) {
+		nb := make([]packet, max(16, 2*len(r.buf)))
+		for i := 0; i < r.n; i++ {
+			nb[i] = r.buf[(r.head+i)%len(r.buf)]
+		}
+		r.buf, r.head = nb, 0
+	}
+	r.buf[(r.head+r.n)%len(r.buf)] = p
+	r.n++
+}
+
+// peek returns the oldest packet; the FIFO must not be empty.
+func (r *ring) peek() *packet { return &r.buf[r.head] }
+
+// pop removes and returns the oldest packet; the FIFO must not be empty.
+func (r *ring) pop() packet {
+	p := r.buf[r.head]
+	r.buf[r.head] = packet{} // drop references for the GC
+	r.head = (r.head + 1) % len(r.buf)
+	r.n--
+	return p
+}
