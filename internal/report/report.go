@@ -42,6 +42,23 @@ type Row struct {
 	WallSeconds      float64 `json:"wall_seconds,omitempty"`
 	SimPacketsPerSec float64 `json:"sim_packets_per_sec,omitempty"`
 	Note             string  `json:"note,omitempty"`
+	// QueueDrops counts packets the bottleneck queue dropped (cc scenarios).
+	QueueDrops uint64 `json:"queue_drops,omitempty"`
+	// Variant names a scenario's sub-case (cc scenarios), e.g. which side
+	// is the bottleneck.
+	Variant string `json:"variant,omitempty"`
+	// RawUDPBps is raw batched UDP between sockets like the measured
+	// system's, on the same machine in the same run; RatioToRawUDP is
+	// GoodputBps / RawUDPBps (datapath only).
+	RawUDPBps     float64 `json:"raw_udp_bps,omitempty"`
+	RatioToRawUDP float64 `json:"ratio_to_raw_udp,omitempty"`
+	// CPUPerGbps is the CPU spent (cores: CPU seconds per second, sender
+	// and receiver together) per Gbit/s of goodput (datapath only).
+	CPUPerGbps float64 `json:"cpu_per_gbps,omitempty"`
+	// AllocsPerPacket is heap allocations per datagram in steady state;
+	// NsPerPacket a per-datagram cost (datapath only).
+	AllocsPerPacket float64 `json:"allocs_per_packet,omitempty"`
+	NsPerPacket     float64 `json:"ns_per_packet,omitempty"`
 }
 
 // WriteJSON writes one JSON object per line.

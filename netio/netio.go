@@ -1,0 +1,460 @@
+//go:build linux
+
+// Package netio runs a metaroce.Endpoint over real UDP sockets: it is the
+// driver that the sans-I/O protocol needs to leave the simulator. The WAN
+// tunnel (package tunnel, with a Sealer), the LAN side of the gateway
+// (hosts to gateway, no Sealer) and the conformance responder all use it.
+//
+// # Sockets and paths
+//
+// An Endpoint has one listening socket, where peers send DATA, INIT and
+// PROBE, and one socket per (peer, entropy) from which it sends them. A
+// path's entropy in metaroce is a logical value; here it names a local
+// socket bound to an ephemeral port, and that real port is what the fabric
+// hashes (DESIGN.md §5). When the state machine re-rolls a path's entropy
+// the next Transmit names an entropy never seen before, so a new socket,
+// a new port and a new ECMP route are created on demand. A socket no path
+// uses any more lingers (answers to packets already sent still arrive
+// there) and is then closed. Path i may be bound to the local address of
+// plane i mod P (Config.PlaneAddrs). Replies (acks, probe answers) leave
+// from the listening socket to the port the answered datagram came from,
+// so they follow the path they answer.
+//
+// # Goroutines
+//
+// One goroutine owns the Endpoint (the state machine is not thread-safe):
+// it feeds received datagrams in, runs the timers from NextTimeout, polls
+// datagrams out and sends them in batches, grouped per socket so that
+// runs to one destination leave as one GSO send. Every other goroutine talks
+// to it through a bounded command queue (Do, Call and the wrappers built on
+// them). Events are handed to Config.OnEvent on the owner goroutine.
+//
+// Each socket has one reader goroutine blocked in recvmmsg (udp.Conn
+// ReadBatch). That is the epoll-free design: Go's netpoller already parks a
+// blocked reader on epoll, a parked goroutine costs a few KiB, and a
+// reader per socket lets authentication (the AEAD open) run in parallel
+// with the protocol on another core. A reader owns a fixed number of batch
+// buffers; it hands a full batch to the owner over one bounded channel and
+// reads again only when the owner returns a buffer. So a flood can fill
+// the kernel's socket buffer (where the kernel drops, and counts), never
+// this process's memory.
+//
+// # Sealing
+//
+// A peer may have a Sealer (the tunnel's AEAD envelope). Every datagram to
+// that peer is sealed in place after Poll, and every datagram from it is
+// opened by the reader before the owner sees it: a datagram that fails
+// (authentication, replay, unknown epoch, too short) is dropped and counted
+// per reason and never reaches the protocol. Datagrams from sources that
+// are no known peer are dropped and counted too, unless Config.AcceptPeer
+// admits the source.
+//
+// netio imports metaroce and the tunnel's socket and envelope packages;
+// it must not import tunnel (the WAN tunnel builds on it) or gateway.
+package netio
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mrgw/mrgw/metaroce"
+	"github.com/mrgw/mrgw/tunnel/seal"
+	"github.com/mrgw/mrgw/tunnel/udp"
+)
+
+// PeerID names a peer; it is the state machine's peer identity.
+type PeerID = metaroce.PeerID
+
+// Sealer protects the datagrams exchanged with one peer. Seal and Open
+// follow tunnel/seal's in-place contract: Seal(buf[:0], buf[Prefix():Prefix()+n])
+// turns the plaintext at buf[Prefix():] into a sealed datagram at buf[0:],
+// and Open(d[Prefix():Prefix()], d) leaves the plaintext at d[Prefix():].
+// Seal runs on the owner goroutine, Open on the readers (concurrently).
+type Sealer interface {
+	// Prefix is the number of bytes in front of the plaintext.
+	Prefix() int
+	// Overhead is the total number of bytes Seal adds.
+	Overhead() int
+	Seal(dst, plaintext []byte) ([]byte, error)
+	Open(dst, datagram []byte) ([]byte, error)
+}
+
+// Peer is a remote endpoint.
+type Peer struct {
+	ID PeerID
+	// Addr is the peer's listening address: where DATA, INIT and PROBE go.
+	Addr netip.AddrPort
+	// Sources are further addresses the peer sends from (for example its
+	// per-plane addresses). Datagrams from Addr's IP or one of these, from
+	// any port, are this peer's.
+	Sources []netip.Addr
+	// Sealer, if set, seals and opens every datagram of this peer.
+	Sealer Sealer
+}
+
+// Config configures an Endpoint.
+type Config struct {
+	// Protocol configures the metaroce.Endpoint.
+	Protocol metaroce.Config
+	// Memory is the registry WRITEs place into (nil: a new one). Touch it
+	// only from Call, since the owner goroutine places into it.
+	Memory *metaroce.Memory
+	// Listen is the listening address (port 0: an ephemeral port).
+	Listen netip.AddrPort
+	// PlaneAddrs, if set, binds path i's sockets to PlaneAddrs[i mod len]:
+	// one local address per plane. Empty: path sockets bind to Listen's
+	// address.
+	PlaneAddrs []netip.Addr
+	// UDP configures every socket (ECN default, GSO/GRO switches, batch
+	// size, socket buffers).
+	UDP udp.Options
+	// Peers are registered at start; more can be added with AddPeer.
+	Peers []Peer
+	// AcceptPeer, if set, is asked (on the owner goroutine) about a
+	// datagram from an unknown source; returning true registers the source
+	// as a new peer with that id. Unsealed only.
+	AcceptPeer func(src netip.AddrPort) (PeerID, bool)
+	// OnEvent receives every protocol event, on the owner goroutine: it
+	// must not block and must not wait for Call.
+	OnEvent func(now time.Duration, ev metaroce.Event)
+	// Logger: nil discards.
+	Logger *slog.Logger
+
+	// Limits (0: the defaults below).
+	Commands       int           // command queue length
+	MaxPathSockets int           // path sockets open at once
+	MaxPeers       int           // peers registered at once
+	Linger         time.Duration // how long an unused path socket stays open
+	RxBatches      int           // receive batches per socket
+}
+
+// Defaults for Config's zero values.
+const (
+	DefaultCommands       = 1024
+	DefaultMaxPathSockets = 1024
+	DefaultMaxPeers       = 4096
+	DefaultLinger         = 2 * time.Second
+	DefaultRxBatches      = 2
+	// txBatch is how many datagrams one flush polls before sending.
+	txBatch = 128
+	// txRounds bounds the flushes of one loop turn, so that received
+	// datagrams and commands are served between them.
+	txRounds = 8
+)
+
+// ErrClosed is returned by calls on a closed Endpoint.
+var ErrClosed = errors.New("netio: endpoint closed")
+
+// Stats are an Endpoint's counters since it started.
+type Stats struct {
+	RxDatagrams, RxBytes uint64 // delivered to the protocol (plaintext bytes)
+	TxDatagrams, TxBytes uint64 // handed to the kernel (wire bytes)
+	// UnknownSource: datagrams from no known peer.
+	UnknownSource uint64
+	// OpenErrors counts datagrams refused by a Sealer, indexed by
+	// seal.Error (index 0: an error of another type).
+	OpenErrors [seal.NumErrors]uint64
+	// SealErrors: datagrams that could not be sealed (key exhausted).
+	SealErrors uint64
+	// TxErrors: datagrams the kernel refused; NoSocket: datagrams dropped
+	// because no path socket could be opened.
+	TxErrors, NoSocket uint64
+	// ReadErrors: failed receive calls.
+	ReadErrors uint64
+	// PathSockets is the number of path sockets open now; SocketsOpened
+	// the number ever opened.
+	PathSockets, SocketsOpened uint64
+	// GSO, GRO: whether the listening socket uses the offloads.
+	GSO, GRO bool
+}
+
+// Dropped returns the datagrams refused before the protocol saw them.
+func (s *Stats) Dropped() uint64 {
+	n := s.UnknownSource
+	for _, v := range s.OpenErrors {
+		n += v
+	}
+	return n
+}
+
+type counters struct {
+	rxDatagrams, rxBytes, txDatagrams, txBytes atomic.Uint64
+	unknown                                    atomic.Uint64
+	open                                       [seal.NumErrors]atomic.Uint64
+	sealErr, txErr, noSocket, readErr          atomic.Uint64
+	pathSockets, opened                        atomic.Uint64
+}
+
+// Endpoint is a metaroce.Endpoint running over UDP. Its methods are safe
+// for concurrent use.
+type Endpoint struct {
+	cfg   Config
+	log   *slog.Logger
+	ep    *metaroce.Endpoint
+	start time.Time
+
+	listen *sock
+	peers  atomic.Pointer[peerTable]
+	pmu    sync.Mutex // serializes peer table updates
+
+	cmds chan command
+	rx   chan *rxBatch
+	quit chan struct{}
+	done chan struct{} // closed when the owner goroutine has returned
+	wg   sync.WaitGroup
+
+	closeOnce sync.Once
+	ctr       counters
+
+	// Owned by the owner goroutine.
+	owner    ownerState
+	rxBufLen int
+}
+
+type command struct {
+	fn   func(now time.Duration, ep *metaroce.Endpoint)
+	done chan struct{}
+}
+
+// New opens the listening socket and starts the Endpoint.
+func New(cfg Config) (*Endpoint, error) {
+	if cfg.Commands <= 0 {
+		cfg.Commands = DefaultCommands
+	}
+	if cfg.MaxPathSockets <= 0 {
+		cfg.MaxPathSockets = DefaultMaxPathSockets
+	}
+	if cfg.MaxPeers <= 0 {
+		cfg.MaxPeers = DefaultMaxPeers
+	}
+	if cfg.Linger <= 0 {
+		cfg.Linger = DefaultLinger
+	}
+	if cfg.RxBatches <= 0 {
+		cfg.RxBatches = DefaultRxBatches
+	}
+	if !cfg.Listen.Addr().IsValid() {
+		return nil, fmt.Errorf("netio: Listen address is required")
+	}
+	for _, a := range cfg.PlaneAddrs {
+		if !a.IsValid() {
+			return nil, fmt.Errorf("netio: invalid plane address")
+		}
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ep, err := metaroce.NewEndpoint(cfg.Protocol, cfg.Memory)
+	if err != nil {
+		return nil, err
+	}
+	e := &Endpoint{
+		cfg:   cfg,
+		log:   log,
+		ep:    ep,
+		start: time.Now(),
+		cmds:  make(chan command, cfg.Commands),
+		quit:  make(chan struct{}),
+		done:  make(chan struct{}),
+	}
+	// A received datagram is at most a DATA packet of the largest MTU plus
+	// the largest envelope; a little more so that a too-long datagram is
+	// seen as such (and refused) rather than silently cut to a valid size.
+	e.rxBufLen = ep.Config().MTU + metaroce.DataHeaderLen + maxOverhead + 64
+	e.peers.Store(&peerTable{})
+	for _, p := range cfg.Peers {
+		if err := e.AddPeer(p); err != nil {
+			return nil, err
+		}
+	}
+	// The receive channel holds every batch that can exist, so a reader
+	// never blocks on it for long: readers block on their free lists.
+	e.rx = make(chan *rxBatch, cfg.RxBatches*(cfg.MaxPathSockets+1))
+	e.owner.init(e)
+	ls, err := e.openSock(cfg.Listen, true, 0, 0)
+	if err != nil {
+		return nil, err
+	}
+	e.listen = ls
+	e.wg.Add(1)
+	go e.run()
+	return e, nil
+}
+
+// maxOverhead bounds the envelope a Sealer may add.
+const maxOverhead = 64
+
+// LocalAddr returns the listening address (with the real port).
+func (e *Endpoint) LocalAddr() netip.AddrPort { return e.listen.c.LocalAddr() }
+
+// ProtocolConfig returns the state machine's configuration with defaults.
+func (e *Endpoint) ProtocolConfig() metaroce.Config { return e.ep.Config() }
+
+// Now returns the Endpoint's clock: the time the state machine sees.
+func (e *Endpoint) Now() time.Duration { return time.Since(e.start) }
+
+// Done is closed when the Endpoint has stopped.
+func (e *Endpoint) Done() <-chan struct{} { return e.done }
+
+// AddPeer registers a peer (or replaces the one with the same ID).
+func (e *Endpoint) AddPeer(p Peer) error {
+	if !p.Addr.IsValid() {
+		return fmt.Errorf("netio: peer %d: invalid address", p.ID)
+	}
+	if p.Sealer != nil && (p.Sealer.Overhead() > maxOverhead || p.Sealer.Prefix() > p.Sealer.Overhead()) {
+		return fmt.Errorf("netio: peer %d: sealer overhead %d exceeds %d", p.ID, p.Sealer.Overhead(), maxOverhead)
+	}
+	e.pmu.Lock()
+	defer e.pmu.Unlock()
+	old := e.peers.Load()
+	if _, ok := old.byID[p.ID]; !ok && len(old.byID) >= e.cfg.MaxPeers {
+		return fmt.Errorf("netio: peer table full (%d)", e.cfg.MaxPeers)
+	}
+	e.peers.Store(old.with(p))
+	return nil
+}
+
+// RemovePeer forgets a peer; its datagrams are unknown from then on.
+func (e *Endpoint) RemovePeer(id PeerID) {
+	e.pmu.Lock()
+	defer e.pmu.Unlock()
+	e.peers.Store(e.peers.Load().without(id))
+}
+
+// Do queues fn to run on the owner goroutine and returns without waiting
+// for it. It blocks while the queue is full, until ctx is done or the
+// Endpoint closes.
+func (e *Endpoint) Do(ctx context.Context, fn func(now time.Duration, ep *metaroce.Endpoint)) error {
+	return e.enqueue(ctx, command{fn: fn})
+}
+
+// Call runs fn on the owner goroutine and waits until it has run. fn may
+// use the metaroce.Endpoint and its connections freely. Call must not be
+// used from OnEvent (it would wait for itself).
+func (e *Endpoint) Call(ctx context.Context, fn func(now time.Duration, ep *metaroce.Endpoint)) error {
+	c := command{fn: fn, done: make(chan struct{})}
+	if err := e.enqueue(ctx, c); err != nil {
+		return err
+	}
+	select {
+	case <-c.done:
+		return nil
+	case <-e.done:
+		// The owner may have run it just before stopping.
+		select {
+		case <-c.done:
+			return nil
+		default:
+			return ErrClosed
+		}
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (e *Endpoint) enqueue(ctx context.Context, c command) error {
+	select {
+	case <-e.quit:
+		return ErrClosed
+	default:
+	}
+	select {
+	case e.cmds <- c:
+		return nil
+	case <-e.quit:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Connect opens a connection to peer; EventConnected reports when it is
+// established. The returned Conn must be used only on the owner goroutine
+// (inside Call or OnEvent) or through the wrappers below.
+func (e *Endpoint) Connect(ctx context.Context, peer PeerID) (*metaroce.Conn, error) {
+	var c *metaroce.Conn
+	var err error
+	if cerr := e.Call(ctx, func(now time.Duration, ep *metaroce.Endpoint) { c, err = ep.Connect(now, peer) }); cerr != nil {
+		return nil, cerr
+	}
+	return c, err
+}
+
+// Write queues a WRITE on c (see metaroce.Conn.Write); data must stay
+// untouched until its EventSendComplete.
+func (e *Endpoint) Write(ctx context.Context, c *metaroce.Conn, stream, key uint32, addr uint64, data []byte) (uint64, error) {
+	var seq uint64
+	var err error
+	if cerr := e.Call(ctx, func(now time.Duration, _ *metaroce.Endpoint) { seq, err = c.Write(now, stream, key, addr, data) }); cerr != nil {
+		return 0, cerr
+	}
+	return seq, err
+}
+
+// Send queues a SEND on c (see metaroce.Conn.Send).
+func (e *Endpoint) Send(ctx context.Context, c *metaroce.Conn, stream uint32, tag uint64, data []byte) (uint64, error) {
+	var seq uint64
+	var err error
+	if cerr := e.Call(ctx, func(now time.Duration, _ *metaroce.Endpoint) { seq, err = c.Send(now, stream, tag, data) }); cerr != nil {
+		return 0, cerr
+	}
+	return seq, err
+}
+
+// PostRecv posts buf for the SEND tagged tag on c.
+func (e *Endpoint) PostRecv(ctx context.Context, c *metaroce.Conn, tag uint64, buf []byte) error {
+	var err error
+	if cerr := e.Call(ctx, func(time.Duration, *metaroce.Endpoint) { err = c.PostRecv(tag, buf) }); cerr != nil {
+		return cerr
+	}
+	return err
+}
+
+// CloseConn starts a graceful close of c.
+func (e *Endpoint) CloseConn(ctx context.Context, c *metaroce.Conn) error {
+	return e.Call(ctx, func(now time.Duration, _ *metaroce.Endpoint) { c.Close(now) })
+}
+
+// Stats returns a snapshot of the counters.
+func (e *Endpoint) Stats() Stats {
+	c := &e.ctr
+	s := Stats{
+		RxDatagrams: c.rxDatagrams.Load(), RxBytes: c.rxBytes.Load(),
+		TxDatagrams: c.txDatagrams.Load(), TxBytes: c.txBytes.Load(),
+		UnknownSource: c.unknown.Load(),
+		SealErrors:    c.sealErr.Load(), TxErrors: c.txErr.Load(), NoSocket: c.noSocket.Load(),
+		ReadErrors:  c.readErr.Load(),
+		PathSockets: c.pathSockets.Load(), SocketsOpened: c.opened.Load(),
+	}
+	for i := range c.open {
+		s.OpenErrors[i] = c.open[i].Load()
+	}
+	us := e.listen.c.Stats()
+	s.GSO, s.GRO = us.GSO, us.GRO
+	return s
+}
+
+// Close stops the Endpoint at once: connections are not closed gracefully
+// (close them first with CloseConn for that). It waits for every goroutine.
+func (e *Endpoint) Close() error {
+	e.closeOnce.Do(func() { close(e.quit) })
+	e.wg.Wait()
+	return nil
+}
+
+func (e *Endpoint) countOpenError(err error) {
+	// A type assertion, not errors.As: this runs per refused datagram and
+	// must not allocate.
+	if se, ok := err.(seal.Error); ok && int(se) < len(e.ctr.open) {
+		e.ctr.open[se].Add(1)
+		return
+	}
+	e.ctr.open[0].Add(1)
+}

@@ -1,0 +1,418 @@
+//go:build linux
+
+package netio
+
+import (
+	"bytes"
+	"context"
+	crand "crypto/rand"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/mrgw/mrgw/cc"
+	"github.com/mrgw/mrgw/metaroce"
+	"github.com/mrgw/mrgw/tunnel/seal"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// patience bounds every wait; it is a failure deadline, never a
+// performance threshold.
+const patience = 20 * time.Second
+
+var loop4 = netip.MustParseAddrPort("127.0.0.1:0")
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// recorder collects events from the owner goroutine.
+type recorder struct {
+	mu     sync.Mutex
+	events []metaroce.Event
+	notify chan struct{}
+}
+
+func newRecorder() *recorder { return &recorder{notify: make(chan struct{}, 1)} }
+
+func (r *recorder) on(_ time.Duration, ev metaroce.Event) {
+	r.mu.Lock()
+	r.events = append(r.events, ev)
+	r.mu.Unlock()
+	select {
+	case r.notify <- struct{}{}:
+	default:
+	}
+}
+
+// wait blocks until pred holds over the events seen so far.
+func (r *recorder) wait(t *testing.T, ctx context.Context, what string, pred func([]metaroce.Event) bool) {
+	t.Helper()
+	for {
+		r.mu.Lock()
+		ok := pred(r.events)
+		r.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-r.notify:
+		case <-ctx.Done():
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+func (r *recorder) count(kind metaroce.EventKind) (n int, failed int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, ev := range r.events {
+		if ev.Kind == kind {
+			n++
+			if ev.Err != nil {
+				failed++
+			}
+		}
+	}
+	return n, failed
+}
+
+func protoConfig(listen bool) metaroce.Config {
+	return metaroce.Config{MTU: 1400, Paths: 4, Listen: listen, Seed: 7, CC: cc.NewFixed(128<<10, 0)}
+}
+
+type pair struct {
+	a, b       *Endpoint
+	key        uint32 // the last memory key registered at b
+	ra, rb     *recorder
+	connected  chan struct{}
+	aPeer, bID PeerID
+}
+
+// newPair starts endpoint a (initiator, peer id 2 for b) and b (listener,
+// peer id 1 for a) on loopback; sa and sb seal a's and b's side if set.
+func newPair(t *testing.T, sa, sb Sealer, tweak func(*Config)) *pair {
+	t.Helper()
+	p := &pair{ra: newRecorder(), rb: newRecorder()}
+	ca := Config{Protocol: protoConfig(false), Listen: loop4, OnEvent: p.ra.on}
+	cb := Config{Protocol: protoConfig(true), Listen: loop4, OnEvent: p.rb.on}
+	if tweak != nil {
+		tweak(&ca)
+		tweak(&cb)
+	}
+	var err error
+	if p.a, err = New(ca); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.a.Close() })
+	if p.b, err = New(cb); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.b.Close() })
+	if err := p.a.AddPeer(Peer{ID: 2, Addr: p.b.LocalAddr(), Sealer: sa}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.b.AddPeer(Peer{ID: 1, Addr: p.a.LocalAddr(), Sealer: sb}); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// transfer WRITEs msgs random messages from a to b and checks that every
+// one lands byte-exact and completes once on each side.
+func (p *pair) transfer(t *testing.T, ctx context.Context, msgs, maxLen int) *metaroce.Conn {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(1, 2))
+	lens := make([]int, msgs)
+	total := 0
+	for i := range lens {
+		lens[i] = 1 + rng.IntN(maxLen)
+		total += lens[i]
+	}
+	src := make([]byte, total)
+	if _, err := crand.Read(src); err != nil {
+		t.Fatal(err)
+	}
+	dst := make([]byte, total)
+	p.key++
+	key := p.key
+	if err := p.b.Call(ctx, func(_ time.Duration, ep *metaroce.Endpoint) {
+		if err := ep.Memory().Register(key, dst); err != nil {
+			t.Error(err)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := p.a.Connect(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := 0
+	for _, n := range lens {
+		if _, err := p.a.Write(ctx, c, 0, key, uint64(off), src[off:off+n]); err != nil {
+			t.Fatal(err)
+		}
+		off += n
+	}
+	done := func(kind metaroce.EventKind) func([]metaroce.Event) bool {
+		return func(evs []metaroce.Event) bool {
+			n := 0
+			for _, ev := range evs {
+				if ev.Kind == kind {
+					n++
+				}
+			}
+			return n >= msgs
+		}
+	}
+	p.ra.wait(t, ctx, "send completions", done(metaroce.EventSendComplete))
+	p.rb.wait(t, ctx, "receive completions", done(metaroce.EventRecvComplete))
+	// Once each, in order per stream, with no error.
+	for _, r := range []*recorder{p.ra, p.rb} {
+		r.mu.Lock()
+		var next uint64
+		for _, ev := range r.events {
+			if ev.Kind != metaroce.EventSendComplete && ev.Kind != metaroce.EventRecvComplete {
+				continue
+			}
+			if ev.Err != nil {
+				t.Errorf("message %d failed: %v", ev.Seq, ev.Err)
+			}
+			if ev.Seq != next {
+				t.Errorf("completion for message %d, want %d (duplicate or out of order)", ev.Seq, next)
+			}
+			next = ev.Seq + 1
+		}
+		r.mu.Unlock()
+	}
+	// dst belongs to b's owner goroutine while registered: read it there.
+	if err := p.b.Call(ctx, func(time.Duration, *metaroce.Endpoint) {
+		if !bytes.Equal(src, dst) {
+			t.Error("received bytes differ from the sent ones")
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestTransferPlain(t *testing.T) {
+	ctx := testCtx(t)
+	p := newPair(t, nil, nil, nil)
+	c := p.transfer(t, ctx, 300, 20000)
+	sa, sb := p.a.Stats(), p.b.Stats()
+	if sa.SocketsOpened < 2 {
+		t.Errorf("a opened %d path sockets, want one per path (4)", sa.SocketsOpened)
+	}
+	if sa.Dropped() != 0 || sb.Dropped() != 0 {
+		t.Errorf("drops: a %+v b %+v", sa, sb)
+	}
+	// A graceful close releases the path sockets, which linger, then close.
+	if err := p.a.CloseConn(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	p.ra.wait(t, ctx, "close", func(evs []metaroce.Event) bool {
+		for _, ev := range evs {
+			if ev.Kind == metaroce.EventClosed {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+func TestLingeringSocketsClose(t *testing.T) {
+	ctx := testCtx(t)
+	p := newPair(t, nil, nil, func(c *Config) { c.Linger = 10 * time.Millisecond })
+	c := p.transfer(t, ctx, 5, 3000)
+	if err := p.a.CloseConn(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(patience)
+	for p.a.Stats().PathSockets != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("path sockets still open: %d", p.a.Stats().PathSockets)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// sealPair is a Sealer over tunnel/seal with one fixed key per direction.
+type sealPair struct {
+	s *seal.Sealer
+	o *seal.Opener
+}
+
+func (s *sealPair) Prefix() int                          { return seal.HeaderLen }
+func (s *sealPair) Overhead() int                        { return seal.Overhead }
+func (s *sealPair) Seal(dst, pt []byte) ([]byte, error)  { return s.s.Seal(dst, pt) }
+func (s *sealPair) Open(dst, dgm []byte) ([]byte, error) { return s.o.Open(dst, dgm) }
+
+func newSealers(t *testing.T) (a, b *sealPair) {
+	t.Helper()
+	k1 := seal.Key{Suite: seal.AES128GCM, Secret: bytes.Repeat([]byte{1}, 16)}
+	k2 := seal.Key{Suite: seal.AES128GCM, Secret: bytes.Repeat([]byte{2}, 16)}
+	mk := func(send, recv seal.Key) *sealPair {
+		s, err := seal.NewSealer(send, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := seal.NewOpener(recv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &sealPair{s, o}
+	}
+	return mk(k1, k2), mk(k2, k1)
+}
+
+func TestSealedDropsBeforeProtocol(t *testing.T) {
+	ctx := testCtx(t)
+	sa, sb := newSealers(t)
+	p := newPair(t, sa, sb, nil)
+	p.transfer(t, ctx, 50, 5000)
+
+	// An attacker on a's address: a socket on 127.0.0.1 is "a" by IP.
+	atk, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer atk.Close()
+	to := net.UDPAddrFromAddrPort(p.b.LocalAddr())
+	// A genuine datagram, sealed by a's key: first delivered, then replayed.
+	ping := make([]byte, 64)
+	genuine, err := sa.s.Seal(nil, ping)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tampered := bytes.Clone(genuine)
+	tampered[seal.HeaderLen+3] ^= 1
+	short := genuine[:seal.Overhead-1]
+	wrongEpoch := bytes.Clone(genuine)
+	wrongEpoch[1] = 9
+	var before metaroce.EndpointStats
+	p.b.Call(ctx, func(_ time.Duration, ep *metaroce.Endpoint) { before = ep.Stats })
+	for _, d := range [][]byte{genuine, genuine, genuine, tampered, short, wrongEpoch} {
+		if _, err := atk.WriteToUDP(d, to); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[seal.Error]uint64{seal.ErrReplayed: 2, seal.ErrAuth: 1, seal.ErrTooShort: 1, seal.ErrUnknownEpoch: 1}
+	deadline := time.Now().Add(patience)
+	for {
+		st := p.b.Stats()
+		ok := true
+		for e, n := range want {
+			if st.OpenErrors[e] < n {
+				ok = false
+			}
+		}
+		if ok {
+			for e, n := range want {
+				if st.OpenErrors[e] != n {
+					t.Errorf("%v: %d, want %d", e, st.OpenErrors[e], n)
+				}
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("drops not counted: %+v", st.OpenErrors)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Exactly one of them reached the protocol: the first genuine one, an
+	// all-zero packet that the protocol counts as a bad version (no real
+	// traffic does).
+	var after metaroce.EndpointStats
+	p.b.Call(ctx, func(_ time.Duration, ep *metaroce.Endpoint) { after = ep.Stats })
+	if got := after.BadVersion - before.BadVersion; got != 1 {
+		t.Errorf("protocol saw %d of the attacker's datagrams, want 1", got)
+	}
+	// The connection still works.
+	p.ra.mu.Lock()
+	p.ra.events = nil
+	p.ra.mu.Unlock()
+	p.rb.mu.Lock()
+	p.rb.events = nil
+	p.rb.mu.Unlock()
+	p.transfer(t, ctx, 20, 5000)
+}
+
+func TestUnknownSourceDropped(t *testing.T) {
+	ctx := testCtx(t)
+	e, err := New(Config{Protocol: protoConfig(true), Listen: loop4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	atk, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer atk.Close()
+	for range 10 {
+		atk.WriteToUDP([]byte("hello"), net.UDPAddrFromAddrPort(e.LocalAddr()))
+	}
+	deadline := time.Now().Add(patience)
+	for e.Stats().UnknownSource < 10 {
+		if time.Now().After(deadline) {
+			t.Fatalf("unknown-source drops %d, want 10", e.Stats().UnknownSource)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	var st metaroce.EndpointStats
+	e.Call(ctx, func(_ time.Duration, ep *metaroce.Endpoint) { st = ep.Stats })
+	if st.Received != 0 {
+		t.Errorf("protocol saw %d datagrams from an unknown source", st.Received)
+	}
+}
+
+func TestAcceptPeer(t *testing.T) {
+	ctx := testCtx(t)
+	rb := newRecorder()
+	b, err := New(Config{Protocol: protoConfig(true), Listen: loop4, OnEvent: rb.on,
+		AcceptPeer: func(netip.AddrPort) (PeerID, bool) { return 77, true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	a, err := New(Config{Protocol: protoConfig(false), Listen: loop4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if err := a.AddPeer(Peer{ID: 5, Addr: b.LocalAddr()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Connect(ctx, 5); err != nil {
+		t.Fatal(err)
+	}
+	rb.wait(t, ctx, "accepted connection", func(evs []metaroce.Event) bool {
+		for _, ev := range evs {
+			if ev.Kind == metaroce.EventConnected && ev.Conn.Peer() == 77 {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+func TestCallAfterClose(t *testing.T) {
+	e, err := New(Config{Protocol: protoConfig(true), Listen: loop4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Close()
+	if err := e.Call(context.Background(), func(time.Duration, *metaroce.Endpoint) {}); err != ErrClosed {
+		t.Fatalf("Call after Close: %v, want ErrClosed", err)
+	}
+	e.Close() // idempotent
+}

@@ -1,0 +1,318 @@
+//go:build linux
+
+package tunnel
+
+import (
+	"bytes"
+	"context"
+	crand "crypto/rand"
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/mrgw/mrgw/cc"
+	"github.com/mrgw/mrgw/loadtest/emu"
+	"github.com/mrgw/mrgw/metaroce"
+	"github.com/mrgw/mrgw/pathmgr"
+	"github.com/mrgw/mrgw/tunnel/control"
+	"github.com/mrgw/mrgw/tunnel/pki"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// patience bounds every wait; a failure deadline, never a performance
+// threshold.
+const patience = 45 * time.Second
+
+var loop4 = netip.MustParseAddrPort("127.0.0.1:0")
+
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// sessions establishes an authenticated control session between gateways
+// "gw-a" (dialer) and "gw-b" (listener), both issued by one CA.
+func sessions(t testing.TB, ctx context.Context, ra, rb *Router) (a, b *control.Session) {
+	t.Helper()
+	now := time.Now().Add(-time.Hour)
+	ca, err := pki.NewCA("mrgw test CA", now, 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idA, err := ca.Issue("gw-a", now, 12*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idB, err := ca.Issue("gw-b", now, 12*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := control.Listen(ctx, "127.0.0.1:0", control.Config{
+		Credentials: ca.Credentials(idB), Local: control.LocalInfo{Name: "gw-b", Region: "b"},
+		ExpectedPeers: []string{"gw-a"}, OnEvent: rb.OnEvent,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	type res struct {
+		s   *control.Session
+		err error
+	}
+	acc := make(chan res, 1)
+	go func() {
+		s, err := l.Accept(ctx)
+		acc <- res{s, err}
+	}()
+	a, err = control.Dial(ctx, l.Addr().String(), "gw-b", control.Config{
+		Credentials: ca.Credentials(idA), Local: control.LocalInfo{Name: "gw-a", Region: "a"},
+		ExpectedPeers: []string{"gw-b"}, OnEvent: ra.OnEvent,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	r := <-acc
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	t.Cleanup(func() { r.s.Close() })
+	return a, r.s
+}
+
+// linkSpec is the emulated WAN of the tests.
+type linkSpec struct {
+	planes   int
+	oneWay   time.Duration
+	loss     float64
+	rateBps  uint64 // per plane
+	queue    int
+	paths    int
+	window   int // per path
+	rekey    uint64
+	pacingBs float64
+}
+
+func wanSpec() linkSpec {
+	return linkSpec{planes: 4, oneWay: 20 * time.Millisecond, loss: 0.01, rateBps: 25e6, queue: 512 << 10,
+		paths: 32, window: 64 << 10, pacingBs: 4 * 25e6 / 8}
+}
+
+func wanProtocol(s linkSpec, listen bool) metaroce.Config {
+	return metaroce.Config{
+		MTU: 1400, Paths: s.paths, Listen: listen, Seed: 11,
+		CC:          cc.NewFixed(s.window, s.pacingBs),
+		MaxAckDelay: 2 * time.Millisecond,
+		Path: pathmgr.Config{
+			InitialRTT: 2 * s.oneWay, MinPTO: 10 * time.Millisecond, MaxAckDelay: 2 * time.Millisecond,
+			DownAfter: 3, ProbeInterval: 20 * time.Millisecond, MaxProbeInterval: time.Second, UpAfter: 2,
+		},
+	}
+}
+
+// rig is two tunnels through the emulator.
+type rig struct {
+	em     *emu.Emulator
+	a, b   *Tunnel
+	ra, rb *recorder
+	spec   linkSpec
+	key    uint32
+}
+
+func newRig(t testing.TB, spec linkSpec) *rig {
+	t.Helper()
+	ctx := testCtx(t)
+	em, err := emu.New(context.Background(), emu.Config{
+		Planes: spec.planes, Seed: 3, MaxDatagram: 4096,
+		Link: emu.LinkConfig{Delay: spec.oneWay, Loss: spec.loss, Rate: spec.rateBps, QueueBytes: spec.queue},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { em.Close() })
+	routA, routB := NewRouter(), NewRouter()
+	sa, sb := sessions(t, ctx, routA, routB)
+	r := &rig{em: em, ra: newRecorder(), rb: newRecorder(), spec: spec}
+	var realB netip.AddrPort
+	r.a, err = New(sa, Config{
+		Protocol: wanProtocol(spec, false), Listen: loop4, Router: routA, OnEvent: r.ra.on, RekeyAfter: spec.rekey,
+		PlaneOf: func(_ int, local netip.AddrPort) int { return em.PlaneOf(emu.AtoB, local, realB) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.a.Close() })
+	r.b, err = New(sb, Config{Protocol: wanProtocol(spec, true), Listen: loop4, Router: routB, OnEvent: r.rb.on, RekeyAfter: spec.rekey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.b.Close() })
+	realB = r.b.LocalAddr()
+	standA, err := em.Expose(emu.SiteA, r.a.LocalAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	standB, err := em.Expose(emu.SiteB, realB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.a.SetPeerAddr(standB); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.b.SetPeerAddr(standA); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// recorder collects protocol events from an endpoint's goroutine.
+type recorder struct {
+	mu     sync.Mutex
+	events []metaroce.Event
+	at     []time.Time
+	notify chan struct{}
+}
+
+func newRecorder() *recorder { return &recorder{notify: make(chan struct{}, 1)} }
+
+func (r *recorder) on(_ time.Duration, ev metaroce.Event) {
+	r.mu.Lock()
+	r.events = append(r.events, ev)
+	r.at = append(r.at, time.Now())
+	r.mu.Unlock()
+	select {
+	case r.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (r *recorder) reset() {
+	r.mu.Lock()
+	r.events, r.at = nil, nil
+	r.mu.Unlock()
+}
+
+func (r *recorder) wait(t testing.TB, ctx context.Context, what string, pred func([]metaroce.Event) bool) {
+	t.Helper()
+	for {
+		r.mu.Lock()
+		ok := pred(r.events)
+		r.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-r.notify:
+		case <-ctx.Done():
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+func countKind(kind metaroce.EventKind, n int) func([]metaroce.Event) bool {
+	return func(evs []metaroce.Event) bool {
+		k := 0
+		for _, ev := range evs {
+			if ev.Kind == kind {
+				k++
+			}
+		}
+		return k >= n
+	}
+}
+
+// transfer is one run of random messages WRITten from a to b.
+type transfer struct {
+	src, dst []byte
+	lens     []int
+	conn     *metaroce.Conn
+}
+
+// start registers a destination at b and queues msgs random messages of
+// 1..maxLen bytes on a new connection from a.
+func (r *rig) start(t testing.TB, ctx context.Context, msgs, maxLen int, seed uint64) *transfer {
+	t.Helper()
+	return r.startOn(t, ctx, nil, 0, msgs, maxLen, seed)
+}
+
+// startOn is start on an existing connection (nil: a new one) and stream.
+func (r *rig) startOn(t testing.TB, ctx context.Context, c *metaroce.Conn, stream uint32, msgs, maxLen int, seed uint64) *transfer {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 99))
+	x := &transfer{lens: make([]int, msgs)}
+	total := 0
+	for i := range x.lens {
+		x.lens[i] = 1 + rng.IntN(maxLen)
+		total += x.lens[i]
+	}
+	x.src = make([]byte, total)
+	crand.Read(x.src)
+	x.dst = make([]byte, total)
+	r.key++
+	key := r.key
+	if err := r.b.Endpoint().Call(ctx, func(_ time.Duration, ep *metaroce.Endpoint) {
+		if err := ep.Memory().Register(key, x.dst); err != nil {
+			t.Error(err)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if c == nil {
+		var err error
+		if c, err = r.a.Connect(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	x.conn = c
+	off := 0
+	for _, n := range x.lens {
+		if _, err := r.a.Endpoint().Write(ctx, c, stream, key, uint64(off), x.src[off:off+n]); err != nil {
+			t.Fatal(err)
+		}
+		off += n
+	}
+	return x
+}
+
+// finish waits for every message to complete on both sides and checks that
+// each completed once, in order, without error, and that the bytes are
+// exact.
+func (r *rig) finish(t testing.TB, ctx context.Context, x *transfer) {
+	t.Helper()
+	n := len(x.lens)
+	r.ra.wait(t, ctx, "send completions", countKind(metaroce.EventSendComplete, n))
+	r.rb.wait(t, ctx, "receive completions", countKind(metaroce.EventRecvComplete, n))
+	for _, rec := range []*recorder{r.ra, r.rb} {
+		rec.mu.Lock()
+		var next uint64
+		for _, ev := range rec.events {
+			if ev.Kind != metaroce.EventSendComplete && ev.Kind != metaroce.EventRecvComplete {
+				continue
+			}
+			if ev.Err != nil {
+				t.Errorf("message %d failed: %v", ev.Seq, ev.Err)
+			}
+			if ev.Seq != next {
+				t.Errorf("completion of message %d, want %d: lost, duplicated or out of order", ev.Seq, next)
+			}
+			next = ev.Seq + 1
+		}
+		rec.mu.Unlock()
+		if next != uint64(n) {
+			t.Errorf("%d completions, want %d", next, n)
+		}
+	}
+	if err := r.b.Endpoint().Call(ctx, func(time.Duration, *metaroce.Endpoint) {
+		if !bytes.Equal(x.src, x.dst) {
+			t.Error("received bytes differ from the sent ones")
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,123 @@
+//go:build linux
+
+package tunnel
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/mrgw/mrgw/tunnel/control"
+	"github.com/mrgw/mrgw/tunnel/seal"
+)
+
+// keyring is the tunnel's netio.Sealer: the current sending key and the
+// peer's receive keys, swapped as the control session rotates them.
+type keyring struct {
+	t          *Tunnel
+	suite      seal.Suite
+	rekeyAfter uint64
+
+	send     atomic.Pointer[seal.Sealer]
+	open     *seal.Opener
+	rotating atomic.Bool // a rotation is in flight for the current sealer
+
+	sendEpoch           atomic.Uint32
+	rotations, recvKeys atomic.Uint64
+}
+
+func newKeyring(t *Tunnel, sess *control.Session, suite seal.Suite, rekeyAfter uint64) (*keyring, error) {
+	k := &keyring{t: t, suite: suite, rekeyAfter: rekeyAfter}
+	sendEpoch, recvEpoch := sess.Epochs()
+	sendKey, _ := sess.Keys(sendEpoch)
+	s, err := seal.NewSealer(k.key(sendEpoch, sendKey), 2*rekeyAfter)
+	if err != nil {
+		return nil, err
+	}
+	k.send.Store(s)
+	k.sendEpoch.Store(sendEpoch)
+	// Accept the previous receive epoch too: datagrams sealed just before
+	// the peer's last switch may still be in flight.
+	first := recvEpoch
+	if recvEpoch > 0 {
+		first = recvEpoch - 1
+	}
+	_, rk := sess.Keys(first)
+	if k.open, err = seal.NewOpener(k.key(first, rk)); err != nil {
+		return nil, err
+	}
+	if first != recvEpoch {
+		_, rk = sess.Keys(recvEpoch)
+		if err := k.open.Install(k.key(recvEpoch, rk)); err != nil {
+			return nil, err
+		}
+	}
+	return k, nil
+}
+
+// key turns the control channel's 32-byte secret into the suite's key; the
+// envelope carries the low byte of the epoch.
+func (k *keyring) key(epoch uint32, secret [32]byte) seal.Key {
+	return seal.Key{Suite: k.suite, Secret: secret[:k.suite.KeyLen()], Epoch: uint8(epoch)}
+}
+
+// installRecv makes the peer's new epoch acceptable (the previous one stays
+// acceptable until the next rotation replaces it).
+func (k *keyring) installRecv(epoch uint32, secret [32]byte) {
+	cur, _, _ := k.open.Epochs()
+	if cur == uint8(epoch) {
+		return // already installed when the tunnel started
+	}
+	if err := k.open.Install(k.key(epoch, secret)); err != nil {
+		k.t.log.Warn("tunnel: cannot install receive key", "epoch", epoch, "err", err)
+		return
+	}
+	k.recvKeys.Add(1)
+	k.t.log.Debug("tunnel: receive key installed", "epoch", epoch)
+}
+
+// installSend switches our sending key: the peer has acknowledged epoch, so
+// it can open what we seal under it.
+func (k *keyring) installSend(epoch uint32, secret [32]byte) {
+	s, err := seal.NewSealer(k.key(epoch, secret), 2*k.rekeyAfter)
+	if err != nil {
+		k.t.log.Warn("tunnel: cannot install send key", "epoch", epoch, "err", err)
+		return
+	}
+	k.send.Store(s)
+	k.sendEpoch.Store(epoch)
+	k.rotating.Store(false)
+	k.rotations.Add(1)
+	k.t.log.Debug("tunnel: send key switched", "epoch", epoch)
+}
+
+// Prefix implements netio.Sealer.
+func (k *keyring) Prefix() int { return seal.HeaderLen }
+
+// Overhead implements netio.Sealer.
+func (k *keyring) Overhead() int { return seal.Overhead }
+
+// Seal implements netio.Sealer. It starts a rotation once the current key
+// has sealed RekeyAfter datagrams.
+func (k *keyring) Seal(dst, plaintext []byte) ([]byte, error) {
+	s := k.send.Load()
+	out, err := s.Seal(dst, plaintext)
+	if s.Sent() >= k.rekeyAfter && k.rotating.CompareAndSwap(false, true) {
+		k.startRotation()
+	}
+	return out, err
+}
+
+func (k *keyring) startRotation() {
+	started := k.t.goTracked(func(ctx context.Context) {
+		if _, err := k.t.sess.RotateKeys(ctx); err != nil {
+			k.t.log.Warn("tunnel: key rotation failed", "err", err)
+			k.rotating.Store(false) // let the next datagram try again
+		}
+	})
+	if !started {
+		k.rotating.Store(false)
+	}
+}
+
+// Open implements netio.Sealer.
+func (k *keyring) Open(dst, datagram []byte) ([]byte, error) { return k.open.Open(dst, datagram) }

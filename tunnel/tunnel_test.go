@@ -1,0 +1,463 @@
+//go:build linux
+
+package tunnel
+
+import (
+	"bytes"
+	"crypto/x509"
+	"errors"
+	"math/rand/v2"
+	"net"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/mrgw/mrgw/loadtest/emu"
+	"github.com/mrgw/mrgw/metaroce"
+	"github.com/mrgw/mrgw/pathmgr"
+	"github.com/mrgw/mrgw/tunnel/control"
+	"github.com/mrgw/mrgw/tunnel/pki"
+	"github.com/mrgw/mrgw/tunnel/seal"
+)
+
+// TestTransferWAN: 4 planes, 40 ms RTT, 1% loss on every plane: random
+// messages arrive byte-exact, once each, while the keys rotate under the
+// transfer.
+func TestTransferWAN(t *testing.T) {
+	ctx := testCtx(t)
+	spec := wanSpec()
+	spec.rekey = 400
+	msgs := 300
+	if raceOn {
+		msgs, spec.rekey = 60, 100
+	}
+	r := newRig(t, spec)
+	x := r.start(t, ctx, msgs, 16<<10, 1)
+	r.finish(t, ctx, x)
+
+	st := r.em.Stats()
+	if lost := st.Total(emu.AtoB).LossDrops + st.Total(emu.BtoA).LossDrops; lost == 0 {
+		t.Error("the emulator lost nothing: the test did not exercise loss")
+	}
+	sa, sb := r.a.Stats(), r.b.Stats()
+	if sa.Rotations == 0 || sb.RecvKeys == 0 {
+		t.Errorf("no key rotation from a under the transfer: a %d rotations, b %d receive keys", sa.Rotations, sb.RecvKeys)
+	}
+	if sa.SealErrors != 0 {
+		t.Errorf("a ran out of key: %d seal errors", sa.SealErrors)
+	}
+	var retx uint64
+	r.a.Endpoint().Call(ctx, func(_ time.Duration, _ *metaroce.Endpoint) { retx = x.conn.Stats.Retransmits })
+	t.Logf("%d messages, %d bytes; emulator lost %d/%d; a: %d rotations, %d retransmits; b dropped %v",
+		msgs, len(x.src), st.Total(emu.AtoB).LossDrops, st.Total(emu.AtoB).In, sa.Rotations, retx, sb.OpenErrors)
+}
+
+// TestPlaneFailure fails one of four planes in the middle of a transfer:
+// nothing is lost or duplicated, and the transfer completes. The goodput
+// before and after, and the recovery time in round trips, are logged (they
+// go in docs/results/datapath.md; go test asserts no timing).
+func TestPlaneFailure(t *testing.T) {
+	ctx := testCtx(t)
+	spec := wanSpec()
+	msgs := 700
+	if raceOn {
+		msgs = 150
+	}
+	r := newRig(t, spec)
+	// Sample the bytes placed at b every 10 ms: placement, unlike
+	// completions (reported in order, so in bursts after a repair), shows
+	// the goodput as it happens.
+	samp := &recorder{notify: make(chan struct{}, 1)}
+	stopSampling := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stopSampling:
+				return
+			case <-tick.C:
+			}
+			var placed uint64
+			if r.b.Endpoint().Call(ctx, func(_ time.Duration, ep *metaroce.Endpoint) {
+				for _, c := range ep.Conns() {
+					placed += c.Stats.PayloadBytesPlaced
+				}
+			}) != nil {
+				return
+			}
+			samp.mu.Lock()
+			samp.events = append(samp.events, metaroce.Event{Kind: metaroce.EventRecvComplete, Len: placed})
+			samp.at = append(samp.at, time.Now())
+			samp.mu.Unlock()
+		}
+	}()
+	x := r.start(t, ctx, msgs, 32<<10, 2)
+	total := len(x.src)
+	// Fail plane 0 once a third of the bytes have arrived.
+	var tFail time.Time
+	r.rb.wait(t, ctx, "a third of the transfer", func(evs []metaroce.Event) bool {
+		got := 0
+		for _, ev := range evs {
+			if ev.Kind == metaroce.EventRecvComplete {
+				got += int(ev.Len)
+			}
+		}
+		return got >= total/3
+	})
+	if err := r.em.Fail(0); err != nil {
+		t.Fatal(err)
+	}
+	tFail = time.Now()
+	r.finish(t, ctx, x)
+	close(stopSampling)
+	<-sampled
+	// Turn the cumulative samples into increments.
+	var prev uint64
+	for i := range samp.events {
+		cur := samp.events[i].Len
+		samp.events[i].Len = cur - prev
+		prev = cur
+	}
+
+	st := r.em.Stats()
+	if st.Links[emu.AtoB][0].DownDrops == 0 && st.Links[emu.BtoA][0].DownDrops == 0 {
+		t.Error("the failed plane dropped nothing: the failure was not exercised")
+	}
+	rep := recovery(samp, tFail, 2*spec.oneWay, spec.planes)
+	capacity := float64(spec.planes) * float64(spec.rateBps)
+	t.Logf("plane failure: goodput before %.1f Mbit/s (%.2f of capacity), after recovery %.1f Mbit/s (%.2f of capacity, target %.2f); recovery %.1f RTTs",
+		rep.before/1e6, rep.before/capacity, rep.after/1e6, rep.after/capacity,
+		float64(spec.planes-1)/float64(spec.planes), rep.rtts)
+}
+
+type recoveryReport struct {
+	before, after float64 // goodput, bits/s
+	rtts          float64 // -1 if it never recovered
+}
+
+// recovery measures, from samples of bytes placed at b, the goodput in the
+// second before the failure, then the first window of two RTTs after it
+// whose goodput is at least (P-1)/P of that; the recovery time is that
+// window's end, in RTTs after the failure (a conservative figure: the
+// window's length is included).
+func recovery(rec *recorder, tFail time.Time, rtt time.Duration, planes int) recoveryReport {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	type pt struct {
+		at time.Time
+		n  float64
+	}
+	var pts []pt
+	for i, ev := range rec.events {
+		if ev.Kind == metaroce.EventRecvComplete {
+			pts = append(pts, pt{rec.at[i], float64(ev.Len) * 8})
+		}
+	}
+	sum := func(from, to time.Time) float64 {
+		s := 0.0
+		for _, p := range pts {
+			if !p.at.Before(from) && p.at.Before(to) {
+				s += p.n
+			}
+		}
+		return s
+	}
+	first, last := pts[0].at, pts[len(pts)-1].at
+	from := first
+	if tFail.Add(-time.Second).After(first) {
+		from = tFail.Add(-time.Second)
+	}
+	rep := recoveryReport{rtts: -1}
+	rep.before = sum(from, tFail) / tFail.Sub(from).Seconds()
+	target := rep.before * float64(planes-1) / float64(planes)
+	win := 2 * rtt
+	for w := tFail; !w.Add(win).After(last); w = w.Add(rtt / 8) {
+		if sum(w, w.Add(win))/win.Seconds() >= target {
+			end := w.Add(win)
+			rep.rtts = end.Sub(tFail).Seconds() / rtt.Seconds()
+			if last.Sub(end) > win {
+				rep.after = sum(end, last) / last.Sub(end).Seconds()
+			}
+			break
+		}
+	}
+	return rep
+}
+
+// TestForeignCARefused: a gateway whose certificate chains to another CA
+// never gets a session, so no tunnel can be built to it.
+func TestForeignCARefused(t *testing.T) {
+	ctx := testCtx(t)
+	now := time.Now().Add(-time.Hour)
+	ca, err := pki.NewCA("mrgw test CA", now, 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := pki.NewCA("another CA", now, 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idB, err := ca.Issue("gw-b", now, 12*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rogue, err := other.Issue("gw-a", now, 12*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := make(chan error, 4)
+	l, err := control.Listen(ctx, "127.0.0.1:0", control.Config{
+		Credentials: ca.Credentials(idB), Local: control.LocalInfo{Name: "gw-b"}, ExpectedPeers: []string{"gw-a"},
+		OnRefused: func(_ net.Addr, err error) { refused <- err },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	// The rogue trusts our CA (so it would accept us) but is signed by another.
+	s, err := control.Dial(ctx, l.Addr().String(), "gw-b", control.Config{
+		Credentials: &pki.Credentials{CAs: []*x509.Certificate{ca.Cert}, Pool: pki.NewPool([]*x509.Certificate{ca.Cert}), Identity: rogue},
+		Local:       control.LocalInfo{Name: "gw-a"}, ExpectedPeers: []string{"gw-b"},
+	})
+	if err == nil {
+		s.Close()
+		t.Fatal("a gateway with a foreign CA's certificate got a session")
+	}
+	if !errors.Is(err, control.ErrBadCertificate) {
+		t.Errorf("dial error %v, want ErrBadCertificate", err)
+	}
+	// The listener usually rejects inside the TLS handshake itself
+	// (crypto/tls verifies the chain), before its own check and OnRefused
+	// run; if OnRefused does run, it must name the certificate.
+	select {
+	case err := <-refused:
+		if !errors.Is(err, control.ErrBadCertificate) {
+			t.Errorf("listener refused with %v, want ErrBadCertificate", err)
+		}
+	default:
+	}
+}
+
+// TestBadDatagramsDropped: tampered, replayed, garbage and wrong-epoch
+// datagrams sent to a tunnel's port are dropped and counted before the
+// protocol, and the tunnel keeps working.
+func TestBadDatagramsDropped(t *testing.T) {
+	ctx := testCtx(t)
+	spec := wanSpec()
+	spec.loss = 0
+	r := newRig(t, spec)
+	r.finish(t, ctx, r.start(t, ctx, 20, 4000, 3))
+
+	// The attacker sends from loopback, i.e. from the peer's IP, straight to
+	// b's real data port. It knows a's epoch-0 key (as if leaked) so that
+	// its replays are authentic: they reuse counters a has already used.
+	sendKey, _ := r.a.Session().Keys(0)
+	leaked, err := seal.NewSealer(seal.Key{Suite: seal.AES128GCM, Secret: sendKey[:16]}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	atk, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer atk.Close()
+	to := net.UDPAddrFromAddrPort(r.b.LocalAddr())
+	replayed, _ := leaked.Seal(nil, make([]byte, 100)) // counter 0: used long ago by a
+	tampered := bytes.Clone(replayed)
+	tampered[20] ^= 0x40
+	wrongEpoch := bytes.Clone(replayed)
+	wrongEpoch[1] = 200
+	rng := rand.New(rand.NewPCG(5, 5))
+	garbage := make([]byte, 300)
+	for i := range garbage {
+		garbage[i] = byte(rng.Uint32())
+	}
+	garbage[0] = seal.TypeData
+	garbage[1], garbage[2], garbage[3] = 0, 0, 0 // passes the header checks; fails the AEAD
+	var before metaroce.EndpointStats
+	r.b.Endpoint().Call(ctx, func(_ time.Duration, ep *metaroce.Endpoint) { before = ep.Stats })
+	b0 := r.b.Stats()
+	sends := []struct {
+		d    []byte
+		kind seal.Error
+	}{
+		{replayed, seal.ErrReplayed}, {tampered, seal.ErrAuth}, {garbage, seal.ErrAuth},
+		{wrongEpoch, seal.ErrUnknownEpoch}, {[]byte("short"), seal.ErrTooShort}, {[]byte{9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9}, seal.ErrUnknownType},
+	}
+	want := map[seal.Error]uint64{}
+	for _, s := range sends {
+		if _, err := atk.WriteToUDP(s.d, to); err != nil {
+			t.Fatal(err)
+		}
+		want[s.kind]++
+	}
+	deadline := time.Now().Add(patience)
+	for {
+		st := r.b.Stats()
+		ok := true
+		for k, n := range want {
+			if st.OpenErrors[k]-b0.OpenErrors[k] < n {
+				ok = false
+			}
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("drops not counted: got %v before %v, want at least %v more", st.OpenErrors, b0.OpenErrors, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	var after metaroce.EndpointStats
+	r.b.Endpoint().Call(ctx, func(_ time.Duration, ep *metaroce.Endpoint) { after = ep.Stats })
+	if after.BadVersion != before.BadVersion || after.Truncated != before.Truncated || after.UnknownConn != before.UnknownConn {
+		t.Errorf("an attacker's datagram reached the protocol: before %+v after %+v", before, after)
+	}
+	r.ra.reset()
+	r.rb.reset()
+	r.finish(t, ctx, r.start(t, ctx, 20, 4000, 4))
+}
+
+// TestGarbageFlood: a flood of garbage at the data port leaves memory and
+// goroutines bounded and the tunnel working.
+func TestGarbageFlood(t *testing.T) {
+	ctx := testCtx(t)
+	spec := wanSpec()
+	spec.loss = 0
+	r := newRig(t, spec)
+	warm := r.start(t, ctx, 100, 16<<10, 5) // uses every path, so every socket exists
+	r.finish(t, ctx, warm)
+	runtime.GC()
+	var m0 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	g0 := runtime.NumGoroutine()
+
+	flood := 200000
+	if raceOn {
+		flood = 30000
+	}
+	atk, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer atk.Close()
+	to := net.UDPAddrFromAddrPort(r.b.LocalAddr())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		rng := rand.New(rand.NewPCG(7, 7))
+		buf := make([]byte, 1400)
+		for range flood {
+			for i := 0; i < len(buf); i += 8 {
+				v := rng.Uint64()
+				for j := 0; j < 8 && i+j < len(buf); j++ {
+					buf[i+j] = byte(v >> (8 * j))
+				}
+			}
+			buf[0], buf[2], buf[3] = seal.TypeData, 0, 0
+			if _, err := atk.WriteToUDP(buf[:64+rng.IntN(1300)], to); err != nil {
+				return
+			}
+		}
+	}()
+	// A transfer runs through the flood.
+	r.ra.reset()
+	r.rb.reset()
+	x := r.startOn(t, ctx, warm.conn, 1, 40, 8000, 6)
+	<-done
+	r.finish(t, ctx, x)
+
+	runtime.GC()
+	var m1 runtime.MemStats
+	runtime.ReadMemStats(&m1)
+	st := r.b.Stats()
+	dropped := st.Dropped()
+	if dropped == 0 {
+		t.Fatal("no garbage was counted")
+	}
+	// Bounded queues: the flood may cost the socket buffers in the kernel,
+	// never heap that grows with the number of datagrams.
+	grow := int64(m1.HeapInuse) - int64(m0.HeapInuse)
+	if grow > 16<<20 {
+		t.Errorf("heap grew by %d MiB during a flood of %d datagrams", grow>>20, flood)
+	}
+	if g := runtime.NumGoroutine(); g > g0+8 {
+		t.Errorf("goroutines grew from %d to %d", g0, g)
+	}
+	t.Logf("flood of %d: %d dropped and counted (%v), heap %+d KiB", flood, dropped, st.OpenErrors, grow>>10)
+}
+
+// TestPeerReport: a peer gateway reports a plane down; the paths known to
+// use it leave service at once, and the transfer completes.
+func TestPeerReport(t *testing.T) {
+	ctx := testCtx(t)
+	spec := wanSpec()
+	spec.loss = 0
+	r := newRig(t, spec)
+	x := r.start(t, ctx, 200, 16<<10, 8)
+	// Wait until every path has sent (so that its socket, hence its plane,
+	// is known).
+	r.rb.wait(t, ctx, "some progress", countKind(metaroce.EventRecvComplete, 20))
+	if err := r.em.Fail(1); err != nil {
+		t.Fatal(err)
+	}
+	n, err := r.a.OnPeerReport(ctx, 1, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Count how many usable paths a still places on plane 1: none.
+	var left, usable int
+	r.a.Endpoint().Call(ctx, func(_ time.Duration, _ *metaroce.Endpoint) {
+		left = len(x.conn.Paths().PathsOnPlane(nil, 1, r.a.planeOf))
+		usable = x.conn.Paths().UsableCount()
+	})
+	if n == 0 {
+		t.Error("no path was on plane 1 (with 32 paths over 4 planes this is very unlikely)")
+	}
+	if left != 0 {
+		t.Errorf("%d usable paths still on the reported plane", left)
+	}
+	r.finish(t, ctx, x)
+	reasons := 0
+	r.ra.mu.Lock()
+	for _, ev := range r.ra.events {
+		if ev.Kind == metaroce.EventPath && ev.Transition.To == pathmgr.Down && ev.Transition.Reason == "peer report: plane 1 down" {
+			reasons++
+		}
+	}
+	r.ra.mu.Unlock()
+	if reasons != n {
+		t.Errorf("%d path events name the peer report, want %d", reasons, n)
+	}
+	t.Logf("peer report took %d paths down at once; %d usable after", n, usable)
+}
+
+// TestDrain: a drained tunnel lets queued messages complete, closes its
+// connections and the control session; the peer sees the drain.
+func TestDrain(t *testing.T) {
+	ctx := testCtx(t)
+	spec := wanSpec()
+	spec.loss = 0
+	r := newRig(t, spec)
+	x := r.start(t, ctx, 30, 8000, 9)
+	if err := r.a.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r.finish(t, ctx, x) // everything queued before the drain completed
+	if !errors.Is(r.a.Session().Err(), control.ErrDrained) {
+		t.Errorf("session ended with %v, want ErrDrained", r.a.Session().Err())
+	}
+	if _, err := r.a.Connect(ctx); !errors.Is(err, ErrDraining) {
+		t.Errorf("Connect after drain: %v, want ErrDraining", err)
+	}
+	deadline := time.Now().Add(patience)
+	for !r.b.Draining() {
+		if time.Now().After(deadline) {
+			t.Fatal("the peer never saw the drain")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
