@@ -214,6 +214,9 @@ func (c *Conn) place(now time.Duration, h *DataHeader, payload []byte, port uint
 		rs.msgs[h.MsgSeq] = m
 		if m.err != nil {
 			c.refuse(now, h, port, m, errCode(m.err))
+			// A refused message completes (with its error) like any other,
+			// so it never stalls the messages behind it on the stream.
+			c.completeRx(now, rs)
 		}
 	} else if m.len != h.MsgLen || m.op != h.Op || m.key != h.Key || m.addr != h.Addr {
 		c.Stats.Malformed++

@@ -26,6 +26,11 @@ all=$(go list ./...)
 race=$(echo "$all" | grep -E "$race_re" || true)
 plain=$(echo "$all" | grep -vE "$race_re" || true)
 
+# The deployment checks come first: they install Terraform when it is
+# missing, and the Go tests of deploy/ render the Terraform example with it.
+echo "== deploy checks"
+bash .ci/deploy-checks.sh
+
 echo "== go test"
 go test -count=1 $plain
 if [ -n "$race" ]; then
@@ -33,8 +38,4 @@ if [ -n "$race" ]; then
   go test -count=1 -race $race
 fi
 
-if [ -x .ci/deploy-checks.sh ]; then
-  echo "== deploy checks"
-  .ci/deploy-checks.sh
-fi
 echo "all checks passed"

@@ -33,6 +33,6 @@ with congestion control built for millisecond round trips.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCmd(), newSimCmd(), newConfigCmd(), newCertCmd())
+	root.AddCommand(newVersionCmd(), newSimCmd(), newConfigCmd(), newCertCmd(), newLoadtestCmd(), newConformanceCmd())
 	return root
 }

@@ -1,0 +1,25 @@
+// Package conformance is MetaRoCE's conformance suite: wire-level scenarios
+// that drive any implementation over real UDP and check every answer
+// against docs/PROTOCOL.md, plus a responder that implements the suite's
+// test contract on mrgw's own metaroce.Endpoint.
+//
+// The suite (Run) sees the target only through the wire. It opens
+// connections from several local UDP sockets (one source port per path, so
+// entropy changes are real), crafts packets with its own codec (written
+// from the spec and checked against the golden vectors in
+// testdata/vectors.json, a byte-for-byte copy of metaroce's), sends DATA
+// ECN-capable and, where a case needs it, with a real IP CE mark, and
+// judges each case pass, fail (with what was expected and what came back)
+// or n/a. To observe placement and completion it relies on the small test
+// contract of docs/CONFORMANCE.md: a registered region, posted receive
+// buffers, completion reports and READ requests carried as ordinary
+// MetaRoCE SENDs on a reserved stream.
+//
+// The responder (Serve, NewResponder) runs one metaroce.Endpoint on one UDP
+// socket in a single goroutine and implements that contract; the tests run
+// the suite against it and against deliberately broken variants of it, to
+// prove that every case can fail.
+//
+// This package imports metaroce only for the responder; the suite's
+// judgement never uses metaroce's codec or state machine.
+package conformance

@@ -1,0 +1,7 @@
+// Package deploy holds no code: it is the home of the deployment files
+// (terraform/, systemd/, prometheus/, grafana/) and of the tests that check
+// them: the Terraform example renders configurations that pass
+// `mrgw config check`, the module's validation refuses bad input, the
+// systemd unit verifies, and every metric the dashboard and the alert rules
+// name is one the daemon exports (package metrics).
+package deploy

@@ -1,0 +1,131 @@
+package deploy_test
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// unit parses a systemd unit into section → key → values (repeated keys
+// accumulate).
+func unit(t *testing.T, path string) map[string]map[string][]string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out := map[string]map[string][]string{}
+	section := ""
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		switch {
+		case line == "" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, ";"):
+		case strings.HasPrefix(line, "[") && strings.HasSuffix(line, "]"):
+			section = strings.Trim(line, "[]")
+			out[section] = map[string][]string{}
+		default:
+			k, v, ok := strings.Cut(line, "=")
+			if !ok || section == "" {
+				t.Fatalf("%s:%d: not key=value in a section: %q", path, n, line)
+			}
+			out[section][k] = append(out[section][k], v)
+		}
+	}
+	return out
+}
+
+// TestSystemdUnitHardening checks the unit's hardening and restart policy.
+func TestSystemdUnitHardening(t *testing.T) {
+	u := unit(t, filepath.Join("systemd", "mrgw.service"))
+	svc := u["Service"]
+	one := func(k string) string {
+		v := svc[k]
+		if len(v) == 0 {
+			return ""
+		}
+		return v[len(v)-1]
+	}
+	for k, want := range map[string]string{
+		"User":             "mrgw",
+		"Group":            "mrgw",
+		"NoNewPrivileges":  "yes",
+		"ProtectSystem":    "strict",
+		"ProtectHome":      "yes",
+		"PrivateTmp":       "yes",
+		"PrivateDevices":   "yes",
+		"Restart":          "on-failure",
+		"ExecReload":       "/bin/kill -HUP $MAINPID",
+		"ExecStart":        "/usr/local/bin/mrgw run --config /etc/mrgw/mrgw.yaml",
+		"ExecStartPre":     "/usr/local/bin/mrgw config check /etc/mrgw/mrgw.yaml",
+		"ReadOnlyPaths":    "/etc/mrgw",
+		"RestrictSUIDSGID": "yes",
+	} {
+		if got := one(k); got != want {
+			t.Errorf("%s=%q, want %q", k, got, want)
+		}
+	}
+	// Only CAP_NET_BIND_SERVICE, in both sets.
+	for _, k := range []string{"CapabilityBoundingSet", "AmbientCapabilities"} {
+		if got := strings.Fields(one(k)); !slices.Equal(got, []string{"CAP_NET_BIND_SERVICE"}) {
+			t.Errorf("%s=%v, want only CAP_NET_BIND_SERVICE", k, got)
+		}
+	}
+	fams := strings.Fields(one("RestrictAddressFamilies"))
+	slices.Sort(fams)
+	if !slices.Equal(fams, []string{"AF_INET", "AF_INET6", "AF_NETLINK", "AF_UNIX"}) {
+		t.Errorf("RestrictAddressFamilies=%v", fams)
+	}
+	if one("LimitNOFILE") == "" || one("MemoryMax") == "" {
+		t.Error("LimitNOFILE and MemoryMax must be set")
+	}
+	if len(svc["ReadWritePaths"]) == 0 {
+		t.Error("ReadWritePaths missing (the only writable place must be explicit)")
+	}
+	if got := u["Install"]["WantedBy"]; !slices.Equal(got, []string{"multi-user.target"}) {
+		t.Errorf("WantedBy=%v", got)
+	}
+}
+
+// TestSystemdAnalyzeVerify runs systemd-analyze verify on the unit (with the
+// binary path pointed at a stand-in executable: mrgw is not installed here).
+// Any warning fails the test.
+func TestSystemdAnalyzeVerify(t *testing.T) {
+	sa, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Skip("systemd-analyze not installed")
+	}
+	dir := t.TempDir()
+	stub := filepath.Join(dir, "mrgw")
+	if err := os.WriteFile(stub, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join("systemd", "mrgw.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	unitPath := filepath.Join(dir, "mrgw.service")
+	if err := os.WriteFile(unitPath, []byte(strings.ReplaceAll(string(b), "/usr/local/bin/mrgw", stub)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(sa, "verify", unitPath)
+	cmd.Env = append(os.Environ(), "SYSTEMD_LOG_COLOR=0")
+	out, err := cmd.CombinedOutput()
+	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
+		t.Errorf("systemd-analyze verify: %v\n%s", err, out)
+	}
+
+	// The check is not vacuous: a misspelt directive is reported.
+	bad := filepath.Join(dir, "bad.service")
+	if err := os.WriteFile(bad, []byte(strings.Replace(strings.ReplaceAll(string(b), "/usr/local/bin/mrgw", stub), "NoNewPrivileges=", "NoNewPrivilege=", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := exec.Command(sa, "verify", bad).CombinedOutput(); !strings.Contains(string(out), "NoNewPrivilege") {
+		t.Errorf("systemd-analyze verify does not report a misspelt key:\n%s", out)
+	}
+}

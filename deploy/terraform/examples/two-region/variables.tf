@@ -1,0 +1,82 @@
+variable "regions" {
+  description = "Each region's gateway pair, by region name: the gateways as the gateway-pair module takes them."
+  type = map(object({
+    gateways = list(object({
+      name              = string
+      ssh_host          = string
+      lan_listen        = string
+      control_listen    = string
+      control_advertise = optional(string)
+      gossip_bind       = string
+      gossip_advertise  = optional(string, "")
+      admin_listen      = optional(string, "127.0.0.1:9464")
+      planes = list(object({
+        name      = string
+        local     = string
+        advertise = optional(string)
+      }))
+    }))
+  }))
+  validation {
+    condition     = length(var.regions) >= 2
+    error_message = "This example wires at least two regions to each other."
+  }
+}
+
+variable "rtt_hints" {
+  description = "Expected round trip between regions, keyed \"a/b\" with the two names in alphabetical order (\"eu-west/us-east\" = \"80ms\"); missing pairs are measured."
+  type        = map(string)
+  default     = {}
+  validation {
+    condition     = alltrue([for k, v in var.rtt_hints : can(regex("^[^/]+/[^/]+$", k)) && can(regex("^[0-9]+(ms|s)$", v))])
+    error_message = "rtt_hints keys are \"region-a/region-b\" and values durations such as \"80ms\"."
+  }
+}
+
+variable "gossip_keyring" {
+  description = "Gossip keys shared by every gateway of every region (base64 of 16, 24 or 32 bytes; the first encrypts)."
+  type        = list(string)
+  sensitive   = true
+}
+
+variable "wan" {
+  description = "WAN settings for every gateway (see the gateway-pair module)."
+  type        = any
+  default     = {}
+}
+
+variable "limits" {
+  description = "Limits for every gateway (see the gateway-pair module)."
+  type        = any
+  default     = {}
+}
+
+variable "scheduler" {
+  description = "Traffic classes for every gateway (see the gateway-pair module)."
+  type        = any
+  default     = {}
+}
+
+variable "deploy" {
+  description = "Install onto the hosts over SSH; false (the default) only renders the configurations."
+  type        = bool
+  default     = false
+}
+
+variable "binary_file" {
+  description = "Local mrgw binary to install (deploy = true)."
+  type        = string
+  default     = null
+}
+
+variable "certs_dir" {
+  description = "Local directory with ca.pem, NAME.pem and NAME-key.pem for every gateway (deploy = true)."
+  type        = string
+  default     = null
+}
+
+variable "ssh" {
+  description = "SSH settings for every host (see the gateway-pair module)."
+  type        = any
+  default     = {}
+}

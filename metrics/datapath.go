@@ -1,0 +1,340 @@
+package metrics
+
+import (
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/mrgw/mrgw/metaroce"
+	"github.com/mrgw/mrgw/pathmgr"
+)
+
+// buildVersion is the main module's version, "(devel)" in a work tree.
+func buildVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
+}
+
+// DatagramDropped counts one WAN datagram dropped on plane; a reason outside
+// [DropReasons] is counted as "other".
+func (m *Metrics) DatagramDropped(plane string, r DropReason) {
+	m.WANDatagramsDropped.WithLabelValues(plane, oneOf(string(r), DropReasons)).Inc()
+}
+
+// FlowRefused counts one host flow refused at admission; a reason outside
+// [RefuseReasons] is counted as "other".
+func (m *Metrics) FlowRefused(reason string) {
+	m.HostFlowsRefused.WithLabelValues(oneOf(reason, RefuseReasons)).Inc()
+}
+
+// ControlSession counts one control session attempt by its result
+// ([SessionResults]).
+func (m *Metrics) ControlSession(result string) {
+	m.ControlSessions.WithLabelValues(oneOf(result, SessionResults)).Inc()
+}
+
+// ConfigReload counts one reload by its result ([ReloadResults]).
+func (m *Metrics) ConfigReload(result string) {
+	m.ConfigReloads.WithLabelValues(oneOf(result, ReloadResults)).Inc()
+}
+
+// SetRegionReachable sets mrgw_region_reachable for a remote region.
+func (m *Metrics) SetRegionReachable(region string, reachable bool) {
+	m.RegionReachable.WithLabelValues(region).Set(b2f(reachable))
+}
+
+// MessageCompleted counts a completed host message towards (direction=out)
+// or from (direction=in) region; for direction=out, took is observed in
+// mrgw_message_completion_seconds.
+func (m *Metrics) MessageCompleted(region, direction string, took time.Duration) {
+	direction = oneOf(direction, Directions)
+	m.MessagesCompleted.WithLabelValues(region, direction).Inc()
+	if direction == DirOut {
+		m.MessageCompletion.WithLabelValues(region).Observe(took.Seconds())
+	}
+}
+
+// MessageFailed counts a failed host message.
+func (m *Metrics) MessageFailed(region, direction string) {
+	m.MessagesFailed.WithLabelValues(region, oneOf(direction, Directions)).Inc()
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// counterSync turns a cumulative count read from the datapath into counter
+// increments. When the source restarts from a smaller value (the WAN
+// connection was re-established), the whole new value is added: Prometheus
+// counters only grow.
+type counterSync struct {
+	c    prometheus.Counter
+	last uint64
+}
+
+func (s *counterSync) set(v uint64) {
+	switch {
+	case v > s.last:
+		s.c.Add(float64(v - s.last))
+	case v < s.last:
+		s.c.Add(float64(v))
+	}
+	s.last = v
+}
+
+// reset forgets the last value, for a source that starts again from zero.
+func (s *counterSync) reset() { s.last = 0 }
+
+type peerKey struct{ peer, region string }
+
+// PeerMetrics are the series of one peer gateway's WAN connection.
+type PeerMetrics struct {
+	m                          *Metrics
+	peer, region               string
+	connected                  prometheus.Gauge
+	rateHint, pacing           prometheus.Gauge
+	goodputOut                 prometheus.Counter
+	goodputIn                  counterSync
+	payloadSent, dataSent      counterSync
+	retransmits, lost          counterSync
+	timeouts, duplicates       counterSync
+	rotationsOK, rotationsFail prometheus.Counter
+}
+
+// Peer returns the series of the WAN connection to peer, a gateway of
+// region. Calls with the same names return the same *PeerMetrics. It is safe
+// for concurrent use; the returned value is not: one goroutine (the
+// connection's owner) syncs it.
+func (m *Metrics) Peer(peer, region string) *PeerMetrics {
+	m.pathMu.Lock()
+	defer m.pathMu.Unlock()
+	k := peerKey{peer, region}
+	if p := m.peers[k]; p != nil {
+		return p
+	}
+	p := &PeerMetrics{
+		m: m, peer: peer, region: region,
+		connected:     m.PeerConnected.WithLabelValues(peer, region),
+		rateHint:      m.PeerRateHint.WithLabelValues(peer, region),
+		pacing:        m.PeerPacingRate.WithLabelValues(peer, region),
+		goodputOut:    m.PeerGoodputBytes.WithLabelValues(peer, region, DirOut),
+		goodputIn:     counterSync{c: m.PeerGoodputBytes.WithLabelValues(peer, region, DirIn)},
+		payloadSent:   counterSync{c: m.PeerPayloadSentBytes.WithLabelValues(peer, region)},
+		dataSent:      counterSync{c: m.PeerDataPacketsSent.WithLabelValues(peer, region)},
+		retransmits:   counterSync{c: m.PeerRetransmits.WithLabelValues(peer, region)},
+		lost:          counterSync{c: m.PeerPacketsLost.WithLabelValues(peer, region)},
+		timeouts:      counterSync{c: m.PeerTimeouts.WithLabelValues(peer, region)},
+		duplicates:    counterSync{c: m.PeerDuplicates.WithLabelValues(peer, region)},
+		rotationsOK:   m.KeyRotations.WithLabelValues(peer, region, ResultOK),
+		rotationsFail: m.KeyRotations.WithLabelValues(peer, region, ResultFailed),
+	}
+	m.peers[k] = p
+	return p
+}
+
+// SetConnected sets mrgw_peer_connected. A new connection (connected after
+// being disconnected) restarts the cumulative counters of [PeerMetrics.Sync]
+// from zero.
+func (p *PeerMetrics) SetConnected(up bool) {
+	p.connected.Set(b2f(up))
+	if !up {
+		for _, s := range []*counterSync{&p.goodputIn, &p.payloadSent, &p.dataSent, &p.retransmits, &p.lost, &p.timeouts, &p.duplicates} {
+			s.reset()
+		}
+	}
+}
+
+// Sync folds the connection's cumulative counters into the peer's series.
+func (p *PeerMetrics) Sync(s metaroce.ConnStats) {
+	p.goodputIn.set(s.PayloadBytesPlaced)
+	p.payloadSent.set(s.PayloadBytesSent)
+	p.dataSent.set(s.DataSent)
+	p.retransmits.set(s.Retransmits)
+	p.lost.set(s.PacketsLost)
+	p.timeouts.set(s.Timeouts)
+	p.duplicates.set(s.Duplicates)
+}
+
+// SetRates sets the latest receiver rate hint and the controller's pacing
+// rate, both in bytes per second.
+func (p *PeerMetrics) SetRates(hint, pacing float64) {
+	p.rateHint.Set(hint)
+	p.pacing.Set(pacing)
+}
+
+// KeyRotation counts one key rotation with the peer.
+func (p *PeerMetrics) KeyRotation(ok bool) {
+	if ok {
+		p.rotationsOK.Inc()
+	} else {
+		p.rotationsFail.Inc()
+	}
+}
+
+type pathKey struct {
+	peer, region, plane string
+	path                int
+}
+
+// PathMetrics are the series of one path to a peer gateway.
+type PathMetrics struct {
+	peer       *PeerMetrics
+	state      [4]prometheus.Gauge // indexed by pathmgr.State
+	entered    [4]prometheus.Counter
+	current    pathmgr.State
+	known      bool // current is set
+	rtt, minRT prometheus.Gauge
+	cwnd, infl prometheus.Gauge
+	sent       counterSync
+	acked      counterSync
+	lost       counterSync
+	marked     counterSync
+	timeouts   counterSync
+	goodput    counterSync
+}
+
+// PathLabel is the path label of id: the id in decimal when it is in
+// 0..max-1 (max as set by [WithMaxPaths]), else "overflow".
+func (m *Metrics) PathLabel(id int) string {
+	if id < 0 || id >= m.maxPaths {
+		return OverflowPath
+	}
+	return strconv.Itoa(id)
+}
+
+// Path returns the series of path id (sent from plane) to peer, a gateway
+// of region. Calls with the same arguments return the same *PathMetrics.
+// Like [Metrics.Peer], it is safe for concurrent use and the result is
+// owned by one goroutine.
+func (m *Metrics) Path(peer, region, plane string, id int) *PathMetrics {
+	pm := m.Peer(peer, region)
+	m.pathMu.Lock()
+	defer m.pathMu.Unlock()
+	k := pathKey{peer, region, plane, id}
+	if id < 0 || id >= m.maxPaths {
+		k.path = -1
+	}
+	if p := m.paths[k]; p != nil {
+		return p
+	}
+	lv := []string{peer, region, plane, m.PathLabel(id)}
+	p := &PathMetrics{peer: pm}
+	for s, name := range PathStates {
+		p.state[s] = m.PathState.WithLabelValues(append(lv, name)...)
+		p.entered[s] = m.PathTransitions.WithLabelValues(append(lv, name)...)
+	}
+	p.rtt = m.PathRTT.WithLabelValues(lv...)
+	p.minRT = m.PathMinRTT.WithLabelValues(lv...)
+	p.cwnd = m.PathCwnd.WithLabelValues(lv...)
+	p.infl = m.PathInflight.WithLabelValues(lv...)
+	p.sent = counterSync{c: m.PathPacketsSent.WithLabelValues(lv...)}
+	p.acked = counterSync{c: m.PathPacketsAcked.WithLabelValues(lv...)}
+	p.lost = counterSync{c: m.PathPacketsLost.WithLabelValues(lv...)}
+	p.marked = counterSync{c: m.PathECNMarked.WithLabelValues(lv...)}
+	p.timeouts = counterSync{c: m.PathTimeouts.WithLabelValues(lv...)}
+	p.goodput = counterSync{c: m.PathGoodputBytes.WithLabelValues(lv...)}
+	m.paths[k] = p
+	return p
+}
+
+// PathSnapshot is what the datapath knows about one path at one instant.
+// Counters are cumulative since the path's connection opened.
+type PathSnapshot struct {
+	State                      pathmgr.State
+	SRTT, MinRTT               time.Duration
+	WindowBytes, InflightBytes int
+	Sent, Acked, Lost, Marked  uint64 // packets
+	Timeouts                   uint64
+	AckedBytes                 uint64 // payload bytes acknowledged
+}
+
+// SnapshotOf reads a pathmgr path; window is the controller's window for it
+// and ackedBytes the payload bytes acknowledged on it so far (the sum of the
+// cc.AckSample.AckedBytes the connection reported for the path).
+func SnapshotOf(p *pathmgr.Path, window int, ackedBytes uint64) PathSnapshot {
+	return PathSnapshot{
+		State: p.State, SRTT: p.SRTT, MinRTT: p.MinRTT,
+		WindowBytes: window, InflightBytes: p.InflightBytes,
+		Sent: p.SentPackets, Acked: p.AckedPackets, Lost: p.LostPackets, Marked: p.MarkedPackets,
+		Timeouts: p.Timeouts, AckedBytes: ackedBytes,
+	}
+}
+
+// Sync sets the path's gauges and folds its counters into the series. A
+// change of state counts one transition into the new state (a path first
+// seen counts none). The path's acknowledged bytes are added to its peer's
+// goodput (direction=out) too.
+func (p *PathMetrics) Sync(s PathSnapshot) {
+	p.SetState(s.State)
+	if s.SRTT > 0 {
+		p.rtt.Set(s.SRTT.Seconds())
+	}
+	if s.MinRTT > 0 {
+		p.minRT.Set(s.MinRTT.Seconds())
+	}
+	p.cwnd.Set(float64(s.WindowBytes))
+	p.infl.Set(float64(s.InflightBytes))
+	p.sent.set(s.Sent)
+	p.acked.set(s.Acked)
+	p.lost.set(s.Lost)
+	p.marked.set(s.Marked)
+	p.timeouts.set(s.Timeouts)
+	before := p.goodput.last
+	p.goodput.set(s.AckedBytes)
+	switch {
+	case s.AckedBytes > before:
+		p.peer.goodputOut.Add(float64(s.AckedBytes - before))
+	case s.AckedBytes < before:
+		p.peer.goodputOut.Add(float64(s.AckedBytes))
+	}
+}
+
+// SetState sets mrgw_path_state: 1 for st, 0 for the other states; a change
+// counts one transition into st.
+func (p *PathMetrics) SetState(st pathmgr.State) {
+	if int(st) >= len(p.state) {
+		return
+	}
+	if p.known && p.current == st {
+		return
+	}
+	if p.known {
+		p.entered[st].Inc()
+	}
+	for i, g := range p.state {
+		g.Set(b2f(i == int(st)))
+	}
+	p.current, p.known = st, true
+}
+
+// Transition counts a transition the path set reported (pathmgr.Set
+// DrainTransitions) and sets the state gauge; use it or Sync, the state
+// change is counted once either way.
+func (p *PathMetrics) Transition(t pathmgr.Transition) { p.SetState(t.To) }
+
+// ForgetPeer deletes every series labelled with peer (after the gateway is
+// removed from the configuration), so stale series do not linger.
+func (m *Metrics) ForgetPeer(peer string) {
+	m.pathMu.Lock()
+	defer m.pathMu.Unlock()
+	for _, v := range m.vecs {
+		v.DeletePartialMatch(prometheus.Labels{LabelPeer: peer})
+	}
+	for k := range m.paths {
+		if k.peer == peer {
+			delete(m.paths, k)
+		}
+	}
+	for k := range m.peers {
+		if k.peer == peer {
+			delete(m.peers, k)
+		}
+	}
+}

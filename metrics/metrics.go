@@ -1,0 +1,542 @@
+// Package metrics is the mrgw daemon's metric catalogue: every Prometheus
+// metric family the gateway exports, on a private registry, with its help
+// text, its type and its labels.
+//
+// # Naming
+//
+// Every family starts with mrgw_. Counters end in _total; quantities carry
+// their base unit (_bytes, _seconds, _bytes_per_second); gauges that are 0 or
+// 1 say what 1 means (mrgw_region_reachable, mrgw_path_state{state="down"}).
+//
+// # Labels and cardinality
+//
+// Labels come only from bounded sets, so the number of series is fixed by
+// the configuration, never by traffic:
+//
+//   - peer and peer_region: a remote gateway's node.name and its region, as
+//     named under regions in the configuration (validated names);
+//   - plane: a name from wan.planes (at most 64);
+//   - path: a path id 0..wan.paths_per_peer-1 (at most 1024, see
+//     [WithMaxPaths]); an id out of range is counted under path="overflow";
+//   - state, reason, result, direction: small fixed sets listed with each
+//     family ([PathStates], [DropReasons], ...); an unknown value is
+//     counted as "other".
+//
+// Host identities (addresses, flow or connection ids) are never labels.
+// The gateway's own identity is added to every series as the constant labels
+// gateway and region by [WithIdentity].
+//
+// # Use
+//
+// [New] builds the collectors and registers them, plus the standard Go and
+// process collectors, on a fresh [prometheus.Registry]; the admin server
+// serves it with promhttp.HandlerFor(m.Registry, ...). The datapath feeds
+// peers and paths through [Metrics.Peer] and [Metrics.Path], whose Sync
+// methods turn the cumulative counters of metaroce.ConnStats and pathmgr.Path
+// into Prometheus counter increments.
+package metrics
+
+import (
+	"fmt"
+	"runtime"
+	"slices"
+	"sort"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Namespace prefixes every family of the catalogue.
+const Namespace = "mrgw"
+
+// Label names.
+const (
+	LabelGateway    = "gateway"     // constant: this gateway's node.name
+	LabelRegion     = "region"      // constant: this gateway's node.region
+	LabelPeer       = "peer"        // a remote gateway's node.name
+	LabelPeerRegion = "peer_region" // a remote region (or, for mrgw_peers_alive, any region)
+	LabelPlane      = "plane"       // a wan.planes[].name
+	LabelPath       = "path"        // a path id, 0..paths_per_peer-1
+	LabelState      = "state"       // a path state
+	LabelReason     = "reason"      // why something was dropped or refused
+	LabelResult     = "result"      // how an attempt ended
+	LabelDirection  = "direction"   // in (towards local hosts) or out (from local hosts)
+	LabelVersion    = "version"
+	LabelGoVersion  = "goversion"
+)
+
+// DefaultMaxPaths is the largest wan.paths_per_peer the configuration
+// accepts: path ids are labelled 0..DefaultMaxPaths-1 unless [WithMaxPaths]
+// lowers the bound.
+const DefaultMaxPaths = 1024
+
+// OverflowPath is the path label of an id out of range.
+const OverflowPath = "overflow"
+
+// Other is the label value an unknown state, reason or result is counted as.
+const Other = "other"
+
+// Directions of traffic through the gateway.
+const (
+	DirIn  = "in"  // from a remote region towards hosts of this region
+	DirOut = "out" // from hosts of this region towards a remote region
+)
+
+// Directions lists the values of the direction label.
+var Directions = []string{DirIn, DirOut}
+
+// PathStates lists the values of mrgw_path_state's state label, pathmgr's
+// states by their String names.
+var PathStates = []string{"up", "suspect", "down", "probing"}
+
+// DropReason says why a WAN datagram was dropped before it reached a
+// connection.
+type DropReason string
+
+// Reasons for dropping a WAN datagram.
+const (
+	DropAuth        DropReason = "auth"         // AEAD authentication failed (wrong key, tampering)
+	DropReplay      DropReason = "replay"       // sequence number seen before or too old for the replay window
+	DropMalformed   DropReason = "malformed"    // too short, bad version or header
+	DropQueue       DropReason = "queue"        // a bounded queue was full
+	DropTruncated   DropReason = "truncated"    // longer than the receive buffer
+	DropUnknownPeer DropReason = "unknown_peer" // no control session (no keys) for the sender
+	DropOther       DropReason = Other
+)
+
+// DropReasons lists the values of mrgw_wan_datagrams_dropped_total's reason label.
+var DropReasons = []string{string(DropAuth), string(DropReplay), string(DropMalformed),
+	string(DropQueue), string(DropTruncated), string(DropUnknownPeer), Other}
+
+// Reasons a host flow is refused.
+const (
+	RefuseLimit      = "limit"       // limits.max_flows or limits.memory_bytes reached
+	RefuseNoRoute    = "no_route"    // no reachable gateway of the destination region
+	RefuseBadRequest = "bad_request" // the host named no or an unknown region
+)
+
+// RefuseReasons lists the values of mrgw_host_flows_refused_total's reason label.
+var RefuseReasons = []string{RefuseLimit, RefuseNoRoute, RefuseBadRequest, Other}
+
+// Results of control sessions, key rotations and reloads.
+const (
+	ResultOK          = "ok"          // key rotation or reload done
+	ResultFailed      = "failed"      // the attempt failed (timeout, I/O, handshake)
+	ResultEstablished = "established" // a control session authenticated and started
+	ResultRefused     = "refused"     // a peer was refused (certificate, name) or a reload needs a restart
+	ResultInvalid     = "invalid"     // a reloaded file did not load or validate
+)
+
+// SessionResults, RotationResults and ReloadResults list the values of the
+// result label of their families.
+var (
+	SessionResults  = []string{ResultEstablished, ResultRefused, ResultFailed, Other}
+	RotationResults = []string{ResultOK, ResultFailed, Other}
+	ReloadResults   = []string{ResultOK, ResultRefused, ResultInvalid, Other}
+)
+
+// Type is a family's Prometheus type.
+type Type string
+
+// Family types.
+const (
+	Counter   Type = "counter"
+	Gauge     Type = "gauge"
+	Histogram Type = "histogram"
+)
+
+// Family describes one metric family of the catalogue.
+type Family struct {
+	Name   string
+	Type   Type
+	Help   string
+	Labels []string // variable labels, without the constant gateway and region
+}
+
+// MessageBuckets are the bucket bounds of mrgw_message_completion_seconds:
+// 1 ms to about 65 s, doubling, which covers a small message within a region
+// and a large one over a lossy 150 ms path.
+var MessageBuckets = prometheus.ExponentialBuckets(0.001, 2, 17)
+
+// Metrics holds every collector of the catalogue.
+type Metrics struct {
+	// Registry holds the catalogue and the standard Go and process
+	// collectors. Serve it with promhttp.HandlerFor.
+	Registry *prometheus.Registry
+
+	maxPaths int
+	families []Family
+	vecs     []*prometheus.MetricVec // every vector with a peer label, for ForgetPeer
+
+	// Gateway.
+	BuildInfo           *prometheus.GaugeVec   // version, goversion
+	MemoryBufferedBytes prometheus.Gauge       //
+	MemoryLimitBytes    prometheus.Gauge       //
+	HostFlowsActive     prometheus.Gauge       //
+	HostFlowsLimit      prometheus.Gauge       //
+	HostFlowsRefused    *prometheus.CounterVec // reason
+	LANGoodputBytes     *prometheus.CounterVec // direction
+	MessagesCompleted   *prometheus.CounterVec // peer_region, direction
+	MessagesFailed      *prometheus.CounterVec // peer_region, direction
+	MessageCompletion   *prometheus.HistogramVec
+	ConfigReloads       *prometheus.CounterVec // result
+
+	// Regions and gossip.
+	RegionReachable *prometheus.GaugeVec // peer_region
+	PeersAlive      *prometheus.GaugeVec // peer_region
+
+	// Control channel.
+	ControlSessionsActive *prometheus.GaugeVec   // peer_region
+	ControlSessions       *prometheus.CounterVec // result
+	KeyRotations          *prometheus.CounterVec // peer, peer_region, result
+
+	// WAN datagrams.
+	WANDatagramsSent     *prometheus.CounterVec // peer, peer_region, plane
+	WANDatagramsReceived *prometheus.CounterVec // peer, peer_region, plane
+	WANSentBytes         *prometheus.CounterVec // peer, peer_region, plane
+	WANReceivedBytes     *prometheus.CounterVec // peer, peer_region, plane
+	WANDatagramsDropped  *prometheus.CounterVec // plane, reason
+
+	// WAN connection to each peer gateway.
+	PeerConnected        *prometheus.GaugeVec   // peer, peer_region
+	PeerGoodputBytes     *prometheus.CounterVec // peer, peer_region, direction
+	PeerPayloadSentBytes *prometheus.CounterVec // peer, peer_region
+	PeerDataPacketsSent  *prometheus.CounterVec // peer, peer_region
+	PeerRetransmits      *prometheus.CounterVec // peer, peer_region
+	PeerPacketsLost      *prometheus.CounterVec // peer, peer_region
+	PeerTimeouts         *prometheus.CounterVec // peer, peer_region
+	PeerDuplicates       *prometheus.CounterVec // peer, peer_region
+	PeerRateHint         *prometheus.GaugeVec   // peer, peer_region
+	PeerPacingRate       *prometheus.GaugeVec   // peer, peer_region
+
+	// Paths (peer, peer_region, plane, path).
+	PathState        *prometheus.GaugeVec // + state
+	PathTransitions  *prometheus.CounterVec
+	PathRTT          *prometheus.GaugeVec
+	PathMinRTT       *prometheus.GaugeVec
+	PathCwnd         *prometheus.GaugeVec
+	PathInflight     *prometheus.GaugeVec
+	PathPacketsSent  *prometheus.CounterVec
+	PathPacketsAcked *prometheus.CounterVec
+	PathPacketsLost  *prometheus.CounterVec
+	PathECNMarked    *prometheus.CounterVec
+	PathTimeouts     *prometheus.CounterVec
+	PathGoodputBytes *prometheus.CounterVec
+
+	pathMu sync.Mutex // guards paths and peers
+	paths  map[pathKey]*PathMetrics
+	peers  map[peerKey]*PeerMetrics
+}
+
+// Option changes what New builds.
+type Option func(*options)
+
+type options struct {
+	gateway, region string
+	maxPaths        int
+	noStandard      bool
+}
+
+// WithIdentity adds the constant labels gateway (node.name) and region
+// (node.region) to every series, so that series of different gateways stay
+// apart without relabelling in Prometheus.
+func WithIdentity(gateway, region string) Option {
+	return func(o *options) { o.gateway, o.region = gateway, region }
+}
+
+// WithMaxPaths bounds the path label to ids 0..n-1 (normally
+// wan.paths_per_peer); larger ids are counted under path="overflow".
+// n outside 1..DefaultMaxPaths means DefaultMaxPaths.
+func WithMaxPaths(n int) Option {
+	return func(o *options) { o.maxPaths = n }
+}
+
+// WithoutStandardCollectors leaves out the Go runtime and process
+// collectors (go_*, process_*), for tests that compare whole expositions.
+func WithoutStandardCollectors() Option {
+	return func(o *options) { o.noStandard = true }
+}
+
+var (
+	peerLabels = []string{LabelPeer, LabelPeerRegion}
+	wanLabels  = []string{LabelPeer, LabelPeerRegion, LabelPlane}
+	pathLabels = []string{LabelPeer, LabelPeerRegion, LabelPlane, LabelPath}
+)
+
+func with(base []string, extra ...string) []string {
+	return append(slices.Clip(base), extra...)
+}
+
+// New builds the catalogue on a new private registry.
+func New(opts ...Option) *Metrics {
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.maxPaths < 1 || o.maxPaths > DefaultMaxPaths {
+		o.maxPaths = DefaultMaxPaths
+	}
+	reg := prometheus.NewRegistry()
+	var r prometheus.Registerer = reg
+	if o.gateway != "" || o.region != "" {
+		r = prometheus.WrapRegistererWith(prometheus.Labels{LabelGateway: o.gateway, LabelRegion: o.region}, reg)
+	}
+	m := &Metrics{
+		Registry: reg,
+		maxPaths: o.maxPaths,
+		paths:    map[pathKey]*PathMetrics{},
+		peers:    map[peerKey]*PeerMetrics{},
+	}
+	b := &builder{m: m, r: r}
+
+	// Gateway.
+	m.BuildInfo = b.gaugeVec("mrgw_build_info",
+		"Always 1; the labels say which mrgw version and Go version this gateway runs.",
+		LabelVersion, LabelGoVersion)
+	m.MemoryBufferedBytes = b.gauge("mrgw_memory_buffered_bytes",
+		"Bytes of host and tunnel data the gateway holds now (queued, in flight or awaiting acknowledgement), counted against limits.memory_bytes.")
+	m.MemoryLimitBytes = b.gauge("mrgw_memory_limit_bytes",
+		"The configured cap on buffered data, limits.memory_bytes (follows live reloads).")
+	m.HostFlowsActive = b.gauge("mrgw_host_flows_active",
+		"Host flows (LAN MetaRoCE connections relayed to a remote region) admitted now.")
+	m.HostFlowsLimit = b.gauge("mrgw_host_flows_limit",
+		"The configured cap on host flows, limits.max_flows (follows live reloads).")
+	m.HostFlowsRefused = b.counterVec("mrgw_host_flows_refused_total",
+		"Host flows refused at admission, by reason: limit (max_flows or memory reached), no_route (no reachable gateway of the destination region), bad_request.",
+		LabelReason)
+	m.LANGoodputBytes = b.counterVec("mrgw_lan_goodput_bytes_total",
+		"Payload bytes exchanged with hosts of this region, each byte once: direction=out received from hosts for remote regions, direction=in placed into hosts' memory from remote regions.",
+		LabelDirection)
+	m.MessagesCompleted = b.counterVec("mrgw_messages_completed_total",
+		"Host messages relayed end to end and completed, by remote region and direction.",
+		LabelPeerRegion, LabelDirection)
+	m.MessagesFailed = b.counterVec("mrgw_messages_failed_total",
+		"Host messages that failed (retry budget exhausted, connection closed, flow refused mid-way), by remote region and direction.",
+		LabelPeerRegion, LabelDirection)
+	m.MessageCompletion = b.histogramVec("mrgw_message_completion_seconds",
+		"Time from a host message's first byte reaching this gateway to its end-to-end completion in the remote region, for messages sent out (direction=out).",
+		MessageBuckets, LabelPeerRegion)
+	m.ConfigReloads = b.counterVec("mrgw_config_reloads_total",
+		"Configuration reloads (SIGHUP), by result: ok, refused (a restart-only key changed), invalid (the file did not load or validate).",
+		LabelResult)
+
+	// Regions and gossip.
+	m.RegionReachable = b.gaugeVec("mrgw_region_reachable",
+		"1 when at least one gateway of the remote region is alive in gossip and has an established WAN connection with a usable path from this gateway, else 0.",
+		LabelPeerRegion)
+	m.PeersAlive = b.gaugeVec("mrgw_peers_alive",
+		"Gateways gossip reports alive, per region (this gateway's own region included, this gateway excluded).",
+		LabelPeerRegion)
+
+	// Control channel.
+	m.ControlSessionsActive = b.gaugeVec("mrgw_control_sessions_active",
+		"Authenticated QUIC control sessions open now, per remote region (this gateway's own region for its pair partner).",
+		LabelPeerRegion)
+	m.ControlSessions = b.counterVec("mrgw_control_sessions_total",
+		"Control session attempts, dialled and accepted, by result: established, refused (certificate or name not accepted), failed (handshake or network).",
+		LabelResult)
+	m.KeyRotations = b.counterVec("mrgw_key_rotations_total",
+		"Datagram key rotations with a peer gateway (every wan.key_rotation), by result: ok or failed.",
+		LabelPeer, LabelPeerRegion, LabelResult)
+
+	// WAN datagrams.
+	m.WANDatagramsSent = b.counterVec("mrgw_wan_datagrams_sent_total",
+		"Tunnel datagrams sent to a peer gateway on a plane (before GSO segmentation is undone by the kernel: one per datagram).",
+		wanLabels...)
+	m.WANDatagramsReceived = b.counterVec("mrgw_wan_datagrams_received_total",
+		"Tunnel datagrams received from a peer gateway on a plane and accepted (authenticated, not replayed).",
+		wanLabels...)
+	m.WANSentBytes = b.counterVec("mrgw_wan_sent_bytes_total",
+		"UDP payload bytes of tunnel datagrams sent, headers and AEAD tags included.",
+		wanLabels...)
+	m.WANReceivedBytes = b.counterVec("mrgw_wan_received_bytes_total",
+		"UDP payload bytes of tunnel datagrams received and accepted, headers and AEAD tags included.",
+		wanLabels...)
+	m.WANDatagramsDropped = b.counterVec("mrgw_wan_datagrams_dropped_total",
+		"Tunnel datagrams received on a plane and dropped before reaching a connection, by reason: auth, replay, malformed, queue, truncated, unknown_peer.",
+		LabelPlane, LabelReason)
+
+	// Peer connections.
+	m.PeerConnected = b.gaugeVec("mrgw_peer_connected",
+		"1 while the WAN connection to the peer gateway is established, else 0.",
+		peerLabels...)
+	m.PeerGoodputBytes = b.counterVec("mrgw_peer_goodput_bytes_total",
+		"Payload bytes delivered over the WAN connection, each byte once: direction=out acknowledged by the peer, direction=in placed here.",
+		with(peerLabels, LabelDirection)...)
+	m.PeerPayloadSentBytes = b.counterVec("mrgw_peer_payload_sent_bytes_total",
+		"Payload bytes sent to the peer gateway, retransmissions included (compare with goodput for the overhead of loss).",
+		peerLabels...)
+	m.PeerDataPacketsSent = b.counterVec("mrgw_peer_data_packets_sent_total",
+		"Data packets sent to the peer gateway, retransmissions included.",
+		peerLabels...)
+	m.PeerRetransmits = b.counterVec("mrgw_peer_retransmits_total",
+		"Data packets sent again to the peer gateway (after a SACK gap or a timeout).",
+		peerLabels...)
+	m.PeerPacketsLost = b.counterVec("mrgw_peer_packets_lost_total",
+		"Data packets to the peer gateway declared lost (a gap in a path's selective-ack bitmap, or a timeout).",
+		peerLabels...)
+	m.PeerTimeouts = b.counterVec("mrgw_peer_timeouts_total",
+		"Probe timeouts on the WAN connection to the peer gateway (a path's data went unacknowledged for a PTO).",
+		peerLabels...)
+	m.PeerDuplicates = b.counterVec("mrgw_peer_duplicates_received_total",
+		"Data packets received from the peer gateway that had already been placed (dropped, never delivered twice).",
+		peerLabels...)
+	m.PeerRateHint = b.gaugeVec("mrgw_peer_rate_hint_bytes_per_second",
+		"The peer gateway's latest receiver rate hint (its fair share for this gateway), in bytes per second; 0 means no hint.",
+		peerLabels...)
+	m.PeerPacingRate = b.gaugeVec("mrgw_peer_pacing_rate_bytes_per_second",
+		"The congestion controller's pacing rate towards the peer gateway, in bytes per second; 0 means window-limited only.",
+		peerLabels...)
+
+	// Paths.
+	m.PathState = b.gaugeVec("mrgw_path_state",
+		"1 for the path's current state (up, suspect, down, probing), 0 for the others.",
+		with(pathLabels, LabelState)...)
+	m.PathTransitions = b.counterVec("mrgw_path_transitions_total",
+		"Path state changes, by the state entered; entering down also re-rolls the path's entropy (UDP source port).",
+		with(pathLabels, LabelState)...)
+	m.PathRTT = b.gaugeVec("mrgw_path_rtt_seconds",
+		"The path's smoothed round-trip time.",
+		pathLabels...)
+	m.PathMinRTT = b.gaugeVec("mrgw_path_min_rtt_seconds",
+		"The smallest round-trip time the path has measured.",
+		pathLabels...)
+	m.PathCwnd = b.gaugeVec("mrgw_path_cwnd_bytes",
+		"The congestion window the controller gives the path, in bytes.",
+		pathLabels...)
+	m.PathInflight = b.gaugeVec("mrgw_path_inflight_bytes",
+		"Bytes sent on the path and neither acknowledged nor declared lost.",
+		pathLabels...)
+	m.PathPacketsSent = b.counterVec("mrgw_path_packets_sent_total",
+		"Data packets sent on the path, retransmissions included.",
+		pathLabels...)
+	m.PathPacketsAcked = b.counterVec("mrgw_path_packets_acked_total",
+		"Data packets acknowledged on the path.",
+		pathLabels...)
+	m.PathPacketsLost = b.counterVec("mrgw_path_packets_lost_total",
+		"Data packets declared lost on the path.",
+		pathLabels...)
+	m.PathECNMarked = b.counterVec("mrgw_path_ecn_marked_packets_total",
+		"Data packets on the path that the receiver saw marked ECN-CE (congestion experienced).",
+		pathLabels...)
+	m.PathTimeouts = b.counterVec("mrgw_path_timeouts_total",
+		"Probe timeouts on the path.",
+		pathLabels...)
+	m.PathGoodputBytes = b.counterVec("mrgw_path_goodput_bytes_total",
+		"Payload bytes acknowledged on the path.",
+		pathLabels...)
+
+	if !o.noStandard {
+		r.MustRegister(
+			collectors.NewGoCollector(),
+			collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		)
+	}
+	m.BuildInfo.WithLabelValues(buildVersion(), runtime.Version()).Set(1)
+	return m
+}
+
+// Families returns the catalogue: every family New registers (the standard
+// go_* and process_* families aside), sorted by name.
+func (m *Metrics) Families() []Family {
+	out := slices.Clone(m.families)
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+var (
+	catalogueOnce sync.Once
+	catalogue     []Family
+)
+
+// Catalogue returns the families of the catalogue, sorted by name, without
+// building a registry for the caller.
+func Catalogue() []Family {
+	catalogueOnce.Do(func() { catalogue = New(WithoutStandardCollectors()).Families() })
+	return slices.Clone(catalogue)
+}
+
+// Names lists the name of every metric family the daemon exports from the
+// catalogue, sorted. A histogram is listed by its family name; its series
+// are name_bucket, name_sum and name_count. The standard go_* and process_*
+// families are exported as well but not listed.
+func Names() []string {
+	fams := Catalogue()
+	out := make([]string, len(fams))
+	for i, f := range fams {
+		out[i] = f.Name
+	}
+	return out
+}
+
+// Lookup returns the catalogue entry of a family name.
+func Lookup(name string) (Family, bool) {
+	for _, f := range Catalogue() {
+		if f.Name == name {
+			return f, true
+		}
+	}
+	return Family{}, false
+}
+
+// builder creates collectors, registers them and records the catalogue.
+type builder struct {
+	m *Metrics
+	r prometheus.Registerer
+}
+
+func (b *builder) record(name string, t Type, help string, labels []string) {
+	for _, f := range b.m.families {
+		if f.Name == name {
+			panic(fmt.Sprintf("metrics: %s defined twice", name))
+		}
+	}
+	b.m.families = append(b.m.families, Family{Name: name, Type: t, Help: help, Labels: slices.Clone(labels)})
+}
+
+func (b *builder) track(v *prometheus.MetricVec, labels []string) {
+	if slices.Contains(labels, LabelPeer) {
+		b.m.vecs = append(b.m.vecs, v)
+	}
+}
+
+func (b *builder) gauge(name, help string) prometheus.Gauge {
+	b.record(name, Gauge, help, nil)
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+	b.r.MustRegister(g)
+	return g
+}
+
+func (b *builder) gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	b.record(name, Gauge, help, labels)
+	v := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+	b.r.MustRegister(v)
+	b.track(v.MetricVec, labels)
+	return v
+}
+
+func (b *builder) counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	b.record(name, Counter, help, labels)
+	v := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+	b.r.MustRegister(v)
+	b.track(v.MetricVec, labels)
+	return v
+}
+
+func (b *builder) histogramVec(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	b.record(name, Histogram, help, labels)
+	v := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
+	b.r.MustRegister(v)
+	b.track(v.MetricVec, labels)
+	return v
+}
+
+// oneOf returns v if it is one of allowed, else Other: label values of the
+// fixed sets never grow.
+func oneOf(v string, allowed []string) string {
+	if slices.Contains(allowed, v) {
+		return v
+	}
+	return Other
+}
