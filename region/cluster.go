@@ -1,0 +1,571 @@
+package region
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Cluster is this gateway's membership in the gossip cluster.
+type Cluster struct {
+	cfg     Config
+	log     *slog.Logger
+	core    *core
+	ml      *memberlist.Memberlist
+	keyring *memberlist.Keyring // nil when gossip is not encrypted
+	queue   *healthQueue
+
+	gossipInterval time.Duration
+
+	metaMu sync.Mutex
+	meta   []byte // encoded Meta announced by NodeMeta
+
+	// lifeMu orders Leave and Shutdown: memberlist panics on Leave after
+	// Shutdown.
+	lifeMu sync.Mutex
+	closed bool
+	stop   chan struct{}
+	wg     sync.WaitGroup // the prune loop and Join attempts still running
+}
+
+// New starts memberlist on cfg.Bind and returns the running cluster of one
+// member (this gateway). Call Join to meet the others. logger receives
+// memberlist's own log lines at debug level, and this package's state
+// changes at info; nil discards both.
+func New(cfg Config, logger *slog.Logger) (*Cluster, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	mc, kr, err := cfg.memberlistConfig()
+	if err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	meta, _ := EncodeMeta(cfg.Meta) // checked by memberlistConfig
+	logger = logger.With("component", "region", "self", cfg.Name)
+	c := &Cluster{
+		cfg:     cfg,
+		log:     logger,
+		keyring: kr,
+		meta:    meta,
+		stop:    make(chan struct{}),
+
+		gossipInterval: mc.GossipInterval,
+	}
+	c.core = newCore(cfg.Name, &cfg, logger)
+	// Members are counted from our own view: the queue asks from
+	// memberlist's gossip goroutine, and the view needs no memberlist lock.
+	c.queue = newHealthQueue(func() int { return max(c.core.aliveCount(), 1) },
+		mc.RetransmitMult, cfg.MaxHealthReports)
+	d := &delegate{c: c}
+	mc.Delegate, mc.Events, mc.Conflict, mc.Alive = d, d, d, d
+	// Logger only, never LogOutput as well: memberlist refuses both. No
+	// timestamp prefix: slog adds its own.
+	mc.Logger = log.New(slogWriter{logger}, "", 0)
+
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		return nil, fmt.Errorf("region: starting memberlist on %s: %w", cfg.Bind, err)
+	}
+	c.ml = ml
+	c.wg.Add(1)
+	go c.pruneLoop()
+	return c, nil
+}
+
+// Addr is the address other members reach this one at (with the real
+// port when Bind asked for port 0).
+func (c *Cluster) Addr() string { return c.ml.LocalNode().Address() }
+
+// Name is this gateway's member name.
+func (c *Cluster) Name() string { return c.cfg.Name }
+
+// Join contacts seeds (Config.Seeds when seeds is empty) until one answers,
+// at most Config.JoinAttempts rounds with growing pauses, and never past
+// ctx. It returns how many members answered. No seeds at all is not an
+// error: the first gateway of a cluster has nobody to join.
+//
+// memberlist's Join cannot be cancelled, so an attempt abandoned because
+// ctx ended finishes in the background within memberlist's TCP timeout;
+// Shutdown waits for it.
+func (c *Cluster) Join(ctx context.Context, seeds []string) (int, error) {
+	if len(seeds) == 0 {
+		seeds = c.cfg.Seeds
+	}
+	if len(seeds) == 0 {
+		return 0, nil
+	}
+	pause := 100 * time.Millisecond
+	var last error
+	for attempt := 1; attempt <= c.cfg.JoinAttempts; attempt++ {
+		type result struct {
+			n   int
+			err error
+		}
+		res := make(chan result, 1)
+		if !c.track() {
+			return 0, ErrClosed
+		}
+		go func() {
+			defer c.wg.Done()
+			n, err := c.ml.Join(seeds)
+			res <- result{n, err}
+		}()
+		select {
+		case r := <-res:
+			if r.n > 0 {
+				if r.err != nil {
+					c.log.Debug("some seeds did not answer", "err", r.err)
+				}
+				return r.n, nil
+			}
+			last = r.err
+		case <-ctx.Done():
+			return 0, fmt.Errorf("region: join %v: %w (last error: %v)", seeds, ctx.Err(), last)
+		}
+		if attempt == c.cfg.JoinAttempts {
+			break
+		}
+		c.log.Debug("join attempt failed", "attempt", attempt, "err", last)
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return 0, fmt.Errorf("region: join %v: %w (last error: %v)", seeds, ctx.Err(), last)
+		case <-c.stop:
+			t.Stop()
+			return 0, ErrClosed
+		}
+		pause = min(2*pause, 5*time.Second)
+	}
+	return 0, fmt.Errorf("region: join %v failed after %d attempts: %w", seeds, c.cfg.JoinAttempts, last)
+}
+
+// track registers a background goroutine unless the cluster is closed.
+func (c *Cluster) track() bool {
+	c.lifeMu.Lock()
+	defer c.lifeMu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.wg.Add(1)
+	return true
+}
+
+// Leave tells the cluster this gateway is going away, so the others see it
+// as left at once instead of dead after the suspicion timeout. It waits at
+// most timeout for the message to go out. Gossip keeps running until
+// Shutdown.
+func (c *Cluster) Leave(timeout time.Duration) error {
+	c.lifeMu.Lock()
+	defer c.lifeMu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	begin := time.Now()
+	// Say goodbye first, through our own gossip queue, so the others
+	// record "left" rather than "dead" (see decodeGoodbye for why
+	// memberlist's own leave message is not enough).
+	bye, err := appendGoodbye(nil, c.cfg.Name)
+	if err != nil {
+		return err
+	}
+	c.core.goodbye(c.cfg.Name)
+	c.queue.queue("\x00goodbye", bye)
+	if err := c.ml.Leave(timeout); err != nil {
+		return fmt.Errorf("region: leave: %w", err)
+	}
+	// memberlist returns once its leave message has been sent to one
+	// member, which may be a dead one (it gossips to the recently dead
+	// too). Keep gossiping a few rounds so the goodbye reaches the living.
+	// Serf does the same with its LeavePropagateDelay.
+	wait := min(4*c.gossipInterval, timeout-time.Since(begin))
+	if wait > 0 {
+		time.Sleep(wait)
+	}
+	return nil
+}
+
+// Shutdown stops gossip without a goodbye (the others will find this
+// gateway dead), stops background work and closes every watcher channel.
+// It is safe to call more than once.
+func (c *Cluster) Shutdown() error {
+	c.lifeMu.Lock()
+	if c.closed {
+		c.lifeMu.Unlock()
+		return nil
+	}
+	c.closed = true
+	close(c.stop)
+	c.lifeMu.Unlock()
+
+	err := c.ml.Shutdown()
+	c.wg.Wait()
+	c.core.changes.close()
+	c.core.reports.close()
+	if err != nil {
+		return fmt.Errorf("region: shutdown: %w", err)
+	}
+	return nil
+}
+
+func (c *Cluster) pruneLoop() {
+	defer c.wg.Done()
+	t := time.NewTicker(max(c.cfg.HealthTTL/4, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			c.core.prune()
+		case <-c.stop:
+			return
+		}
+	}
+}
+
+// UpdateMeta announces new metadata (a plane added or moved) and waits at
+// most timeout for it to be sent.
+func (c *Cluster) UpdateMeta(m Meta, timeout time.Duration) error {
+	b, err := EncodeMeta(m)
+	if err != nil {
+		return err
+	}
+	c.lifeMu.Lock()
+	defer c.lifeMu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	c.metaMu.Lock()
+	c.meta = b
+	c.metaMu.Unlock()
+	if err := c.ml.UpdateNode(timeout); err != nil {
+		return fmt.Errorf("region: update metadata: %w", err)
+	}
+	return nil
+}
+
+// View returns a snapshot of all regions and their gateways.
+func (c *Cluster) View() View { return c.core.view() }
+
+// Route returns the live gateways of region, alive before suspect, sorted
+// by name; or a *RouteError matching ErrUnknownRegion or
+// ErrRegionUnreachable. It reads local state only and never blocks on the
+// network.
+func (c *Cluster) Route(region string) ([]Gateway, error) { return c.core.route(region) }
+
+// WatchChanges returns a channel of gateway state changes holding up to n
+// undelivered changes, and a function that stops the watch and closes the
+// channel. Changes that find the channel full are dropped and counted;
+// re-read View after a burst. Shutdown closes the channel.
+func (c *Cluster) WatchChanges(n int) (<-chan Change, func()) { return c.core.changes.add(n) }
+
+// WatchHealth is WatchChanges for health reports received from other
+// gateways (not those this gateway publishes).
+func (c *Cluster) WatchHealth(n int) (<-chan HealthReport, func()) { return c.core.reports.add(n) }
+
+// PublishHealth records a report of this gateway's paths and gossips it to
+// all. From is set to this gateway's name (a different non-empty From is an
+// error) and a zero At to now. A newer report on the same peer and plane
+// replaces the older one, also in the gossip queue, so a flapping path
+// costs one message per gossip round, not one per flap. RTT is carried in
+// microseconds and the fractions in 1/65535; the stored report is the one
+// the others receive.
+func (c *Cluster) PublishHealth(h HealthReport) error {
+	if h.From != "" && h.From != c.cfg.Name {
+		return fmt.Errorf("region: health report from %q published by %q", h.From, c.cfg.Name)
+	}
+	h.From = c.cfg.Name
+	if h.At.IsZero() {
+		h.At = c.core.now()
+	}
+	msg, err := appendHealth(nil, h, 0)
+	if err != nil {
+		return err
+	}
+	h, _, err = decodeHealth(msg) // what the others will see
+	if err != nil {
+		return err
+	}
+	if !c.core.addHealth(h, 0, true) {
+		return fmt.Errorf("region: health report on %s/%s is not newer than the one already published", h.Peer, h.Plane)
+	}
+	c.queue.queue(broadcastName(h), msg)
+	return nil
+}
+
+// Health returns the freshest unexpired report on peer over plane, from
+// whichever gateway measured it (this one included).
+func (c *Cluster) Health(peer, plane string) (HealthReport, bool) { return c.core.latest(peer, plane) }
+
+// Stats returns the cluster's counters.
+func (c *Cluster) Stats() Stats {
+	return Stats{
+		Messages:       c.core.messages.Load(),
+		BadMessages:    c.core.badMessages.Load(),
+		BadMeta:        c.core.badMeta.Load(),
+		HealthDropped:  c.core.reports.dropped.Load(),
+		ChangesDropped: c.core.changes.dropped.Load(),
+		NameConflicts:  c.core.conflicts.Load(),
+	}
+}
+
+// ErrEncryptionDisabled: key operations on a cluster started without keys.
+// Switching encryption on or off needs every gateway restarted.
+var ErrEncryptionDisabled = errors.New("region: gossip encryption is off; enabling it needs a restart")
+
+// InstallKey adds a key that decrypts, without using it to encrypt yet.
+func (c *Cluster) InstallKey(key []byte) error {
+	if c.keyring == nil {
+		return ErrEncryptionDisabled
+	}
+	return wrapKeyErr("install", c.keyring.AddKey(key))
+}
+
+// UseKey makes an installed key the one that encrypts.
+func (c *Cluster) UseKey(key []byte) error {
+	if c.keyring == nil {
+		return ErrEncryptionDisabled
+	}
+	return wrapKeyErr("use", c.keyring.UseKey(key))
+}
+
+// RemoveKey removes a key that is not the primary one.
+func (c *Cluster) RemoveKey(key []byte) error {
+	if c.keyring == nil {
+		return ErrEncryptionDisabled
+	}
+	return wrapKeyErr("remove", c.keyring.RemoveKey(key))
+}
+
+// Keys returns the keyring, primary first.
+func (c *Cluster) Keys() [][]byte {
+	if c.keyring == nil {
+		return nil
+	}
+	return c.keyring.GetKeys()
+}
+
+// SetKeyring makes the keyring exactly keys, keys[0] encrypting: it
+// installs what is new, switches the primary, then removes what is gone.
+// This is what a configuration reload calls. Keys are local to each
+// gateway, so a rotation is three reloads of every gateway, each finished
+// everywhere before the next starts: add the new key second; move it
+// first; drop the old key. Skipping a step cuts gateways off each other.
+func (c *Cluster) SetKeyring(keys [][]byte) error {
+	if c.keyring == nil {
+		return ErrEncryptionDisabled
+	}
+	if len(keys) == 0 {
+		return errors.New("region: an empty keyring would turn encryption off; that needs a restart")
+	}
+	for i, k := range keys {
+		if err := memberlist.ValidateKey(k); err != nil {
+			return fmt.Errorf("region: keys[%d]: %w", i, err)
+		}
+	}
+	for _, k := range keys {
+		if err := c.keyring.AddKey(k); err != nil {
+			return wrapKeyErr("install", err)
+		}
+	}
+	if err := c.keyring.UseKey(keys[0]); err != nil {
+		return wrapKeyErr("use", err)
+	}
+	for _, old := range c.keyring.GetKeys() {
+		if !slices.ContainsFunc(keys, func(k []byte) bool { return bytes.Equal(k, old) }) {
+			if err := c.keyring.RemoveKey(old); err != nil {
+				return wrapKeyErr("remove", err)
+			}
+		}
+	}
+	return nil
+}
+
+func wrapKeyErr(op string, err error) error {
+	if err != nil {
+		return fmt.Errorf("region: %s key: %w", op, err)
+	}
+	return nil
+}
+
+// broadcastName identifies a health message in the gossip queue: by
+// reporter, peer and plane, so a newer report replaces the older one
+// instead of both being sent.
+func broadcastName(h HealthReport) string { return h.From + "\x00" + h.Peer + "\x00" + h.Plane }
+
+// delegate receives memberlist's callbacks. Every method runs on one of
+// memberlist's goroutines, some with memberlist's node lock held: none
+// blocks and none calls back into memberlist.
+type delegate struct{ c *Cluster }
+
+func (d *delegate) NodeMeta(limit int) []byte {
+	d.c.metaMu.Lock()
+	defer d.c.metaMu.Unlock()
+	if len(d.c.meta) > limit {
+		// Cannot happen: EncodeMeta caps at MaxMetaSize. Announcing
+		// nothing beats memberlist's panic on oversize metadata.
+		return nil
+	}
+	return slices.Clone(d.c.meta)
+}
+
+func (d *delegate) NotifyMsg(b []byte) {
+	core := d.c.core
+	core.messages.Add(1)
+	// Decoding copies every field out of b, which memberlist reuses after
+	// we return.
+	switch {
+	case len(b) > 0 && b[0] == kindHealth:
+		h, age, err := decodeHealth(b)
+		if err == nil {
+			err = checkHealth(&h)
+		}
+		if err != nil {
+			core.badMessages.Add(1)
+			core.log.Debug("dropping health message", "err", err)
+			return
+		}
+		d.c.relay(h, age)
+	case len(b) > 0 && b[0] == kindGoodbye:
+		name, err := decodeGoodbye(b)
+		if err != nil {
+			core.badMessages.Add(1)
+			return
+		}
+		if core.goodbye(name) {
+			d.c.queue.queue("\x00goodbye\x00"+name, slices.Clone(b))
+		}
+	default:
+		// An unknown kind: a newer gateway's message, or garbage.
+		core.badMessages.Add(1)
+	}
+}
+
+// relay stores a received report and, if it was news, passes it on: a
+// broadcast reaches only a few members directly, so every member spreads
+// what it has not seen before, and old news stops at once.
+func (c *Cluster) relay(h HealthReport, age time.Duration) {
+	received := c.core.now()
+	if !c.core.addHealth(h, age, false) {
+		return
+	}
+	msg, err := appendHealth(nil, h, age+c.core.now().Sub(received))
+	if err != nil {
+		return
+	}
+	c.queue.queue(broadcastName(h), msg)
+}
+
+func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
+	return d.c.queue.GetBroadcasts(overhead, limit)
+}
+
+// LocalState hands the health table to a member doing a push/pull (every
+// join, and periodically), so a gateway that joins late or missed
+// broadcasts learns the current path health without waiting for reports.
+func (d *delegate) LocalState(join bool) []byte {
+	rs, ages := d.c.core.freshHealth()
+	msgs := make([][]byte, 0, len(rs))
+	for i, h := range rs {
+		if m, err := appendHealth(nil, h, ages[i]); err == nil {
+			msgs = append(msgs, m)
+		}
+	}
+	return appendHealthBatch(nil, msgs)
+}
+
+func (d *delegate) MergeRemoteState(buf []byte, join bool) {
+	if len(buf) == 0 {
+		return
+	}
+	msgs, err := decodeHealthBatch(buf)
+	if err != nil {
+		d.c.core.badMessages.Add(1)
+		return
+	}
+	for _, m := range msgs {
+		h, age, err := decodeHealth(m)
+		if err == nil {
+			err = checkHealth(&h)
+		}
+		if err != nil {
+			d.c.core.badMessages.Add(1)
+			continue
+		}
+		// Stored, not relayed: push/pull already reaches everyone in
+		// time, and relaying a whole table per exchange would flood.
+		d.c.core.addHealth(h, age, false)
+	}
+}
+
+func (d *delegate) NotifyJoin(n *memberlist.Node) {
+	d.c.core.setMember(n.Name, nodeAddr(n), n.Meta, Alive)
+}
+
+func (d *delegate) NotifyUpdate(n *memberlist.Node) {
+	d.c.core.setMember(n.Name, nodeAddr(n), n.Meta, Alive)
+}
+
+// NotifyLeave cannot tell a leave from a death: memberlist v0.7.0 never
+// sets n.State (its real state field shadows it). Dead it is, unless the
+// member said goodbye.
+func (d *delegate) NotifyLeave(n *memberlist.Node) {
+	d.c.core.setMember(n.Name, nodeAddr(n), nil, Dead)
+}
+
+// NotifyConflict: two members claim one name. memberlist keeps the first
+// and only logs; a gateway needs to know, because routing by name would
+// send traffic to whichever it believes.
+func (d *delegate) NotifyConflict(existing, other *memberlist.Node) {
+	d.c.core.conflicts.Add(1)
+	d.c.log.Warn("two gossip members claim one gateway name", "name", existing.Name,
+		"existing", existing.Address(), "other", other.Address())
+}
+
+// NotifyAlive keeps members that are not gateways (metadata we cannot
+// read) out of the cluster instead of letting them gossip along.
+func (d *delegate) NotifyAlive(n *memberlist.Node) error {
+	if _, err := DecodeMeta(n.Meta); err != nil {
+		d.c.core.badMeta.Add(1)
+		return fmt.Errorf("member %q is not a gateway: %w", n.Name, err)
+	}
+	return nil
+}
+
+func nodeAddr(n *memberlist.Node) netip.AddrPort {
+	a, ok := netip.AddrFromSlice(n.Addr)
+	if !ok {
+		return netip.AddrPort{}
+	}
+	return netip.AddrPortFrom(a.Unmap(), n.Port)
+}
+
+// slogWriter turns memberlist's log lines ("[DEBUG] memberlist: ...") into
+// slog records at debug level; the bracketed level is kept as an attribute
+// so an operator can still pick out memberlist's warnings and errors (for
+// example gossip that no installed key decrypts).
+type slogWriter struct{ l *slog.Logger }
+
+func (w slogWriter) Write(p []byte) (int, error) {
+	msg := strings.TrimSpace(string(p))
+	level := ""
+	if strings.HasPrefix(msg, "[") {
+		if i := strings.IndexByte(msg, ']'); i > 0 {
+			level, msg = msg[1:i], strings.TrimSpace(msg[i+1:])
+		}
+	}
+	msg = strings.TrimPrefix(msg, "memberlist: ")
+	w.l.Log(context.Background(), slog.LevelDebug, msg, "source", "memberlist", "memberlist_level", level)
+	return len(p), nil
+}

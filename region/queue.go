@@ -1,0 +1,106 @@
+package region
+
+import (
+	"cmp"
+	"math"
+	"slices"
+	"sync"
+)
+
+// healthQueue is the outgoing gossip queue of health messages: each message
+// is piggybacked on memberlist's packets a limited number of times
+// (mult × ⌈log10(n+1)⌉, memberlist's own formula), the least-sent and then
+// newest first, and a message queued under a name already present replaces
+// the older one.
+//
+// It stands in for memberlist.TransmitLimitedQueue, which has exactly these
+// semantics but, in v0.7.0, silently drops a message: it resets its id
+// counter whenever the queue empties, including the moment a named message
+// replaces the only queued one, and a later message of the same length then
+// gets the same id and overwrites it in the B-tree (hashicorp/memberlist
+// PR #263, open since 2022). Health messages of one gateway are very often
+// of equal length, and a lost "plane down" would go unnoticed until the
+// next report. TestHealthQueueReplaceThenQueue replays that sequence.
+type healthQueue struct {
+	numNodes func() int
+	mult     int
+	max      int // bound on queued messages
+
+	mu    sync.Mutex
+	items map[string]*queuedMsg
+	seq   uint64
+}
+
+type queuedMsg struct {
+	name      string
+	msg       []byte
+	transmits int
+	seq       uint64 // higher is newer
+}
+
+func newHealthQueue(numNodes func() int, mult, max int) *healthQueue {
+	return &healthQueue{numNodes: numNodes, mult: mult, max: max, items: map[string]*queuedMsg{}}
+}
+
+func (q *healthQueue) queue(name string, msg []byte) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.seq++
+	if _, ok := q.items[name]; !ok && len(q.items) >= q.max {
+		// Full: the message that has been sent most often gives way.
+		var worst *queuedMsg
+		for _, it := range q.items {
+			if worst == nil || it.transmits > worst.transmits ||
+				(it.transmits == worst.transmits && it.seq < worst.seq) {
+				worst = it
+			}
+		}
+		delete(q.items, worst.name)
+	}
+	q.items[name] = &queuedMsg{name: name, msg: msg, seq: q.seq}
+}
+
+func (q *healthQueue) len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.items)
+}
+
+func retransmitLimit(mult, n int) int {
+	return mult * int(math.Ceil(math.Log10(float64(n+1))))
+}
+
+// GetBroadcasts returns messages whose sizes plus overhead each fit in
+// limit bytes in total, and counts one transmission for each.
+func (q *healthQueue) GetBroadcasts(overhead, limit int) [][]byte {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.items) == 0 {
+		return nil
+	}
+	maxTransmits := max(retransmitLimit(q.mult, q.numNodes()), 1)
+	order := make([]*queuedMsg, 0, len(q.items))
+	for _, it := range q.items {
+		order = append(order, it)
+	}
+	slices.SortFunc(order, func(a, b *queuedMsg) int {
+		if c := cmp.Compare(a.transmits, b.transmits); c != 0 {
+			return c
+		}
+		return cmp.Compare(b.seq, a.seq)
+	})
+	var out [][]byte
+	used := 0
+	for _, it := range order {
+		if used+overhead+len(it.msg) > limit {
+			continue // a smaller one may still fit
+		}
+		used += overhead + len(it.msg)
+		out = append(out, it.msg)
+		it.transmits++
+		if it.transmits >= maxTransmits {
+			delete(q.items, it.name)
+		}
+	}
+	return out
+}
