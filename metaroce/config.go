@@ -73,7 +73,18 @@ type Config struct {
 	// learn of a dead peer instead of waiting forever.
 	DeadAfter time.Duration
 	// Seed seeds the Endpoint's random numbers (connection ids, entropy).
+	// 0 draws a random seed: two endpoints with default settings must not
+	// pick the same connection ids. Simulations set it for repeatability.
 	Seed uint64
+	// PacingSlack is how far behind schedule the pacer may catch up at
+	// once (default: 4 packets' worth). A driver whose timers fire late
+	// (an OS timer wakes up to a millisecond late) sets it to that lateness,
+	// so that a late wake-up sends what was due instead of losing it.
+	PacingSlack time.Duration
+	// AcceptOptions, if set, chooses the options of a connection accepted
+	// from peer (its controller, fewer paths); nil fields keep the
+	// Config's. It runs inside Receive.
+	AcceptOptions func(peer PeerID) ConnOptions
 }
 
 // withDefaults returns c with zero fields set to their defaults.

@@ -80,6 +80,12 @@ type Conn struct {
 	trans                                         []pathmgr.Transition
 	allDownSince                                  time.Duration // -1 while some path is usable
 
+	// Scheduler state (sched.go).
+	inReady  bool
+	removed  bool
+	deadline time.Duration
+	timerGen uint64
+
 	Stats ConnStats
 }
 
@@ -94,8 +100,11 @@ type errOut struct {
 	port uint16
 }
 
-func newConn(e *Endpoint, id uint64, peer PeerID, initiator bool, paths, mtu int, now time.Duration) *Conn {
+func newConn(e *Endpoint, id uint64, peer PeerID, initiator bool, paths, mtu int, now time.Duration, factory cc.Factory) *Conn {
 	cfg := &e.cfg
+	if factory == nil {
+		factory = cfg.CC
+	}
 	c := &Conn{
 		ep:        e,
 		id:        id,
@@ -109,9 +118,10 @@ func newConn(e *Endpoint, id uint64, peer PeerID, initiator bool, paths, mtu int
 		hsRTO:     3 * cfg.Path.InitialRTT,
 	}
 	c.allDownSince = -1
+	c.deadline = -1
 	seed := e.rng.Uint64()
 	c.paths = pathmgr.NewSet(paths, cfg.Path, rand.New(rand.NewPCG(seed, id)))
-	c.ctl = cfg.CC(paths, mtu+DataHeaderLen)
+	c.ctl = factory(paths, mtu+DataHeaderLen)
 	c.windowFn = c.window
 	c.tx = make([]txPath, paths)
 	c.rx = make([]rxPath, paths)
@@ -168,6 +178,7 @@ func (c *Conn) MarkPathDown(now time.Duration, path int, reason string) {
 	c.loseAll(now, path)
 	c.paths.MarkDown(now, path, reason)
 	c.flushTransitions(now)
+	c.touch()
 }
 
 // Close starts a graceful close: a CLOSE is sent (and repeated until
@@ -181,6 +192,7 @@ func (c *Conn) Close(now time.Duration) {
 	c.closeReason = CloseNormal
 	c.closeSends = c.ep.cfg.HandshakeRetries
 	c.needClose = true
+	c.touch()
 }
 
 func (c *Conn) fail(now time.Duration, err error) {
@@ -188,6 +200,7 @@ func (c *Conn) fail(now time.Duration, err error) {
 		return
 	}
 	c.state = stateClosed
+	c.ep.closing++
 	c.closeErr = err
 	c.closeSends = 0
 	c.needClose = false

@@ -1,6 +1,9 @@
 package metaroce
 
 import (
+	"container/heap"
+	crand "crypto/rand"
+	"encoding/binary"
 	"math/rand/v2"
 	"time"
 
@@ -54,9 +57,15 @@ type Endpoint struct {
 	share *cc.FairShare
 	rng   *rand.Rand
 
-	conns  map[uint64]*Conn
-	list   []*Conn
-	cursor int
+	conns map[uint64]*Conn
+	list  []*Conn
+	// ready and timers are the scheduler (sched.go); closing counts closed
+	// connections not yet reaped.
+	ready     []*Conn
+	readyHead int
+	timers    timerHeap
+	due       []*Conn
+	closing   int
 
 	// replies the endpoint owes to packets of no connection (VERSION,
 	// CLOSE-ack), bounded: beyond the bound they are dropped and counted.
@@ -86,6 +95,11 @@ func NewEndpoint(cfg Config, mem *Memory) (*Endpoint, error) {
 	if mem == nil {
 		mem = NewMemory()
 	}
+	if cfg.Seed == 0 {
+		var b [8]byte
+		_, _ = crand.Read(b[:])
+		cfg.Seed = binary.LittleEndian.Uint64(b[:]) | 1
+	}
 	e := &Endpoint{
 		cfg:   cfg,
 		mem:   mem,
@@ -107,12 +121,42 @@ func (e *Endpoint) Config() Config { return e.cfg }
 // Memory returns the registry WRITEs place into.
 func (e *Endpoint) Memory() *Memory { return e.mem }
 
+// ConnPeer returns the peer of connection id, if the Endpoint has it. A
+// driver that cannot tell two peers apart by address (several hosts behind
+// one IP) uses it to attribute a datagram by its connection id.
+func (e *Endpoint) ConnPeer(id uint64) (PeerID, bool) {
+	if c := e.conns[id]; c != nil {
+		return c.peer, true
+	}
+	return 0, false
+}
+
 // Conns returns the endpoint's connections (do not modify the slice).
 func (e *Endpoint) Conns() []*Conn { return e.list }
 
 // Connect starts a connection to peer. It is established when
 // EventConnected is reported.
 func (e *Endpoint) Connect(now time.Duration, peer PeerID) (*Conn, error) {
+	return e.ConnectWith(now, peer, ConnOptions{})
+}
+
+// ConnOptions are per-connection choices that differ from the Endpoint's
+// Config: one Endpoint can then carry connections of different kinds (a
+// gateway's LAN connections under a data-center controller and its WAN
+// connections under a long-RTT one). Zero fields take the Config's value.
+type ConnOptions struct {
+	// CC builds the connection's congestion controller.
+	CC cc.Factory
+	// Paths is the number of paths (at most Config.Paths).
+	Paths int
+}
+
+// ConnectWith is Connect with per-connection options.
+func (e *Endpoint) ConnectWith(now time.Duration, peer PeerID, o ConnOptions) (*Conn, error) {
+	paths := e.cfg.Paths
+	if o.Paths > 0 && o.Paths < paths {
+		paths = o.Paths
+	}
 	if len(e.conns) >= e.cfg.MaxConns {
 		return nil, ErrQueueFull
 	}
@@ -120,7 +164,7 @@ func (e *Endpoint) Connect(now time.Duration, peer PeerID) (*Conn, error) {
 	for id == 0 || e.conns[id] != nil {
 		id = e.rng.Uint64()
 	}
-	c := newConn(e, id, peer, true, e.cfg.Paths, e.cfg.MTU, now)
+	c := newConn(e, id, peer, true, paths, e.cfg.MTU, now, o.CC)
 	e.add(c)
 	return c, nil
 }
@@ -128,10 +172,13 @@ func (e *Endpoint) Connect(now time.Duration, peer PeerID) (*Conn, error) {
 func (e *Endpoint) add(c *Conn) {
 	e.conns[c.id] = c
 	e.list = append(e.list, c)
+	c.touch()
 }
 
 // remove forgets a closed connection.
 func (e *Endpoint) remove(c *Conn) {
+	c.removed = true
+	c.timerGen++
 	delete(e.conns, c.id)
 	for i, x := range e.list {
 		if x == c {
@@ -229,6 +276,7 @@ func (e *Endpoint) Receive(now time.Duration, b []byte, m RecvMeta) {
 		return
 	}
 	c.receive(now, t, b, m)
+	c.touch()
 }
 
 func (e *Endpoint) accept(now time.Duration, b []byte, m RecvMeta) {
@@ -252,7 +300,14 @@ func (e *Endpoint) accept(now time.Duration, b []byte, m RecvMeta) {
 	if mtu > e.cfg.MTU {
 		mtu = e.cfg.MTU
 	}
-	c := newConn(e, h.Conn, m.Peer, false, paths, mtu, now)
+	var o ConnOptions
+	if e.cfg.AcceptOptions != nil {
+		o = e.cfg.AcceptOptions(m.Peer)
+	}
+	if o.Paths > 0 && o.Paths < paths {
+		paths = o.Paths
+	}
+	c := newConn(e, h.Conn, m.Peer, false, paths, mtu, now, o.CC)
 	c.rx[0].peerPort = m.Entropy
 	c.state = stateEstablished
 	c.needAccept = true
@@ -271,49 +326,66 @@ func (e *Endpoint) Poll(now time.Duration, buf []byte) (Transmit, bool) {
 		n := copy(buf[:cap(buf)], r.pkt[:r.n])
 		return Transmit{Peer: r.peer, Entropy: r.entropy, Reply: true, Len: n}, true
 	}
-	n := len(e.list)
-	for k := 0; k < n; k++ {
-		i := (e.cursor + k) % n
-		c := e.list[i]
-		if tx, ok := c.poll(now, buf); ok {
-			e.cursor = (i + 1) % n
-			return tx, true
-		}
+	if tx, ok := e.pollReady(now, buf); ok {
+		return tx, true
 	}
-	e.reap()
+	if e.closing > 0 {
+		e.reap()
+	}
 	return Transmit{}, false
 }
 
 // reap removes connections that finished closing.
 func (e *Endpoint) reap() {
+	e.closing = 0
 	for i := 0; i < len(e.list); i++ {
-		if c := e.list[i]; c.state == stateClosed && !c.hasControl() {
-			e.remove(c)
-			i--
+		c := e.list[i]
+		if c.state != stateClosed {
+			continue
 		}
+		if c.hasControl() {
+			e.closing++ // still owes a CLOSE-ack
+			continue
+		}
+		e.remove(c)
+		i--
 	}
 }
 
 // NextTimeout returns when HandleTimeout should next be called, or a negative
 // value if no timer is set.
 func (e *Endpoint) NextTimeout() time.Duration {
-	t := time.Duration(-1)
 	if len(e.replies) > 0 {
 		return 0
 	}
-	for _, c := range e.list {
-		if ct := c.nextTimeout(); ct >= 0 && (t < 0 || ct < t) {
-			t = ct
-		}
+	if t, ok := e.nextTimer(); ok {
+		return t.at
 	}
-	return t
+	return -1
 }
 
 // HandleTimeout runs every timer that is due at now.
 func (e *Endpoint) HandleTimeout(now time.Duration) {
-	for i := 0; i < len(e.list); i++ {
-		e.list[i].handleTimeout(now)
+	// Collect the due connections first and run each once: a timer a
+	// connection sets for now or earlier while handling this one waits for
+	// the next call, so this never spins.
+	due := e.due[:0]
+	for {
+		t, ok := e.nextTimer()
+		if !ok || t.at > now {
+			break
+		}
+		heap.Pop(&e.timers)
+		t.c.deadline = -1 // consumed: touch files the next one
+		t.c.timerGen++
+		due = append(due, t.c)
 	}
+	for i, c := range due {
+		c.handleTimeout(now)
+		c.touch()
+		due[i] = nil
+	}
+	e.due = due[:0]
 }
 
 func (e *Endpoint) rateHintBps(now time.Duration, conn uint64) uint64 {

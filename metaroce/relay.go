@@ -150,6 +150,7 @@ func (r *RelayMessage) Supply(offset uint64, chunk []byte) error {
 	m.supplied = append(m.supplied, idx)
 	m.stream.pushSendable(m)
 	c.activate(m.stream)
+	c.touch()
 	return nil
 }
 
@@ -159,6 +160,7 @@ func (r *RelayMessage) Fail(err error) {
 	if r.m.err == nil && !r.m.done() {
 		r.m.err = err
 		r.c.completeStream(0, r.m.stream)
+		r.c.touch()
 	}
 }
 
@@ -184,4 +186,30 @@ func (c *Conn) newSinkMessage(h *DataHeader) *rxMessage {
 		n = 1
 	}
 	return &rxMessage{op: h.Op, len: h.MsgLen, key: h.Key, addr: h.Addr, chunks: n, got: make([]uint64, (n+63)/64)}
+}
+
+// ForgetRecvStream drops the receive state of stream (its sink binding, its
+// completion point) once the flow it carried has ended, so that a
+// long-lived connection carrying many flows over time keeps state only for
+// the live ones. A packet arriving later for the stream starts it afresh,
+// unbound.
+func (c *Conn) ForgetRecvStream(stream uint32) {
+	delete(c.rstreams, stream)
+}
+
+// ForgetSendStream drops the send state of stream if none of its messages
+// is still in flight (fail relayed ones first with RelayMessage.Fail). It
+// reports whether the state was dropped.
+func (c *Conn) ForgetSendStream(stream uint32) bool {
+	s := c.streams[stream]
+	if s == nil {
+		return true
+	}
+	if s.head < len(s.msgs) {
+		return false
+	}
+	// A stream still in the round robin holds no ready message (every
+	// message is complete); peekChunk drops it from c.active lazily.
+	delete(c.streams, stream)
+	return true
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mrgw/mrgw/cc"
+	"github.com/mrgw/mrgw/pathmgr"
 )
 
 // relaySink forwards every chunk of a stream to another connection as a
@@ -162,7 +163,11 @@ func TestWriteRelayValidation(t *testing.T) {
 // TestStreamWeights: with two streams always backlogged, a stream of weight 3
 // gets three times the packets of a stream of weight 1.
 func TestStreamWeights(t *testing.T) {
-	n, c, _ := establish(t, Config{MTU: 1024, Paths: 2, CC: cc.NewFixed(64<<20, 50e6)})
+	// The test polls the sender without delivering anything, so probe
+	// timeouts are set far beyond its 40 ms.
+	pc := pathmgr.DefaultConfig()
+	pc.InitialRTT, pc.MinPTO = time.Second, time.Second
+	n, c, _ := establish(t, Config{MTU: 1024, Paths: 2, CC: cc.NewFixed(64<<20, 50e6), Path: pc})
 	if err := n.eps[1].Memory().Register(1, make([]byte, 8<<20)); err != nil {
 		t.Fatal(err)
 	}
@@ -177,6 +182,9 @@ func TestStreamWeights(t *testing.T) {
 		tx, ok := n.eps[0].Poll(now, buf)
 		if !ok {
 			now += time.Microsecond
+			if t := n.eps[0].NextTimeout(); t >= 0 && t <= now {
+				n.eps[0].HandleTimeout(now)
+			}
 			continue
 		}
 		var h DataHeader

@@ -171,6 +171,7 @@ func (c *Conn) enqueue(stream uint32, op Op, key uint32, addr uint64, data []byt
 	c.Stats.MessagesSent++
 	s.pushSendable(m)
 	c.activate(s)
+	c.touch()
 	return m.seq, nil
 }
 
@@ -365,7 +366,11 @@ func (c *Conn) pace(now time.Duration, size int, rate float64) {
 		return
 	}
 	gap := time.Duration(float64(size) / rate * 1e9)
-	if floor := now - 4*gap; c.nextSend < floor {
+	slack := 4 * gap
+	if s := c.ep.cfg.PacingSlack; s > slack {
+		slack = s
+	}
+	if floor := now - slack; c.nextSend < floor {
 		c.nextSend = floor
 	}
 	c.nextSend += gap

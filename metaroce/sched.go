@@ -1,0 +1,122 @@
+package metaroce
+
+import (
+	"container/heap"
+	"time"
+)
+
+// This file keeps the Endpoint's work proportional to the connections that
+// have something to do, not to the connections it holds, so that one
+// Endpoint can carry thousands of them: a FIFO of connections that may have
+// a datagram to send (round robin between them), and a heap of connection
+// timers with lazy deletion.
+
+// timerEnt is one connection's deadline; it is stale unless gen matches the
+// connection's current timerGen.
+type timerEnt struct {
+	at  time.Duration
+	c   *Conn
+	gen uint64
+}
+
+type timerHeap []timerEnt
+
+func (h timerHeap) Len() int { return len(h) }
+func (h timerHeap) Less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	return h[i].c.id < h[j].c.id
+}
+func (h timerHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *timerHeap) Push(x any)   { *h = append(*h, x.(timerEnt)) }
+func (h *timerHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	old[len(old)-1] = timerEnt{}
+	*h = old[:len(old)-1]
+	return x
+}
+
+// touch notes that c may have something to send or a new timer: every
+// operation that changes a connection ends with it.
+func (c *Conn) touch() {
+	e := c.ep
+	if c.removed {
+		return
+	}
+	if !c.inReady {
+		c.inReady = true
+		e.ready = append(e.ready, c)
+	}
+	e.retime(c)
+}
+
+// retime recomputes c's deadline and files it in the heap if it changed.
+func (e *Endpoint) retime(c *Conn) {
+	d := c.nextTimeout()
+	if c.removed || d == c.deadline {
+		return
+	}
+	c.deadline = d
+	c.timerGen++
+	if d >= 0 {
+		heap.Push(&e.timers, timerEnt{at: d, c: c, gen: c.timerGen})
+	}
+	// Stale entries are dropped lazily; rebuild when they dominate.
+	if len(e.timers) > 2*len(e.list)+64 {
+		live := e.timers[:0]
+		for _, t := range e.timers {
+			if t.gen == t.c.timerGen && !t.c.removed {
+				live = append(live, t)
+			}
+		}
+		clear(e.timers[len(live):])
+		e.timers = live
+		heap.Init(&e.timers)
+	}
+}
+
+// nextTimer drops stale heap entries and returns the earliest live one.
+func (e *Endpoint) nextTimer() (timerEnt, bool) {
+	for len(e.timers) > 0 {
+		t := e.timers[0]
+		if t.gen == t.c.timerGen && !t.c.removed {
+			return t, true
+		}
+		heap.Pop(&e.timers)
+	}
+	return timerEnt{}, false
+}
+
+// pollReady runs the round robin over connections that may have something
+// to send. A connection that yields a datagram goes to the back of the
+// queue; one that has nothing leaves it until it is touched again.
+func (e *Endpoint) pollReady(now time.Duration, buf []byte) (Transmit, bool) {
+	for n := len(e.ready) - e.readyHead; n > 0; n-- {
+		c := e.ready[e.readyHead]
+		e.ready[e.readyHead] = nil
+		e.readyHead++
+		if c.removed {
+			continue
+		}
+		if tx, ok := c.poll(now, buf); ok {
+			e.ready = append(e.ready, c)
+			e.compactReady()
+			return tx, true
+		}
+		c.inReady = false
+		e.retime(c)
+	}
+	e.compactReady()
+	return Transmit{}, false
+}
+
+func (e *Endpoint) compactReady() {
+	if e.readyHead > 0 && e.readyHead*2 >= len(e.ready) {
+		n := copy(e.ready, e.ready[e.readyHead:])
+		clear(e.ready[n:])
+		e.ready = e.ready[:n]
+		e.readyHead = 0
+	}
+}
