@@ -59,6 +59,25 @@ type Row struct {
 	// NsPerPacket a per-datagram cost (datapath only).
 	AllocsPerPacket float64 `json:"allocs_per_packet,omitempty"`
 	NsPerPacket     float64 `json:"ns_per_packet,omitempty"`
+	// Emulator names the link emulator a loadtest row ran through: "emu"
+	// (the UDP relay) or "tunemu" (TUN devices and namespaces, same model).
+	Emulator string `json:"emulator,omitempty"`
+	// MRGWRatio is mrgw's goodput over this row's at the same point of the
+	// same run (peer comparisons; above 1: mrgw is ahead).
+	MRGWRatio float64 `json:"mrgw_ratio,omitempty"`
+	// MessageBytes, Messages, Incomplete, P50ms and P99ms describe message
+	// completion times (completion-time scenario): the message size, how
+	// many completed, how many did not within the time limit, and the
+	// median and 99th percentile in milliseconds.
+	MessageBytes int64   `json:"message_bytes,omitempty"`
+	Messages     int     `json:"messages,omitempty"`
+	Incomplete   int     `json:"incomplete,omitempty"`
+	P50ms        float64 `json:"p50_ms,omitempty"`
+	P99ms        float64 `json:"p99_ms,omitempty"`
+	// P50Ratio and P99Ratio are this row's percentile over mrgw's (above
+	// 1: mrgw completes sooner).
+	P50Ratio float64 `json:"p50_ratio,omitempty"`
+	P99Ratio float64 `json:"p99_ratio,omitempty"`
 }
 
 // WriteJSON writes one JSON object per line.

@@ -1,0 +1,386 @@
+package main
+
+import (
+	"context"
+	crand "crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mrgw/mrgw/cc"
+	"github.com/mrgw/mrgw/host"
+	"github.com/mrgw/mrgw/metaroce"
+)
+
+// hostFlags are the flags every host command shares.
+type hostFlags struct {
+	gateways    []string
+	region      string
+	name        string
+	listen      string
+	mtu         int
+	paths       int
+	ccName      string
+	deadAfter   time.Duration
+	openTimeout time.Duration
+	verbose     bool
+}
+
+func (f *hostFlags) add(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringSliceVar(&f.gateways, "gateway", nil, "LAN addresses of the local gateway pair, ADDR:PORT[,ADDR:PORT]")
+	fl.StringVar(&f.region, "region", "", "this host's region")
+	fl.StringVar(&f.name, "name", "", "this host's endpoint name")
+	fl.StringVar(&f.listen, "listen", "127.0.0.1:0", "local listening address")
+	fl.IntVar(&f.mtu, "mtu", 4096, "MetaRoCE payload size")
+	fl.IntVar(&f.paths, "paths", 4, "paths per gateway connection")
+	fl.StringVar(&f.ccName, "cc", "fixed", "congestion controller of the gateway connections ("+strings.Join(cc.Names(), ", ")+")")
+	fl.DurationVar(&f.deadAfter, "dead-after", 2*time.Second, "declare a gateway dead after its paths are down this long")
+	fl.DurationVar(&f.openTimeout, "open-timeout", 5*time.Second, "bound on registering with the gateways and opening a flow")
+	fl.BoolVarP(&f.verbose, "verbose", "v", false, "log connection and flow events")
+	_ = cmd.MarkFlagRequired("gateway")
+	_ = cmd.MarkFlagRequired("region")
+	_ = cmd.MarkFlagRequired("name")
+}
+
+func (f *hostFlags) config(stderr io.Writer) (host.Config, error) {
+	cfg := host.Config{Name: f.name, Region: f.region, DeadAfter: f.deadAfter, OpenTimeout: f.openTimeout}
+	cfg.Protocol.MTU = f.mtu
+	cfg.Protocol.Paths = f.paths
+	ctl, err := cc.Lookup(f.ccName, cc.Params{})
+	if err != nil {
+		return cfg, fmt.Errorf("--cc: %w", err)
+	}
+	cfg.Protocol.CC = ctl
+	for _, g := range f.gateways {
+		a, err := netip.ParseAddrPort(strings.TrimSpace(g))
+		if err != nil {
+			return cfg, fmt.Errorf("--gateway %q: %w", g, err)
+		}
+		cfg.Gateways = append(cfg.Gateways, a)
+	}
+	l, err := netip.ParseAddrPort(f.listen)
+	if err != nil {
+		return cfg, fmt.Errorf("--listen %q: %w", f.listen, err)
+	}
+	cfg.Listen = l
+	level := slog.LevelWarn
+	if f.verbose {
+		level = slog.LevelInfo
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	return cfg, nil
+}
+
+// hostSignalContext ends on SIGINT or SIGTERM.
+func hostSignalContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
+	parent := cmd.Context()
+	if parent == nil {
+		parent = context.Background()
+	}
+	return signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
+}
+
+func newHostCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "host",
+		Short: "Move traffic by hand as a host behind the local gateway pair",
+		Long: `host runs the host side of mrgw (package host): it connects to the local gateway
+pair, registers an endpoint name, and sends to or receives from an endpoint in another
+region. Completions are end to end: a message counts as sent only once the destination
+reported it in its memory.
+
+On one machine give every process its own loopback IP (127.0.0.2, 127.0.0.3, ...).`,
+	}
+	cmd.AddCommand(newHostRecvCmd(), newHostSendCmd())
+	return cmd
+}
+
+func newHostRecvCmd() *cobra.Command {
+	var (
+		hf       hostFlags
+		memory   string
+		key      uint32
+		duration time.Duration
+		credit   string
+		quiet    bool
+	)
+	cmd := &cobra.Command{
+		Use:   "recv",
+		Short: "Register memory and report every message that lands in it",
+		Example: `  mrgw host recv --gateway 127.0.0.10:7000,127.0.0.11:7000 --region us-east \
+      --name trainer-0 --memory 256MiB --duration 60s`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			memBytes, err := hostParseBytes(memory)
+			if err != nil {
+				return fmt.Errorf("--memory: %w", err)
+			}
+			cfg, err := hf.config(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			if credit != "" {
+				c, err := hostParseBytes(credit)
+				if err != nil {
+					return fmt.Errorf("--credit: %w", err)
+				}
+				cfg.ReceiveCredit = c
+			}
+			ctx, stop := hostSignalContext(cmd)
+			defer stop()
+			if duration > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, duration)
+				defer cancel()
+			}
+			h, err := host.New(cfg)
+			if err != nil {
+				return err
+			}
+			defer h.Close()
+			if err := h.RegisterMemory(key, make([]byte, memBytes)); err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "%s/%s listening on %v, %d bytes under key %d\n", cfg.Region, cfg.Name, h.LocalAddr(), memBytes, key)
+			start := time.Now()
+			var msgs, total uint64
+			flows := map[uint64]bool{}
+		loop:
+			for {
+				select {
+				case d, ok := <-h.Received():
+					if !ok {
+						break loop
+					}
+					msgs++
+					total += d.Len
+					flows[d.Flow] = true
+					if !quiet {
+						op := "WRITE"
+						if d.Op == metaroce.OpSend {
+							op = "SEND"
+						}
+						fmt.Fprintf(out, "flow %016x seq %d from %s/%s: %s %d bytes (key %d, addr %d); total %d messages, %d bytes\n",
+							d.Flow, d.Seq, d.SrcRegion, d.SrcEndpoint, op, d.Len, d.Key, d.Addr, msgs, total)
+					}
+				case <-ctx.Done():
+					break loop
+				}
+			}
+			el := time.Since(start)
+			st := h.Stats()
+			fmt.Fprintf(out, "received %d messages, %d bytes, from %d flows in %v (%s); %d duplicates dropped\n",
+				msgs, total, len(flows), el.Round(time.Millisecond), hostRate(total, el), st.Duplicates)
+			return nil
+		},
+	}
+	hf.add(cmd)
+	fl := cmd.Flags()
+	fl.StringVar(&memory, "memory", "64MiB", "bytes of memory to register")
+	fl.Uint32Var(&key, "key", 1, "memory key to register them under")
+	fl.DurationVar(&duration, "duration", 0, "stop after this long (0: until interrupted)")
+	fl.StringVar(&credit, "credit", "", "credit granted to each incoming flow (default 64MiB)")
+	fl.BoolVarP(&quiet, "quiet", "q", false, "print only the summary")
+	return cmd
+}
+
+func newHostSendCmd() *cobra.Command {
+	var (
+		hf       hostFlags
+		to       string
+		size     string
+		count    int
+		key      uint32
+		addr     uint64
+		inflight int
+		class    string
+		timeout  time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "send",
+		Short: "WRITE random data to an endpoint in another region and measure it",
+		Example: `  mrgw host send --gateway 127.0.0.20:7000,127.0.0.21:7000 --region eu-west \
+      --name loader-0 --to us-east/trainer-0 --size 1MiB --count 1000 --key 1`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			region, endpoint, ok := strings.Cut(to, "/")
+			if !ok || region == "" || endpoint == "" {
+				return fmt.Errorf("--to %q: want REGION/ENDPOINT", to)
+			}
+			n, err := hostParseBytes(size)
+			if err != nil {
+				return fmt.Errorf("--size: %w", err)
+			}
+			if count < 1 || inflight < 1 {
+				return fmt.Errorf("--count and --inflight must be at least 1")
+			}
+			cfg, err := hf.config(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			ctx, stop := hostSignalContext(cmd)
+			defer stop()
+			if timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, timeout)
+				defer cancel()
+			}
+			h, err := host.New(cfg)
+			if err != nil {
+				return err
+			}
+			defer h.Close()
+			f, err := h.OpenFlow(ctx, region, endpoint, host.FlowOptions{Class: class})
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "flow %016x to %s via %v, credit %d bytes\n", f.ID(), to, f.Gateway(), f.Credit())
+			// One random buffer, written again and again: it is only read
+			// while messages are in flight.
+			data := make([]byte, n)
+			_, _ = crand.Read(data)
+			lat := make([]time.Duration, 0, count)
+			var mu sync.Mutex
+			var firstErr error
+			sem := make(chan struct{}, inflight)
+			var wg sync.WaitGroup
+			start := time.Now()
+			sent := 0
+			for i := 0; i < count && ctx.Err() == nil; i++ {
+				select {
+				case sem <- struct{}{}:
+				case <-ctx.Done():
+					continue
+				}
+				t0 := time.Now()
+				p, err := f.Write(ctx, key, addr, data)
+				if err != nil && p == nil {
+					<-sem
+					mu.Lock()
+					firstErr = hostFirstErr(firstErr, err)
+					mu.Unlock()
+					break
+				}
+				sent++
+				wg.Go(func() {
+					defer func() { <-sem }()
+					werr := p.Wait(ctx)
+					mu.Lock()
+					defer mu.Unlock()
+					if werr != nil {
+						firstErr = hostFirstErr(firstErr, werr)
+						return
+					}
+					lat = append(lat, time.Since(t0))
+				})
+				if err != nil {
+					mu.Lock()
+					firstErr = hostFirstErr(firstErr, err)
+					mu.Unlock()
+					break
+				}
+			}
+			wg.Wait()
+			el := time.Since(start)
+			done := uint64(len(lat))
+			fmt.Fprintf(out, "%d of %d messages of %d bytes completed end to end in %v: %s\n",
+				done, count, n, el.Round(time.Millisecond), hostRate(done*n, el))
+			if len(lat) > 0 {
+				slices.Sort(lat)
+				fmt.Fprintf(out, "latency p50 %v p90 %v p99 %v max %v\n",
+					hostPct(lat, 50), hostPct(lat, 90), hostPct(lat, 99), lat[len(lat)-1])
+			}
+			if st := h.Stats(); st.Reopens > 0 {
+				fmt.Fprintf(out, "flow re-opened %d times (failover)\n", st.Reopens)
+			}
+			if firstErr != nil {
+				return firstErr
+			}
+			if sent < count {
+				return fmt.Errorf("stopped after %d of %d messages: %w", sent, count, context.Cause(ctx))
+			}
+			return nil
+		},
+	}
+	hf.add(cmd)
+	fl := cmd.Flags()
+	fl.StringVar(&to, "to", "", "destination REGION/ENDPOINT")
+	fl.StringVar(&size, "size", "1MiB", "bytes per message")
+	fl.IntVar(&count, "count", 100, "messages to send")
+	fl.Uint32Var(&key, "key", 1, "destination memory key")
+	fl.Uint64Var(&addr, "addr", 0, "destination offset in the region (every message writes there)")
+	fl.IntVar(&inflight, "inflight", 16, "messages in flight at once (the credit may allow fewer)")
+	fl.StringVar(&class, "class", "", "scheduling class of the flow")
+	fl.DurationVar(&timeout, "timeout", 0, "give up after this long (0: none)")
+	_ = cmd.MarkFlagRequired("to")
+	return cmd
+}
+
+// hostFirstErr keeps the first error.
+func hostFirstErr(first, err error) error {
+	if first != nil {
+		return first
+	}
+	return err
+}
+
+// hostPct returns the p-th percentile of sorted durations.
+func hostPct(sorted []time.Duration, p int) time.Duration {
+	i := (len(sorted)*p + 99) / 100
+	return sorted[min(max(i-1, 0), len(sorted)-1)]
+}
+
+// hostRate formats bytes over d as Gbit/s and MB/s.
+func hostRate(bytes uint64, d time.Duration) string {
+	if d <= 0 {
+		return "n/a"
+	}
+	bps := float64(bytes) * 8 / d.Seconds()
+	return fmt.Sprintf("%.3f Gbit/s (%.1f MB/s)", bps/1e9, bps/8/1e6)
+}
+
+// hostParseBytes reads a byte count: a number with an optional suffix
+// k/K, M, G, T (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024); a
+// trailing B is optional.
+func hostParseBytes(s string) (uint64, error) {
+	t := strings.TrimSpace(s)
+	t = strings.TrimSuffix(strings.TrimSuffix(t, "B"), "b")
+	mult := uint64(1)
+	units := []struct {
+		suffix string
+		mult   uint64
+	}{
+		{"Ki", 1 << 10}, {"Mi", 1 << 20}, {"Gi", 1 << 30}, {"Ti", 1 << 40},
+		{"k", 1e3}, {"K", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12},
+	}
+	for _, u := range units {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSuffix(t, u.suffix), u.mult
+			break
+		}
+	}
+	v, err := strconv.ParseUint(strings.TrimSpace(t), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a byte count (e.g. 4096, 64KiB, 1MB)", s)
+	}
+	if v != 0 && v*mult/mult != v {
+		return 0, errors.New("byte count overflows")
+	}
+	return v * mult, nil
+}

@@ -1,0 +1,327 @@
+//go:build linux
+
+package host
+
+import (
+	"context"
+	"net/netip"
+	"time"
+
+	"github.com/mrgw/mrgw/flowctl"
+	"github.com/mrgw/mrgw/metaroce"
+)
+
+// gwState is where a gateway connection is in its life.
+type gwState uint8
+
+const (
+	gwDown        gwState = iota // no connection; retryAt says when to try again
+	gwConnecting                 // handshake under way
+	gwRegistering                // REGISTER sent, waiting for REGISTER_OK
+	gwReady                      // registered: flows may use it
+)
+
+// gateway is one member of the local pair, as the host sees it.
+type gateway struct {
+	idx        int
+	addr       netip.AddrPort
+	peer       metaroce.PeerID
+	conn       *metaroce.Conn
+	state      gwState
+	since      time.Duration // when the state was entered
+	retryAt    time.Duration
+	backoff    time.Duration
+	nextStream uint32 // next flow stream on conn (0 is the control stream)
+	lastPing   time.Duration
+	pingSeq    uint64
+}
+
+// maxStreams: a peer keeps receive state for at most 65536 streams per
+// connection, stream 0 included, and metaroce never forgets one; a flow
+// stream id is never reused on a connection (ResumeStream refuses a stream
+// that has seen data), so a connection carries at most this many flows
+// over its life. Past that the host reconnects.
+const maxStreams = 1<<16 - 1
+
+// GatewayStatus describes one gateway of the pair.
+type GatewayStatus struct {
+	Addr  netip.AddrPort
+	Ready bool // connected and registered
+}
+
+// Gateways returns the state of each gateway connection.
+func (h *Host) Gateways() []GatewayStatus {
+	var out []GatewayStatus
+	_ = h.call(context.Background(), func(time.Duration) {
+		for _, g := range h.o.gws {
+			out = append(out, GatewayStatus{Addr: g.addr, Ready: g.state == gwReady})
+		}
+	})
+	return out
+}
+
+func (h *Host) readyCount() int {
+	n := 0
+	for _, g := range h.o.gws {
+		if g.state == gwReady {
+			n++
+		}
+	}
+	return n
+}
+
+// connect starts a connection to g.
+func (h *Host) connect(now time.Duration, g *gateway) {
+	c, err := h.o.mep.Connect(now, g.peer)
+	if err != nil {
+		h.log.Warn("host: connect to gateway", "gateway", g.addr, "err", err)
+		h.gwDown(now, g)
+		return
+	}
+	g.conn = c
+	g.state = gwConnecting
+	g.since = now
+	g.nextStream = 1
+	h.o.byConn[c] = g
+}
+
+// gwDown records that g has no connection and schedules the next attempt
+// with exponential backoff.
+func (h *Host) gwDown(now time.Duration, g *gateway) {
+	wasReady := g.state == gwReady
+	g.state = gwDown
+	g.conn = nil
+	g.retryAt = now + g.backoff
+	g.backoff = min(2*g.backoff, h.cfg.ReconnectMax)
+	if wasReady {
+		h.o.regSig.fire()
+	}
+}
+
+// onEvent handles every protocol event, on the owner goroutine.
+func (h *Host) onEvent(now time.Duration, ev metaroce.Event) {
+	h.o.now = now
+	switch ev.Kind {
+	case metaroce.EventConnected:
+		g := h.o.byConn[ev.Conn]
+		if g == nil {
+			return
+		}
+		h.ctr.connects.Add(1)
+		g.state = gwRegistering
+		g.since = now
+		g.lastPing = now
+		h.postAll(ev.Conn)
+		h.sendCtl(ev.Conn, &flowctl.Msg{Type: flowctl.Register, Endpoint: h.cfg.Name, Region: h.cfg.Region})
+	case metaroce.EventClosed:
+		h.connClosed(now, ev.Conn, ev.Err)
+	case metaroce.EventRecvComplete:
+		if ev.Stream == flowctl.ControlStream {
+			h.ctlComplete(now, ev)
+			return
+		}
+		h.rxComplete(now, ev)
+	case metaroce.EventSendComplete:
+		if ev.Stream == flowctl.ControlStream {
+			return
+		}
+		h.txComplete(now, ev)
+	case metaroce.EventPlacementError:
+		h.log.Debug("host: placement refused", "stream", ev.Stream, "seq", ev.Seq, "err", ev.Err)
+	}
+}
+
+// connClosed fails over everything that used c.
+func (h *Host) connClosed(now time.Duration, c *metaroce.Conn, err error) {
+	delete(h.o.ctl, c)
+	h.rxConnClosed(c)
+	cause := ErrGatewayLost
+	var flows []*Flow
+	for k, f := range h.o.txByStr {
+		if k.c == c {
+			delete(h.o.txByStr, k)
+			if f.conn == c {
+				flows = append(flows, f)
+			}
+		}
+	}
+	g := h.o.byConn[c]
+	delete(h.o.byConn, c)
+	if g != nil && g.conn == c {
+		if g.state == gwConnecting {
+			h.ctr.connFails.Add(1)
+		}
+		h.log.Info("host: gateway connection closed", "gateway", g.addr, "err", err)
+		h.gwDown(now, g)
+	}
+	for _, f := range flows {
+		f.reroute(now, cause, g)
+	}
+}
+
+// ctlSink receives stream 0 of every connection. A control message is one
+// packet; its bytes are kept until the message completes in order
+// (EventRecvComplete), because packets of different paths overtake each
+// other and control messages must be read in the order they were sent.
+type ctlSink struct{ h *Host }
+
+func (s ctlSink) Chunk(c *metaroce.Conn, hd *metaroce.DataHeader, payload []byte) metaroce.ErrorCode {
+	if hd.Offset != 0 || uint64(len(payload)) != hd.MsgLen || len(payload) > flowctl.MaxLen {
+		return metaroce.ErrCodeBufferTooSmall
+	}
+	m := s.h.o.ctl[c]
+	if m == nil {
+		m = map[uint64][]byte{}
+		s.h.o.ctl[c] = m
+	}
+	// Bounded by the receiver's message window (MaxMessagesAhead) per
+	// connection: a message further ahead is refused before the sink.
+	m[hd.MsgSeq] = append([]byte(nil), payload...)
+	return 0
+}
+
+func (h *Host) ctlComplete(now time.Duration, ev metaroce.Event) {
+	m := h.o.ctl[ev.Conn]
+	b, ok := m[ev.Seq]
+	delete(m, ev.Seq)
+	if !ok || ev.Err != nil {
+		return
+	}
+	msg, err := flowctl.Decode(b)
+	if err != nil {
+		h.log.Warn("host: bad control message", "err", err)
+		return
+	}
+	h.dispatch(now, ev.Conn, &msg)
+}
+
+func (h *Host) dispatch(now time.Duration, c *metaroce.Conn, m *flowctl.Msg) {
+	switch m.Type {
+	case flowctl.RegisterOK:
+		g := h.o.byConn[c]
+		if g == nil || g.conn != c || g.state != gwRegistering {
+			return
+		}
+		g.state = gwReady
+		g.since = now
+		g.backoff = h.cfg.ReconnectMin
+		h.ctr.registrations.Add(1)
+		h.o.regSig.fire()
+		h.log.Info("host: registered", "gateway", g.addr, "endpoint", h.cfg.Name, "region", h.cfg.Region)
+		// Flows waiting for a route try at once.
+		for _, f := range h.o.flows {
+			if f.state == flowWaiting {
+				f.retryAt = now
+			}
+		}
+		h.retryWaiting(now)
+	case flowctl.OpenOK:
+		if f := h.o.flows[m.Flow]; f != nil {
+			f.onOpenOK(now, c, m)
+		}
+	case flowctl.OpenErr:
+		if f := h.o.flows[m.Flow]; f != nil {
+			f.onOpenErr(now, c, m)
+		}
+	case flowctl.Done:
+		if f := h.o.flows[m.Flow]; f != nil {
+			f.onDone(now, m.Below)
+		}
+	case flowctl.Reset:
+		if f := h.o.flows[m.Flow]; f != nil {
+			f.onReset(now, c, m)
+		}
+	case flowctl.Open:
+		h.rxOpen(now, c, m)
+	case flowctl.Close:
+		h.rxClose(m.Flow)
+	case flowctl.Ping:
+		h.sendCtl(c, &flowctl.Msg{Type: flowctl.Pong, Seq: m.Seq})
+	case flowctl.Pong, flowctl.Register:
+	}
+}
+
+// sendCtl sends one control message on c's stream 0 (a SEND with tag 0).
+func (h *Host) sendCtl(c *metaroce.Conn, m *flowctl.Msg) bool {
+	if c == nil || c.Closed() {
+		return false
+	}
+	b, err := flowctl.Append(make([]byte, 0, 64), m)
+	if err != nil {
+		h.log.Warn("host: encode control message", "type", m.Type, "err", err)
+		return false
+	}
+	if _, err := c.Send(h.o.now, flowctl.ControlStream, 0, b); err != nil {
+		h.log.Debug("host: send control message", "type", m.Type, "err", err)
+		return false
+	}
+	return true
+}
+
+// tick runs the timers: reconnects, registration deadlines, pings, flow
+// retries and deadlines, deliveries waiting for room.
+func (h *Host) tick(now time.Duration) {
+	h.o.now = now
+	if h.o.closed {
+		return
+	}
+	for _, g := range h.o.gws {
+		switch g.state {
+		case gwDown:
+			if now >= g.retryAt {
+				h.connect(now, g)
+			}
+		case gwRegistering:
+			if now-g.since > h.cfg.OpenTimeout {
+				h.log.Warn("host: no REGISTER_OK", "gateway", g.addr)
+				g.conn.Close(now) // EventClosed reconnects
+			}
+		case gwReady:
+			if g.nextStream >= maxStreams && !h.gwInUse(g) {
+				g.conn.Close(now)
+			} else if now-g.lastPing >= h.cfg.PingEvery {
+				g.lastPing = now
+				g.pingSeq++
+				h.sendCtl(g.conn, &flowctl.Msg{Type: flowctl.Ping, Seq: g.pingSeq})
+			}
+		}
+	}
+	h.retryWaiting(now)
+	for _, f := range h.o.flows {
+		f.tick(now)
+	}
+	h.rxTick(now)
+}
+
+// gwInUse reports whether a flow still uses g's connection.
+func (h *Host) gwInUse(g *gateway) bool {
+	for _, f := range h.o.flows {
+		if f.gw == g {
+			return true
+		}
+	}
+	return false
+}
+
+// pickGateway chooses a ready gateway for flow id: spread by the id, the
+// attempt rotating through the pair, avoiding avoid when another is ready.
+func (h *Host) pickGateway(id uint64, attempt int, avoid *gateway) *gateway {
+	var live []*gateway
+	for _, g := range h.o.gws {
+		if g.state == gwReady && g.nextStream < maxStreams {
+			live = append(live, g)
+		}
+	}
+	if len(live) > 1 && avoid != nil {
+		for i, g := range live {
+			if g == avoid {
+				live = append(live[:i], live[i+1:]...)
+				break
+			}
+		}
+	}
+	if len(live) == 0 {
+		return nil
+	}
+	return live[(id+uint64(attempt))%uint64(len(live))]
+}

@@ -1,0 +1,519 @@
+//go:build linux
+
+// Package host is the host side of mrgw (docs/GATEWAY.md): the library a
+// process in one region uses to move bytes, through its region's gateway
+// pair, into the memory of an endpoint in another region.
+//
+// A Host runs one netio endpoint (unsealed: the LAN hop is not tunnelled)
+// with a MetaRoCE connection to every gateway of its pair, registers its
+// endpoint name on each (REGISTER on the control stream, stream 0) and
+// reconnects, with bounded backoff, when one goes away.
+//
+// Sending: OpenFlow opens a flow to (region, endpoint) through one live
+// gateway, chosen by the flow id so flows spread over the pair. Write and
+// Send cut a message larger than half the flow's credit into segments, one
+// flow sequence each, and return a Pending that completes only when the
+// destination has reported every segment DONE end to end: the bytes are in
+// the destination's memory. The bytes not yet DONE never exceed the credit
+// the gateways granted (Write blocks, bounded by its context).
+//
+// Failover: a flow whose gateway connection closes, or that receives
+// RESET, is re-opened through another live gateway (the same one if it is
+// the only one) with resume = its oldest sequence not yet DONE, and every
+// message from there is sent again, in order, with its original sequence
+// (metaroce.Conn.WriteRelay lets the sender choose it). The source keeps
+// every message referenced until it is DONE, so nothing is lost.
+// A Pending completes once its segments are DONE and no hop stream can
+// read their bytes again (acknowledged by the gateway, or the stream
+// abandoned): a retransmission after DONE would otherwise place the
+// caller's reused buffer at the destination. An abandoned stream's
+// messages are failed (RelayMessage.Fail) so metaroce drops them.
+//
+// Receiving: an OPEN from a gateway binds (connection, stream) to a flow
+// id; the stream is resumed at the flow's resume point before OPEN_OK is
+// answered. WRITEs place into registered memory by themselves; each
+// completed message is reported once per (flow, sequence) on Received,
+// whichever gateway and connection it came through, and DONE{flow, below}
+// goes back on the control stream, also for duplicates, so that the source
+// learns about messages that completed before a failure. Nothing is
+// delivered twice.
+//
+// Every piece of state lives on the netio owner goroutine; the exported
+// methods reach it with netio's Call and wait on channels, so a Host is
+// safe for concurrent use.
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mrgw/mrgw/flowctl"
+	"github.com/mrgw/mrgw/metaroce"
+	"github.com/mrgw/mrgw/netio"
+	"github.com/mrgw/mrgw/pathmgr"
+)
+
+// Config configures a Host.
+type Config struct {
+	// Name is the endpoint name the host registers; Region its region.
+	Name, Region string
+	// Gateways are the LAN listening addresses of the local gateway pair.
+	// On one machine give every gateway its own IP (127.0.0.2, 127.0.0.3,
+	// ...): netio tells peers apart by source IP for the datagrams they send
+	// from their path sockets.
+	Gateways []netip.AddrPort
+	// Listen is the host's listening address (default 127.0.0.1:0).
+	Listen netip.AddrPort
+	// Protocol configures MetaRoCE (MTU default 4096, paths, controller).
+	// A zero Path config gets the data-center defaults with a MinPTO of
+	// 1 ms: a host is a user-space process whose scheduling jitter would
+	// otherwise be read as loss.
+	Protocol metaroce.Config
+	// DeadAfter: a gateway connection whose paths have all been down this
+	// long is closed (default 2 s), which triggers failover.
+	DeadAfter time.Duration
+	// OpenTimeout bounds REGISTER, OPEN and New's wait for the gateways
+	// (default 5 s).
+	OpenTimeout time.Duration
+	// FailAfter: a flow that has had no working route for this long fails
+	// its pending messages with ErrNoRoute (default 30 s).
+	FailAfter time.Duration
+	// ReconnectMin and ReconnectMax bound the backoff between attempts to
+	// reconnect to a gateway or re-open a flow (defaults 50 ms and 2 s).
+	ReconnectMin, ReconnectMax time.Duration
+	// PingEvery is how often an idle gateway connection carries a PING
+	// (default DeadAfter/4): failure detection needs data in flight.
+	PingEvery time.Duration
+	// ReceiveCredit is the credit this host grants to incoming flows
+	// (default 64 MiB).
+	ReceiveCredit uint64
+	// MaxFlowMessages bounds the messages of one outgoing flow not yet DONE
+	// (default 1024; at most metaroce's MaxMessagesAhead).
+	MaxFlowMessages int
+	// DeliveryQueue is the capacity of Received (default 4096). When the
+	// application falls behind, completions wait inside the host and their
+	// DONE is withheld, which holds the sources back through their credit.
+	DeliveryQueue int
+	// Logger: nil discards.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if !c.Listen.IsValid() {
+		c.Listen = netip.MustParseAddrPort("127.0.0.1:0")
+	}
+	if c.Protocol.MTU == 0 {
+		c.Protocol.MTU = 4096
+	}
+	if c.Protocol.Path == (pathmgr.Config{}) {
+		c.Protocol.Path = pathmgr.DefaultConfig()
+		c.Protocol.Path.MinPTO = time.Millisecond
+	}
+	if c.DeadAfter <= 0 {
+		c.DeadAfter = 2 * time.Second
+	}
+	c.Protocol.DeadAfter = c.DeadAfter
+	if c.Protocol.Seed == 0 {
+		// metaroce draws connection ids from Seed: two hosts with the same
+		// seed would open connections with the same id, and a gateway
+		// refuses an INIT whose id it already holds (from any peer).
+		c.Protocol.Seed = rand.Uint64() | 1
+	}
+	// The host initiates every connection; it accepts none.
+	c.Protocol.Listen = false
+	if c.OpenTimeout <= 0 {
+		c.OpenTimeout = 5 * time.Second
+	}
+	if c.FailAfter <= 0 {
+		c.FailAfter = 30 * time.Second
+	}
+	if c.ReconnectMin <= 0 {
+		c.ReconnectMin = 50 * time.Millisecond
+	}
+	if c.ReconnectMax < c.ReconnectMin {
+		c.ReconnectMax = max(2*time.Second, c.ReconnectMin)
+	}
+	if c.PingEvery <= 0 {
+		c.PingEvery = c.DeadAfter / 4
+	}
+	if c.ReceiveCredit == 0 {
+		c.ReceiveCredit = 64 << 20
+	}
+	if c.MaxFlowMessages <= 0 {
+		c.MaxFlowMessages = 1024
+	}
+	if c.DeliveryQueue <= 0 {
+		c.DeliveryQueue = 4096
+	}
+	return c
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Name == "" || len(c.Name) > 255:
+		return fmt.Errorf("host: Name must be 1..255 bytes")
+	case c.Region == "" || len(c.Region) > 255:
+		return fmt.Errorf("host: Region must be 1..255 bytes")
+	case len(c.Gateways) == 0:
+		return fmt.Errorf("host: at least one gateway address is required")
+	case c.MaxFlowMessages > 4096:
+		return fmt.Errorf("host: MaxFlowMessages %d above metaroce's message window (4096)", c.MaxFlowMessages)
+	}
+	for i, g := range c.Gateways {
+		if !g.IsValid() || g.Port() == 0 {
+			return fmt.Errorf("host: gateway %d: invalid address %v", i, g)
+		}
+	}
+	return nil
+}
+
+// Errors.
+var (
+	// ErrClosed: the Host (or netio endpoint under it) is closed.
+	ErrClosed = errors.New("host: closed")
+	// ErrNoGateway: no gateway of the pair registered the host in time.
+	ErrNoGateway = errors.New("host: no gateway available")
+	// ErrNoRoute: a flow had no working route for Config.FailAfter; it
+	// wraps the last cause (a *flowctl.Error or a connection error).
+	ErrNoRoute = errors.New("host: flow has no route")
+	// ErrOpenTimeout: OPEN got no answer within OpenTimeout.
+	ErrOpenTimeout = errors.New("host: OPEN timed out")
+	// ErrFlowClosed: the flow was closed before the message completed.
+	ErrFlowClosed = errors.New("host: flow closed")
+	// ErrSendTooLarge: a SEND cannot be segmented (it lands in one posted
+	// buffer), so it must fit in one segment: half the flow's credit.
+	ErrSendTooLarge = errors.New("host: SEND larger than the flow's segment size")
+	// ErrGatewayLost: the gateway connection carrying a flow closed.
+	ErrGatewayLost = errors.New("host: gateway connection lost")
+)
+
+// Delivery reports one message of an incoming flow that completed in this
+// host's memory. Each (Flow, Seq) is reported once.
+type Delivery struct {
+	Flow                   uint64
+	SrcRegion, SrcEndpoint string
+	Seq                    uint64
+	Op                     metaroce.Op
+	Key                    uint32 // WRITE: memory key
+	Addr                   uint64 // WRITE: offset in the region; SEND: the tag
+	Len                    uint64
+}
+
+// Stats count a Host's work since New.
+type Stats struct {
+	// Source side.
+	FlowsOpened, Reopens, SegmentsDone, BytesDone uint64
+	// Destination side.
+	Delivered, DeliveredBytes, Duplicates, DoneSent uint64
+	// Gateway connections established, attempts that failed before
+	// establishing, and registrations accepted.
+	Connects, ConnectFailures, Registrations uint64
+}
+
+type counters struct {
+	flowsOpened, reopens, segsDone, bytesDone      atomic.Uint64
+	delivered, deliveredBytes, duplicates, doneSnt atomic.Uint64
+	connects, connFails, registrations             atomic.Uint64
+}
+
+// Host is one endpoint of a region, connected to its local gateway pair.
+type Host struct {
+	cfg  Config
+	log  *slog.Logger
+	ep   *netio.Endpoint
+	mem  *metaroce.Memory // touched only on the owner goroutine
+	recv chan Delivery
+	quit chan struct{}
+	wg   sync.WaitGroup
+	ctr  counters
+
+	closeOnce sync.Once
+
+	o owner // owner goroutine only
+}
+
+// owner is the state touched only on the netio owner goroutine.
+type owner struct {
+	mep     *metaroce.Endpoint
+	now     time.Duration
+	closed  bool
+	gws     []*gateway
+	byConn  map[*metaroce.Conn]*gateway
+	ctl     map[*metaroce.Conn]map[uint64][]byte // control payloads awaiting in-order completion
+	regSig  signal                               // fires when a registration changes
+	flows   map[uint64]*Flow
+	txByStr map[streamKey]*Flow
+	rx      rxState
+}
+
+// streamKey names a stream of one connection.
+type streamKey struct {
+	c      *metaroce.Conn
+	stream uint32
+}
+
+// signal is a broadcast: waiters take ch (on the owner goroutine) and
+// fire closes it and makes a new one.
+type signal struct{ ch chan struct{} }
+
+func (s *signal) wait() <-chan struct{} {
+	if s.ch == nil {
+		s.ch = make(chan struct{})
+	}
+	return s.ch
+}
+
+func (s *signal) fire() {
+	if s.ch != nil {
+		close(s.ch)
+		s.ch = nil
+	}
+}
+
+// tickEvery paces the housekeeping (reconnects, retries, pings, deadlines).
+const tickEvery = 10 * time.Millisecond
+
+// New starts a Host: it connects to every gateway and returns once all of
+// them have registered it, or once OpenTimeout has passed with at least
+// one (ErrNoGateway if none).
+func New(cfg Config) (*Host, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	h := &Host{
+		cfg:  cfg,
+		log:  cfg.Logger,
+		mem:  metaroce.NewMemory(),
+		recv: make(chan Delivery, cfg.DeliveryQueue),
+		quit: make(chan struct{}),
+	}
+	if h.log == nil {
+		h.log = slog.New(slog.DiscardHandler)
+	}
+	h.o.byConn = map[*metaroce.Conn]*gateway{}
+	h.o.ctl = map[*metaroce.Conn]map[uint64][]byte{}
+	h.o.flows = map[uint64]*Flow{}
+	h.o.txByStr = map[streamKey]*Flow{}
+	h.o.rx.init()
+	peers := make([]netio.Peer, len(cfg.Gateways))
+	for i, a := range cfg.Gateways {
+		id := metaroce.PeerID(i + 1)
+		peers[i] = netio.Peer{ID: id, Addr: a}
+		h.o.gws = append(h.o.gws, &gateway{idx: i, addr: a, peer: id, backoff: cfg.ReconnectMin})
+	}
+	ep, err := netio.New(netio.Config{
+		Protocol: cfg.Protocol,
+		Memory:   h.mem,
+		Listen:   cfg.Listen,
+		Peers:    peers,
+		OnEvent:  h.onEvent,
+		Logger:   h.log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("host: %w", err)
+	}
+	h.ep = ep
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.OpenTimeout)
+	defer cancel()
+	// The control sink is bound before the first connection exists, so no
+	// control message can arrive on an unbound stream 0.
+	err = ep.Call(ctx, func(now time.Duration, mep *metaroce.Endpoint) {
+		h.o.now = now
+		h.o.mep = mep
+		mep.BindSinkAll(flowctl.ControlStream, ctlSink{h})
+		for _, g := range h.o.gws {
+			h.connect(now, g)
+		}
+	})
+	if err != nil {
+		ep.Close()
+		return nil, fmt.Errorf("host: start: %w", err)
+	}
+	h.wg.Add(1)
+	go h.ticker()
+	if err := h.waitRegistered(ctx); err != nil {
+		h.Close()
+		return nil, err
+	}
+	return h, nil
+}
+
+// waitRegistered waits until every gateway has registered the host, or
+// ctx ends with at least one.
+func (h *Host) waitRegistered(ctx context.Context) error {
+	for {
+		var ready int
+		var ch <-chan struct{}
+		if err := h.call(ctx, func(time.Duration) {
+			ready = h.readyCount()
+			ch = h.o.regSig.wait()
+		}); err != nil {
+			if ready > 0 {
+				return nil
+			}
+			return fmt.Errorf("%w: %v", ErrNoGateway, err)
+		}
+		if ready == len(h.o.gws) {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			if h.readyNow() > 0 {
+				return nil
+			}
+			return fmt.Errorf("%w: none of %v registered %s/%s within %v", ErrNoGateway, h.cfg.Gateways, h.cfg.Region, h.cfg.Name, h.cfg.OpenTimeout)
+		}
+	}
+}
+
+// readyNow counts registered gateways from outside the owner goroutine.
+func (h *Host) readyNow() int {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	n := 0
+	if h.call(ctx, func(time.Duration) { n = h.readyCount() }) != nil {
+		return 0
+	}
+	return n
+}
+
+// call runs fn on the owner goroutine with the owner's clock recorded.
+func (h *Host) call(ctx context.Context, fn func(now time.Duration)) error {
+	err := h.ep.Call(ctx, func(now time.Duration, _ *metaroce.Endpoint) {
+		h.o.now = now
+		fn(now)
+	})
+	if errors.Is(err, netio.ErrClosed) {
+		return ErrClosed
+	}
+	return err
+}
+
+// ticker runs the housekeeping on the owner goroutine until Close.
+func (h *Host) ticker() {
+	defer h.wg.Done()
+	t := time.NewTicker(tickEvery)
+	defer t.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-h.quit
+		cancel()
+	}()
+	for {
+		select {
+		case <-h.quit:
+			return
+		case <-t.C:
+		}
+		// Do, not Call: the tick needs no answer, and a full command
+		// queue must not stall shutdown (ctx ends with quit).
+		if err := h.ep.Do(ctx, func(now time.Duration, _ *metaroce.Endpoint) { h.tick(now) }); err != nil {
+			return
+		}
+	}
+}
+
+// LocalAddr returns the host's listening address.
+func (h *Host) LocalAddr() netip.AddrPort { return h.ep.LocalAddr() }
+
+// Name returns the endpoint name; Region its region.
+func (h *Host) Name() string   { return h.cfg.Name }
+func (h *Host) Region() string { return h.cfg.Region }
+
+// Received returns the deliveries of incoming flows; it is closed by Close.
+func (h *Host) Received() <-chan Delivery { return h.recv }
+
+// Stats returns a snapshot of the counters.
+func (h *Host) Stats() Stats {
+	c := &h.ctr
+	return Stats{
+		FlowsOpened: c.flowsOpened.Load(), Reopens: c.reopens.Load(),
+		SegmentsDone: c.segsDone.Load(), BytesDone: c.bytesDone.Load(),
+		Delivered: c.delivered.Load(), DeliveredBytes: c.deliveredBytes.Load(),
+		Duplicates: c.duplicates.Load(), DoneSent: c.doneSnt.Load(),
+		Connects: c.connects.Load(), ConnectFailures: c.connFails.Load(), Registrations: c.registrations.Load(),
+	}
+}
+
+// RegisterMemory makes buf writable by incoming WRITEs under key (not 0).
+// buf belongs to the host until DeregisterMemory; read it with ReadMemory
+// or after the Delivery of the message that wrote it.
+func (h *Host) RegisterMemory(key uint32, buf []byte) error {
+	var err error
+	if cerr := h.ep.Call(context.Background(), func(time.Duration, *metaroce.Endpoint) {
+		err = h.mem.Register(key, buf)
+	}); cerr != nil {
+		return ErrClosed
+	}
+	return err
+}
+
+// DeregisterMemory removes key; WRITEs naming it afterwards are refused.
+func (h *Host) DeregisterMemory(key uint32) error {
+	if err := h.ep.Call(context.Background(), func(time.Duration, *metaroce.Endpoint) {
+		h.mem.Deregister(key)
+	}); err != nil {
+		return ErrClosed
+	}
+	return nil
+}
+
+// ReadMemory copies len(dst) bytes at offset off of region key into dst,
+// on the owner goroutine, so that it never races with placement.
+func (h *Host) ReadMemory(ctx context.Context, key uint32, off uint64, dst []byte) error {
+	var err error
+	if cerr := h.call(ctx, func(time.Duration) {
+		buf, ok := h.mem.Region(key)
+		switch {
+		case !ok:
+			err = metaroce.ErrUnknownKey
+		case off > uint64(len(buf)) || uint64(len(dst)) > uint64(len(buf))-off:
+			err = metaroce.ErrOutOfBounds
+		default:
+			copy(dst, buf[off:])
+		}
+	}); cerr != nil {
+		return cerr
+	}
+	return err
+}
+
+// Close closes every flow (pending messages fail with ErrClosed), closes
+// the gateway connections and stops the host. Received is closed.
+func (h *Host) Close() error {
+	h.closeOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = h.call(ctx, func(now time.Duration) {
+			h.o.closed = true
+			for _, f := range h.o.flows {
+				f.closeLocked(now, ErrClosed, true)
+			}
+			for _, g := range h.o.gws {
+				if g.conn != nil {
+					g.conn.Close(now)
+				}
+			}
+			h.o.regSig.fire()
+		})
+		// Give the owner one loop turn to put the CLOSE packets on the
+		// wire; the peers would find out through DeadAfter otherwise.
+		time.Sleep(2 * time.Millisecond)
+		_ = h.call(ctx, func(time.Duration) {})
+		close(h.quit)
+		h.wg.Wait()
+		h.ep.Close()
+		close(h.recv)
+	})
+	return nil
+}

@@ -1,0 +1,159 @@
+//go:build linux
+
+package peers
+
+import (
+	"context"
+	"math"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	kcp "github.com/xtaci/kcp-go/v5"
+
+	"github.com/mrgw/mrgw/loadtest/emu"
+)
+
+const kcpMTU = 1400
+
+// kcpTune applies kcptun's "fast3" settings (nodelay, 10 ms interval, fast
+// resend after 2 duplicate acks, no congestion window) with windows of
+// 1.25 BDP in packets (at least 128, at most 32768).
+func kcpTune(s *kcp.UDPSession, l Link) {
+	wnd := int(math.Ceil(1.25 * l.BDP() / kcpMTU))
+	wnd = min(max(wnd, 128), 32768)
+	s.SetNoDelay(1, 10, 2, 1)
+	s.SetWindowSize(wnd, wnd)
+	s.SetStreamMode(true)
+	s.SetWriteDelay(false)
+	s.SetMtu(kcpMTU)
+	_ = s.SetReadBuffer(8 << 20)
+	_ = s.SetWriteBuffer(8 << 20)
+}
+
+// kcpPair is one KCP session from A to B through an emu relay.
+type kcpPair struct {
+	em       *emu.Emulator
+	ca, cb   *net.UDPConn
+	ln       *kcp.Listener
+	cli, srv *kcp.UDPSession
+}
+
+func (p *kcpPair) close() {
+	if p.cli != nil {
+		p.cli.Close()
+	}
+	if p.srv != nil {
+		p.srv.Close()
+	}
+	if p.ln != nil {
+		p.ln.Close()
+	}
+	for _, c := range []*net.UDPConn{p.ca, p.cb} {
+		if c != nil {
+			c.Close()
+		}
+	}
+	if p.em != nil {
+		p.em.Close()
+	}
+}
+
+// dialKCP starts an emulator and a KCP session through it; the server side
+// is accepted when the client's first segment arrives (accepted on a
+// goroutine; wait with p.accept).
+func dialKCP(ctx context.Context, l Link) (*kcpPair, <-chan error, error) {
+	em, err := emu.New(ctx, l.emuConfig())
+	if err != nil {
+		return nil, nil, err
+	}
+	p := &kcpPair{em: em}
+	lo := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)}
+	if p.cb, err = net.ListenUDP("udp4", lo); err != nil {
+		p.close()
+		return nil, nil, err
+	}
+	if p.ca, err = net.ListenUDP("udp4", lo); err != nil {
+		p.close()
+		return nil, nil, err
+	}
+	standB, err := em.Expose(emu.SiteB, p.cb.LocalAddr().(*net.UDPAddr).AddrPort())
+	if err != nil {
+		p.close()
+		return nil, nil, err
+	}
+	if p.ln, err = kcp.ServeConn(nil, 0, 0, p.cb); err != nil {
+		p.close()
+		return nil, nil, err
+	}
+	if p.cli, err = kcp.NewConn3(1, net.UDPAddrFromAddrPort(standB), nil, 0, 0, p.ca); err != nil {
+		p.close()
+		return nil, nil, err
+	}
+	kcpTune(p.cli, l)
+	acc := make(chan error, 1)
+	go func() {
+		s, err := p.ln.AcceptKCP()
+		if err == nil {
+			kcpTune(s, l)
+			p.srv = s
+		}
+		acc <- err
+	}()
+	return p, acc, nil
+}
+
+// kcpBulk sends one KCP stream from A to B through emu.
+func kcpBulk(ctx context.Context, l Link, warmup, duration time.Duration) (Result, error) {
+	p, acc, err := dialKCP(ctx, l)
+	if err != nil {
+		return Result{}, err
+	}
+	defer p.close()
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	snmp0 := kcp.DefaultSnmp.Copy() // process-wide counters: take the difference
+	var got atomic.Uint64
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		buf := make([]byte, 64<<10)
+		for runCtx.Err() == nil {
+			p.cli.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
+			if _, err := p.cli.Write(buf); err != nil && !isTimeout(err) {
+				return
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		select {
+		case err := <-acc:
+			if err != nil {
+				return
+			}
+		case <-runCtx.Done():
+			return
+		}
+		buf := make([]byte, 256<<10)
+		for runCtx.Err() == nil {
+			p.srv.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+			k, err := p.srv.Read(buf)
+			got.Add(uint64(k))
+			if err != nil && !isTimeout(err) {
+				return
+			}
+		}
+	}()
+	bps, err := measure(ctx, got.Load, warmup, duration)
+	cancel()
+	wg.Wait()
+	if err != nil {
+		return Result{}, err
+	}
+	snmp := kcp.DefaultSnmp.Copy()
+	return Result{GoodputBps: bps, CC: "kcp-fast3", Emulator: EmuUDP, PlanesUsed: 1,
+		Retransmits: snmp.RetransSegs - snmp0.RetransSegs}, nil
+}

@@ -1,0 +1,405 @@
+//go:build linux
+
+// Package peers measures mrgw against the usual alternatives in the same
+// run, over the same emulated WAN link (DESIGN.md §6): the RoCEv2
+// go-back-N baseline mode, kernel TCP with cubic and with bbr (one stream
+// and 8 parallel streams), QUIC (quic-go, one connection, several streams)
+// and kcp-go (the engine of kcptun).
+//
+// # Two emulators, one model
+//
+// UDP peers run through loadtest/emu, the UDP relay on loopback: mrgw's WAN
+// tunnel (tunnel package: sealed datagrams over per-path sockets, WRITE bulk
+// transfer), the RoCEv2 baseline over the same tunnel, and kcp-go. Kernel
+// TCP and QUIC cannot speak through a UDP relay, so they run through
+// loadtest/tunemu: two network namespaces joined by TUN devices, whose
+// forwarder applies the very same per-plane model (emu.Link) with the same
+// parameters. Every row names the emulator it used ("emu" or "tunemu").
+// The one difference is what a packet is charged: emu charges a UDP
+// datagram's payload, tunemu an IP packet's length minus 28 bytes, so a UDP
+// datagram costs the same in both and a TCP segment is charged 12 bytes
+// less than its header really is (in TCP's favour).
+//
+// tunemu needs root. When it cannot run, the TUN rows are skipped and the
+// scenario returns the rows it could measure together with an error that
+// matches tunemu.ErrUnavailable and says why: callers print it. Nothing is
+// ever estimated in place of a measurement.
+//
+// In-process sockets: TCP and QUIC sockets are created inside the
+// namespaces by tunemu.Emulator.Do (a locked OS thread that joined the
+// namespace and is destroyed afterwards); the sockets then serve any
+// goroutine. mrgw's own endpoint opens path sockets on its own goroutine,
+// so mrgw cannot run inside tunemu in-process: it would need a child
+// process per gateway in each namespace (tunemu.Emulator.Command, `ip netns
+// exec`). That is what a coexistence scenario (mrgw and a cubic flow on one
+// queue) needs; it is not built yet, so mrgw and rocev2 always run over emu.
+//
+// # What each system does
+//
+//   - mrgw: two tunnel endpoints (control session with mutual TLS, AEAD on
+//     every datagram), one MetaRoCE connection with Options.Paths paths, the
+//     long-RTT controller from the cc registry (Options.MRGWCC, default
+//     longrtt-htcp, built with the link's capacity and RTT) and the
+//     receiver's rate hints at the link's capacity; WRITEs of 1 MiB kept
+//     queued; goodput is the bytes of messages completed at the receiver.
+//   - rocev2: the same tunnel with metaroce.ModeRoCEv2 (one path, go-back-N)
+//     and a fixed window of 1.5 BDP paced at capacity (the baseline's
+//     controller, cc.NewFixed).
+//   - tcp-cubic, tcp-bbr: N parallel kernel TCP connections from site A to
+//     site B, congestion control set per socket (TCP_CONGESTION, read back
+//     and reported), ECN negotiated (net.ipv4.tcp_ecn=1 in both
+//     namespaces; bbr ignores it), buffers up to 32 MiB.
+//   - quic: one quic-go connection with N streams (its own cubic-like
+//     controller; flow-control windows raised so they never limit).
+//   - kcp: one kcp-go session in kcptun's "fast3" style (nodelay 1,
+//     interval 10 ms, fast resend 2, no congestion window), stream mode,
+//     windows of 1.25 BDP in packets, MTU 1400, no FEC, over emu.
+//
+// Goodput is always measured at the receiver, over Options.Duration after
+// Options.Warmup.
+package peers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mrgw/mrgw/internal/report"
+	"github.com/mrgw/mrgw/loadtest/emu"
+	"github.com/mrgw/mrgw/loadtest/tunemu"
+)
+
+// System names, as in report rows.
+const (
+	MRGW     = "mrgw"
+	RoCEv2   = "rocev2"
+	TCPCubic = "tcp-cubic"
+	TCPBBR   = "tcp-bbr"
+	QUIC     = "quic"
+	KCP      = "kcp"
+)
+
+// AllSystems is every system in report order.
+var AllSystems = []string{MRGW, RoCEv2, TCPBBR, TCPCubic, QUIC, KCP}
+
+// Emulator names, as in the rows' emulator field.
+const (
+	EmuUDP = "emu"
+	EmuTUN = "tunemu"
+)
+
+// Defaults of Options.
+const (
+	DefaultCapacityBps = 200e6
+	DefaultDuration    = 6 * time.Second
+	DefaultWarmup      = 2 * time.Second
+	DefaultMRGWCC      = "longrtt-htcp"
+	DefaultPaths       = 16
+	DefaultQuicStreams = 8
+)
+
+// Defaults of the loss-sweep grid.
+var (
+	DefaultRTTs       = []time.Duration{10 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond}
+	DefaultLosses     = []float64{0, 0.001, 0.01, 0.05, 0.10}
+	DefaultTCPStreams = []int{1, 8}
+)
+
+// Options configure the scenarios. The zero value runs them as
+// docs/results/peers.md reports them.
+type Options struct {
+	// CapacityBps is the bottleneck's capacity (default 200 Mbit/s); in
+	// Planes it is the total, split evenly over the planes.
+	CapacityBps float64
+	// Duration is each run's measured time (default 6 s), after Warmup
+	// (default 2 s).
+	Duration, Warmup time.Duration
+	// RTTs, Losses select the loss sweep's grid (default 10/50/100 ms ×
+	// 0/0.1/1/5/10%).
+	RTTs   []time.Duration
+	Losses []float64
+	// Systems selects systems by name (default AllSystems).
+	Systems []string
+	// TCPStreams are the TCP stream counts (default 1 and 8).
+	TCPStreams []int
+	// QueueBDP is each plane's drop-tail queue in bandwidth-delay products
+	// of that plane (default 1, at least 64 KiB).
+	QueueBDP float64
+	// ECNBDP is the ECN marking threshold in BDPs (default 0.1, at least
+	// 16 KiB); negative disables marking.
+	ECNBDP float64
+	// MRGWCC names mrgw's controller in the cc registry (default
+	// longrtt-htcp); Paths is its paths per connection (default 16).
+	MRGWCC string
+	Paths  int
+	// MRGWExtraCC, if set to another controller, adds a second mrgw row
+	// per point with it, marked Variant "extra-cc" and given no ratio
+	// (default CCFixed: shows the transport without the pacer; "none":
+	// no extra row).
+	MRGWExtraCC string
+	// Seed seeds the emulators (ECMP hash, loss).
+	Seed uint64
+	// Quick shortens everything for tests (1 s runs, 0.5 s warm-up, small
+	// messages).
+	Quick bool
+	// Progress, if set, is called before each run.
+	Progress func(i, n int, what string)
+}
+
+func (o Options) withDefaults() Options {
+	if o.CapacityBps <= 0 {
+		o.CapacityBps = DefaultCapacityBps
+	}
+	if o.Quick {
+		if o.Duration <= 0 {
+			o.Duration = time.Second
+		}
+		if o.Warmup <= 0 {
+			o.Warmup = 500 * time.Millisecond
+		}
+	}
+	if o.Duration <= 0 {
+		o.Duration = DefaultDuration
+	}
+	if o.Warmup <= 0 {
+		o.Warmup = DefaultWarmup
+	}
+	if len(o.RTTs) == 0 {
+		o.RTTs = DefaultRTTs
+	}
+	if len(o.Losses) == 0 {
+		o.Losses = DefaultLosses
+	}
+	if len(o.Systems) == 0 {
+		o.Systems = AllSystems
+	}
+	if len(o.TCPStreams) == 0 {
+		o.TCPStreams = DefaultTCPStreams
+	}
+	if o.QueueBDP <= 0 {
+		o.QueueBDP = 1
+	}
+	if o.ECNBDP == 0 {
+		o.ECNBDP = 0.1
+	}
+	if o.MRGWCC == "" {
+		o.MRGWCC = DefaultMRGWCC
+	}
+	switch o.MRGWExtraCC {
+	case "":
+		o.MRGWExtraCC = CCFixed
+	case "none":
+		o.MRGWExtraCC = ""
+	}
+	if o.Paths <= 0 {
+		o.Paths = DefaultPaths
+	}
+	return o
+}
+
+func (o *Options) progress(i, n int, what string) {
+	if o.Progress != nil {
+		o.Progress(i, n, what)
+	}
+}
+
+func (o *Options) has(system string) bool {
+	for _, s := range o.Systems {
+		if s == system {
+			return true
+		}
+	}
+	return false
+}
+
+// Link is one emulated WAN: Planes planes of RateBps each, a round trip of
+// RTT (half each way), random loss after the queue.
+type Link struct {
+	Planes       int
+	RateBps      float64 // per plane
+	RTT          time.Duration
+	Loss         float64
+	QueueBytes   int
+	ECNThreshold int
+	Seed         uint64
+}
+
+// link builds the Link of a scenario point from the options.
+func (o *Options) link(planes int, capacity float64, rtt time.Duration, loss float64) Link {
+	per := capacity / float64(planes)
+	bdp := per / 8 * rtt.Seconds()
+	l := Link{Planes: planes, RateBps: per, RTT: rtt, Loss: loss, Seed: o.Seed + 1,
+		QueueBytes: max(64<<10, int(o.QueueBDP*bdp))}
+	if o.ECNBDP > 0 {
+		l.ECNThreshold = max(16<<10, int(o.ECNBDP*bdp))
+	}
+	return l
+}
+
+// Capacity is the link's total capacity in bits/s.
+func (l Link) Capacity() float64 { return float64(l.Planes) * l.RateBps }
+
+// BDP is the whole link's bandwidth-delay product in bytes.
+func (l Link) BDP() float64 { return l.Capacity() / 8 * l.RTT.Seconds() }
+
+func (l Link) emuLink() emu.LinkConfig {
+	return emu.LinkConfig{Rate: uint64(l.RateBps), QueueBytes: l.QueueBytes, Delay: l.RTT / 2, Loss: l.Loss,
+		ECNThreshold: l.ECNThreshold}
+}
+
+func (l Link) emuConfig() emu.Config {
+	return emu.Config{Planes: l.Planes, Seed: l.Seed, Link: l.emuLink(), MaxDatagram: 4096}
+}
+
+func (l Link) tunConfig() tunemu.Config {
+	return tunemu.Config{Planes: l.Planes, Seed: l.Seed, Link: l.emuLink(),
+		Sysctls: map[string]string{"net.ipv4.tcp_ecn": "1"}}
+}
+
+// Peer is one system with its stream count (0 where it does not apply).
+type Peer struct {
+	System  string
+	Streams int
+}
+
+func (p Peer) String() string {
+	if p.Streams < 0 {
+		return p.System + " (extra cc)"
+	}
+	if p.Streams > 0 && (p.System == TCPCubic || p.System == TCPBBR) {
+		return fmt.Sprintf("%s x%d", p.System, p.Streams)
+	}
+	return p.System
+}
+
+// peers expands the selected systems into peers (TCP once per stream count).
+func (o *Options) peers() []Peer {
+	var ps []Peer
+	for _, s := range AllSystems {
+		if !o.has(s) {
+			continue
+		}
+		switch s {
+		case TCPCubic, TCPBBR:
+			for _, n := range o.TCPStreams {
+				ps = append(ps, Peer{s, n})
+			}
+		case QUIC:
+			ps = append(ps, Peer{s, DefaultQuicStreams})
+		default:
+			ps = append(ps, Peer{System: s})
+		}
+	}
+	return ps
+}
+
+// needsTUN says whether a system runs through tunemu.
+func needsTUN(system string) bool {
+	return system == TCPCubic || system == TCPBBR || system == QUIC
+}
+
+// Result is one bulk run's measurement.
+type Result struct {
+	GoodputBps  float64
+	Retransmits uint64
+	CC          string
+	Emulator    string
+	Note        string
+	// PlanesUsed is how many distinct planes the flows landed on (A→B),
+	// when known.
+	PlanesUsed int
+}
+
+// Bulk runs one peer's bulk transfer over link for warm-up + duration and
+// returns the goodput measured at the receiver.
+func Bulk(ctx context.Context, p Peer, l Link, warmup, duration time.Duration, o Options) (Result, error) {
+	o = o.withDefaults()
+	switch p.System {
+	case MRGW, RoCEv2:
+		return tunnelBulk(ctx, p.System == RoCEv2, l, warmup, duration, o)
+	case KCP:
+		return kcpBulk(ctx, l, warmup, duration)
+	case TCPCubic, TCPBBR:
+		return tcpBulk(ctx, p.System[len("tcp-"):], max(p.Streams, 1), l, warmup, duration)
+	case QUIC:
+		return quicBulk(ctx, max(p.Streams, 1), l, warmup, duration)
+	}
+	return Result{}, fmt.Errorf("peers: unknown system %q", p.System)
+}
+
+// measure samples a byte counter after warmup and after duration and
+// returns bits per second.
+func measure(ctx context.Context, count func() uint64, warmup, duration time.Duration) (float64, error) {
+	if err := sleep(ctx, warmup); err != nil {
+		return 0, err
+	}
+	t0, b0 := time.Now(), count()
+	if err := sleep(ctx, duration); err != nil {
+		return 0, err
+	}
+	t1, b1 := time.Now(), count()
+	return float64(b1-b0) * 8 / t1.Sub(t0).Seconds(), nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// row builds a report row for one measured point.
+func row(scenario string, p Peer, l Link, r Result) report.Row {
+	rw := report.Row{
+		Scenario: scenario, System: p.System, CC: r.CC, Planes: l.Planes,
+		RTTms: float64(l.RTT) / 1e6, Loss: l.Loss, Streams: p.Streams,
+		CapacityBps: l.Capacity(), GoodputBps: r.GoodputBps, Fraction: r.GoodputBps / l.Capacity(),
+		Retransmits: r.Retransmits, Emulator: r.Emulator, Note: r.Note,
+	}
+	if p.System == RoCEv2 {
+		rw.Paths = 1
+	}
+	return rw
+}
+
+// setRatios fills MRGWRatio on every row of group from the mrgw row in it.
+func setRatios(group []report.Row) {
+	var m float64
+	found := false
+	for _, r := range group {
+		if r.System == MRGW && r.Variant == "" {
+			m, found = r.GoodputBps, true
+		}
+	}
+	if !found {
+		return
+	}
+	for i := range group {
+		if group[i].System == MRGW {
+			continue
+		}
+		if group[i].GoodputBps > 0 {
+			group[i].MRGWRatio = m / group[i].GoodputBps
+		} else {
+			group[i].Note = joinNote(group[i].Note, "moved nothing: no ratio")
+		}
+	}
+}
+
+// skipped collects the reasons why TUN rows could not run.
+type skipped struct{ err error }
+
+func (s *skipped) add(err error) bool {
+	if errors.Is(err, tunemu.ErrUnavailable) {
+		if s.err == nil {
+			s.err = err
+		}
+		return true
+	}
+	return false
+}

@@ -1,0 +1,198 @@
+//go:build linux
+
+package peers
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"math/big"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/mrgw/mrgw/loadtest/emu"
+	"github.com/mrgw/mrgw/loadtest/tunemu"
+)
+
+const quicALPN = "mrgw-peer-bulk"
+
+// quicTLS returns a server and a client TLS configuration for a fresh
+// self-signed certificate (the client trusts exactly that certificate).
+func quicTLS() (*tls.Config, *tls.Config, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "peer-b"},
+		DNSNames:  []string{"peer-b"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	srv := &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}, NextProtos: []string{quicALPN}}
+	cli := &tls.Config{RootCAs: pool, ServerName: "peer-b", NextProtos: []string{quicALPN}}
+	return srv, cli, nil
+}
+
+// quicConfig raises the flow-control windows far above any BDP here, so
+// that only congestion control limits the transfer.
+func quicConfig() *quic.Config {
+	return &quic.Config{
+		InitialStreamReceiveWindow:     4 << 20,
+		MaxStreamReceiveWindow:         64 << 20,
+		InitialConnectionReceiveWindow: 8 << 20,
+		MaxConnectionReceiveWindow:     128 << 20,
+		MaxIdleTimeout:                 30 * time.Second,
+		KeepAlivePeriod:                time.Second,
+	}
+}
+
+// quicConn is one QUIC connection from A to B through te.
+type quicConn struct {
+	cc, sc   *net.UDPConn
+	ln       *quic.Listener
+	cli, srv *quic.Conn
+}
+
+func (q *quicConn) close() {
+	if q.cli != nil {
+		q.cli.CloseWithError(0, "done")
+	}
+	if q.srv != nil {
+		q.srv.CloseWithError(0, "done")
+	}
+	if q.ln != nil {
+		q.ln.Close()
+	}
+	if q.cc != nil {
+		q.cc.Close()
+	}
+	if q.sc != nil {
+		q.sc.Close()
+	}
+}
+
+func dialQUIC(ctx context.Context, te *tunemu.Emulator) (*quicConn, error) {
+	srvTLS, cliTLS, err := quicTLS()
+	if err != nil {
+		return nil, err
+	}
+	q := &quicConn{}
+	if q.sc, err = te.ListenUDP(tunemu.SiteB, &net.UDPAddr{IP: tunemu.AddrB.AsSlice()}); err != nil {
+		return nil, err
+	}
+	if q.cc, err = te.ListenUDP(tunemu.SiteA, &net.UDPAddr{IP: tunemu.AddrA.AsSlice()}); err != nil {
+		q.close()
+		return nil, err
+	}
+	if q.ln, err = quic.Listen(q.sc, srvTLS, quicConfig()); err != nil {
+		q.close()
+		return nil, err
+	}
+	acc := make(chan error, 1)
+	go func() {
+		c, err := q.ln.Accept(ctx)
+		q.srv = c
+		acc <- err
+	}()
+	q.cli, err = quic.Dial(ctx, q.cc, q.sc.LocalAddr(), cliTLS, quicConfig())
+	if err != nil {
+		q.ln.Close()
+		<-acc
+		q.close()
+		return nil, err
+	}
+	if err := <-acc; err != nil {
+		q.close()
+		return nil, err
+	}
+	return q, nil
+}
+
+// quicBulk sends on n streams of one QUIC connection from A to B.
+func quicBulk(ctx context.Context, n int, l Link, warmup, duration time.Duration) (Result, error) {
+	te, err := tunemu.New(ctx, l.tunConfig())
+	if err != nil {
+		return Result{}, err
+	}
+	defer te.Close()
+	q, err := dialQUIC(ctx, te)
+	if err != nil {
+		return Result{}, err
+	}
+	defer q.close()
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var got atomic.Uint64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			s, err := q.srv.AcceptStream(runCtx)
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				buf := make([]byte, 256<<10)
+				for {
+					k, err := s.Read(buf)
+					got.Add(uint64(k))
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	buf := make([]byte, 64<<10)
+	for range n {
+		s, err := q.cli.OpenStreamSync(ctx)
+		if err != nil {
+			cancel()
+			q.close()
+			wg.Wait()
+			return Result{}, err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for runCtx.Err() == nil {
+				if _, err := s.Write(buf); err != nil {
+					return
+				}
+			}
+		}()
+	}
+	bps, err := measure(ctx, got.Load, warmup, duration)
+	cancel()
+	q.close()
+	wg.Wait()
+	if err != nil {
+		return Result{}, err
+	}
+	la := q.cc.LocalAddr().(*net.UDPAddr).AddrPort()
+	ra := q.sc.LocalAddr().(*net.UDPAddr).AddrPort()
+	_ = te.PlaneOf(emu.AtoB, emu.ProtoUDP, la, ra)
+	return Result{GoodputBps: bps, CC: "quic-go", Emulator: EmuTUN, PlanesUsed: 1}, nil
+}

@@ -1,0 +1,59 @@
+// Package tunemu is the TUN + network-namespace twin of loadtest/emu: it
+// carries any IPv4 traffic (kernel TCP with any congestion control, QUIC,
+// a child process's sockets) through the same emulated WAN model, so that
+// peers which cannot speak through a UDP relay are measured over the same
+// link as mrgw.
+//
+// # Topology
+//
+// New creates two network namespaces, named mrgw-lt-a-<pid>-<n> and
+// mrgw-lt-b-<pid>-<n> (unique per run), each with one TUN device
+// ("mrgwt0", MTU 1500 by default) addressed inside that namespace only:
+// site A is 10.213.0.1/30 and site B 10.213.0.2/30. Nothing is added to
+// the root namespace and no route leads out of the two namespaces: the only
+// way out of either is the TUN device, whose other end is this process.
+//
+//	ns A: socket ─▶ mrgwt0 ─▶ fd ─┐                      ┌─▶ fd ─▶ mrgwt0 ─▶ socket :ns B
+//	                              └─▶ [plane model] ─────┘
+//	                                  (root ns, this process)
+//
+// A reader goroutine per TUN reads IP packets, hashes the 5-tuple onto one
+// of P planes (emu.FlowHash, seeded, per direction) and runs that plane's
+// emu.Link, the very model of loadtest/emu (drop-tail queue, rate,
+// delay+jitter without reordering, loss after the queue, ECN marking):
+// when a packet is ECT and the queue ahead of it is above the threshold, its
+// IPv4 header leaves with CE set and the header checksum recomputed. One
+// dispatcher per direction writes packets into the other TUN at their
+// delivery times, waking on a timerfd (emu.Timer). Planes can be re-tuned,
+// failed and restored while traffic flows.
+//
+// A packet costs the link its IP length minus 28 bytes: that is what
+// loadtest/emu charges for a UDP datagram (its payload; the relay never
+// sees the IPv4 and UDP headers), so the same datagram takes the same link
+// time in both emulators and rows measured through either are comparable.
+//
+// # Running code inside a namespace
+//
+// In-process: Do runs a function on a goroutine locked to an OS thread
+// that has joined the site's namespace (setns). Sockets created by that
+// function (net.Listen, net.Dialer.Dial, net.ListenUDP: Go creates the
+// socket synchronously on the calling thread) belong to the namespace for
+// their whole life and may then be used from any goroutine. The goroutine
+// never unlocks its thread: it returns locked, so the Go runtime destroys
+// the thread instead of reusing it in the wrong namespace. Code that
+// creates sockets later, on goroutines of its own (a netio endpoint opens
+// path sockets on demand), cannot run this way: run it as a child process
+// with Command, which wraps `ip netns exec`.
+//
+// # Privileges and clean-up
+//
+// It needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN), /dev/net/tun and
+// iproute2's `ip`. Without them New returns an *UnavailableError that
+// matches ErrUnavailable and says why; callers print it and skip the rows
+// that need this emulator: nothing is ever faked. Close deletes both
+// namespaces (which destroys the TUN devices and every socket left in
+// them); New first deletes stale namespaces with this package's prefix
+// whose process no longer exists.
+//
+// The package is Linux-only.
+package tunemu

@@ -1,0 +1,658 @@
+//go:build linux
+
+package tunemu
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mrgw/mrgw/internal/ecn"
+	"github.com/mrgw/mrgw/loadtest/emu"
+)
+
+// Site and direction names are loadtest/emu's.
+type (
+	Site = emu.Site
+	Dir  = emu.Dir
+)
+
+// Sites and directions.
+const (
+	SiteA = emu.SiteA
+	SiteB = emu.SiteB
+	AtoB  = emu.AtoB
+	BtoA  = emu.BtoA
+)
+
+// Defaults for Config's zero values.
+const (
+	DefaultMTU         = 1500
+	DefaultMaxBuffered = 1 << 16
+	// Device is the TUN device's name inside each namespace.
+	Device = "mrgwt0"
+	// HeaderCharge is subtracted from an IP packet's length to get the
+	// bytes its link is charged for, as loadtest/emu charges a UDP
+	// datagram's payload only (IPv4 20 + UDP 8).
+	HeaderCharge = 28
+)
+
+// The sites' addresses, inside their own namespaces only.
+var (
+	AddrA = netip.MustParseAddr("10.213.0.1")
+	AddrB = netip.MustParseAddr("10.213.0.2")
+)
+
+// Config configures an Emulator; Planes, Seed and Link mean exactly what
+// they mean in emu.Config.
+type Config struct {
+	Planes int
+	Seed   uint64
+	Link   emu.LinkConfig
+	// MTU of both TUN devices (default 1500).
+	MTU int
+	// MaxBuffered caps the packets queued in all planes (default 65536).
+	MaxBuffered int
+	// Sysctls are extra per-namespace settings written in both namespaces
+	// ("net.ipv4.tcp_ecn": "1"). Larger TCP buffers are always set, so
+	// that a window can cover a long fat link.
+	Sysctls map[string]string
+	// Trace, if set, sees the model's decision for every packet; it runs
+	// on the readers and must be fast.
+	Trace func(emu.TraceEvent)
+}
+
+// Stats are the emulator's counters.
+type Stats struct {
+	// Links is indexed [Dir][plane], as in emu.Stats.
+	Links [2][]emu.LinkStats
+	// NonIPv4: packets that were not IPv4 (dropped; IPv6 is disabled in
+	// the namespaces, so these are rare). Overflow: dropped at the
+	// MaxBuffered cap. WriteErrors: TUN writes that failed.
+	NonIPv4, Overflow, WriteErrors uint64
+	// MinTransit is, per direction, the shortest time between a packet's
+	// arrival from one TUN and its write into the other, on the
+	// emulator's own clock: it is at least the configured one-way delay.
+	MinTransit [2]time.Duration
+	Buffered   int
+}
+
+// Total sums one direction's planes.
+func (s Stats) Total(d Dir) emu.LinkStats {
+	var t emu.LinkStats
+	for _, l := range s.Links[d] {
+		t.In += l.In
+		t.BytesIn += l.BytesIn
+		t.Delivered += l.Delivered
+		t.BytesDelivered += l.BytesDelivered
+		t.QueueDrops += l.QueueDrops
+		t.LossDrops += l.LossDrops
+		t.DownDrops += l.DownDrops
+		t.CEMarks += l.CEMarks
+		t.MaxQueueBytes = max(t.MaxQueueBytes, l.MaxQueueBytes)
+	}
+	return t
+}
+
+// Emulator is a running TUN emulator. Its methods are safe for concurrent use.
+type Emulator struct {
+	cfg   Config
+	start time.Time
+	ns    [2]string
+	tun   [2]*os.File
+	dirs  [2]*direction
+	pool  sync.Pool
+
+	buffered               atomic.Int64
+	nonIP, overflow, wrErr atomic.Uint64
+
+	wg       sync.WaitGroup
+	once     sync.Once
+	closeErr error
+	stopCtx  func() bool
+}
+
+type packet struct {
+	buf     *[]byte
+	n       int
+	size    int // charged bytes
+	epoch   uint32
+	deliver time.Duration
+	arrival time.Duration
+}
+
+type direction struct {
+	em    *Emulator
+	dir   Dir
+	out   *os.File
+	timer *emu.Timer
+
+	mu       sync.Mutex
+	links    []*emu.Link
+	fifos    []fifo
+	rng      *rand.Rand
+	closed   bool
+	sleeping bool
+	armedAt  time.Duration
+	gen      atomic.Uint64
+	next     int
+
+	minTransit atomic.Int64
+}
+
+// fifo is a plane's queue of packets waiting for their delivery time: a
+// ring that grows by doubling, bounded by MaxBuffered.
+type fifo struct {
+	buf     []packet
+	head, n int
+}
+
+func (f *fifo) push(p packet) {
+	if f.n == len(f.buf) {
+		nb := make([]packet, max(16, 2*len(f.buf)))
+		for i := 0; i < f.n; i++ {
+			nb[i] = f.buf[(f.head+i)%len(f.buf)]
+		}
+		f.buf, f.head = nb, 0
+	}
+	f.buf[(f.head+f.n)%len(f.buf)] = p
+	f.n++
+}
+
+func (f *fifo) peek() *packet { return &f.buf[f.head] }
+
+func (f *fifo) pop() packet {
+	p := f.buf[f.head]
+	f.buf[f.head] = packet{}
+	f.head = (f.head + 1) % len(f.buf)
+	f.n--
+	return p
+}
+
+var seq atomic.Uint64
+
+// New creates the namespaces and TUN devices and starts forwarding. It runs
+// until Close or until ctx is done; Close must be called either way (it
+// deletes the namespaces).
+func New(ctx context.Context, cfg Config) (*Emulator, error) {
+	if err := Check(); err != nil {
+		return nil, err
+	}
+	if cfg.Planes == 0 {
+		cfg.Planes = 1
+	}
+	if cfg.Planes < 1 || cfg.Planes > emu.MaxPlanes {
+		return nil, fmt.Errorf("%w: planes %d outside [1, %d]", emu.ErrInvalid, cfg.Planes, emu.MaxPlanes)
+	}
+	if err := cfg.Link.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.MTU == 0 {
+		cfg.MTU = DefaultMTU
+	}
+	if cfg.MTU < 576 || cfg.MTU > 65535 {
+		return nil, fmt.Errorf("%w: mtu %d outside [576, 65535]", emu.ErrInvalid, cfg.MTU)
+	}
+	if cfg.MaxBuffered <= 0 {
+		cfg.MaxBuffered = DefaultMaxBuffered
+	}
+	cleanStale()
+	n := seq.Add(1)
+	e := &Emulator{cfg: cfg, start: time.Now()}
+	e.ns[SiteA] = fmt.Sprintf("%sa-%d-%d", Prefix, os.Getpid(), n)
+	e.ns[SiteB] = fmt.Sprintf("%sb-%d-%d", Prefix, os.Getpid(), n)
+	size := cfg.MTU + 64
+	e.pool.New = func() any { b := make([]byte, size); return &b }
+	if err := e.setup(); err != nil {
+		e.teardown()
+		return nil, err
+	}
+	for d := range e.dirs {
+		t, err := emu.NewTimer()
+		if err != nil {
+			e.teardown()
+			return nil, err
+		}
+		dd := &direction{
+			em: e, dir: Dir(d), out: e.tun[Site(d).Other()], timer: t,
+			links: make([]*emu.Link, cfg.Planes), fifos: make([]fifo, cfg.Planes),
+			rng:     rand.New(rand.NewPCG(cfg.Seed, uint64(d)+0x7e57)),
+			armedAt: math.MaxInt64,
+		}
+		dd.minTransit.Store(math.MaxInt64)
+		for i := range dd.links {
+			dd.links[i], _ = emu.NewLink(cfg.Link)
+		}
+		e.dirs[d] = dd
+	}
+	e.wg.Add(4)
+	for d := range e.dirs {
+		go e.dirs[d].run()
+		go e.readLoop(Site(d))
+	}
+	e.stopCtx = context.AfterFunc(ctx, func() { e.shutdown() })
+	return e, nil
+}
+
+func (e *Emulator) nsPath(s Site) string { return filepath.Join(netnsDir, e.ns[s]) }
+
+// Namespace returns the name of site s's namespace.
+func (e *Emulator) Namespace(s Site) string { return e.ns[s] }
+
+// Addr returns site s's address (inside its namespace).
+func (e *Emulator) Addr(s Site) netip.Addr {
+	if s == SiteA {
+		return AddrA
+	}
+	return AddrB
+}
+
+// Planes returns the number of planes.
+func (e *Emulator) Planes() int { return e.cfg.Planes }
+
+func (e *Emulator) setup() error {
+	for s := range e.ns {
+		if err := ipCmd("netns", "add", e.ns[s]); err != nil {
+			return unavailable("cannot create a network namespace", err)
+		}
+	}
+	sysctls := map[string]string{
+		"net.ipv4.tcp_rmem":                  "4096 131072 33554432",
+		"net.ipv4.tcp_wmem":                  "4096 16384 33554432",
+		"net.ipv6.conf.all.disable_ipv6":     "1",
+		"net.ipv6.conf.default.disable_ipv6": "1",
+		"net.ipv4.tcp_no_metrics_save":       "1",
+	}
+	for k, v := range e.cfg.Sysctls {
+		sysctls[k] = v
+	}
+	for s := range e.ns {
+		site := Site(s)
+		err := e.Do(site, func() error {
+			for k, v := range sysctls {
+				if err := writeSysctl(k, v); err != nil && k != "net.ipv6.conf.all.disable_ipv6" && k != "net.ipv6.conf.default.disable_ipv6" {
+					return fmt.Errorf("tunemu: sysctl %s: %w", k, err)
+				}
+			}
+			f, err := openTUN(Device)
+			if err != nil {
+				return err
+			}
+			e.tun[s] = f
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		me, peer := e.Addr(site), e.Addr(site.Other())
+		for _, args := range [][]string{
+			{"-n", e.ns[s], "link", "set", "lo", "up"},
+			{"-n", e.ns[s], "link", "set", Device, "mtu", fmt.Sprint(e.cfg.MTU)},
+			{"-n", e.ns[s], "addr", "add", me.String(), "peer", peer.String() + "/32", "dev", Device},
+			{"-n", e.ns[s], "link", "set", Device, "up"},
+		} {
+			if err := ipCmd(args...); err != nil {
+				return fmt.Errorf("tunemu: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// teardown closes the TUN devices and deletes the namespaces.
+func (e *Emulator) teardown() {
+	for s, f := range e.tun {
+		if f != nil {
+			if err := f.Close(); err != nil && e.closeErr == nil {
+				e.closeErr = err
+			}
+			e.tun[s] = nil
+		}
+	}
+	for _, name := range e.ns {
+		if name == "" {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(netnsDir, name)); err != nil {
+			continue
+		}
+		if err := ipCmd("netns", "del", name); err != nil && e.closeErr == nil {
+			e.closeErr = err
+		}
+	}
+}
+
+func (e *Emulator) now() time.Duration { return time.Since(e.start) }
+
+// flowOf parses an IPv4 packet's 5-tuple.
+func flowOf(b []byte) (proto uint8, src, dst netip.AddrPort, ok bool) {
+	if len(b) < 20 || b[0]>>4 != 4 {
+		return 0, src, dst, false
+	}
+	ihl := int(b[0]&0xf) * 4
+	if ihl < 20 || len(b) < ihl {
+		return 0, src, dst, false
+	}
+	proto = b[9]
+	sa := netip.AddrFrom4([4]byte(b[12:16]))
+	da := netip.AddrFrom4([4]byte(b[16:20]))
+	var sp, dp uint16
+	frag := binary.BigEndian.Uint16(b[6:8]) & 0x1fff
+	if frag == 0 && (proto == emu.ProtoTCP || proto == emu.ProtoUDP) && len(b) >= ihl+4 {
+		sp = binary.BigEndian.Uint16(b[ihl:])
+		dp = binary.BigEndian.Uint16(b[ihl+2:])
+	}
+	return proto, netip.AddrPortFrom(sa, sp), netip.AddrPortFrom(da, dp), true
+}
+
+// setCE marks an IPv4 header CE and recomputes its checksum.
+func setCE(b []byte) {
+	b[1] |= byte(ecn.CE)
+	ihl := int(b[0]&0xf) * 4
+	b[10], b[11] = 0, 0
+	var sum uint32
+	for i := 0; i+1 < ihl; i += 2 {
+		sum += uint32(b[i])<<8 | uint32(b[i+1])
+	}
+	for sum>>16 != 0 {
+		sum = sum&0xffff + sum>>16
+	}
+	binary.BigEndian.PutUint16(b[10:12], ^uint16(sum))
+}
+
+// readLoop reads what site s sends and runs the model of its direction.
+func (e *Emulator) readLoop(s Site) {
+	defer e.wg.Done()
+	d := e.dirs[emu.From(s)]
+	f := e.tun[s]
+	limit := int64(e.cfg.MaxBuffered)
+	for {
+		bp := e.pool.Get().(*[]byte)
+		b := (*bp)[:cap(*bp)]
+		n, err := f.Read(b)
+		if err != nil {
+			e.pool.Put(bp)
+			if errors.Is(err, os.ErrClosed) {
+				return
+			}
+			if d.isClosed() {
+				return
+			}
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		b = b[:n]
+		proto, src, dst, ok := flowOf(b)
+		if !ok {
+			e.nonIP.Add(1)
+			e.pool.Put(bp)
+			continue
+		}
+		plane := emu.PlaneFor(emu.FlowHash(e.cfg.Seed, d.dir, proto, src, dst), e.cfg.Planes)
+		size := max(n-HeaderCharge, 1)
+		now := e.now()
+		d.mu.Lock()
+		if d.closed {
+			d.mu.Unlock()
+			e.pool.Put(bp)
+			return
+		}
+		l := d.links[plane]
+		ev := l.Admit(now, size, ecn.FromTOS(b[1]), e.buffered.Load() >= limit, d.rng)
+		ev.Dir, ev.Plane = d.dir, plane
+		taken := false
+		switch ev.Verdict {
+		case emu.DroppedOverflow:
+			e.overflow.Add(1)
+		case emu.Forwarded:
+			if ev.ECNOut == ecn.CE && ev.ECNIn != ecn.CE {
+				setCE(b)
+			}
+			d.fifos[plane].push(packet{buf: bp, n: n, size: size, epoch: l.Epoch(), deliver: ev.Deliver, arrival: now})
+			e.buffered.Add(1)
+			taken = true
+			if d.sleeping && ev.Deliver < d.armedAt {
+				d.armedAt = ev.Deliver
+				d.timer.Arm(ev.Deliver - earlyWake - now)
+			}
+		}
+		d.mu.Unlock()
+		if taken {
+			d.gen.Add(1)
+		} else {
+			e.pool.Put(bp)
+		}
+		if tr := e.cfg.Trace; tr != nil {
+			tr(ev)
+		}
+	}
+}
+
+const (
+	earlyWake  = 50 * time.Microsecond
+	spinWindow = 60 * time.Microsecond
+)
+
+func (d *direction) isClosed() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.closed
+}
+
+// run is the direction's dispatcher (the same scheduling as emu's).
+func (d *direction) run() {
+	defer d.em.wg.Done()
+	batch := make([]packet, 0, 64)
+	for {
+		gen := d.gen.Load()
+		var next time.Duration
+		var sleep, ok bool
+		batch, next, sleep, ok = d.collect(batch[:0])
+		switch {
+		case !ok:
+			return
+		case len(batch) > 0:
+			d.send(batch)
+		case sleep:
+			if !d.timer.Wait() {
+				return
+			}
+		default:
+			for d.em.now() < next && d.gen.Load() == gen {
+				runtime.Gosched()
+			}
+		}
+	}
+}
+
+func (d *direction) collect(batch []packet) (_ []packet, next time.Duration, sleep, ok bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return batch, 0, false, false
+	}
+	d.sleeping = false
+	now := d.em.now()
+	next = time.Duration(math.MaxInt64)
+	np := len(d.links)
+	start := d.next
+	d.next = (d.next + 1) % np
+	for i := 0; i < np; i++ {
+		p := (start + i) % np
+		f := &d.fifos[p]
+		l := d.links[p]
+		for f.n > 0 {
+			h := f.peek()
+			if h.deliver > now || len(batch) == cap(batch) {
+				next = min(next, h.deliver)
+				break
+			}
+			p := f.pop()
+			if p.epoch != l.Epoch() {
+				l.DroppedInFlight() // was in flight when the plane failed
+				d.em.buffered.Add(-1)
+				d.em.pool.Put(p.buf)
+				continue
+			}
+			batch = append(batch, p)
+			l.Delivered(p.size)
+		}
+	}
+	if len(batch) > 0 || next-now <= spinWindow {
+		return batch, next, false, true
+	}
+	d.sleeping = true
+	if next == math.MaxInt64 {
+		if d.armedAt != math.MaxInt64 {
+			d.timer.Disarm()
+		}
+	} else {
+		d.timer.Arm(next - earlyWake - now)
+	}
+	d.armedAt = next
+	return batch, next, true, true
+}
+
+func (d *direction) send(batch []packet) {
+	em := d.em
+	now := em.now()
+	for i := range batch {
+		p := &batch[i]
+		if t := int64(now - p.arrival); t < d.minTransit.Load() {
+			d.minTransit.Store(t) // only this goroutine writes it
+		}
+		if _, err := d.out.Write((*p.buf)[:p.n]); err != nil {
+			em.wrErr.Add(1)
+		}
+		em.pool.Put(p.buf)
+		batch[i] = packet{}
+	}
+	em.buffered.Add(-int64(len(batch)))
+}
+
+// PlaneOf returns the plane that carries packets of protocol proto from src
+// to dst in direction d.
+func (e *Emulator) PlaneOf(d Dir, proto uint8, src, dst netip.AddrPort) int {
+	return emu.PlaneFor(emu.FlowHash(e.cfg.Seed, d, proto, src, dst), e.cfg.Planes)
+}
+
+func (e *Emulator) checkPlane(plane int) error {
+	if plane < 0 || plane >= e.cfg.Planes {
+		return fmt.Errorf("%w: plane %d outside [0, %d)", emu.ErrInvalid, plane, e.cfg.Planes)
+	}
+	return nil
+}
+
+// SetLink re-tunes one plane in one direction while traffic flows.
+func (e *Emulator) SetLink(d Dir, plane int, l emu.LinkConfig) error {
+	if err := e.checkPlane(plane); err != nil {
+		return err
+	}
+	if d > BtoA {
+		return fmt.Errorf("%w: direction %d", emu.ErrInvalid, d)
+	}
+	dd := e.dirs[d]
+	dd.mu.Lock()
+	defer dd.mu.Unlock()
+	return dd.links[plane].SetConfig(e.now(), l)
+}
+
+// SetAllLinks re-tunes every plane in both directions.
+func (e *Emulator) SetAllLinks(l emu.LinkConfig) error {
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	for d := range e.dirs {
+		for p := 0; p < e.cfg.Planes; p++ {
+			if err := e.SetLink(Dir(d), p, l); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Fail black-holes a plane in both directions, including what is in flight.
+func (e *Emulator) Fail(plane int) error { return e.setDown(plane, true) }
+
+// Restore brings a failed plane back with empty queues.
+func (e *Emulator) Restore(plane int) error { return e.setDown(plane, false) }
+
+func (e *Emulator) setDown(plane int, down bool) error {
+	if err := e.checkPlane(plane); err != nil {
+		return err
+	}
+	for _, d := range e.dirs {
+		d.mu.Lock()
+		if down {
+			d.links[plane].Fail(e.now())
+		} else {
+			d.links[plane].Restore()
+		}
+		d.mu.Unlock()
+	}
+	return nil
+}
+
+// Stats returns a snapshot of the counters.
+func (e *Emulator) Stats() Stats {
+	var s Stats
+	for d, dd := range e.dirs {
+		s.Links[d] = make([]emu.LinkStats, len(dd.links))
+		for i, l := range dd.links {
+			s.Links[d][i] = l.Stats()
+		}
+		if m := dd.minTransit.Load(); m != math.MaxInt64 {
+			s.MinTransit[d] = time.Duration(m)
+		}
+	}
+	s.NonIPv4, s.Overflow, s.WriteErrors = e.nonIP.Load(), e.overflow.Load(), e.wrErr.Load()
+	s.Buffered = int(e.buffered.Load())
+	return s
+}
+
+// Close stops forwarding, closes the TUN devices and deletes both
+// namespaces (with every socket and process-less state left in them). It
+// is idempotent.
+func (e *Emulator) Close() error {
+	if e.stopCtx != nil {
+		e.stopCtx()
+	}
+	e.shutdown()
+	return e.closeErr
+}
+
+func (e *Emulator) shutdown() {
+	e.once.Do(func() {
+		for _, d := range e.dirs {
+			d.mu.Lock()
+			d.closed = true
+			d.timer.Close()
+			d.mu.Unlock()
+		}
+		for _, f := range e.tun {
+			f.Close() // wakes the readers
+		}
+		e.wg.Wait()
+		e.tun = [2]*os.File{}
+		for _, d := range e.dirs {
+			for i := range d.fifos {
+				for d.fifos[i].n > 0 {
+					e.pool.Put(d.fifos[i].pop().buf)
+				}
+			}
+		}
+		e.buffered.Store(0)
+		e.teardown()
+	})
+}
