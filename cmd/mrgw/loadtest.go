@@ -9,7 +9,9 @@ import (
 
 	"github.com/mrgw/mrgw/internal/report"
 	"github.com/mrgw/mrgw/loadtest/datapath"
+	"github.com/mrgw/mrgw/loadtest/peers"
 	"github.com/mrgw/mrgw/tunnel/seal"
+	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 )
 
@@ -19,7 +21,115 @@ func newLoadtestCmd() *cobra.Command {
 		Use:   "loadtest",
 		Short: "Run load tests with real sockets on this machine (loopback only)",
 	}
-	cmd.AddCommand(newDatapathCmd())
+	cmd.AddCommand(newDatapathCmd(),
+		newPeersCmd("loss-sweep", "mrgw, RoCEv2, kernel TCP (cubic, bbr; 1 and 8 streams), QUIC and kcp on one emulated bottleneck, 0-10% loss at 10/50/100 ms RTT",
+			peers.LossSweep, lossCols),
+		newPeersCmd("planes", "the same systems over 1, 2, 4 and 8 planes behind ECMP: TCP streams land on planes by hash, mrgw sprays",
+			peers.Planes, lossCols),
+		newPeersCmd("completion-time", "p50/p99 completion of 1-64 MiB messages at 1% loss: a byte stream's head-of-line blocking against out-of-order placement",
+			peers.CompletionTime, completionCols),
+	)
+	return cmd
+}
+
+var lossCols = []report.Column{
+	report.ColSystem,
+	{Title: "streams", Value: func(r *report.Row) string { return intOrDash(r.Streams) }},
+	report.ColPlanes, report.ColRTT, report.ColLoss, report.ColCapacity, report.ColGoodput, report.ColFraction,
+	{Title: "mrgw ×", Value: func(r *report.Row) string { return ratioOrDash(r.MRGWRatio) }},
+	{Title: "cc", Value: func(r *report.Row) string { return r.CC }},
+	{Title: "emulator", Value: func(r *report.Row) string { return r.Emulator }},
+}
+
+var completionCols = []report.Column{
+	report.ColSystem, report.ColRTT, report.ColLoss,
+	{Title: "message", Value: func(r *report.Row) string { return fmt.Sprintf("%d MiB", r.MessageBytes>>20) }},
+	{Title: "p50", Value: func(r *report.Row) string { return fmt.Sprintf("%.1f ms", r.P50ms) }},
+	{Title: "p99", Value: func(r *report.Row) string { return fmt.Sprintf("%.1f ms", r.P99ms) }},
+	{Title: "p50 / mrgw", Value: func(r *report.Row) string { return ratioOrDash(r.P50Ratio) }},
+	{Title: "p99 / mrgw", Value: func(r *report.Row) string { return ratioOrDash(r.P99Ratio) }},
+	{Title: "emulator", Value: func(r *report.Row) string { return r.Emulator }},
+}
+
+func intOrDash(n int) string {
+	if n == 0 {
+		return "-"
+	}
+	return fmt.Sprint(n)
+}
+
+func ratioOrDash(x float64) string {
+	if x == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", x)
+}
+
+// newPeersCmd wraps one scenario of loadtest/peers: real sockets through the
+// loopback emulators, every system in the same run.
+func newPeersCmd(name, doc string, run func(context.Context, peers.Options) ([]report.Row, error), cols []report.Column) *cobra.Command {
+	var (
+		o        peers.Options
+		capacity float64
+		asJSON   bool
+		quiet    bool
+	)
+	cmd := &cobra.Command{
+		Use:   name,
+		Short: doc,
+		Long: doc + `
+
+Runs real sockets on this machine only: the UDP relay emulator (loadtest/emu) for mrgw, RoCEv2
+and kcp, and the TUN + network-namespace emulator (loadtest/tunemu, root only) for kernel TCP and
+QUIC, both with the same link model. Rows that cannot run (not root, no TUN) are reported as an
+error naming the reason; nothing is estimated in their place.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.CapacityBps = capacity
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			var bar *progressbar.ProgressBar
+			if !quiet && !asJSON {
+				o.Progress = func(i, n int, what string) {
+					if bar == nil {
+						bar = progressbar.NewOptions(n, progressbar.OptionSetWriter(cmd.ErrOrStderr()),
+							progressbar.OptionSetWidth(30), progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
+					}
+					bar.Describe(what)
+					_ = bar.Set(i - 1)
+				}
+			}
+			rows, err := run(ctx, o)
+			if bar != nil {
+				_ = bar.Finish()
+			}
+			if len(rows) > 0 {
+				if asJSON {
+					if werr := report.WriteJSON(cmd.OutOrStdout(), rows); werr != nil {
+						return werr
+					}
+				} else {
+					fmt.Fprintf(cmd.OutOrStdout(), "## loadtest %s\n\n", name)
+					if werr := report.WriteTable(cmd.OutOrStdout(), rows, cols...); werr != nil {
+						return werr
+					}
+				}
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.Float64Var(&capacity, "capacity", 0, "bottleneck capacity in bits/s (default 200e6)")
+	f.DurationVar(&o.Duration, "duration", 0, "measured time per run (default 6s)")
+	f.DurationVar(&o.Warmup, "warmup", 0, "warm-up before measuring (default 2s)")
+	f.DurationSliceVar(&o.RTTs, "rtt", nil, "round-trip times (default 10ms,50ms,100ms)")
+	f.Float64SliceVar(&o.Losses, "loss", nil, "random loss rates (default 0,0.001,0.01,0.05,0.1)")
+	f.StringSliceVar(&o.Systems, "systems", nil, "systems to run (default all: mrgw,rocev2,tcp-cubic,tcp-bbr,quic,kcp)")
+	f.StringVar(&o.MRGWCC, "cc", "", "mrgw's congestion controller (default longrtt-htcp)")
+	f.Uint64Var(&o.Seed, "seed", 1, "seed of the emulators")
+	f.BoolVar(&o.Quick, "quick", false, "short runs (a smoke test, not a measurement)")
+	f.BoolVar(&asJSON, "json", false, "print JSON rows")
+	f.BoolVar(&quiet, "quiet", false, "no progress bar")
 	return cmd
 }
 
