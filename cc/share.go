@@ -28,8 +28,13 @@ type FairShare struct {
 	CapacityBps float64
 	// Idle is how long a sender stays counted after its last packet.
 	Idle time.Duration
-	// Window is the demand measurement interval (default Idle/50).
+	// Window is the demand measurement interval (default Idle/50). It must
+	// hold several packets of every sender, or demand is misread.
 	Window time.Duration
+	// MarkWindow is the interval over which arriving CE marks are counted
+	// to drain a queue in front of the receiver (default Window); a couple
+	// of round trips.
+	MarkWindow time.Duration
 
 	last   map[uint64]*shareSender
 	active int
@@ -38,6 +43,11 @@ type FairShare struct {
 	winStart time.Duration
 	level    float64 // bytes/s; 0 until the first window closes
 	demands  []float64
+	// CE-marked and all bytes delivered in the current window: the receiver
+	// sees its own inbound queue through the marks on what arrives.
+	winCE, winAll int64
+	drain         float64 // fraction of capacity held back to drain a queue
+	markStart     time.Duration
 }
 
 type shareSender struct {
@@ -76,8 +86,21 @@ func (f *FairShare) Observe(now time.Duration, sender uint64) {
 }
 
 // Account records that sender delivered bytes at now (it also counts as
-// activity). Without Account, FairShare divides the capacity equally.
-func (f *FairShare) Account(now time.Duration, sender uint64, bytes int) {
+// activity); ce tells whether they arrived marked ECN-CE. Without Account,
+// FairShare divides the capacity equally.
+//
+// Marks on arrivals mean a queue in front of the receiver. If the shares
+// summed to the full capacity, such a queue (left by a burst, or by
+// senders that started before they knew how many they were) would stand for
+// ever, so the next window hands out only (1 - F/2) of the capacity, where
+// F is the fraction of bytes that arrived marked: the queue drains in a few
+// windows and the shares return to the full capacity when the marks stop.
+func (f *FairShare) Account(now time.Duration, sender uint64, bytes int, ce bool) {
+	f.winAll += int64(bytes)
+	if ce {
+		f.winCE += int64(bytes)
+	}
+	f.rollMarks(now)
 	s, ok := f.last[sender]
 	if !ok {
 		f.Observe(now, sender)
@@ -112,11 +135,11 @@ func (f *FairShare) ShareBytesPerSecond(now time.Duration) float64 {
 	if n < 1 {
 		n = 1
 	}
-	eq := f.CapacityBps / 8 / float64(n)
-	if f.level > eq {
-		return f.level
+	share := f.CapacityBps / 8 / float64(n)
+	if f.level > share {
+		share = f.level
 	}
-	return eq
+	return share * (1 - f.drain)
 }
 
 // roll closes the measurement window if it is over and recomputes the level.
@@ -151,6 +174,23 @@ func (f *FairShare) roll(now time.Duration) {
 		}
 	}
 	f.level = maxMinLevel(capacity, f.demands, unconstrained)
+}
+
+// rollMarks closes the mark window if it is over.
+func (f *FairShare) rollMarks(now time.Duration) {
+	w := f.MarkWindow
+	if w <= 0 {
+		w = f.window()
+	}
+	if now-f.markStart < w {
+		return
+	}
+	f.markStart = now
+	f.drain = 0
+	if f.winAll > 0 {
+		f.drain = float64(f.winCE) / float64(f.winAll) / 2
+	}
+	f.winCE, f.winAll = 0, 0
 }
 
 // maxMinLevel is water-filling: the level L such that the constrained

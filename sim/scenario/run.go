@@ -38,6 +38,43 @@ type Setup struct {
 	Seed                uint64
 	// Faults, if set, is called with the network before the run to schedule faults.
 	Faults func(n *sim.Network)
+
+	// Per-flow settings (congestion-control scenarios); a missing entry
+	// takes the setup-wide value. FlowRTTs[i] is flow i's base round trip:
+	// the part above RTT is added as delay on the sender host's uplink, so
+	// flows of different round trips share the plane links. FlowStart[i]
+	// is when flow i connects.
+	FlowRTTs  []time.Duration
+	FlowStart []time.Duration
+	FlowCC    []cc.Factory
+	FlowPaths []int
+	// NoHints turns the receiver loop off (no rate hints), so the
+	// bottleneck is the fabric's and only the sender loop acts.
+	NoHints bool
+	// Sample, if positive, records time series every Sample of virtual time.
+	Sample time.Duration
+}
+
+func (s *Setup) flowRTT(f int) time.Duration {
+	if f < len(s.FlowRTTs) && s.FlowRTTs[f] > s.RTT {
+		return s.FlowRTTs[f]
+	}
+	return s.RTT
+}
+
+func (s *Setup) flowPaths(f int) int {
+	if f < len(s.FlowPaths) && s.FlowPaths[f] > 0 {
+		return s.FlowPaths[f]
+	}
+	return s.Paths
+}
+
+func (s *Setup) maxRTT() time.Duration {
+	m := s.RTT
+	for f := 0; f < s.Flows; f++ {
+		m = max(m, s.flowRTT(f))
+	}
+	return m
 }
 
 // Result is what one run measured.
@@ -51,8 +88,21 @@ type Result struct {
 	SimPackets    uint64
 	Wall          time.Duration
 	CCName        string
-	// Series is goodput per interval (for plots), if Interval was set.
-	Senders []*metaroce.Conn
+	Senders       []*metaroce.Conn
+	// QueueDrops counts datagrams the plane queues refused (A→B);
+	// PlaneBytes is each plane's A→B bytes delivered.
+	QueueDrops uint64
+	PlaneBytes []uint64
+	// ConnectedAt is when each sender's connection was established (-1: never).
+	ConnectedAt []time.Duration
+	// Time series, if Setup.Sample was set: at each Times[k], Goodput[f][k]
+	// is flow f's goodput over the interval ending then and Rate[f][k] its
+	// controller's pacing rate (bits/s), Queue[k] the fullest plane queue
+	// in bytes.
+	Times   []time.Duration
+	Goodput [][]float64
+	Rate    [][]float64
+	Queue   []float64
 }
 
 // capacity returns the fabric's capacity in bits/s.
@@ -121,7 +171,7 @@ func Run(in Setup) (Result, error) {
 		return Result{}, fmt.Errorf("scenario: need RateBps > 0, RTT > 0 and Duration > Warmup")
 	}
 	pktSize := s.MTU + metaroce.DataHeaderLen
-	bdp := s.capacity() / 8 * s.RTT.Seconds()
+	bdp := s.capacity() / 8 * s.maxRTT().Seconds()
 	factory := s.CC
 	if factory == nil {
 		w := int(s.WindowBDPs * bdp / float64(s.Flows*s.Paths))
@@ -152,6 +202,12 @@ func Run(in Setup) (Result, error) {
 	rcfg := mcfg
 	rcfg.Listen = true
 	rcfg.ReceiveCapacityBps = s.ReceiverCapacityBps
+	if s.NoHints {
+		rcfg.ReceiveCapacityBps = 0
+	}
+	for f := 0; f < s.Flows; f++ {
+		rcfg.Paths = max(rcfg.Paths, s.flowPaths(f))
+	}
 	rcfg.Seed = s.Seed ^ 0xabcdef
 	recv, err := NewNode(rcfg)
 	if err != nil {
@@ -174,29 +230,60 @@ func Run(in Setup) (Result, error) {
 	}
 	outstanding := int(6*s.WindowBDPs*bdp/float64(s.Flows)/float64(s.MsgSize)) + 4
 	var res Result
+	res.Senders = make([]*metaroce.Conn, s.Flows)
+	res.ConnectedAt = make([]time.Duration, s.Flows)
 	for f := 0; f < s.Flows; f++ {
 		cfg := mcfg
 		cfg.Seed = s.Seed + uint64(f)*7919
+		cfg.Paths = s.flowPaths(f)
+		cfg.Path = PathConfig(s.flowRTT(f))
+		if f < len(s.FlowCC) && s.FlowCC[f] != nil {
+			cfg.CC = s.FlowCC[f]
+		}
 		node, err := NewNode(cfg)
 		if err != nil {
 			return Result{}, err
 		}
+		res.ConnectedAt[f] = -1
 		b := &bulk{msgSize: s.MsgSize, outstanding: outstanding, src: src, key: bulkKey, regionSize: len(region), stream: uint32(f)}
 		node.OnEvent = func(now time.Duration, ev metaroce.Event) {
 			switch ev.Kind {
-			case metaroce.EventConnected, metaroce.EventSendComplete:
+			case metaroce.EventConnected:
+				res.ConnectedAt[f] = now
+				b.fill(now)
+			case metaroce.EventSendComplete:
 				b.fill(now)
 			}
 		}
-		h := net.AddHost(sim.SiteA, node, sim.HostConfig{})
+		hc := sim.HostConfig{}
+		if extra := s.flowRTT(f) - s.RTT; extra > 0 {
+			hc.Uplink = sim.LinkConfig{Delay: extra}
+		}
+		h := net.AddHost(sim.SiteA, node, hc)
 		node.Host = h
-		conn, err := node.EP.Connect(0, metaroce.PeerID(recvHost.ID()))
-		if err != nil {
+		connect := func(now time.Duration) error {
+			conn, err := node.EP.Connect(now, metaroce.PeerID(recvHost.ID()))
+			if err != nil {
+				return err
+			}
+			b.conn = conn
+			res.Senders[f] = conn
+			res.CCName = conn.Controller().Name()
+			h.Kick()
+			return nil
+		}
+		if f < len(s.FlowStart) && s.FlowStart[f] > 0 {
+			sm.At(s.FlowStart[f], func() {
+				if err := connect(s.FlowStart[f]); err != nil {
+					panic(err) // cannot happen: the endpoint is fresh
+				}
+			})
+		} else if err := connect(0); err != nil {
 			return Result{}, err
 		}
-		b.conn = conn
-		res.Senders = append(res.Senders, conn)
-		res.CCName = conn.Controller().Name()
+	}
+	if s.Sample > 0 {
+		sampler(sm, net, &s, &res, recv)
 	}
 	if s.Faults != nil {
 		s.Faults(net)
@@ -224,6 +311,10 @@ func Run(in Setup) (Result, error) {
 	res.CapacityBps = s.capacity()
 	secs := (s.Duration - s.Warmup).Seconds()
 	for _, c := range res.Senders {
+		if c == nil {
+			res.PerFlowBps = append(res.PerFlowBps, 0)
+			continue
+		}
 		bps := float64(atEnd[c.ID()]-atWarmup[c.ID()]) * 8 / secs
 		res.PerFlowBps = append(res.PerFlowBps, bps)
 		res.GoodputBps += bps
@@ -231,9 +322,12 @@ func Run(in Setup) (Result, error) {
 		res.Lost += c.Stats.PacketsLost
 	}
 	for i := 0; i < net.Planes(); i++ {
-		if q := net.Plane(i).AtoB().Stats().MaxQueueBytes; q > res.MaxQueueBytes {
+		st := net.Plane(i).AtoB().Stats()
+		if q := st.MaxQueueBytes; q > res.MaxQueueBytes {
 			res.MaxQueueBytes = q
 		}
+		res.QueueDrops += st.DroppedQueue
+		res.PlaneBytes = append(res.PlaneBytes, st.BytesDelivered)
 	}
 	res.SimPackets = sm.Stats().DatagramsSent
 	return res, nil

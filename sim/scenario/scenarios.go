@@ -18,6 +18,9 @@ type Options struct {
 	Scale float64
 	// Progress, if set, is called before each run.
 	Progress func(i, n int, what string)
+	// PlotDir, if set, is where the congestion-control scenarios write
+	// their plots (SVG): rate or goodput over time per run, and shares.
+	PlotDir string
 }
 
 func (o *Options) rate() float64 {

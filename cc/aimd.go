@@ -1,0 +1,483 @@
+package cc
+
+import (
+	"math"
+	"time"
+)
+
+// GrowthState is what a growth function sees when the connection may grow.
+type GrowthState struct {
+	// Rate is the connection's current rate and LineRate its ceiling (0 if
+	// unknown), both in bytes per second.
+	Rate, LineRate float64
+	// Hint is the receiver's allocated share, bytes per second (0: none).
+	Hint float64
+	// SinceCongestion is the time since the connection last backed off.
+	SinceCongestion time.Duration
+	// SRTT is the smoothed round trip of the path whose ack triggered the
+	// growth; RefRTT is the controller's reference round trip.
+	SRTT, RefRTT time.Duration
+}
+
+// Growth returns how fast the connection's rate may grow, in bytes per second
+// per second. The engine spreads it over the paths in proportion to their
+// rates (coupling), so the connection as a whole grows at this speed however
+// many paths it has.
+type Growth func(g GrowthState) float64
+
+// AIMDConfig parameterises the AIMD engine shared by the data-center and the
+// long-RTT controllers. The engine is rate-based: each path has a rate, its
+// window is that rate times the path's round trip (with headroom), and the
+// connection paces at the sum of the path rates, never above the receiver's
+// hint.
+type AIMDConfig struct {
+	Name   string
+	Growth Growth
+	// RefRTT is the reference round trip. With RTTFair, a path's back-off per
+	// round is scaled by its srtt/RefRTT, so that backing off, like growing,
+	// happens at a rate per unit of time that does not depend on the path's
+	// round trip. Without it, a path backs off fully once per its own round
+	// trip (DCTCP).
+	RefRTT  time.Duration
+	RTTFair bool
+	// Gain is the weight of one round's marked fraction in the running
+	// estimate alpha (DCTCP's g; default 1/16).
+	Gain float64
+	// MaxCut bounds one back-off (default 0.5).
+	MaxCut float64
+	// DelayTarget and DelayTargetFrac make a path's queueing-delay target:
+	// DelayTarget + DelayTargetFrac × the path's minimum RTT.
+	DelayTarget     time.Duration
+	DelayTargetFrac float64
+	// LossAbove and LossFactor make the loss test: a round's loss rate is
+	// congestion on its own only when it exceeds LossFactor × floor +
+	// LossAbove, where floor is the path's running loss floor (defaults 0.02
+	// and 3).
+	LossAbove, LossFactor float64
+	// MarkGain is the RTT-fair ECN reaction: each marked byte takes
+	// MarkGain/RefRTT off the path's rate, in bytes per second (default 1).
+	MarkGain float64
+	// WindowGain is the headroom of a path's window over rate × srtt
+	// (default 2): pacing, not the window, normally sets the rate.
+	WindowGain float64
+	Params     Params
+}
+
+// aimdPath is one path's state.
+type aimdPath struct {
+	rate         float64 // bytes/s
+	usable       bool
+	srtt, minRTT time.Duration
+	alpha        float64
+	lastUpdate   time.Duration
+	// the current round
+	roundStart                         time.Duration
+	roundAcked, roundMarked, roundLost int
+	roundPkts                          int
+	lossFloor                          float64
+	floorSet                           bool
+	cwrUntil                           time.Duration // signals before this are the last back-off's echo
+	everMarked                         bool
+}
+
+// AIMD is the engine behind dc-aimd and the long-RTT controllers: ECN-driven
+// multiplicative decrease in proportion to the fraction of bytes marked
+// (DCTCP), once per round per path; queueing delay above a per-path target as
+// a second signal; loss read as congestion only when well above the path's
+// running loss floor or when it comes with marks or delay; growth by a
+// pluggable function, coupled across paths; the receiver's hint as a ceiling
+// and as the starting point.
+type AIMD struct {
+	cfg            AIMDConfig
+	pkt            int
+	paths          []aimdPath
+	total          float64 // sum of usable path rates, bytes/s
+	hint           float64
+	searching      bool // no hint and no congestion yet: multiplicative search
+	lastCongestion time.Duration
+	lastHintRise   time.Duration
+}
+
+// NewAIMD returns a Factory for the AIMD engine with cfg.
+func NewAIMD(cfg AIMDConfig) Factory {
+	if cfg.Gain == 0 {
+		cfg.Gain = 1.0 / 16
+	}
+	if cfg.MaxCut == 0 {
+		cfg.MaxCut = 0.5
+	}
+	if cfg.LossAbove == 0 {
+		cfg.LossAbove = 0.02
+	}
+	if cfg.LossFactor == 0 {
+		cfg.LossFactor = 3
+	}
+	if cfg.MarkGain == 0 {
+		cfg.MarkGain = 0.2
+	}
+	if cfg.WindowGain == 0 {
+		cfg.WindowGain = 2
+	}
+	if cfg.RefRTT == 0 {
+		cfg.RefRTT = cfg.Params.RefRTT
+	}
+	if cfg.RefRTT == 0 {
+		cfg.RefRTT = 10 * time.Millisecond
+	}
+	return func(paths, packetSize int) Controller {
+		a := &AIMD{cfg: cfg, pkt: packetSize, paths: make([]aimdPath, paths), searching: true}
+		base := cfg.Params.BaseRTT
+		if base <= 0 {
+			base = time.Millisecond
+		}
+		start := cfg.Params.InitialRateBps / 8
+		if start <= 0 {
+			start = 10 * float64(packetSize) / base.Seconds()
+		}
+		for i := range a.paths {
+			a.paths[i] = aimdPath{rate: start / float64(paths), usable: true, srtt: base, minRTT: base}
+		}
+		a.total = start
+		return a
+	}
+}
+
+// Name implements Controller.
+func (a *AIMD) Name() string { return a.cfg.Name }
+
+// Rate returns the connection's current rate in bytes per second, before the
+// hint cap (for tests and plots).
+func (a *AIMD) Rate() float64 { return a.total }
+
+// PathRate returns one path's rate in bytes per second.
+func (a *AIMD) PathRate(path int) float64 { return a.paths[path].rate }
+
+// Alpha returns a path's running marked fraction.
+func (a *AIMD) Alpha(path int) float64 { return a.paths[path].alpha }
+
+// LossFloor returns a path's running loss floor.
+func (a *AIMD) LossFloor(path int) float64 { return a.paths[path].lossFloor }
+
+func (a *AIMD) minRate() float64 {
+	return 2 * float64(a.pkt) / a.cfg.RefRTT.Seconds() / float64(len(a.paths))
+}
+
+// Window implements Controller: the path's rate times its round trip, with
+// headroom, and never less than four packets on a usable path.
+func (a *AIMD) Window(path int) int {
+	p := &a.paths[path]
+	if !p.usable {
+		return 0
+	}
+	w := int(p.rate * p.srtt.Seconds() * a.cfg.WindowGain)
+	if m := 4 * a.pkt; w < m {
+		w = m
+	}
+	return w
+}
+
+// PacingRate implements Controller: the sum of the path rates, capped by the
+// receiver's hint and the line rate.
+func (a *AIMD) PacingRate() float64 {
+	r := a.total
+	if a.hint > 0 && r > a.hint {
+		r = a.hint
+	}
+	if lr := a.cfg.Params.LineRateBps / 8; lr > 0 && r > lr {
+		r = lr
+	}
+	return r
+}
+
+// OnSent implements Controller.
+func (a *AIMD) OnSent(time.Duration, int, int) {}
+
+func (a *AIMD) retotal() {
+	t := 0.0
+	for i := range a.paths {
+		if a.paths[i].usable {
+			t += a.paths[i].rate
+		}
+	}
+	a.total = t
+}
+
+// capTo scales every path down so that the connection's rate is at most c.
+func (a *AIMD) capTo(c float64) bool {
+	if c <= 0 || a.total <= c {
+		return false
+	}
+	f := c / a.total
+	for i := range a.paths {
+		a.paths[i].rate *= f
+	}
+	a.retotal()
+	return true
+}
+
+// setTotal spreads a new connection rate over the usable paths in proportion
+// to their current rates.
+func (a *AIMD) setTotal(r float64) {
+	if a.total <= 0 {
+		return
+	}
+	f := r / a.total
+	for i := range a.paths {
+		a.paths[i].rate *= f
+	}
+	a.retotal()
+}
+
+// OnAck implements Controller.
+func (a *AIMD) OnAck(now time.Duration, path int, s AckSample) {
+	p := &a.paths[path]
+	if s.SRTT > 0 {
+		p.srtt = s.SRTT
+	}
+	if s.MinRTT > 0 {
+		p.minRTT = s.MinRTT
+		// A flow that starts into a standing queue never sees the true
+		// propagation delay; the configured base RTT is a lower bound on
+		// what it is measured against (it must not exceed the true one).
+		if b := a.cfg.Params.BaseRTT; b > 0 && b < p.minRTT {
+			p.minRTT = b
+		}
+	}
+	a.grow(now, path)
+	if p.roundPkts == 0 {
+		p.roundStart = now
+	}
+	p.roundAcked += s.AckedBytes
+	p.roundMarked += s.MarkedBytes
+	p.roundPkts += (s.AckedBytes + a.pkt - 1) / a.pkt
+	if s.MarkedBytes > 0 {
+		p.everMarked = true
+		if a.cfg.RTTFair && !a.searching {
+			a.markedBackoff(now, path, s.MarkedBytes)
+		}
+	}
+	if now-p.roundStart >= p.srtt {
+		a.endRound(now, path)
+	}
+}
+
+// grow applies the growth function for the time since path last grew.
+func (a *AIMD) grow(now time.Duration, path int) {
+	p := &a.paths[path]
+	dt := now - p.lastUpdate
+	p.lastUpdate = now
+	if dt <= 0 || !p.usable {
+		return
+	}
+	if dt > p.srtt {
+		dt = p.srtt // after an idle spell, grow by at most one round's worth
+	}
+	share := 1.0 / float64(len(a.paths))
+	if a.total > 0 {
+		share = p.rate / a.total
+	}
+	var inc float64
+	if a.searching {
+		// No hint and no congestion yet: double per round trip.
+		inc = p.rate * dt.Seconds() * math.Ln2 / p.srtt.Seconds()
+	} else {
+		g := a.cfg.Growth(GrowthState{
+			Rate: a.total, LineRate: a.cfg.Params.LineRateBps / 8, Hint: a.hint,
+			SinceCongestion: now - a.lastCongestion, SRTT: p.srtt, RefRTT: a.cfg.RefRTT,
+		})
+		inc = g * dt.Seconds() * share
+	}
+	// Never grow beyond what the receiver allows: rate above the hint would
+	// only be stored, not used, and would make the next back-off meaningless.
+	ceiling := a.hint
+	if lr := a.cfg.Params.LineRateBps / 8; lr > 0 && (ceiling == 0 || lr < ceiling) {
+		ceiling = lr
+	}
+	p.rate += inc
+	a.total += inc
+	if ceiling > 0 && a.total > ceiling {
+		// Take the excess back from the path that grew, so that a path
+		// trimmed by marks does not creep back at its siblings' expense.
+		back := math.Min(a.total-ceiling, inc)
+		p.rate -= back
+		a.total -= back
+		a.capTo(ceiling)
+	}
+}
+
+// endRound closes path's round: it folds the marked fraction into alpha,
+// updates the loss floor and backs off once if the round saw congestion.
+func (a *AIMD) endRound(now time.Duration, path int) {
+	p := &a.paths[path]
+	acked, marked, lost := p.roundAcked, p.roundMarked, p.roundLost
+	p.roundAcked, p.roundMarked, p.roundLost, p.roundPkts = 0, 0, 0, 0
+	p.roundStart = now
+	frac := 0.0
+	if acked > 0 {
+		frac = float64(marked) / float64(acked)
+	}
+	p.alpha += a.cfg.Gain * (frac - p.alpha)
+	lossRate := 0.0
+	if acked+lost > 0 {
+		lossRate = float64(lost) / float64(acked+lost)
+	}
+	// The loss floor: random loss that is always there. It falls fast and
+	// rises slowly, so a burst of congestive loss barely moves it while a
+	// lossy path's steady rate is learnt within a few tens of rounds.
+	lossCongestion := false
+	switch {
+	case acked+lost < 8*a.pkt:
+		// Too few packets for a loss rate: keep the floor as it is.
+	case !p.floorSet:
+		p.floorSet = true
+		p.lossFloor = lossRate
+	default:
+		lossCongestion = lossRate > a.cfg.LossFactor*p.lossFloor+a.cfg.LossAbove && lost >= 4*a.pkt
+		if lossRate < p.lossFloor {
+			p.lossFloor += (lossRate - p.lossFloor) / 4
+		} else {
+			p.lossFloor += (lossRate - p.lossFloor) / 32
+		}
+	}
+	qdelay := p.srtt - p.minRTT
+	target := a.cfg.DelayTarget + time.Duration(a.cfg.DelayTargetFrac*float64(p.minRTT))
+	delayed := target > 0 && qdelay > target
+
+	cut := 0.0
+	if frac > 0 && (!a.cfg.RTTFair || a.searching) {
+		cut = p.alpha / 2
+		if a.searching {
+			// The end of the search: the last round overshot by up to 2x.
+			cut = 0.5
+			p.alpha = frac
+		}
+	}
+	if delayed {
+		cut = math.Max(cut, 0.25*math.Min(1, float64(qdelay-target)/float64(target)))
+	}
+	if lost > 0 && (frac > 0 || delayed) {
+		cut = math.Max(cut, 0.3) // loss with other signs of congestion: a full queue
+	}
+	if lossCongestion {
+		cut = math.Max(cut, math.Min(0.5, lossRate-p.lossFloor))
+	}
+	if cut == 0 || now < p.cwrUntil {
+		return
+	}
+	if a.cfg.RTTFair && !a.searching {
+		cut *= p.srtt.Seconds() / a.cfg.RefRTT.Seconds()
+	}
+	if cut > a.cfg.MaxCut {
+		cut = a.cfg.MaxCut
+	}
+	a.searching = false
+	a.lastCongestion = now
+	p.cwrUntil = now + p.srtt
+	old := p.rate
+	p.rate *= 1 - cut
+	if m := a.minRate(); p.rate < m {
+		p.rate = m
+	}
+	a.total += p.rate - old
+}
+
+// markedBackoff is the RTT-fair reaction to ECN: every marked byte takes
+// MarkGain/RefRTT bytes per second off the path's rate. A path whose bytes
+// are marked at fraction F then loses MarkGain·F·rate/RefRTT per second,
+// whatever its round trip, which balances the growth (also per second) at
+// the same rate for every flow that sees the same F. Reacting per byte
+// rather than per round also spreads the back-off smoothly over the round.
+func (a *AIMD) markedBackoff(now time.Duration, path int, marked int) {
+	p := &a.paths[path]
+	dec := a.cfg.MarkGain * float64(marked) / a.cfg.RefRTT.Seconds()
+	if dec > p.rate/2 {
+		dec = p.rate / 2
+	}
+	old := p.rate
+	p.rate -= dec
+	if m := a.minRate(); p.rate < m {
+		p.rate = m
+	}
+	a.total += p.rate - old
+	a.lastCongestion = now
+}
+
+// OnLoss implements Controller.
+func (a *AIMD) OnLoss(now time.Duration, path int, bytes int) {
+	a.paths[path].roundLost += bytes
+}
+
+// OnRateHint implements Controller. The first hint, and a hint that rises
+// while the connection sees no congestion, set the rate at once: the
+// receiver knows its share better than any search could find it. A hint
+// below the current rate cuts it at once.
+func (a *AIMD) OnRateHint(now time.Duration, bps float64) {
+	if bps <= 0 {
+		return
+	}
+	prev := a.hint
+	a.hint = bps
+	calm := now-a.lastCongestion > 2*a.maxSRTT()
+	if prev == 0 || (bps > prev*1.05 && calm) {
+		a.searching = false
+		if a.total < bps {
+			a.setTotal(bps)
+		}
+		a.lastHintRise = now
+	}
+	if a.capTo(bps) && prev > 0 {
+		// A lower hint is a back-off the receiver made for us: what the
+		// next round reports was sent before it.
+		for i := range a.paths {
+			a.paths[i].cwrUntil = now + a.paths[i].srtt
+		}
+	}
+}
+
+func (a *AIMD) maxSRTT() time.Duration {
+	m := time.Duration(0)
+	for i := range a.paths {
+		if a.paths[i].srtt > m {
+			m = a.paths[i].srtt
+		}
+	}
+	return m
+}
+
+// OnPathState implements Controller: a path that goes down hands its rate to
+// the others (the connection's share does not change because one route
+// failed); a path that comes back takes an equal part of the connection's
+// rate and starts its estimates afresh.
+func (a *AIMD) OnPathState(now time.Duration, path int, usable bool) {
+	p := &a.paths[path]
+	if p.usable == usable {
+		return
+	}
+	total := a.total
+	p.usable = usable
+	n := 0
+	for i := range a.paths {
+		if a.paths[i].usable {
+			n++
+		}
+	}
+	if usable {
+		p.rate = total / float64(n)
+		p.alpha, p.floorSet, p.roundPkts, p.roundAcked, p.roundMarked, p.roundLost = 0, false, 0, 0, 0, 0
+		p.lastUpdate = now
+		a.retotal()
+		a.setTotal(total)
+		return
+	}
+	a.retotal()
+	if a.total <= 0 && n > 0 {
+		for i := range a.paths {
+			if a.paths[i].usable {
+				a.paths[i].rate = total / float64(n)
+			}
+		}
+		a.retotal()
+		return
+	}
+	a.setTotal(total)
+}

@@ -1,0 +1,244 @@
+package cc
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+const pkt = 4172
+
+func newDC(t *testing.T, paths int) *AIMD {
+	t.Helper()
+	f, err := Lookup("dc-aimd", Params{LineRateBps: 100e9, BaseRTT: 10 * time.Microsecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f(paths, pkt).(*AIMD)
+}
+
+// ack feeds n acks of one packet on path, spaced gap apart, marked or not.
+func ack(a Controller, now *time.Duration, path, n int, gap, rtt time.Duration, marked bool) {
+	for i := 0; i < n; i++ {
+		*now += gap
+		s := AckSample{AckedBytes: pkt, RTT: rtt, SRTT: rtt, MinRTT: rtt}
+		if marked {
+			s.MarkedBytes = pkt
+		}
+		a.OnAck(*now, path, s)
+	}
+}
+
+func TestRegistry(t *testing.T) {
+	for _, n := range []string{"fixed", "dc-aimd", "reno", "dcqcn"} {
+		if _, err := Lookup(n, Params{}); err != nil {
+			t.Errorf("%s: %v", n, err)
+		}
+	}
+	if _, err := Lookup("cubic", Params{}); err == nil {
+		t.Error("unknown name accepted")
+	}
+}
+
+func TestHintIsStartAndCeiling(t *testing.T) {
+	a := newDC(t, 4)
+	a.OnRateHint(0, 1e9)
+	if got := a.PacingRate(); math.Abs(got-1e9) > 1 {
+		t.Fatalf("start rate %g, want the hint 1e9", got)
+	}
+	now := time.Duration(0)
+	ack(a, &now, 0, 1000, time.Microsecond, 10*time.Microsecond, false)
+	if a.PacingRate() > 1e9 {
+		t.Fatalf("rate %g above the hint", a.PacingRate())
+	}
+	a.OnRateHint(now, 2e8)
+	if got := a.PacingRate(); got > 2e8+1 {
+		t.Fatalf("rate %g above a lowered hint", got)
+	}
+}
+
+func TestMarksTrimThePathThatSawThem(t *testing.T) {
+	a := newDC(t, 2)
+	a.OnRateHint(0, 1e9)
+	now := time.Duration(0)
+	ack(a, &now, 1, 1, time.Microsecond, 100*time.Microsecond, false)
+	before0, before1 := a.PathRate(0), a.PathRate(1)
+	// Several rounds of fully marked acks on path 0 only.
+	for r := 0; r < 20; r++ {
+		ack(a, &now, 0, 10, 20*time.Microsecond, 100*time.Microsecond, true)
+	}
+	if a.PathRate(0) >= before0/2 {
+		t.Errorf("marked path: rate %g, was %g: not trimmed", a.PathRate(0), before0)
+	}
+	if a.PathRate(1) < before1*0.99 {
+		t.Errorf("clear path: rate %g, was %g: trimmed by marks it did not see", a.PathRate(1), before1)
+	}
+	if a.Window(0) >= a.Window(1) {
+		t.Errorf("window of marked path %d not below clear path's %d: packets are not steered", a.Window(0), a.Window(1))
+	}
+	if a.Alpha(0) <= 0.5 || a.Alpha(1) != 0 {
+		t.Errorf("alpha %g/%g", a.Alpha(0), a.Alpha(1))
+	}
+}
+
+func TestRandomLossIsNotCongestion(t *testing.T) {
+	a := newDC(t, 1)
+	a.OnRateHint(0, 1e9)
+	now := time.Duration(0)
+	rtt := 10 * time.Microsecond
+	// 100 rounds with 1% steady loss: the floor learns it, the rate holds.
+	for r := 0; r < 100; r++ {
+		a.OnLoss(now, 0, pkt)
+		ack(a, &now, 0, 99, rtt/99+1, rtt, false)
+	}
+	if a.PacingRate() < 0.99e9 {
+		t.Fatalf("steady 1%% loss cut the rate to %g", a.PacingRate())
+	}
+	if f := a.LossFloor(0); f < 0.005 || f > 0.02 {
+		t.Fatalf("loss floor %g, want about 0.01", f)
+	}
+	// A round at 30% loss, far above the floor, is congestion.
+	for i := 0; i < 30; i++ {
+		a.OnLoss(now, 0, pkt)
+	}
+	ack(a, &now, 0, 70, rtt/70+1, rtt, false)
+	ack(a, &now, 0, 1, rtt, rtt, false)
+	if a.PacingRate() > 0.9e9 {
+		t.Fatalf("a loss burst far above the floor did not cut: rate %g", a.PacingRate())
+	}
+}
+
+func TestLossWithMarksIsCongestion(t *testing.T) {
+	a := newDC(t, 1)
+	a.OnRateHint(0, 1e9)
+	now := time.Duration(0)
+	rtt := 10 * time.Microsecond
+	ack(a, &now, 0, 50, rtt/50+1, rtt, false) // first round sets the floor at 0
+	a.OnLoss(now, 0, pkt)
+	ack(a, &now, 0, 1, rtt/2, rtt, true)
+	ack(a, &now, 0, 40, rtt/40+1, rtt, false)
+	if a.PacingRate() > 0.8e9 {
+		t.Fatalf("loss with marks: rate %g, want a cut of at least 30%%", a.PacingRate())
+	}
+}
+
+func TestDelayIsASignal(t *testing.T) {
+	a := newDC(t, 1)
+	a.OnRateHint(0, 1e9)
+	now := time.Duration(0)
+	base := 10 * time.Microsecond
+	for r := 0; r < 5; r++ {
+		for i := 0; i < 20; i++ {
+			now += 20 * time.Microsecond
+			a.OnAck(now, 0, AckSample{AckedBytes: pkt, RTT: 400 * time.Microsecond, SRTT: 400 * time.Microsecond, MinRTT: base})
+		}
+	}
+	if a.PacingRate() > 0.8e9 {
+		t.Fatalf("queueing delay far above target: rate %g not cut", a.PacingRate())
+	}
+}
+
+func TestCoupledGrowth(t *testing.T) {
+	// Eight paths grow, in total, as fast as one path does.
+	one, eight := newDC(t, 1), newDC(t, 8)
+	one.OnRateHint(0, 1e9)
+	eight.OnRateHint(0, 1e9)
+	one.hint, eight.hint = 0, 0 // no ceiling
+	one.cfg.Params.LineRateBps, eight.cfg.Params.LineRateBps = 0, 0
+	now1, now8 := time.Duration(0), time.Duration(0)
+	rtt := 10 * time.Microsecond
+	for i := 0; i < 800; i++ {
+		ack(one, &now1, 0, 1, time.Microsecond, rtt, false)
+	}
+	for i := 0; i < 800; i++ {
+		ack(eight, &now8, i%8, 1, time.Microsecond, rtt, false)
+	}
+	g1, g8 := one.Rate()-1e9, eight.Rate()-1e9
+	if g1 <= 0 || math.Abs(g8-g1)/g1 > 0.2 {
+		t.Fatalf("growth: 1 path %g, 8 paths %g: not coupled", g1, g8)
+	}
+}
+
+func TestPathDownKeepsRate(t *testing.T) {
+	a := newDC(t, 4)
+	a.OnRateHint(0, 1e9)
+	a.OnPathState(0, 2, false)
+	if a.Window(2) != 0 || math.Abs(a.Rate()-1e9) > 1 {
+		t.Fatalf("down path window %d, rate %g", a.Window(2), a.Rate())
+	}
+	a.OnPathState(0, 2, true)
+	if a.Window(2) == 0 || math.Abs(a.Rate()-1e9) > 1 {
+		t.Fatalf("back: window %d, rate %g", a.Window(2), a.Rate())
+	}
+}
+
+func TestRenoHalvesOnLossIgnoresMarks(t *testing.T) {
+	f, _ := Lookup("reno", Params{BaseRTT: time.Millisecond})
+	r := f(1, pkt).(*Reno)
+	now := time.Duration(0)
+	ack(r, &now, 0, 100, 10*time.Microsecond, time.Millisecond, true)
+	w := r.cwnd
+	if w < 100*pkt {
+		t.Fatalf("slow start: cwnd %g", w)
+	}
+	r.OnLoss(now, 0, pkt)
+	r.OnLoss(now, 0, pkt) // same round: one halving
+	if r.cwnd != w/2 {
+		t.Fatalf("cwnd %g after loss, want %g", r.cwnd, w/2)
+	}
+}
+
+func TestDCQCNCutsOnMarksAndRecovers(t *testing.T) {
+	f, _ := Lookup("dcqcn", Params{LineRateBps: 100e9})
+	d := f(1, pkt).(*DCQCN)
+	now := time.Duration(0)
+	d.OnAck(now+time.Microsecond, 0, AckSample{AckedBytes: pkt, MarkedBytes: pkt})
+	if d.Rate() > 100e9/8*0.51 {
+		t.Fatalf("first CNP: rate %g, want half the line rate (alpha starts at 1)", d.Rate())
+	}
+	cut := d.Rate()
+	d.OnSent(2*time.Millisecond, 0, pkt) // timers run: fast recovery towards the target
+	if d.Rate() <= cut {
+		t.Fatalf("no recovery: %g", d.Rate())
+	}
+}
+
+func TestFairShareMaxMin(t *testing.T) {
+	f := NewFairShare(8e9, time.Second) // 1 GB/s
+	f.Window = time.Millisecond
+	now := time.Duration(0)
+	// Three senders; sender 3 only ever sends 100 MB/s.
+	for step := 0; step < 100; step++ {
+		now += 100 * time.Microsecond
+		share := f.ShareBytesPerSecond(now)
+		for s := uint64(1); s <= 3; s++ {
+			rate := share
+			if s == 3 {
+				rate = 100e6
+			}
+			f.Account(now, s, int(rate*100e-6), false)
+		}
+	}
+	got := f.ShareBytesPerSecond(now)
+	if math.Abs(got-450e6)/450e6 > 0.05 {
+		t.Fatalf("max-min level %g, want 450e6 (what sender 3 leaves is shared)", got)
+	}
+	// Marked arrivals hold back capacity to drain the queue.
+	f.MarkWindow = 100 * time.Microsecond
+	now += 200 * time.Microsecond
+	f.Account(now, 1, 1000, true)
+	now += 200 * time.Microsecond
+	f.Account(now, 1, 1000, true)
+	if d := f.ShareBytesPerSecond(now); d > got*0.6 {
+		t.Fatalf("share %g with every arrival marked, want about half of %g", d, got)
+	}
+}
+
+func TestMaxMinLevel(t *testing.T) {
+	if l := maxMinLevel(100, []float64{10, 20}, 2); math.Abs(l-35) > 1e-9 {
+		t.Fatalf("level %g, want 35", l)
+	}
+	if l := maxMinLevel(100, []float64{10, 60}, 1); math.Abs(l-45) > 1e-9 {
+		t.Fatalf("level %g, want 45 (60 is not constrained below the level)", l)
+	}
+}

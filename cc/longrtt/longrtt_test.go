@@ -1,0 +1,90 @@
+package longrtt
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/mrgw/mrgw/cc"
+)
+
+const pkt = 1476
+
+func build(t *testing.T, name string, rtt time.Duration) *cc.AIMD {
+	t.Helper()
+	f, err := cc.Lookup(name, cc.Params{LineRateBps: 10e9, BaseRTT: rtt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := f(1, pkt).(*cc.AIMD)
+	a.OnRateHint(0, 100e6) // start at 100 MB/s...
+	a.OnRateHint(0, 10e9)  // ...under a roomy ceiling (a rise while calm would jump: not now)
+	return a
+}
+
+// run feeds acks for d of virtual time at the controller's pacing rate (as a
+// path would ack them), marking the given fraction of bytes.
+func run(a *cc.AIMD, now *time.Duration, d, rtt time.Duration, markFrac float64) {
+	end := *now + d
+	for *now < end {
+		*now += time.Duration(10 * pkt / a.PacingRate() * 1e9)
+		s := cc.AckSample{AckedBytes: 10 * pkt, RTT: rtt, SRTT: rtt, MinRTT: rtt}
+		s.MarkedBytes = int(markFrac * float64(s.AckedBytes))
+		a.OnAck(*now, 0, s)
+	}
+}
+
+func TestGrowthIsPerUnitOfTime(t *testing.T) {
+	for _, name := range []string{"longrtt-htcp", "longrtt-scalable"} {
+		short, long := build(t, name, 10*time.Millisecond), build(t, name, 150*time.Millisecond)
+		t0, t1 := time.Duration(0), time.Duration(0)
+		run(short, &t0, time.Second, 10*time.Millisecond, 0)
+		run(long, &t1, time.Second, 150*time.Millisecond, 0)
+		gs, gl := short.Rate()-100e6, long.Rate()-100e6
+		if gs <= 0 || math.Abs(gs-gl)/gs > 0.15 {
+			t.Errorf("%s: growth in 1 s: 10 ms flow %g, 150 ms flow %g: not RTT-independent", name, gs, gl)
+		}
+	}
+}
+
+func TestBackoffIsPerUnitOfTime(t *testing.T) {
+	// The same marked fraction for the same time costs both flows the same.
+	for _, name := range []string{"longrtt-htcp", "longrtt-scalable"} {
+		short, long := build(t, name, 10*time.Millisecond), build(t, name, 150*time.Millisecond)
+		t0, t1 := time.Duration(0), time.Duration(0)
+		run(short, &t0, 3*time.Second, 10*time.Millisecond, 0.5)
+		run(long, &t1, 3*time.Second, 150*time.Millisecond, 0.5)
+		if r := short.Rate() / long.Rate(); r < 0.85 || r > 1.15 {
+			t.Errorf("%s: after 3 s at 50%% marks: 10 ms flow %g, 150 ms flow %g", name, short.Rate(), long.Rate())
+		}
+		if long.Rate() >= 100e6 {
+			t.Errorf("%s: marks did not slow the flow down: %g", name, long.Rate())
+		}
+	}
+}
+
+func TestOnePercentLossKeepsTheRate(t *testing.T) {
+	for _, name := range []string{"longrtt-htcp", "longrtt-scalable"} {
+		a := build(t, name, 50*time.Millisecond)
+		a.OnRateHint(0, 50e6) // cap: the receiver's share
+		now := time.Duration(0)
+		rtt := 50 * time.Millisecond
+		for r := 0; r < 200; r++ {
+			a.OnLoss(now, 0, 20*pkt)
+			run(a, &now, rtt, rtt, 0) // 50e6*50ms = 1700 packets acked, 20 lost: about 1%
+		}
+		if a.PacingRate() < 0.99*50e6 {
+			t.Errorf("%s: steady random loss cut the rate to %g", name, a.PacingRate())
+		}
+	}
+}
+
+func TestHTCPAcceleratesAfterQuiet(t *testing.T) {
+	g := cc.GrowthState{Rate: 1e8, LineRate: 1e9, RefRTT: DefaultRefRTT, SRTT: DefaultRefRTT}
+	early := HTCPGrowth(g)
+	g.SinceCongestion = 20 * DefaultRefRTT
+	late := HTCPGrowth(g)
+	if late <= 2*early {
+		t.Fatalf("growth after 20 quiet RefRTTs %g, right after congestion %g", late, early)
+	}
+}

@@ -1,0 +1,102 @@
+package cc
+
+import "time"
+
+// Reno is the loss-driven baseline: one congestion window for the
+// connection, split evenly over its usable paths; slow start, then one packet
+// per round trip of additive increase; halving on loss, at most once per
+// round trip. It ignores ECN marks and the receiver's hint, as a classic TCP
+// would. It exists to be measured beside the real controllers, never to be
+// deployed.
+type Reno struct {
+	pkt         int
+	cwnd        float64 // bytes
+	ssthresh    float64
+	srtt        time.Duration
+	recoverTill time.Duration
+	usable      []bool
+	nUsable     int
+}
+
+// NewReno returns a Factory for the Reno baseline.
+func NewReno(p Params) Factory {
+	return func(paths, packetSize int) Controller {
+		r := &Reno{pkt: packetSize, cwnd: 10 * float64(packetSize), ssthresh: 1e18, srtt: p.BaseRTT, usable: make([]bool, paths), nUsable: paths}
+		if r.srtt <= 0 {
+			r.srtt = time.Millisecond
+		}
+		for i := range r.usable {
+			r.usable[i] = true
+		}
+		return r
+	}
+}
+
+// Name implements Controller.
+func (r *Reno) Name() string { return "reno" }
+
+// Window implements Controller.
+func (r *Reno) Window(path int) int {
+	if !r.usable[path] || r.nUsable == 0 {
+		return 0
+	}
+	w := int(r.cwnd) / r.nUsable
+	if w < r.pkt {
+		w = r.pkt
+	}
+	return w
+}
+
+// PacingRate implements Controller: twice the window per round trip in slow
+// start and 1.2 times after, as Linux paces TCP.
+func (r *Reno) PacingRate() float64 {
+	g := 1.2
+	if r.cwnd < r.ssthresh {
+		g = 2
+	}
+	return g * r.cwnd / r.srtt.Seconds()
+}
+
+// OnSent implements Controller.
+func (r *Reno) OnSent(time.Duration, int, int) {}
+
+// OnAck implements Controller.
+func (r *Reno) OnAck(now time.Duration, path int, s AckSample) {
+	if s.SRTT > 0 {
+		r.srtt = s.SRTT
+	}
+	if r.cwnd < r.ssthresh {
+		r.cwnd += float64(s.AckedBytes)
+		return
+	}
+	r.cwnd += float64(r.pkt) * float64(s.AckedBytes) / r.cwnd
+}
+
+// OnLoss implements Controller.
+func (r *Reno) OnLoss(now time.Duration, path int, bytes int) {
+	if now < r.recoverTill {
+		return
+	}
+	r.recoverTill = now + r.srtt
+	r.cwnd /= 2
+	if m := 2 * float64(r.pkt); r.cwnd < m {
+		r.cwnd = m
+	}
+	r.ssthresh = r.cwnd
+}
+
+// OnRateHint implements Controller: Reno ignores the receiver.
+func (r *Reno) OnRateHint(time.Duration, float64) {}
+
+// OnPathState implements Controller.
+func (r *Reno) OnPathState(_ time.Duration, path int, usable bool) {
+	if r.usable[path] == usable {
+		return
+	}
+	r.usable[path] = usable
+	if usable {
+		r.nUsable++
+	} else {
+		r.nUsable--
+	}
+}

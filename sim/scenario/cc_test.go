@@ -1,0 +1,151 @@
+package scenario
+
+import (
+	"math"
+	"path/filepath"
+	"testing"
+
+	"github.com/mrgw/mrgw/internal/report"
+)
+
+// The congestion-control targets of docs/CC.md, checked on the simulator at
+// test scale (1 Gbit/s bottlenecks instead of 100 and 10, incast at the
+// full 100 Gbit/s because it is short). Runs are deterministic: these are not
+// timing tests.
+
+const testRate = 1e9
+
+func ours(r report.Row) bool { return r.CC == CCHTCP || r.CC == CCScalable || r.CC == CCDC }
+
+func logRows(t *testing.T, rows []report.Row) {
+	t.Helper()
+	for _, r := range rows {
+		t.Logf("%-17s %-34s rtt=%gms loss=%g frac=%.3f rel=%.3f jain=%.3f settle=%g q=%d drops=%d shares=%.3f %s",
+			r.CC, r.Variant, r.RTTms, r.Loss, r.Fraction, r.RelLossFree, r.Jain, r.SettleRTTs, r.MaxQueueBytes, r.QueueDrops, r.Shares, r.Note)
+	}
+}
+
+func TestCCUtilization(t *testing.T) {
+	rows, err := Utilization(Options{Seed: 1, RateBps: testRate, Scale: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logRows(t, rows)
+	for _, r := range rows {
+		if !ours(r) {
+			continue
+		}
+		bdp := r.CapacityBps / 8 * r.RTTms / 1e3
+		if r.Fraction < 0.95 || float64(r.MaxQueueBytes) >= bdp {
+			t.Errorf("%s at %g ms: utilization %.3f (want >= 0.95), peak queue %d (want < BDP %.0f)", r.CC, r.RTTms, r.Fraction, r.MaxQueueBytes, bdp)
+		}
+	}
+}
+
+func TestCCRTTFairness(t *testing.T) {
+	rows, err := RTTFairness(Options{Seed: 1, RateBps: testRate, Scale: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logRows(t, rows)
+	for _, r := range rows {
+		if ours(r) && r.Jain < 0.95 {
+			t.Errorf("%s: Jain %.3f, want >= 0.95 (shares %v)", r.CC, r.Jain, r.Shares)
+		}
+	}
+}
+
+func TestCCConvergence(t *testing.T) {
+	rows, err := Convergence(Options{Seed: 1, RateBps: testRate, Scale: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logRows(t, rows)
+	for _, r := range rows {
+		if ours(r) && r.Variant == "receiver bottleneck" && (r.SettleRTTs < 0 || r.SettleRTTs > 30) {
+			t.Errorf("%s: settled after %g round trips, want <= 30", r.CC, r.SettleRTTs)
+		}
+	}
+}
+
+func TestCCIncast(t *testing.T) {
+	rows, err := Incast(Options{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logRows(t, rows)
+	for _, r := range rows {
+		if !ours(r) {
+			continue
+		}
+		// Met: no loss, a bounded queue (a third of the 4 MiB buffer), fair.
+		// Not met yet (docs/CC.md): settling within 2 round trips.
+		if r.QueueDrops != 0 || r.MaxQueueBytes > 2<<20 || r.Jain < 0.95 {
+			t.Errorf("%s: drops %d, peak queue %d, Jain %.3f", r.CC, r.QueueDrops, r.MaxQueueBytes, r.Jain)
+		}
+	}
+}
+
+func TestCCMultipathCoupling(t *testing.T) {
+	rows, err := MultipathCoupling(Options{Seed: 1, RateBps: testRate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logRows(t, rows)
+	for _, r := range rows {
+		switch r.Variant {
+		case "8 paths + 1 path, one bottleneck":
+			for _, s := range r.Shares {
+				if math.Abs(s-0.5)/0.5 > 0.10 {
+					t.Errorf("%s: shares %v, want each within 10%% of 0.5", r.CC, r.Shares)
+				}
+			}
+		default:
+			for _, s := range r.Shares {
+				if s < 0.9 {
+					t.Errorf("disjoint planes: per-plane shares %v, want all 8 used evenly", r.Shares)
+				}
+			}
+			if r.Fraction < 0.95 {
+				t.Errorf("disjoint planes: utilization %.3f of 8 planes", r.Fraction)
+			}
+		}
+	}
+}
+
+func TestCCLossSweep(t *testing.T) {
+	rows, err := LossSweepCC(Options{Seed: 1, RateBps: testRate, Scale: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logRows(t, rows)
+	for _, r := range rows {
+		if !ours(r) {
+			continue
+		}
+		switch {
+		case r.Loss == 0.01 && r.RelLossFree < 0.95, r.Loss == 0.10 && r.RelLossFree < 0.85:
+			t.Errorf("%s at %g loss: %.3f of loss-free goodput", r.CC, r.Loss, r.RelLossFree)
+		}
+	}
+}
+
+func TestScenarioRegistry(t *testing.T) {
+	for _, n := range []string{"loss-sweep", "planes", "utilization", "rtt-fairness", "convergence", "incast", "multipath-coupling", "loss-sweep-cc"} {
+		if Scenarios[n] == nil {
+			t.Errorf("scenario %q not registered", n)
+		}
+	}
+}
+
+func TestPlotsAreWritten(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := Convergence(Options{Seed: 1, RateBps: testRate, Scale: 0.2, PlotDir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := filepathGlob(dir + "/convergence-*.svg"); len(m) == 0 {
+		t.Fatal("no plots written")
+	}
+}
+
+var filepathGlob = filepath.Glob
