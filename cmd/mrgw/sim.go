@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	_ "github.com/mrgw/mrgw/cc/longrtt" // registers the long-RTT controllers by name
 	"github.com/mrgw/mrgw/internal/report"
 	"github.com/mrgw/mrgw/sim/scenario"
 	"github.com/spf13/cobra"
@@ -18,13 +19,43 @@ type simScenario struct {
 	doc  string
 }
 
+var (
+	colQueue  = report.Column{Title: "max queue", Value: func(r *report.Row) string { return fmt.Sprintf("%.1f MB", float64(r.MaxQueueBytes)/1e6) }}
+	colSettle = report.Column{Title: "settle (RTTs)", Value: func(r *report.Row) string { return fmt.Sprintf("%.0f", r.SettleRTTs) }}
+	colShares = report.Column{Title: "shares", Value: func(r *report.Row) string {
+		parts := make([]string, len(r.Shares))
+		for i, x := range r.Shares {
+			parts[i] = fmt.Sprintf("%.3f", x)
+		}
+		return strings.Join(parts, " ")
+	}}
+	colNote = report.Column{Title: "note", Value: func(r *report.Row) string { return r.Note }}
+)
+
 func simScenarios() map[string]simScenario {
-	return map[string]simScenario{
-		"loss-sweep": {scenario.LossSweep, []report.Column{report.ColSystem, report.ColRTT, report.ColLoss, report.ColCapacity, report.ColGoodput, report.ColFraction, report.ColRel, report.ColRetx},
-			"mrgw and the RoCEv2 baseline, 1 plane of 100 Gbit/s, 10µs and 50ms RTT, 0-10% random loss"},
-		"planes": {scenario.Planes, []report.Column{report.ColSystem, report.ColPlanes, report.ColCapacity, report.ColGoodput, report.ColFraction, report.ColEff},
-			"one connection over 1, 2, 4 and 8 planes of 100 Gbit/s behind ECMP"},
+	base := []report.Column{report.ColSystem, report.ColCC, report.ColRTT, report.ColLoss, report.ColFlows, report.ColCapacity, report.ColGoodput, report.ColFraction}
+	docs := map[string]simScenario{
+		"loss-sweep": {cols: []report.Column{report.ColSystem, report.ColRTT, report.ColLoss, report.ColCapacity, report.ColGoodput, report.ColFraction, report.ColRel, report.ColRetx},
+			doc: "mrgw and the RoCEv2 baseline, 1 plane of 100 Gbit/s, 10µs and 50ms RTT, 0-10% random loss (fixed window)"},
+		"planes": {cols: []report.Column{report.ColSystem, report.ColPlanes, report.ColCapacity, report.ColGoodput, report.ColFraction, report.ColEff},
+			doc: "one connection over 1, 2, 4 and 8 planes of 100 Gbit/s behind ECMP"},
+		"utilization":        {cols: append(base, colQueue), doc: "one flow on a 100 Gbit/s ECN bottleneck at 10, 50 and 100 ms RTT"},
+		"rtt-fairness":       {cols: append(base, report.ColJain, colShares, colNote), doc: "flows at 10, 50 and 150 ms RTT through one bottleneck: Jain index per controller"},
+		"convergence":        {cols: append(base, colSettle, colShares, colNote), doc: "a second flow joins a busy 100 Gbit/s, 100 ms link: round trips to the fair share"},
+		"incast":             {cols: append(base, colSettle, colQueue, report.ColJain, colNote), doc: "64 senders to one receiver at data-center RTT"},
+		"multipath-coupling": {cols: append(base, colShares, colNote), doc: "an 8-path and a 1-path connection on one bottleneck; the 8-path one over 8 disjoint planes"},
+		"loss-sweep-cc":      {cols: append(base, report.ColRel), doc: "loss sweep with the real controllers and ECN-marking bottlenecks at 50 ms"},
 	}
+	out := make(map[string]simScenario, len(scenario.Scenarios))
+	for name, run := range scenario.Scenarios {
+		sc := docs[name]
+		if sc.cols == nil {
+			sc.cols = base
+		}
+		sc.run = run
+		out[name] = sc
+	}
+	return out
 }
 
 func newSimCmd() *cobra.Command {
@@ -96,5 +127,6 @@ The same seed gives the same numbers, bit for bit. With no scenario named it lis
 	f.Float64Var(&opts.Scale, "scale", 1, "multiply every simulated duration (use <1 for a quick look)")
 	f.Float64Var(&opts.RateBps, "rate", 100e9, "link rate per plane in bits/s")
 	f.BoolVar(&quiet, "quiet", false, "no progress line")
+	f.StringVar(&opts.PlotDir, "plots", "", "write SVG plots of the congestion-control scenarios into this directory")
 	return cmd
 }
