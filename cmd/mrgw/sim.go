@@ -29,7 +29,8 @@ var (
 		}
 		return strings.Join(parts, " ")
 	}}
-	colNote = report.Column{Title: "note", Value: func(r *report.Row) string { return r.Note }}
+	colState = report.Column{Title: "state/conn", Value: func(r *report.Row) string { return fmt.Sprintf("%.1f KiB", r.StateBytesPerConn/1024) }}
+	colNote  = report.Column{Title: "note", Value: func(r *report.Row) string { return r.Note }}
 )
 
 func simScenarios() map[string]simScenario {
@@ -45,6 +46,8 @@ func simScenarios() map[string]simScenario {
 		"incast":             {cols: append(base, colSettle, colQueue, report.ColJain, colNote), doc: "64 senders to one receiver at data-center RTT"},
 		"multipath-coupling": {cols: append(base, colShares, colNote), doc: "an 8-path and a 1-path connection on one bottleneck; the 8-path one over 8 disjoint planes"},
 		"loss-sweep-cc":      {cols: append(base, report.ColRel), doc: "loss sweep with the real controllers and ECN-marking bottlenecks at 50 ms"},
+		"connections": {cols: []report.Column{report.ColSystem, report.ColFlows, report.ColPlanes, report.ColCapacity, report.ColGoodput, report.ColFraction, report.ColJain, colState, report.ColSpeed},
+			doc: "1 to 10,000 concurrent connections over 8 planes: goodput, Jain index, protocol state per connection"},
 	}
 	out := make(map[string]simScenario, len(scenario.Scenarios))
 	for name, run := range scenario.Scenarios {

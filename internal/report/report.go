@@ -42,6 +42,8 @@ type Row struct {
 	WallSeconds      float64 `json:"wall_seconds,omitempty"`
 	SimPacketsPerSec float64 `json:"sim_packets_per_sec,omitempty"`
 	Note             string  `json:"note,omitempty"`
+	// StateBytesPerConn is the protocol state held per connection.
+	StateBytesPerConn float64 `json:"state_bytes_per_conn,omitempty"`
 	// QueueDrops counts packets the bottleneck queue dropped (cc scenarios).
 	QueueDrops uint64 `json:"queue_drops,omitempty"`
 	// Variant names a scenario's sub-case (cc scenarios), e.g. which side

@@ -3,6 +3,7 @@ package scenario
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"time"
 
 	"github.com/mrgw/mrgw/cc"
@@ -14,17 +15,20 @@ import (
 // Setup describes one simulated run: Flows senders at site A writing to one
 // receiver at site B across Planes planes.
 type Setup struct {
-	Mode     metaroce.Mode
-	Planes   int
-	RateBps  float64       // per plane, each direction
-	RTT      time.Duration // base round trip (propagation only)
-	Loss     float64       // random loss on every plane link, after the queue
-	Flows    int
-	Paths    int // per connection
-	MTU      int
-	MsgSize  int
-	Duration time.Duration
-	Warmup   time.Duration
+	// MeasureState reports the heap held by protocol state in
+	// Result.StateBytes (two extra garbage collections).
+	MeasureState bool
+	Mode         metaroce.Mode
+	Planes       int
+	RateBps      float64       // per plane, each direction
+	RTT          time.Duration // base round trip (propagation only)
+	Loss         float64       // random loss on every plane link, after the queue
+	Flows        int
+	Paths        int // per connection
+	MTU          int
+	MsgSize      int
+	Duration     time.Duration
+	Warmup       time.Duration
 	// CC builds the controllers; nil means a fixed window of WindowBDPs
 	// bandwidth-delay products split over the paths, paced at the receiver's hint.
 	CC         cc.Factory
@@ -103,6 +107,10 @@ type Result struct {
 	Goodput [][]float64
 	Rate    [][]float64
 	Queue   []float64
+	// StateBytes, if Setup.MeasureState was set, is the heap the protocol
+	// state of every endpoint and connection held at the end of the run
+	// (after a GC, simulator buffers excluded).
+	StateBytes uint64
 }
 
 // capacity returns the fabric's capacity in bits/s.
@@ -185,6 +193,10 @@ func Run(in Setup) (Result, error) {
 		Seed:            s.Seed,
 		MaxDatagramSize: pktSize + 64,
 		MaxDatagrams:    2*inflightPkts + 200_000,
+	}
+	var heapAtSetup uint64
+	if s.MeasureState {
+		heapAtSetup = heapInUse()
 	}
 	sm := sim.New(simCfg)
 	link := sim.LinkConfig{Rate: int64(s.RateBps), Delay: s.RTT / 2, QueueLimit: s.QueueBytes, ECNThreshold: s.ECNThreshold, Loss: s.Loss}
@@ -304,6 +316,16 @@ func Run(in Setup) (Result, error) {
 	start := time.Now()
 	sm.Run(s.Duration)
 	res.Wall = time.Since(start)
+	if s.MeasureState {
+		// Everything allocated since setup, less the application's buffers
+		// and the simulator's datagram pool.
+		held := heapInUse()
+		other := uint64(len(region)+len(src)) + sm.Stats().DatagramsAllocated*uint64(simCfg.MaxDatagramSize)
+		if held > heapAtSetup+other {
+			res.StateBytes = held - heapAtSetup - other
+		}
+		runtime.KeepAlive(recv)
+	}
 	if atEnd == nil {
 		atEnd = placedAt()
 	}
@@ -331,4 +353,13 @@ func Run(in Setup) (Result, error) {
 	}
 	res.SimPackets = sm.Stats().DatagramsSent
 	return res, nil
+}
+
+// heapInUse returns the live heap after a full collection.
+func heapInUse() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
 }

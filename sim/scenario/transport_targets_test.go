@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mrgw/mrgw/internal/report"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/sim"
 )
@@ -97,5 +98,23 @@ func TestPlaneBlackMidTransfer(t *testing.T) {
 	}
 	if down == 0 {
 		t.Error("no path noticed the failed plane")
+	}
+}
+
+// TestManyConnections: 2,000 concurrent connections share 8 planes: the
+// endpoint's scheduler keeps up, the fabric stays busy and shares are fair.
+func TestManyConnections(t *testing.T) {
+	s := Setup{Planes: 8, RateBps: 1e9, RTT: 10 * time.Microsecond, Flows: 2000, Paths: 4, MsgSize: 16 << 10,
+		WindowBDPs: 3, QueueBytes: 1 << 20, Duration: 200 * time.Millisecond, Warmup: 50 * time.Millisecond, Seed: 9, MeasureState: true}
+	r := runOrFail(t, s)
+	frac := r.GoodputBps / r.CapacityBps
+	jain := report.Jain(r.PerFlowBps)
+	perConn := float64(r.StateBytes) / 4000
+	t.Logf("2000 connections: %.3f of capacity, Jain %.3f, %.0f bytes of state per connection end", frac, jain, perConn)
+	if frac < 0.8 || jain < 0.8 {
+		t.Errorf("2000 connections: %.3f of capacity, Jain %.3f; want at least 0.8 each", frac, jain)
+	}
+	if perConn > 256<<10 {
+		t.Errorf("%.0f bytes of state per connection end: not bounded as designed", perConn)
 	}
 }
