@@ -26,7 +26,7 @@ machine="$(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /pro
       fi
       echo "Command: \`mrgw $args\`"
       echo
-      cat "$cache/$key"
+      sed "/^## /d" "$cache/$key"
     elif [[ $line == '<!-- machine -->' ]]; then
       echo "Machine: $machine; generated $(date -u +%Y-%m-%d)."
     else
