@@ -78,6 +78,17 @@ type aimdPath struct {
 	floorSet                           bool
 	cwrUntil                           time.Duration // signals before this are the last back-off's echo
 	everMarked                         bool
+	// RTT samples: the smallest and largest of the current round, and rttHi,
+	// a slowly decaying maximum. Queueing delay is read from the round's
+	// smallest sample (a standing queue delays every packet; a late timer
+	// or a delayed ack only some), and the window covers rttHi, so that
+	// acks that come late because the driver's timers fire late do not
+	// stall a path whose srtt is far smaller than that lateness.
+	roundMinRTT, roundMaxRTT, rttHi time.Duration
+	// rttDev is the mean deviation of the RTT samples from srtt (gain
+	// 1/8): the noise the path's samples carry (ack delay, late timers).
+	// A delay target below it would read that noise as a queue.
+	rttDev time.Duration
 }
 
 // AIMD is the engine behind dc-aimd and the long-RTT controllers: ECN-driven
@@ -96,6 +107,10 @@ type AIMD struct {
 	searching      bool // no hint and no congestion yet: multiplicative search
 	lastCongestion time.Duration
 	lastHintRise   time.Duration
+	// held is the rate the connection had before the receiver's hint
+	// capped it, less its own back-offs since: when the receiver releases
+	// its hold-back, the connection returns to it (never above the hint).
+	held float64
 }
 
 // NewAIMD returns a Factory for the AIMD engine with cfg.
@@ -169,7 +184,11 @@ func (a *AIMD) Window(path int) int {
 	if !p.usable {
 		return 0
 	}
-	w := int(p.rate * p.srtt.Seconds() * a.cfg.WindowGain)
+	rtt := p.srtt
+	if p.rttHi > rtt {
+		rtt = p.rttHi
+	}
+	w := int(p.rate * rtt.Seconds() * a.cfg.WindowGain)
 	if m := 4 * a.pkt; w < m {
 		w = m
 	}
@@ -247,6 +266,27 @@ func (a *AIMD) OnAck(now time.Duration, path int, s AckSample) {
 	if p.roundPkts == 0 {
 		p.roundStart = now
 	}
+	if r := s.RTT; r > 0 {
+		d := r - p.srtt
+		if d < 0 {
+			d = -d
+		}
+		p.rttDev += (d - p.rttDev) / 8
+		if p.roundMinRTT == 0 || r < p.roundMinRTT {
+			p.roundMinRTT = r
+		}
+		if r > p.roundMaxRTT {
+			p.roundMaxRTT = r
+		}
+		// One outlier (a descheduled process) must not size the window
+		// for long: rttHi is bounded by a few srtt plus a few ms.
+		if lim := 4*p.srtt + 4*time.Millisecond; r > lim {
+			r = lim
+		}
+		if r > p.rttHi {
+			p.rttHi = r
+		}
+	}
 	p.roundAcked += s.AckedBytes
 	p.roundMarked += s.MarkedBytes
 	p.roundPkts += (s.AckedBytes + a.pkt - 1) / a.pkt
@@ -312,6 +352,11 @@ func (a *AIMD) endRound(now time.Duration, path int) {
 	acked, marked, lost := p.roundAcked, p.roundMarked, p.roundLost
 	p.roundAcked, p.roundMarked, p.roundLost, p.roundPkts = 0, 0, 0, 0
 	p.roundStart = now
+	roundMin, roundMax := p.roundMinRTT, p.roundMaxRTT
+	p.roundMinRTT, p.roundMaxRTT = 0, 0
+	if roundMax > 0 && roundMax < p.rttHi {
+		p.rttHi -= (p.rttHi - roundMax) / 4
+	}
 	frac := 0.0
 	if acked > 0 {
 		frac = float64(marked) / float64(acked)
@@ -339,8 +384,18 @@ func (a *AIMD) endRound(now time.Duration, path int) {
 			p.lossFloor += (lossRate - p.lossFloor) / 32
 		}
 	}
-	qdelay := p.srtt - p.minRTT
+	// Queueing delay: the round's smallest RTT sample above the minimum.
+	// A standing queue delays every packet of the round; timer lateness and
+	// ack delay only some, so the smallest sample filters them out.
+	cur := p.srtt
+	if roundMin > 0 && roundMin < cur {
+		cur = roundMin
+	}
+	qdelay := cur - p.minRTT
 	target := a.cfg.DelayTarget + time.Duration(a.cfg.DelayTargetFrac*float64(p.minRTT))
+	if n := 2 * p.rttDev; target > 0 && n > target {
+		target = n
+	}
 	delayed := target > 0 && qdelay > target
 
 	cut := 0.0
@@ -379,6 +434,7 @@ func (a *AIMD) endRound(now time.Duration, path int) {
 		p.rate = m
 	}
 	a.total += p.rate - old
+	a.held *= 1 - cut
 }
 
 // markedBackoff is the RTT-fair reaction to ECN: every marked byte takes
@@ -399,6 +455,7 @@ func (a *AIMD) markedBackoff(now time.Duration, path int, marked int) {
 		p.rate = m
 	}
 	a.total += p.rate - old
+	a.held = math.Max(0, a.held-dec)
 	a.lastCongestion = now
 }
 
@@ -424,8 +481,19 @@ func (a *AIMD) OnRateHint(now time.Duration, bps float64) {
 			a.setTotal(bps)
 		}
 		a.lastHintRise = now
+	} else if bps > prev && a.held > a.total {
+		// The receiver releases (part of) a hold-back it imposed: return
+		// to the rate the connection had before it, as far as allowed.
+		// Its own back-offs since then are already taken off held.
+		a.setTotal(math.Min(a.held, bps))
 	}
-	if a.capTo(bps) && prev > 0 {
+	if a.held > 0 && a.held <= a.total {
+		a.held = 0
+	}
+	if before := a.total; a.capTo(bps) && prev > 0 {
+		if before > a.held {
+			a.held = before
+		}
 		// A lower hint is a back-off the receiver made for us: what the
 		// next round reports was sent before it.
 		for i := range a.paths {

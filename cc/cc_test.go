@@ -223,14 +223,24 @@ func TestFairShareMaxMin(t *testing.T) {
 	if math.Abs(got-450e6)/450e6 > 0.05 {
 		t.Fatalf("max-min level %g, want 450e6 (what sender 3 leaves is shared)", got)
 	}
-	// Marked arrivals hold back capacity to drain the queue.
+	// Marked arrivals at the capacity (a standing queue keeps the link
+	// busy) hold back capacity to drain the queue.
 	f.MarkWindow = 100 * time.Microsecond
 	now += 200 * time.Microsecond
-	f.Account(now, 1, 1000, true)
+	f.Account(now, 1, 200_000, true)
 	now += 200 * time.Microsecond
-	f.Account(now, 1, 1000, true)
+	f.Account(now, 1, 200_000, true)
 	if d := f.ShareBytesPerSecond(now); d > got*0.6 {
 		t.Fatalf("share %g with every arrival marked, want about half of %g", d, got)
+	}
+	// Marks while arrivals fall well short of the capacity come from a
+	// burst that is already gone: no hold-back.
+	now += 200 * time.Microsecond
+	f.Account(now, 1, 20_000, true)
+	now += 200 * time.Microsecond
+	f.Account(now, 1, 20_000, true)
+	if d := f.ShareBytesPerSecond(now); d < got*0.95 {
+		t.Fatalf("share %g after marks on a half-idle link, want %g", d, got)
 	}
 }
 

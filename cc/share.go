@@ -185,9 +185,17 @@ func (f *FairShare) rollMarks(now time.Duration) {
 	if now-f.markStart < w {
 		return
 	}
+	span := (now - f.markStart).Seconds()
 	f.markStart = now
 	f.drain = 0
-	if f.winAll > 0 {
+	// Only a queue that stands is drained. A standing queue in front of
+	// the receiver keeps its link busy, so arrivals run at the capacity;
+	// marks in a window whose arrivals fell clearly short of it come from
+	// short bursts (a sender catching up after a late timer, a batch),
+	// which drained by themselves: holding the senders back for them
+	// would only leave the link idle.
+	busy := f.CapacityBps <= 0 || float64(f.winAll)/span >= 0.9*f.CapacityBps/8
+	if f.winAll > 0 && busy {
 		f.drain = float64(f.winCE) / float64(f.winAll) / 2
 	}
 	f.winCE, f.winAll = 0, 0
