@@ -801,12 +801,11 @@ func badInput(s *session, c *client, p int, addr uint64, baseline []byte, what [
 	}
 	ok := c.write(0x7000, s.r.area(32), s.r.pattern(32))
 	seq := c.send(p, c.chunk(ok, 0))
-	a, err := c.waitAcked(p, seq)
-	if err != nil {
+	if _, err := c.waitAcked(p, seq); err != nil {
 		return fmt.Errorf("valid DATA after the bad ones: %w", err)
 	}
 	c.settle(s.r.opts.Quiet / 3)
-	a = c.lastAck(p)
+	a := c.lastAck(p)
 	for i, q := range bad {
 		if a.acked(q) {
 			return fmt.Errorf("%s (path %d seq %d) was acknowledged, want dropped: %s", what[i], p, q, describeAck(a))

@@ -25,7 +25,9 @@ func kcpTune(s *kcp.UDPSession, l Link) {
 	wnd = min(max(wnd, 128), 32768)
 	s.SetNoDelay(1, 10, 2, 1)
 	s.SetWindowSize(wnd, wnd)
-	s.SetStreamMode(true)
+	// Stream mode is what kcptun runs (messages coalesce into full
+	// segments); kcp-go marks the setter deprecated without a replacement.
+	s.SetStreamMode(true) //lint:ignore SA1019 no other way to enable stream mode
 	s.SetWriteDelay(false)
 	s.SetMtu(kcpMTU)
 	_ = s.SetReadBuffer(8 << 20)
