@@ -15,9 +15,16 @@ import (
 
 // sock is one UDP socket with its reader.
 type sock struct {
-	c      *udp.Conn
-	listen bool
-	key    pathKey
+	c       *udp.Conn
+	listen  bool
+	primary bool // the Config.Listen socket
+	key     pathKey
+	// Reader goroutine only: which sealed peer each source last opened
+	// under, when several sealed peers share the source's IP, and a
+	// scratch copy for trying their keys in turn (an in-place open that
+	// fails may overwrite the datagram).
+	opened  map[netip.AddrPort]PeerID
+	scratch []byte
 	// free holds the batches the reader may fill; the owner returns them.
 	free chan *rxBatch
 	stop chan struct{} // closed when the socket is retired
@@ -51,6 +58,9 @@ type rxEnt struct {
 	ce       bool
 	unknown  bool // no known peer: ask Config.AcceptPeer
 	admitted bool
+	// resolve: an unsealed datagram matched its peer by IP only, and
+	// that IP is shared; the owner attributes it by connection id.
+	resolve bool
 }
 
 // connPaths records which entropy each path of a connection last sent
@@ -64,12 +74,20 @@ type connPaths struct {
 type ownerState struct {
 	paths    map[pathKey]*sock
 	conns    map[uint64]*connPaths
-	replyIP  map[PeerID]map[uint16]netip.Addr
+	replyIP  map[PeerID]map[uint16]replyDst
+	admitted map[PeerID]bool // peers AcceptPeer admitted: their address is learned
 	txBufs   [][]byte
 	room     int // bytes Poll may write
 	dirty    []*sock
 	deadline time.Duration
 	janitor  time.Duration
+}
+
+// replyDst is where replies to one (peer, port) go: the IP the port was
+// seen from and the listening socket the datagrams arrived on.
+type replyDst struct {
+	ip netip.Addr
+	s  *sock
 }
 
 // maxReplyIPs bounds the remembered reply addresses per peer.
@@ -82,7 +100,8 @@ const janitorEvery = 100 * time.Millisecond
 func (o *ownerState) init(e *Endpoint) {
 	o.paths = map[pathKey]*sock{}
 	o.conns = map[uint64]*connPaths{}
-	o.replyIP = map[PeerID]map[uint16]netip.Addr{}
+	o.replyIP = map[PeerID]map[uint16]replyDst{}
+	o.admitted = map[PeerID]bool{}
 	o.room = e.ep.Config().MTU + metaroce.DataHeaderLen
 	o.txBufs = make([][]byte, txBatch)
 	for i := range o.txBufs {
@@ -92,12 +111,12 @@ func (o *ownerState) init(e *Endpoint) {
 }
 
 // openSock opens a socket and starts its reader.
-func (e *Endpoint) openSock(local netip.AddrPort, listen bool, peer PeerID, entropy uint16) (*sock, error) {
+func (e *Endpoint) openSock(local netip.AddrPort, listen, primary bool, peer PeerID, entropy uint16) (*sock, error) {
 	c, err := udp.Listen(local, e.cfg.UDP)
 	if err != nil {
 		return nil, err
 	}
-	s := &sock{c: c, listen: listen, key: pathKey{peer, entropy}, stop: make(chan struct{})}
+	s := &sock{c: c, listen: listen, primary: primary, key: pathKey{peer, entropy}, stop: make(chan struct{})}
 	nb := e.cfg.RxBatches
 	if listen {
 		nb *= 2 // DATA arrives here: give it more room than the ack sockets
@@ -191,9 +210,30 @@ func (e *Endpoint) check(b *rxBatch, n int) int {
 	for i := range n {
 		m := &b.msgs[i]
 		ent := rxEnt{idx: i, n: m.N, src: m.Addr, ce: m.ECN == ecn.CE}
-		p := table.lookup(m.Addr)
+		p, exact := table.byAddr[m.Addr]
+		if !exact {
+			p = table.byIP[m.Addr.Addr()]
+			if shared := table.shared[m.Addr.Addr()]; len(shared) > 1 {
+				switch q, off, n, ok := e.openShared(b.s, shared, m); {
+				case ok:
+					ent.off, ent.n, ent.peer = off, n, q.ID
+					b.ents[k] = ent
+					k++
+					continue
+				case q == nil:
+					continue // only sealed peers there, and none opened it
+				default:
+					p = q // an unsealed peer: the owner resolves it
+					ent.resolve = true
+				}
+			} else if p != nil && p.Sealer == nil {
+				// Another process on the peer's machine may send from
+				// this IP too: the connection id decides (see resolve).
+				ent.resolve = true
+			}
+		}
 		switch {
-		case p == nil && e.cfg.AcceptPeer == nil:
+		case p == nil && (e.cfg.AcceptPeer == nil || !b.s.primary):
 			e.ctr.unknown.Add(1)
 			continue
 		case p == nil:
@@ -218,6 +258,62 @@ func (e *Endpoint) check(b *rxBatch, n int) int {
 	return k
 }
 
+// openShared attributes a datagram from an IP that several peers claim.
+// Sealed peers are tried in turn (the one this source last opened under
+// first), each on a fresh copy; ok reports the first that opened it, with
+// the plaintext's place. If none does, the first unsealed peer is returned
+// (without ok) for the owner to resolve by connection id, or nil.
+func (e *Endpoint) openShared(s *sock, peers []*Peer, m *udp.Message) (q *Peer, off, n int, ok bool) {
+	d := m.Buf[:m.N]
+	var unsealed *Peer
+	var lastErr error
+	try := func(p *Peer) bool {
+		if cap(s.scratch) < len(d) {
+			s.scratch = make([]byte, len(m.Buf))
+		}
+		orig := s.scratch[:len(d)]
+		copy(orig, d)
+		pre := p.Sealer.Prefix()
+		pt, err := p.Sealer.Open(d[pre:pre], d)
+		if err != nil {
+			copy(d, orig)
+			lastErr = err
+			return false
+		}
+		off, n = pre, len(pt)
+		return true
+	}
+	if id, hit := s.opened[m.Addr]; hit {
+		for _, p := range peers {
+			if p.ID == id && p.Sealer != nil && try(p) {
+				return p, off, n, true
+			}
+		}
+	}
+	for _, p := range peers {
+		if p.Sealer == nil {
+			if unsealed == nil {
+				unsealed = p
+			}
+			continue
+		}
+		if id, hit := s.opened[m.Addr]; hit && id == p.ID {
+			continue // tried above
+		}
+		if try(p) {
+			if s.opened == nil || len(s.opened) >= maxReplyIPs {
+				s.opened = map[netip.AddrPort]PeerID{}
+			}
+			s.opened[m.Addr] = p.ID
+			return p, off, n, true
+		}
+	}
+	if unsealed == nil && lastErr != nil {
+		e.countOpenError(lastErr)
+	}
+	return unsealed, 0, 0, false
+}
+
 // run is the owner goroutine.
 func (e *Endpoint) run() {
 	defer e.wg.Done()
@@ -235,6 +331,7 @@ func (e *Endpoint) run() {
 		e.events(now)
 		if now >= o.janitor {
 			e.reap(now, false)
+			e.forgetRemoved()
 			o.janitor = now + janitorEvery
 		}
 		o.deadline = e.ep.NextTimeout()
@@ -273,7 +370,9 @@ func (e *Endpoint) run() {
 }
 
 func (e *Endpoint) shutdown() {
-	e.retire(e.listen)
+	for _, s := range e.listens {
+		e.retire(s)
+	}
 	for k, s := range e.owner.paths {
 		e.retire(s)
 		delete(e.owner.paths, k)
@@ -333,15 +432,36 @@ func (e *Endpoint) receiveBatch(now time.Duration, b *rxBatch) {
 			ent.peer = id
 			table = e.peers.Load()
 		}
+		m := &b.msgs[ent.idx]
+		if ent.resolve {
+			id, ok := e.resolve(ent.src, m.Buf[ent.off:ent.off+ent.n], b.s.primary)
+			if !ok {
+				e.ctr.unknown.Add(1)
+				continue
+			}
+			ent.peer = id
+			table = e.peers.Load()
+		}
 		p := table.byID[ent.peer]
 		if p == nil {
 			e.ctr.unknown.Add(1) // removed while in flight
 			continue
 		}
-		if a := ent.src.Addr(); a != p.Addr.Addr() {
-			e.noteReplyIP(p.ID, ent.src)
+		if a := ent.src.Addr(); a != p.Addr.Addr() || (b.s.listen && !b.s.primary) {
+			e.noteReplyIP(p.ID, ent.src, b.s)
 		}
-		m := &b.msgs[ent.idx]
+		if !b.s.listen && ent.src != p.Addr && e.owner.admitted[p.ID] {
+			// What reaches a path socket are replies, and replies leave
+			// from the peer's listening socket: that, not the source of
+			// its first INIT (one of its path sockets, which it may
+			// re-roll and close), is where an admitted peer is reached.
+			np := *p
+			np.Addr = ent.src
+			if e.AddPeer(np) == nil {
+				table = e.peers.Load()
+				p = table.byID[ent.peer]
+			}
+		}
 		e.ep.Receive(now, m.Buf[ent.off:ent.off+ent.n], metaroce.RecvMeta{Peer: ent.peer, Entropy: ent.src.Port(), CE: ent.ce})
 		rx++
 		bytes += uint64(ent.n)
@@ -352,9 +472,44 @@ func (e *Endpoint) receiveBatch(now time.Duration, b *rxBatch) {
 	b.s.free <- b // never blocks: free has room for every batch of the socket
 }
 
+// resolve attributes an unsealed datagram that matched a peer by IP only:
+// to the peer of its connection if the state machine knows the connection,
+// else, for an INIT that arrived on Listen, to a new peer if AcceptPeer
+// admits the source, else to the peer that owns the IP.
+func (e *Endpoint) resolve(src netip.AddrPort, pkt []byte, primary bool) (PeerID, bool) {
+	table := e.peers.Load()
+	fallback := table.byIP[src.Addr()]
+	if fallback != nil && fallback.Sealer != nil {
+		fallback = nil
+		for _, p := range table.shared[src.Addr()] {
+			if p.Sealer == nil {
+				fallback = p
+				break
+			}
+		}
+	}
+	_, t, id, err := metaroce.Peek(pkt)
+	if err == nil {
+		if pid, ok := e.ep.ConnPeer(id); ok {
+			if p := table.byID[pid]; p != nil && p.Sealer == nil {
+				return pid, true
+			}
+		}
+		if t == metaroce.TypeInit && primary && e.cfg.AcceptPeer != nil {
+			if id, ok := e.admit(src); ok {
+				return id, true
+			}
+		}
+	}
+	if fallback == nil {
+		return 0, false
+	}
+	return fallback.ID, true
+}
+
 // admit asks Config.AcceptPeer about an unknown, unsealed source.
 func (e *Endpoint) admit(src netip.AddrPort) (PeerID, bool) {
-	if p := e.peers.Load().lookup(src); p != nil {
+	if p := e.peers.Load().byAddr[src]; p != nil {
 		// Registered meanwhile; if it seals, this datagram was not opened.
 		return p.ID, p.Sealer == nil
 	}
@@ -366,33 +521,40 @@ func (e *Endpoint) admit(src netip.AddrPort) (PeerID, bool) {
 		e.log.Warn("netio: cannot admit peer", "src", src, "err", err)
 		return 0, false
 	}
+	if len(e.owner.admitted) < e.cfg.MaxPeers {
+		e.owner.admitted[id] = true
+	}
 	return id, true
 }
 
-func (e *Endpoint) noteReplyIP(peer PeerID, src netip.AddrPort) {
+func (e *Endpoint) noteReplyIP(peer PeerID, src netip.AddrPort, s *sock) {
+	if !s.listen {
+		s = e.listen // replies leave from a listening socket
+	}
 	m := e.owner.replyIP[peer]
 	if m == nil {
-		m = map[uint16]netip.Addr{}
+		m = map[uint16]replyDst{}
 		e.owner.replyIP[peer] = m
 	}
-	if ip, ok := m[src.Port()]; ok && ip == src.Addr() {
+	if d, ok := m[src.Port()]; ok && d.ip == src.Addr() && d.s == s {
 		return
 	}
 	if len(m) >= maxReplyIPs {
 		clear(m)
 	}
-	m[src.Port()] = src.Addr()
+	m[src.Port()] = replyDst{ip: src.Addr(), s: s}
 }
 
-// replyAddr is where a reply to port of peer p goes: the IP that port was
-// last seen from, else the peer's listening IP.
-func (e *Endpoint) replyAddr(p *Peer, port uint16) netip.AddrPort {
+// replyAddr is where a reply to port of peer p goes, and from which
+// socket: the IP that port was last seen from and the listening socket
+// its datagrams arrived on, else the peer's listening IP from Listen.
+func (e *Endpoint) replyAddr(p *Peer, port uint16) (*sock, netip.AddrPort) {
 	if m := e.owner.replyIP[p.ID]; m != nil {
-		if ip, ok := m[port]; ok {
-			return netip.AddrPortFrom(ip, port)
+		if d, ok := m[port]; ok {
+			return d.s, netip.AddrPortFrom(d.ip, port)
 		}
 	}
-	return netip.AddrPortFrom(p.Addr.Addr(), port)
+	return e.listen, netip.AddrPortFrom(p.Addr.Addr(), port)
 }
 
 // events hands the state machine's events to the application, after
@@ -444,9 +606,9 @@ func (e *Endpoint) flush(now time.Duration) bool {
 			var s *sock
 			var dst netip.AddrPort
 			if tx.Reply {
-				s, dst = e.listen, e.replyAddr(p, tx.Entropy)
+				s, dst = e.replyAddr(p, tx.Entropy)
 			} else {
-				s, dst = e.pathSock(now, p, &tx), p.Addr
+				s, dst = e.pathSock(now, p, &tx), p.dest(tx.Path)
 				if s == nil {
 					e.ctr.noSocket.Add(1)
 					continue
@@ -505,11 +667,13 @@ func (e *Endpoint) pathSock(now time.Duration, p *Peer, tx *metaroce.Transmit) *
 			}
 		}
 		local := e.cfg.Listen.Addr()
-		if n := len(e.cfg.PlaneAddrs); n > 0 {
+		if n := len(p.Locals); n > 0 {
+			local = p.Locals[tx.Path%n]
+		} else if n := len(e.cfg.PlaneAddrs); n > 0 {
 			local = e.cfg.PlaneAddrs[tx.Path%n]
 		}
 		var err error
-		s, err = e.openSock(netip.AddrPortFrom(local, 0), false, p.ID, tx.Entropy)
+		s, err = e.openSock(netip.AddrPortFrom(local, 0), false, false, p.ID, tx.Entropy)
 		if err != nil {
 			e.log.Warn("netio: cannot open path socket", "local", local, "err", err)
 			return nil
@@ -591,4 +755,19 @@ func (e *Endpoint) PathAddr(peer PeerID, entropy uint16) (netip.AddrPort, bool) 
 		return s.c.LocalAddr(), true
 	}
 	return netip.AddrPort{}, false
+}
+
+// forgetRemoved drops the owner's records of peers no longer registered.
+func (e *Endpoint) forgetRemoved() {
+	table := e.peers.Load()
+	for id := range e.owner.admitted {
+		if table.byID[id] == nil {
+			delete(e.owner.admitted, id)
+		}
+	}
+	for id := range e.owner.replyIP {
+		if table.byID[id] == nil {
+			delete(e.owner.replyIP, id)
+		}
+	}
 }

@@ -90,6 +90,20 @@ type Peer struct {
 	ID PeerID
 	// Addr is the peer's listening address: where DATA, INIT and PROBE go.
 	Addr netip.AddrPort
+	// An admitted peer (Config.AcceptPeer) is first reached at the source
+	// of its INIT; its address then follows the source of its replies,
+	// which leave from its listening socket.
+	//
+	// Dests, if set, are the peer's listening addresses per plane: path i
+	// sends to Dests[i mod len(Dests)] instead of Addr (a peer gateway
+	// that receives on one address per plane). Datagrams from any of them
+	// are the peer's.
+	Dests []netip.AddrPort
+	// Locals, if set, binds this peer's path i sockets to Locals[i mod
+	// len(Locals)], overriding Config.PlaneAddrs: one Endpoint can then
+	// send to hosts from its LAN address and to peer gateways from its
+	// plane addresses.
+	Locals []netip.Addr
 	// Sources are further addresses the peer sends from (for example its
 	// per-plane addresses). Datagrams from Addr's IP or one of these, from
 	// any port, are this peer's.
@@ -107,6 +121,12 @@ type Config struct {
 	Memory *metaroce.Memory
 	// Listen is the listening address (port 0: an ephemeral port).
 	Listen netip.AddrPort
+	// ExtraListen are further listening sockets (a gateway's WAN plane
+	// addresses next to its LAN address). Peers may send to any of them;
+	// a reply (ack, probe answer) leaves from the socket the datagram it
+	// answers arrived on, so that it retraces that datagram's route.
+	// AcceptPeer is consulted only for datagrams that arrive on Listen.
+	ExtraListen []netip.AddrPort
 	// PlaneAddrs, if set, binds path i's sockets to PlaneAddrs[i mod len]:
 	// one local address per plane. Empty: path sockets bind to Listen's
 	// address.
@@ -117,8 +137,12 @@ type Config struct {
 	// Peers are registered at start; more can be added with AddPeer.
 	Peers []Peer
 	// AcceptPeer, if set, is asked (on the owner goroutine) about a
-	// datagram from an unknown source; returning true registers the source
-	// as a new peer with that id. Unsealed only.
+	// datagram from an unknown source that arrived on Listen; returning
+	// true registers the source as a new peer with that id. Unsealed only.
+	// An INIT from a new connection whose source IP belongs to a known
+	// unsealed peer but not its exact address (a second process on that
+	// host) is asked about too: unsealed peers that share an IP are told
+	// apart by their connection ids.
 	AcceptPeer func(src netip.AddrPort) (PeerID, bool)
 	// OnEvent receives every protocol event, on the owner goroutine: it
 	// must not block and must not wait for Call.
@@ -136,6 +160,7 @@ type Config struct {
 
 // Defaults for Config's zero values.
 const (
+	DefaultPacingSlack    = 2 * time.Millisecond
 	DefaultCommands       = 1024
 	DefaultMaxPathSockets = 1024
 	DefaultMaxPeers       = 4096
@@ -199,9 +224,10 @@ type Endpoint struct {
 	ep    *metaroce.Endpoint
 	start time.Time
 
-	listen *sock
-	peers  atomic.Pointer[peerTable]
-	pmu    sync.Mutex // serializes peer table updates
+	listen  *sock   // Listen: the primary listening socket
+	listens []*sock // Listen, then ExtraListen
+	peers   atomic.Pointer[peerTable]
+	pmu     sync.Mutex // serializes peer table updates
 
 	cmds chan command
 	rx   chan *rxBatch
@@ -239,12 +265,22 @@ func New(cfg Config) (*Endpoint, error) {
 	if cfg.RxBatches <= 0 {
 		cfg.RxBatches = DefaultRxBatches
 	}
+	if cfg.Protocol.PacingSlack == 0 {
+		// The owner goroutine sleeps on an OS timer that wakes up to about a
+		// millisecond late; let the pacer send what fell due meanwhile.
+		cfg.Protocol.PacingSlack = DefaultPacingSlack
+	}
 	if !cfg.Listen.Addr().IsValid() {
 		return nil, fmt.Errorf("netio: Listen address is required")
 	}
 	for _, a := range cfg.PlaneAddrs {
 		if !a.IsValid() {
 			return nil, fmt.Errorf("netio: invalid plane address")
+		}
+	}
+	for _, a := range cfg.ExtraListen {
+		if !a.Addr().IsValid() {
+			return nil, fmt.Errorf("netio: invalid extra listening address")
 		}
 	}
 	log := cfg.Logger
@@ -276,13 +312,22 @@ func New(cfg Config) (*Endpoint, error) {
 	}
 	// The receive channel holds every batch that can exist, so a reader
 	// never blocks on it for long: readers block on their free lists.
-	e.rx = make(chan *rxBatch, cfg.RxBatches*(cfg.MaxPathSockets+1))
+	e.rx = make(chan *rxBatch, cfg.RxBatches*(cfg.MaxPathSockets+1+len(cfg.ExtraListen)))
 	e.owner.init(e)
-	ls, err := e.openSock(cfg.Listen, true, 0, 0)
-	if err != nil {
-		return nil, err
+	for i, a := range append([]netip.AddrPort{cfg.Listen}, cfg.ExtraListen...) {
+		ls, err := e.openSock(a, true, i == 0, 0, 0)
+		if err != nil {
+			// Stop the readers of the sockets already open.
+			for _, s := range e.listens {
+				e.retire(s)
+			}
+			e.closeOnce.Do(func() { close(e.quit) })
+			e.wg.Wait()
+			return nil, err
+		}
+		e.listens = append(e.listens, ls)
 	}
-	e.listen = ls
+	e.listen = e.listens[0]
 	e.wg.Add(1)
 	go e.run()
 	return e, nil
@@ -293,6 +338,16 @@ const maxOverhead = 64
 
 // LocalAddr returns the listening address (with the real port).
 func (e *Endpoint) LocalAddr() netip.AddrPort { return e.listen.c.LocalAddr() }
+
+// LocalAddrs returns every listening address: Listen, then ExtraListen,
+// with their real ports.
+func (e *Endpoint) LocalAddrs() []netip.AddrPort {
+	out := make([]netip.AddrPort, len(e.listens))
+	for i, s := range e.listens {
+		out[i] = s.c.LocalAddr()
+	}
+	return out
+}
 
 // ProtocolConfig returns the state machine's configuration with defaults.
 func (e *Endpoint) ProtocolConfig() metaroce.Config { return e.ep.Config() }
@@ -307,6 +362,11 @@ func (e *Endpoint) Done() <-chan struct{} { return e.done }
 func (e *Endpoint) AddPeer(p Peer) error {
 	if !p.Addr.IsValid() {
 		return fmt.Errorf("netio: peer %d: invalid address", p.ID)
+	}
+	for _, d := range p.Dests {
+		if !d.IsValid() {
+			return fmt.Errorf("netio: peer %d: invalid destination address", p.ID)
+		}
 	}
 	if p.Sealer != nil && (p.Sealer.Overhead() > maxOverhead || p.Sealer.Prefix() > p.Sealer.Overhead()) {
 		return fmt.Errorf("netio: peer %d: sealer overhead %d exceeds %d", p.ID, p.Sealer.Overhead(), maxOverhead)

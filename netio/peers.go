@@ -14,6 +14,10 @@ type peerTable struct {
 	byID   map[PeerID]*Peer
 	byAddr map[netip.AddrPort]*Peer // exact listening addresses
 	byIP   map[netip.Addr]*Peer     // any port from these addresses
+	// shared lists, for an IP claimed by more than one peer, every such
+	// peer (several gateways behind one emulator or NAT address, several
+	// host processes on one machine).
+	shared map[netip.Addr][]*Peer
 }
 
 func (t *peerTable) clone() *peerTable {
@@ -21,7 +25,53 @@ func (t *peerTable) clone() *peerTable {
 		byID:   maps.Clone(t.byID),
 		byAddr: maps.Clone(t.byAddr),
 		byIP:   maps.Clone(t.byIP),
+		shared: maps.Clone(t.shared),
 	}
+}
+
+// addShared records that p claims ip too.
+func (t *peerTable) addShared(ip netip.Addr, p *Peer) {
+	if t.shared == nil {
+		t.shared = map[netip.Addr][]*Peer{}
+	}
+	l := t.shared[ip]
+	if slices.Contains(l, p) {
+		return
+	}
+	t.shared[ip] = append(slices.Clip(l), p)
+}
+
+// rebuildShared recomputes shared from byID.
+func (t *peerTable) rebuildShared() {
+	t.shared = nil
+	count := map[netip.Addr][]*Peer{}
+	for _, p := range t.byID {
+		for _, a := range p.ips() {
+			if !slices.Contains(count[a], p) {
+				count[a] = append(count[a], p)
+			}
+		}
+	}
+	for a, l := range count {
+		if len(l) > 1 {
+			if t.shared == nil {
+				t.shared = map[netip.Addr][]*Peer{}
+			}
+			t.shared[a] = l
+		}
+	}
+}
+
+// ips lists every IP a peer claims.
+func (p *Peer) ips() []netip.Addr {
+	out := []netip.Addr{p.Addr.Addr()}
+	for _, d := range p.Dests {
+		out = append(out, d.Addr())
+	}
+	for _, a := range p.Sources {
+		out = append(out, a.Unmap())
+	}
+	return out
 }
 
 func (t *peerTable) with(p Peer) *peerTable {
@@ -33,17 +83,27 @@ func (t *peerTable) with(p Peer) *peerTable {
 	}
 	p.Addr = netip.AddrPortFrom(p.Addr.Addr().Unmap(), p.Addr.Port())
 	p.Sources = slices.Clone(p.Sources)
+	p.Dests = slices.Clone(p.Dests)
+	for i, d := range p.Dests {
+		p.Dests[i] = netip.AddrPortFrom(d.Addr().Unmap(), d.Port())
+	}
+	p.Locals = slices.Clone(p.Locals)
 	pp := &p
 	n.byID[p.ID] = pp
 	n.byAddr[p.Addr] = pp
-	// The first peer registered for an IP keeps it: two peers behind one
-	// address are told apart by their exact listening address only.
-	if _, ok := n.byIP[p.Addr.Addr()]; !ok {
-		n.byIP[p.Addr.Addr()] = pp
+	for _, d := range p.Dests {
+		if _, ok := n.byAddr[d]; !ok {
+			n.byAddr[d] = pp
+		}
 	}
-	for _, a := range p.Sources {
-		if _, ok := n.byIP[a.Unmap()]; !ok {
-			n.byIP[a.Unmap()] = pp
+	// The first peer registered for an IP keeps byIP; the others are
+	// listed in shared, and the reader tells them apart (see check).
+	for _, a := range pp.ips() {
+		if q, ok := n.byIP[a]; !ok {
+			n.byIP[a] = pp
+		} else if q != pp {
+			n.addShared(a, q)
+			n.addShared(a, pp)
 		}
 	}
 	return n
@@ -68,11 +128,14 @@ func (t *peerTable) without(id PeerID) *peerTable {
 	}
 	// Give the freed IPs to any remaining peer that claims them.
 	for _, p := range n.byID {
-		for _, a := range append([]netip.Addr{p.Addr.Addr()}, p.Sources...) {
-			if _, ok := n.byIP[a.Unmap()]; !ok {
-				n.byIP[a.Unmap()] = p
+		for _, a := range p.ips() {
+			if _, ok := n.byIP[a]; !ok {
+				n.byIP[a] = p
 			}
 		}
+	}
+	if old != nil {
+		n.rebuildShared()
 	}
 	return n
 }
@@ -83,4 +146,12 @@ func (t *peerTable) lookup(src netip.AddrPort) *Peer {
 		return p
 	}
 	return t.byIP[src.Addr()]
+}
+
+// dest is where path's non-reply datagrams to p go.
+func (p *Peer) dest(path int) netip.AddrPort {
+	if n := len(p.Dests); n > 0 {
+		return p.Dests[path%n]
+	}
+	return p.Addr
 }

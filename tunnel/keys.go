@@ -4,16 +4,25 @@ package tunnel
 
 import (
 	"context"
+	"log/slog"
 	"sync/atomic"
 
 	"github.com/mrgw/mrgw/tunnel/control"
 	"github.com/mrgw/mrgw/tunnel/seal"
 )
 
+// keyOwner is what a keyring needs from the data plane it seals for: a
+// Tunnel with its own endpoint, or a Peer attached to a shared one.
+type keyOwner interface {
+	logger() *slog.Logger
+	session() *control.Session
+	goTracked(f func(ctx context.Context)) bool
+}
+
 // keyring is the tunnel's netio.Sealer: the current sending key and the
 // peer's receive keys, swapped as the control session rotates them.
 type keyring struct {
-	t          *Tunnel
+	t          keyOwner
 	suite      seal.Suite
 	rekeyAfter uint64
 
@@ -25,7 +34,7 @@ type keyring struct {
 	rotations, recvKeys atomic.Uint64
 }
 
-func newKeyring(t *Tunnel, sess *control.Session, suite seal.Suite, rekeyAfter uint64) (*keyring, error) {
+func newKeyring(t keyOwner, sess *control.Session, suite seal.Suite, rekeyAfter uint64) (*keyring, error) {
 	k := &keyring{t: t, suite: suite, rekeyAfter: rekeyAfter}
 	sendEpoch, recvEpoch := sess.Epochs()
 	sendKey, _ := sess.Keys(sendEpoch)
@@ -68,11 +77,11 @@ func (k *keyring) installRecv(epoch uint32, secret [32]byte) {
 		return // already installed when the tunnel started
 	}
 	if err := k.open.Install(k.key(epoch, secret)); err != nil {
-		k.t.log.Warn("tunnel: cannot install receive key", "epoch", epoch, "err", err)
+		k.t.logger().Warn("tunnel: cannot install receive key", "epoch", epoch, "err", err)
 		return
 	}
 	k.recvKeys.Add(1)
-	k.t.log.Debug("tunnel: receive key installed", "epoch", epoch)
+	k.t.logger().Debug("tunnel: receive key installed", "epoch", epoch)
 }
 
 // installSend switches our sending key: the peer has acknowledged epoch, so
@@ -80,14 +89,14 @@ func (k *keyring) installRecv(epoch uint32, secret [32]byte) {
 func (k *keyring) installSend(epoch uint32, secret [32]byte) {
 	s, err := seal.NewSealer(k.key(epoch, secret), 2*k.rekeyAfter)
 	if err != nil {
-		k.t.log.Warn("tunnel: cannot install send key", "epoch", epoch, "err", err)
+		k.t.logger().Warn("tunnel: cannot install send key", "epoch", epoch, "err", err)
 		return
 	}
 	k.send.Store(s)
 	k.sendEpoch.Store(epoch)
 	k.rotating.Store(false)
 	k.rotations.Add(1)
-	k.t.log.Debug("tunnel: send key switched", "epoch", epoch)
+	k.t.logger().Debug("tunnel: send key switched", "epoch", epoch)
 }
 
 // Prefix implements netio.Sealer.
@@ -109,8 +118,8 @@ func (k *keyring) Seal(dst, plaintext []byte) ([]byte, error) {
 
 func (k *keyring) startRotation() {
 	started := k.t.goTracked(func(ctx context.Context) {
-		if _, err := k.t.sess.RotateKeys(ctx); err != nil {
-			k.t.log.Warn("tunnel: key rotation failed", "err", err)
+		if _, err := k.t.session().RotateKeys(ctx); err != nil {
+			k.t.logger().Warn("tunnel: key rotation failed", "err", err)
 			k.rotating.Store(false) // let the next datagram try again
 		}
 	})

@@ -249,6 +249,9 @@ func (t *Tunnel) HandleControlEvent(ev control.Event) {
 	}
 }
 
+func (t *Tunnel) logger() *slog.Logger      { return t.log }
+func (t *Tunnel) session() *control.Session { return t.sess }
+
 // goTracked runs f on a goroutine that Close waits for, unless closed.
 func (t *Tunnel) goTracked(f func(ctx context.Context)) bool {
 	t.mu.Lock()
@@ -407,11 +410,14 @@ func (t *Tunnel) Close() error {
 // Set control.Config.OnEvent to Router.OnEvent.
 type Router struct {
 	mu sync.Mutex
-	m  map[*control.Session]*Tunnel
+	m  map[*control.Session]controlHandler
 }
 
+// controlHandler is a Tunnel or an attached Peer.
+type controlHandler interface{ HandleControlEvent(control.Event) }
+
 // NewRouter returns an empty Router.
-func NewRouter() *Router { return &Router{m: map[*control.Session]*Tunnel{}} }
+func NewRouter() *Router { return &Router{m: map[*control.Session]controlHandler{}} }
 
 // OnEvent is a control.Config.OnEvent. Events of sessions with no tunnel
 // are dropped: a tunnel reads the session's current epochs when it starts.
@@ -424,7 +430,7 @@ func (r *Router) OnEvent(ev control.Event) {
 	}
 }
 
-func (r *Router) add(s *control.Session, t *Tunnel) {
+func (r *Router) add(s *control.Session, t controlHandler) {
 	r.mu.Lock()
 	r.m[s] = t
 	r.mu.Unlock()

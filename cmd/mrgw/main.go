@@ -33,6 +33,7 @@ with congestion control built for millisecond round trips.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCmd(), newSimCmd(), newConfigCmd(), newCertCmd(), newLoadtestCmd(), newConformanceCmd())
+	root.AddCommand(newVersionCmd(), newSimCmd(), newConfigCmd(), newCertCmd(), newLoadtestCmd(), newConformanceCmd(),
+		newRunCmd(), newDemoCmd(), newStatusCmd(), newHostCmd())
 	return root
 }

@@ -1,0 +1,109 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mrgw/mrgw/config"
+	"github.com/mrgw/mrgw/gateway"
+	"github.com/mrgw/mrgw/metrics"
+)
+
+// newRunCmd is `mrgw run`: the gateway daemon.
+func newRunCmd() *cobra.Command {
+	var (
+		path    string
+		drainIn time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "run --config FILE",
+		Short: "Run the gateway daemon",
+		Long: `run starts the gateway described by a configuration file (YAML or TOML; MRGW_*
+environment variables and --key=value flags override it, see docs/CONFIG.md).
+
+Signals: SIGHUP reloads the file; the keys marked live in docs/CONFIG.md take effect at
+once, and a reload that changes anything else is refused (the daemon keeps running with
+its configuration and logs which keys need a restart). SIGINT or SIGTERM drains the
+gateway (new flows refused, in-flight messages finished or reset so hosts move to the
+pair member, peers told) and exits; a second signal exits at once.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if path == "" {
+				return errors.New("--config FILE is required")
+			}
+			cfg, err := config.Load(path, config.WithFlags(cmd.Flags()))
+			if err != nil {
+				printProblems(cmd, err)
+				return errSilent
+			}
+			g, err := gateway.New(cfg, gateway.Options{LogOutput: cmd.ErrOrStderr()})
+			if err != nil {
+				return err
+			}
+			sigs := make(chan os.Signal, 4)
+			signal.Notify(sigs, syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM)
+			defer signal.Stop(sigs)
+			done := make(chan error, 1)
+			go func() { done <- g.Run(context.Background()) }()
+			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			for {
+				select {
+				case err := <-done:
+					return err
+				case s := <-sigs:
+					if s == syscall.SIGHUP {
+						next, err := config.Load(path, config.WithFlags(cmd.Flags()))
+						if err != nil {
+							g.Metrics().ConfigReload(metrics.ResultInvalid)
+							log.Error("reload: configuration invalid; keeping the running one", "err", err)
+							continue
+						}
+						if err := g.Reload(next); err != nil {
+							log.Error("reload refused; keeping the running configuration", "err", err)
+						}
+						continue
+					}
+					log.Info("signal: draining", "signal", s.String(), "timeout", drainIn)
+					ctx, cancel := context.WithTimeout(context.Background(), drainIn)
+					go func() {
+						select {
+						case <-sigs:
+							log.Warn("second signal: stopping at once")
+							g.Close()
+						case <-ctx.Done():
+						}
+					}()
+					err := g.Shutdown(ctx)
+					cancel()
+					<-done
+					return err
+				}
+			}
+		},
+	}
+	cmd.Flags().StringVar(&path, "config", "", "configuration file (.yaml, .yml or .toml)")
+	cmd.Flags().DurationVar(&drainIn, "drain-timeout", 30*time.Second, "longest graceful shutdown before exiting")
+	config.BindFlags(cmd.Flags())
+	return cmd
+}
+
+func printProblems(cmd *cobra.Command, err error) {
+	probs := config.Problems(err)
+	if len(probs) == 0 {
+		probs = []error{err}
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "mrgw: configuration has %d problem(s):\n", len(probs))
+	for _, p := range probs {
+		fmt.Fprintf(cmd.ErrOrStderr(), "  - %v\n", p)
+	}
+}

@@ -1,0 +1,708 @@
+//go:build linux
+
+package gateway
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mrgw/mrgw/cc"
+	_ "github.com/mrgw/mrgw/cc/longrtt" // registers the long-RTT controllers by name
+	"github.com/mrgw/mrgw/config"
+	"github.com/mrgw/mrgw/flowctl"
+	"github.com/mrgw/mrgw/metaroce"
+	"github.com/mrgw/mrgw/metrics"
+	"github.com/mrgw/mrgw/netio"
+	"github.com/mrgw/mrgw/pathmgr"
+	"github.com/mrgw/mrgw/region"
+	"github.com/mrgw/mrgw/tunnel"
+	"github.com/mrgw/mrgw/tunnel/control"
+	"github.com/mrgw/mrgw/tunnel/pki"
+	"github.com/mrgw/mrgw/tunnel/seal"
+)
+
+// Options are what a Gateway takes besides its configuration: things that
+// are not operator settings (tests, the demo, the embedding program).
+type Options struct {
+	// Logger, if set, is used as is (log.level and log.format are then the
+	// caller's business). Otherwise a slog handler is built from log.* and
+	// writes to LogOutput (default stderr); log.level is reloadable.
+	Logger    *slog.Logger
+	LogOutput io.Writer
+	// Protocol, if set, adjusts the MetaRoCE configuration built from the
+	// file (path timings, DeadAfter) before the endpoint starts.
+	Protocol func(*metaroce.Config)
+	// ControlKeepalive and ControlMisses tune how fast a dead peer's
+	// control session is noticed (defaults: 1 s and 3).
+	ControlKeepalive time.Duration
+	ControlMisses    int
+	// StatsEvery is the period of metrics and status snapshots (default 1 s).
+	StatsEvery time.Duration
+	// DrainTimeout bounds how long Shutdown lets in-flight messages finish
+	// before it RESETs the remaining flows (default 5 s, or the context's
+	// deadline if sooner).
+	DrainTimeout time.Duration
+}
+
+// hostPeerBase is the first netio peer id given to hosts; ids below it are
+// peer gateways (one per configured remote gateway).
+const hostPeerBase = 1 << 20
+
+// Gateway is one mrgw gateway daemon.
+type Gateway struct {
+	opts    Options
+	cfgv    atomic.Pointer[config.Config]
+	log     *slog.Logger
+	level   *slog.LevelVar
+	metrics *metrics.Metrics
+
+	ep       *netio.Endpoint
+	cluster  *region.Cluster
+	ctlCfg   control.Config
+	listener *control.Listener
+	router   *tunnel.Router
+	suite    seal.Suite
+	planeIPs []netip.Addr
+	planes   []string // plane names, by index
+	wanCC    cc.Factory
+	lanCC    cc.Factory
+	admin    *http.Server
+	adminLn  net.Listener
+
+	cancelListener context.CancelFunc
+
+	peers  []*wanPeer // sorted by name
+	byName map[string]*wanPeer
+	byID   map[metaroce.PeerID]*wanPeer
+
+	relay *relay // owner-goroutine state
+
+	runMu   sync.Mutex
+	started bool
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	stopped chan struct{}
+	stopOne sync.Once
+	joined  atomic.Bool
+
+	status atomic.Pointer[Status]
+}
+
+// New builds a gateway from a validated configuration: it checks the
+// configuration again, loads the TLS credentials and binds every socket
+// (LAN, WAN planes, control, gossip, admin), so that every operator error
+// surfaces here. Nothing runs until Run.
+func New(cfg *config.Config, opts Options) (g *Gateway, err error) {
+	if cfg == nil {
+		return nil, fmt.Errorf("%w: no configuration", ErrInvalidConfig)
+	}
+	if verr := cfg.Validate(); verr != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, &config.Error{Path: cfg.Path, Problems: config.Problems(verr)})
+	}
+	if opts.StatsEvery <= 0 {
+		opts.StatsEvery = time.Second
+	}
+	if opts.DrainTimeout <= 0 {
+		opts.DrainTimeout = 5 * time.Second
+	}
+	g = &Gateway{opts: opts, stopped: make(chan struct{}), byName: map[string]*wanPeer{}, byID: map[metaroce.PeerID]*wanPeer{}}
+	g.cfgv.Store(cfg)
+	g.level = new(slog.LevelVar)
+	g.level.Set(parseLevel(cfg.Log.Level))
+	if opts.Logger != nil {
+		g.log = opts.Logger
+	} else {
+		out := opts.LogOutput
+		if out == nil {
+			out = os.Stderr
+		}
+		ho := &slog.HandlerOptions{Level: g.level}
+		if cfg.Log.Format == config.LogJSON {
+			g.log = slog.New(slog.NewJSONHandler(out, ho))
+		} else {
+			g.log = slog.New(slog.NewTextHandler(out, ho))
+		}
+	}
+	g.log = g.log.With("gateway", cfg.Node.Name)
+	g.metrics = metrics.New(metrics.WithIdentity(cfg.Node.Name, cfg.Node.Region), metrics.WithMaxPaths(cfg.WAN.PathsPerPeer))
+	if g.suite, err = suiteOf(cfg.WAN.Cipher); err != nil {
+		return nil, fmt.Errorf("%w: wan.cipher: %w", ErrInvalidConfig, err)
+	}
+	if g.wanCC, err = controller(cfg.WAN.CongestionControl, cfg.WAN.MaxRateBps, slowestHint(cfg)); err != nil {
+		return nil, fmt.Errorf("%w: wan.congestion_control: %w", ErrInvalidConfig, err)
+	}
+	if g.lanCC, err = controller(cfg.LAN.CongestionControl, cfg.LAN.MaxRateBps, 0); err != nil {
+		return nil, fmt.Errorf("%w: lan.congestion_control: %w", ErrInvalidConfig, err)
+	}
+	creds, err := pki.LoadCredentials(cfg.Control.TLS.CAFile, cfg.Control.TLS.CertFile, cfg.Control.TLS.KeyFile, time.Now())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCredentials, err)
+	}
+	if creds.Identity.Name != cfg.Node.Name {
+		return nil, fmt.Errorf("%w: certificate %s names %q, node.name is %q", ErrCredentials, cfg.Control.TLS.CertFile, creds.Identity.Name, cfg.Node.Name)
+	}
+	var closers []func()
+	defer func() {
+		if err != nil {
+			for i := len(closers) - 1; i >= 0; i-- {
+				closers[i]()
+			}
+		}
+	}()
+
+	// Peers: every gateway of every remote region, with a stable id.
+	lanAddr := netip.MustParseAddrPort(cfg.LAN.Listen)
+	var planeAddrs []netip.AddrPort
+	for _, p := range cfg.WAN.Planes {
+		a := netip.MustParseAddrPort(p.Local)
+		planeAddrs = append(planeAddrs, a)
+		g.planeIPs = append(g.planeIPs, a.Addr())
+		g.planes = append(g.planes, p.Name)
+	}
+	for _, r := range cfg.Regions {
+		for _, rg := range r.Gateways {
+			p := &wanPeer{name: rg.Name, region: r.Name, control: rg.Control, rttHint: r.RTTHint,
+				dialer: cfg.Node.Name < rg.Name, sessions: make(chan *control.Session, 1)}
+			for _, w := range rg.WAN {
+				a, rerr := resolveUDP(w)
+				if rerr != nil {
+					return nil, fmt.Errorf("%w: regions %s gateway %s wan %q: %w", ErrInvalidConfig, r.Name, rg.Name, w, rerr)
+				}
+				p.dests = append(p.dests, a)
+			}
+			g.peers = append(g.peers, p)
+		}
+	}
+	sort.Slice(g.peers, func(i, j int) bool { return g.peers[i].name < g.peers[j].name })
+	for i, p := range g.peers {
+		p.id = metaroce.PeerID(i + 1)
+		p.metrics = g.metrics.Peer(p.name, p.region)
+		g.byName[p.name] = p
+		g.byID[p.id] = p
+	}
+
+	// The endpoint: LAN listen plus one socket per plane.
+	proto := g.protocol(cfg)
+	g.relay = newRelay(g, cfg)
+	nextHost := metaroce.PeerID(hostPeerBase)
+	g.ep, err = netio.New(netio.Config{
+		Protocol:    proto,
+		Listen:      lanAddr,
+		ExtraListen: planeAddrs,
+		AcceptPeer: func(src netip.AddrPort) (metaroce.PeerID, bool) {
+			if g.relay.hostPeers >= cfg.Limits.MaxFlows+1024 {
+				return 0, false // bounded: a flood of sources cannot grow the peer table
+			}
+			nextHost++
+			g.relay.hostPeers++
+			return nextHost, true
+		},
+		OnEvent: g.relay.onEvent,
+		Logger:  g.log,
+		UDP:     udpOptions(cfg),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: lan/wan sockets: %w", ErrBind, err)
+	}
+	closers = append(closers, func() { g.ep.Close() })
+	if err = g.ep.Call(context.Background(), func(now time.Duration, ep *metaroce.Endpoint) {
+		ep.BindSinkAll(flowctl.ControlStream, g.relay)
+	}); err != nil {
+		return nil, err
+	}
+
+	// Control channel.
+	g.router = tunnel.NewRouter()
+	peerNames := cfg.Control.PeerNames
+	if len(peerNames) == 0 {
+		for _, p := range g.peers {
+			peerNames = append(peerNames, p.name)
+		}
+	}
+	local := g.ep.LocalAddrs()[1:]
+	g.ctlCfg = control.Config{
+		Credentials:       creds,
+		Local:             control.LocalInfo{Name: cfg.Node.Name, Region: cfg.Node.Region, Planes: local, NumPaths: uint16(cfg.WAN.PathsPerPeer)},
+		ExpectedPeers:     peerNames,
+		KeepaliveInterval: opts.ControlKeepalive,
+		KeepaliveMisses:   opts.ControlMisses,
+		KeyLifetime:       cfg.WAN.KeyRotation,
+		Logger:            g.log.With("part", "control"),
+		OnEvent:           g.onControlEvent,
+		OnRefused: func(remote net.Addr, err error) {
+			g.metrics.ControlSession(metrics.ResultRefused)
+		},
+	}
+	if len(g.peers) > 0 || cfg.Control.Listen != "" {
+		lctx, lcancel := context.WithCancel(context.Background())
+		g.listener, err = control.Listen(lctx, cfg.Control.Listen, g.ctlCfg)
+		if err != nil {
+			lcancel()
+			return nil, fmt.Errorf("%w: control.listen %s: %w", ErrBind, cfg.Control.Listen, err)
+		}
+		closers = append(closers, func() { g.listener.Close(); lcancel() })
+		g.cancelListener = lcancel
+	}
+
+	// Gossip.
+	rc, err := g.regionConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: gossip: %w", ErrInvalidConfig, err)
+	}
+	g.cluster, err = region.New(rc, g.log.With("part", "gossip"))
+	if err != nil {
+		return nil, fmt.Errorf("%w: gossip.bind %s: %w", ErrBind, cfg.Gossip.Bind, err)
+	}
+	closers = append(closers, func() { g.cluster.Shutdown() })
+
+	// Admin.
+	if cfg.Admin.Listen != "" {
+		g.adminLn, err = net.Listen("tcp", cfg.Admin.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("%w: admin.listen %s: %w", ErrBind, cfg.Admin.Listen, err)
+		}
+		closers = append(closers, func() { g.adminLn.Close() })
+		g.admin = &http.Server{Handler: g.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
+	}
+	g.metrics.MemoryLimitBytes.Set(float64(cfg.Limits.MemoryBytes))
+	g.metrics.HostFlowsLimit.Set(float64(cfg.Limits.MaxFlows))
+	g.status.Store(&Status{Node: cfg.Node.Name, Region: cfg.Node.Region})
+	return g, nil
+}
+
+// Config returns the configuration the gateway runs with.
+func (g *Gateway) Config() *config.Config { return g.cfgv.Load() }
+
+// Metrics returns the gateway's metric catalogue.
+func (g *Gateway) Metrics() *metrics.Metrics { return g.metrics }
+
+// Cluster returns the gossip cluster (its view and routes).
+func (g *Gateway) Cluster() *region.Cluster { return g.cluster }
+
+// Endpoint returns the gateway's MetaRoCE endpoint.
+func (g *Gateway) Endpoint() *netio.Endpoint { return g.ep }
+
+// LANAddr returns the address hosts send to.
+func (g *Gateway) LANAddr() netip.AddrPort { return g.ep.LocalAddr() }
+
+// AdminAddr returns the admin server's address, if it has one.
+func (g *Gateway) AdminAddr() string {
+	if g.adminLn == nil {
+		return ""
+	}
+	return g.adminLn.Addr().String()
+}
+
+// Done is closed when the gateway has stopped.
+func (g *Gateway) Done() <-chan struct{} { return g.stopped }
+
+func (g *Gateway) protocol(cfg *config.Config) metaroce.Config {
+	pc := pathmgr.DefaultConfig()
+	if hint := slowestHint(cfg); hint > 0 {
+		pc.InitialRTT = hint
+	}
+	p := metaroce.Config{
+		MTU:    cfg.WAN.MTU,
+		Paths:  max(cfg.WAN.PathsPerPeer, 32),
+		CC:     g.lanCC,
+		Path:   pc,
+		Listen: true,
+		Seed:   uint64(time.Now().UnixNano()),
+		AcceptOptions: func(peer metaroce.PeerID) metaroce.ConnOptions {
+			if peer < hostPeerBase {
+				return metaroce.ConnOptions{CC: g.wanCC, Paths: cfg.WAN.PathsPerPeer}
+			}
+			return metaroce.ConnOptions{CC: g.lanCC}
+		},
+	}
+	if g.opts.Protocol != nil {
+		g.opts.Protocol(&p)
+	}
+	return p
+}
+
+func (g *Gateway) regionConfig(cfg *config.Config) (region.Config, error) {
+	rc := region.Config{
+		Name: cfg.Node.Name,
+		Meta: region.Meta{Region: cfg.Node.Region, Capabilities: []string{"relay-v1"}},
+		Bind: cfg.Gossip.Bind, Advertise: cfg.Gossip.Advertise, Seeds: cfg.Gossip.Seeds,
+		Profile: cfg.Gossip.Profile,
+	}
+	if a, err := netip.ParseAddrPort(cfg.Control.Listen); err == nil {
+		rc.Meta.Control = a
+	}
+	for i, p := range cfg.WAN.Planes {
+		if a, err := netip.ParseAddrPort(p.Local); err == nil {
+			rc.Meta.Planes = append(rc.Meta.Planes, region.Plane{Name: cfg.WAN.Planes[i].Name, WAN: a})
+		}
+	}
+	if cfg.Gossip.Profile == config.GossipProfileCustom {
+		t := cfg.Gossip.Timings()
+		rc.Timings = region.Timings{ProbeInterval: t.ProbeInterval, ProbeTimeout: t.ProbeTimeout, SuspicionMult: t.SuspicionMult, GossipInterval: t.GossipInterval}
+	}
+	for _, k := range cfg.Gossip.Keyring {
+		b, err := base64.StdEncoding.DecodeString(k)
+		if err != nil {
+			return rc, err
+		}
+		rc.Keys = append(rc.Keys, b)
+	}
+	for _, r := range cfg.Regions {
+		rc.ExpectedRegions = append(rc.ExpectedRegions, r.Name)
+	}
+	return rc, nil
+}
+
+// Run starts the gateway and blocks until it stops: after Shutdown or
+// Close, or when ctx ends (which is a Close). It joins the gossip cluster,
+// keeps a control session and a WAN connection to every peer gateway and
+// serves the admin endpoint.
+func (g *Gateway) Run(ctx context.Context) error {
+	g.runMu.Lock()
+	if g.started {
+		g.runMu.Unlock()
+		return ErrStarted
+	}
+	select {
+	case <-g.stopped:
+		g.runMu.Unlock()
+		return ErrClosed
+	default:
+	}
+	g.started = true
+	g.ctx, g.cancel = context.WithCancel(context.Background())
+	g.runMu.Unlock()
+
+	if g.admin != nil {
+		g.goTrack(func() {
+			if err := g.admin.Serve(g.adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				g.log.Error("admin server stopped", "err", err)
+			}
+		})
+	}
+	if g.listener != nil {
+		g.goTrack(g.acceptLoop)
+	}
+	for _, p := range g.peers {
+		g.goTrack(func() { g.peerLoop(p) })
+	}
+	g.goTrack(g.joinLoop)
+	g.goTrack(g.watchGossip)
+	g.goTrack(g.statsLoop)
+	g.log.Info("gateway running", "region", g.Config().Node.Region, "lan", g.LANAddr(), "wan", g.ep.LocalAddrs()[1:],
+		"control", g.Config().Control.Listen, "admin", g.AdminAddr(), "peers", len(g.peers))
+	select {
+	case <-ctx.Done():
+		g.Close()
+	case <-g.stopped:
+	}
+	return nil
+}
+
+func (g *Gateway) goTrack(f func()) {
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		f()
+	}()
+}
+
+// joinLoop joins the gossip cluster, retrying while the seeds are not up
+// yet (gateways of a deployment start in any order).
+func (g *Gateway) joinLoop() {
+	seeds := g.Config().Gossip.Seeds
+	if len(seeds) == 0 {
+		g.joined.Store(true)
+		return
+	}
+	wait := 200 * time.Millisecond
+	for g.ctx.Err() == nil {
+		n, err := g.cluster.Join(g.ctx, seeds)
+		if err == nil && n > 0 {
+			g.joined.Store(true)
+			g.log.Info("joined gossip", "members", n)
+			return
+		}
+		if errors.Is(err, region.ErrClosed) {
+			return
+		}
+		g.log.Debug("gossip join failed; retrying", "err", err)
+		if !sleepCtx(g.ctx, wait) {
+			return
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+// watchGossip acts on membership changes at once: a peer gateway that
+// gossip declares dead loses its WAN connection now (its flows are RESET
+// upstream so the sources move to the pair member), without waiting for
+// the connection's own timers.
+func (g *Gateway) watchGossip() {
+	ch, stop := g.cluster.WatchChanges(64)
+	defer stop()
+	for {
+		select {
+		case <-g.ctx.Done():
+			return
+		case c, ok := <-ch:
+			if !ok {
+				return
+			}
+			g.log.Info("gossip: gateway state", "name", c.Name, "region", c.Region, "from", c.From.String(), "to", c.To.String())
+			if p := g.byName[c.Name]; p != nil && !c.To.Live() {
+				_ = g.ep.Do(g.ctx, func(now time.Duration, _ *metaroce.Endpoint) {
+					g.relay.dropPeer(now, p, "gossip: "+c.To.String())
+				})
+			}
+		}
+	}
+}
+
+// Shutdown stops the gateway gracefully: new flows are refused with
+// OPEN_ERR gateway draining; the gateway leaves gossip so that peers route
+// around it; in-flight messages get until the drain timeout (or ctx) to
+// finish; the flows still open are RESET so their hosts re-open them
+// through the pair member; then connections and control sessions are
+// closed and Run returns.
+func (g *Gateway) Shutdown(ctx context.Context) error {
+	select {
+	case <-g.stopped:
+		return nil
+	default:
+	}
+	g.log.Info("gateway draining")
+	bg := context.Background()
+	_ = g.ep.Call(bg, func(now time.Duration, _ *metaroce.Endpoint) { g.relay.draining = true })
+	_ = g.cluster.Leave(time.Second)
+	dctx, cancel := context.WithTimeout(ctx, g.opts.DrainTimeout)
+	defer cancel()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		busy := 0
+		if err := g.ep.Call(dctx, func(time.Duration, *metaroce.Endpoint) { busy = g.relay.inflightMessages() }); err != nil || busy == 0 {
+			break
+		}
+		select {
+		case <-tick.C:
+			continue
+		case <-dctx.Done():
+		}
+		break
+	}
+	var reset int
+	_ = g.ep.Call(bg, func(now time.Duration, _ *metaroce.Endpoint) {
+		reset = g.relay.resetAll(now, flowctl.CodeDraining, "gateway shutting down")
+	})
+	// Let the RESETs and the last acknowledgements leave, then close every
+	// connection with a CLOSE the peers answer.
+	g.waitQuiet(ctx, time.Second)
+	_ = g.ep.Call(bg, func(now time.Duration, ep *metaroce.Endpoint) {
+		for _, c := range ep.Conns() {
+			c.Close(now)
+		}
+	})
+	g.waitConnsClosed(ctx, time.Second)
+	g.log.Info("gateway drained", "flows_reset", reset)
+	// Tell peer gateways we are going; their sessions end cleanly.
+	var wg sync.WaitGroup
+	for _, p := range g.peers {
+		if s := p.session(); s != nil {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sctx, c := context.WithTimeout(ctx, time.Second)
+				defer c()
+				_ = s.Drain(sctx)
+			}()
+		}
+	}
+	wg.Wait()
+	g.stop(true)
+	return nil
+}
+
+// Close stops the gateway at once, as a crash would as far as peers and
+// hosts can tell (no RESET, no gossip goodbye): their timers and gossip
+// must notice. Tests use it to kill a gateway mid-transfer.
+func (g *Gateway) Close() error {
+	g.stop(false)
+	return nil
+}
+
+func (g *Gateway) stop(graceful bool) {
+	g.stopOne.Do(func() {
+		g.runMu.Lock()
+		if g.cancel != nil {
+			g.cancel()
+		}
+		g.runMu.Unlock()
+		// Sessions before the listener: quic-go keeps a listener's
+		// transport (and its goroutines) alive while connections it
+		// accepted are open.
+		for _, p := range g.peers {
+			p.closeAll()
+		}
+		if g.admin != nil {
+			sctx, c := context.WithTimeout(context.Background(), time.Second)
+			_ = g.admin.Shutdown(sctx)
+			c()
+			g.adminLn.Close()
+		}
+		g.wg.Wait() // peer loops, accept loop, stats: they need the endpoint
+		for _, p := range g.peers {
+			p.closeAll() // sessions handed over while stopping
+		}
+		if g.listener != nil {
+			g.listener.Close()
+			g.cancelListener()
+		}
+		g.ep.Close()
+		// A crash says no goodbye: without Leave, the others must detect
+		// the failure through their probes, as they would in production.
+		_ = g.cluster.Shutdown()
+		close(g.stopped)
+		g.log.Info("gateway stopped", "graceful", graceful)
+	})
+}
+
+func (g *Gateway) waitQuiet(ctx context.Context, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		q := 0
+		if g.ep.Call(ctx, func(_ time.Duration, ep *metaroce.Endpoint) {
+			for _, c := range ep.Conns() {
+				q += c.Queued()
+			}
+		}) != nil || q == 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (g *Gateway) waitConnsClosed(ctx context.Context, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		n := 0
+		if g.ep.Call(ctx, func(_ time.Duration, ep *metaroce.Endpoint) { n = len(ep.Conns()) }) != nil || n == 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Reload applies a new configuration if config.Reloadable accepts it:
+// log.level, limits.*, scheduler.*, the pacing ceilings, wan.key_rotation
+// (from the next session) and gossip.keyring. Anything else is refused
+// (ErrReload wrapping the keys that need a restart) and nothing changes.
+func (g *Gateway) Reload(next *config.Config) error {
+	running := g.Config()
+	changed, err := config.Reloadable(running, next)
+	if err != nil {
+		g.metrics.ConfigReload(metrics.ResultRefused)
+		return fmt.Errorf("%w: %w", ErrReload, err)
+	}
+	if len(changed) == 0 {
+		g.metrics.ConfigReload(metrics.ResultOK)
+		return nil
+	}
+	if slices.ContainsFunc(changed, func(k string) bool { return k == "gossip.keyring" }) {
+		var keys [][]byte
+		for _, k := range next.Gossip.Keyring {
+			b, derr := base64.StdEncoding.DecodeString(k)
+			if derr != nil {
+				g.metrics.ConfigReload(metrics.ResultInvalid)
+				return fmt.Errorf("%w: gossip.keyring: %w", ErrReload, derr)
+			}
+			keys = append(keys, b)
+		}
+		if kerr := g.cluster.SetKeyring(keys); kerr != nil {
+			g.metrics.ConfigReload(metrics.ResultFailed)
+			return fmt.Errorf("%w: gossip.keyring: %w", ErrReload, kerr)
+		}
+	}
+	g.level.Set(parseLevel(next.Log.Level))
+	if err := g.ep.Call(context.Background(), func(now time.Duration, _ *metaroce.Endpoint) { g.relay.apply(next) }); err != nil {
+		return err
+	}
+	g.metrics.MemoryLimitBytes.Set(float64(next.Limits.MemoryBytes))
+	g.metrics.HostFlowsLimit.Set(float64(next.Limits.MaxFlows))
+	g.cfgv.Store(next)
+	g.metrics.ConfigReload(metrics.ResultOK)
+	g.log.Info("configuration reloaded", "changed", changed)
+	return nil
+}
+
+func parseLevel(s string) slog.Level {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return slog.LevelInfo
+	}
+	return l
+}
+
+func suiteOf(name string) (seal.Suite, error) {
+	switch name {
+	case "", "aes-128-gcm":
+		return seal.AES128GCM, nil
+	case "aes-256-gcm":
+		return seal.AES256GCM, nil
+	case "chacha20-poly1305":
+		return seal.ChaCha20Poly1305, nil
+	}
+	return 0, fmt.Errorf("unknown cipher %q", name)
+}
+
+// controller looks a congestion controller up by name (package cc's
+// registry; cc/longrtt registers the long-RTT ones).
+func controller(name string, maxRate int64, rtt time.Duration) (cc.Factory, error) {
+	return cc.Lookup(name, cc.Params{LineRateBps: float64(maxRate), BaseRTT: rtt})
+}
+
+// slowestHint is the longest regions[].rtt_hint: it seeds the path timers
+// before the first RTT sample.
+func slowestHint(cfg *config.Config) time.Duration {
+	var h time.Duration
+	for _, r := range cfg.Regions {
+		h = max(h, r.RTTHint)
+	}
+	return h
+}
+
+func resolveUDP(s string) (netip.AddrPort, error) {
+	if a, err := netip.ParseAddrPort(s); err == nil {
+		return a, nil
+	}
+	ua, err := net.ResolveUDPAddr("udp", s)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	return ua.AddrPort(), nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

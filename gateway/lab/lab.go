@@ -1,0 +1,375 @@
+//go:build linux
+
+// Package lab builds a complete two-region mrgw deployment inside one
+// process, on loopback: two gateway pairs (eu-west: euw-gw1, euw-gw2;
+// us-east: use-gw1, use-gw2), a throwaway CA and certificates in a
+// temporary directory, fast gossip timings, and the link emulator
+// (loadtest/emu) between the regions, so that every WAN datagram crosses
+// emulated planes with delay, loss and a rate. `mrgw demo` and the
+// gateway's end-to-end tests run on it.
+//
+// Each gateway gets its own loopback address (127.0.0.11, .12, .21, .22)
+// and the emulator 127.0.0.200, so that hosts on 127.0.0.1 never share an
+// address with a gateway or a stand-in.
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/mrgw/mrgw/config"
+	"github.com/mrgw/mrgw/gateway"
+	"github.com/mrgw/mrgw/loadtest/emu"
+	"github.com/mrgw/mrgw/metaroce"
+	"github.com/mrgw/mrgw/pathmgr"
+	"github.com/mrgw/mrgw/tunnel/pki"
+)
+
+// Regions of the lab and the emulator site of each.
+const (
+	RegionA = "eu-west" // emulator site A
+	RegionB = "us-east" // emulator site B
+)
+
+// Gateway names per region, in order.
+var Names = map[string][]string{
+	RegionA: {"euw-gw1", "euw-gw2"},
+	RegionB: {"use-gw1", "use-gw2"},
+}
+
+var ips = map[string]string{"euw-gw1": "127.0.0.11", "euw-gw2": "127.0.0.12", "use-gw1": "127.0.0.21", "use-gw2": "127.0.0.22"}
+
+// Config configures a Lab. Zero values take the defaults in brackets.
+type Config struct {
+	Planes  int           // emulated ECMP planes [4]
+	OneWay  time.Duration // one-way delay of every plane [20 ms]
+	Loss    float64       // random loss per plane and direction [0]
+	RateBps uint64        // per plane and direction, bit/s [0: unlimited]
+	Queue   int           // drop-tail queue per plane, bytes [emulator default]
+	MTU     int           // wan.mtu [1400]
+	Paths   int           // wan.paths_per_peer [16]
+	// WANControl is wan.congestion_control ["longrtt-htcp"]; with "fixed",
+	// WANRateBps is its rate.
+	WANControl string
+	WANRateBps int64
+	// Admin gives every gateway an admin listener on an ephemeral port.
+	Admin bool
+	// Classes are scheduler classes (name → weight) besides "default".
+	Classes map[string]int
+	Seed    uint64
+	// Logger for the gateways [discard]; LogLevel is log.level ["info"].
+	Logger   *slog.Logger
+	LogLevel string
+	// Dir holds the certificates [a temporary directory removed by Close].
+	Dir string
+}
+
+// Lab is the running deployment.
+type Lab struct {
+	Emu      *emu.Emulator
+	Gateways map[string]*gateway.Gateway
+	Configs  map[string]*config.Config
+	cfg      Config
+	dir      string
+	ownDir   bool
+	wg       sync.WaitGroup
+	cancel   context.CancelFunc
+	closed   sync.Once
+}
+
+// New creates the emulator, the certificates and the four gateways (bound,
+// not running: see Start).
+func New(ctx context.Context, cfg Config) (_ *Lab, err error) {
+	if cfg.Planes == 0 {
+		cfg.Planes = 4
+	}
+	if cfg.OneWay == 0 {
+		cfg.OneWay = 20 * time.Millisecond
+	}
+	if cfg.MTU == 0 {
+		cfg.MTU = 1400
+	}
+	if cfg.Paths == 0 {
+		cfg.Paths = 16
+	}
+	if cfg.WANControl == "" {
+		cfg.WANControl = config.WANControllerHTCP
+	}
+	if cfg.LogLevel == "" {
+		cfg.LogLevel = config.LogInfo
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	l := &Lab{cfg: cfg, Gateways: map[string]*gateway.Gateway{}, Configs: map[string]*config.Config{}}
+	var held []io.Closer // probe sockets, kept open so no port is chosen twice
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	defer func() {
+		if err != nil {
+			l.Close()
+		}
+	}()
+	l.dir = cfg.Dir
+	if l.dir == "" {
+		if l.dir, err = os.MkdirTemp("", "mrgw-lab-"); err != nil {
+			return nil, err
+		}
+		l.ownDir = true
+	}
+	var ectx context.Context
+	ectx, l.cancel = context.WithCancel(context.Background())
+	l.Emu, err = emu.New(ectx, emu.Config{
+		Planes: cfg.Planes, Seed: cfg.Seed + 1,
+		Link:        emu.LinkConfig{Delay: cfg.OneWay, Loss: cfg.Loss, Rate: cfg.RateBps, QueueBytes: cfg.Queue},
+		Bind:        netip.MustParseAddr("127.0.0.200"),
+		MaxDatagram: cfg.MTU + 256,
+		MaxMappings: 8192,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("lab: emulator: %w", err)
+	}
+	if err := l.certs(); err != nil {
+		return nil, err
+	}
+	type addrs struct {
+		lan, wan, ctl, gossip, admin netip.AddrPort
+		standIn                      netip.AddrPort
+	}
+	all := map[string]*addrs{}
+	for reg, names := range Names {
+		site := emu.SiteA
+		if reg == RegionB {
+			site = emu.SiteB
+		}
+		for _, n := range names {
+			ip := netip.MustParseAddr(ips[n])
+			a := &addrs{}
+			var perr error
+			for _, p := range []*netip.AddrPort{&a.lan, &a.wan, &a.ctl, &a.gossip, &a.admin} {
+				var hold []io.Closer
+				if *p, hold, perr = freePort(ip); perr != nil {
+					return nil, perr
+				}
+				held = append(held, hold...)
+			}
+			if a.standIn, err = l.Emu.Expose(site, a.wan); err != nil {
+				return nil, fmt.Errorf("lab: expose %s: %w", n, err)
+			}
+			all[n] = a
+		}
+	}
+	for reg, names := range Names {
+		other := RegionB
+		if reg == RegionB {
+			other = RegionA
+		}
+		for _, n := range names {
+			a := all[n]
+			c := config.Default()
+			c.Node = config.Node{Name: n, Region: reg}
+			c.LAN.Listen = a.lan.String()
+			c.WAN.Planes = []config.Plane{{Name: "wan", Local: a.wan.String()}}
+			c.WAN.MTU = cfg.MTU
+			c.WAN.PathsPerPeer = cfg.Paths
+			c.WAN.CongestionControl = cfg.WANControl
+			c.WAN.MaxRateBps = cfg.WANRateBps
+			c.WAN.KeyRotation = 10 * time.Minute
+			c.Control.Listen = a.ctl.String()
+			c.Control.TLS = config.TLS{
+				CAFile:   filepath.Join(l.dir, "ca.pem"),
+				CertFile: filepath.Join(l.dir, n+".pem"),
+				KeyFile:  filepath.Join(l.dir, n+"-key.pem"),
+			}
+			r := config.Region{Name: other, RTTHint: 2 * cfg.OneWay}
+			for _, pn := range Names[other] {
+				r.Gateways = append(r.Gateways, config.RemoteGateway{Name: pn, Control: all[pn].ctl.String(), WAN: []string{all[pn].standIn.String()}})
+			}
+			c.Regions = []config.Region{r}
+			c.Gossip.Bind = a.gossip.String()
+			for m, b := range all {
+				if m != n {
+					c.Gossip.Seeds = append(c.Gossip.Seeds, b.gossip.String())
+				}
+			}
+			c.Gossip.Profile = config.GossipProfileCustom
+			c.Gossip.ProbeInterval = 200 * time.Millisecond
+			c.Gossip.ProbeTimeout = 100 * time.Millisecond
+			c.Gossip.SuspicionMult = 2
+			c.Gossip.GossipInterval = 50 * time.Millisecond
+			c.Limits.MemoryBytes = 256 << 20
+			c.Limits.FlowCreditBytes = 4 << 20
+			for cn, w := range cfg.Classes {
+				c.Scheduler.Classes = append(c.Scheduler.Classes, config.Class{Name: cn, Weight: w})
+			}
+			c.Admin.Listen = ""
+			if cfg.Admin {
+				c.Admin.Listen = a.admin.String()
+			}
+			c.Log.Level = cfg.LogLevel
+			if err := c.Validate(); err != nil {
+				return nil, fmt.Errorf("lab: config of %s: %w", n, err)
+			}
+			l.Configs[n] = c
+		}
+	}
+	for _, c := range held {
+		c.Close()
+	}
+	held = nil
+	for n, c := range l.Configs {
+		g, err := gateway.New(c, gateway.Options{
+			Logger:           cfg.Logger,
+			Protocol:         l.tune,
+			ControlKeepalive: 250 * time.Millisecond,
+			ControlMisses:    4,
+			StatsEvery:       200 * time.Millisecond,
+			DrainTimeout:     2 * time.Second,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("lab: gateway %s: %w", n, err)
+		}
+		l.Gateways[n] = g
+	}
+	return l, nil
+}
+
+// tune sets path timings for the lab's round trip: a dead path or gateway
+// is noticed within a few hundred milliseconds.
+func (l *Lab) tune(p *metaroce.Config) {
+	rtt := 2 * l.cfg.OneWay
+	p.Path = pathmgr.Config{
+		InitialRTT: rtt, MinPTO: 10 * time.Millisecond, MaxAckDelay: 2 * time.Millisecond,
+		DownAfter: 3, ProbeInterval: 20 * time.Millisecond, MaxProbeInterval: time.Second, UpAfter: 2,
+	}
+	p.MaxAckDelay = 2 * time.Millisecond
+	p.DeadAfter = time.Second
+}
+
+func (l *Lab) certs() error {
+	now := time.Now().Add(-time.Hour)
+	ca, err := pki.NewCA("mrgw lab CA", now, 48*time.Hour)
+	if err != nil {
+		return err
+	}
+	if err := pki.WriteCertPEM(filepath.Join(l.dir, "ca.pem"), ca.Cert); err != nil {
+		return err
+	}
+	for n := range ips {
+		id, err := ca.Issue(n, now, 24*time.Hour)
+		if err != nil {
+			return err
+		}
+		if err := id.WriteFiles(filepath.Join(l.dir, n+".pem"), filepath.Join(l.dir, n+"-key.pem")); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// freePort finds a port free for both UDP and TCP on ip. The sockets that
+// prove it stay open (returned) until every port of the lab is chosen, so
+// that the kernel cannot hand the same port out twice.
+func freePort(ip netip.Addr) (netip.AddrPort, []io.Closer, error) {
+	for range 64 {
+		u, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(ip, 0)))
+		if err != nil {
+			return netip.AddrPort{}, nil, err
+		}
+		a := u.LocalAddr().(*net.UDPAddr).AddrPort()
+		t, err := net.Listen("tcp", a.String())
+		if err != nil {
+			u.Close()
+			continue
+		}
+		return a, []io.Closer{u, t}, nil
+	}
+	return netip.AddrPort{}, nil, errors.New("lab: no free port")
+}
+
+// Start runs every gateway.
+func (l *Lab) Start() {
+	for _, g := range l.Gateways {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			_ = g.Run(context.Background())
+		}()
+	}
+}
+
+// WaitReady waits until every running gateway has its WAN connections to
+// both gateways of the other region up.
+func (l *Lab) WaitReady(ctx context.Context) error {
+	for {
+		ok := true
+		for _, g := range l.Gateways {
+			select {
+			case <-g.Done():
+				continue
+			default:
+			}
+			st := g.Status()
+			if len(st.Peers) == 0 {
+				ok = false
+			}
+			for _, p := range st.Peers {
+				if p.State != "up" {
+					ok = false
+				}
+			}
+			if !st.Ready {
+				ok = false
+			}
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("lab: gateways not ready: %w", ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// HostGateways returns the LAN addresses of a region's gateway pair.
+func (l *Lab) HostGateways(region string) []netip.AddrPort {
+	var out []netip.AddrPort
+	for _, n := range Names[region] {
+		out = append(out, netip.MustParseAddrPort(l.Configs[n].LAN.Listen))
+	}
+	return out
+}
+
+// Close stops every gateway at once and the emulator, and removes the
+// temporary directory.
+func (l *Lab) Close() {
+	l.closed.Do(func() {
+		for _, g := range l.Gateways {
+			g.Close()
+		}
+		l.wg.Wait()
+		if l.Emu != nil {
+			l.Emu.Close()
+		}
+		if l.cancel != nil {
+			l.cancel()
+		}
+		if l.ownDir {
+			os.RemoveAll(l.dir)
+		}
+	})
+}

@@ -1,0 +1,668 @@
+//go:build linux
+
+package gateway
+
+import (
+	"errors"
+	"time"
+
+	"github.com/mrgw/mrgw/config"
+	"github.com/mrgw/mrgw/flowctl"
+	"github.com/mrgw/mrgw/metaroce"
+	"github.com/mrgw/mrgw/metrics"
+	"github.com/mrgw/mrgw/region"
+)
+
+// Everything in this file runs on the endpoint's owner goroutine: in
+// OnEvent, in the sinks (called from inside metaroce's Receive) and in
+// functions handed to netio's Do and Call. Nothing here locks or blocks.
+
+// minGrant is the smallest credit worth granting, in MTUs: less would
+// let a flow move one packet per round trip.
+const minGrant = 4
+
+// connInfo is the relay's view of one connection.
+type connInfo struct {
+	c        *metaroce.Conn
+	wan      *wanPeer // nil for a host connection
+	endpoint string   // host connections: the registered endpoint name
+	up       bool     // established
+	dead     bool     // torn down by the relay; later events are ignored
+	next     uint32   // next stream id we allocate for sending on c
+	// flows by the stream they use on this connection: in (we receive
+	// their data on it) and out (we send their data on it).
+	in, out map[uint32]*flow
+}
+
+type flowState uint8
+
+const (
+	flowOpening flowState = iota + 1
+	flowOpen
+	flowGone
+)
+
+// flow is one host flow through this gateway: data arrives on up/upStream
+// and leaves on down/downStream.
+type flow struct {
+	id                   uint64
+	up, down             *connInfo
+	upStream, downStream uint32
+	state                flowState
+	outbound             bool // the source host is local (direction out)
+	peerRegion           string
+	class                string
+	resume, below        uint64
+	reserved             int64 // credit reserved from the memory budget
+	credit               int64 // credit granted upstream
+	held                 int64 // bytes of chunks held now
+	msgs                 map[uint64]*relayMsg
+	opened               time.Duration
+	bytes                uint64
+	release              func([]byte)
+}
+
+// relayMsg is one message being relayed: its message on the next hop and,
+// when the two hops' MTUs differ, the next hop's chunks being filled.
+type relayMsg struct {
+	rm       *metaroce.RelayMessage
+	parts    map[uint64]*part
+	length   uint64
+	supplied uint64 // bytes handed to the next hop
+}
+
+type part struct {
+	buf    []byte
+	filled int
+}
+
+// relay is the gateway's flow table and buffer pool.
+type relay struct {
+	g         *Gateway
+	conns     map[*metaroce.Conn]*connInfo
+	wan       map[*wanPeer]*connInfo // the WAN connection to each peer
+	hosts     map[string]*connInfo   // registered endpoints
+	flows     map[uint64]*flow
+	hostPeers int
+	draining  bool
+
+	// Limits and weights (reloadable).
+	memLimit, flowCredit int64
+	maxFlows             int
+	weights              map[string]int
+	defaultClass         string
+	ownRegion            string
+
+	reserved, inUse int64
+	free            [][]byte // recycled full-size chunk buffers
+	bufSize         int
+
+	// Counters for status and metrics.
+	completed, refused, resets uint64
+	lanIn, lanOut              uint64
+}
+
+func newRelay(g *Gateway, cfg *config.Config) *relay {
+	r := &relay{
+		g: g, conns: map[*metaroce.Conn]*connInfo{}, wan: map[*wanPeer]*connInfo{},
+		hosts: map[string]*connInfo{}, flows: map[uint64]*flow{},
+		ownRegion: cfg.Node.Region, bufSize: cfg.WAN.MTU,
+	}
+	r.apply(cfg)
+	return r
+}
+
+// apply takes the live settings of cfg.
+func (r *relay) apply(cfg *config.Config) {
+	r.memLimit = cfg.Limits.MemoryBytes
+	r.flowCredit = cfg.Limits.FlowCreditBytes
+	r.maxFlows = cfg.Limits.MaxFlows
+	r.weights = map[string]int{}
+	for _, c := range cfg.Scheduler.Classes {
+		r.weights[c.Name] = c.Weight
+	}
+	r.defaultClass = cfg.Scheduler.DefaultClass
+	// Streams already open take their class's new weight.
+	for _, f := range r.flows {
+		if f.down != nil && f.down.wan != nil {
+			f.down.c.SetStreamWeight(f.downStream, r.weight(f.class))
+		}
+	}
+}
+
+func (r *relay) weight(class string) int {
+	if w, ok := r.weights[class]; ok {
+		return w
+	}
+	if w, ok := r.weights[r.defaultClass]; ok {
+		return w
+	}
+	return 1
+}
+
+func (r *relay) info(c *metaroce.Conn) *connInfo {
+	ci := r.conns[c]
+	if ci == nil {
+		ci = &connInfo{c: c, next: 1, in: map[uint32]*flow{}, out: map[uint32]*flow{}}
+		if p := r.g.byID[c.Peer()]; p != nil {
+			ci.wan = p
+		}
+		r.conns[c] = ci
+	}
+	return ci
+}
+
+func (ci *connInfo) peerName() string {
+	if ci.wan != nil {
+		return ci.wan.name
+	}
+	return "host:" + ci.endpoint
+}
+
+// ensureConn opens the WAN connection to p if there is none (dialer side).
+func (r *relay) ensureConn(now time.Duration, ep *metaroce.Endpoint, p *wanPeer) {
+	if ci := r.wan[p]; ci != nil && !ci.dead {
+		return
+	}
+	c, err := ep.ConnectWith(now, p.id, metaroce.ConnOptions{CC: r.g.wanCC, Paths: r.g.Config().WAN.PathsPerPeer})
+	if err != nil {
+		r.g.log.Warn("cannot open WAN connection", "peer", p.name, "err", err)
+		return
+	}
+	r.wan[p] = r.info(c)
+	p.setState("connecting", "")
+}
+
+func (r *relay) onEvent(now time.Duration, ev metaroce.Event) {
+	switch ev.Kind {
+	case metaroce.EventConnected:
+		ci := r.info(ev.Conn)
+		ci.up = true
+		if p := ci.wan; p != nil {
+			if old := r.wan[p]; old != nil && old != ci {
+				// The peer opened a new connection: it lost the old one.
+				r.dropConn(now, old, "replaced by a new connection")
+				old.c.Close(now)
+			}
+			r.wan[p] = ci
+			p.setState("up", "")
+			p.metrics.SetConnected(true)
+			r.g.log.Info("WAN connection up", "peer", p.name, "paths", len(ci.c.Paths().Paths))
+		}
+	case metaroce.EventClosed:
+		ci := r.conns[ev.Conn]
+		if ci == nil {
+			return
+		}
+		reason := "closed"
+		if ev.Err != nil {
+			reason = ev.Err.Error()
+		}
+		r.dropConn(now, ci, reason)
+		delete(r.conns, ev.Conn)
+	case metaroce.EventSendComplete:
+		ci := r.conns[ev.Conn]
+		if ci == nil || ev.Stream == flowctl.ControlStream {
+			return
+		}
+		if f := ci.out[ev.Stream]; f != nil {
+			delete(f.msgs, ev.Seq)
+			if ev.Err != nil && f.state != flowGone {
+				// The next hop refused the message: this route cannot
+				// deliver it, so the source must re-send it elsewhere.
+				r.g.log.Debug("relayed message failed", "flow", f.id, "seq", ev.Seq, "err", ev.Err)
+				if f.up != nil && !f.up.dead {
+					r.sendCtl(f.up, &flowctl.Msg{Type: flowctl.Reset, Flow: f.id, Code: flowctl.CodeRouteLost, Reason: "next hop refused a message: " + ev.Err.Error()})
+					r.resets++
+				}
+				r.teardown(f)
+			}
+		}
+	case metaroce.EventPath:
+		ci := r.conns[ev.Conn]
+		if ci != nil && ci.wan == nil {
+			tr := ev.Transition
+			r.g.log.Debug("host path", "peer", ev.Conn.Peer(), "path", tr.Path, "from", tr.From.String(), "to", tr.To.String(), "reason", tr.Reason)
+		}
+		if ci != nil && ci.wan != nil {
+			tr := ev.Transition
+			r.g.log.Debug("path", "peer", ci.wan.name, "path", tr.Path, "from", tr.From.String(), "to", tr.To.String(), "reason", tr.Reason)
+			r.g.metrics.Path(ci.wan.name, ci.wan.region, r.g.planeName(tr.Path), tr.Path).Transition(tr)
+		}
+	case metaroce.EventPlacementError:
+		r.g.log.Debug("placement error", "peer", ev.Conn.Peer(), "stream", ev.Stream, "seq", ev.Seq, "err", ev.Err)
+	}
+}
+
+// dropConn forgets a connection that closed or whose peer is gone: flows
+// that came in on it end here; flows that went out on it are RESET
+// upstream, so their sources re-open them elsewhere.
+func (r *relay) dropConn(now time.Duration, ci *connInfo, reason string) {
+	if ci.dead {
+		return
+	}
+	ci.dead = true
+	for _, f := range ci.out {
+		if f.up != nil && !f.up.dead {
+			r.sendCtl(f.up, &flowctl.Msg{Type: flowctl.Reset, Flow: f.id, Code: flowctl.CodeRouteLost, Reason: reason})
+			r.resets++
+		}
+		r.teardown(f)
+	}
+	for _, f := range ci.in {
+		r.teardown(f)
+	}
+	if ci.endpoint != "" && r.hosts[ci.endpoint] == ci {
+		delete(r.hosts, ci.endpoint)
+	}
+	if p := ci.wan; p != nil {
+		if r.wan[p] == ci {
+			delete(r.wan, p)
+			p.metrics.SetConnected(false)
+		}
+		r.g.log.Info("WAN connection down", "peer", p.name, "reason", reason)
+	} else if ci.c.Peer() >= hostPeerBase {
+		// The host's peer entry goes when its last connection does.
+		still := false
+		for c, o := range r.conns {
+			if o != ci && !o.dead && c.Peer() == ci.c.Peer() {
+				still = true
+			}
+		}
+		if !still {
+			r.g.ep.RemovePeer(ci.c.Peer())
+			r.hostPeers--
+		}
+	}
+	// ci stays in conns, marked dead, until its EventClosed: what still
+	// arrives on it is ignored.
+}
+
+// dropPeer ends the WAN connection to p (gossip says it is dead, or its
+// control session ended).
+func (r *relay) dropPeer(now time.Duration, p *wanPeer, reason string) {
+	if ci := r.wan[p]; ci != nil {
+		r.dropConn(now, ci, reason)
+		ci.c.Close(now)
+	}
+	for c, ci := range r.conns {
+		if ci.wan == p && !ci.dead {
+			r.dropConn(now, ci, reason)
+			c.Close(now)
+		}
+	}
+}
+
+// teardown forgets a flow: its relayed messages fail (returning their
+// buffers), its streams are forgotten, its credit returns to the budget.
+func (r *relay) teardown(f *flow) {
+	if f.state == flowGone {
+		return
+	}
+	f.state = flowGone
+	for seq, m := range f.msgs {
+		r.g.log.Debug("relayed message abandoned", "flow", f.id, "seq", seq, "supplied", m.supplied, "length", m.length)
+		m.rm.Fail(errFlowEnded)
+		for _, p := range m.parts {
+			r.put(f, p.buf)
+		}
+		delete(f.msgs, seq)
+	}
+	if f.up != nil {
+		delete(f.up.in, f.upStream)
+		if !f.up.dead {
+			f.up.c.ForgetRecvStream(f.upStream)
+		}
+	}
+	if f.down != nil {
+		delete(f.down.out, f.downStream)
+		f.down.c.ForgetSendStream(f.downStream)
+	}
+	r.reserved -= f.reserved
+	f.reserved = 0
+	if r.flows[f.id] == f {
+		delete(r.flows, f.id)
+	}
+}
+
+// resetAll RESETs every flow upstream (Shutdown) and returns how many.
+func (r *relay) resetAll(now time.Duration, code flowctl.Code, reason string) int {
+	n := 0
+	for _, f := range r.flows {
+		if f.up != nil && !f.up.dead {
+			r.sendCtl(f.up, &flowctl.Msg{Type: flowctl.Reset, Flow: f.id, Code: code, Reason: reason})
+		}
+		r.teardown(f)
+		n++
+	}
+	return n
+}
+
+func (r *relay) inflightMessages() int {
+	n := 0
+	for _, f := range r.flows {
+		n += len(f.msgs)
+	}
+	return n
+}
+
+func (r *relay) sendCtl(ci *connInfo, m *flowctl.Msg) {
+	b, err := flowctl.Append(make([]byte, 0, 64), m)
+	if err != nil {
+		r.g.log.Warn("cannot encode control message", "type", m.Type, "err", err)
+		return
+	}
+	if _, err := ci.c.Send(r.g.ep.Now(), flowctl.ControlStream, 0, b); err != nil {
+		r.g.log.Debug("cannot send control message", "type", m.Type, "err", err)
+	}
+}
+
+// Chunk is the control stream's sink: every control message is one packet.
+func (r *relay) Chunk(c *metaroce.Conn, h *metaroce.DataHeader, payload []byte) metaroce.ErrorCode {
+	if h.Offset != 0 || h.MsgLen != uint64(len(payload)) {
+		return metaroce.ErrCodeBufferTooSmall
+	}
+	m, err := flowctl.Decode(payload)
+	if err != nil {
+		r.g.log.Debug("bad control message", "peer", c.Peer(), "err", err)
+		return 0
+	}
+	r.handle(r.info(c), &m)
+	return 0
+}
+
+func (r *relay) handle(ci *connInfo, m *flowctl.Msg) {
+	if ci.dead {
+		return
+	}
+	switch m.Type {
+	case flowctl.Register:
+		if ci.wan != nil {
+			return
+		}
+		ci.endpoint = m.Endpoint
+		r.hosts[m.Endpoint] = ci
+		r.sendCtl(ci, &flowctl.Msg{Type: flowctl.RegisterOK})
+		r.g.log.Debug("host registered", "endpoint", m.Endpoint, "peer", ci.c.Peer())
+	case flowctl.Open:
+		r.open(ci, m)
+	case flowctl.OpenOK:
+		if f := r.flows[m.Flow]; f != nil && f.down == ci && f.state == flowOpening {
+			credit := min(int64(m.Credit), f.reserved)
+			f.credit = credit
+			// Give back what the downstream did not grant.
+			r.reserved -= f.reserved - credit
+			f.reserved = credit
+			f.state = flowOpen
+			r.sendCtl(f.up, &flowctl.Msg{Type: flowctl.OpenOK, Flow: f.id, Credit: uint64(credit)})
+			r.g.log.Debug("flow open", "flow", f.id, "credit", credit)
+		}
+	case flowctl.OpenErr:
+		if f := r.flows[m.Flow]; f != nil && f.down == ci {
+			r.sendCtl(f.up, &flowctl.Msg{Type: flowctl.OpenErr, Flow: f.id, Code: m.Code, Reason: m.Reason})
+			r.teardown(f)
+		}
+	case flowctl.Done:
+		if f := r.flows[m.Flow]; f != nil && f.down == ci {
+			if m.Below > f.below {
+				if f.outbound {
+					r.completed += m.Below - f.below
+					r.g.metrics.MessagesCompleted.WithLabelValues(f.peerRegion, metrics.DirOut).Add(float64(m.Below - f.below))
+				} else {
+					r.g.metrics.MessagesCompleted.WithLabelValues(f.peerRegion, metrics.DirIn).Add(float64(m.Below - f.below))
+				}
+				f.below = m.Below
+			}
+			r.sendCtl(f.up, m)
+		}
+	case flowctl.Reset:
+		if f := r.flows[m.Flow]; f != nil && f.down == ci {
+			r.sendCtl(f.up, m)
+			r.resets++
+			r.teardown(f)
+		}
+	case flowctl.Close:
+		if f := r.flows[m.Flow]; f != nil && f.up == ci {
+			if f.down != nil && !f.down.dead {
+				r.sendCtl(f.down, m)
+			}
+			r.teardown(f)
+		}
+	case flowctl.Ping:
+		r.sendCtl(ci, &flowctl.Msg{Type: flowctl.Pong, Seq: m.Seq})
+	}
+}
+
+func (r *relay) refuse(ci *connInfo, m *flowctl.Msg, code flowctl.Code, reason, metric string) {
+	r.refused++
+	r.g.metrics.FlowRefused(metric)
+	r.sendCtl(ci, &flowctl.Msg{Type: flowctl.OpenErr, Flow: m.Flow, Code: code, Reason: reason})
+	r.g.log.Debug("flow refused", "flow", m.Flow, "dst", m.DstRegion+"/"+m.DstEndpoint, "code", code.String(), "reason", reason)
+}
+
+// open handles OPEN from a host (we are the source gateway) or from a peer
+// gateway (we are the destination gateway).
+func (r *relay) open(ci *connInfo, m *flowctl.Msg) {
+	if m.Stream == flowctl.ControlStream {
+		r.refuse(ci, m, flowctl.CodeBadRequest, "stream 0 is the control stream", metrics.RefuseBadRequest)
+		return
+	}
+	if r.draining {
+		r.refuse(ci, m, flowctl.CodeDraining, "", metrics.Other)
+		return
+	}
+	if old := r.flows[m.Flow]; old != nil {
+		// The flow re-opens (failover, or a retry): its old instance is
+		// stale whichever hop it used.
+		r.teardown(old)
+	}
+	if len(r.flows) >= r.maxFlows {
+		r.refuse(ci, m, flowctl.CodeNoCapacity, "limits.max_flows reached", metrics.RefuseLimit)
+		return
+	}
+	grant := min(r.flowCredit, r.memLimit-r.reserved)
+	if grant < int64(minGrant*r.bufSize) {
+		r.refuse(ci, m, flowctl.CodeNoCapacity, "limits.memory_bytes reserved by other flows", metrics.RefuseLimit)
+		return
+	}
+	var down *connInfo
+	var peerRegion string
+	outbound := ci.wan == nil
+	if outbound {
+		if m.DstRegion == "" || m.DstRegion == r.ownRegion {
+			r.refuse(ci, m, flowctl.CodeBadRequest, "destination region must be another region", metrics.RefuseBadRequest)
+			return
+		}
+		var code flowctl.Code
+		var why string
+		down, code, why = r.route(m.Flow, m.DstRegion)
+		if down == nil {
+			r.refuse(ci, m, code, why, metrics.RefuseNoRoute)
+			return
+		}
+		peerRegion = m.DstRegion
+	} else {
+		if m.DstRegion != r.ownRegion {
+			r.refuse(ci, m, flowctl.CodeBadRequest, "destination region is "+m.DstRegion+", this gateway serves "+r.ownRegion, metrics.RefuseBadRequest)
+			return
+		}
+		down = r.hosts[m.DstEndpoint]
+		if down == nil || down.dead {
+			r.refuse(ci, m, flowctl.CodeUnknownEndpoint, m.DstEndpoint, metrics.RefuseNoRoute)
+			return
+		}
+		peerRegion = m.SrcRegion
+	}
+	if err := ci.c.ResumeStream(m.Stream, m.Resume); err != nil {
+		r.refuse(ci, m, flowctl.CodeBadRequest, "stream already in use", metrics.RefuseBadRequest)
+		return
+	}
+	f := &flow{
+		id: m.Flow, up: ci, down: down, upStream: m.Stream, downStream: down.next,
+		state: flowOpening, outbound: outbound, peerRegion: peerRegion, class: m.Class,
+		resume: m.Resume, below: m.Resume, reserved: grant, msgs: map[uint64]*relayMsg{},
+		opened: r.g.ep.Now(),
+	}
+	if _, ok := r.weights[f.class]; !ok {
+		f.class = r.defaultClass
+	}
+	f.release = func(b []byte) { r.put(f, b) }
+	down.next++
+	if down.next == 0 {
+		down.next = 1
+	}
+	r.reserved += grant
+	r.flows[f.id] = f
+	ci.in[f.upStream] = f
+	down.out[f.downStream] = f
+	down.c.SetStreamWeight(f.downStream, r.weight(f.class))
+	// Bound before OPEN goes on: no data can arrive on an unbound stream.
+	ci.c.BindSink(f.upStream, &flowSink{r: r, f: f})
+	fw := *m
+	fw.Stream = f.downStream
+	r.sendCtl(down, &fw)
+	r.g.log.Debug("flow opening", "flow", f.id, "resume", f.resume, "up_stream", f.upStream, "down_stream", f.downStream, "outbound", outbound, "next", down.peerName())
+}
+
+// route picks the next gateway of a flow: a live gateway of the region
+// (gossip), chosen by the flow id so flows spread over the pair, that has
+// an established WAN connection. Errors are immediate, never a wait.
+func (r *relay) route(flowID uint64, dst string) (*connInfo, flowctl.Code, string) {
+	gws, err := r.g.cluster.Route(dst)
+	if err != nil {
+		if errors.Is(err, region.ErrUnknownRegion) {
+			return nil, flowctl.CodeUnknownRegion, err.Error()
+		}
+		return nil, flowctl.CodeRegionUnreachable, err.Error()
+	}
+	n := len(gws)
+	start := int(flowID % uint64(n))
+	for k := range n {
+		gw := gws[(start+k)%n]
+		p := r.g.byName[gw.Name]
+		if p == nil {
+			continue
+		}
+		ci := r.wan[p]
+		if ci == nil || !ci.up || ci.dead {
+			continue
+		}
+		if a := p.attached(); a == nil || a.Draining() {
+			continue
+		}
+		return ci, 0, ""
+	}
+	return nil, flowctl.CodeRegionUnreachable, "no WAN connection to a live gateway of " + dst
+}
+
+// get returns a buffer of n bytes charged to f, or nil if f's reservation
+// or the memory limit would be exceeded.
+func (r *relay) get(f *flow, n int) []byte {
+	// DONE can overtake the next hop's acknowledgements (an ack lost on
+	// the WAN is repaired a round trip later), so a flow may briefly hold
+	// more than its credit: allow twice as much. A host that ignores its
+	// credit is stopped here; memory_bytes bounds the sum regardless.
+	if f.held+int64(n) > 2*f.reserved+int64(2*r.bufSize) || r.inUse+int64(n) > r.memLimit {
+		return nil
+	}
+	var b []byte
+	if n == r.bufSize && len(r.free) > 0 {
+		b = r.free[len(r.free)-1]
+		r.free = r.free[:len(r.free)-1]
+	} else {
+		b = make([]byte, n)
+	}
+	f.held += int64(n)
+	r.inUse += int64(n)
+	return b[:n]
+}
+
+// put returns a buffer charged to f.
+func (r *relay) put(f *flow, b []byte) {
+	f.held -= int64(len(b))
+	r.inUse -= int64(len(b))
+	if cap(b) == r.bufSize && len(r.free) < 1024 {
+		r.free = append(r.free, b[:cap(b)])
+	}
+}
+
+// flowSink relays one flow's incoming stream, chunk by chunk.
+type flowSink struct {
+	r *relay
+	f *flow
+}
+
+// Chunk copies one arriving chunk into the pool and supplies it to the
+// flow's message on the next hop, which sends it as soon as its window
+// allows.
+func (s *flowSink) Chunk(c *metaroce.Conn, h *metaroce.DataHeader, payload []byte) metaroce.ErrorCode {
+	r, f := s.r, s.f
+	if f.state != flowOpen || f.down == nil || f.down.dead {
+		r.g.log.Debug("chunk refused: flow not open", "flow", f.id, "state", f.state, "seq", h.MsgSeq)
+		return metaroce.ErrCodeNoBuffer
+	}
+	m := f.msgs[h.MsgSeq]
+	if m == nil {
+		rm, err := f.down.c.WriteRelay(f.downStream, h.MsgSeq, h.Op, h.Key, h.Addr, h.MsgLen, f.release)
+		if err != nil {
+			r.g.log.Debug("cannot relay message", "flow", f.id, "seq", h.MsgSeq, "err", err)
+			return metaroce.ErrCodeNoBuffer
+		}
+		m = &relayMsg{rm: rm, length: h.MsgLen}
+		f.msgs[h.MsgSeq] = m
+	}
+	mtu := uint64(f.down.c.MTU())
+	off, n := h.Offset, uint64(len(payload))
+	if f.outbound {
+		r.lanIn += n
+	} else {
+		r.lanOut += n
+	}
+	f.bytes += n
+	if off%mtu == 0 && n <= mtu && (n == mtu || off+n == h.MsgLen) {
+		// Same chunking on both hops: one copy, straight through.
+		b := r.get(f, int(n))
+		if b == nil {
+			r.g.log.Debug("chunk refused: over the flow's credit or the memory limit", "flow", f.id, "held", f.held, "reserved", f.reserved, "in_use", r.inUse)
+			return metaroce.ErrCodeNoBuffer
+		}
+		copy(b, payload)
+		if err := m.rm.Supply(off, b); err != nil {
+			r.put(f, b)
+			return metaroce.ErrCodeNoBuffer
+		}
+		m.supplied += n
+		return 0
+	}
+	// Different MTUs: fill the next hop's chunks and supply each when full.
+	if m.parts == nil {
+		m.parts = map[uint64]*part{}
+	}
+	for pos := off; pos < off+n; {
+		j := pos / mtu
+		start := j * mtu
+		clen := min(mtu, h.MsgLen-start)
+		p := m.parts[j]
+		if p == nil {
+			b := r.get(f, int(clen))
+			if b == nil {
+				return metaroce.ErrCodeNoBuffer
+			}
+			p = &part{buf: b}
+			m.parts[j] = p
+		}
+		take := min(start+clen, off+n) - pos
+		copy(p.buf[pos-start:], payload[pos-off:pos-off+take])
+		p.filled += int(take)
+		pos += take
+		if uint64(p.filled) == clen {
+			delete(m.parts, j)
+			if err := m.rm.Supply(start, p.buf); err != nil {
+				r.put(f, p.buf)
+				return metaroce.ErrCodeNoBuffer
+			}
+			m.supplied += clen
+		}
+	}
+	return 0
+}

@@ -1,0 +1,257 @@
+//go:build linux
+
+package gateway
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/mrgw/mrgw/metaroce"
+	"github.com/mrgw/mrgw/metrics"
+)
+
+// Status is the gateway's state as /status serves it (JSON) and `mrgw
+// status` prints it. It is a snapshot taken every Options.StatsEvery.
+type Status struct {
+	Node     string         `json:"node"`
+	Region   string         `json:"region"`
+	At       time.Time      `json:"at"`
+	Ready    bool           `json:"ready"`
+	Draining bool           `json:"draining"`
+	Members  []MemberStatus `json:"members"`
+	Peers    []PeerStatus   `json:"peers"`
+	Flows    FlowStatus     `json:"flows"`
+	Memory   MemoryStatus   `json:"memory"`
+	// LAN goodput through the gateway, bytes per second: towards remote
+	// regions (out) and towards local hosts (in).
+	LANOutBps float64 `json:"lan_out_bytes_per_second"`
+	LANInBps  float64 `json:"lan_in_bytes_per_second"`
+	Hosts     int     `json:"hosts"`
+}
+
+// MemberStatus is one gateway as gossip sees it.
+type MemberStatus struct {
+	Name   string `json:"name"`
+	Region string `json:"region"`
+	State  string `json:"state"`
+}
+
+// PeerStatus is a peer gateway: its control session and WAN connection.
+type PeerStatus struct {
+	Name       string       `json:"name"`
+	Region     string       `json:"region"`
+	State      string       `json:"state"` // down, connecting, session, up
+	Since      time.Time    `json:"since"`
+	LastError  string       `json:"last_error,omitempty"`
+	ControlRTT float64      `json:"control_rtt_ms"`
+	TxBps      float64      `json:"tx_payload_bytes_per_second"`
+	RxBps      float64      `json:"rx_payload_bytes_per_second"`
+	Sent       uint64       `json:"payload_bytes_sent"`
+	Received   uint64       `json:"payload_bytes_received"`
+	Retrans    uint64       `json:"retransmits"`
+	Lost       uint64       `json:"packets_lost"`
+	Flows      int          `json:"flows"`
+	Paths      []PathStatus `json:"paths"`
+}
+
+// PathStatus is one path of a WAN connection.
+type PathStatus struct {
+	ID       int     `json:"id"`
+	Plane    string  `json:"plane"`
+	State    string  `json:"state"`
+	RTT      float64 `json:"rtt_ms"`
+	MinRTT   float64 `json:"min_rtt_ms"`
+	Cwnd     int     `json:"cwnd_bytes"`
+	Inflight int     `json:"inflight_bytes"`
+	Sent     uint64  `json:"packets_sent"`
+	Lost     uint64  `json:"packets_lost"`
+}
+
+// FlowStatus counts host flows.
+type FlowStatus struct {
+	Active    int    `json:"active"`
+	Refused   uint64 `json:"refused"`
+	Resets    uint64 `json:"resets"`
+	Completed uint64 `json:"messages_completed"`
+}
+
+// MemoryStatus is the relay buffer budget.
+type MemoryStatus struct {
+	InUse    int64 `json:"in_use_bytes"`
+	Reserved int64 `json:"reserved_bytes"`
+	Limit    int64 `json:"limit_bytes"`
+}
+
+// Status returns the latest snapshot.
+func (g *Gateway) Status() Status { return *g.status.Load() }
+
+func (g *Gateway) planeName(path int) string {
+	if len(g.planes) == 0 {
+		return "default"
+	}
+	return g.planes[path%len(g.planes)]
+}
+
+type rateState struct {
+	at             time.Time
+	lanIn, lanOut  uint64
+	sent, received map[string]uint64
+}
+
+// statsLoop refreshes metrics and the status snapshot.
+func (g *Gateway) statsLoop() {
+	t := time.NewTicker(g.opts.StatsEvery)
+	defer t.Stop()
+	prev := rateState{at: time.Now(), sent: map[string]uint64{}, received: map[string]uint64{}}
+	for {
+		g.snapshot(&prev)
+		select {
+		case <-g.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (g *Gateway) snapshot(prev *rateState) {
+	now := time.Now()
+	dt := now.Sub(prev.at).Seconds()
+	if dt <= 0 {
+		dt = 1
+	}
+	st := &Status{Node: g.Config().Node.Name, Region: g.Config().Node.Region, At: now}
+	peers := map[string]*PeerStatus{}
+	for _, p := range g.peers {
+		p.mu.Lock()
+		ps := &PeerStatus{Name: p.name, Region: p.region, State: p.state, Since: p.since, LastError: p.lastErr,
+			ControlRTT: ms(p.rtt)}
+		p.mu.Unlock()
+		if ps.State == "" {
+			ps.State = "down"
+		}
+		peers[p.name] = ps
+	}
+	r := g.relay
+	err := g.ep.Call(g.ctx, func(_ time.Duration, _ *metaroce.Endpoint) {
+		st.Draining = r.draining
+		st.Flows = FlowStatus{Active: len(r.flows), Refused: r.refused, Resets: r.resets, Completed: r.completed}
+		st.Memory = MemoryStatus{InUse: r.inUse, Reserved: r.reserved, Limit: r.memLimit}
+		st.LANInBps = float64(r.lanIn-prev.lanIn) / dt
+		st.LANOutBps = float64(r.lanOut-prev.lanOut) / dt
+		prev.lanIn, prev.lanOut = r.lanIn, r.lanOut
+		st.Hosts = len(r.hosts)
+		for p, ci := range r.wan {
+			ps := peers[p.name]
+			if ps == nil || !ci.up {
+				continue
+			}
+			s := ci.c.Stats
+			ps.Sent, ps.Received = s.PayloadBytesSent, s.PayloadBytesPlaced
+			ps.Retrans, ps.Lost = s.Retransmits, s.PacketsLost
+			ps.Flows = len(ci.in) + len(ci.out)
+			if old, ok := prev.sent[p.name]; ok && s.PayloadBytesSent >= old {
+				ps.TxBps = float64(s.PayloadBytesSent-old) / dt
+			}
+			if old, ok := prev.received[p.name]; ok && s.PayloadBytesPlaced >= old {
+				ps.RxBps = float64(s.PayloadBytesPlaced-old) / dt
+			}
+			prev.sent[p.name], prev.received[p.name] = s.PayloadBytesSent, s.PayloadBytesPlaced
+			p.metrics.Sync(s)
+			p.metrics.SetRates(0, ci.c.Controller().PacingRate())
+			for i := range ci.c.Paths().Paths {
+				pp := &ci.c.Paths().Paths[i]
+				w := ci.c.Controller().Window(i)
+				ps.Paths = append(ps.Paths, PathStatus{ID: i, Plane: g.planeName(i), State: pp.State.String(),
+					RTT: ms(pp.SRTT), MinRTT: ms(pp.MinRTT), Cwnd: w, Inflight: pp.InflightBytes,
+					Sent: pp.SentPackets, Lost: pp.LostPackets})
+				g.metrics.Path(p.name, p.region, g.planeName(i), i).Sync(metrics.SnapshotOf(pp, w, 0))
+			}
+		}
+	})
+	if err != nil {
+		return
+	}
+	prev.at = now
+	for _, p := range g.peers {
+		st.Peers = append(st.Peers, *peers[p.name])
+	}
+	view := g.cluster.View()
+	reach := map[string]bool{}
+	for reg, gws := range view.Regions {
+		for _, gw := range gws {
+			st.Members = append(st.Members, MemberStatus{Name: gw.Name, Region: reg, State: gw.State.String()})
+			if gw.State.Live() {
+				reach[reg] = true
+			}
+		}
+	}
+	for _, reg := range g.Config().Regions {
+		g.metrics.SetRegionReachable(reg.Name, reach[reg.Name])
+	}
+	g.metrics.MemoryBufferedBytes.Set(float64(st.Memory.InUse))
+	g.metrics.HostFlowsActive.Set(float64(st.Flows.Active))
+	st.Ready = g.ready(st)
+	g.status.Store(st)
+}
+
+// ready: gossip joined, not draining, and a WAN connection up to at least
+// one peer gateway (when there are peers). A gateway that is not ready
+// still answers hosts: with OPEN_ERR, at once.
+func (g *Gateway) ready(st *Status) bool {
+	if !g.joined.Load() || st.Draining {
+		return false
+	}
+	if len(g.peers) == 0 {
+		return true
+	}
+	for _, p := range st.Peers {
+		if p.State == "up" {
+			return true
+		}
+	}
+	return false
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func (g *Gateway) adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g.metrics.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		select {
+		case <-g.stopped:
+			http.Error(w, "stopped", http.StatusServiceUnavailable)
+		default:
+			fmt.Fprintln(w, "ok")
+		}
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		st := g.Status()
+		if !st.Ready {
+			http.Error(w, "not ready: "+g.notReadyReason(&st), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(g.Status())
+	})
+	return mux
+}
+
+func (g *Gateway) notReadyReason(st *Status) string {
+	switch {
+	case st.Draining:
+		return "draining"
+	case !g.joined.Load():
+		return "gossip not joined"
+	}
+	return "no WAN connection to any peer gateway"
+}

@@ -1,0 +1,246 @@
+//go:build linux
+
+package gateway
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/mrgw/mrgw/config"
+	"github.com/mrgw/mrgw/metaroce"
+	"github.com/mrgw/mrgw/metrics"
+	"github.com/mrgw/mrgw/tunnel"
+	"github.com/mrgw/mrgw/tunnel/control"
+	"github.com/mrgw/mrgw/tunnel/udp"
+)
+
+// wanPeer is one gateway of a remote region: its control session, its
+// sealed registration on the endpoint, and (on the owner goroutine, in
+// the relay) its WAN connection.
+//
+// Of two gateways, the one whose name sorts first dials the control
+// session and opens the WAN connection; the other accepts both. One
+// session and one connection per pair, whoever starts first.
+type wanPeer struct {
+	name, region string
+	id           metaroce.PeerID
+	control      string
+	dests        []netip.AddrPort
+	rttHint      time.Duration
+	dialer       bool
+	sessions     chan *control.Session // accepted sessions, handed over by acceptLoop
+	metrics      *metrics.PeerMetrics
+
+	mu      sync.Mutex
+	sess    *control.Session
+	att     *tunnel.Peer
+	state   string // "down", "connecting", "session", "up"
+	since   time.Time
+	lastErr string
+	rtt     time.Duration
+}
+
+func (p *wanPeer) session() *control.Session {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.sess
+}
+
+func (p *wanPeer) attached() *tunnel.Peer {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.att
+}
+
+func (p *wanPeer) setState(s, errText string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.state != s {
+		p.state, p.since = s, time.Now()
+	}
+	if errText != "" {
+		p.lastErr = errText
+	}
+}
+
+// closeAll closes the peer's session and any session waiting for it.
+func (p *wanPeer) closeAll() {
+	p.mu.Lock()
+	s, a := p.sess, p.att
+	p.mu.Unlock()
+	if a != nil {
+		a.Close()
+	}
+	if s != nil {
+		s.Close()
+	}
+	for {
+		select {
+		case s := <-p.sessions:
+			s.Close()
+		default:
+			return
+		}
+	}
+}
+
+// acceptLoop hands each authenticated session to its peer's loop.
+func (g *Gateway) acceptLoop() {
+	for {
+		s, err := g.listener.Accept(g.ctx)
+		if err != nil {
+			if g.ctx.Err() == nil && !errors.Is(err, context.Canceled) {
+				g.log.Debug("control accept ended", "err", err)
+			}
+			return
+		}
+		p := g.byName[s.Peer().Name]
+		if p == nil {
+			// An accepted name (control.peer_names) that is no remote
+			// gateway, e.g. the pair member: nothing to carry for it.
+			g.log.Debug("control session from a gateway that is no remote peer", "peer", s.Peer().Name)
+			s.Close()
+			continue
+		}
+		g.metrics.ControlSession(metrics.ResultEstablished)
+		for {
+			select {
+			case p.sessions <- s:
+			default:
+				// A newer session replaces one not yet taken.
+				select {
+				case old := <-p.sessions:
+					old.Close()
+				default:
+				}
+				continue
+			}
+			break
+		}
+	}
+}
+
+// peerLoop keeps one control session (dialled or accepted) and one WAN
+// connection to p, until the gateway stops. Every wait is bounded and ends
+// with the gateway's context.
+func (g *Gateway) peerLoop(p *wanPeer) {
+	backoff := 100 * time.Millisecond
+	var next *control.Session
+	for g.ctx.Err() == nil {
+		sess := next
+		next = nil
+		if sess == nil {
+			p.setState("connecting", "")
+			if p.dialer {
+				dctx, cancel := context.WithTimeout(g.ctx, 10*time.Second)
+				s, err := control.Dial(dctx, p.control, p.name, g.ctlCfg)
+				cancel()
+				if err != nil {
+					if g.ctx.Err() != nil {
+						return
+					}
+					g.metrics.ControlSession(metrics.ResultFailed)
+					p.setState("down", err.Error())
+					g.log.Debug("control dial failed", "peer", p.name, "err", err)
+					if !sleepCtx(g.ctx, backoff) {
+						return
+					}
+					backoff = min(2*backoff, 5*time.Second)
+					continue
+				}
+				g.metrics.ControlSession(metrics.ResultEstablished)
+				sess = s
+			} else {
+				select {
+				case sess = <-p.sessions:
+				case <-g.ctx.Done():
+					return
+				}
+			}
+		}
+		backoff = 100 * time.Millisecond
+		att, err := tunnel.Attach(sess, g.ep, tunnel.AttachConfig{
+			ID: p.id, Dests: p.dests, Locals: g.planeIPs, Suite: g.suite, Router: g.router, Logger: g.log,
+		})
+		if err != nil {
+			g.log.Warn("cannot attach peer", "peer", p.name, "err", err)
+			sess.Close()
+			p.setState("down", err.Error())
+			if !sleepCtx(g.ctx, time.Second) {
+				return
+			}
+			continue
+		}
+		p.mu.Lock()
+		p.sess, p.att = sess, att
+		p.mu.Unlock()
+		p.setState("session", "")
+		g.log.Info("control session up", "peer", p.name, "region", p.region, "dialer", p.dialer)
+		g.metrics.ControlSessionsActive.WithLabelValues(p.region).Inc()
+		tick := time.NewTicker(200 * time.Millisecond)
+		reason := "gateway stopping"
+	hold:
+		for {
+			if p.dialer && !att.Draining() {
+				_ = g.ep.Do(g.ctx, func(now time.Duration, ep *metaroce.Endpoint) { g.relay.ensureConn(now, ep, p) })
+			}
+			select {
+			case <-sess.Done():
+				reason = "control session ended"
+				if err := sess.Err(); err != nil {
+					reason += ": " + err.Error()
+				}
+				break hold
+			case s := <-p.sessions:
+				// The peer restarted: its new session replaces the old.
+				next = s
+				reason = "replaced by a new control session"
+				break hold
+			case <-g.ctx.Done():
+				break hold
+			case <-tick.C:
+			}
+		}
+		tick.Stop()
+		g.metrics.ControlSessionsActive.WithLabelValues(p.region).Dec()
+		p.setState("down", reason)
+		g.log.Info("control session down", "peer", p.name, "reason", reason)
+		// Forget the connection before the keys: nothing may be sealed for
+		// a peer whose keys are gone.
+		_ = g.ep.Call(context.Background(), func(now time.Duration, _ *metaroce.Endpoint) { g.relay.dropPeer(now, p, reason) })
+		att.Close()
+		sess.Close()
+		p.mu.Lock()
+		p.sess, p.att = nil, nil
+		p.mu.Unlock()
+	}
+}
+
+// onControlEvent turns control events into metrics and RTT samples; the
+// router delivers the keys.
+func (g *Gateway) onControlEvent(ev control.Event) {
+	g.router.OnEvent(ev)
+	p := g.byName[ev.Session.Peer().Name]
+	if p == nil {
+		return
+	}
+	switch ev.Kind {
+	case control.EventRTT:
+		p.mu.Lock()
+		p.rtt = ev.RTT
+		p.mu.Unlock()
+	case control.EventSendKey:
+		p.metrics.KeyRotation(true)
+	}
+}
+
+func udpOptions(cfg *config.Config) udp.Options {
+	o := udp.Options{DisableGSO: !cfg.WAN.GSO, DisableGRO: !cfg.WAN.GRO}
+	if !cfg.WAN.ECN {
+		o.NotECT = true
+	}
+	return o
+}
