@@ -322,6 +322,11 @@ func (g *Gateway) protocol(cfg *config.Config) metaroce.Config {
 		Path:   pc,
 		Listen: true,
 		Seed:   uint64(time.Now().UnixNano()),
+		// The receiver loop divides the WAN capacity the operator declared
+		// among the senders it serves (peer gateways and hosts), and tells
+		// each its share in every ack: senders start there instead of
+		// searching, and never exceed it. 0 (not configured): no hints.
+		ReceiveCapacityBps: float64(cfg.WAN.MaxRateBps),
 		AcceptOptions: func(peer metaroce.PeerID) metaroce.ConnOptions {
 			if peer < hostPeerBase {
 				return metaroce.ConnOptions{CC: g.wanCC, Paths: cfg.WAN.PathsPerPeer}

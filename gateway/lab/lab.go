@@ -101,6 +101,11 @@ func New(ctx context.Context, cfg Config) (_ *Lab, err error) {
 	if cfg.Paths == 0 {
 		cfg.Paths = 16
 	}
+	if cfg.WANRateBps == 0 && cfg.RateBps > 0 {
+		// The gateways are told the fabric's capacity, as an operator
+		// would configure wan.max_rate_bps.
+		cfg.WANRateBps = int64(cfg.RateBps) * int64(cfg.Planes)
+	}
 	if cfg.WANControl == "" {
 		cfg.WANControl = config.WANControllerHTCP
 	}
@@ -133,7 +138,7 @@ func New(ctx context.Context, cfg Config) (_ *Lab, err error) {
 	ectx, l.cancel = context.WithCancel(context.Background())
 	l.Emu, err = emu.New(ectx, emu.Config{
 		Planes: cfg.Planes, Seed: cfg.Seed + 1,
-		Link:        emu.LinkConfig{Delay: cfg.OneWay, Loss: cfg.Loss, Rate: cfg.RateBps, QueueBytes: cfg.Queue},
+		Link:        emu.LinkConfig{Delay: cfg.OneWay, Loss: cfg.Loss, Rate: cfg.RateBps, QueueBytes: cfg.Queue, ECNThreshold: ecnThreshold(cfg)},
 		Bind:        netip.MustParseAddr("127.0.0.200"),
 		MaxDatagram: cfg.MTU + 256,
 		MaxMappings: 8192,
@@ -372,4 +377,18 @@ func (l *Lab) Close() {
 			os.RemoveAll(l.dir)
 		}
 	})
+}
+
+// ecnThreshold marks ECN-capable datagrams once a plane's queue holds more
+// than 2 ms at its rate (or a quarter of the queue, if smaller): the early
+// signal the controllers react to before the queue overflows.
+func ecnThreshold(cfg Config) int {
+	if cfg.RateBps == 0 {
+		return 0
+	}
+	t := int(cfg.RateBps / 8 * 2 / 1000)
+	if q := cfg.Queue / 4; q > 0 && q < t {
+		t = q
+	}
+	return max(t, 3000)
 }
