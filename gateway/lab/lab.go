@@ -71,6 +71,10 @@ type Config struct {
 	LogLevel string
 	// Dir holds the certificates [a temporary directory removed by Close].
 	Dir string
+	// FlowCreditBytes is limits.flow_credit_bytes and MemoryBytes
+	// limits.memory_bytes of every gateway [4 MiB and 256 MiB]: with the
+	// defaults a gateway admits 64 flows.
+	FlowCreditBytes, MemoryBytes int64
 }
 
 // Lab is the running deployment.
@@ -216,6 +220,12 @@ func New(ctx context.Context, cfg Config) (_ *Lab, err error) {
 			c.Gossip.GossipInterval = 50 * time.Millisecond
 			c.Limits.MemoryBytes = 256 << 20
 			c.Limits.FlowCreditBytes = 4 << 20
+			if cfg.MemoryBytes > 0 {
+				c.Limits.MemoryBytes = cfg.MemoryBytes
+			}
+			if cfg.FlowCreditBytes > 0 {
+				c.Limits.FlowCreditBytes = cfg.FlowCreditBytes
+			}
 			for cn, w := range cfg.Classes {
 				c.Scheduler.Classes = append(c.Scheduler.Classes, config.Class{Name: cn, Weight: w})
 			}

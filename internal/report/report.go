@@ -80,6 +80,37 @@ type Row struct {
 	// 1: mrgw completes sooner).
 	P50Ratio float64 `json:"p50_ratio,omitempty"`
 	P99Ratio float64 `json:"p99_ratio,omitempty"`
+	// MessagesLost and MessagesDuplicated count messages that a source saw
+	// complete but its destination never delivered, and messages delivered
+	// to a destination application more than once (gateway load tests:
+	// both must be 0). Pointers so that a measured 0 is printed and rows of
+	// other scenarios omit them.
+	MessagesLost       *int64 `json:"messages_lost,omitempty"`
+	MessagesDuplicated *int64 `json:"messages_duplicated,omitempty"`
+	// MessagesFailed counts messages whose completion returned an error
+	// (for example no route within the host's FailAfter).
+	MessagesFailed int `json:"messages_failed,omitempty"`
+	// Fault names the fault injected in the run (gateway load tests), e.g.
+	// "plane-fail 1 @5s"; RecoveryRTTs and RecoveryMs are the time from the
+	// fault until goodput is back to (P-1)/P of its level before it, in
+	// round trips and milliseconds (-1: not within the run).
+	Fault        string  `json:"fault,omitempty"`
+	RecoveryRTTs float64 `json:"recovery_rtts,omitempty"`
+	RecoveryMs   float64 `json:"recovery_ms,omitempty"`
+	// GatewayBytesPerFlow is the gateways' relay buffer budget reserved
+	// per active flow at its peak; HeapBytesPerFlow the growth of the Go
+	// heap per idle open flow (hosts and gateways share the process).
+	GatewayBytesPerFlow float64 `json:"gateway_bytes_per_flow,omitempty"`
+	HeapBytesPerFlow    float64 `json:"heap_bytes_per_flow,omitempty"`
+	// StepMs is the mean step time of a synchronized job (incast,
+	// allreduce: a step ends with its slowest transfer), MaxStepMs the
+	// slowest step, IdealStepMs the bytes of a step over the capacity, and
+	// StepRatio StepMs / IdealStepMs.
+	StepMs      float64 `json:"step_ms,omitempty"`
+	MaxStepMs   float64 `json:"max_step_ms,omitempty"`
+	IdealStepMs float64 `json:"ideal_step_ms,omitempty"`
+	StepRatio   float64 `json:"step_ratio,omitempty"`
+	Steps       int     `json:"steps,omitempty"`
 }
 
 // WriteJSON writes one JSON object per line.

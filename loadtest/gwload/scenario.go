@@ -1,0 +1,512 @@
+package gwload
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/mrgw/mrgw/loadtest/emu"
+)
+
+// Workload patterns.
+const (
+	// PatternBulk: Flows flows from Hosts hosts of region A to one host of
+	// region B keep Window messages each in flight for the whole run.
+	PatternBulk = "bulk"
+	// PatternIncast: Flows hosts of region A (one flow each) send one
+	// message each to one host of region B at the same instant; a step
+	// ends when the last arrives; Steps steps.
+	PatternIncast = "incast"
+	// PatternAllreduce: Hosts hosts per region; each step every host sends
+	// one shard (MessageSize) to its peer in the other region, in both
+	// directions at once; a step ends with the slowest transfer.
+	PatternAllreduce = "allreduce"
+)
+
+// Fault kinds.
+const (
+	FaultPlaneFail    = "plane-fail"
+	FaultPlaneRestore = "plane-restore"
+	FaultGatewayKill  = "gateway-kill"
+)
+
+// Gateway-kill targets besides a gateway's name: the gateway of the
+// source (or destination) region relaying the most flows at that moment.
+const (
+	TargetBusiestSrc = "busiest-src"
+	TargetBusiestDst = "busiest-dst"
+)
+
+// Limits of a scenario, so that a scenario file cannot ask for an
+// unbounded run.
+const (
+	MaxDuration    = 10 * time.Minute
+	MinDuration    = time.Second
+	MaxFlows       = 10000
+	MaxHosts       = 64
+	MaxMessageSize = 64 << 20
+	MaxSteps       = 10000
+	MaxFaults      = 64
+	MaxWindow      = 256
+	MaxLabPlanes   = 16
+)
+
+// Link describes a plane's link in compact units, as in a scenario file:
+//
+//	rate: 50mbit   # bits/s with a unit (bit, kbit, mbit, gbit)
+//	delay: 20ms    # one way
+//	loss: 1%       # or 0.01
+//	queue: 125KB   # drop-tail queue (B, KB, MB, KiB, MiB)
+//
+// Empty fields keep the value they override.
+type Link struct {
+	Rate  string        `yaml:"rate,omitempty"`
+	Delay time.Duration `yaml:"delay,omitempty"`
+	Loss  string        `yaml:"loss,omitempty"`
+	Queue string        `yaml:"queue,omitempty"`
+}
+
+// PlaneLink overrides the link of one plane in one direction ("a-b",
+// "b-a") or both ("" or "both").
+type PlaneLink struct {
+	Plane int    `yaml:"plane"`
+	Dir   string `yaml:"dir,omitempty"`
+	Link  `yaml:",inline"`
+}
+
+// Workload is the traffic of a scenario.
+type Workload struct {
+	Pattern string `yaml:"pattern"`
+	// Flows: bulk, the number of flows; incast, the number of senders.
+	Flows int `yaml:"flows,omitempty"`
+	// Hosts: bulk, the source hosts the flows are spread over [1];
+	// allreduce, the hosts per region [2]; incast: one per sender.
+	Hosts int `yaml:"hosts,omitempty"`
+	// MessageSize in bytes with an optional unit (KiB, MiB, KB, ...)
+	// [bulk 256KiB, incast 1MiB, allreduce 4MiB].
+	MessageSize string `yaml:"message_size,omitempty"`
+	// Class is the flows' scheduling class ["" = default].
+	Class string `yaml:"class,omitempty"`
+	// Steps of incast and allreduce [5]; the run also stops at Duration.
+	Steps int `yaml:"steps,omitempty"`
+	// Window is the messages each bulk flow keeps in flight [4].
+	Window int `yaml:"window,omitempty"`
+}
+
+// Fault is an event at a time from the start of traffic.
+type Fault struct {
+	At     time.Duration `yaml:"at"`
+	Kind   string        `yaml:"kind"`
+	Target string        `yaml:"target"`
+}
+
+func (f Fault) String() string { return fmt.Sprintf("%s %s @%v", f.Kind, f.Target, f.At) }
+
+// Scenario is one run of the lab. The zero values of its fields take the
+// defaults in brackets (see Normalize).
+type Scenario struct {
+	Name        string `yaml:"name"`
+	Description string `yaml:"description,omitempty"`
+	// Duration is how long traffic runs [10s]; draining what is in flight
+	// afterwards takes at most Options.Drain more.
+	Duration time.Duration `yaml:"duration"`
+	// Planes are the emulated ECMP planes [4].
+	Planes int `yaml:"planes,omitempty"`
+	// Link is every plane's link in both directions [rate 50mbit, delay
+	// 20ms, loss 0, queue 20 ms at the rate].
+	Link Link `yaml:"link,omitempty"`
+	// Links override single planes and directions.
+	Links    []PlaneLink `yaml:"links,omitempty"`
+	Workload Workload    `yaml:"workload"`
+	Faults   []Fault     `yaml:"faults,omitempty"`
+	// FlowCredit is the gateways' limits.flow_credit_bytes (bytes with an
+	// optional unit) [4MiB]: each gateway's 256 MiB budget admits 256 MiB /
+	// FlowCredit flows, so thousands of flows need a smaller credit.
+	FlowCredit string `yaml:"flow_credit,omitempty"`
+	// Seed of the emulator [1].
+	Seed uint64 `yaml:"seed,omitempty"`
+}
+
+// linkConfig parses l over base.
+func (l Link) apply(base emu.LinkConfig) (emu.LinkConfig, error) {
+	var parts []string
+	if l.Rate != "" {
+		parts = append(parts, "rate="+l.Rate)
+	}
+	if l.Loss != "" {
+		parts = append(parts, "loss="+l.Loss)
+	}
+	if l.Queue != "" {
+		parts = append(parts, "queue="+l.Queue)
+	}
+	for _, p := range parts {
+		if strings.Contains(p, ",") {
+			return base, fmt.Errorf("link value %q contains a comma", p)
+		}
+	}
+	lc, err := emu.ParseLink(strings.Join(parts, ","))
+	if err != nil {
+		return base, err
+	}
+	out := base
+	if l.Rate != "" {
+		out.Rate = lc.Rate
+	}
+	if l.Loss != "" {
+		out.Loss = lc.Loss
+	}
+	if l.Queue != "" {
+		out.QueueBytes = lc.QueueBytes
+	}
+	if l.Delay < 0 || l.Delay > emu.MaxDelay {
+		return base, fmt.Errorf("link delay %v outside 0..%v", l.Delay, emu.MaxDelay)
+	}
+	if l.Delay > 0 {
+		out.Delay = l.Delay
+	}
+	return out, out.Validate()
+}
+
+// parseSize parses "256KiB", "4MiB", "1000" (bytes).
+func parseSize(s string) (int, error) {
+	if n, err := strconv.Atoi(strings.TrimSpace(s)); err == nil {
+		return n, nil
+	}
+	if strings.Contains(s, ",") {
+		return 0, fmt.Errorf("size %q contains a comma", s)
+	}
+	lc, err := emu.ParseLink("queue=" + s)
+	if err != nil {
+		return 0, fmt.Errorf("size %q: %w", s, err)
+	}
+	return lc.QueueBytes, nil
+}
+
+// resolved is a validated scenario with its units parsed.
+type resolved struct {
+	Scenario
+	base       emu.LinkConfig
+	links      [2][]emu.LinkConfig // per direction and plane
+	msgSize    int
+	flowCredit int
+}
+
+// Normalize fills in defaults and checks the scenario against the limits.
+// It returns the normalized copy.
+func (s Scenario) Normalize() (Scenario, error) {
+	r, err := s.resolve()
+	if err != nil {
+		return Scenario{}, err
+	}
+	return r.Scenario, nil
+}
+
+func (s Scenario) resolve() (*resolved, error) {
+	bad := func(format string, args ...any) (*resolved, error) {
+		return nil, fmt.Errorf("gwload: scenario %q: %s", s.Name, fmt.Sprintf(format, args...))
+	}
+	if s.Name == "" {
+		s.Name = "custom"
+	}
+	if s.Duration == 0 {
+		s.Duration = 10 * time.Second
+	}
+	if s.Duration < MinDuration || s.Duration > MaxDuration {
+		return bad("duration %v outside %v..%v", s.Duration, MinDuration, MaxDuration)
+	}
+	if s.Planes == 0 {
+		s.Planes = 4
+	}
+	if s.Planes < 1 || s.Planes > MaxLabPlanes {
+		return bad("planes %d outside 1..%d", s.Planes, MaxLabPlanes)
+	}
+	if s.Seed == 0 {
+		s.Seed = 1
+	}
+	base, err := s.Link.apply(emu.LinkConfig{Rate: 50e6, Delay: 20 * time.Millisecond})
+	if err != nil {
+		return bad("link: %v", err)
+	}
+	if base.QueueBytes == 0 && base.Rate > 0 {
+		base.QueueBytes = max(int(base.Rate/8/50), 16<<10) // 20 ms at the rate
+	}
+	if base.Rate > 10e9 {
+		return bad("link rate above 10 Gbit/s (this is a loopback lab)")
+	}
+	r := &resolved{base: base}
+	for d := range 2 {
+		r.links[d] = make([]emu.LinkConfig, s.Planes)
+		for p := range r.links[d] {
+			r.links[d][p] = base
+		}
+	}
+	if len(s.Links) > 2*s.Planes {
+		return bad("%d link overrides for %d planes", len(s.Links), s.Planes)
+	}
+	for i, pl := range s.Links {
+		if pl.Plane < 0 || pl.Plane >= s.Planes {
+			return bad("links[%d]: plane %d outside 0..%d", i, pl.Plane, s.Planes-1)
+		}
+		var dirs []int
+		switch strings.ToLower(pl.Dir) {
+		case "", "both":
+			dirs = []int{0, 1}
+		case "a-b":
+			dirs = []int{0}
+		case "b-a":
+			dirs = []int{1}
+		default:
+			return bad("links[%d]: dir %q (want a-b, b-a or both)", i, pl.Dir)
+		}
+		for _, d := range dirs {
+			lc, err := pl.Link.apply(r.links[d][pl.Plane])
+			if err != nil {
+				return bad("links[%d]: %v", i, err)
+			}
+			r.links[d][pl.Plane] = lc
+		}
+	}
+	w := &s.Workload
+	if w.Pattern == "" {
+		w.Pattern = PatternBulk
+	}
+	defSize := "256KiB"
+	switch w.Pattern {
+	case PatternBulk:
+		if w.Flows == 0 {
+			w.Flows = 4
+		}
+		if w.Hosts == 0 {
+			w.Hosts = 1
+		}
+		if w.Flows < 1 || w.Flows > MaxFlows {
+			return bad("flows %d outside 1..%d", w.Flows, MaxFlows)
+		}
+		if w.Hosts < 1 || w.Hosts > MaxHosts || w.Hosts > w.Flows {
+			return bad("hosts %d outside 1..min(flows, %d)", w.Hosts, MaxHosts)
+		}
+	case PatternIncast:
+		defSize = "1MiB"
+		if w.Flows == 0 {
+			w.Flows = 16
+		}
+		if w.Flows < 1 || w.Flows > MaxHosts {
+			return bad("incast senders %d outside 1..%d", w.Flows, MaxHosts)
+		}
+		w.Hosts = w.Flows
+	case PatternAllreduce:
+		defSize = "4MiB"
+		if w.Hosts == 0 {
+			w.Hosts = 2
+		}
+		if w.Hosts < 1 || w.Hosts > MaxHosts/2 {
+			return bad("allreduce hosts per region %d outside 1..%d", w.Hosts, MaxHosts/2)
+		}
+		w.Flows = 2 * w.Hosts
+	default:
+		return bad("workload pattern %q (want bulk, incast or allreduce)", w.Pattern)
+	}
+	if w.Pattern != PatternBulk {
+		if w.Steps == 0 {
+			w.Steps = 5
+		}
+		if w.Steps < 1 || w.Steps > MaxSteps {
+			return bad("steps %d outside 1..%d", w.Steps, MaxSteps)
+		}
+	}
+	if w.Window == 0 {
+		w.Window = 4
+	}
+	if w.Window < 1 || w.Window > MaxWindow {
+		return bad("window %d outside 1..%d", w.Window, MaxWindow)
+	}
+	if w.MessageSize == "" {
+		w.MessageSize = defSize
+	}
+	if r.msgSize, err = parseSize(w.MessageSize); err != nil {
+		return bad("message_size: %v", err)
+	}
+	if r.msgSize < 1 || r.msgSize > MaxMessageSize {
+		return bad("message_size %d outside 1..%d bytes", r.msgSize, MaxMessageSize)
+	}
+	if s.FlowCredit != "" {
+		if r.flowCredit, err = parseSize(s.FlowCredit); err != nil {
+			return bad("flow_credit: %v", err)
+		}
+		if r.flowCredit < 4096 || r.flowCredit > 256<<20 {
+			return bad("flow_credit %d outside 4096..%d bytes", r.flowCredit, 256<<20)
+		}
+	}
+	if len(w.Class) > 64 {
+		return bad("class name longer than 64 bytes")
+	}
+	if len(s.Faults) > MaxFaults {
+		return bad("%d faults (at most %d)", len(s.Faults), MaxFaults)
+	}
+	for i, f := range s.Faults {
+		if f.At < 0 || f.At >= s.Duration {
+			return bad("faults[%d]: at %v outside the run (0..%v)", i, f.At, s.Duration)
+		}
+		switch f.Kind {
+		case FaultPlaneFail, FaultPlaneRestore:
+			p, err := strconv.Atoi(f.Target)
+			if err != nil || p < 0 || p >= s.Planes {
+				return bad("faults[%d]: target %q is not a plane 0..%d", i, f.Target, s.Planes-1)
+			}
+		case FaultGatewayKill:
+			if !validGatewayTarget(f.Target) {
+				return bad("faults[%d]: target %q (want a gateway name, %s or %s)", i, f.Target, TargetBusiestSrc, TargetBusiestDst)
+			}
+		default:
+			return bad("faults[%d]: kind %q (want %s, %s or %s)", i, f.Kind, FaultPlaneFail, FaultPlaneRestore, FaultGatewayKill)
+		}
+	}
+	sort.SliceStable(s.Faults, func(i, j int) bool { return s.Faults[i].At < s.Faults[j].At })
+	r.Scenario = s
+	return r, nil
+}
+
+// gatewayNames are the lab's gateways (gateway/lab.Names), repeated here so
+// that parsing does not need the lab.
+var gatewayNames = []string{"euw-gw1", "euw-gw2", "use-gw1", "use-gw2"}
+
+func validGatewayTarget(t string) bool {
+	if t == TargetBusiestSrc || t == TargetBusiestDst {
+		return true
+	}
+	for _, n := range gatewayNames {
+		if t == n {
+			return true
+		}
+	}
+	return false
+}
+
+// ParseScenario decodes and validates one scenario from YAML. Unknown keys
+// are errors.
+func ParseScenario(data []byte) (Scenario, error) {
+	if len(data) > 1<<20 {
+		return Scenario{}, errors.New("gwload: scenario file larger than 1 MiB")
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var s Scenario
+	if err := dec.Decode(&s); err != nil {
+		return Scenario{}, fmt.Errorf("gwload: scenario: %w", err)
+	}
+	return s.Normalize()
+}
+
+// LoadScenario reads a scenario file.
+func LoadScenario(path string) (Scenario, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Scenario{}, err
+	}
+	return ParseScenario(data)
+}
+
+// ErrFairnessUnsupported explains why there is no cross-region fairness
+// scenario over real sockets.
+var ErrFairnessUnsupported = errors.New("gwload: fairness across regions 10, 50 and 150 ms away needs at least " +
+	"three region pairs with different round trips; the lab has two regions, and its emulator gives one delay per plane " +
+	"while every WAN connection sprays over all planes, so all flows see the same mix of delays. " +
+	"Not measured here (the simulator's rtt-fairness scenario covers it: mrgw sim rtt-fairness)")
+
+// BuiltinNames lists the built-in scenario sets in report order.
+var BuiltinNames = []string{"plane-failure", "gateway-failure", "connections", "incast", "allreduce"}
+
+// ConnectionCounts are the flow counts of the connections set.
+var ConnectionCounts = []int{1, 10, 100, 1000}
+
+// Builtin returns a built-in scenario set by name. quick shortens every
+// run for smoke tests.
+func Builtin(name string, quick bool) ([]Scenario, error) {
+	dur := func(d time.Duration) time.Duration {
+		if quick {
+			return max(d/4, 2*time.Second)
+		}
+		return d
+	}
+	link := Link{Rate: "50mbit", Delay: 20 * time.Millisecond, Loss: "0.1%"}
+	switch name {
+	case "plane-failure":
+		d := dur(12 * time.Second)
+		return []Scenario{{
+			Name:        name,
+			Description: "8 bulk flows over 4 planes; plane 1 fails at a third of the run",
+			Duration:    d, Planes: 4, Link: link,
+			Workload: Workload{Pattern: PatternBulk, Flows: 8, Hosts: 2},
+			Faults:   []Fault{{At: d / 3, Kind: FaultPlaneFail, Target: "1"}},
+		}}, nil
+	case "gateway-failure":
+		d := dur(12 * time.Second)
+		return []Scenario{{
+			Name:        name,
+			Description: "8 bulk flows; the source-region gateway relaying most of them is killed at a third of the run",
+			Duration:    d, Planes: 4, Link: link,
+			Workload: Workload{Pattern: PatternBulk, Flows: 8, Hosts: 2},
+			Faults:   []Fault{{At: d / 3, Kind: FaultGatewayKill, Target: TargetBusiestSrc}},
+		}}, nil
+	case "connections":
+		var out []Scenario
+		for _, n := range ConnectionCounts {
+			if quick && n > 100 {
+				break
+			}
+			size, win, credit := "256KiB", 4, ""
+			if n >= 100 {
+				size, win = "64KiB", 2
+			}
+			if n >= 1000 {
+				// 4 MiB of credit per flow would need 4 GiB per gateway.
+				size, win, credit = "16KiB", 1, "128KiB"
+			}
+			out = append(out, Scenario{
+				Name:        name,
+				Description: fmt.Sprintf("%d concurrent bulk flows through the gateway pairs", n),
+				Duration:    dur(8 * time.Second), Planes: 4, Link: link, FlowCredit: credit,
+				Workload: Workload{Pattern: PatternBulk, Flows: n, Hosts: min(n, 4), MessageSize: size, Window: win},
+			})
+		}
+		return out, nil
+	case "incast":
+		var out []Scenario
+		for _, n := range []int{8, 32, 64} {
+			if quick && n > 8 {
+				break
+			}
+			out = append(out, Scenario{
+				Name:        name,
+				Description: fmt.Sprintf("%d hosts of eu-west send 1 MiB each at once to one host of us-east", n),
+				Duration:    dur(20 * time.Second), Planes: 4, Link: link,
+				Workload: Workload{Pattern: PatternIncast, Flows: n, MessageSize: "1MiB", Steps: 5},
+			})
+		}
+		return out, nil
+	case "allreduce":
+		var out []Scenario
+		for _, k := range []int{2, 4, 8} {
+			if quick && k > 2 {
+				break
+			}
+			out = append(out, Scenario{
+				Name:        name,
+				Description: fmt.Sprintf("%d hosts per region exchange 4 MiB shards with their peers across regions, both directions, each step", k),
+				Duration:    dur(20 * time.Second), Planes: 4, Link: link,
+				Workload: Workload{Pattern: PatternAllreduce, Hosts: k, MessageSize: "4MiB", Steps: 5},
+			})
+		}
+		return out, nil
+	case "fairness":
+		return nil, ErrFairnessUnsupported
+	}
+	return nil, fmt.Errorf("gwload: no built-in scenario %q (have %s, fairness)", name, strings.Join(BuiltinNames, ", "))
+}

@@ -1,0 +1,136 @@
+package gwload
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseExampleFile(t *testing.T) {
+	s, err := LoadScenario("testdata/plane-failure.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Name != "plane-failure-file" || s.Duration != 10*time.Second || s.Planes != 4 {
+		t.Fatalf("got %+v", s)
+	}
+	if len(s.Faults) != 2 || s.Faults[0].Kind != FaultPlaneFail || s.Faults[0].At != 4*time.Second || s.Faults[1].Kind != FaultPlaneRestore {
+		t.Fatalf("faults %+v", s.Faults)
+	}
+	r, err := s.resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.msgSize != 256<<10 || r.base.Rate != 50e6 || r.base.Delay != 20*time.Millisecond || r.base.Loss != 0.001 {
+		t.Fatalf("resolved link %+v size %d", r.base, r.msgSize)
+	}
+	// The override touches plane 2 towards us-east only.
+	if r.links[0][2].Loss != 0.01 || r.links[1][2].Loss != 0.001 || r.links[0][1].Loss != 0.001 {
+		t.Fatalf("overrides: %+v / %+v", r.links[0], r.links[1])
+	}
+	if r.base.QueueBytes != 125000 {
+		t.Fatalf("default queue %d, want 20 ms at 50 Mbit/s", r.base.QueueBytes)
+	}
+}
+
+func TestParseRejects(t *testing.T) {
+	for _, c := range []struct{ yaml, want string }{
+		{"name: x\nduration: 1h\n", "duration"},
+		{"name: x\nplanes: 99\n", "planes"},
+		{"name: x\nworkload: {pattern: ring}\n", "pattern"},
+		{"name: x\nworkload: {flows: 20000}\n", "flows"},
+		{"name: x\nworkload: {pattern: incast, flows: 65}\n", "incast"},
+		{"name: x\nduration: 5s\nfaults: [{at: 6s, kind: plane-fail, target: '0'}]\n", "outside the run"},
+		{"name: x\nfaults: [{at: 1s, kind: plane-fail, target: '7'}]\n", "plane"},
+		{"name: x\nfaults: [{at: 1s, kind: gateway-kill, target: nope}]\n", "gateway"},
+		{"name: x\nfaults: [{at: 1s, kind: meteor, target: '1'}]\n", "kind"},
+		{"name: x\nlink: {rate: fast}\n", "rate"},
+		{"name: x\nlink: {loss: 200%}\n", "loss"},
+		{"name: x\nworkload: {message_size: 1GiB}\n", "message_size"},
+		{"name: x\nunknown_key: 1\n", "unknown_key"},
+		{"name: x\nlinks: [{plane: 0, dir: up}]\n", "dir"},
+	} {
+		_, err := ParseScenario([]byte(c.yaml))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: err %v, want one mentioning %q", c.yaml, err, c.want)
+		}
+	}
+}
+
+func TestBuiltinsValid(t *testing.T) {
+	for _, quick := range []bool{false, true} {
+		for _, n := range BuiltinNames {
+			scs, err := Builtin(n, quick)
+			if err != nil || len(scs) == 0 {
+				t.Fatalf("%s: %v", n, err)
+			}
+			for _, s := range scs {
+				ns, err := s.Normalize()
+				if err != nil {
+					t.Fatalf("%s: %v", n, err)
+				}
+				for _, f := range ns.Faults {
+					if f.At >= ns.Duration {
+						t.Fatalf("%s: fault after the end", n)
+					}
+				}
+			}
+		}
+	}
+	if _, err := Builtin("fairness", false); err != ErrFairnessUnsupported {
+		t.Fatalf("fairness: %v", err)
+	}
+}
+
+func TestRecovery(t *testing.T) {
+	bin := 0.1
+	var ts, g []float64
+	for i := 1; i <= 100; i++ {
+		ts = append(ts, float64(i)*bin)
+		v := 100.0
+		if i > 50 && i <= 55 { // fault at 5.0 s, 0.5 s of dip
+			v = 10
+		}
+		g = append(g, v)
+	}
+	rec, ok := recovery(ts, g, 5.0, 0.75, bin)
+	if !ok || rec < 0.5-1e-9 || rec > 0.6+1e-9 {
+		t.Fatalf("recovery %v %v, want about 0.5-0.6 s", rec, ok)
+	}
+	for i := 50; i < 100; i++ {
+		g[i] = 10
+	}
+	if _, ok := recovery(ts, g, 5.0, 0.75, bin); ok {
+		t.Fatal("recovered although goodput never came back")
+	}
+}
+
+func FuzzParseScenario(f *testing.F) {
+	if b, err := os.ReadFile("testdata/plane-failure.yaml"); err == nil {
+		f.Add(b)
+	}
+	f.Add([]byte("name: x\nworkload: {pattern: incast, flows: 8}\n"))
+	f.Add([]byte("name: y\nduration: 3s\nworkload: {pattern: allreduce, hosts: 2, steps: 2}\nfaults: [{at: 1s, kind: gateway-kill, target: busiest-src}]\n"))
+	f.Add([]byte("links: [{plane: 0, dir: b-a, rate: 10mbit, delay: 5ms, queue: 64KiB}]\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := ParseScenario(data)
+		if err != nil {
+			return
+		}
+		// A valid scenario is within the limits and normalizes to itself.
+		if s.Duration < MinDuration || s.Duration > MaxDuration || s.Planes < 1 || s.Planes > MaxLabPlanes {
+			t.Fatalf("out of limits: %+v", s)
+		}
+		if s.Workload.Flows < 1 || s.Workload.Flows > MaxFlows || len(s.Faults) > MaxFaults {
+			t.Fatalf("out of limits: %+v", s.Workload)
+		}
+		again, err := s.Normalize()
+		if err != nil {
+			t.Fatalf("normalized scenario invalid: %v", err)
+		}
+		if again.Duration != s.Duration || again.Workload != s.Workload || len(again.Faults) != len(s.Faults) {
+			t.Fatalf("normalize not idempotent: %+v vs %+v", s, again)
+		}
+	})
+}
