@@ -30,8 +30,6 @@ import (
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/netio"
 	"github.com/mrgw/mrgw/tunnel"
-	"github.com/mrgw/mrgw/tunnel/control"
-	"github.com/mrgw/mrgw/tunnel/pki"
 	"github.com/mrgw/mrgw/tunnel/seal"
 	"github.com/mrgw/mrgw/tunnel/udp"
 )
@@ -379,53 +377,18 @@ func tunnels(ctx context.Context, proto func(bool) metaroce.Config, udpOpts udp.
 			stop()
 		}
 	}()
-	now := time.Now().Add(-time.Hour)
-	ca, err := pki.NewCA("mrgw datapath CA", now, 24*time.Hour)
+	sp, err := tunnel.LoopbackSessions(ctx, "dp-a", "dp-b")
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	idA, err := ca.Issue("dp-a", now, 12*time.Hour)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	idB, err := ca.Issue("dp-b", now, 12*time.Hour)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	ra, rb := tunnel.NewRouter(), tunnel.NewRouter()
-	l, err := control.Listen(ctx, "127.0.0.1:0", control.Config{Credentials: ca.Credentials(idB),
-		Local: control.LocalInfo{Name: "dp-b"}, ExpectedPeers: []string{"dp-a"}, OnEvent: rb.OnEvent})
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	stops = append(stops, func() { l.Close() })
-	type res struct {
-		s   *control.Session
-		err error
-	}
-	acc := make(chan res, 1)
-	go func() {
-		s, err := l.Accept(ctx)
-		acc <- res{s, err}
-	}()
-	sa, err := control.Dial(ctx, l.Addr().String(), "dp-b", control.Config{Credentials: ca.Credentials(idA),
-		Local: control.LocalInfo{Name: "dp-a"}, ExpectedPeers: []string{"dp-b"}, OnEvent: ra.OnEvent})
-	if err != nil {
-		<-acc
-		return nil, nil, nil, err
-	}
-	stops = append(stops, func() { sa.Close() })
-	r := <-acc
-	if r.err != nil {
-		return nil, nil, nil, r.err
-	}
-	stops = append(stops, func() { r.s.Close() })
-	b, err = tunnel.New(r.s, tunnel.Config{Protocol: proto(true), Listen: loop4, Suite: suite, UDP: udpOpts, Router: rb})
+	stops = append(stops, sp.Close)
+	ra, rb := sp.RouterA, sp.RouterB
+	b, err = tunnel.New(sp.B, tunnel.Config{Protocol: proto(true), Listen: loop4, Suite: suite, UDP: udpOpts, Router: rb})
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	stops = append(stops, func() { b.Close() })
-	a, err = tunnel.New(sa, tunnel.Config{Protocol: proto(false), Listen: loop4, Suite: suite, UDP: udpOpts,
+	a, err = tunnel.New(sp.A, tunnel.Config{Protocol: proto(false), Listen: loop4, Suite: suite, UDP: udpOpts,
 		Router: ra, PeerAddr: b.LocalAddr(), OnEvent: onA})
 	if err != nil {
 		return nil, nil, nil, err

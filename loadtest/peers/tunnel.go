@@ -16,8 +16,6 @@ import (
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/pathmgr"
 	"github.com/mrgw/mrgw/tunnel"
-	"github.com/mrgw/mrgw/tunnel/control"
-	"github.com/mrgw/mrgw/tunnel/pki"
 	"github.com/mrgw/mrgw/tunnel/udp"
 )
 
@@ -92,57 +90,22 @@ func newTunnelPair(ctx context.Context, em *emu.Emulator, protoA, protoB metaroc
 			p.close()
 		}
 	}()
-	now := time.Now().Add(-time.Hour)
-	ca, err := pki.NewCA("mrgw peers CA", now, 24*time.Hour)
+	sp, err := tunnel.LoopbackSessions(ctx, "peer-gw-a", "peer-gw-b")
 	if err != nil {
 		return nil, err
 	}
-	idA, err := ca.Issue("peer-gw-a", now, 12*time.Hour)
-	if err != nil {
-		return nil, err
-	}
-	idB, err := ca.Issue("peer-gw-b", now, 12*time.Hour)
-	if err != nil {
-		return nil, err
-	}
-	ra, rb := tunnel.NewRouter(), tunnel.NewRouter()
-	l, err := control.Listen(ctx, "127.0.0.1:0", control.Config{Credentials: ca.Credentials(idB),
-		Local: control.LocalInfo{Name: "peer-gw-b"}, ExpectedPeers: []string{"peer-gw-a"}, OnEvent: rb.OnEvent})
-	if err != nil {
-		return nil, err
-	}
-	p.stops = append(p.stops, func() { l.Close() })
-	type res struct {
-		s   *control.Session
-		err error
-	}
-	acc := make(chan res, 1)
-	go func() {
-		s, err := l.Accept(ctx)
-		acc <- res{s, err}
-	}()
-	sa, err := control.Dial(ctx, l.Addr().String(), "peer-gw-b", control.Config{Credentials: ca.Credentials(idA),
-		Local: control.LocalInfo{Name: "peer-gw-a"}, ExpectedPeers: []string{"peer-gw-b"}, OnEvent: ra.OnEvent})
-	if err != nil {
-		<-acc
-		return nil, err
-	}
-	p.stops = append(p.stops, func() { sa.Close() })
-	r := <-acc
-	if r.err != nil {
-		return nil, r.err
-	}
-	p.stops = append(p.stops, func() { r.s.Close() })
+	p.stops = append(p.stops, sp.Close)
+	ra, rb := sp.RouterA, sp.RouterB
 	loop := netip.MustParseAddrPort("127.0.0.1:0")
 	udpOpts := udp.Options{ReadBuffer: 8 << 20, WriteBuffer: 8 << 20}
 	var realB netip.AddrPort
-	p.b, err = tunnel.New(r.s, tunnel.Config{Protocol: protoB, Listen: loop, UDP: udpOpts, Router: rb, OnEvent: onB})
+	p.b, err = tunnel.New(sp.B, tunnel.Config{Protocol: protoB, Listen: loop, UDP: udpOpts, Router: rb, OnEvent: onB})
 	if err != nil {
 		return nil, err
 	}
 	p.stops = append(p.stops, func() { p.b.Close() })
 	realB = p.b.LocalAddr()
-	p.a, err = tunnel.New(sa, tunnel.Config{Protocol: protoA, Listen: loop, UDP: udpOpts, Router: ra, OnEvent: onA,
+	p.a, err = tunnel.New(sp.A, tunnel.Config{Protocol: protoA, Listen: loop, UDP: udpOpts, Router: ra, OnEvent: onA,
 		PlaneOf: func(_ int, local netip.AddrPort) int { return em.PlaneOf(emu.AtoB, local, realB) }})
 	if err != nil {
 		return nil, err
