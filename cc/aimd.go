@@ -481,6 +481,15 @@ func (a *AIMD) OnRateHint(now time.Duration, bps float64) {
 			a.setTotal(bps)
 		}
 		a.lastHintRise = now
+	} else if calm && !a.searching && a.total < 0.9*bps && now-a.lastHintRise > a.maxSRTT() {
+		// Well below the receiver's share with no congestion for two round
+		// trips (our own back-offs left us there, and the queue behind them
+		// has drained): close half the gap per round trip. Binary increase
+		// towards the hint reaches the share in a few round trips instead
+		// of crawling there additively, without overshooting a bottleneck
+		// elsewhere in the fabric, whose marks stop it again.
+		a.setTotal(a.total + (bps-a.total)/2)
+		a.lastHintRise = now
 	} else if bps > prev && a.held > a.total {
 		// The receiver releases (part of) a hold-back it imposed: return
 		// to the rate the connection had before it, as far as allowed.

@@ -79,6 +79,7 @@ type Conn struct {
 	errsOut                                       []errOut
 	trans                                         []pathmgr.Transition
 	allDownSince                                  time.Duration // -1 while some path is usable
+	lastHint                                      uint64        // rate hint (bits/s) last sent to the peer
 
 	// Scheduler state (sched.go).
 	inReady  bool
@@ -297,6 +298,13 @@ func (c *Conn) receive(now time.Duration, t PacketType, b []byte, m RecvMeta) {
 }
 
 func (c *Conn) onAccept(now time.Duration, h *Handshake) {
+	if c.initiator && c.state == stateEstablished {
+		// A repeated ACCEPT: the receiver re-announces our share.
+		if h.RateHintBps > 0 {
+			c.ctl.OnRateHint(now, float64(h.RateHintBps)/8)
+		}
+		return
+	}
 	if !c.initiator || c.state != stateConnecting {
 		return
 	}
@@ -363,6 +371,7 @@ func (c *Conn) pollControl(now time.Duration, buf []byte) (Transmit, bool) {
 		c.needAccept = false
 		h := Handshake{Conn: c.id, MTU: uint16(c.mtu), Paths: uint16(len(c.tx)), Timestamp: uint64(now) + 1,
 			EchoTimestamp: c.acceptEcho, RateHintBps: c.ep.rateHintBps(now, c.id)}
+		c.lastHint = h.RateHintBps
 		p, err = AppendAccept(buf[:0], &h)
 		t.Reply, t.Entropy = true, c.rx[0].peerPort
 	case len(c.probeAcks) > 0:

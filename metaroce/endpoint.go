@@ -314,6 +314,10 @@ func (e *Endpoint) accept(now time.Duration, b []byte, m RecvMeta) {
 	c.acceptEcho = h.Timestamp
 	e.add(c)
 	e.emit(Event{Kind: EventConnected, Conn: c, At: now})
+	if e.share != nil {
+		e.share.Observe(now, c.id)
+		e.pushHints(now, c)
+	}
 }
 
 // Poll writes the next datagram to send into buf (which must have room for
@@ -394,4 +398,25 @@ func (e *Endpoint) rateHintBps(now time.Duration, conn uint64) uint64 {
 	}
 	e.share.Observe(now, conn)
 	return uint64(e.share.ShareBytesPerSecond(now) * 8)
+}
+
+// pushHints re-announces the rate hint to the senders that were told a
+// share well above the current one: when a burst of senders connects (an
+// incast), the first ones were accepted with the whole capacity, and
+// waiting for their data to be acknowledged would let them send a round
+// trip at that rate. A repeated ACCEPT carries the new hint at once.
+func (e *Endpoint) pushHints(now time.Duration, except *Conn) {
+	if e.share == nil {
+		return
+	}
+	share := uint64(e.share.ShareBytesPerSecond(now) * 8)
+	for _, c := range e.list {
+		if c == except || c.initiator || c.state != stateEstablished || c.lastHint == 0 {
+			continue
+		}
+		if c.lastHint > share+share/4 {
+			c.needAccept = true
+			c.touch()
+		}
+	}
 }

@@ -350,6 +350,7 @@ func (c *Conn) pollAck(now time.Duration, buf []byte) (Transmit, bool) {
 		a.EchoTimestamp = r.lastTs
 		a.CECount, a.RxCount = r.ce, r.count
 		a.RateHintBps = c.ep.rateHintBps(now, c.id)
+		c.lastHint = a.RateHintBps
 		if c.mode == ModeRoCEv2 {
 			if r.nak {
 				a.Flags = FlagAckNak

@@ -78,10 +78,15 @@ func TestCCIncast(t *testing.T) {
 		if !ours(r) {
 			continue
 		}
-		// Met: no loss, a bounded queue (a third of the 4 MiB buffer), fair.
-		// Not met yet (docs/CC.md): settling within 2 round trips.
-		if r.QueueDrops != 0 || r.MaxQueueBytes > 2<<20 || r.Jain < 0.95 {
+		// Met: no loss, a bounded queue (a fifth of the 4 MiB buffer), fair.
+		// Not met yet (docs/CC.md §7): settling within 2 round trips; it
+		// takes 28 today (132 before hints were pushed to early senders and
+		// rates closed the gap to the hint), and must not regress.
+		if r.QueueDrops != 0 || r.MaxQueueBytes > 1<<20 || r.Jain < 0.95 {
 			t.Errorf("%s: drops %d, peak queue %d, Jain %.3f", r.CC, r.QueueDrops, r.MaxQueueBytes, r.Jain)
+		}
+		if r.SettleRTTs < 0 || r.SettleRTTs > 40 {
+			t.Errorf("%s: settled after %.0f round trips, want at most 40 (target 2)", r.CC, r.SettleRTTs)
 		}
 	}
 }
