@@ -292,8 +292,11 @@ func TestGatewayKilledMidTransfer(t *testing.T) {
 			rctx, rcancel := context.WithCancel(ctx)
 			defer rcancel()
 			go tr.receive(rctx)
+			// Six flows, and more (bounded) until the victim carries one:
+			// flows are spread over the gateways by hashing their ids, so
+			// six may all miss it.
 			var flows []*host.Flow
-			for range 6 {
+			for len(flows) < 6 || (l.Gateways[victim].Status().Flows.Active == 0 && len(flows) < 24) {
 				f, err := src.OpenFlow(ctx, lab.RegionB, "trainer-b", host.FlowOptions{})
 				if err != nil {
 					t.Fatal(err)

@@ -51,13 +51,12 @@ type rxBatch struct {
 }
 
 type rxEnt struct {
-	idx      int // into msgs
-	off, n   int // plaintext within msgs[idx].Buf
-	peer     PeerID
-	src      netip.AddrPort
-	ce       bool
-	unknown  bool // no known peer: ask Config.AcceptPeer
-	admitted bool
+	idx     int // into msgs
+	off, n  int // plaintext within msgs[idx].Buf
+	peer    PeerID
+	src     netip.AddrPort
+	ce      bool
+	unknown bool // no known peer: ask Config.AcceptPeer
 	// resolve: an unsealed datagram matched its peer by IP only, and
 	// that IP is shared; the owner attributes it by connection id.
 	resolve bool
@@ -402,14 +401,21 @@ func (e *Endpoint) command(c command) {
 	e.events(e.Now())
 }
 
+// maxRxBurst bounds the batches one receive serves, so that timers,
+// commands and sending are not starved by a flood.
+const maxRxBurst = 16
+
 // receive feeds one batch (and whatever else is waiting, bounded) to the
-// state machine.
+// state machine. Every batch taken from e.rx is served: receiveBatch is
+// what returns a batch to its socket's free list, and a socket whose
+// batches are all lost can never read again.
 func (e *Endpoint) receive(b *rxBatch) {
 	now := e.Now()
-	for range 16 {
-		e.receiveBatch(now, b)
+	e.receiveBatch(now, b)
+	for range maxRxBurst - 1 {
 		select {
 		case b = <-e.rx:
+			e.receiveBatch(now, b)
 			continue
 		default:
 		}
@@ -459,7 +465,6 @@ func (e *Endpoint) receiveBatch(now time.Duration, b *rxBatch) {
 			np.Addr = ent.src
 			if e.AddPeer(np) == nil {
 				table = e.peers.Load()
-				p = table.byID[ent.peer]
 			}
 		}
 		e.ep.Receive(now, m.Buf[ent.off:ent.off+ent.n], metaroce.RecvMeta{Peer: ent.peer, Entropy: ent.src.Port(), CE: ent.ce})

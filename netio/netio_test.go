@@ -71,30 +71,14 @@ func (r *recorder) wait(t *testing.T, ctx context.Context, what string, pred fun
 	}
 }
 
-func (r *recorder) count(kind metaroce.EventKind) (n int, failed int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, ev := range r.events {
-		if ev.Kind == kind {
-			n++
-			if ev.Err != nil {
-				failed++
-			}
-		}
-	}
-	return n, failed
-}
-
 func protoConfig(listen bool) metaroce.Config {
 	return metaroce.Config{MTU: 1400, Paths: 4, Listen: listen, Seed: 7, CC: cc.NewFixed(128<<10, 0)}
 }
 
 type pair struct {
-	a, b       *Endpoint
-	key        uint32 // the last memory key registered at b
-	ra, rb     *recorder
-	connected  chan struct{}
-	aPeer, bID PeerID
+	a, b   *Endpoint
+	key    uint32 // the last memory key registered at b
+	ra, rb *recorder
 }
 
 // newPair starts endpoint a (initiator, peer id 2 for b) and b (listener,

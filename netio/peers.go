@@ -140,14 +140,6 @@ func (t *peerTable) without(id PeerID) *peerTable {
 	return n
 }
 
-// lookup finds the peer a datagram from src belongs to.
-func (t *peerTable) lookup(src netip.AddrPort) *Peer {
-	if p, ok := t.byAddr[src]; ok {
-		return p
-	}
-	return t.byIP[src.Addr()]
-}
-
 // dest is where path's non-reply datagrams to p go.
 func (p *Peer) dest(path int) netip.AddrPort {
 	if n := len(p.Dests); n > 0 {

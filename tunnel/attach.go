@@ -48,6 +48,7 @@ type Peer struct {
 	sess *control.Session
 	ep   *netio.Endpoint
 	keys *keyring
+	gate keyGate // delivers key events to keys
 
 	mu     sync.Mutex
 	closed bool
@@ -90,6 +91,7 @@ func Attach(sess *control.Session, ep *netio.Endpoint, cfg AttachConfig) (*Peer,
 		return nil, err
 	}
 	p.keys = k
+	p.gate.set(k)
 	np := netio.Peer{ID: cfg.ID, Addr: dests[0], Dests: dests, Locals: cfg.Locals, Sealer: k}
 	if err := ep.AddPeer(np); err != nil {
 		p.abort()
@@ -141,10 +143,8 @@ func (p *Peer) SendEpoch() (epoch uint32, rotations uint64) {
 // no Router is configured.
 func (p *Peer) HandleControlEvent(ev control.Event) {
 	switch ev.Kind {
-	case control.EventRecvKey:
-		p.keys.installRecv(ev.Epoch, ev.RecvKey)
-	case control.EventSendKey:
-		p.keys.installSend(ev.Epoch, ev.SendKey)
+	case control.EventRecvKey, control.EventSendKey:
+		p.gate.handle(ev)
 	case control.EventDrainRequested:
 		p.draining.Store(true)
 		p.log.Info("tunnel: peer requested drain")

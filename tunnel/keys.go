@@ -5,6 +5,7 @@ package tunnel
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 
 	"github.com/mrgw/mrgw/tunnel/control"
@@ -69,12 +70,58 @@ func (k *keyring) key(epoch uint32, secret [32]byte) seal.Key {
 	return seal.Key{Suite: k.suite, Secret: secret[:k.suite.KeyLen()], Epoch: uint8(epoch)}
 }
 
+// keyGate hands a session's key events to its keyring. The owner registers
+// with the Router before the keyring reads the session's epochs (so that no
+// rotation is missed), and events that arrive before the keyring exists are
+// held and applied, in order, once it does.
+type keyGate struct {
+	mu      sync.Mutex
+	keys    *keyring
+	pending []control.Event
+}
+
+// handle applies a key event, or holds it until set.
+func (g *keyGate) handle(ev control.Event) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.keys == nil {
+		if len(g.pending) < 64 { // a few rotations at most; bounded regardless
+			g.pending = append(g.pending, ev)
+		}
+		return
+	}
+	g.keys.apply(ev)
+}
+
+// set installs the keyring and applies the events held so far (those for
+// epochs it already read from the session are skipped by the installs).
+func (g *keyGate) set(k *keyring) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.keys = k
+	for _, ev := range g.pending {
+		k.apply(ev)
+	}
+	g.pending = nil
+}
+
+func (k *keyring) apply(ev control.Event) {
+	switch ev.Kind {
+	case control.EventRecvKey:
+		k.installRecv(ev.Epoch, ev.RecvKey)
+	case control.EventSendKey:
+		k.installSend(ev.Epoch, ev.SendKey)
+	}
+}
+
 // installRecv makes the peer's new epoch acceptable (the previous one stays
 // acceptable until the next rotation replaces it).
 func (k *keyring) installRecv(epoch uint32, secret [32]byte) {
-	cur, _, _ := k.open.Epochs()
-	if cur == uint8(epoch) {
-		return // already installed when the tunnel started
+	cur, prev, hasPrev := k.open.Epochs()
+	if cur == uint8(epoch) || (hasPrev && prev == uint8(epoch)) {
+		// Already installed (when the keyring was built): installing it
+		// again would give its counters a fresh replay window.
+		return
 	}
 	if err := k.open.Install(k.key(epoch, secret)); err != nil {
 		k.t.logger().Warn("tunnel: cannot install receive key", "epoch", epoch, "err", err)
@@ -87,6 +134,11 @@ func (k *keyring) installRecv(epoch uint32, secret [32]byte) {
 // installSend switches our sending key: the peer has acknowledged epoch, so
 // it can open what we seal under it.
 func (k *keyring) installSend(epoch uint32, secret [32]byte) {
+	if epoch <= k.sendEpoch.Load() {
+		// Already sealing under it (read when the keyring was built): a
+		// new Sealer would restart its counter, reusing nonces.
+		return
+	}
 	s, err := seal.NewSealer(k.key(epoch, secret), 2*k.rekeyAfter)
 	if err != nil {
 		k.t.logger().Warn("tunnel: cannot install send key", "epoch", epoch, "err", err)

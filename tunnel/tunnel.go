@@ -112,6 +112,7 @@ type Tunnel struct {
 	sess *control.Session
 	ep   *netio.Endpoint
 	keys *keyring
+	gate keyGate // delivers key events to keys
 
 	mu       sync.Mutex
 	peerAddr netip.AddrPort
@@ -158,6 +159,7 @@ func New(sess *control.Session, cfg Config) (*Tunnel, error) {
 		return nil, err
 	}
 	t.keys = k
+	t.gate.set(k)
 	var peers []netio.Peer
 	if addr.IsValid() {
 		peers = append(peers, t.peer())
@@ -237,10 +239,8 @@ func (t *Tunnel) Stats() Stats {
 // when no Router is configured.
 func (t *Tunnel) HandleControlEvent(ev control.Event) {
 	switch ev.Kind {
-	case control.EventRecvKey:
-		t.keys.installRecv(ev.Epoch, ev.RecvKey)
-	case control.EventSendKey:
-		t.keys.installSend(ev.Epoch, ev.SendKey)
+	case control.EventRecvKey, control.EventSendKey:
+		t.gate.handle(ev)
 	case control.EventDrainRequested:
 		t.draining.Store(true)
 		t.log.Info("tunnel: peer requested drain")

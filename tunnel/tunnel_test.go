@@ -29,7 +29,9 @@ func TestTransferWAN(t *testing.T) {
 	spec.rekey = 400
 	msgs := 300
 	if raceOn {
-		msgs, spec.rekey = 60, 100
+		// A slower datapath needs more room for a rotation to finish before
+		// the sealer reaches twice the rekey threshold.
+		msgs, spec.rekey = 60, 250
 	}
 	r := newRig(t, spec)
 	x := r.start(t, ctx, msgs, 16<<10, 1)
@@ -384,8 +386,15 @@ func TestGarbageFlood(t *testing.T) {
 	if grow > 16<<20 {
 		t.Errorf("heap grew by %d MiB during a flood of %d datagrams", grow>>20, flood)
 	}
-	if g := runtime.NumGoroutine(); g > g0+8 {
-		t.Errorf("goroutines grew from %d to %d", g0, g)
+	// Path sockets opened during the transfer (and their emulator
+	// stand-ins) linger a little after it; what must not happen is growth
+	// that stays.
+	g := runtime.NumGoroutine()
+	for wait := time.Now().Add(10 * time.Second); g > g0+8 && time.Now().Before(wait); g = runtime.NumGoroutine() {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if g > g0+8 {
+		t.Errorf("goroutines grew from %d to %d and stayed", g0, g)
 	}
 	t.Logf("flood of %d: %d dropped and counted (%v), heap %+d KiB", flood, dropped, st.OpenErrors, grow>>10)
 }
