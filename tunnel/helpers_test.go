@@ -19,7 +19,6 @@ import (
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/pathmgr"
 	"github.com/mrgw/mrgw/tunnel/control"
-	"github.com/mrgw/mrgw/tunnel/pki"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -37,53 +36,16 @@ func testCtx(t testing.TB) context.Context {
 }
 
 // sessions establishes an authenticated control session between gateways
-// "gw-a" (dialer) and "gw-b" (listener), both issued by one CA.
-func sessions(t testing.TB, ctx context.Context, ra, rb *Router) (a, b *control.Session) {
+// "gw-a" (dialer) and "gw-b" (listener), both issued by one CA, and returns
+// them with the routers their key events go to.
+func sessions(t testing.TB, ctx context.Context) (a, b *control.Session, ra, rb *Router) {
 	t.Helper()
-	now := time.Now().Add(-time.Hour)
-	ca, err := pki.NewCA("mrgw test CA", now, 24*time.Hour)
+	p, err := LoopbackSessions(ctx, "gw-a", "gw-b")
 	if err != nil {
 		t.Fatal(err)
 	}
-	idA, err := ca.Issue("gw-a", now, 12*time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	idB, err := ca.Issue("gw-b", now, 12*time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := control.Listen(ctx, "127.0.0.1:0", control.Config{
-		Credentials: ca.Credentials(idB), Local: control.LocalInfo{Name: "gw-b", Region: "b"},
-		ExpectedPeers: []string{"gw-a"}, OnEvent: rb.OnEvent,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	type res struct {
-		s   *control.Session
-		err error
-	}
-	acc := make(chan res, 1)
-	go func() {
-		s, err := l.Accept(ctx)
-		acc <- res{s, err}
-	}()
-	a, err = control.Dial(ctx, l.Addr().String(), "gw-b", control.Config{
-		Credentials: ca.Credentials(idA), Local: control.LocalInfo{Name: "gw-a", Region: "a"},
-		ExpectedPeers: []string{"gw-b"}, OnEvent: ra.OnEvent,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	r := <-acc
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	t.Cleanup(func() { r.s.Close() })
-	return a, r.s
+	t.Cleanup(p.Close)
+	return p.A, p.B, p.RouterA, p.RouterB
 }
 
 // linkSpec is the emulated WAN of the tests.
@@ -136,8 +98,7 @@ func newRig(t testing.TB, spec linkSpec) *rig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { em.Close() })
-	routA, routB := NewRouter(), NewRouter()
-	sa, sb := sessions(t, ctx, routA, routB)
+	sa, sb, routA, routB := sessions(t, ctx)
 	r := &rig{em: em, ra: newRecorder(), rb: newRecorder(), spec: spec}
 	var realB netip.AddrPort
 	r.a, err = New(sa, Config{
