@@ -77,6 +77,10 @@ type Gateway struct {
 	suite    seal.Suite
 	planeIPs []netip.Addr
 	planes   []string // plane names, by index
+	// planeIndex maps a plane name to its index; healthOut carries the
+	// relay's path-health reports to gossip.
+	planeIndex map[string]int
+	healthOut  chan region.HealthReport
 	wanCC    cc.Factory
 	lanCC    cc.Factory
 	admin    *http.Server
@@ -119,7 +123,8 @@ func New(cfg *config.Config, opts Options) (g *Gateway, err error) {
 	if opts.DrainTimeout <= 0 {
 		opts.DrainTimeout = 5 * time.Second
 	}
-	g = &Gateway{opts: opts, stopped: make(chan struct{}), byName: map[string]*wanPeer{}, byID: map[metaroce.PeerID]*wanPeer{}}
+	g = &Gateway{opts: opts, stopped: make(chan struct{}), byName: map[string]*wanPeer{}, byID: map[metaroce.PeerID]*wanPeer{},
+		planeIndex: map[string]int{}, healthOut: make(chan region.HealthReport, healthQueue)}
 	g.cfgv.Store(cfg)
 	g.level = new(slog.LevelVar)
 	g.level.Set(parseLevel(cfg.Log.Level))
@@ -171,6 +176,7 @@ func New(cfg *config.Config, opts Options) (g *Gateway, err error) {
 		a := netip.MustParseAddrPort(p.Local)
 		planeAddrs = append(planeAddrs, a)
 		g.planeIPs = append(g.planeIPs, a.Addr())
+		g.planeIndex[p.Name] = len(g.planes)
 		g.planes = append(g.planes, p.Name)
 	}
 	for _, r := range cfg.Regions {
@@ -407,6 +413,8 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 	g.goTrack(g.joinLoop)
 	g.goTrack(g.watchGossip)
+	g.goTrack(g.watchHealth)
+	g.goTrack(g.publishLoop)
 	g.goTrack(g.statsLoop)
 	g.log.Info("gateway running", "region", g.Config().Node.Region, "lan", g.LANAddr(), "wan", g.ep.LocalAddrs()[1:],
 		"control", g.Config().Control.Listen, "admin", g.AdminAddr(), "peers", len(g.peers))

@@ -97,6 +97,8 @@ type relay struct {
 	free            [][]byte // recycled full-size chunk buffers
 	bufSize         int
 
+	health healthState // path-health gossip
+
 	// Counters for status and metrics.
 	completed, refused, resets uint64
 	lanIn, lanOut              uint64
@@ -107,6 +109,7 @@ func newRelay(g *Gateway, cfg *config.Config) *relay {
 		g: g, conns: map[*metaroce.Conn]*connInfo{}, wan: map[*wanPeer]*connInfo{},
 		hosts: map[string]*connInfo{}, flows: map[uint64]*flow{},
 		ownRegion: cfg.Node.Region, bufSize: cfg.WAN.MTU,
+		health: newHealthState(region.DefaultHealthTTL),
 	}
 	r.apply(cfg)
 	return r
@@ -185,6 +188,7 @@ func (r *relay) onEvent(now time.Duration, ev metaroce.Event) {
 				old.c.Close(now)
 			}
 			r.wan[p] = ci
+			r.applyReports(now, ci)
 			p.setState("up", "")
 			p.metrics.SetConnected(true)
 			r.g.log.Info("WAN connection up", "peer", p.name, "paths", len(ci.c.Paths().Paths))
@@ -228,6 +232,7 @@ func (r *relay) onEvent(now time.Duration, ev metaroce.Event) {
 			tr := ev.Transition
 			r.g.log.Debug("path", "peer", ci.wan.name, "path", tr.Path, "from", tr.From.String(), "to", tr.To.String(), "reason", tr.Reason)
 			r.g.metrics.Path(ci.wan.name, ci.wan.region, r.g.planeName(tr.Path), tr.Path).Transition(tr)
+			r.publishPlanes(ci, time.Now(), false)
 		}
 	case metaroce.EventPlacementError:
 		r.g.log.Debug("placement error", "peer", ev.Conn.Peer(), "stream", ev.Stream, "seq", ev.Seq, "err", ev.Err)

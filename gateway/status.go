@@ -31,6 +31,9 @@ type Status struct {
 	LANOutBps float64 `json:"lan_out_bytes_per_second"`
 	LANInBps  float64 `json:"lan_in_bytes_per_second"`
 	Hosts     int     `json:"hosts"`
+	// PathsAvoided counts WAN paths taken out of service because another
+	// gateway reported their plane down (path-health gossip).
+	PathsAvoided uint64 `json:"paths_avoided"`
 }
 
 // MemberStatus is one gateway as gossip sees it.
@@ -136,7 +139,7 @@ func (g *Gateway) snapshot(prev *rateState) {
 		peers[p.name] = ps
 	}
 	r := g.relay
-	err := g.ep.Call(g.ctx, func(_ time.Duration, _ *metaroce.Endpoint) {
+	err := g.ep.Call(g.ctx, func(epNow time.Duration, _ *metaroce.Endpoint) {
 		st.Draining = r.draining
 		st.Flows = FlowStatus{Active: len(r.flows), Refused: r.refused, Resets: r.resets, Completed: r.completed}
 		st.Memory = MemoryStatus{InUse: r.inUse, Reserved: r.reserved, Limit: r.memLimit}
@@ -144,6 +147,8 @@ func (g *Gateway) snapshot(prev *rateState) {
 		st.LANOutBps = float64(r.lanOut-prev.lanOut) / dt
 		prev.lanIn, prev.lanOut = r.lanIn, r.lanOut
 		st.Hosts = len(r.hosts)
+		r.health.reports.Expire(epNow)
+		st.PathsAvoided = r.health.avoided
 		for p, ci := range r.wan {
 			ps := peers[p.name]
 			if ps == nil || !ci.up {
@@ -170,6 +175,7 @@ func (g *Gateway) snapshot(prev *rateState) {
 					Sent: pp.SentPackets, Lost: pp.LostPackets})
 				g.metrics.Path(p.name, p.region, g.planeName(i), i).Sync(metrics.SnapshotOf(pp, w, 0))
 			}
+			r.publishPlanes(ci, now, true)
 		}
 	})
 	if err != nil {

@@ -58,6 +58,12 @@ func (m *Metrics) MessageCompleted(region, direction string, took time.Duration)
 	}
 }
 
+// PathsAvoided counts n paths to peer over plane taken down on another
+// gateway's report.
+func (m *Metrics) PathsAvoided(peer, region, plane string, n int) {
+	m.PathsAvoidedTotal.WithLabelValues(peer, region, plane).Add(float64(n))
+}
+
 // MessageFailed counts a failed host message.
 func (m *Metrics) MessageFailed(region, direction string) {
 	m.MessagesFailed.WithLabelValues(region, oneOf(direction, Directions)).Inc()

@@ -223,6 +223,9 @@ type Metrics struct {
 	PathECNMarked    *prometheus.CounterVec
 	PathTimeouts     *prometheus.CounterVec
 	PathGoodputBytes *prometheus.CounterVec
+	// PathsAvoidedTotal (peer, peer_region, plane): paths taken down on another
+	// gateway's path-health report.
+	PathsAvoidedTotal *prometheus.CounterVec
 
 	pathMu sync.Mutex // guards paths and peers
 	paths  map[pathKey]*PathMetrics
@@ -426,6 +429,10 @@ func New(opts ...Option) *Metrics {
 	m.PathGoodputBytes = b.counterVec("mrgw_path_goodput_bytes_total",
 		"Payload bytes acknowledged on the path.",
 		pathLabels...)
+
+	m.PathsAvoidedTotal = b.counterVec("mrgw_paths_avoided_total",
+		"WAN paths this gateway took out of service because another gateway's path-health report (gossip) said their plane was down, before its own timeouts fired; they are probed back like any failed path.",
+		wanLabels...)
 
 	if !o.noStandard {
 		r.MustRegister(

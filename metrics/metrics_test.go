@@ -38,6 +38,7 @@ func touchAll(m *Metrics) {
 	m.WANSentBytes.WithLabelValues("use-gw1", "us-east", "plane-a").Add(1e4)
 	m.WANReceivedBytes.WithLabelValues("use-gw1", "us-east", "plane-a").Add(9e3)
 	m.DatagramDropped("plane-a", DropReplay)
+	m.PathsAvoided("use-gw1", "us-east", "plane-a", 2)
 	pm := m.Peer("use-gw1", "us-east")
 	pm.SetConnected(true)
 	pm.SetRates(1e9, 5e8)
