@@ -81,10 +81,10 @@ type Gateway struct {
 	// relay's path-health reports to gossip.
 	planeIndex map[string]int
 	healthOut  chan region.HealthReport
-	wanCC    cc.Factory
-	lanCC    cc.Factory
-	admin    *http.Server
-	adminLn  net.Listener
+	wanCC      cc.Factory
+	lanCC      cc.Factory
+	admin      *http.Server
+	adminLn    net.Listener
 
 	cancelListener context.CancelFunc
 
