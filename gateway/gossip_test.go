@@ -13,9 +13,10 @@ import (
 )
 
 // TestPlaneReportAvoidedByPeer: w1 carries traffic to e1 when plane p2
-// fails; it sees the failure itself (timeouts) and publishes it. w2,
-// whose connection to e1 is idle and so has seen nothing, must take its
-// paths over p2 down on w1's report, and then carry its own traffic to e1
+// fails; w1 and e1 (whose flow-control messages go back over the same
+// connection) see the failure themselves (timeouts) and publish it,
+// whichever first. w2, whose connection to e1 is idle and so has seen
+// nothing, must take its paths over p2 down on their report, and then carry its own traffic to e1
 // without sending a data packet on p2 (without the report it would spray
 // onto p2 and lose those packets until its own timeouts fired).
 func TestPlaneReportAvoidedByPeer(t *testing.T) {
@@ -103,10 +104,6 @@ func TestPlaneReportAvoidedByPeer(t *testing.T) {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	// w1 saw the failure first-hand (its report is what w2 acted on).
-	if w1 := pl.gws["w1"].Status().PathsAvoided; w1 != 0 {
-		t.Logf("w1 also avoided %d paths on reports (e1's echo of the plane)", w1)
-	}
 
 	// Now w2 carries traffic of its own: nothing goes onto p2.
 	rng2 := rand.New(rand.NewPCG(5, 6))
@@ -131,5 +128,5 @@ func TestPlaneReportAvoidedByPeer(t *testing.T) {
 			t.Fatalf("w2 sent data on the failed plane after the report: before %+v now %+v", before, final)
 		}
 	}
-	t.Logf("w2 avoided p%d on w1's report: %d paths, 0 data packets sent on it, %d messages delivered", failed, w2.Status().PathsAvoided, len(tr.want))
+	t.Logf("w2 avoided p%d on a report: %d paths, 0 data packets sent on it, %d messages delivered", failed, w2.Status().PathsAvoided, len(tr.want))
 }

@@ -21,8 +21,8 @@ import (
 // published down only when none of its paths can carry data.
 //
 // Receiving: every report another gateway publishes about a gateway this
-// one has a WAN connection to (or about this gateway, from such a peer:
-// the same plane in the other direction) goes into a pathmgr.Reports. A
+// one has a WAN connection to, or by such a gateway (its side of the
+// plane failed, towards whomever), goes into a pathmgr.Reports. A
 // report that starts a down episode takes this gateway's usable paths
 // over that plane to that peer down at once (never the last usable path);
 // they are probed back like any failed path, so a wrong report costs a
@@ -203,19 +203,19 @@ func (g *Gateway) watchHealth() {
 			if !known {
 				continue // a plane this gateway does not have
 			}
-			// A report on a gateway we connect to, or one of that
-			// gateway's on us (the same plane, the other direction).
-			peer := g.byName[h.Peer]
-			if h.Peer == self {
-				peer = g.byName[h.From]
-			}
-			if peer == nil || h.From == self {
-				continue
-			}
+			// A report on a gateway we connect to (our paths to it cross
+			// the same plane), or by one (its side of the plane failed
+			// towards someone: our paths to it cross that side too).
 			from, st := h.From, h.State
-			_ = g.ep.Do(g.ctx, func(now time.Duration, _ *metaroce.Endpoint) {
-				g.relay.onReport(now, from, peer, plane, st)
-			})
+			for _, name := range [2]string{h.Peer, h.From} {
+				peer := g.byName[name]
+				if peer == nil || name == self || from == self || (name == h.From && h.From == h.Peer) {
+					continue
+				}
+				_ = g.ep.Do(g.ctx, func(now time.Duration, _ *metaroce.Endpoint) {
+					g.relay.onReport(now, from, peer, plane, st)
+				})
+			}
 		}
 	}
 }

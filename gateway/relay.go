@@ -17,6 +17,11 @@ import (
 // OnEvent, in the sinks (called from inside metaroce's Receive) and in
 // functions handed to netio's Do and Call. Nothing here locks or blocks.
 
+// maxTimed bounds the messages per flow whose completion time is being
+// measured (mrgw_message_completion_seconds); beyond it a message is
+// relayed but not timed.
+const maxTimed = 4096
+
 // minGrant is the smallest credit worth granting, in MTUs: less would
 // let a flow move one packet per round trip.
 const minGrant = 4
@@ -59,7 +64,10 @@ type flow struct {
 	msgs                 map[uint64]*relayMsg
 	opened               time.Duration
 	bytes                uint64
-	release              func([]byte)
+	// started: when the first byte of each message of an outbound flow
+	// reached this gateway, until DONE covers it (at most maxTimed).
+	started map[uint64]time.Duration
+	release func([]byte)
 }
 
 // relayMsg is one message being relayed: its message on the next hop and,
@@ -99,9 +107,10 @@ type relay struct {
 
 	health healthState // path-health gossip
 
-	// Counters for status and metrics.
+	// Counters for status and metrics: messages, and payload bytes
+	// relayed from local hosts (towards remote regions) and to them.
 	completed, refused, resets uint64
-	lanIn, lanOut              uint64
+	fromHosts, toHosts         uint64
 }
 
 func newRelay(g *Gateway, cfg *config.Config) *relay {
@@ -413,6 +422,13 @@ func (r *relay) handle(ci *connInfo, m *flowctl.Msg) {
 				if f.outbound {
 					r.completed += m.Below - f.below
 					r.g.metrics.MessagesCompleted.WithLabelValues(f.peerRegion, metrics.DirOut).Add(float64(m.Below - f.below))
+					now := r.g.ep.Now()
+					for seq, t := range f.started {
+						if seq < m.Below {
+							r.g.metrics.MessageCompletion.WithLabelValues(f.peerRegion).Observe((now - t).Seconds())
+							delete(f.started, seq)
+						}
+					}
 				} else {
 					r.g.metrics.MessagesCompleted.WithLabelValues(f.peerRegion, metrics.DirIn).Add(float64(m.Below - f.below))
 				}
@@ -507,6 +523,9 @@ func (r *relay) open(ci *connInfo, m *flowctl.Msg) {
 		state: flowOpening, outbound: outbound, peerRegion: peerRegion, class: m.Class,
 		resume: m.Resume, below: m.Resume, reserved: grant, msgs: map[uint64]*relayMsg{},
 		opened: r.g.ep.Now(),
+	}
+	if outbound {
+		f.started = map[uint64]time.Duration{}
 	}
 	if _, ok := r.weights[f.class]; !ok {
 		f.class = r.defaultClass
@@ -615,13 +634,18 @@ func (s *flowSink) Chunk(c *metaroce.Conn, h *metaroce.DataHeader, payload []byt
 		}
 		m = &relayMsg{rm: rm, length: h.MsgLen}
 		f.msgs[h.MsgSeq] = m
+		if f.outbound && len(f.started) < maxTimed {
+			if _, ok := f.started[h.MsgSeq]; !ok {
+				f.started[h.MsgSeq] = r.g.ep.Now()
+			}
+		}
 	}
 	mtu := uint64(f.down.c.MTU())
 	off, n := h.Offset, uint64(len(payload))
 	if f.outbound {
-		r.lanIn += n
+		r.fromHosts += n
 	} else {
-		r.lanOut += n
+		r.toHosts += n
 	}
 	f.bytes += n
 	if off%mtu == 0 && n <= mtu && (n == mtu || off+n == h.MsgLen) {

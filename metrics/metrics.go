@@ -227,9 +227,11 @@ type Metrics struct {
 	// gateway's path-health report.
 	PathsAvoidedTotal *prometheus.CounterVec
 
-	pathMu sync.Mutex // guards paths and peers
+	pathMu sync.Mutex // guards paths, peers, wan and drops
 	paths  map[pathKey]*PathMetrics
 	peers  map[peerKey]*PeerMetrics
+	wan    map[wanKey]*wanSync
+	drops  map[dropKey]*counterSync
 }
 
 // Option changes what New builds.
@@ -290,6 +292,8 @@ func New(opts ...Option) *Metrics {
 		maxPaths: o.maxPaths,
 		paths:    map[pathKey]*PathMetrics{},
 		peers:    map[peerKey]*PeerMetrics{},
+		wan:      map[wanKey]*wanSync{},
+		drops:    map[dropKey]*counterSync{},
 	}
 	b := &builder{m: m, r: r}
 
@@ -309,7 +313,7 @@ func New(opts ...Option) *Metrics {
 		"Host flows refused at admission, by reason: limit (max_flows or memory reached), no_route (no reachable gateway of the destination region), bad_request.",
 		LabelReason)
 	m.LANGoodputBytes = b.counterVec("mrgw_lan_goodput_bytes_total",
-		"Payload bytes exchanged with hosts of this region, each byte once: direction=out received from hosts for remote regions, direction=in placed into hosts' memory from remote regions.",
+		"Payload bytes relayed for hosts of this region, each byte once as it passes the gateway: direction=out received from hosts for remote regions, direction=in received from remote regions for hosts.",
 		LabelDirection)
 	m.MessagesCompleted = b.counterVec("mrgw_messages_completed_total",
 		"Host messages relayed end to end and completed, by remote region and direction.",

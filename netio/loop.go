@@ -19,6 +19,8 @@ type sock struct {
 	listen  bool
 	primary bool // the Config.Listen socket
 	key     pathKey
+	plane   int          // see planes.go; -1: none
+	drops   dropCounters // plane listening sockets: datagrams dropped
 	// Reader goroutine only: which sealed peer each source last opened
 	// under, when several sealed peers share the source's IP, and a
 	// scratch copy for trying their keys in turn (an in-place open that
@@ -33,6 +35,7 @@ type sock struct {
 	refs      int           // (connection, path) pairs sending from it
 	idleSince time.Duration // when refs last dropped to 0
 	out       []udp.Message // datagrams waiting for the next WriteBatch
+	outPeer   []PeerID      // the peer of each of out
 	dirty     bool
 }
 
@@ -80,6 +83,7 @@ type ownerState struct {
 	dirty    []*sock
 	deadline time.Duration
 	janitor  time.Duration
+	planes   map[PeerID]*peerPlanes // cache of Endpoint.planeSet
 }
 
 // replyDst is where replies to one (peer, port) go: the IP the port was
@@ -101,6 +105,7 @@ func (o *ownerState) init(e *Endpoint) {
 	o.conns = map[uint64]*connPaths{}
 	o.replyIP = map[PeerID]map[uint16]replyDst{}
 	o.admitted = map[PeerID]bool{}
+	o.planes = map[PeerID]*peerPlanes{}
 	o.room = e.ep.Config().MTU + metaroce.DataHeaderLen
 	o.txBufs = make([][]byte, txBatch)
 	for i := range o.txBufs {
@@ -110,12 +115,12 @@ func (o *ownerState) init(e *Endpoint) {
 }
 
 // openSock opens a socket and starts its reader.
-func (e *Endpoint) openSock(local netip.AddrPort, listen, primary bool, peer PeerID, entropy uint16) (*sock, error) {
+func (e *Endpoint) openSock(local netip.AddrPort, listen, primary bool, peer PeerID, entropy uint16, plane int) (*sock, error) {
 	c, err := udp.Listen(local, e.cfg.UDP)
 	if err != nil {
 		return nil, err
 	}
-	s := &sock{c: c, listen: listen, primary: primary, key: pathKey{peer, entropy}, stop: make(chan struct{})}
+	s := &sock{c: c, listen: listen, primary: primary, key: pathKey{peer, entropy}, plane: plane, stop: make(chan struct{})}
 	nb := e.cfg.RxBatches
 	if listen {
 		nb *= 2 // DATA arrives here: give it more room than the ack sockets
@@ -234,6 +239,7 @@ func (e *Endpoint) check(b *rxBatch, n int) int {
 		switch {
 		case p == nil && (e.cfg.AcceptPeer == nil || !b.s.primary):
 			e.ctr.unknown.Add(1)
+			b.s.drops.unknown.Add(1)
 			continue
 		case p == nil:
 			ent.unknown = true
@@ -243,6 +249,7 @@ func (e *Endpoint) check(b *rxBatch, n int) int {
 			pt, err := p.Sealer.Open(d[pre:pre], d)
 			if err != nil {
 				e.countOpenError(err)
+				b.s.countOpenError(err)
 				continue
 			}
 			ent.off, ent.n = pre, len(pt)
@@ -309,6 +316,7 @@ func (e *Endpoint) openShared(s *sock, peers []*Peer, m *udp.Message) (q *Peer, 
 	}
 	if unsealed == nil && lastErr != nil {
 		e.countOpenError(lastErr)
+		s.countOpenError(lastErr)
 	}
 	return unsealed, 0, 0, false
 }
@@ -433,6 +441,7 @@ func (e *Endpoint) receiveBatch(now time.Duration, b *rxBatch) {
 			id, ok := e.admit(ent.src)
 			if !ok {
 				e.ctr.unknown.Add(1)
+				b.s.drops.unknown.Add(1)
 				continue
 			}
 			ent.peer = id
@@ -443,6 +452,7 @@ func (e *Endpoint) receiveBatch(now time.Duration, b *rxBatch) {
 			id, ok := e.resolve(ent.src, m.Buf[ent.off:ent.off+ent.n], b.s.primary)
 			if !ok {
 				e.ctr.unknown.Add(1)
+				b.s.drops.unknown.Add(1)
 				continue
 			}
 			ent.peer = id
@@ -451,6 +461,7 @@ func (e *Endpoint) receiveBatch(now time.Duration, b *rxBatch) {
 		p := table.byID[ent.peer]
 		if p == nil {
 			e.ctr.unknown.Add(1) // removed while in flight
+			b.s.drops.unknown.Add(1)
 			continue
 		}
 		if a := ent.src.Addr(); a != p.Addr.Addr() || (b.s.listen && !b.s.primary) {
@@ -468,6 +479,7 @@ func (e *Endpoint) receiveBatch(now time.Duration, b *rxBatch) {
 			}
 		}
 		e.ep.Receive(now, m.Buf[ent.off:ent.off+ent.n], metaroce.RecvMeta{Peer: ent.peer, Entropy: ent.src.Port(), CE: ent.ce})
+		e.countRx(ent.peer, b.s.plane, ent.n)
 		rx++
 		bytes += uint64(ent.n)
 	}
@@ -620,6 +632,7 @@ func (e *Endpoint) flush(now time.Duration) bool {
 				}
 			}
 			s.out = append(s.out, udp.Message{Buf: wire, N: len(wire), Addr: dst})
+			s.outPeer = append(s.outPeer, p.ID)
 			if !s.dirty {
 				s.dirty = true
 				o.dirty = append(o.dirty, s)
@@ -640,8 +653,9 @@ func (e *Endpoint) send() {
 	for _, s := range o.dirty {
 		sent, err := s.c.WriteBatch(s.out)
 		var bytes uint64
-		for _, m := range s.out[:sent] {
+		for i, m := range s.out[:sent] {
 			bytes += uint64(m.N)
+			e.countTx(s.outPeer[i], s.plane, m.N)
 		}
 		e.ctr.txDatagrams.Add(uint64(sent))
 		e.ctr.txBytes.Add(bytes)
@@ -653,6 +667,7 @@ func (e *Endpoint) send() {
 		}
 		clear(s.out) // drop the references to the buffers
 		s.out = s.out[:0]
+		s.outPeer = s.outPeer[:0]
 		s.dirty = false
 	}
 	o.dirty = o.dirty[:0]
@@ -671,14 +686,14 @@ func (e *Endpoint) pathSock(now time.Duration, p *Peer, tx *metaroce.Transmit) *
 				return nil
 			}
 		}
-		local := e.cfg.Listen.Addr()
+		local, plane := e.cfg.Listen.Addr(), -1
 		if n := len(p.Locals); n > 0 {
-			local = p.Locals[tx.Path%n]
+			local, plane = p.Locals[tx.Path%n], tx.Path%n
 		} else if n := len(e.cfg.PlaneAddrs); n > 0 {
-			local = e.cfg.PlaneAddrs[tx.Path%n]
+			local, plane = e.cfg.PlaneAddrs[tx.Path%n], tx.Path%n
 		}
 		var err error
-		s, err = e.openSock(netip.AddrPortFrom(local, 0), false, false, p.ID, tx.Entropy)
+		s, err = e.openSock(netip.AddrPortFrom(local, 0), false, false, p.ID, tx.Entropy, plane)
 		if err != nil {
 			e.log.Warn("netio: cannot open path socket", "local", local, "err", err)
 			return nil
