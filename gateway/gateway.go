@@ -246,7 +246,9 @@ func New(cfg *config.Config, opts Options) (g *Gateway, err error) {
 		ExpectedPeers:     peerNames,
 		KeepaliveInterval: opts.ControlKeepalive,
 		KeepaliveMisses:   opts.ControlMisses,
-		KeyLifetime:       cfg.WAN.KeyRotation,
+		// The gateway rotates keys itself (maybeRotate) so that a reloaded
+		// wan.key_rotation reaches the sessions already up.
+		KeyLifetime: -1,
 		Logger:            g.log.With("part", "control"),
 		OnEvent:           g.onControlEvent,
 		OnRefused: func(remote net.Addr, err error) {
@@ -621,8 +623,9 @@ func (g *Gateway) waitConnsClosed(ctx context.Context, limit time.Duration) {
 }
 
 // Reload applies a new configuration if config.Reloadable accepts it:
-// log.level, limits.*, scheduler.*, the pacing ceilings, wan.key_rotation
-// (from the next session) and gossip.keyring. Anything else is refused
+// log.level, limits.*, scheduler.*, the pacing ceilings (to the
+// connections already open too), wan.key_rotation (to the sessions already
+// up too) and gossip.keyring. Anything else is refused
 // (ErrReload wrapping the keys that need a restart) and nothing changes.
 func (g *Gateway) Reload(next *config.Config) error {
 	running := g.Config()
@@ -651,7 +654,10 @@ func (g *Gateway) Reload(next *config.Config) error {
 		}
 	}
 	g.level.Set(parseLevel(next.Log.Level))
-	if err := g.ep.Call(context.Background(), func(now time.Duration, _ *metaroce.Endpoint) { g.relay.apply(next) }); err != nil {
+	if err := g.ep.Call(context.Background(), func(now time.Duration, ep *metaroce.Endpoint) {
+		g.relay.apply(next)
+		g.applyRates(ep, running, next)
+	}); err != nil {
 		return err
 	}
 	g.metrics.MemoryLimitBytes.Set(float64(next.Limits.MemoryBytes))
@@ -660,6 +666,42 @@ func (g *Gateway) Reload(next *config.Config) error {
 	g.metrics.ConfigReload(metrics.ResultOK)
 	g.log.Info("configuration reloaded", "changed", changed)
 	return nil
+}
+
+// lineRater is a controller whose ceiling can change while it runs (the
+// cc.AIMD family and cc.Fixed).
+type lineRater interface{ SetLineRate(bytesPerSecond float64) }
+
+// applyRates applies reloaded pacing ceilings (wan.max_rate_bps,
+// lan.max_rate_bps) to the connections already open, to the receiver's
+// capacity (its rate hints) and to the controllers of new connections. It
+// runs on the endpoint's goroutine.
+func (g *Gateway) applyRates(ep *metaroce.Endpoint, running, next *config.Config) {
+	wan, lan := next.WAN.MaxRateBps, next.LAN.MaxRateBps
+	if wan == running.WAN.MaxRateBps && lan == running.LAN.MaxRateBps {
+		return
+	}
+	if f, err := controller(next.WAN.CongestionControl, wan, slowestHint(next)); err == nil {
+		g.wanCC = f
+	}
+	if f, err := controller(next.LAN.CongestionControl, lan, 0); err == nil {
+		g.lanCC = f
+	}
+	ep.SetReceiveCapacity(float64(wan))
+	n, missed := 0, 0
+	for _, c := range ep.Conns() {
+		bps := lan
+		if c.Peer() < hostPeerBase {
+			bps = wan
+		}
+		if lr, ok := c.Controller().(lineRater); ok {
+			lr.SetLineRate(float64(bps) / 8)
+			n++
+		} else {
+			missed++
+		}
+	}
+	g.log.Info("pacing ceilings reloaded", "wan_max_rate_bps", wan, "lan_max_rate_bps", lan, "connections", n, "new_connections_only", missed)
 }
 
 func parseLevel(s string) slog.Level {

@@ -115,6 +115,22 @@ func NewEndpoint(cfg Config, mem *Memory) (*Endpoint, error) {
 	return e, nil
 }
 
+// SetReceiveCapacity changes ReceiveCapacityBps while the endpoint runs
+// (a live reload of the operator's capacity): the receiver loop divides
+// the new capacity from the next ack on. 0 stops the hints.
+func (e *Endpoint) SetReceiveCapacity(bps float64) {
+	e.cfg.ReceiveCapacityBps = max(bps, 0)
+	switch {
+	case bps <= 0:
+		e.share = nil
+	case e.share != nil:
+		e.share.CapacityBps = bps
+	default:
+		e.share = cc.NewFairShare(bps, 100*e.cfg.Path.InitialRTT+10*time.Millisecond)
+		e.share.MarkWindow = 2 * e.cfg.Path.InitialRTT
+	}
+}
+
 // Config returns the endpoint's configuration with defaults applied.
 func (e *Endpoint) Config() Config { return e.cfg }
 
