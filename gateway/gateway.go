@@ -249,8 +249,8 @@ func New(cfg *config.Config, opts Options) (g *Gateway, err error) {
 		// The gateway rotates keys itself (maybeRotate) so that a reloaded
 		// wan.key_rotation reaches the sessions already up.
 		KeyLifetime: -1,
-		Logger:            g.log.With("part", "control"),
-		OnEvent:           g.onControlEvent,
+		Logger:      g.log.With("part", "control"),
+		OnEvent:     g.onControlEvent,
 		OnRefused: func(remote net.Addr, err error) {
 			g.metrics.ControlSession(metrics.ResultRefused)
 		},
