@@ -339,7 +339,12 @@ func (g *Gateway) protocol(cfg *config.Config) metaroce.Config {
 			if peer < hostPeerBase {
 				return metaroce.ConnOptions{CC: g.wanCC, Paths: cfg.WAN.PathsPerPeer}
 			}
-			return metaroce.ConnOptions{CC: g.lanCC}
+			// Hosts get no share of the WAN capacity: their data leaves
+			// over the WAN, it does not arrive over it. They are held back
+			// by their credits and their own (LAN) controller, so that
+			// the WAN connection's weighted scheduler, not the hosts'
+			// hints, decides how classes share the WAN.
+			return metaroce.ConnOptions{CC: g.lanCC, NoRateHint: true}
 		},
 	}
 	if g.opts.Protocol != nil {

@@ -64,6 +64,10 @@ type flow struct {
 	msgs                 map[uint64]*relayMsg
 	opened               time.Duration
 	bytes                uint64
+	// active: the flow relayed bytes since the last reweigh (or just
+	// opened); lastBytes is bytes at that reweigh.
+	active    bool
+	lastBytes uint64
 	// started: when the first byte of each message of an outbound flow
 	// reached this gateway, until DONE covers it (at most maxTimed).
 	started map[uint64]time.Duration
@@ -134,11 +138,15 @@ func (r *relay) apply(cfg *config.Config) {
 		r.weights[c.Name] = c.Weight
 	}
 	r.defaultClass = cfg.Scheduler.DefaultClass
-	// Streams already open take their class's new weight.
+	// Streams already open take their class's new weight; a flow of a
+	// class that is gone moves to the default class.
 	for _, f := range r.flows {
-		if f.down != nil && f.down.wan != nil {
-			f.down.c.SetStreamWeight(f.downStream, r.weight(f.class))
+		if _, ok := r.weights[f.class]; !ok {
+			f.class = r.defaultClass
 		}
+	}
+	for _, ci := range r.wan {
+		r.reweigh(ci)
 	}
 }
 
@@ -539,7 +547,10 @@ func (r *relay) open(ci *connInfo, m *flowctl.Msg) {
 	r.flows[f.id] = f
 	ci.in[f.upStream] = f
 	down.out[f.downStream] = f
-	down.c.SetStreamWeight(f.downStream, r.weight(f.class))
+	f.active = true
+	if down.wan != nil {
+		r.reweigh(down)
+	}
 	// Bound before OPEN goes on: no data can arrive on an unbound stream.
 	ci.c.BindSink(f.upStream, &flowSink{r: r, f: f})
 	fw := *m

@@ -179,6 +179,7 @@ func (g *Gateway) snapshot(prev *rateState) {
 				g.metrics.Path(p.name, p.region, g.planeName(i), i).Sync(metrics.SnapshotOf(pp, w, 0))
 			}
 			r.publishPlanes(ci, now, true)
+			r.markActivity(ci)
 		}
 	})
 	if err != nil {

@@ -165,6 +165,11 @@ type ConnOptions struct {
 	CC cc.Factory
 	// Paths is the number of paths (at most Config.Paths).
 	Paths int
+	// NoRateHint leaves the connection out of the receiver loop
+	// (ReceiveCapacityBps): its sender gets no rate hint and its data
+	// takes no share. A gateway uses it for its hosts: the capacity it
+	// divides is its WAN's, which only peer gateways send over.
+	NoRateHint bool
 }
 
 // ConnectWith is Connect with per-connection options.
@@ -324,13 +329,14 @@ func (e *Endpoint) accept(now time.Duration, b []byte, m RecvMeta) {
 		paths = o.Paths
 	}
 	c := newConn(e, h.Conn, m.Peer, false, paths, mtu, now, o.CC)
+	c.noHint = o.NoRateHint
 	c.rx[0].peerPort = m.Entropy
 	c.state = stateEstablished
 	c.needAccept = true
 	c.acceptEcho = h.Timestamp
 	e.add(c)
 	e.emit(Event{Kind: EventConnected, Conn: c, At: now})
-	if e.share != nil {
+	if e.share != nil && !c.noHint {
 		e.share.Observe(now, c.id)
 		e.pushHints(now, c)
 	}
@@ -408,11 +414,11 @@ func (e *Endpoint) HandleTimeout(now time.Duration) {
 	e.due = due[:0]
 }
 
-func (e *Endpoint) rateHintBps(now time.Duration, conn uint64) uint64 {
-	if e.share == nil {
+func (e *Endpoint) rateHintBps(now time.Duration, c *Conn) uint64 {
+	if e.share == nil || c.noHint {
 		return 0
 	}
-	e.share.Observe(now, conn)
+	e.share.Observe(now, c.id)
 	return uint64(e.share.ShareBytesPerSecond(now) * 8)
 }
 
