@@ -124,7 +124,7 @@ func (e *Endpoint) SetReceiveCapacity(bps float64) {
 	case bps <= 0:
 		e.share = nil
 	case e.share != nil:
-		e.share.CapacityBps = bps
+		e.share.SetCapacity(bps)
 	default:
 		e.share = cc.NewFairShare(bps, 100*e.cfg.Path.InitialRTT+10*time.Millisecond)
 		e.share.MarkWindow = 2 * e.cfg.Path.InitialRTT
