@@ -58,7 +58,8 @@ type Conn struct {
 	retxHead  int
 	queued    int
 	nextSend  time.Duration
-	cwndLimit bool // the last attempt to send found no path with room
+	paceStart time.Duration // when the pacing clock started (the ACCEPT)
+	cwndLimit bool          // the last attempt to send found no path with room
 
 	// receiver
 	rx       []rxPath
@@ -302,6 +303,11 @@ func (c *Conn) onAccept(now time.Duration, h *Handshake) {
 		// A repeated ACCEPT: the receiver re-announces our share.
 		if h.RateHintBps > 0 {
 			c.ctl.OnRateHint(now, float64(h.RateHintBps)/8)
+			if c.Stats.DataSent == 0 {
+				// Not started yet: the first packet's phase is drawn
+				// over the gap at the new share.
+				c.startPacing(c.paceStart)
+			}
 		}
 		return
 	}
@@ -322,9 +328,30 @@ func (c *Conn) onAccept(now time.Duration, h *Handshake) {
 	if h.RateHintBps > 0 {
 		c.ctl.OnRateHint(now, float64(h.RateHintBps)/8)
 	}
+	c.startPacing(now)
 	c.state = stateEstablished
 	c.needInit = false
 	c.ep.emit(Event{Kind: EventConnected, Conn: c, At: now})
+}
+
+// startPacing starts the pacing clock of a connection that was just
+// accepted at a random phase within one packet's gap at its starting rate,
+// and with no catch-up credit (a lower hint pushed before the first packet
+// went out draws the phase again over the longer gap). Senders that an incast starts together would
+// otherwise each send their first packet the moment the ACCEPT arrives: 64
+// senders whose share is half a packet per round trip make a queue of 64
+// packets (two BDPs at 100 Gbit/s and 10 µs) before any hint can help. The
+// phase comes from the connection id, so it costs no draw from the
+// endpoint's random stream.
+func (c *Conn) startPacing(now time.Duration) {
+	r := c.ctl.PacingRate()
+	if r <= 0 {
+		return
+	}
+	gap := float64(DataHeaderLen+c.mtu) / r
+	phase := float64((c.id*0x9e3779b97f4a7c15)>>11) / (1 << 53)
+	c.paceStart = now
+	c.nextSend = now + time.Duration(phase*gap*1e9)
 }
 
 // poll builds this connection's next datagram into buf.
