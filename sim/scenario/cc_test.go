@@ -55,6 +55,25 @@ func TestCCRTTFairness(t *testing.T) {
 	}
 }
 
+// TestCCRTTFairnessDefaults checks the target at the `mrgw sim rtt-fairness`
+// defaults (10 Gbit/s, full length) for our two controllers: about 30 s of
+// CPU, so it is left out of -short runs.
+func TestCCRTTFairnessDefaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("full-scale run (about 30 s); the 1 Gbit/s run above checks the same target")
+	}
+	rows, err := rttFairness(Options{Seed: 1}, LongRTTControllers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logRows(t, rows)
+	for _, r := range rows {
+		if r.Jain < 0.95 {
+			t.Errorf("%s at 10 Gbit/s: Jain %.3f, want >= 0.95 (shares %v)", r.CC, r.Jain, r.Shares)
+		}
+	}
+}
+
 func TestCCConvergence(t *testing.T) {
 	rows, err := Convergence(Options{Seed: 1, RateBps: testRate, Scale: 0.5})
 	if err != nil {

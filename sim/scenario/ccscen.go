@@ -130,8 +130,12 @@ var RTTFairnessRTTs = []time.Duration{10 * time.Millisecond, 50 * time.Milliseco
 // bottleneck in the fabric (receiver hints off, so only the sender loop can
 // share it), each controller in turn. Target for ours: Jain index >= 0.95.
 func RTTFairness(o Options) ([]report.Row, error) {
+	return rttFairness(o, append(append([]string{}, LongRTTControllers...), Baselines...))
+}
+
+// rttFairness runs the rtt-fairness scenario for the named controllers.
+func rttFairness(o Options, names []string) ([]report.Row, error) {
 	rate := o.rateOr(10e9)
-	names := append(append([]string{}, LongRTTControllers...), Baselines...)
 	var rows []report.Row
 	var runs []namedRun
 	base := RTTFairnessRTTs[0]
