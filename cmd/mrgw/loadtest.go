@@ -74,6 +74,7 @@ func newPeersCmd(name, doc string, run func(context.Context, peers.Options) ([]r
 		capacity float64
 		asJSON   bool
 		quiet    bool
+		trace    bool
 	)
 	cmd := &cobra.Command{
 		Use:   name,
@@ -87,6 +88,9 @@ error naming the reason; nothing is estimated in their place.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.CapacityBps = capacity
+			if trace {
+				o.Trace = cmd.ErrOrStderr()
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			var bar *progressbar.ProgressBar
@@ -131,6 +135,8 @@ error naming the reason; nothing is estimated in their place.`,
 	f.BoolVar(&o.Quick, "quick", false, "short runs (a smoke test, not a measurement)")
 	f.BoolVar(&asJSON, "json", false, "print JSON rows")
 	f.BoolVar(&quiet, "quiet", false, "no progress bar")
+	f.BoolVar(&trace, "trace", false, "print mrgw's sender and emulator counters every 500 ms to stderr (diagnosis)")
+	f.StringVar(&o.MRGWExtraCC, "extra-cc", "", `a second mrgw row with this controller ("fixed-1.5bdp" by default; "none": no extra row)`)
 	return cmd
 }
 

@@ -5,6 +5,7 @@ package peers
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -131,6 +132,18 @@ func newTunnelPair(ctx context.Context, em *emu.Emulator, protoA, protoB metaroc
 // bulkMsg is the size of each WRITE in bulk transfers.
 const bulkMsg = 1 << 20
 
+// bulkOutstanding is how many WRITEs a bulk transfer keeps queued. Messages
+// complete in order, so the oldest one, waiting for its last repairs, holds
+// the whole queue: under 10% loss a retransmission is lost again often
+// enough that a 1 MiB message (749 chunks) typically needs 3-4 round trips
+// of repair after its last chunk was first sent. The queue must cover that
+// and the window, or the sender runs out of data while the window has room
+// (measured: 4 MiB queued left the window half empty at 1% loss). TCP's
+// peers get 32 MiB of socket buffer; mrgw gets as much, and at least 8 BDP.
+func bulkOutstanding(l Link) int {
+	return max(32, int(8*l.BDP()/bulkMsg)+2)
+}
+
 // tunnelBulk runs a WRITE bulk transfer from gateway A to gateway B
 // through emu: messages of 1 MiB kept queued (enough to cover twice the
 // BDP), goodput counted from messages completed at the receiver.
@@ -148,7 +161,7 @@ func tunnelBulk(ctx context.Context, rocev2 bool, l Link, warmup, duration time.
 	if err != nil {
 		return Result{}, err
 	}
-	outstanding := max(4, int(2*l.BDP()/bulkMsg)+2)
+	outstanding := bulkOutstanding(l)
 	src := make([]byte, bulkMsg)
 	dst := make([]byte, bulkMsg)
 	var got atomic.Uint64
@@ -187,6 +200,10 @@ func tunnelBulk(ctx context.Context, rocev2 bool, l Link, warmup, duration time.
 	if _, err := p.a.Connect(ctx); err != nil {
 		return Result{}, err
 	}
+	if o.Trace != nil {
+		stop := traceTunnel(ctx, o.Trace, p, em, &mu, &sender, got.Load, l)
+		defer stop()
+	}
 	bps, err := measure(ctx, got.Load, warmup, duration)
 	if err != nil {
 		return Result{}, err
@@ -212,4 +229,84 @@ func tunnelBulk(ctx context.Context, rocev2 bool, l Link, warmup, duration time.
 		return r, fmt.Errorf("peers: %s moved nothing during the measurement", map[bool]string{false: MRGW, true: RoCEv2}[rocev2])
 	}
 	return r, nil
+}
+
+// traceSnap is one sample of a tunnel bulk run's counters.
+type traceSnap struct {
+	at                      time.Time
+	got                     uint64
+	st                      metaroce.ConnStats
+	inflight, window, queue int
+	pacing                  float64
+	link                    emu.LinkStats
+	back                    emu.LinkStats
+}
+
+// traceTunnel writes a line of deltas every 500 ms until the returned stop
+// is called (Options.Trace).
+func traceTunnel(ctx context.Context, w io.Writer, p *tunnelPair, em *emu.Emulator, mu *sync.Mutex, sender **metaroce.Conn,
+	got func() uint64, l Link) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	snap := func() (traceSnap, bool) {
+		s := traceSnap{at: time.Now(), got: got()}
+		ok := false
+		err := p.a.Endpoint().Call(ctx, func(_ time.Duration, _ *metaroce.Endpoint) {
+			mu.Lock()
+			c := *sender
+			mu.Unlock()
+			if c == nil {
+				return
+			}
+			ok = true
+			s.st = c.Stats
+			s.inflight = c.InflightBytes()
+			s.queue = c.Queued()
+			for i := range c.Paths().Paths {
+				s.window += c.Controller().Window(i)
+			}
+			s.pacing = c.Controller().PacingRate()
+		})
+		es := em.Stats()
+		s.link, s.back = es.Total(emu.AtoB), es.Total(emu.BtoA)
+		return s, ok && err == nil
+	}
+	go func() {
+		defer close(done)
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		prev, _ := snap()
+		bdp := l.BDP()
+		fmt.Fprintf(w, "trace rtt=%v loss=%g bdp=%.0fB\n", l.RTT, l.Loss, bdp)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			cur, ok := snap()
+			if !ok {
+				continue // not connected yet, or stopping
+			}
+			if prev.st.DataSent > cur.st.DataSent {
+				prev = cur // first sample after connecting
+				continue
+			}
+			dt := cur.at.Sub(prev.at).Seconds()
+			d := func(a, b uint64) uint64 { return a - b }
+			fmt.Fprintf(w, "  good=%6.1fMb/s sent=%5d retx=%4d lost=%4d pto=%2d acks=%5d | infl=%.2fbdp win=%.2fbdp pace=%.0fMb/s q=%d"+
+				" | link in=%5d deliv=%5d qdrop=%3d loss=%3d ce=%4d maxq=%.2fbdp | back loss=%3d\n",
+				float64(cur.got-prev.got)*8/dt/1e6,
+				d(cur.st.DataSent, prev.st.DataSent), d(cur.st.Retransmits, prev.st.Retransmits),
+				d(cur.st.PacketsLost, prev.st.PacketsLost), d(cur.st.Timeouts, prev.st.Timeouts),
+				d(cur.st.AcksReceived, prev.st.AcksReceived),
+				float64(cur.inflight)/bdp, float64(cur.window)/bdp, cur.pacing*8/1e6, cur.queue,
+				d(cur.link.In, prev.link.In), d(cur.link.Delivered, prev.link.Delivered),
+				d(cur.link.QueueDrops, prev.link.QueueDrops), d(cur.link.LossDrops, prev.link.LossDrops),
+				d(cur.link.CEMarks, prev.link.CEMarks), float64(cur.link.MaxQueueBytes)/bdp,
+				d(cur.back.LossDrops, prev.back.LossDrops))
+			prev = cur
+		}
+	}()
+	return func() { cancel(); <-done }
 }
