@@ -135,6 +135,8 @@ error naming the reason; nothing is estimated in their place.`,
 	f.BoolVar(&o.Quick, "quick", false, "short runs (a smoke test, not a measurement)")
 	f.BoolVar(&asJSON, "json", false, "print JSON rows")
 	f.BoolVar(&quiet, "quiet", false, "no progress bar")
+	f.Float64Var(&o.QueueBDP, "queue-bdp", 0, "drop-tail queue per plane in BDPs (default 1)")
+	f.Float64Var(&o.ECNBDP, "ecn-bdp", 0, "ECN marking threshold in BDPs (default 0.1; negative: no marking)")
 	f.BoolVar(&trace, "trace", false, "print mrgw's sender and emulator counters every 500 ms to stderr (diagnosis)")
 	f.StringVar(&o.MRGWExtraCC, "extra-cc", "", `a second mrgw row with this controller ("fixed-1.5bdp" by default; "none": no extra row)`)
 	return cmd
