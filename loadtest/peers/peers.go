@@ -256,7 +256,9 @@ func (l Link) emuLink() emu.LinkConfig {
 }
 
 func (l Link) emuConfig() emu.Config {
-	return emu.Config{Planes: l.Planes, Seed: l.Seed, Link: l.emuLink(), MaxDatagram: 4096}
+	// A datagram that would not fit the IP MTU the TCP and QUIC peers get
+	// is truncated and counted by emu, and the run fails (tunnelBulk).
+	return emu.Config{Planes: l.Planes, Seed: l.Seed, Link: l.emuLink(), MaxDatagram: ipMTU - 28}
 }
 
 func (l Link) tunConfig() tunemu.Config {

@@ -195,3 +195,4 @@ func TestPercentile(t *testing.T) {
 		t.Errorf("empty %v", p)
 	}
 }
+

@@ -29,9 +29,18 @@ const CCFixed = "fixed-1.5bdp"
 // the pacer without a controller.
 const CCFixedPaced = "fixed-1.5bdp-paced"
 
-// mrgwMTU is the MetaRoCE payload per datagram on the WAN: with the DATA
-// header and the AEAD envelope a datagram stays within a 1500-byte MTU.
-const mrgwMTU = 1400
+// ipMTU is the IP MTU every system gets: tunemu's TUN devices carry TCP
+// and QUIC in 1500-byte IP packets, so mrgw's sealed datagram fits one too.
+const ipMTU = 1500
+
+// mrgwMTU is the MetaRoCE payload per datagram on the WAN: the largest
+// whose sealed datagram fits ipMTU (IPv4 and UDP headers 28 bytes, AEAD
+// envelope seal.Overhead, DATA header metaroce.DataHeaderLen): 1368 bytes
+// of payload in a 1472-byte UDP payload, where TCP carries 1448 (with
+// timestamps). As emu and tunemu charge a datagram's UDP payload (a TCP
+// segment its IP length less 28), the ceilings of goodput over capacity
+// are 1368/1472 = 0.929 for mrgw and 1448/1472 = 0.984 for TCP.
+const mrgwMTU = ipMTU - 28 - seal.Overhead - metaroce.DataHeaderLen
 
 // protocol returns the MetaRoCE configuration of one tunnel end and the
 // name of its controller.
@@ -252,6 +261,9 @@ func tunnelBulk(ctx context.Context, rocev2 bool, l Link, warmup, duration time.
 		}
 	})
 	r.PlanesUsed = len(planes)
+	if n := em.Stats().Truncated; n > 0 {
+		return r, fmt.Errorf("peers: %d datagrams larger than the %d-byte IP MTU", n, ipMTU)
+	}
 	if bps == 0 {
 		return r, fmt.Errorf("peers: %s moved nothing during the measurement", map[bool]string{false: MRGW, true: RoCEv2}[rocev2])
 	}
