@@ -195,4 +195,3 @@ func TestPercentile(t *testing.T) {
 		t.Errorf("empty %v", p)
 	}
 }
-
