@@ -22,6 +22,12 @@ type ConnStats struct {
 	// Sender side.
 	DataSent, Retransmits, PayloadBytesSent, AcksReceived, PacketsLost, Timeouts, ProbesSent uint64
 	MessagesSent, MessagesFailed                                                             uint64
+	// PacingForfeitNs is sending time the pacer gave up: the connection was
+	// waiting for its next pacing slot, and the driver came back so late
+	// that more than PacingSlack had fallen due (what is beyond the slack
+	// is never sent). It measures a driver whose timers or CPU cannot keep
+	// up with the pacing rate.
+	PacingForfeitNs uint64
 	// Receiver side.
 	DataReceived, Duplicates, PayloadBytesPlaced, AcksSent, MessagesReceived uint64
 	OutOfOrderDropped                                                        uint64 // RoCEv2 mode only
@@ -59,6 +65,8 @@ type Conn struct {
 	queued    int
 	nextSend  time.Duration
 	paceStart time.Duration // when the pacing clock started (the ACCEPT)
+	paceWait  bool          // stopped for the pacer, and not out of data or window since: a late driver may catch up
+	minRTT    time.Duration // smallest RTT sample of any path (0: none yet); sizes the pacer's slack
 	cwndLimit bool          // the last attempt to send found no path with room
 
 	// receiver
