@@ -29,11 +29,15 @@ type sock struct {
 	free chan *rxBatch
 	stop chan struct{} // closed when the socket is retired
 
+	// shard is the sender goroutine that writes this socket's datagrams
+	// (see tx.go); out and dirty belong to that sender.
+	shard int
+	out   []udp.Message // datagrams waiting for the next WriteBatch
+	dirty bool
+
 	// Owner goroutine only.
 	refs      int           // (connection, path) pairs sending from it
 	idleSince time.Duration // when refs last dropped to 0
-	out       []udp.Message // datagrams waiting for the next WriteBatch
-	dirty     bool
 }
 
 type pathKey struct {
@@ -75,11 +79,11 @@ type ownerState struct {
 	conns    map[uint64]*connPaths
 	replyIP  map[PeerID]map[uint16]replyDst
 	admitted map[PeerID]bool // peers AcceptPeer admitted: their address is learned
-	txBufs   [][]byte
+	tx       txState
 	room     int // bytes Poll may write
-	dirty    []*sock
 	deadline time.Duration
 	janitor  time.Duration
+	shards   int // sockets opened so far, to spread them over the senders
 }
 
 // replyDst is where replies to one (peer, port) go: the IP the port was
@@ -102,10 +106,7 @@ func (o *ownerState) init(e *Endpoint) {
 	o.replyIP = map[PeerID]map[uint16]replyDst{}
 	o.admitted = map[PeerID]bool{}
 	o.room = e.ep.Config().MTU + metaroce.DataHeaderLen
-	o.txBufs = make([][]byte, txBatch)
-	for i := range o.txBufs {
-		o.txBufs[i] = make([]byte, maxOverhead+o.room+maxOverhead)
-	}
+	e.initTx(txBufLen(e.ep.Config()))
 	o.deadline = -1
 }
 
@@ -115,7 +116,9 @@ func (e *Endpoint) openSock(local netip.AddrPort, listen, primary bool, peer Pee
 	if err != nil {
 		return nil, err
 	}
-	s := &sock{c: c, listen: listen, primary: primary, key: pathKey{peer, entropy}, stop: make(chan struct{})}
+	s := &sock{c: c, listen: listen, primary: primary, key: pathKey{peer, entropy}, stop: make(chan struct{}),
+		shard: e.owner.shards % e.cfg.TxSenders}
+	e.owner.shards++
 	nb := e.cfg.RxBatches
 	if listen {
 		nb *= 2 // DATA arrives here: give it more room than the ack sockets
@@ -323,6 +326,16 @@ func (e *Endpoint) run() {
 	for {
 		now := e.Now()
 		if o.deadline >= 0 && now >= o.deadline {
+			// Acknowledgements that arrived while this goroutine was not
+			// running (a busy machine, a GC pause) go in before the timers
+			// run: a timer that fires only because its answer was not read
+			// yet would declare a whole path's flight lost.
+			select {
+			case b := <-e.rx:
+				e.receive(b)
+				now = e.Now()
+			default:
+			}
 			e.ep.HandleTimeout(now)
 			e.events(now)
 		}
@@ -577,85 +590,6 @@ func (e *Endpoint) events(now time.Duration) {
 			e.cfg.OnEvent(now, ev)
 		}
 	}
-}
-
-// flush polls the state machine and sends, in batches. It returns true if
-// it stopped with more to send.
-func (e *Endpoint) flush(now time.Duration) bool {
-	o := &e.owner
-	table := e.peers.Load()
-	for range txRounds {
-		n := 0
-		// tries bounds the loop even if every datagram were dropped.
-		for tries := 0; n < txBatch && tries < 4*txBatch; tries++ {
-			buf := o.txBufs[n]
-			tx, ok := e.ep.Poll(now, buf[maxOverhead:maxOverhead:maxOverhead+o.room])
-			if !ok {
-				break
-			}
-			p := table.byID[tx.Peer]
-			if p == nil {
-				e.ctr.noSocket.Add(1)
-				continue
-			}
-			wire := buf[maxOverhead : maxOverhead+tx.Len]
-			if p.Sealer != nil {
-				start := maxOverhead - p.Sealer.Prefix()
-				out, err := p.Sealer.Seal(buf[start:start], wire)
-				if err != nil {
-					e.ctr.sealErr.Add(1)
-					continue
-				}
-				wire = out
-			}
-			var s *sock
-			var dst netip.AddrPort
-			if tx.Reply {
-				s, dst = e.replyAddr(p, tx.Entropy)
-			} else {
-				s, dst = e.pathSock(now, p, &tx), p.dest(tx.Path)
-				if s == nil {
-					e.ctr.noSocket.Add(1)
-					continue
-				}
-			}
-			s.out = append(s.out, udp.Message{Buf: wire, N: len(wire), Addr: dst})
-			if !s.dirty {
-				s.dirty = true
-				o.dirty = append(o.dirty, s)
-			}
-			n++
-		}
-		e.send()
-		if n < txBatch {
-			return false
-		}
-	}
-	return true
-}
-
-// send writes every socket's pending datagrams.
-func (e *Endpoint) send() {
-	o := &e.owner
-	for _, s := range o.dirty {
-		sent, err := s.c.WriteBatch(s.out)
-		var bytes uint64
-		for _, m := range s.out[:sent] {
-			bytes += uint64(m.N)
-		}
-		e.ctr.txDatagrams.Add(uint64(sent))
-		e.ctr.txBytes.Add(bytes)
-		if err != nil {
-			// The protocol treats these as lost and recovers; a socket
-			// error is no reason to stop the others.
-			e.ctr.txErr.Add(uint64(len(s.out) - sent))
-			e.log.Debug("netio: send failed", "local", s.c.LocalAddr(), "err", err)
-		}
-		clear(s.out) // drop the references to the buffers
-		s.out = s.out[:0]
-		s.dirty = false
-	}
-	o.dirty = o.dirty[:0]
 }
 
 // pathSock returns the socket a non-reply Transmit leaves from, opening it
