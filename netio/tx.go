@@ -52,7 +52,7 @@ type txState struct {
 	senders []*txSender
 	cur     []*sendBatch // per sender: the batch being filled, or nil
 	free    []*sendBatch // empty batches
-	spare   [][]byte   // buffers not in any batch
+	spare   [][]byte     // buffers not in any batch
 	done    chan *sendBatch
 	// inFlight counts batches handed to senders and not yet returned.
 	inFlight int
