@@ -330,16 +330,23 @@ func (e *Endpoint) run() {
 			// running (a busy machine, a GC pause) go in before the timers
 			// run: a timer that fires only because its answer was not read
 			// yet would declare a whole path's flight lost.
-			select {
-			case b := <-e.rx:
-				e.receive(b)
-				now = e.Now()
-			default:
+			for range maxRxBurst {
+				select {
+				case b := <-e.rx:
+					e.receive(b)
+					continue
+				default:
+				}
+				break
 			}
+			now = e.Now()
 			e.ep.HandleTimeout(now)
 			e.events(now)
 		}
-		more := e.flush(now)
+		more := false
+		if !o.tx.starved {
+			more = e.flush(now)
+		}
 		e.events(now)
 		if now >= o.janitor {
 			e.reap(now, false)
@@ -360,6 +367,8 @@ func (e *Endpoint) run() {
 				e.receive(b)
 			case c := <-e.cmds:
 				e.command(c)
+			case b := <-o.tx.done:
+				e.returned(b)
 			case <-e.quit:
 				e.shutdown()
 				return
@@ -373,6 +382,8 @@ func (e *Endpoint) run() {
 			e.receive(b)
 		case c := <-e.cmds:
 			e.command(c)
+		case b := <-o.tx.done:
+			e.returned(b) // a starved owner sends again
 		case <-timer.C:
 		case <-e.quit:
 			e.shutdown()

@@ -23,9 +23,13 @@ import (
 // sender (its shard); a sender serves its batches in order.
 //
 // Memory is bounded: a fixed number of batches, each with a fixed number of
-// buffers, circulate between the owner and the senders. When none is free
-// the owner waits for a sender to return one (backpressure), after first
-// dispatching what it holds, so that some batch is always in flight.
+// buffers, circulate between the owner and the senders. The owner polls a
+// datagram only when it has a buffer for it and a batch for whichever
+// sender it turns out to need; otherwise it dispatches what it holds and
+// stops sending until a sender returns a batch (backpressure), serving
+// received datagrams, commands and timers meanwhile: an owner blocked on
+// its senders would let acknowledgements pile up unread and its paths time
+// out.
 
 // txItem is one polled datagram: plaintext at buf[maxOverhead:][:n].
 type txItem struct {
@@ -54,8 +58,11 @@ type txState struct {
 	free    []*sendBatch // empty batches
 	spare   [][]byte     // buffers not in any batch
 	done    chan *sendBatch
-	// inFlight counts batches handed to senders and not yet returned.
-	inFlight int
+	// inFlight counts batches handed to senders and not yet returned;
+	// filling counts the senders with a batch being filled.
+	inFlight, filling int
+	// starved: the last flush stopped for want of a buffer or a batch.
+	starved bool
 }
 
 // txBatches is how many batches circulate per sender (one being sent, one
@@ -145,25 +152,9 @@ func (e *Endpoint) writeBatch(w *txSender, b *sendBatch) {
 	w.dirty = w.dirty[:0]
 }
 
-// reclaim takes a batch a sender has finished with; wait says whether to
-// block for one. It reports false if none was taken (or the Endpoint is
-// closing).
-func (e *Endpoint) reclaim(wait bool) bool {
+// returned takes back a batch a sender has finished with.
+func (e *Endpoint) returned(b *sendBatch) {
 	t := &e.owner.tx
-	var b *sendBatch
-	if wait {
-		select {
-		case b = <-t.done:
-		case <-e.quit:
-			return false
-		}
-	} else {
-		select {
-		case b = <-t.done:
-		default:
-			return false
-		}
-	}
 	t.inFlight--
 	for i := range b.items {
 		t.spare = append(t.spare, b.items[i].buf)
@@ -171,7 +162,19 @@ func (e *Endpoint) reclaim(wait bool) bool {
 	}
 	b.items = b.items[:0]
 	t.free = append(t.free, b)
-	return true
+	t.starved = false
+}
+
+// reclaimAll takes back every batch the senders have finished with.
+func (e *Endpoint) reclaimAll() {
+	for {
+		select {
+		case b := <-e.owner.tx.done:
+			e.returned(b)
+		default:
+			return
+		}
+	}
 }
 
 // dispatch hands every non-empty batch being filled to its sender.
@@ -181,89 +184,73 @@ func (e *Endpoint) dispatch() {
 		if b == nil || len(b.items) == 0 {
 			continue
 		}
-		t.senders[i].in <- b // never blocks: in has room for every batch
-		t.inFlight++
-		t.cur[i] = nil
+		e.send(i, b)
 	}
 }
 
-// txBuf returns a free buffer, waiting for a sender if there is none; nil
-// if the Endpoint is closing.
-func (e *Endpoint) txBuf() []byte {
+func (e *Endpoint) send(w int, b *sendBatch) {
 	t := &e.owner.tx
-	for len(t.spare) == 0 {
-		for e.reclaim(false) {
-		}
-		if len(t.spare) > 0 {
-			break
-		}
-		e.dispatch()
-		if t.inFlight == 0 || !e.reclaim(true) {
-			return nil
-		}
+	t.senders[w].in <- b // never blocks: in has room for every batch
+	t.inFlight++
+	t.cur[w] = nil
+	t.filling--
+}
+
+// room reports whether a datagram can be polled now: a free buffer, and a
+// batch for whichever sender it goes to (one being filled, or a free one
+// for every sender without).
+func (e *Endpoint) room() bool {
+	t := &e.owner.tx
+	if len(t.spare) == 0 || len(t.free) < len(t.senders)-t.filling {
+		e.reclaimAll()
 	}
-	buf := t.spare[len(t.spare)-1]
-	t.spare = t.spare[:len(t.spare)-1]
-	return buf
+	return len(t.spare) > 0 && len(t.free) >= len(t.senders)-t.filling
 }
 
 // queue adds a polled datagram to its socket's sender, dispatching the
-// sender's batch when it is full. It reports false if the Endpoint is
-// closing (the buffer is then kept as spare).
-func (e *Endpoint) queue(it txItem) bool {
+// sender's batch when it is full. room must have reported true.
+func (e *Endpoint) queue(it txItem) {
 	t := &e.owner.tx
 	w := it.s.shard
 	b := t.cur[w]
-	for b == nil {
-		if n := len(t.free); n > 0 {
-			b = t.free[n-1]
-			t.free = t.free[:n-1]
-			t.cur[w] = b
-			break
-		}
-		if e.reclaim(false) {
-			continue
-		}
-		e.dispatch()
-		if t.inFlight == 0 || !e.reclaim(true) {
-			t.spare = append(t.spare, it.buf)
-			return false
-		}
+	if b == nil {
+		n := len(t.free)
+		b = t.free[n-1]
+		t.free = t.free[:n-1]
+		t.cur[w] = b
+		t.filling++
 	}
 	b.items = append(b.items, it)
 	if len(b.items) == cap(b.items) {
-		t.senders[w].in <- b
-		t.inFlight++
-		t.cur[w] = nil
+		e.send(w, b)
 	}
-	return true
 }
 
 // flush polls the state machine and hands the datagrams to the senders. It
-// returns true if it stopped with more to send.
+// returns true if it stopped with more to send; when it stops for want of
+// buffers it sets starved instead, and the owner waits for a sender.
 func (e *Endpoint) flush(now time.Duration) bool {
 	o := &e.owner
+	t := &o.tx
 	table := e.peers.Load()
-	// Return what the senders have finished with, so that buffers are
-	// reused while they are still in the cache.
-	for e.reclaim(false) {
-	}
+	// Take back what the senders have finished with first, so that
+	// buffers are reused while they are still in the cache.
+	e.reclaimAll()
 	polled := 0
 	defer e.dispatch()
 	// tries bounds the loop even if every datagram were dropped.
 	for tries := 0; polled < txRounds*txBatch && tries < 4*txRounds*txBatch; tries++ {
-		buf := e.txBuf()
-		if buf == nil {
-			return false // closing
+		if !e.room() {
+			t.starved = true
+			return false
 		}
+		buf := t.spare[len(t.spare)-1]
 		tx, ok := e.ep.Poll(now, buf[maxOverhead:maxOverhead:maxOverhead+o.room])
 		if !ok {
-			o.tx.spare = append(o.tx.spare, buf)
 			return false
 		}
 		p := table.byID[tx.Peer]
 		if p == nil {
-			o.tx.spare = append(o.tx.spare, buf)
 			e.ctr.noSocket.Add(1)
 			continue
 		}
@@ -274,14 +261,12 @@ func (e *Endpoint) flush(now time.Duration) bool {
 		} else {
 			s, dst = e.pathSock(now, p, &tx), p.dest(tx.Path)
 			if s == nil {
-				o.tx.spare = append(o.tx.spare, buf)
 				e.ctr.noSocket.Add(1)
 				continue
 			}
 		}
-		if !e.queue(txItem{buf: buf, n: tx.Len, sealer: p.Sealer, s: s, dst: dst}) {
-			return false
-		}
+		t.spare = t.spare[:len(t.spare)-1]
+		e.queue(txItem{buf: buf, n: tx.Len, sealer: p.Sealer, s: s, dst: dst})
 		polled++
 	}
 	return polled >= txRounds*txBatch

@@ -78,6 +78,9 @@ type Config struct {
 	RekeyAfter uint64
 	// UDP configures the sockets (GSO/GRO switches, ECN, buffers).
 	UDP udp.Options
+	// TxSenders is the number of goroutines that seal and send (0: netio's
+	// default).
+	TxSenders int
 	// PlaneOf tells which plane a path socket's datagrams take, when the
 	// fabric lets us know (for example the emulator's hash); nil: path i is
 	// on plane i mod len(PlaneAddrs), or unknown without PlaneAddrs.
@@ -140,6 +143,7 @@ func New(sess *control.Session, cfg Config) (*Tunnel, error) {
 		Peers:      peers,
 		OnEvent:    t.onEvent,
 		Logger:     cfg.Logger,
+		TxSenders:  cfg.TxSenders,
 	})
 	if err != nil {
 		t.abort()

@@ -138,6 +138,7 @@ func newDatapathCmd() *cobra.Command {
 	var (
 		o      datapath.Options
 		suite  string
+		window int
 		asJSON bool
 	)
 	cmd := &cobra.Command{
@@ -153,6 +154,7 @@ the ratio to raw UDP, CPU per Gbit/s, allocations per packet and the AEAD cost.`
 				return err
 			}
 			o.Suite = s
+			o.WindowBytes = window << 10
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			rows, err := datapath.Run(ctx, o)
@@ -179,6 +181,8 @@ the ratio to raw UDP, CPU per Gbit/s, allocations per packet and the AEAD cost.`
 	f.DurationVar(&o.Duration, "duration", 0, "length of each measurement (default 3s)")
 	f.IntVar(&o.MTU, "mtu", 0, "MetaRoCE payload per datagram (default 1400)")
 	f.IntVar(&o.Paths, "paths", 0, "paths per connection (default 8)")
+	f.IntVar(&window, "window", 0, "fixed window per path in KiB (default 256)")
+	f.IntVar(&o.Senders, "senders", 0, "sealing and sending goroutines per endpoint (default 2)")
 	f.BoolVar(&o.DisableGSO, "no-gso", false, "turn UDP GSO off")
 	f.BoolVar(&o.DisableGRO, "no-gro", false, "turn UDP GRO off")
 	f.BoolVar(&o.Plain, "plain", true, "also measure the transfer without encryption")
