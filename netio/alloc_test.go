@@ -37,13 +37,14 @@ func TestSteadyStateAllocations(t *testing.T) {
 			_, _ = sender.Write(now, 0, 1, 0, src)
 		}
 	}
-	// Real-socket timings (as the tunnel and the gateway use): with the
-	// data-center defaults, a scheduling hiccup of this shared machine
-	// times paths out, and each re-roll opens a socket (which allocates).
+	// Real-socket timings, with the loopback load test's 50 ms minimum
+	// probe timeout: with the data-center defaults a scheduling hiccup of
+	// this shared machine times paths out, and each re-roll opens a socket
+	// (which allocates).
 	proto := func(listen bool) metaroce.Config {
 		c := protoConfig(listen)
 		c.Path = pathmgr.DefaultConfig()
-		c.Path.MinPTO, c.Path.MaxAckDelay = 10*time.Millisecond, 2*time.Millisecond
+		c.Path.MinPTO, c.Path.MaxAckDelay = 50*time.Millisecond, 2*time.Millisecond
 		return c
 	}
 	b, err := New(Config{Protocol: proto(true), Listen: loop4})

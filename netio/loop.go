@@ -50,7 +50,8 @@ type pathKey struct {
 type rxBatch struct {
 	s    *sock
 	msgs []udp.Message
-	ents []rxEnt // the datagrams that passed the reader's checks
+	bufs [][]byte // the batch's own buffers, one per message
+	ents []rxEnt  // the datagrams that passed the reader's checks
 	n    int
 }
 
@@ -129,9 +130,10 @@ func (e *Endpoint) openSock(local netip.AddrPort, listen, primary bool, peer Pee
 	}
 	s.free = make(chan *rxBatch, nb)
 	for range nb {
-		b := &rxBatch{s: s, msgs: make([]udp.Message, batch), ents: make([]rxEnt, batch)}
+		b := &rxBatch{s: s, msgs: make([]udp.Message, batch), bufs: make([][]byte, batch), ents: make([]rxEnt, batch)}
 		for i := range b.msgs {
-			b.msgs[i].Buf = make([]byte, e.rxBufLen)
+			b.bufs[i] = make([]byte, e.rxBufLen)
+			b.msgs[i].Buf = b.bufs[i]
 		}
 		s.free <- b
 	}
@@ -167,7 +169,13 @@ func (e *Endpoint) readLoop(s *sock) {
 		case <-e.quit:
 			return
 		}
-		n, err := s.c.ReadBatch(b.msgs)
+		// A coalesced (GRO) datagram is left where the socket has it and
+		// opened from there into the batch's buffer: the AEAD's pass over
+		// it is the copy (see check).
+		for i := range b.msgs {
+			b.msgs[i].Buf = b.bufs[i]
+		}
+		n, err := s.c.ReadBatchBorrow(b.msgs)
 		if err != nil {
 			s.free <- b
 			if errors.Is(err, net.ErrClosed) {
@@ -211,11 +219,29 @@ func (e *Endpoint) check(b *rxBatch, n int) int {
 	k := 0
 	for i := range n {
 		m := &b.msgs[i]
-		ent := rxEnt{idx: i, n: m.N, src: m.Addr, ce: m.ECN == ecn.CE}
+		// lent is the datagram where the socket left it, if that is not
+		// the batch's own buffer; own is where it must end up.
+		own := b.bufs[i]
+		var lent []byte
+		if m.N > 0 && &m.Buf[0] != &own[0] {
+			lent = m.Buf[:m.N]
+		}
+		m.Buf = own
 		p, exact := table.byAddr[m.Addr]
+		var shared []*Peer
 		if !exact {
-			p = table.byIP[m.Addr.Addr()]
-			if shared := table.shared[m.Addr.Addr()]; len(shared) > 1 {
+			p, shared = table.byIP[m.Addr.Addr()], table.shared[m.Addr.Addr()]
+		}
+		if lent != nil && (p == nil || p.Sealer == nil || len(shared) > 1 || len(lent) > len(own)) {
+			// Only a datagram from one known sealed peer is opened from
+			// where it lies (into own, past the prefix); every other one
+			// is copied first.
+			m.N = copy(own, lent)
+			lent = nil
+		}
+		ent := rxEnt{idx: i, n: m.N, src: m.Addr, ce: m.ECN == ecn.CE}
+		if !exact {
+			if len(shared) > 1 {
 				switch q, off, n, ok := e.openShared(b.s, shared, m); {
 				case ok:
 					ent.off, ent.n, ent.peer = off, n, q.ID
@@ -243,7 +269,10 @@ func (e *Endpoint) check(b *rxBatch, n int) int {
 		case p.Sealer != nil:
 			pre := p.Sealer.Prefix()
 			d := m.Buf[:m.N]
-			pt, err := p.Sealer.Open(d[pre:pre], d)
+			if lent != nil {
+				d = lent // opened into own, past the prefix
+			}
+			pt, err := p.Sealer.Open(m.Buf[pre:pre], d)
 			if err != nil {
 				e.countOpenError(err)
 				continue

@@ -298,8 +298,33 @@ func (c *Conn) ReadBatch(msgs []Message) (int, error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
 	if c.gro {
-		return c.readGRO(msgs)
+		return c.readGRO(msgs, false)
 	}
+	return c.readPlain(msgs)
+}
+
+// ReadBatchBorrow is ReadBatch without the copy that splits GRO
+// super-datagrams: a datagram that arrived coalesced is left in the Conn's
+// own buffer, and its Message's Buf is set to it (N bytes; Buf's capacity
+// ends with the datagram). Such a Buf is valid only until the next read on
+// this Conn, and the caller must put its own buffer back before reusing
+// the Message. Where a datagram has to be transformed anyway (decrypted),
+// the transformation can then read it where it lies instead of after a
+// copy.
+func (c *Conn) ReadBatchBorrow(msgs []Message) (int, error) {
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	if c.gro {
+		return c.readGRO(msgs, true)
+	}
+	return c.readPlain(msgs)
+}
+
+// readPlain reads straight into the callers' buffers.
+func (c *Conn) readPlain(msgs []Message) (int, error) {
 	nr := min(len(msgs), len(c.rbufv))
 	bufs := c.rbufv[:nr]
 	for i := range bufs {
@@ -330,8 +355,8 @@ func (c *Conn) ReadBatch(msgs []Message) (int, error) {
 }
 
 // readGRO serves msgs from pending GRO buffers, reading more only when none
-// are left.
-func (c *Conn) readGRO(msgs []Message) (int, error) {
+// are left; borrow hands out slices of them instead of copying.
+func (c *Conn) readGRO(msgs []Message, borrow bool) (int, error) {
 	if len(c.pending) == 0 {
 		n, err := c.rd.read(c.rbufs)
 		if err != nil {
@@ -359,8 +384,9 @@ func (c *Conn) readGRO(msgs []Message) (int, error) {
 		p := &c.pending[0]
 		seg := min(p.segSize, len(p.buf))
 		m := &msgs[n]
-		m.N = copy(m.Buf, p.buf[:seg])
-		if m.N < seg {
+		if borrow {
+			m.Buf, m.N = p.buf[:seg:seg], seg
+		} else if m.N = copy(m.Buf, p.buf[:seg]); m.N < seg {
 			c.stats.truncated.Add(1)
 		}
 		m.Addr, m.ECN = p.addr, p.ecn

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -422,6 +423,61 @@ func TestReadBatchAllocationFree(t *testing.T) {
 			if got == 0 {
 				t.Fatal("nothing received")
 			}
+		}
+	}
+}
+
+// TestReadBatchBorrow: with GRO, coalesced datagrams are handed out where
+// the Conn holds them, byte-exact and in order, and a Conn without GRO
+// still reads into the caller's buffers.
+func TestReadBatchBorrow(t *testing.T) {
+	for _, gro := range []bool{true, false} {
+		tx := open(t, loop4, Options{})
+		rx := open(t, loop4, Options{DisableGRO: !gro})
+		if gro && (!tx.Stats().GSO || !rx.Stats().GRO) {
+			t.Log("no GSO/GRO here")
+			continue
+		}
+		out := make([]Message, 20)
+		for i := range out {
+			out[i] = Message{Buf: datagram(i, 1000), N: 1000, Addr: rx.LocalAddr()}
+		}
+		if _, err := tx.WriteBatch(out); err != nil {
+			t.Fatal(err)
+		}
+		in := make([]Message, 8)
+		bufs := make([][]byte, len(in))
+		for i := range bufs {
+			bufs[i] = make([]byte, 2048)
+		}
+		borrowed := 0
+		for got := 0; got < len(out); {
+			for i := range in {
+				in[i].Buf = bufs[i]
+			}
+			n, err := rx.ReadBatchBorrow(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range in[:n] {
+				if !bytes.Equal(m.Buf[:m.N], out[got].Buf) {
+					t.Fatalf("gro=%v: datagram %d differs", gro, got)
+				}
+				if m.Addr != tx.LocalAddr() {
+					t.Fatalf("gro=%v: from %v, want %v", gro, m.Addr, tx.LocalAddr())
+				}
+				if !slices.ContainsFunc(bufs, func(b []byte) bool { return &b[0] == &m.Buf[0] }) {
+					borrowed++
+				}
+				got++
+			}
+		}
+		t.Logf("gro=%v: %d of %d datagrams lent, %d coalesced reads", gro, borrowed, len(out), rx.Stats().GROReads)
+		if gro && rx.Stats().GROReads > 0 && borrowed == 0 {
+			t.Error("coalesced datagrams were copied, not lent")
+		}
+		if !gro && borrowed != 0 {
+			t.Errorf("%d datagrams lent without GRO", borrowed)
 		}
 	}
 }
