@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/mrgw/mrgw/metaroce"
-	"github.com/mrgw/mrgw/pathmgr"
 )
 
 // TestSteadyStateAllocations runs a sealed transfer that never ends (each
@@ -37,22 +36,12 @@ func TestSteadyStateAllocations(t *testing.T) {
 			_, _ = sender.Write(now, 0, 1, 0, src)
 		}
 	}
-	// Real-socket timings, with the loopback load test's 50 ms minimum
-	// probe timeout: with the data-center defaults a scheduling hiccup of
-	// this shared machine times paths out, and each re-roll opens a socket
-	// (which allocates).
-	proto := func(listen bool) metaroce.Config {
-		c := protoConfig(listen)
-		c.Path = pathmgr.DefaultConfig()
-		c.Path.MinPTO, c.Path.MaxAckDelay = 50*time.Millisecond, 2*time.Millisecond
-		return c
-	}
-	b, err := New(Config{Protocol: proto(true), Listen: loop4})
+	b, err := New(Config{Protocol: protoConfig(true), Listen: loop4})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close() })
-	a, err := New(Config{Protocol: proto(false), Listen: loop4, OnEvent: onA,
+	a, err := New(Config{Protocol: protoConfig(false), Listen: loop4, OnEvent: onA,
 		Peers: []Peer{{ID: 2, Addr: b.LocalAddr(), Sealer: sa}}})
 	if err != nil {
 		t.Fatal(err)

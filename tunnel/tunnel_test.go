@@ -123,12 +123,14 @@ func TestPlaneFailure(t *testing.T) {
 	// asserts that within 5% (per surviving plane, at least 0.95 of the
 	// goodput per plane before), on the placed bytes, which sampling does
 	// not make bursty; the exact ratios and the recovery times, which are
-	// timing, are logged and recorded in docs/results/datapath.md.
+	// timing, are logged and recorded in docs/results/datapath.md. Under
+	// the race detector the transfer is bound by the CPU, not by the
+	// planes, and only recovery is asserted.
 	for _, v := range []struct {
 		name   string
 		s      series
 		assert bool
-	}{{"placed", samp.series(), true}, {"completed", completions(r.rb), false}} {
+	}{{"placed", samp.series(), !raceOn}, {"completed", completions(r.rb), false}} {
 		rep := v.s.recovery(tFail, uint64(total)*95/100, rtt, spec.planes)
 		t.Logf("plane failure, %s bytes (%d planes of %.0f Mbit/s, RTT %v): goodput before %.1f Mbit/s (%.2f of the wire rate); "+
 			"recovered after %.1f RTTs; from then to the tail %.1f Mbit/s (%.2f of before, %.2f of the wire rate; "+
