@@ -146,7 +146,9 @@ func newDatapathCmd() *cobra.Command {
 		Short: "Tunnel goodput on loopback against raw batched UDP between the same sockets",
 		Long: `datapath measures, in one run on loopback: raw batched UDP (GSO/GRO where available),
 the sealed MetaRoCE tunnel, and optionally the same transfer unencrypted; it reports goodput,
-the ratio to raw UDP, CPU per Gbit/s, allocations per packet and the AEAD cost.`,
+the ratio to raw UDP, CPU per Gbit/s (process CPU, sender and receiver together), allocations
+per packet, the AEAD cost, and the machine's load average (the figures are only as good as the
+share of the machine the run had).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			s, err := seal.ParseSuite(suite)

@@ -19,7 +19,9 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -96,6 +98,7 @@ func Run(ctx context.Context, o Options) ([]report.Row, error) {
 	udpOpts := udp.Options{DisableGSO: o.DisableGSO, DisableGRO: o.DisableGRO, ReadBuffer: 4 << 20, WriteBuffer: 4 << 20}
 	// The raw baseline sends datagrams of the tunnel's size on the wire.
 	wire := o.MTU + metaroce.DataHeaderLen + seal.Overhead
+	load0 := loadAvg()
 	raw, err := RawUDP(ctx, udpOpts, wire, o.Duration)
 	if err != nil {
 		return nil, fmt.Errorf("datapath: raw udp: %w", err)
@@ -126,6 +129,9 @@ func Run(ctx context.Context, o Options) ([]report.Row, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The machine may be shared: the load average says how much of it the
+	// measurement had.
+	rows[0].Note += fmt.Sprintf("; load average %s at start, %s at end", load0, loadAvg())
 	rows = append(rows,
 		report.Row{Scenario: "datapath", System: o.Suite.String() + "-seal", NsPerPacket: sealNs,
 			Note: fmt.Sprintf("%d-byte packets, one core", o.MTU+metaroce.DataHeaderLen)},
@@ -367,6 +373,18 @@ func Tunnel(ctx context.Context, o Options, udpOpts udp.Options, sealed bool) (R
 		return r, errors.New("no message completed during the measurement")
 	}
 	return r, nil
+}
+
+// loadAvg returns the 1-minute load average, or "?".
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	if f := strings.Fields(string(b)); len(f) > 0 {
+		return f[0]
+	}
+	return "?"
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
