@@ -84,7 +84,10 @@ type ownerState struct {
 	room     int // bytes Poll may write
 	deadline time.Duration
 	janitor  time.Duration
-	shards   int // sockets opened so far, to spread them over the senders
+	// graceFor is the overdue deadline whose timers wait until graceUntil
+	// (see run); -1 when none.
+	graceFor, graceUntil time.Duration
+	shards               int // sockets opened so far, to spread them over the senders
 }
 
 // replyDst is where replies to one (peer, port) go: the IP the port was
@@ -96,6 +99,13 @@ type replyDst struct {
 
 // maxReplyIPs bounds the remembered reply addresses per peer.
 const maxReplyIPs = 4096
+
+// lateAfter is how far past a deadline the owner must run before it
+// counts as held up by the machine; maxGrace bounds the grace then given.
+const (
+	lateAfter = 5 * time.Millisecond
+	maxGrace  = 20 * time.Millisecond
+)
 
 // janitorEvery is how often lingering path sockets are looked at; it is
 // also the longest the owner sleeps.
@@ -109,6 +119,7 @@ func (o *ownerState) init(e *Endpoint) {
 	o.room = e.ep.Config().MTU + metaroce.DataHeaderLen
 	e.initTx(txBufLen(e.ep.Config()))
 	o.deadline = -1
+	o.graceFor = -1
 }
 
 // openSock opens a socket and starts its reader.
@@ -354,7 +365,20 @@ func (e *Endpoint) run() {
 	defer timer.Stop()
 	for {
 		now := e.Now()
-		if o.deadline >= 0 && now >= o.deadline {
+		due := o.deadline >= 0 && now >= o.deadline
+		if due && now-o.deadline > lateAfter && o.graceFor != o.deadline {
+			// This goroutine ran far past the deadline: the machine held
+			// it up, and every goroutine of the pipeline (the readers, the
+			// peer's, on loopback) with it. What was in flight meanwhile
+			// is given as long again (bounded) to arrive before the timers
+			// run, so that a stall of this process does not read as a
+			// path's silence.
+			o.graceFor, o.graceUntil = o.deadline, now+min(now-o.deadline, maxGrace)
+		}
+		if due && o.graceFor == o.deadline && now < o.graceUntil {
+			due = false
+		}
+		if due {
 			// Acknowledgements that arrived while this goroutine was not
 			// running (a busy machine, a GC pause) go in before the timers
 			// run: a timer that fires only because its answer was not read
@@ -387,7 +411,11 @@ func (e *Endpoint) run() {
 		if more {
 			wait = 0
 		} else if o.deadline >= 0 {
-			wait = min(wait, o.deadline-now)
+			d := o.deadline
+			if o.graceFor == d {
+				d = max(d, o.graceUntil)
+			}
+			wait = min(wait, d-now)
 		}
 		if wait <= 0 {
 			// Work is due now: serve what is waiting without sleeping.
