@@ -54,6 +54,10 @@ type Conn struct {
 	paths    *pathmgr.Set
 	ctl      cc.Controller
 	windowFn func(int) int
+	// rxHdr is the header of the DATA packet being received: a field
+	// rather than a local, because a stream Sink is handed a pointer to it
+	// and a local would then escape, one allocation per packet.
+	rxHdr DataHeader
 
 	// sender
 	tx        []txPath
@@ -226,8 +230,9 @@ func (c *Conn) hasControl() bool {
 func (c *Conn) receive(now time.Duration, t PacketType, b []byte, m RecvMeta) {
 	switch t {
 	case TypeData:
-		var h DataHeader
-		payload, err := DecodeData(b, &h)
+		h := &c.rxHdr
+		*h = DataHeader{}
+		payload, err := DecodeData(b, h)
 		if err != nil {
 			c.Stats.Malformed++
 			return
@@ -235,7 +240,7 @@ func (c *Conn) receive(now time.Duration, t PacketType, b []byte, m RecvMeta) {
 		if c.state == stateClosed {
 			return
 		}
-		c.onData(now, &h, payload, m)
+		c.onData(now, h, payload, m)
 	case TypeAck:
 		var a Ack
 		if err := DecodeAck(b, &a); err != nil {

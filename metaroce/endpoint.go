@@ -1,7 +1,6 @@
 package metaroce
 
 import (
-	"container/heap"
 	crand "crypto/rand"
 	"encoding/binary"
 	"math/rand/v2"
@@ -379,7 +378,7 @@ func (e *Endpoint) HandleTimeout(now time.Duration) {
 		if !ok || t.at > now {
 			break
 		}
-		heap.Pop(&e.timers)
+		e.timers.pop()
 		t.c.deadline = -1 // consumed: touch files the next one
 		t.c.timerGen++
 		due = append(due, t.c)

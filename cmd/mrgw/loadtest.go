@@ -153,6 +153,7 @@ func newDatapathCmd() *cobra.Command {
 	var (
 		o      datapath.Options
 		suite  string
+		window int
 		asJSON bool
 	)
 	cmd := &cobra.Command{
@@ -160,7 +161,9 @@ func newDatapathCmd() *cobra.Command {
 		Short: "Tunnel goodput on loopback against raw batched UDP between the same sockets",
 		Long: `datapath measures, in one run on loopback: raw batched UDP (GSO/GRO where available),
 the sealed MetaRoCE tunnel, and optionally the same transfer unencrypted; it reports goodput,
-the ratio to raw UDP, CPU per Gbit/s, allocations per packet and the AEAD cost.`,
+the ratio to raw UDP, CPU per Gbit/s (process CPU, sender and receiver together), allocations
+per packet, the AEAD cost, and the machine's load average (the figures are only as good as the
+share of the machine the run had).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			s, err := seal.ParseSuite(suite)
@@ -168,6 +171,7 @@ the ratio to raw UDP, CPU per Gbit/s, allocations per packet and the AEAD cost.`
 				return err
 			}
 			o.Suite = s
+			o.WindowBytes = window << 10
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			rows, err := datapath.Run(ctx, o)
@@ -194,6 +198,8 @@ the ratio to raw UDP, CPU per Gbit/s, allocations per packet and the AEAD cost.`
 	f.DurationVar(&o.Duration, "duration", 0, "length of each measurement (default 3s)")
 	f.IntVar(&o.MTU, "mtu", 0, "MetaRoCE payload per datagram (default 1400)")
 	f.IntVar(&o.Paths, "paths", 0, "paths per connection (default 8)")
+	f.IntVar(&window, "window", 0, "fixed window per path in KiB (default 256)")
+	f.IntVar(&o.Senders, "senders", 0, "sealing and sending goroutines per endpoint (default 2)")
 	f.BoolVar(&o.DisableGSO, "no-gso", false, "turn UDP GSO off")
 	f.BoolVar(&o.DisableGRO, "no-gro", false, "turn UDP GRO off")
 	f.BoolVar(&o.Plain, "plain", true, "also measure the transfer without encryption")
