@@ -261,12 +261,24 @@ func New(ctx context.Context, cfg Config) (_ *Lab, err error) {
 	return l, nil
 }
 
+// LANMinPTO is the smallest probe timeout of every path in the lab, the
+// gateways' and the hosts'. The WAN paths' timeouts are above it anyway
+// (their RTT is tens of ms); it matters on the loopback LAN hop, whose RTT
+// is microseconds: there everything of the lab (4 gateways, the emulator,
+// up to 66 hosts) shares this machine's two cores with whatever else runs,
+// and an ack held up 10 ms by the scheduler is routine. With 10 ms, the
+// gateways declared host paths suspect hundreds of times per run and
+// recovered on the late ack ("ack after timeout"), and paths that were
+// declared down took their connections with them (allreduce 8×8, incast
+// 64→1 in mrgw loadtest).
+const LANMinPTO = 30 * time.Millisecond
+
 // tune sets path timings for the lab's round trip: a dead path or gateway
 // is noticed within a few hundred milliseconds.
 func (l *Lab) tune(p *metaroce.Config) {
 	rtt := 2 * l.cfg.OneWay
 	p.Path = pathmgr.Config{
-		InitialRTT: rtt, MinPTO: 10 * time.Millisecond, MaxAckDelay: 2 * time.Millisecond,
+		InitialRTT: rtt, MinPTO: LANMinPTO, MaxAckDelay: 2 * time.Millisecond,
 		DownAfter: 3, ProbeInterval: 20 * time.Millisecond, MaxProbeInterval: time.Second, UpAfter: 2,
 	}
 	p.MaxAckDelay = 2 * time.Millisecond

@@ -18,6 +18,8 @@ import (
 	"github.com/mrgw/mrgw/host"
 	"github.com/mrgw/mrgw/internal/report"
 	"github.com/mrgw/mrgw/loadtest/emu"
+	"github.com/mrgw/mrgw/metaroce"
+	"github.com/mrgw/mrgw/pathmgr"
 )
 
 // Options tune how a scenario runs (not what it does).
@@ -332,7 +334,7 @@ func (e *env) hosts() error {
 	// Only hosts that receive register memory (allreduce: all of them).
 	mk := func(region, name string) (*host.Host, error) {
 		h, err := host.New(host.Config{Name: name, Region: region, Gateways: e.l.HostGateways(region),
-			DeadAfter: time.Second, Logger: e.o.Logger, MaxFlowMessages: 1024})
+			DeadAfter: time.Second, Logger: e.o.Logger, MaxFlowMessages: 1024, Protocol: labHostProtocol()})
 		if err != nil {
 			return nil, fmt.Errorf("gwload: host %s: %w", name, err)
 		}
@@ -360,6 +362,29 @@ func (e *env) hosts() error {
 		e.dst = append(e.dst, h)
 	}
 	return nil
+}
+
+// labHostProtocol is the hosts' MetaRoCE configuration on the lab's LAN.
+//
+// The host library's defaults are a data centre's: an initial RTT of
+// 100 µs, so a handshake sends its 8 INITs 300 µs, 600 µs, ... apart and
+// gives up after about 76 ms. Here up to 66 hosts, four gateways and the
+// emulator share two cores: a connection set-up that waits 100 ms for the
+// CPU timed out, the host reconnected (new path sockets, ~0.8 MiB of
+// receive buffers each, 8 per connection) and the allocations starved
+// everything further: incast 64→1 spent 55% of its CPU clearing fresh
+// buffers and its hosts lost their registrations (measured with pprof,
+// 19:15 UTC 2026-11-29). A loopback LAN that shares its CPU with everything
+// is given a millisecond-scale start (a 3.8 s handshake budget) and 4 paths
+// per gateway connection, which is plenty for a hop that has no ECMP.
+func labHostProtocol() metaroce.Config {
+	return metaroce.Config{
+		Paths: 4,
+		Path: pathmgr.Config{
+			InitialRTT: 5 * time.Millisecond, MinPTO: lab.LANMinPTO, MaxAckDelay: time.Millisecond,
+			DownAfter: 3, ProbeInterval: 20 * time.Millisecond, MaxProbeInterval: time.Second, UpAfter: 2,
+		},
+	}
 }
 
 // open opens the flows, 64 at a time.
