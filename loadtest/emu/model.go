@@ -69,9 +69,9 @@ type linkCounters struct {
 	maxQueue                  atomic.Uint64
 }
 
-// link is one plane in one direction: the queue model plus the FIFO of
-// datagrams waiting for their delivery time. All fields except the
-// counters are guarded by the owning direction's mutex.
+// link is one plane in one direction: the queue model (the datagrams
+// waiting for their delivery time are in the direction's Sched). All
+// fields except the counters are guarded by the owning direction's Sched.Mu.
 //
 // The queue is modelled analytically rather than by holding datagrams
 // until they are serialised: busyUntil is when the serialiser finishes the
@@ -87,7 +87,6 @@ type link struct {
 	epoch       uint32
 	busyUntil   time.Duration
 	lastDeliver time.Duration
-	fifo        ring
 	c           linkCounters
 }
 
@@ -185,48 +184,13 @@ func (l *link) admit(now time.Duration, size int, cp ecn.Codepoint, full bool, r
 	return Forwarded
 }
 
-// packet is a datagram waiting in a plane's FIFO.
+// packet is a datagram waiting in a plane's FIFO (its delivery time and
+// epoch are in the Item that holds it).
 type packet struct {
-	buf     *[]byte // from the emulator's pool; payload is (*buf)[:n]
-	n       int
-	tos     byte // full TOS byte to send with (DSCP kept, ECN maybe CE)
-	epoch   uint32
-	deliver time.Duration
-	plane   uint8
-	out     *sock        // the stand-in socket that sends it
-	to      *net.UDPAddr // the real receiver
-}
-
-// ring is a growable FIFO of packets. It grows by doubling and never
-// shrinks; its size is bounded by Config.MaxBuffered.
-type ring struct {
-	buf  []packet
-	head int
-	n    int
-}
-
-func (r *ring) len() int { return r.n }
-
-func (r *ring) push(p packet) {
-	if r.n == len(r.buf) {
-		nb := make([]packet, max(16, 2*len(r.buf)))
-		for i := 0; i < r.n; i++ {
-			nb[i] = r.buf[(r.head+i)%len(r.buf)]
-		}
-		r.buf, r.head = nb, 0
-	}
-	r.buf[(r.head+r.n)%len(r.buf)] = p
-	r.n++
-}
-
-// peek returns the oldest packet; the FIFO must not be empty.
-func (r *ring) peek() *packet { return &r.buf[r.head] }
-
-// pop removes and returns the oldest packet; the FIFO must not be empty.
-func (r *ring) pop() packet {
-	p := r.buf[r.head]
-	r.buf[r.head] = packet{} // drop references for the GC
-	r.head = (r.head + 1) % len(r.buf)
-	r.n--
-	return p
+	buf   *[]byte // from the emulator's pool; payload is (*buf)[:n]
+	n     int
+	tos   byte // full TOS byte to send with (DSCP kept, ECN maybe CE)
+	plane uint8
+	out   *sock        // the stand-in socket that sends it
+	to    *net.UDPAddr // the real receiver
 }
