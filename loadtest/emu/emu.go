@@ -37,7 +37,10 @@ type Emulator struct {
 	ownPorts [65536 / 64]atomic.Uint64
 
 	dirs     [2]*direction
-	buffered atomic.Int64 // datagrams in all FIFOs (Config.MaxBuffered)
+	buffered atomic.Int64
+	// pairs maps (site A address, site B address) to its wire: 1 +
+	// its index in Config.PairDelays (0, absent: the planes' own).
+	pairs map[[2]netip.Addr]int // datagrams in all FIFOs (Config.MaxBuffered)
 
 	mappingDrops, loopDrops, overflowDrops atomic.Uint64
 	truncated, sendErrors, readErrors      atomic.Uint64
@@ -75,8 +78,12 @@ type direction struct {
 	dir   Dir
 	sched *Sched[packet]
 	links []link
-	rng   *rand.Rand
-	w     *writer // the dispatcher's sendmmsg scratch space
+	// pairLast is the last delivery time per pair wire and plane
+	// ([wire-1][plane]): each wire keeps its own order. Sched queue
+	// wire*planes+plane holds the wire's datagrams of that plane.
+	pairLast [][]time.Duration
+	rng      *rand.Rand
+	w        *writer // the dispatcher's sendmmsg scratch space
 
 	lateN, lateSum, lateMax atomic.Int64
 }
@@ -89,11 +96,15 @@ func New(ctx context.Context, cfg Config) (*Emulator, error) {
 		return nil, err
 	}
 	em := &Emulator{
+		pairs: map[[2]netip.Addr]int{},
 		cfg:   cfg,
 		start: time.Now(),
 		eps:   map[epKey]*endpoint{},
 		quit:  make(chan struct{}),
 		done:  make(chan struct{}),
+	}
+	for i, p := range cfg.PairDelays {
+		em.pairs[[2]netip.Addr{p.A.Unmap(), p.B.Unmap()}] = i + 1
 	}
 	size := cfg.MaxDatagram
 	em.pool.New = func() any { b := make([]byte, size); return &b }
@@ -108,10 +119,16 @@ func New(ctx context.Context, cfg Config) (*Emulator, error) {
 		for i := range dd.links {
 			dd.links[i].cfg = cfg.Link
 		}
+		dd.pairLast = make([][]time.Duration, len(cfg.PairDelays))
+		for i := range dd.pairLast {
+			dd.pairLast[i] = make([]time.Duration, cfg.Planes)
+		}
+		np := cfg.Planes
 		dd.sched, err = NewSched(SchedConfig[packet]{
-			Queues: cfg.Planes, Now: em.now, Batch: cfg.Batch,
-			Stale: func(plane int, it *Item[packet]) bool { return it.Epoch != dd.links[plane].epoch },
-			Drop: func(plane int, it Item[packet]) {
+			Queues: np * (1 + len(cfg.PairDelays)), Now: em.now, Batch: cfg.Batch,
+			Stale: func(q int, it *Item[packet]) bool { return it.Epoch != dd.links[q%np].epoch },
+			Drop: func(q int, it Item[packet]) {
+				plane := q % np
 				// Was in flight when the plane failed.
 				dd.links[plane].c.downDrops.Add(1)
 				em.buffered.Add(-1)
@@ -294,6 +311,7 @@ func (em *Emulator) janitor() {
 type pending struct {
 	idx   int // index in the reader's batch
 	plane int
+	wire  int // 0: the plane's delay; else 1 + index in Config.PairDelays
 	size  int
 	tos   byte
 	out   *sock
@@ -373,8 +391,17 @@ func (em *Emulator) readLoop(ep *endpoint) {
 			}
 			peer.lastUsed.Store(int64(now))
 			ctl, _ := ecn.ParseControl(m.OOB[:m.NN])
+			wire := 0
+			if len(em.pairs) > 0 {
+				k := [2]netip.Addr{src.Addr(), ep.real.Addr()}
+				if srcSite == SiteB {
+					k[0], k[1] = k[1], k[0]
+				}
+				wire = em.pairs[k]
+			}
 			pend = append(pend, pending{
 				idx:   i,
+				wire:  wire,
 				plane: planeOf(ecmpHash(em.cfg.Seed, d.dir, src, ep.real), em.cfg.Planes),
 				size:  m.N,
 				tos:   ctl.TrafficClass,
@@ -417,13 +444,19 @@ func (d *direction) enqueue(now time.Duration, pend []pending, bufs []*[]byte, e
 		l := &d.links[p.plane]
 		ev := TraceEvent{Dir: d.dir, Plane: p.plane}
 		full := em.buffered.Load() >= limit
-		v := l.admit(now, p.size, ecn.FromTOS(p.tos), full, d.rng, &ev)
+		var v Verdict
+		if p.wire == 0 {
+			v = l.admit(now, p.size, ecn.FromTOS(p.tos), full, d.rng, &ev)
+		} else {
+			v = l.admitVia(now, p.size, ecn.FromTOS(p.tos), full, d.rng, &ev,
+				em.cfg.PairDelays[p.wire-1].Delay, &d.pairLast[p.wire-1][p.plane])
+		}
 		ev.Verdict = v
 		switch v {
 		case DroppedOverflow:
 			em.overflowDrops.Add(1)
 		case Forwarded:
-			d.sched.Push(p.plane, Item[packet]{Deliver: ev.Deliver, Epoch: l.epoch, V: packet{
+			d.sched.Push(p.wire*len(d.links)+p.plane, Item[packet]{Deliver: ev.Deliver, Epoch: l.epoch, V: packet{
 				buf:   bufs[p.idx],
 				n:     p.size,
 				tos:   p.tos&^ecn.Mask | byte(ev.ECNOut),

@@ -137,6 +137,14 @@ func (l *link) fail(now time.Duration) {
 // delivered) and returns the verdict; for Forwarded, ev.Deliver is the
 // delivery time and ev.ECNOut the codepoint to send with.
 func (l *link) admit(now time.Duration, size int, cp ecn.Codepoint, full bool, rng *rand.Rand, ev *TraceEvent) Verdict {
+	return l.admitVia(now, size, cp, full, rng, ev, l.cfg.Delay, &l.lastDeliver)
+}
+
+// admitVia is admit for a datagram whose propagation delay after the
+// serialiser is delay (a Config.PairDelays pair's, not the plane's) and
+// whose delivery must not precede *last, the previous delivery of the
+// same wire (updated).
+func (l *link) admitVia(now time.Duration, size int, cp ecn.Codepoint, full bool, rng *rand.Rand, ev *TraceEvent, delay time.Duration, last *time.Duration) Verdict {
 	ev.Arrival, ev.Size, ev.ECNIn, ev.ECNOut = now, size, cp, cp
 	l.c.in.Add(1)
 	l.c.bytesIn.Add(uint64(size))
@@ -172,14 +180,14 @@ func (l *link) admit(now time.Duration, size int, cp ecn.Codepoint, full bool, r
 		l.c.lossDrops.Add(1)
 		return DroppedLoss
 	}
-	deliver := depart + l.cfg.Delay
+	deliver := depart + delay
 	if l.cfg.Jitter > 0 {
 		deliver += time.Duration(rng.Int64N(int64(l.cfg.Jitter) + 1))
 	}
 	// Jitter must not reorder the plane: a datagram never overtakes the
 	// one ahead of it.
-	deliver = max(deliver, l.lastDeliver)
-	l.lastDeliver = deliver
+	deliver = max(deliver, *last)
+	*last = deliver
 	ev.Deliver = deliver
 	return Forwarded
 }
