@@ -116,13 +116,13 @@ type Lab struct {
 	Gateways map[string]*gateway.Gateway
 	Configs  map[string]*config.Config
 	// Names are the gateways of each region, in order.
-	Names    map[string][]string
-	cfg      Config
-	dir      string
-	ownDir   bool
-	wg       sync.WaitGroup
-	cancel   context.CancelFunc
-	closed   sync.Once
+	Names  map[string][]string
+	cfg    Config
+	dir    string
+	ownDir bool
+	wg     sync.WaitGroup
+	cancel context.CancelFunc
+	closed sync.Once
 }
 
 // New creates the emulator, the certificates and the four gateways (bound,

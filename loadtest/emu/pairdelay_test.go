@@ -21,7 +21,7 @@ func TestPairDelays(t *testing.T) {
 	var log traceLog
 	em := start(t, Config{
 		Planes: 1, Seed: 3, Trace: log.add,
-		Link: LinkConfig{Rate: 100e6, Delay: 5 * time.Millisecond},
+		Link:       LinkConfig{Rate: 100e6, Delay: 5 * time.Millisecond},
 		PairDelays: []PairDelay{{A: netip.MustParseAddr("127.0.0.2"), B: netip.MustParseAddr("127.0.0.1"), Delay: 40 * time.Millisecond}},
 	})
 	toB := expose(t, em, SiteB, b)
