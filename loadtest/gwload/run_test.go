@@ -115,3 +115,50 @@ func TestSteppedWorkloadsComplete(t *testing.T) {
 }
 
 func rowMsg(r report.Row) int { return int(r.MessageBytes) }
+
+// TestFairnessSources runs three source regions at different round trips
+// through one destination gateway: every message must arrive exactly once,
+// every region must get a real share, and the row's Jain index must be
+// the one its per-region shares give (one flow per region) and above the
+// bound that a share of at least a tenth each implies.
+func TestFairnessSources(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the gateway lab for a few seconds")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s := Scenario{
+		Name: "fairness", Duration: 5 * time.Second, Planes: 2,
+		Link:       Link{Rate: "20mbit", Delay: 2 * time.Millisecond},
+		Sources:    []Source{{RTT: 4 * time.Millisecond}, {RTT: 10 * time.Millisecond}, {RTT: 30 * time.Millisecond}},
+		Workload:   Workload{Pattern: PatternBulk, Flows: 3, Hosts: 1, MessageSize: "64KiB", Window: 16},
+		FlowCredit: "4MiB",
+	}
+	rows, ser, err := Run(ctx, s, Options{Drain: 15 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rows[0]
+	t.Logf("%s: goodput %.1f Mbit/s, shares %v, jain %.3f, note %q", r.Variant, r.GoodputBps/1e6, r.Shares, r.Jain, r.Note)
+	if *r.MessagesLost != 0 || *r.MessagesDuplicated != 0 || r.MessagesFailed != 0 || r.Incomplete != 0 || r.Messages < 30 {
+		t.Fatalf("messages %d lost %d duplicated %d failed %d incomplete %d", r.Messages, *r.MessagesLost, *r.MessagesDuplicated, r.MessagesFailed, r.Incomplete)
+	}
+	if len(r.Shares) != 3 || len(ser.FlowBytes) != 3 {
+		t.Fatalf("shares %v, flows %d", r.Shares, len(ser.FlowBytes))
+	}
+	var sum float64
+	for _, x := range r.Shares {
+		sum += x
+		if x < 0.1 {
+			t.Fatalf("a region got %.3f of the bytes (shares %v)", x, r.Shares)
+		}
+	}
+	if sum < 0.99 || sum > 1.01 {
+		t.Fatalf("shares sum to %v", sum)
+	}
+	// The least fair split with every share >= 0.1: (0.1, 0.1, 0.8).
+	bound := report.Jain([]float64{0.1, 0.1, 0.8})
+	if j := report.Jain(r.Shares); j < bound || r.Jain < bound || j-r.Jain > 0.01 || r.Jain-j > 0.01 {
+		t.Fatalf("jain %.3f, from the shares %.3f, bound %.3f", r.Jain, j, bound)
+	}
+}
