@@ -122,9 +122,31 @@ func (o *ownerState) init(e *Endpoint) {
 	o.graceFor = -1
 }
 
+// pathSockBatch is the most datagrams a path socket reads or sends per
+// system call (listening sockets use Config.UDP.BatchSize).
+const pathSockBatch = 16
+
 // openSock opens a socket and starts its reader.
 func (e *Endpoint) openSock(local netip.AddrPort, listen, primary bool, peer PeerID, entropy uint16) (*sock, error) {
-	c, err := udp.Listen(local, e.cfg.UDP)
+	uo := e.cfg.UDP
+	batch := uo.BatchSize
+	if batch <= 0 {
+		batch = udp.DefaultBatchSize
+	}
+	if !listen {
+		// A path socket is one of up to MaxPathSockets, opened on demand
+		// and re-opened whenever a path re-rolls its entropy: with the
+		// listening socket's 64-datagram batches and four 64 KiB GRO
+		// buffers it cost ~0.8 MiB of fresh, zeroed memory each, and a
+		// process with many connections (a gateway serving hundreds of
+		// hosts, the load-test lab with 66 hosts in one process) spent
+		// most of its CPU clearing it and gigabytes of heap holding it.
+		// A path carries one connection's share: smaller batches do.
+		batch = min(batch, pathSockBatch)
+		uo.BatchSize = batch
+		uo.GROBuffers = 1
+	}
+	c, err := udp.Listen(local, uo)
 	if err != nil {
 		return nil, err
 	}
@@ -134,10 +156,6 @@ func (e *Endpoint) openSock(local netip.AddrPort, listen, primary bool, peer Pee
 	nb := e.cfg.RxBatches
 	if listen {
 		nb *= 2 // DATA arrives here: give it more room than the ack sockets
-	}
-	batch := e.cfg.UDP.BatchSize
-	if batch <= 0 {
-		batch = udp.DefaultBatchSize
 	}
 	s.free = make(chan *rxBatch, nb)
 	for range nb {
