@@ -79,23 +79,23 @@ func (e *Endpoint) planeCounters(peer PeerID) *peerPlanes {
 	return c
 }
 
-func (e *Endpoint) countTx(peer PeerID, plane int, bytes int) {
+// planeCounter returns peer's counter for plane, or nil when the socket
+// belongs to no plane (or the counters are full). Owner goroutine only;
+// the counter itself is atomic (senders count on it).
+func (e *Endpoint) planeCounter(peer PeerID, plane int) *planeCounter {
 	if plane < 0 || plane >= MaxPlanes {
-		return
+		return nil
 	}
 	if c := e.planeCounters(peer); c != nil {
-		c[plane].tx.Add(1)
-		c[plane].txBytes.Add(uint64(bytes))
+		return &c[plane]
 	}
+	return nil
 }
 
 func (e *Endpoint) countRx(peer PeerID, plane int, bytes int) {
-	if plane < 0 || plane >= MaxPlanes {
-		return
-	}
-	if c := e.planeCounters(peer); c != nil {
-		c[plane].rx.Add(1)
-		c[plane].rxBytes.Add(uint64(bytes))
+	if c := e.planeCounter(peer, plane); c != nil {
+		c.rx.Add(1)
+		c.rxBytes.Add(uint64(bytes))
 	}
 }
 
