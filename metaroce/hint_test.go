@@ -11,11 +11,11 @@ import (
 // message and returns the pacing rate of A's fixed, unpaced controller,
 // which is the rate hint B sent (0 if none); then, if raise, B's capacity
 // goes to 16 Mbit/s live and a second message brings the new hint.
-func hintedRate(t *testing.T, noHint, raise bool) float64 {
+func hintedRate(t *testing.T, noHint, raise bool, scale float64) float64 {
 	t.Helper()
 	cfgA := Config{Paths: 2, CC: cc.NewFixed(1<<20, 0), Seed: 1}
 	cfgB := Config{Paths: 2, CC: cc.NewFixed(1<<20, 0), Seed: 2, ReceiveCapacityBps: 8e6,
-		AcceptOptions: func(PeerID) ConnOptions { return ConnOptions{NoRateHint: noHint} }}
+		AcceptOptions: func(PeerID) ConnOptions { return ConnOptions{NoRateHint: noHint, RateHintScale: scale} }}
 	n := newTestNet(t, cfgA, cfgB, 2, 1)
 	c, err := n.eps[0].Connect(n.now, 1)
 	if err != nil {
@@ -53,14 +53,17 @@ func hintedRate(t *testing.T, noHint, raise bool) float64 {
 	return c.Controller().PacingRate()
 }
 
-func TestReceiveCapacityHintsLiveAndNoRateHint(t *testing.T) {
-	if got := hintedRate(t, false, false); got != 1e6 {
+func TestReceiveCapacityHintsLiveScaledAndNone(t *testing.T) {
+	if got := hintedRate(t, false, false, 0); got != 1e6 {
 		t.Fatalf("hint %v B/s, want the whole 8 Mbit/s = 1e6 B/s for the only sender", got)
 	}
-	if got := hintedRate(t, false, true); got != 2e6 {
+	if got := hintedRate(t, false, true, 0); got != 2e6 {
 		t.Fatalf("hint %v B/s after SetReceiveCapacity(16e6), want 2e6", got)
 	}
-	if got := hintedRate(t, true, false); got != 0 {
+	if got := hintedRate(t, true, false, 0); got != 0 {
 		t.Fatalf("a NoRateHint connection was hinted %v B/s", got)
+	}
+	if got := hintedRate(t, false, false, 3); got != 3e6 {
+		t.Fatalf("hint %v B/s with RateHintScale 3, want 3e6", got)
 	}
 }
