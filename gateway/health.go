@@ -17,7 +17,8 @@ import (
 // gateway per plane (path i crosses plane i mod len(wan.planes)) and
 // publishes each plane's verdict through region.Cluster.PublishHealth: at
 // once when the verdict changes (a path transition), and again every
-// healthRefresh so the report does not expire while it holds. A plane is
+// health TTL / 3 (healthState.refresh) so the report does not expire
+// while it holds. A plane is
 // published down only when none of its paths can carry data.
 //
 // Receiving: every report another gateway publishes about a gateway this
@@ -85,8 +86,8 @@ func (g *Gateway) planeOf(path int, _ uint16) int {
 }
 
 // publishPlanes publishes the verdict of every plane of ci's connection
-// whose verdict changed, or all of them when refresh is true and their
-// last report is older than the refresh period.
+// whose verdict changed and, when all is true, of every plane whose last
+// report is older than the refresh period.
 func (r *relay) publishPlanes(ci *connInfo, wall time.Time, all bool) {
 	p := ci.wan
 	if p == nil || !ci.up || ci.dead {
