@@ -93,6 +93,7 @@ type Conn struct {
 	trans                                         []pathmgr.Transition
 	allDownSince                                  time.Duration // -1 while some path is usable
 	lastHint                                      uint64        // rate hint (bits/s) last sent to the peer
+	noHint                                        bool          // ConnOptions.NoRateHint
 
 	// Scheduler state (sched.go).
 	inReady  bool
@@ -410,7 +411,7 @@ func (c *Conn) pollControl(now time.Duration, buf []byte) (Transmit, bool) {
 	case c.needAccept:
 		c.needAccept = false
 		h := Handshake{Conn: c.id, MTU: uint16(c.mtu), Paths: uint16(len(c.tx)), Timestamp: uint64(now) + 1,
-			EchoTimestamp: c.acceptEcho, RateHintBps: c.ep.rateHintBps(now, c.id)}
+			EchoTimestamp: c.acceptEcho, RateHintBps: c.ep.rateHintBps(now, c)}
 		c.lastHint = h.RateHintBps
 		p, err = AppendAccept(buf[:0], &h)
 		t.Reply, t.Entropy = true, c.rx[0].peerPort
