@@ -245,6 +245,15 @@ func (g *Gateway) onControlEvent(ev control.Event) {
 	}
 }
 
+// socketBufferBytes is asked for as SO_RCVBUF and SO_SNDBUF on every
+// socket (the kernel caps it at net.core.rmem_max/wmem_max). The LAN socket
+// receives from every host at once: with the kernel's default of 208 KiB
+// (about 25 datagrams of 4 KiB), 32 hosts starting a message together
+// overflowed it and the kernel dropped thousands of datagrams per second
+// (incast 64→1 in mrgw loadtest: 23,000 drops on one gateway's LAN socket,
+// /proc/net/udp), which the hosts read as dead paths.
+const socketBufferBytes = 4 << 20
+
 // maybeRotate starts a rotation of our sending key to p when
 // wan.key_rotation has passed since the last one. The gateway keeps this
 // timer, not the control session (whose own timer is off), so that a
@@ -277,15 +286,6 @@ func (g *Gateway) maybeRotate(p *wanPeer, sess *control.Session) {
 		}
 	})
 }
-
-// socketBufferBytes is asked for as SO_RCVBUF and SO_SNDBUF on every
-// socket (the kernel caps it at net.core.rmem_max/wmem_max). The LAN socket
-// receives from every host at once: with the kernel's default of 208 KiB
-// (about 25 datagrams of 4 KiB), 32 hosts starting a message together
-// overflowed it and the kernel dropped thousands of datagrams per second
-// (incast 64→1 in mrgw loadtest: 23,000 drops on one gateway's LAN socket,
-// /proc/net/udp), which the hosts read as dead paths.
-const socketBufferBytes = 4 << 20
 
 func udpOptions(cfg *config.Config) udp.Options {
 	o := udp.Options{DisableGSO: !cfg.WAN.GSO, DisableGRO: !cfg.WAN.GRO, ReadBuffer: socketBufferBytes, WriteBuffer: socketBufferBytes}

@@ -32,11 +32,10 @@ type sock struct {
 	stop chan struct{} // closed when the socket is retired
 
 	// shard is the sender goroutine that writes this socket's datagrams
-	// (see tx.go); out, outCtr and dirty belong to that sender.
-	shard  int
-	out    []udp.Message   // datagrams waiting for the next WriteBatch
-	outCtr []*planeCounter // the plane counter of each of out, or nil
-	dirty  bool
+	// (see tx.go); out and dirty belong to that sender.
+	shard int
+	out   []udp.Message // datagrams waiting for the next WriteBatch
+	dirty bool
 
 	// Owner goroutine only.
 	refs      int           // (connection, path) pairs sending from it

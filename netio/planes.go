@@ -25,7 +25,7 @@ const MaxPlanes = 64
 // PlaneStats are the datagrams exchanged with one peer over one plane.
 type PlaneStats struct {
 	Plane                int
-	TxDatagrams, TxBytes uint64 // handed to the kernel (wire bytes)
+	TxDatagrams, TxBytes uint64 // handed to a sender goroutine (plaintext bytes)
 	RxDatagrams, RxBytes uint64 // delivered to the protocol (plaintext bytes)
 }
 
@@ -79,23 +79,23 @@ func (e *Endpoint) planeCounters(peer PeerID) *peerPlanes {
 	return c
 }
 
-// planeCounter returns peer's counter for plane, or nil when the socket
-// belongs to no plane (or the counters are full). Owner goroutine only;
-// the counter itself is atomic (senders count on it).
-func (e *Endpoint) planeCounter(peer PeerID, plane int) *planeCounter {
+func (e *Endpoint) countTx(peer PeerID, plane int, bytes int) {
 	if plane < 0 || plane >= MaxPlanes {
-		return nil
+		return
 	}
 	if c := e.planeCounters(peer); c != nil {
-		return &c[plane]
+		c[plane].tx.Add(1)
+		c[plane].txBytes.Add(uint64(bytes))
 	}
-	return nil
 }
 
 func (e *Endpoint) countRx(peer PeerID, plane int, bytes int) {
-	if c := e.planeCounter(peer, plane); c != nil {
-		c.rx.Add(1)
-		c.rxBytes.Add(uint64(bytes))
+	if plane < 0 || plane >= MaxPlanes {
+		return
+	}
+	if c := e.planeCounters(peer); c != nil {
+		c[plane].rx.Add(1)
+		c[plane].rxBytes.Add(uint64(bytes))
 	}
 }
 

@@ -38,7 +38,6 @@ type txItem struct {
 	sealer Sealer // nil: sent as it is
 	s      *sock
 	dst    netip.AddrPort
-	ctr    *planeCounter // the peer's counter for s's plane, or nil
 }
 
 // sendBatch is a run of datagrams for one sender.
@@ -126,7 +125,6 @@ func (e *Endpoint) writeBatch(w *txSender, b *sendBatch) {
 		}
 		s := it.s
 		s.out = append(s.out, udp.Message{Buf: wire, N: len(wire), Addr: it.dst})
-		s.outCtr = append(s.outCtr, it.ctr)
 		if !s.dirty {
 			s.dirty = true
 			w.dirty = append(w.dirty, s)
@@ -135,12 +133,8 @@ func (e *Endpoint) writeBatch(w *txSender, b *sendBatch) {
 	for _, s := range w.dirty {
 		sent, err := s.c.WriteBatch(s.out)
 		var bytes uint64
-		for i, m := range s.out[:sent] {
+		for _, m := range s.out[:sent] {
 			bytes += uint64(m.N)
-			if c := s.outCtr[i]; c != nil {
-				c.tx.Add(1)
-				c.txBytes.Add(uint64(m.N))
-			}
 		}
 		e.ctr.txDatagrams.Add(uint64(sent))
 		e.ctr.txBytes.Add(bytes)
@@ -152,8 +146,6 @@ func (e *Endpoint) writeBatch(w *txSender, b *sendBatch) {
 		}
 		clear(s.out) // drop the references to the buffers
 		s.out = s.out[:0]
-		clear(s.outCtr)
-		s.outCtr = s.outCtr[:0]
 		s.dirty = false
 	}
 	clear(w.dirty)
@@ -274,7 +266,11 @@ func (e *Endpoint) flush(now time.Duration) bool {
 			}
 		}
 		t.spare = t.spare[:len(t.spare)-1]
-		e.queue(txItem{buf: buf, n: tx.Len, sealer: p.Sealer, s: s, dst: dst, ctr: e.planeCounter(p.ID, s.plane)})
+		e.queue(txItem{buf: buf, n: tx.Len, sealer: p.Sealer, s: s, dst: dst})
+		// Counted per plane here, by the owner (whose cache of the
+		// counters needs no lock), when the datagram is handed to its
+		// sender: plaintext length, not the sealed wire length.
+		e.countTx(p.ID, s.plane, tx.Len)
 		polled++
 	}
 	return polled >= txRounds*txBatch
