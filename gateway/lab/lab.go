@@ -108,6 +108,8 @@ type Config struct {
 	// limits.memory_bytes of every gateway [4 MiB and 256 MiB]: with the
 	// defaults a gateway admits 64 flows.
 	FlowCreditBytes, MemoryBytes int64
+	// MaxFlows is limits.max_flows of every gateway [the config default].
+	MaxFlows int
 }
 
 // Lab is the running deployment.
@@ -306,6 +308,9 @@ func New(ctx context.Context, cfg Config) (_ *Lab, err error) {
 			}
 			if cfg.FlowCreditBytes > 0 {
 				c.Limits.FlowCreditBytes = cfg.FlowCreditBytes
+			}
+			if cfg.MaxFlows > 0 {
+				c.Limits.MaxFlows = cfg.MaxFlows
 			}
 			for cn, w := range cfg.Classes {
 				c.Scheduler.Classes = append(c.Scheduler.Classes, config.Class{Name: cn, Weight: w})
