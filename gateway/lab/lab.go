@@ -6,7 +6,10 @@
 // temporary directory, fast gossip timings, and the link emulator
 // (loadtest/emu) between the regions, so that every WAN datagram crosses
 // emulated planes with delay, loss and a rate. `mrgw demo` and the
-// gateway's end-to-end tests run on it.
+// gateway's end-to-end tests run on it. Config.Regions builds other
+// layouts: any regions at either site of the emulator, each at its own
+// distance (mrgw loadtest fairness: three source regions 10, 50 and
+// 150 ms away from one destination gateway).
 //
 // Each gateway gets its own loopback address (127.0.0.11, .12, .21, .22)
 // and the emulator 127.0.0.200, so that hosts on 127.0.0.1 never share an
@@ -127,7 +130,7 @@ type Lab struct {
 	closed sync.Once
 }
 
-// New creates the emulator, the certificates and the four gateways (bound,
+// New creates the emulator, the certificates and the gateways (bound,
 // not running: see Start).
 func New(ctx context.Context, cfg Config) (_ *Lab, err error) {
 	if cfg.Planes == 0 {
