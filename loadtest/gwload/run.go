@@ -508,42 +508,36 @@ func (e *env) bulk(ctx context.Context, deadline time.Time) {
 	var wg sync.WaitGroup
 	for _, fr := range e.flows {
 		wg.Add(1)
-		if w.Window == 1 {
-			// One message at a time: one goroutine writes and waits (at
-			// 10,000 flows, a writer and a waiter per flow would be
-			// 20,000 goroutines on two cores).
-			go func() {
-				defer wg.Done()
-				wctx, wcancel := context.WithDeadline(ctx, deadline)
-				defer wcancel()
-				for n := uint64(0); wctx.Err() == nil; n++ {
-					addr := ((uint64(fr.idx) + n) % slots) * uint64(e.sc.msgSize)
-					p, err := fr.f.Write(wctx, e.key, addr, data)
-					if err != nil {
-						if wctx.Err() == nil {
-							e.tr.fail("write: " + err.Error())
-						}
-						return
-					}
-					e.wait(dctx, fr, p)
-				}
-			}()
-			continue
-		}
 		go func() {
 			defer wg.Done()
-			pend := make(chan *host.Pending, w.Window)
-			var waiter sync.WaitGroup
-			waiter.Add(1)
-			go func() {
-				defer waiter.Done()
-				for p := range pend {
-					e.wait(dctx, fr, p)
-				}
-			}()
-			defer func() { close(pend); waiter.Wait() }()
 			wctx, wcancel := context.WithDeadline(ctx, deadline)
 			defer wcancel()
+			// With a window of 1 this goroutine writes and waits (at
+			// 10,000 flows a writer and a waiter per flow would be 20,000
+			// goroutines on two cores); otherwise a waiter takes the
+			// pending messages while the writer keeps Window in flight.
+			handOff := func(p *host.Pending) bool { e.wait(dctx, fr, p); return true }
+			if w.Window > 1 {
+				pend := make(chan *host.Pending, w.Window)
+				var waiter sync.WaitGroup
+				waiter.Add(1)
+				go func() {
+					defer waiter.Done()
+					for p := range pend {
+						e.wait(dctx, fr, p)
+					}
+				}()
+				defer func() { close(pend); waiter.Wait() }()
+				handOff = func(p *host.Pending) bool {
+					select {
+					case pend <- p:
+						return true
+					case <-wctx.Done():
+						pend <- p // the message is written: it still counts
+						return false
+					}
+				}
+			}
 			for n := uint64(0); wctx.Err() == nil; n++ {
 				addr := ((uint64(fr.idx) + n) % slots) * uint64(e.sc.msgSize)
 				p, err := fr.f.Write(wctx, e.key, addr, data)
@@ -553,11 +547,7 @@ func (e *env) bulk(ctx context.Context, deadline time.Time) {
 					}
 					return
 				}
-				select {
-				case pend <- p:
-				case <-wctx.Done():
-					// The message is written: it still counts.
-					pend <- p
+				if !handOff(p) {
 					return
 				}
 			}
