@@ -18,7 +18,7 @@ import (
 
 // Sink receives the chunks of a stream bound with BindSink. Chunk is called
 // once for every chunk that arrives for the first time, in arrival order;
-// payload is only valid during the call. Returning an error refuses the
+// h and payload are only valid during the call. Returning an error refuses the
 // chunk: nothing is recorded and the sender's message fails with the code.
 type Sink interface {
 	Chunk(c *Conn, h *DataHeader, payload []byte) ErrorCode

@@ -1,7 +1,6 @@
 package metaroce
 
 import (
-	"container/heap"
 	"time"
 )
 
@@ -19,23 +18,68 @@ type timerEnt struct {
 	gen uint64
 }
 
+// timerHeap is a min-heap of deadlines. It is container/heap's algorithm
+// with typed push and pop: container/heap's Push and Pop pass entries as
+// `any`, which allocates for every timer filed (several per packet).
 type timerHeap []timerEnt
 
-func (h timerHeap) Len() int { return len(h) }
-func (h timerHeap) Less(i, j int) bool {
+func (h timerHeap) less(i, j int) bool {
 	if h[i].at != h[j].at {
 		return h[i].at < h[j].at
 	}
 	return h[i].c.id < h[j].c.id
 }
-func (h timerHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *timerHeap) Push(x any)   { *h = append(*h, x.(timerEnt)) }
-func (h *timerHeap) Pop() any {
+
+func (h *timerHeap) push(t timerEnt) {
+	*h = append(*h, t)
+	h.up(len(*h) - 1)
+}
+
+// pop removes the earliest entry.
+func (h *timerHeap) pop() {
 	old := *h
-	x := old[len(old)-1]
-	old[len(old)-1] = timerEnt{}
-	*h = old[:len(old)-1]
-	return x
+	n := len(old) - 1
+	old[0], old[n] = old[n], old[0]
+	old.down(0, n)
+	old[n] = timerEnt{}
+	*h = old[:n]
+}
+
+// init restores the heap order after arbitrary changes.
+func (h timerHeap) init() {
+	n := len(h)
+	for i := n/2 - 1; i >= 0; i-- {
+		h.down(i, n)
+	}
+}
+
+func (h timerHeap) up(j int) {
+	for j > 0 {
+		i := (j - 1) / 2 // parent
+		if !h.less(j, i) {
+			break
+		}
+		h[i], h[j] = h[j], h[i]
+		j = i
+	}
+}
+
+func (h timerHeap) down(i, n int) {
+	for {
+		j1 := 2*i + 1
+		if j1 >= n || j1 < 0 { // j1 < 0 after int overflow
+			break
+		}
+		j := j1 // left child
+		if j2 := j1 + 1; j2 < n && h.less(j2, j1) {
+			j = j2 // right child
+		}
+		if !h.less(j, i) {
+			break
+		}
+		h[i], h[j] = h[j], h[i]
+		i = j
+	}
 }
 
 // touch notes that c may have something to send or a new timer: every
@@ -61,7 +105,7 @@ func (e *Endpoint) retime(c *Conn) {
 	c.deadline = d
 	c.timerGen++
 	if d >= 0 {
-		heap.Push(&e.timers, timerEnt{at: d, c: c, gen: c.timerGen})
+		e.timers.push(timerEnt{at: d, c: c, gen: c.timerGen})
 	}
 	// Stale entries are dropped lazily; rebuild when they dominate.
 	if len(e.timers) > 2*len(e.list)+64 {
@@ -73,7 +117,7 @@ func (e *Endpoint) retime(c *Conn) {
 		}
 		clear(e.timers[len(live):])
 		e.timers = live
-		heap.Init(&e.timers)
+		e.timers.init()
 	}
 }
 
@@ -84,7 +128,7 @@ func (e *Endpoint) nextTimer() (timerEnt, bool) {
 		if t.gen == t.c.timerGen && !t.c.removed {
 			return t, true
 		}
-		heap.Pop(&e.timers)
+		e.timers.pop()
 	}
 	return timerEnt{}, false
 }

@@ -19,6 +19,8 @@ type sock struct {
 	listen  bool
 	primary bool // the Config.Listen socket
 	key     pathKey
+	plane   int          // see planes.go; -1: none
+	drops   dropCounters // plane listening sockets: datagrams dropped
 	// Reader goroutine only: which sealed peer each source last opened
 	// under, when several sealed peers share the source's IP, and a
 	// scratch copy for trying their keys in turn (an in-place open that
@@ -29,11 +31,15 @@ type sock struct {
 	free chan *rxBatch
 	stop chan struct{} // closed when the socket is retired
 
+	// shard is the sender goroutine that writes this socket's datagrams
+	// (see tx.go); out and dirty belong to that sender.
+	shard int
+	out   []udp.Message // datagrams waiting for the next WriteBatch
+	dirty bool
+
 	// Owner goroutine only.
 	refs      int           // (connection, path) pairs sending from it
 	idleSince time.Duration // when refs last dropped to 0
-	out       []udp.Message // datagrams waiting for the next WriteBatch
-	dirty     bool
 }
 
 type pathKey struct {
@@ -46,7 +52,8 @@ type pathKey struct {
 type rxBatch struct {
 	s    *sock
 	msgs []udp.Message
-	ents []rxEnt // the datagrams that passed the reader's checks
+	bufs [][]byte // the batch's own buffers, one per message
+	ents []rxEnt  // the datagrams that passed the reader's checks
 	n    int
 }
 
@@ -75,11 +82,15 @@ type ownerState struct {
 	conns    map[uint64]*connPaths
 	replyIP  map[PeerID]map[uint16]replyDst
 	admitted map[PeerID]bool // peers AcceptPeer admitted: their address is learned
-	txBufs   [][]byte
+	tx       txState
 	room     int // bytes Poll may write
-	dirty    []*sock
 	deadline time.Duration
 	janitor  time.Duration
+	planes   map[PeerID]*peerPlanes // cache of Endpoint.planeSet
+	// graceFor is the overdue deadline whose timers wait until graceUntil
+	// (see run); -1 when none.
+	graceFor, graceUntil time.Duration
+	shards               int // sockets opened so far, to spread them over the senders
 }
 
 // replyDst is where replies to one (peer, port) go: the IP the port was
@@ -92,6 +103,13 @@ type replyDst struct {
 // maxReplyIPs bounds the remembered reply addresses per peer.
 const maxReplyIPs = 4096
 
+// lateAfter is how far past a deadline the owner must run before it
+// counts as held up by the machine; maxGrace bounds the grace then given.
+const (
+	lateAfter = 5 * time.Millisecond
+	maxGrace  = 20 * time.Millisecond
+)
+
 // janitorEvery is how often lingering path sockets are looked at; it is
 // also the longest the owner sleeps.
 const janitorEvery = 100 * time.Millisecond
@@ -101,12 +119,11 @@ func (o *ownerState) init(e *Endpoint) {
 	o.conns = map[uint64]*connPaths{}
 	o.replyIP = map[PeerID]map[uint16]replyDst{}
 	o.admitted = map[PeerID]bool{}
+	o.planes = map[PeerID]*peerPlanes{}
 	o.room = e.ep.Config().MTU + metaroce.DataHeaderLen
-	o.txBufs = make([][]byte, txBatch)
-	for i := range o.txBufs {
-		o.txBufs[i] = make([]byte, maxOverhead+o.room+maxOverhead)
-	}
+	e.initTx(txBufLen(e.ep.Config()))
 	o.deadline = -1
+	o.graceFor = -1
 }
 
 // pathSockBatch is the most datagrams a path socket reads per system
@@ -114,7 +131,7 @@ func (o *ownerState) init(e *Endpoint) {
 const pathSockBatch = 16
 
 // openSock opens a socket and starts its reader.
-func (e *Endpoint) openSock(local netip.AddrPort, listen, primary bool, peer PeerID, entropy uint16) (*sock, error) {
+func (e *Endpoint) openSock(local netip.AddrPort, listen, primary bool, peer PeerID, entropy uint16, plane int) (*sock, error) {
 	uo := e.cfg.UDP
 	batch := uo.BatchSize
 	if batch <= 0 {
@@ -137,16 +154,19 @@ func (e *Endpoint) openSock(local netip.AddrPort, listen, primary bool, peer Pee
 	if err != nil {
 		return nil, err
 	}
-	s := &sock{c: c, listen: listen, primary: primary, key: pathKey{peer, entropy}, stop: make(chan struct{})}
+	s := &sock{c: c, listen: listen, primary: primary, key: pathKey{peer, entropy}, plane: plane, stop: make(chan struct{}),
+		shard: e.owner.shards % e.cfg.TxSenders}
+	e.owner.shards++
 	nb := e.cfg.RxBatches
 	if listen {
 		nb *= 2 // DATA arrives here: give it more room than the ack sockets
 	}
 	s.free = make(chan *rxBatch, nb)
 	for range nb {
-		b := &rxBatch{s: s, msgs: make([]udp.Message, batch), ents: make([]rxEnt, batch)}
+		b := &rxBatch{s: s, msgs: make([]udp.Message, batch), bufs: make([][]byte, batch), ents: make([]rxEnt, batch)}
 		for i := range b.msgs {
-			b.msgs[i].Buf = make([]byte, e.rxBufLen)
+			b.bufs[i] = make([]byte, e.rxBufLen)
+			b.msgs[i].Buf = b.bufs[i]
 		}
 		s.free <- b
 	}
@@ -182,7 +202,13 @@ func (e *Endpoint) readLoop(s *sock) {
 		case <-e.quit:
 			return
 		}
-		n, err := s.c.ReadBatch(b.msgs)
+		// A coalesced (GRO) datagram is left where the socket has it and
+		// opened from there into the batch's buffer: the AEAD's pass over
+		// it is the copy (see check).
+		for i := range b.msgs {
+			b.msgs[i].Buf = b.bufs[i]
+		}
+		n, err := s.c.ReadBatchBorrow(b.msgs)
 		if err != nil {
 			s.free <- b
 			if errors.Is(err, net.ErrClosed) {
@@ -226,11 +252,29 @@ func (e *Endpoint) check(b *rxBatch, n int) int {
 	k := 0
 	for i := range n {
 		m := &b.msgs[i]
-		ent := rxEnt{idx: i, n: m.N, src: m.Addr, ce: m.ECN == ecn.CE}
+		// lent is the datagram where the socket left it, if that is not
+		// the batch's own buffer; own is where it must end up.
+		own := b.bufs[i]
+		var lent []byte
+		if m.N > 0 && &m.Buf[0] != &own[0] {
+			lent = m.Buf[:m.N]
+		}
+		m.Buf = own
 		p, exact := table.byAddr[m.Addr]
+		var shared []*Peer
 		if !exact {
-			p = table.byIP[m.Addr.Addr()]
-			if shared := table.shared[m.Addr.Addr()]; len(shared) > 1 {
+			p, shared = table.byIP[m.Addr.Addr()], table.shared[m.Addr.Addr()]
+		}
+		if lent != nil && (p == nil || p.Sealer == nil || len(shared) > 1 || len(lent) > len(own)) {
+			// Only a datagram from one known sealed peer is opened from
+			// where it lies (into own, past the prefix); every other one
+			// is copied first.
+			m.N = copy(own, lent)
+			lent = nil
+		}
+		ent := rxEnt{idx: i, n: m.N, src: m.Addr, ce: m.ECN == ecn.CE}
+		if !exact {
+			if len(shared) > 1 {
 				switch q, off, n, ok := e.openShared(b.s, shared, m); {
 				case ok:
 					ent.off, ent.n, ent.peer = off, n, q.ID
@@ -252,15 +296,20 @@ func (e *Endpoint) check(b *rxBatch, n int) int {
 		switch {
 		case p == nil && (e.cfg.AcceptPeer == nil || !b.s.primary):
 			e.ctr.unknown.Add(1)
+			b.s.drops.unknown.Add(1)
 			continue
 		case p == nil:
 			ent.unknown = true
 		case p.Sealer != nil:
 			pre := p.Sealer.Prefix()
 			d := m.Buf[:m.N]
-			pt, err := p.Sealer.Open(d[pre:pre], d)
+			if lent != nil {
+				d = lent // opened into own, past the prefix
+			}
+			pt, err := p.Sealer.Open(m.Buf[pre:pre], d)
 			if err != nil {
 				e.countOpenError(err)
+				b.s.countOpenError(err)
 				continue
 			}
 			ent.off, ent.n = pre, len(pt)
@@ -327,6 +376,7 @@ func (e *Endpoint) openShared(s *sock, peers []*Peer, m *udp.Message) (q *Peer, 
 	}
 	if unsealed == nil && lastErr != nil {
 		e.countOpenError(lastErr)
+		s.countOpenError(lastErr)
 	}
 	return unsealed, 0, 0, false
 }
@@ -340,11 +390,41 @@ func (e *Endpoint) run() {
 	defer timer.Stop()
 	for {
 		now := e.Now()
-		if o.deadline >= 0 && now >= o.deadline {
+		due := o.deadline >= 0 && now >= o.deadline
+		if due && now-o.deadline > lateAfter && o.graceFor != o.deadline {
+			// This goroutine ran far past the deadline: the machine held
+			// it up, and every goroutine of the pipeline (the readers, the
+			// peer's, on loopback) with it. What was in flight meanwhile
+			// is given as long again (bounded) to arrive before the timers
+			// run, so that a stall of this process does not read as a
+			// path's silence.
+			o.graceFor, o.graceUntil = o.deadline, now+min(now-o.deadline, maxGrace)
+		}
+		if due && o.graceFor == o.deadline && now < o.graceUntil {
+			due = false
+		}
+		if due {
+			// Acknowledgements that arrived while this goroutine was not
+			// running (a busy machine, a GC pause) go in before the timers
+			// run: a timer that fires only because its answer was not read
+			// yet would declare a whole path's flight lost.
+			for range maxRxBurst {
+				select {
+				case b := <-e.rx:
+					e.receive(b)
+					continue
+				default:
+				}
+				break
+			}
+			now = e.Now()
 			e.ep.HandleTimeout(now)
 			e.events(now)
 		}
-		more := e.flush(now)
+		more := false
+		if !o.tx.starved {
+			more = e.flush(now)
+		}
 		e.events(now)
 		if now >= o.janitor {
 			e.reap(now, false)
@@ -356,7 +436,11 @@ func (e *Endpoint) run() {
 		if more {
 			wait = 0
 		} else if o.deadline >= 0 {
-			wait = min(wait, o.deadline-now)
+			d := o.deadline
+			if o.graceFor == d {
+				d = max(d, o.graceUntil)
+			}
+			wait = min(wait, d-now)
 		}
 		if wait <= 0 {
 			// Work is due now: serve what is waiting without sleeping.
@@ -365,6 +449,8 @@ func (e *Endpoint) run() {
 				e.receive(b)
 			case c := <-e.cmds:
 				e.command(c)
+			case b := <-o.tx.done:
+				e.returned(b)
 			case <-e.quit:
 				e.shutdown()
 				return
@@ -378,6 +464,8 @@ func (e *Endpoint) run() {
 			e.receive(b)
 		case c := <-e.cmds:
 			e.command(c)
+		case b := <-o.tx.done:
+			e.returned(b) // a starved owner sends again
 		case <-timer.C:
 		case <-e.quit:
 			e.shutdown()
@@ -451,6 +539,7 @@ func (e *Endpoint) receiveBatch(now time.Duration, b *rxBatch) {
 			id, ok := e.admit(ent.src)
 			if !ok {
 				e.ctr.unknown.Add(1)
+				b.s.drops.unknown.Add(1)
 				continue
 			}
 			ent.peer = id
@@ -461,6 +550,7 @@ func (e *Endpoint) receiveBatch(now time.Duration, b *rxBatch) {
 			id, ok := e.resolve(ent.src, m.Buf[ent.off:ent.off+ent.n], b.s.primary)
 			if !ok {
 				e.ctr.unknown.Add(1)
+				b.s.drops.unknown.Add(1)
 				continue
 			}
 			ent.peer = id
@@ -469,6 +559,7 @@ func (e *Endpoint) receiveBatch(now time.Duration, b *rxBatch) {
 		p := table.byID[ent.peer]
 		if p == nil {
 			e.ctr.unknown.Add(1) // removed while in flight
+			b.s.drops.unknown.Add(1)
 			continue
 		}
 		if a := ent.src.Addr(); a != p.Addr.Addr() || (b.s.listen && !b.s.primary) {
@@ -486,6 +577,7 @@ func (e *Endpoint) receiveBatch(now time.Duration, b *rxBatch) {
 			}
 		}
 		e.ep.Receive(now, m.Buf[ent.off:ent.off+ent.n], metaroce.RecvMeta{Peer: ent.peer, Entropy: ent.src.Port(), CE: ent.ce})
+		e.countRx(ent.peer, b.s.plane, ent.n)
 		rx++
 		bytes += uint64(ent.n)
 	}
@@ -597,85 +689,6 @@ func (e *Endpoint) events(now time.Duration) {
 	}
 }
 
-// flush polls the state machine and sends, in batches. It returns true if
-// it stopped with more to send.
-func (e *Endpoint) flush(now time.Duration) bool {
-	o := &e.owner
-	table := e.peers.Load()
-	for range txRounds {
-		n := 0
-		// tries bounds the loop even if every datagram were dropped.
-		for tries := 0; n < txBatch && tries < 4*txBatch; tries++ {
-			buf := o.txBufs[n]
-			tx, ok := e.ep.Poll(now, buf[maxOverhead:maxOverhead:maxOverhead+o.room])
-			if !ok {
-				break
-			}
-			p := table.byID[tx.Peer]
-			if p == nil {
-				e.ctr.noSocket.Add(1)
-				continue
-			}
-			wire := buf[maxOverhead : maxOverhead+tx.Len]
-			if p.Sealer != nil {
-				start := maxOverhead - p.Sealer.Prefix()
-				out, err := p.Sealer.Seal(buf[start:start], wire)
-				if err != nil {
-					e.ctr.sealErr.Add(1)
-					continue
-				}
-				wire = out
-			}
-			var s *sock
-			var dst netip.AddrPort
-			if tx.Reply {
-				s, dst = e.replyAddr(p, tx.Entropy)
-			} else {
-				s, dst = e.pathSock(now, p, &tx), p.dest(tx.Path)
-				if s == nil {
-					e.ctr.noSocket.Add(1)
-					continue
-				}
-			}
-			s.out = append(s.out, udp.Message{Buf: wire, N: len(wire), Addr: dst})
-			if !s.dirty {
-				s.dirty = true
-				o.dirty = append(o.dirty, s)
-			}
-			n++
-		}
-		e.send()
-		if n < txBatch {
-			return false
-		}
-	}
-	return true
-}
-
-// send writes every socket's pending datagrams.
-func (e *Endpoint) send() {
-	o := &e.owner
-	for _, s := range o.dirty {
-		sent, err := s.c.WriteBatch(s.out)
-		var bytes uint64
-		for _, m := range s.out[:sent] {
-			bytes += uint64(m.N)
-		}
-		e.ctr.txDatagrams.Add(uint64(sent))
-		e.ctr.txBytes.Add(bytes)
-		if err != nil {
-			// The protocol treats these as lost and recovers; a socket
-			// error is no reason to stop the others.
-			e.ctr.txErr.Add(uint64(len(s.out) - sent))
-			e.log.Debug("netio: send failed", "local", s.c.LocalAddr(), "err", err)
-		}
-		clear(s.out) // drop the references to the buffers
-		s.out = s.out[:0]
-		s.dirty = false
-	}
-	o.dirty = o.dirty[:0]
-}
-
 // pathSock returns the socket a non-reply Transmit leaves from, opening it
 // on first use, and counts the (connection, path) as its user.
 func (e *Endpoint) pathSock(now time.Duration, p *Peer, tx *metaroce.Transmit) *sock {
@@ -689,14 +702,14 @@ func (e *Endpoint) pathSock(now time.Duration, p *Peer, tx *metaroce.Transmit) *
 				return nil
 			}
 		}
-		local := e.cfg.Listen.Addr()
+		local, plane := e.cfg.Listen.Addr(), -1
 		if n := len(p.Locals); n > 0 {
-			local = p.Locals[tx.Path%n]
+			local, plane = p.Locals[tx.Path%n], tx.Path%n
 		} else if n := len(e.cfg.PlaneAddrs); n > 0 {
-			local = e.cfg.PlaneAddrs[tx.Path%n]
+			local, plane = e.cfg.PlaneAddrs[tx.Path%n], tx.Path%n
 		}
 		var err error
-		s, err = e.openSock(netip.AddrPortFrom(local, 0), false, false, p.ID, tx.Entropy)
+		s, err = e.openSock(netip.AddrPortFrom(local, 0), false, false, p.ID, tx.Entropy, plane)
 		if err != nil {
 			e.log.Warn("netio: cannot open path socket", "local", local, "err", err)
 			return nil

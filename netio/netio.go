@@ -23,11 +23,14 @@
 // # Goroutines
 //
 // One goroutine owns the Endpoint (the state machine is not thread-safe):
-// it feeds received datagrams in, runs the timers from NextTimeout, polls
-// datagrams out and sends them in batches, grouped per socket so that
-// runs to one destination leave as one GSO send. Every other goroutine talks
-// to it through a bounded command queue (Do, Call and the wrappers built on
-// them). Events are handed to Config.OnEvent on the owner goroutine.
+// it feeds received datagrams in, runs the timers from NextTimeout and
+// polls datagrams out. It hands them in batches to a few sender goroutines
+// (Config.TxSenders), which seal them and send them grouped per socket, so
+// that runs to one destination leave as one GSO send; each socket has one
+// sender, so a path's datagrams leave in order (see tx.go). Every other
+// goroutine talks to the owner through a bounded command queue (Do, Call
+// and the wrappers built on them). Events are handed to Config.OnEvent on
+// the owner goroutine.
 //
 // Each socket has one reader goroutine blocked in recvmmsg (udp.Conn
 // ReadBatch). That is the epoll-free design: Go's netpoller already parks a
@@ -42,7 +45,7 @@
 // # Sealing
 //
 // A peer may have a Sealer (the tunnel's AEAD envelope). Every datagram to
-// that peer is sealed in place after Poll, and every datagram from it is
+// that peer is sealed in place by a sender after Poll, and every datagram from it is
 // opened by the reader before the owner sees it: a datagram that fails
 // (authentication, replay, unknown epoch, too short) is dropped and counted
 // per reason and never reaches the protocol. Datagrams from sources that
@@ -75,7 +78,7 @@ type PeerID = metaroce.PeerID
 // follow tunnel/seal's in-place contract: Seal(buf[:0], buf[Prefix():Prefix()+n])
 // turns the plaintext at buf[Prefix():] into a sealed datagram at buf[0:],
 // and Open(d[Prefix():Prefix()], d) leaves the plaintext at d[Prefix():].
-// Seal runs on the owner goroutine, Open on the readers (concurrently).
+// Seal runs on the senders and Open on the readers, both concurrently.
 type Sealer interface {
 	// Prefix is the number of bytes in front of the plaintext.
 	Prefix() int
@@ -156,6 +159,9 @@ type Config struct {
 	MaxPeers       int           // peers registered at once
 	Linger         time.Duration // how long an unused path socket stays open
 	RxBatches      int           // receive batches per socket
+	// TxSenders is the number of sender goroutines that seal and write
+	// (0: DefaultTxSenders).
+	TxSenders int
 }
 
 // Defaults for Config's zero values.
@@ -166,6 +172,9 @@ const (
 	DefaultMaxPeers       = 4096
 	DefaultLinger         = 2 * time.Second
 	DefaultRxBatches      = 2
+	// DefaultTxSenders: sealing runs beside the protocol's goroutine, in
+	// parallel on machines with the cores for it.
+	DefaultTxSenders = 2
 	// txBatch is how many datagrams one flush polls before sending.
 	txBatch = 128
 	// txRounds bounds the flushes of one loop turn, so that received
@@ -237,6 +246,7 @@ type Endpoint struct {
 
 	closeOnce sync.Once
 	ctr       counters
+	planeSet  planeSet
 
 	// Owned by the owner goroutine.
 	owner    ownerState
@@ -264,6 +274,12 @@ func New(cfg Config) (*Endpoint, error) {
 	}
 	if cfg.RxBatches <= 0 {
 		cfg.RxBatches = DefaultRxBatches
+	}
+	if cfg.TxSenders <= 0 {
+		cfg.TxSenders = DefaultTxSenders
+	}
+	if cfg.TxSenders > maxTxSenders {
+		cfg.TxSenders = maxTxSenders
 	}
 	if cfg.Protocol.PacingSlack == 0 {
 		// The owner goroutine sleeps on an OS timer that wakes up to about a
@@ -315,7 +331,7 @@ func New(cfg Config) (*Endpoint, error) {
 	e.rx = make(chan *rxBatch, cfg.RxBatches*(cfg.MaxPathSockets+1+len(cfg.ExtraListen)))
 	e.owner.init(e)
 	for i, a := range append([]netip.AddrPort{cfg.Listen}, cfg.ExtraListen...) {
-		ls, err := e.openSock(a, true, i == 0, 0, 0)
+		ls, err := e.openSock(a, true, i == 0, 0, 0, i-1) // ExtraListen[j] is plane j
 		if err != nil {
 			// Stop the readers of the sockets already open.
 			for _, s := range e.listens {
@@ -328,10 +344,14 @@ func New(cfg Config) (*Endpoint, error) {
 		e.listens = append(e.listens, ls)
 	}
 	e.listen = e.listens[0]
+	e.startSenders()
 	e.wg.Add(1)
 	go e.run()
 	return e, nil
 }
+
+// maxTxSenders bounds Config.TxSenders.
+const maxTxSenders = 64
 
 // maxOverhead bounds the envelope a Sealer may add.
 const maxOverhead = 64

@@ -17,6 +17,7 @@ import (
 
 	"github.com/mrgw/mrgw/cc"
 	"github.com/mrgw/mrgw/metaroce"
+	"github.com/mrgw/mrgw/pathmgr"
 	"github.com/mrgw/mrgw/tunnel/seal"
 )
 
@@ -71,8 +72,14 @@ func (r *recorder) wait(t *testing.T, ctx context.Context, what string, pred fun
 	}
 }
 
+// protoConfig has real-socket path timings (as the tunnel and the gateway
+// use): with the data-center defaults (a 50 µs minimum probe timeout) a
+// scheduling hiccup of this shared machine, under the race detector and
+// other jobs, times every path out until the connection fails.
 func protoConfig(listen bool) metaroce.Config {
-	return metaroce.Config{MTU: 1400, Paths: 4, Listen: listen, Seed: 7, CC: cc.NewFixed(128<<10, 0)}
+	pc := pathmgr.DefaultConfig()
+	pc.MinPTO, pc.MaxAckDelay = 50*time.Millisecond, 2*time.Millisecond
+	return metaroce.Config{MTU: 1400, Paths: 4, Listen: listen, Seed: 7, CC: cc.NewFixed(128<<10, 0), Path: pc}
 }
 
 type pair struct {

@@ -29,7 +29,7 @@ func TestPathSocketMemory(t *testing.T) {
 	}
 	var socks []*sock
 	for i := range n {
-		s, err := e.openSock(netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), 0), false, false, 2, uint16(i+1))
+		s, err := e.openSock(netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), 0), false, false, 2, uint16(i+1), -1)
 		if err != nil {
 			t.Fatal(err)
 		}

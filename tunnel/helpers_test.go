@@ -59,6 +59,8 @@ type linkSpec struct {
 	window   int // per path
 	rekey    uint64
 	pacingBs float64
+	// downAfter: consecutive timeouts that take a path down (0: 3).
+	downAfter int
 }
 
 func wanSpec() linkSpec {
@@ -67,13 +69,17 @@ func wanSpec() linkSpec {
 }
 
 func wanProtocol(s linkSpec, listen bool) metaroce.Config {
+	downAfter := s.downAfter
+	if downAfter == 0 {
+		downAfter = 3
+	}
 	return metaroce.Config{
 		MTU: 1400, Paths: s.paths, Listen: listen, Seed: 11,
 		CC:          cc.NewFixed(s.window, s.pacingBs),
 		MaxAckDelay: 2 * time.Millisecond,
 		Path: pathmgr.Config{
 			InitialRTT: 2 * s.oneWay, MinPTO: 10 * time.Millisecond, MaxAckDelay: 2 * time.Millisecond,
-			DownAfter: 3, ProbeInterval: 20 * time.Millisecond, MaxProbeInterval: time.Second, UpAfter: 2,
+			DownAfter: downAfter, ProbeInterval: 20 * time.Millisecond, MaxProbeInterval: time.Second, UpAfter: 2,
 		},
 	}
 }

@@ -78,6 +78,9 @@ type Config struct {
 	RekeyAfter uint64
 	// UDP configures the sockets (GSO/GRO switches, ECN, buffers).
 	UDP udp.Options
+	// TxSenders is the number of goroutines that seal and send (0: netio's
+	// default).
+	TxSenders int
 	// PlaneOf tells which plane a path socket's datagrams take, when the
 	// fabric lets us know (for example the emulator's hash); nil: path i is
 	// on plane i mod len(PlaneAddrs), or unknown without PlaneAddrs.
@@ -107,59 +110,27 @@ type Stats struct {
 
 // Tunnel is the data plane to one peer gateway.
 type Tunnel struct {
+	link // session, keys, drain flag; its mu also guards the fields below
 	cfg  Config
-	log  *slog.Logger
-	sess *control.Session
 	ep   *netio.Endpoint
-	keys *keyring
-	gate keyGate // delivers key events to keys
 
-	mu       sync.Mutex
 	peerAddr netip.AddrPort
-	closed   bool
 	avoid    map[int]bool // planes peers reported down
-	wg       sync.WaitGroup
-	ctx      context.Context
-	cancel   context.CancelFunc
 
-	draining    atomic.Bool
 	peerReports atomic.Uint64
 }
 
 // New starts a tunnel over sess.
 func New(sess *control.Session, cfg Config) (*Tunnel, error) {
-	if cfg.Suite == 0 {
-		cfg.Suite = seal.AES128GCM
-	}
-	if cfg.RekeyAfter == 0 {
-		cfg.RekeyAfter = DefaultRekeyAfter
-	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	peer := sess.Peer()
 	addr := cfg.PeerAddr
 	if !addr.IsValid() && len(peer.Planes) > 0 {
 		addr = peer.Planes[0]
 	}
-	t := &Tunnel{cfg: cfg, log: log.With("peer", peer.Name), sess: sess, peerAddr: addr, avoid: map[int]bool{}}
-	t.ctx, t.cancel = context.WithCancel(context.Background())
-	// Register for control events before reading the epochs, so that a
-	// rotation racing with New is seen either here or as an event.
-	if cfg.Router != nil {
-		cfg.Router.add(sess, t)
-	}
-	k, err := newKeyring(t, sess, cfg.Suite, cfg.RekeyAfter)
-	if err != nil {
-		t.cancel()
-		if cfg.Router != nil {
-			cfg.Router.remove(sess)
-		}
+	t := &Tunnel{cfg: cfg, peerAddr: addr, avoid: map[int]bool{}}
+	if err := t.open(sess, cfg.Router, cfg.Logger, cfg.Suite, cfg.RekeyAfter); err != nil {
 		return nil, err
 	}
-	t.keys = k
-	t.gate.set(k)
 	var peers []netio.Peer
 	if addr.IsValid() {
 		peers = append(peers, t.peer())
@@ -171,13 +142,11 @@ func New(sess *control.Session, cfg Config) (*Tunnel, error) {
 		UDP:        cfg.UDP,
 		Peers:      peers,
 		OnEvent:    t.onEvent,
-		Logger:     log,
+		Logger:     cfg.Logger,
+		TxSenders:  cfg.TxSenders,
 	})
 	if err != nil {
-		t.cancel()
-		if cfg.Router != nil {
-			cfg.Router.remove(sess)
-		}
+		t.abort()
 		return nil, err
 	}
 	t.ep = ep
@@ -206,9 +175,6 @@ func (t *Tunnel) SetPeerAddr(a netip.AddrPort) error {
 // send, and to run code on its goroutine with Call).
 func (t *Tunnel) Endpoint() *netio.Endpoint { return t.ep }
 
-// Session returns the control session.
-func (t *Tunnel) Session() *control.Session { return t.sess }
-
 // LocalAddr returns the data-plane listening address.
 func (t *Tunnel) LocalAddr() netip.AddrPort { return t.ep.LocalAddr() }
 
@@ -221,9 +187,6 @@ func (t *Tunnel) Connect(ctx context.Context) (*metaroce.Conn, error) {
 	return t.ep.Connect(ctx, PeerID)
 }
 
-// Draining reports whether either side has started a drain.
-func (t *Tunnel) Draining() bool { return t.draining.Load() || t.sess.Draining() }
-
 // Stats returns the tunnel's counters.
 func (t *Tunnel) Stats() Stats {
 	return Stats{
@@ -233,38 +196,6 @@ func (t *Tunnel) Stats() Stats {
 		RecvKeys:    t.keys.recvKeys.Load(),
 		PeerReports: t.peerReports.Load(),
 	}
-}
-
-// HandleControlEvent feeds one event of the tunnel's session in; use it
-// when no Router is configured.
-func (t *Tunnel) HandleControlEvent(ev control.Event) {
-	switch ev.Kind {
-	case control.EventRecvKey, control.EventSendKey:
-		t.gate.handle(ev)
-	case control.EventDrainRequested:
-		t.draining.Store(true)
-		t.log.Info("tunnel: peer requested drain")
-	case control.EventClosed:
-		t.log.Info("tunnel: control session ended", "err", ev.Err)
-	}
-}
-
-func (t *Tunnel) logger() *slog.Logger      { return t.log }
-func (t *Tunnel) session() *control.Session { return t.sess }
-
-// goTracked runs f on a goroutine that Close waits for, unless closed.
-func (t *Tunnel) goTracked(f func(ctx context.Context)) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		return false
-	}
-	t.wg.Add(1)
-	go func() {
-		defer t.wg.Done()
-		f(t.ctx)
-	}()
-	return true
 }
 
 func (t *Tunnel) onEvent(now time.Duration, ev metaroce.Event) {
@@ -391,17 +322,8 @@ func (t *Tunnel) Drain(ctx context.Context) error {
 // Close stops the data plane at once (the control session is the
 // caller's: close it too, or use Drain).
 func (t *Tunnel) Close() error {
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
+	if !t.shut() {
 		return nil
-	}
-	t.closed = true
-	t.mu.Unlock()
-	t.cancel()
-	t.wg.Wait()
-	if t.cfg.Router != nil {
-		t.cfg.Router.remove(t.sess)
 	}
 	return t.ep.Close()
 }

@@ -4,11 +4,14 @@ package tunnel
 
 import (
 	"bytes"
+	"context"
 	"crypto/x509"
 	"errors"
 	"math/rand/v2"
 	"net"
 	"runtime"
+	"sort"
+	"sync"
 	"testing"
 	"time"
 
@@ -54,138 +57,252 @@ func TestTransferWAN(t *testing.T) {
 		msgs, len(x.src), st.Total(emu.AtoB).LossDrops, st.Total(emu.AtoB).In, sa.Rotations, retx, sb.OpenErrors)
 }
 
-// TestPlaneFailure fails one of four planes in the middle of a transfer:
-// nothing is lost or duplicated, and the transfer completes. The goodput
-// before and after, and the recovery time in round trips, are logged (they
-// go in docs/results/datapath.md; go test asserts no timing).
+// TestPlaneFailure fails one of four planes in the middle of a long
+// transfer: nothing is lost or duplicated, the transfer completes
+// byte-exact, and the goodput comes back to (P-1)/P of what it was before
+// the failure and stays there until the transfer's tail (see below for the
+// margin). How fast it comes back, in round trips, is timing: it is logged
+// (and recorded in docs/results/datapath.md), not asserted.
 func TestPlaneFailure(t *testing.T) {
 	ctx := testCtx(t)
 	spec := wanSpec()
-	msgs := 700
+	// The fixed windows must fit the surviving planes: 32 paths of 48 KiB
+	// in flight over 3 planes is at most 512 KiB per plane, its
+	// bandwidth-delay product (125 kB) plus a standing queue that stays
+	// within the 512 KiB the emulator buffers. (With 64 KiB windows the
+	// queues overflow after the failure and the fixed controller, which does
+	// not back off, keeps losing about a tenth of what it sends.)
+	spec.window = 48 << 10
+	// Messages of up to 256 KiB, about 40 MB in all: some 4 s at the
+	// planes' rate, of which 1.6 s before the failure and 2 s after it
+	// until the tail.
+	msgs := 320
 	if raceOn {
-		msgs = 150
+		msgs = 120
 	}
+	// One timeout takes a path down (and re-rolls it): with the default
+	// three, the paths on the dead plane keep being given new data between
+	// timeouts that the standing queues have made long, and recovery took
+	// 11 to 22 round trips instead of 4 to 10.
+	spec.downAfter = 1
 	r := newRig(t, spec)
-	// Sample the bytes placed at b every 10 ms: placement, unlike
-	// completions (reported in order, so in bursts after a repair), shows
-	// the goodput as it happens.
-	samp := &recorder{notify: make(chan struct{}, 1)}
-	stopSampling := make(chan struct{})
-	sampled := make(chan struct{})
+	samp := sampleplaced(t, ctx, r.b, 10*time.Millisecond)
+	x := r.start(t, ctx, msgs, 256<<10, 2)
+	total := len(x.src)
+	// Fail plane 0 once 40% of the bytes have been placed: more than a
+	// second into the transfer.
+	for samp.last() < uint64(total)*4/10 {
+		select {
+		case <-time.After(5 * time.Millisecond):
+		case <-ctx.Done():
+			t.Fatal("timed out waiting for a third of the transfer")
+		}
+	}
+	if err := r.em.Fail(0); err != nil {
+		t.Fatal(err)
+	}
+	tFail := time.Now()
+	r.finish(t, ctx, x)
+	samp.stop()
+
+	st := r.em.Stats()
+	if st.Links[emu.AtoB][0].DownDrops == 0 && st.Links[emu.BtoA][0].DownDrops == 0 {
+		t.Error("the failed plane dropped nothing: the failure was not exercised")
+	}
+	rtt := 2 * spec.oneWay
+	wire := float64(spec.planes) * float64(spec.rateBps)
+	target := float64(spec.planes-1) / float64(spec.planes)
+	// Two views of goodput: bytes placed (as they arrive, in any order)
+	// and bytes of completed messages (what the application gets, in
+	// order: it stalls until the chunks lost on the failed plane are
+	// resent, then catches up in a burst).
+	//
+	// The surviving planes can carry exactly (P-1)/P of what all P carried,
+	// so "at least (P-1)/P of the goodput before" asks them to run at least
+	// as efficiently as all P planes did before the failure. The test
+	// asserts that within 5% (per surviving plane, at least 0.95 of the
+	// goodput per plane before), on the placed bytes, which sampling does
+	// not make bursty; the exact ratios and the recovery times, which are
+	// timing, are logged and recorded in docs/results/datapath.md. Under
+	// the race detector the transfer is bound by the CPU, not by the
+	// planes, and only recovery is asserted.
+	for _, v := range []struct {
+		name   string
+		s      series
+		assert bool
+	}{{"placed", samp.series(), !raceOn}, {"completed", completions(r.rb), false}} {
+		rep := v.s.recovery(tFail, uint64(total)*95/100, rtt, spec.planes)
+		t.Logf("plane failure, %s bytes (%d planes of %.0f Mbit/s, RTT %v): goodput before %.1f Mbit/s (%.2f of the wire rate); "+
+			"recovered after %.1f RTTs; from then to the tail %.1f Mbit/s (%.2f of before, %.2f of the wire rate; "+
+			"target %.2f of before), %.0f%% of the %v windows below target",
+			v.name, spec.planes, float64(spec.rateBps)/1e6, rtt, rep.before/1e6, rep.before/wire,
+			rep.rtts, rep.after/1e6, rep.after/rep.before, rep.after/wire, target, 100*rep.below, rep.window)
+		if rep.rtts < 0 {
+			t.Errorf("%s: goodput never came back to %.2f of the %.1f Mbit/s before the failure",
+				v.name, target, rep.before/1e6)
+		} else if v.assert && rep.after < 0.95*target*rep.before {
+			t.Errorf("%s: goodput after recovery %.1f Mbit/s, below 0.95 × %.2f of the %.1f Mbit/s before the failure",
+				v.name, rep.after/1e6, target, rep.before/1e6)
+		}
+	}
+}
+
+// completions is the cumulative payload of the messages rec saw complete.
+func completions(rec *recorder) series {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var s series
+	var sum uint64
+	for i, ev := range rec.events {
+		if ev.Kind == metaroce.EventRecvComplete && ev.Err == nil {
+			sum += ev.Len
+			s.at = append(s.at, rec.at[i])
+			s.bytes = append(s.bytes, sum)
+		}
+	}
+	return s
+}
+
+// placedSampler samples the payload bytes placed at an endpoint, across its
+// connections: placement, unlike completions (reported in order, so in
+// bursts after a repair), shows the goodput as it happens.
+type placedSampler struct {
+	mu    sync.Mutex
+	bytes []uint64
+	at    []time.Time
+	quit  chan struct{}
+	done  chan struct{}
+}
+
+func sampleplaced(t *testing.T, ctx context.Context, tun *Tunnel, every time.Duration) *placedSampler {
+	s := &placedSampler{quit: make(chan struct{}), done: make(chan struct{})}
 	go func() {
-		defer close(sampled)
-		tick := time.NewTicker(10 * time.Millisecond)
+		defer close(s.done)
+		tick := time.NewTicker(every)
 		defer tick.Stop()
 		for {
 			select {
-			case <-stopSampling:
+			case <-s.quit:
 				return
 			case <-tick.C:
 			}
 			var placed uint64
-			if r.b.Endpoint().Call(ctx, func(_ time.Duration, ep *metaroce.Endpoint) {
+			if tun.Endpoint().Call(ctx, func(_ time.Duration, ep *metaroce.Endpoint) {
 				for _, c := range ep.Conns() {
 					placed += c.Stats.PayloadBytesPlaced
 				}
 			}) != nil {
 				return
 			}
-			samp.mu.Lock()
-			samp.events = append(samp.events, metaroce.Event{Kind: metaroce.EventRecvComplete, Len: placed})
-			samp.at = append(samp.at, time.Now())
-			samp.mu.Unlock()
+			s.mu.Lock()
+			s.bytes = append(s.bytes, placed)
+			s.at = append(s.at, time.Now())
+			s.mu.Unlock()
 		}
 	}()
-	x := r.start(t, ctx, msgs, 32<<10, 2)
-	total := len(x.src)
-	// Fail plane 0 once a third of the bytes have arrived.
-	var tFail time.Time
-	r.rb.wait(t, ctx, "a third of the transfer", func(evs []metaroce.Event) bool {
-		got := 0
-		for _, ev := range evs {
-			if ev.Kind == metaroce.EventRecvComplete {
-				got += int(ev.Len)
-			}
-		}
-		return got >= total/3
-	})
-	if err := r.em.Fail(0); err != nil {
-		t.Fatal(err)
-	}
-	tFail = time.Now()
-	r.finish(t, ctx, x)
-	close(stopSampling)
-	<-sampled
-	// Turn the cumulative samples into increments.
-	var prev uint64
-	for i := range samp.events {
-		cur := samp.events[i].Len
-		samp.events[i].Len = cur - prev
-		prev = cur
-	}
+	t.Cleanup(s.stop)
+	return s
+}
 
-	st := r.em.Stats()
-	if st.Links[emu.AtoB][0].DownDrops == 0 && st.Links[emu.BtoA][0].DownDrops == 0 {
-		t.Error("the failed plane dropped nothing: the failure was not exercised")
+func (s *placedSampler) stop() {
+	select {
+	case <-s.quit:
+	default:
+		close(s.quit)
 	}
-	rep := recovery(samp, tFail, 2*spec.oneWay, spec.planes)
-	capacity := float64(spec.planes) * float64(spec.rateBps)
-	t.Logf("plane failure: goodput before %.1f Mbit/s (%.2f of capacity), after recovery %.1f Mbit/s (%.2f of capacity, target %.2f); recovery %.1f RTTs",
-		rep.before/1e6, rep.before/capacity, rep.after/1e6, rep.after/capacity,
-		float64(spec.planes-1)/float64(spec.planes), rep.rtts)
+	<-s.done
+}
+
+func (s *placedSampler) last() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.bytes) == 0 {
+		return 0
+	}
+	return s.bytes[len(s.bytes)-1]
+}
+
+// series is a cumulative byte count over time.
+type series struct {
+	at    []time.Time
+	bytes []uint64
+}
+
+func (s *placedSampler) series() series {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return series{at: s.at, bytes: s.bytes}
 }
 
 type recoveryReport struct {
-	before, after float64 // goodput, bits/s
-	rtts          float64 // -1 if it never recovered
+	before, after float64       // goodput, bits/s
+	window        time.Duration // the averaging window
+	rtts          float64       // recovery time in RTTs; -1 if it never recovered
+	// below is the fraction of the windows from recovery to the tail whose
+	// goodput was under the target.
+	below float64
 }
 
-// recovery measures, from samples of bytes placed at b, the goodput in the
-// second before the failure, then the first window of two RTTs after it
-// whose goodput is at least (P-1)/P of that; the recovery time is that
-// window's end, in RTTs after the failure (a conservative figure: the
-// window's length is included).
-func recovery(rec *recorder, tFail time.Time, rtt time.Duration, planes int) recoveryReport {
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	type pt struct {
-		at time.Time
-		n  float64
+// recovery measures the goodput in the second before the failure, and the
+// recovery time: from the failure to the end of the first window of four
+// round trips whose goodput is at least (P-1)/P of the goodput before (a
+// conservative figure: the window's length is included). after is the
+// average goodput from then until the transfer's tail (when end bytes had
+// arrived).
+func (s series) recovery(tFail time.Time, end uint64, rtt time.Duration, planes int) recoveryReport {
+	rep := recoveryReport{rtts: -1, window: 4 * rtt}
+	if len(s.at) < 2 {
+		return rep
 	}
-	var pts []pt
-	for i, ev := range rec.events {
-		if ev.Kind == metaroce.EventRecvComplete {
-			pts = append(pts, pt{rec.at[i], float64(ev.Len) * 8})
+	// bytesAt is the count by time t, interpolated between samples.
+	bytesAt := func(t time.Time) float64 {
+		i := sort.Search(len(s.at), func(i int) bool { return !s.at[i].Before(t) })
+		switch {
+		case i == 0:
+			return 0
+		case i == len(s.at):
+			return float64(s.bytes[len(s.bytes)-1])
 		}
+		a, b := s.at[i-1], s.at[i]
+		f := float64(t.Sub(a)) / float64(b.Sub(a))
+		return float64(s.bytes[i-1]) + f*(float64(s.bytes[i])-float64(s.bytes[i-1]))
 	}
-	sum := func(from, to time.Time) float64 {
-		s := 0.0
-		for _, p := range pts {
-			if !p.at.Before(from) && p.at.Before(to) {
-				s += p.n
-			}
-		}
-		return s
+	rate := func(from, to time.Time) float64 {
+		return (bytesAt(to) - bytesAt(from)) * 8 / to.Sub(from).Seconds()
 	}
-	first, last := pts[0].at, pts[len(pts)-1].at
-	from := first
-	if tFail.Add(-time.Second).After(first) {
-		from = tFail.Add(-time.Second)
-	}
-	rep := recoveryReport{rtts: -1}
-	rep.before = sum(from, tFail) / tFail.Sub(from).Seconds()
-	target := rep.before * float64(planes-1) / float64(planes)
-	win := 2 * rtt
-	for w := tFail; !w.Add(win).After(last); w = w.Add(rtt / 8) {
-		if sum(w, w.Add(win))/win.Seconds() >= target {
-			end := w.Add(win)
-			rep.rtts = end.Sub(tFail).Seconds() / rtt.Seconds()
-			if last.Sub(end) > win {
-				rep.after = sum(end, last) / last.Sub(end).Seconds()
-			}
+	rep.before = rate(tFail.Add(-time.Second), tFail)
+	tail := s.at[len(s.at)-1]
+	for i, b := range s.bytes {
+		if b >= end {
+			tail = s.at[i]
 			break
 		}
 	}
+	target := rep.before * float64(planes-1) / float64(planes)
+	step := rtt / 8
+	var ok time.Time
+	for w := tFail; !w.Add(rep.window).After(tail); w = w.Add(step) {
+		if rate(w, w.Add(rep.window)) >= target {
+			ok = w.Add(rep.window)
+			break
+		}
+	}
+	if ok.IsZero() {
+		return rep
+	}
+	rep.rtts = ok.Sub(tFail).Seconds() / rtt.Seconds()
+	if tail.Sub(ok) < rep.window {
+		return rep
+	}
+	rep.after = rate(ok, tail)
+	n, low := 0, 0
+	for w := ok; !w.Add(rep.window).After(tail); w = w.Add(rep.window) {
+		n++
+		if rate(w, w.Add(rep.window)) < target {
+			low++
+		}
+	}
+	rep.below = float64(low) / float64(n)
 	return rep
 }
 

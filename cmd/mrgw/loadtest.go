@@ -74,6 +74,8 @@ func newPeersCmd(name, doc string, run func(context.Context, peers.Options) ([]r
 		capacity float64
 		asJSON   bool
 		quiet    bool
+		trace    bool
+		jsonOut  string
 	)
 	cmd := &cobra.Command{
 		Use:   name,
@@ -87,6 +89,9 @@ error naming the reason; nothing is estimated in their place.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.CapacityBps = capacity
+			if trace {
+				o.Trace = cmd.ErrOrStderr()
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			var bar *progressbar.ProgressBar
@@ -103,6 +108,11 @@ error naming the reason; nothing is estimated in their place.`,
 			rows, err := run(ctx, o)
 			if bar != nil {
 				_ = bar.Finish()
+			}
+			if len(rows) > 0 && jsonOut != "" {
+				if werr := writeJSONFile(jsonOut, rows); werr != nil {
+					return werr
+				}
 			}
 			if len(rows) > 0 {
 				if asJSON {
@@ -131,6 +141,11 @@ error naming the reason; nothing is estimated in their place.`,
 	f.BoolVar(&o.Quick, "quick", false, "short runs (a smoke test, not a measurement)")
 	f.BoolVar(&asJSON, "json", false, "print JSON rows")
 	f.BoolVar(&quiet, "quiet", false, "no progress bar")
+	f.StringVar(&jsonOut, "json-out", "", "also write the JSON rows to this file (for docs/results)")
+	f.Float64Var(&o.QueueBDP, "queue-bdp", 0, "drop-tail queue per plane in BDPs (default 1)")
+	f.Float64Var(&o.ECNBDP, "ecn-bdp", 0, "ECN marking threshold in BDPs (default 0.1; negative: no marking)")
+	f.BoolVar(&trace, "trace", false, "print mrgw's sender and emulator counters every 500 ms to stderr (diagnosis)")
+	f.StringVar(&o.MRGWExtraCC, "extra-cc", "", `a second mrgw row with this controller ("fixed-1.5bdp" by default; "none": no extra row)`)
 	return cmd
 }
 
@@ -138,6 +153,7 @@ func newDatapathCmd() *cobra.Command {
 	var (
 		o      datapath.Options
 		suite  string
+		window int
 		asJSON bool
 	)
 	cmd := &cobra.Command{
@@ -145,7 +161,9 @@ func newDatapathCmd() *cobra.Command {
 		Short: "Tunnel goodput on loopback against raw batched UDP between the same sockets",
 		Long: `datapath measures, in one run on loopback: raw batched UDP (GSO/GRO where available),
 the sealed MetaRoCE tunnel, and optionally the same transfer unencrypted; it reports goodput,
-the ratio to raw UDP, CPU per Gbit/s, allocations per packet and the AEAD cost.`,
+the ratio to raw UDP, CPU per Gbit/s (process CPU, sender and receiver together), allocations
+per packet, the AEAD cost, and the machine's load average (the figures are only as good as the
+share of the machine the run had).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			s, err := seal.ParseSuite(suite)
@@ -153,6 +171,7 @@ the ratio to raw UDP, CPU per Gbit/s, allocations per packet and the AEAD cost.`
 				return err
 			}
 			o.Suite = s
+			o.WindowBytes = window << 10
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			rows, err := datapath.Run(ctx, o)
@@ -179,10 +198,25 @@ the ratio to raw UDP, CPU per Gbit/s, allocations per packet and the AEAD cost.`
 	f.DurationVar(&o.Duration, "duration", 0, "length of each measurement (default 3s)")
 	f.IntVar(&o.MTU, "mtu", 0, "MetaRoCE payload per datagram (default 1400)")
 	f.IntVar(&o.Paths, "paths", 0, "paths per connection (default 8)")
+	f.IntVar(&window, "window", 0, "fixed window per path in KiB (default 256)")
+	f.IntVar(&o.Senders, "senders", 0, "sealing and sending goroutines per endpoint (default 2)")
 	f.BoolVar(&o.DisableGSO, "no-gso", false, "turn UDP GSO off")
 	f.BoolVar(&o.DisableGRO, "no-gro", false, "turn UDP GRO off")
 	f.BoolVar(&o.Plain, "plain", true, "also measure the transfer without encryption")
 	f.StringVar(&suite, "cipher", "aes-128-gcm", "AEAD: aes-128-gcm, aes-256-gcm or chacha20-poly1305")
 	f.BoolVar(&asJSON, "json", false, "print JSON rows")
 	return cmd
+}
+
+// writeJSONFile writes rows as JSON lines to path.
+func writeJSONFile(path string, rows []report.Row) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := report.WriteJSON(f, rows); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -19,7 +19,9 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -29,6 +31,7 @@ import (
 	"github.com/mrgw/mrgw/internal/report"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/netio"
+	"github.com/mrgw/mrgw/pathmgr"
 	"github.com/mrgw/mrgw/tunnel"
 	"github.com/mrgw/mrgw/tunnel/seal"
 	"github.com/mrgw/mrgw/tunnel/udp"
@@ -43,7 +46,9 @@ type Options struct {
 	MTU int
 	// Paths per connection (default 8).
 	Paths int
-	// WindowBytes per path (default 512 KiB).
+	// WindowBytes per path (default 256 KiB: 2 MiB in flight with 8
+	// paths, within the receiving socket's 8 MiB buffer once the kernel's
+	// per-datagram overhead is counted).
 	WindowBytes int
 	// MessageBytes is the size of each WRITE (default 1 MiB); Outstanding
 	// how many are kept queued (default 16).
@@ -52,6 +57,9 @@ type Options struct {
 	DisableGSO, DisableGRO bool
 	// Suite is the AEAD (default aes-128-gcm).
 	Suite seal.Suite
+	// Senders is the number of sealing and sending goroutines per
+	// endpoint (0: netio's default).
+	Senders int
 	// Plain adds a row for the same transfer without encryption (netio
 	// without a sealer).
 	Plain bool
@@ -68,7 +76,7 @@ func (o *Options) defaults() {
 		o.Paths = 8
 	}
 	if o.WindowBytes == 0 {
-		o.WindowBytes = 512 << 10
+		o.WindowBytes = 256 << 10
 	}
 	if o.MessageBytes == 0 {
 		o.MessageBytes = 1 << 20
@@ -90,6 +98,7 @@ func Run(ctx context.Context, o Options) ([]report.Row, error) {
 	udpOpts := udp.Options{DisableGSO: o.DisableGSO, DisableGRO: o.DisableGRO, ReadBuffer: 4 << 20, WriteBuffer: 4 << 20}
 	// The raw baseline sends datagrams of the tunnel's size on the wire.
 	wire := o.MTU + metaroce.DataHeaderLen + seal.Overhead
+	load0 := loadAvg()
 	raw, err := RawUDP(ctx, udpOpts, wire, o.Duration)
 	if err != nil {
 		return nil, fmt.Errorf("datapath: raw udp: %w", err)
@@ -103,7 +112,8 @@ func Run(ctx context.Context, o Options) ([]report.Row, error) {
 	}
 	r := tun.row("tunnel-"+o.Suite.String(), raw.bps)
 	r.Paths = o.Paths
-	r.Note = fmt.Sprintf("mtu %d, %d paths, gso=%v gro=%v, %d retransmits", o.MTU, o.Paths, tun.gso, tun.gro, tun.retx)
+	r.Note = fmt.Sprintf("mtu %d, %d paths of %d KiB, gso=%v gro=%v, %d retransmits, %d timeouts",
+		o.MTU, o.Paths, o.WindowBytes>>10, tun.gso, tun.gro, tun.retx, tun.timeouts)
 	rows = append(rows, r)
 	if o.Plain {
 		pl, err := Tunnel(ctx, o, udpOpts, false)
@@ -112,13 +122,16 @@ func Run(ctx context.Context, o Options) ([]report.Row, error) {
 		}
 		r := pl.row("netio-plain", raw.bps)
 		r.Paths = o.Paths
-		r.Note = fmt.Sprintf("no encryption; mtu %d, %d paths", o.MTU, o.Paths)
+		r.Note = fmt.Sprintf("no encryption; mtu %d, %d paths, %d retransmits, %d timeouts", o.MTU, o.Paths, pl.retx, pl.timeouts)
 		rows = append(rows, r)
 	}
 	sealNs, openNs, err := AEADCost(o.Suite, o.MTU+metaroce.DataHeaderLen, 200000)
 	if err != nil {
 		return nil, err
 	}
+	// The machine may be shared: the load average says how much of it the
+	// measurement had.
+	rows[0].Note += fmt.Sprintf("; load average %s at start, %s at end", load0, loadAvg())
 	rows = append(rows,
 		report.Row{Scenario: "datapath", System: o.Suite.String() + "-seal", NsPerPacket: sealNs,
 			Note: fmt.Sprintf("%d-byte packets, one core", o.MTU+metaroce.DataHeaderLen)},
@@ -133,7 +146,8 @@ type Result struct {
 	cpu       float64 // CPU seconds per second
 	allocs    float64 // per datagram
 	gso, gro  bool
-	retx      uint64
+	retx      uint64 // retransmissions during the measurement
+	timeouts  uint64 // probe timeouts during the measurement
 	datagrams uint64
 }
 
@@ -258,7 +272,13 @@ func RawUDP(ctx context.Context, opts udp.Options, size int, d time.Duration) (R
 func Tunnel(ctx context.Context, o Options, udpOpts udp.Options, sealed bool) (Result, error) {
 	o.defaults()
 	proto := func(listen bool) metaroce.Config {
-		return metaroce.Config{MTU: o.MTU, Paths: o.Paths, Listen: listen, Seed: 1, CC: cc.NewFixed(o.WindowBytes, 0)}
+		// Loopback's round trip is scheduling: on a shared machine a
+		// goroutine may wait tens of milliseconds for a core, and a probe
+		// timeout shorter than that declares whole flights lost that were
+		// only late (each costing a path's window in retransmissions).
+		pc := pathmgr.DefaultConfig()
+		pc.MinPTO, pc.MaxAckDelay = 50*time.Millisecond, 2*time.Millisecond
+		return metaroce.Config{MTU: o.MTU, Paths: o.Paths, Listen: listen, Seed: 1, CC: cc.NewFixed(o.WindowBytes, 0), Path: pc}
 	}
 	var done atomic.Uint64
 	src := make([]byte, o.MessageBytes)
@@ -289,7 +309,7 @@ func Tunnel(ctx context.Context, o Options, udpOpts udp.Options, sealed bool) (R
 		}
 	}()
 	if sealed {
-		ta, tb, stop, err := tunnels(ctx, proto, udpOpts, o.Suite, onA)
+		ta, tb, stop, err := tunnels(ctx, proto, udpOpts, o.Suite, o.Senders, onA)
 		if err != nil {
 			return Result{}, err
 		}
@@ -297,11 +317,11 @@ func Tunnel(ctx context.Context, o Options, udpOpts udp.Options, sealed bool) (R
 		a, b = ta.Endpoint(), tb.Endpoint()
 	} else {
 		var err error
-		if b, err = netio.New(netio.Config{Protocol: proto(true), Listen: loop4, UDP: udpOpts}); err != nil {
+		if b, err = netio.New(netio.Config{Protocol: proto(true), Listen: loop4, UDP: udpOpts, TxSenders: o.Senders}); err != nil {
 			return Result{}, err
 		}
 		cleanup = append(cleanup, func() { b.Close() })
-		if a, err = netio.New(netio.Config{Protocol: proto(false), Listen: loop4, UDP: udpOpts, OnEvent: onA,
+		if a, err = netio.New(netio.Config{Protocol: proto(false), Listen: loop4, UDP: udpOpts, OnEvent: onA, TxSenders: o.Senders,
 			Peers: []netio.Peer{{ID: tunnel.PeerID, Addr: b.LocalAddr()}}}); err != nil {
 			return Result{}, err
 		}
@@ -323,6 +343,15 @@ func Tunnel(ctx context.Context, o Options, udpOpts udp.Options, sealed bool) (R
 	if err := sleep(ctx, o.Duration/5); err != nil {
 		return Result{}, err
 	}
+	conn := func() (retx, timeouts uint64) {
+		a.Call(ctx, func(time.Duration, *metaroce.Endpoint) {
+			if sender != nil {
+				retx, timeouts = sender.Stats.Retransmits, sender.Stats.Timeouts
+			}
+		})
+		return retx, timeouts
+	}
+	retx0, to0 := conn()
 	m0, d0 := sample(), done.Load()
 	pkts0 := a.Stats().TxDatagrams + b.Stats().TxDatagrams
 	if err := sleep(ctx, o.Duration); err != nil {
@@ -331,16 +360,11 @@ func Tunnel(ctx context.Context, o Options, udpOpts udp.Options, sealed bool) (R
 	m1, d1 := sample(), done.Load()
 	sa, sb := a.Stats(), b.Stats()
 	pkts := sa.TxDatagrams + sb.TxDatagrams - pkts0
-	var retx uint64
-	a.Call(ctx, func(time.Duration, *metaroce.Endpoint) {
-		if sender != nil {
-			retx = sender.Stats.Retransmits
-		}
-	})
+	retx1, to1 := conn()
 	secs := m1.wall.Sub(m0.wall).Seconds()
 	r := Result{
 		bps: float64(d1-d0) * 8 / secs, cpu: (m1.cpu - m0.cpu).Seconds() / secs,
-		gso: sa.GSO, gro: sb.GRO, retx: retx, datagrams: pkts,
+		gso: sa.GSO, gro: sb.GRO, retx: retx1 - retx0, timeouts: to1 - to0, datagrams: pkts,
 	}
 	if pkts > 0 {
 		r.allocs = float64(m1.mallocs-m0.mallocs) / float64(pkts)
@@ -349,6 +373,18 @@ func Tunnel(ctx context.Context, o Options, udpOpts udp.Options, sealed bool) (R
 		return r, errors.New("no message completed during the measurement")
 	}
 	return r, nil
+}
+
+// loadAvg returns the 1-minute load average, or "?".
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	if f := strings.Fields(string(b)); len(f) > 0 {
+		return f[0]
+	}
+	return "?"
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
@@ -364,7 +400,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 // tunnels builds two gateways' tunnels over an in-process CA and control
 // session on loopback.
-func tunnels(ctx context.Context, proto func(bool) metaroce.Config, udpOpts udp.Options, suite seal.Suite,
+func tunnels(ctx context.Context, proto func(bool) metaroce.Config, udpOpts udp.Options, suite seal.Suite, senders int,
 	onA func(time.Duration, metaroce.Event)) (a, b *tunnel.Tunnel, stop func(), err error) {
 	var stops []func()
 	stop = func() {
@@ -383,13 +419,14 @@ func tunnels(ctx context.Context, proto func(bool) metaroce.Config, udpOpts udp.
 	}
 	stops = append(stops, sp.Close)
 	ra, rb := sp.RouterA, sp.RouterB
-	b, err = tunnel.New(sp.B, tunnel.Config{Protocol: proto(true), Listen: loop4, Suite: suite, UDP: udpOpts, Router: rb})
+	b, err = tunnel.New(sp.B, tunnel.Config{Protocol: proto(true), Listen: loop4, Suite: suite, UDP: udpOpts, Router: rb,
+		TxSenders: senders})
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	stops = append(stops, func() { b.Close() })
 	a, err = tunnel.New(sp.A, tunnel.Config{Protocol: proto(false), Listen: loop4, Suite: suite, UDP: udpOpts,
-		Router: ra, PeerAddr: b.LocalAddr(), OnEvent: onA})
+		Router: ra, PeerAddr: b.LocalAddr(), OnEvent: onA, TxSenders: senders})
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -64,10 +64,10 @@ func TestAEADCost(t *testing.T) {
 	}
 }
 
-// TestReport prints the full report as JSON lines, for docs/results; it
-// runs only when MRGW_DATAPATH_REPORT is set (until `mrgw loadtest
-// datapath` calls Run): MRGW_DATAPATH_REPORT=1 go test -run TestReport -v
-// ./loadtest/datapath. MRGW_DATAPATH_MTU overrides the MTU.
+// TestReport prints the full report as JSON lines, as `mrgw loadtest
+// datapath --json` does; it runs only when MRGW_DATAPATH_REPORT is set:
+// MRGW_DATAPATH_REPORT=1 go test -run TestReport -v ./loadtest/datapath.
+// MRGW_DATAPATH_MTU overrides the MTU.
 func TestReport(t *testing.T) {
 	if os.Getenv("MRGW_DATAPATH_REPORT") == "" {
 		t.Skip("set MRGW_DATAPATH_REPORT=1 to measure")

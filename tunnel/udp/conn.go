@@ -5,8 +5,11 @@
 // A new path, or a path whose entropy is re-rolled, is a new Conn.
 //
 // The API is batch-first, after wireguard-go's conn package: ReadBatch and
-// WriteBatch move many datagrams per system call (recvmmsg/sendmmsg through
-// golang.org/x/net/ipv4 and ipv6). Every outgoing datagram carries an ECN
+// WriteBatch move many datagrams per system call. ReadBatch is this
+// package's own recvmmsg (mmsg.go), with every header and address buffer
+// allocated once, so that a steady-state receive allocates nothing;
+// WriteBatch is sendmmsg through golang.org/x/net/ipv4 and ipv6, which
+// does not allocate either. Every outgoing datagram carries an ECN
 // codepoint (ECT(0) unless told otherwise) and every received datagram
 // reports its ECN bits, through internal/ecn, because ECN marks are the
 // congestion signal the controllers run on.
@@ -99,8 +102,7 @@ type Stats struct {
 // Conn is one path's UDP socket. Create it with Listen.
 type Conn struct {
 	udp   *net.UDPConn
-	batch interface { // *ipv4.PacketConn or *ipv6.PacketConn
-		ReadBatch(ms []ipv4.Message, flags int) (int, error)
+	batch interface { // *ipv4.PacketConn or *ipv6.PacketConn: sendmmsg
 		WriteBatch(ms []ipv4.Message, flags int) (int, error)
 	}
 	local   netip.AddrPort
@@ -111,7 +113,8 @@ type Conn struct {
 	batchSz int
 
 	rmu     sync.Mutex // guards the read state below
-	rmsgs   []ipv4.Message
+	rd      *mmsgReader
+	rbufv   [][]byte     // the buffers of one read
 	rbufs   [][]byte     // GRO buffers, nil without GRO
 	pending []pendingBuf // undelivered rest of the last GRO read, in order
 
@@ -215,13 +218,12 @@ func newConn(uc *net.UDPConn, v6 bool, opts Options) (*Conn, error) {
 		}
 		c.pending = make([]pendingBuf, 0, nr)
 	}
-	c.rmsgs = make([]ipv4.Message, nr)
-	rbufv := make([][]byte, nr) // one iovec per message
-	roob := make([]byte, nr*ecn.RecvSpace)
-	for i := range c.rmsgs {
-		c.rmsgs[i].Buffers = rbufv[i : i+1 : i+1]
-		c.rmsgs[i].OOB = roob[i*ecn.RecvSpace : (i+1)*ecn.RecvSpace : (i+1)*ecn.RecvSpace]
+	rc, err := uc.SyscallConn()
+	if err != nil {
+		return nil, fmt.Errorf("udp: %w", err)
 	}
+	c.rd = newMmsgReader(rc, nr, ecn.RecvSpace)
+	c.rbufv = make([][]byte, nr)
 
 	// Write side: one sendmsg per group, its payload gathered from the
 	// caller's buffers by iovecs, so GSO costs no copy.
@@ -296,59 +298,83 @@ func (c *Conn) ReadBatch(msgs []Message) (int, error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
 	if c.gro {
-		return c.readGRO(msgs)
+		return c.readGRO(msgs, false)
 	}
-	nr := min(len(msgs), len(c.rmsgs))
-	rm := c.rmsgs[:nr]
-	for i := range rm {
-		rm[i].Buffers[0] = msgs[i].Buf
+	return c.readPlain(msgs)
+}
+
+// ReadBatchBorrow is ReadBatch without the copy that splits GRO
+// super-datagrams: a datagram that arrived coalesced is left in the Conn's
+// own buffer, and its Message's Buf is set to it (N bytes; Buf's capacity
+// ends with the datagram). Such a Buf is valid only until the next read on
+// this Conn, and the caller must put its own buffer back before reusing
+// the Message. Where a datagram has to be transformed anyway (decrypted),
+// the transformation can then read it where it lies instead of after a
+// copy.
+func (c *Conn) ReadBatchBorrow(msgs []Message) (int, error) {
+	if len(msgs) == 0 {
+		return 0, nil
 	}
-	n, err := c.batch.ReadBatch(rm, 0)
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	if c.gro {
+		return c.readGRO(msgs, true)
+	}
+	return c.readPlain(msgs)
+}
+
+// readPlain reads straight into the callers' buffers.
+func (c *Conn) readPlain(msgs []Message) (int, error) {
+	nr := min(len(msgs), len(c.rbufv))
+	bufs := c.rbufv[:nr]
+	for i := range bufs {
+		bufs[i] = msgs[i].Buf
+	}
+	n, err := c.rd.read(bufs)
+	clear(bufs) // do not keep the caller's buffers alive
 	if err != nil {
 		return 0, err
 	}
 	var bytes, ce uint64
 	for i := range n {
-		ctl, _ := ecn.ParseControl(rm[i].OOB[:rm[i].NN])
-		msgs[i].N = rm[i].N
-		msgs[i].Addr = addrPort(rm[i].Addr)
+		size, from, oob, trunc := c.rd.datagram(i)
+		ctl, _ := ecn.ParseControl(oob)
+		msgs[i].N = min(size, len(msgs[i].Buf))
+		msgs[i].Addr = from
 		msgs[i].ECN = ctl.ECN
-		if rm[i].Flags&unix.MSG_TRUNC != 0 {
+		if trunc {
 			c.stats.truncated.Add(1)
 		}
-		bytes += uint64(rm[i].N)
+		bytes += uint64(msgs[i].N)
 		if ctl.ECN == ecn.CE {
 			ce++
 		}
-		rm[i].Buffers[0] = nil // do not keep the caller's buffer alive
 	}
 	c.countIn(uint64(n), bytes, ce)
 	return n, nil
 }
 
 // readGRO serves msgs from pending GRO buffers, reading more only when none
-// are left.
-func (c *Conn) readGRO(msgs []Message) (int, error) {
+// are left; borrow hands out slices of them instead of copying.
+func (c *Conn) readGRO(msgs []Message, borrow bool) (int, error) {
 	if len(c.pending) == 0 {
-		rm := c.rmsgs
-		for i := range rm {
-			rm[i].Buffers[0] = c.rbufs[i]
-		}
-		n, err := c.batch.ReadBatch(rm, 0)
+		n, err := c.rd.read(c.rbufs)
 		if err != nil {
 			return 0, err
 		}
 		for i := range n {
-			ctl, _ := ecn.ParseControl(rm[i].OOB[:rm[i].NN])
+			size, from, oob, _ := c.rd.datagram(i)
+			size = min(size, len(c.rbufs[i]))
+			ctl, _ := ecn.ParseControl(oob)
 			seg := ctl.GROSize
-			if seg <= 0 || seg >= rm[i].N {
-				seg = rm[i].N // a single datagram
+			if seg <= 0 || seg >= size {
+				seg = size // a single datagram
 			} else {
 				c.stats.groReads.Add(1)
 			}
 			c.pending = append(c.pending, pendingBuf{
-				buf: c.rbufs[i][:rm[i].N], segSize: seg,
-				addr: addrPort(rm[i].Addr), ecn: ctl.ECN,
+				buf: c.rbufs[i][:size], segSize: seg,
+				addr: from, ecn: ctl.ECN,
 			})
 		}
 	}
@@ -358,8 +384,9 @@ func (c *Conn) readGRO(msgs []Message) (int, error) {
 		p := &c.pending[0]
 		seg := min(p.segSize, len(p.buf))
 		m := &msgs[n]
-		m.N = copy(m.Buf, p.buf[:seg])
-		if m.N < seg {
+		if borrow {
+			m.Buf, m.N = p.buf[:seg:seg], seg
+		} else if m.N = copy(m.Buf, p.buf[:seg]); m.N < seg {
 			c.stats.truncated.Add(1)
 		}
 		m.Addr, m.ECN = p.addr, p.ecn
@@ -384,16 +411,6 @@ func (c *Conn) countIn(n, bytes, ce uint64) {
 	if ce > 0 {
 		c.stats.ceIn.Add(ce)
 	}
-}
-
-// addrPort converts x/net's address (a *net.UDPAddr) to a netip.AddrPort.
-func addrPort(a net.Addr) netip.AddrPort {
-	ua, ok := a.(*net.UDPAddr)
-	if !ok {
-		return netip.AddrPort{}
-	}
-	ap := ua.AddrPort()
-	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 }
 
 // WriteBatch sends msgs in order and returns how many were sent. With GSO,

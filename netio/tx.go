@@ -1,0 +1,283 @@
+//go:build linux
+
+package netio
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/mrgw/mrgw/metaroce"
+	"github.com/mrgw/mrgw/tunnel/udp"
+)
+
+// The send side is a pipeline: the owner goroutine polls datagrams out of
+// the state machine into buffers and hands them, in batches, to sender
+// goroutines that seal them (the AEAD is the costliest step per datagram)
+// and write them with one WriteBatch per socket. So the protocol and the
+// sealing run on different cores, and with several senders the sealing
+// itself runs in parallel.
+//
+// Order: the protocol declares a packet lost as soon as a later one on the
+// same path is acknowledged, so datagrams of one socket must leave in the
+// order they were polled. Every socket therefore belongs to exactly one
+// sender (its shard); a sender serves its batches in order.
+//
+// Memory is bounded: a fixed number of batches, each with a fixed number of
+// buffers, circulate between the owner and the senders. The owner polls a
+// datagram only when it has a buffer for it and a batch for whichever
+// sender it turns out to need; otherwise it dispatches what it holds and
+// stops sending until a sender returns a batch (backpressure), serving
+// received datagrams, commands and timers meanwhile: an owner blocked on
+// its senders would let acknowledgements pile up unread and its paths time
+// out.
+
+// txItem is one polled datagram: plaintext at buf[maxOverhead:][:n].
+type txItem struct {
+	buf    []byte
+	n      int
+	sealer Sealer // nil: sent as it is
+	s      *sock
+	dst    netip.AddrPort
+}
+
+// sendBatch is a run of datagrams for one sender.
+type sendBatch struct {
+	items []txItem // len: datagrams in the batch; cap: txBatch
+}
+
+// txSender is one sender goroutine's queue and its scratch state.
+type txSender struct {
+	in    chan *sendBatch
+	dirty []*sock // sockets with datagrams waiting (sender only)
+}
+
+// txState is the owner goroutine's side of the pipeline.
+type txState struct {
+	senders []*txSender
+	cur     []*sendBatch // per sender: the batch being filled, or nil
+	free    []*sendBatch // empty batches
+	spare   [][]byte     // buffers not in any batch
+	done    chan *sendBatch
+	// inFlight counts batches handed to senders and not yet returned;
+	// filling counts the senders with a batch being filled.
+	inFlight, filling int
+	// starved: the last flush stopped for want of a buffer or a batch.
+	starved bool
+}
+
+// txBatches is how many batches circulate per sender (one being sent, one
+// queued behind it, one being filled).
+const txBatchesPerSender = 3
+
+func (e *Endpoint) initTx(bufLen int) {
+	t := &e.owner.tx
+	n := e.cfg.TxSenders
+	nb := n*txBatchesPerSender + 1
+	t.done = make(chan *sendBatch, nb)
+	t.senders = make([]*txSender, n)
+	t.cur = make([]*sendBatch, n)
+	for i := range t.senders {
+		t.senders[i] = &txSender{in: make(chan *sendBatch, nb)}
+	}
+	for range nb {
+		t.free = append(t.free, &sendBatch{items: make([]txItem, 0, txBatch)})
+		for range txBatch {
+			t.spare = append(t.spare, make([]byte, bufLen))
+		}
+	}
+}
+
+func (e *Endpoint) startSenders() {
+	for _, s := range e.owner.tx.senders {
+		e.wg.Add(1)
+		go e.sendLoop(s)
+	}
+}
+
+// sendLoop is a sender goroutine.
+func (e *Endpoint) sendLoop(w *txSender) {
+	defer e.wg.Done()
+	done := e.owner.tx.done
+	for {
+		select {
+		case b := <-w.in:
+			e.writeBatch(w, b)
+			done <- b // never blocks: done has room for every batch
+		case <-e.quit:
+			return
+		}
+	}
+}
+
+// writeBatch seals b's datagrams and writes them, one WriteBatch per socket.
+func (e *Endpoint) writeBatch(w *txSender, b *sendBatch) {
+	for i := range b.items {
+		it := &b.items[i]
+		wire := it.buf[maxOverhead : maxOverhead+it.n]
+		if it.sealer != nil {
+			start := maxOverhead - it.sealer.Prefix()
+			out, err := it.sealer.Seal(it.buf[start:start], wire)
+			if err != nil {
+				e.ctr.sealErr.Add(1)
+				continue
+			}
+			wire = out
+		}
+		s := it.s
+		s.out = append(s.out, udp.Message{Buf: wire, N: len(wire), Addr: it.dst})
+		if !s.dirty {
+			s.dirty = true
+			w.dirty = append(w.dirty, s)
+		}
+	}
+	for _, s := range w.dirty {
+		sent, err := s.c.WriteBatch(s.out)
+		var bytes uint64
+		for _, m := range s.out[:sent] {
+			bytes += uint64(m.N)
+		}
+		e.ctr.txDatagrams.Add(uint64(sent))
+		e.ctr.txBytes.Add(bytes)
+		if err != nil {
+			// The protocol treats these as lost and recovers; a socket
+			// error is no reason to stop the others.
+			e.ctr.txErr.Add(uint64(len(s.out) - sent))
+			e.log.Debug("netio: send failed", "local", s.c.LocalAddr(), "err", err)
+		}
+		clear(s.out) // drop the references to the buffers
+		s.out = s.out[:0]
+		s.dirty = false
+	}
+	clear(w.dirty)
+	w.dirty = w.dirty[:0]
+}
+
+// returned takes back a batch a sender has finished with.
+func (e *Endpoint) returned(b *sendBatch) {
+	t := &e.owner.tx
+	t.inFlight--
+	for i := range b.items {
+		t.spare = append(t.spare, b.items[i].buf)
+		b.items[i] = txItem{}
+	}
+	b.items = b.items[:0]
+	t.free = append(t.free, b)
+	t.starved = false
+}
+
+// reclaimAll takes back every batch the senders have finished with.
+func (e *Endpoint) reclaimAll() {
+	for {
+		select {
+		case b := <-e.owner.tx.done:
+			e.returned(b)
+		default:
+			return
+		}
+	}
+}
+
+// dispatch hands every non-empty batch being filled to its sender.
+func (e *Endpoint) dispatch() {
+	t := &e.owner.tx
+	for i, b := range t.cur {
+		if b == nil || len(b.items) == 0 {
+			continue
+		}
+		e.send(i, b)
+	}
+}
+
+func (e *Endpoint) send(w int, b *sendBatch) {
+	t := &e.owner.tx
+	t.senders[w].in <- b // never blocks: in has room for every batch
+	t.inFlight++
+	t.cur[w] = nil
+	t.filling--
+}
+
+// room reports whether a datagram can be polled now: a free buffer, and a
+// batch for whichever sender it goes to (one being filled, or a free one
+// for every sender without).
+func (e *Endpoint) room() bool {
+	t := &e.owner.tx
+	if len(t.spare) == 0 || len(t.free) < len(t.senders)-t.filling {
+		e.reclaimAll()
+	}
+	return len(t.spare) > 0 && len(t.free) >= len(t.senders)-t.filling
+}
+
+// queue adds a polled datagram to its socket's sender, dispatching the
+// sender's batch when it is full. room must have reported true.
+func (e *Endpoint) queue(it txItem) {
+	t := &e.owner.tx
+	w := it.s.shard
+	b := t.cur[w]
+	if b == nil {
+		n := len(t.free)
+		b = t.free[n-1]
+		t.free = t.free[:n-1]
+		t.cur[w] = b
+		t.filling++
+	}
+	b.items = append(b.items, it)
+	if len(b.items) == cap(b.items) {
+		e.send(w, b)
+	}
+}
+
+// flush polls the state machine and hands the datagrams to the senders. It
+// returns true if it stopped with more to send; when it stops for want of
+// buffers it sets starved instead, and the owner waits for a sender.
+func (e *Endpoint) flush(now time.Duration) bool {
+	o := &e.owner
+	t := &o.tx
+	table := e.peers.Load()
+	// Take back what the senders have finished with first, so that
+	// buffers are reused while they are still in the cache.
+	e.reclaimAll()
+	polled := 0
+	defer e.dispatch()
+	// tries bounds the loop even if every datagram were dropped.
+	for tries := 0; polled < txRounds*txBatch && tries < 4*txRounds*txBatch; tries++ {
+		if !e.room() {
+			t.starved = true
+			return false
+		}
+		buf := t.spare[len(t.spare)-1]
+		tx, ok := e.ep.Poll(now, buf[maxOverhead:maxOverhead:maxOverhead+o.room])
+		if !ok {
+			return false
+		}
+		p := table.byID[tx.Peer]
+		if p == nil {
+			e.ctr.noSocket.Add(1)
+			continue
+		}
+		var s *sock
+		var dst netip.AddrPort
+		if tx.Reply {
+			s, dst = e.replyAddr(p, tx.Entropy)
+		} else {
+			s, dst = e.pathSock(now, p, &tx), p.dest(tx.Path)
+			if s == nil {
+				e.ctr.noSocket.Add(1)
+				continue
+			}
+		}
+		t.spare = t.spare[:len(t.spare)-1]
+		e.queue(txItem{buf: buf, n: tx.Len, sealer: p.Sealer, s: s, dst: dst})
+		// Counted per plane here, by the owner (whose cache of the
+		// counters needs no lock), when the datagram is handed to its
+		// sender: plaintext length, not the sealed wire length.
+		e.countTx(p.ID, s.plane, tx.Len)
+		polled++
+	}
+	return polled >= txRounds*txBatch
+}
+
+// txBufLen is the size of a send buffer: room for the largest envelope in
+// front of the packet and behind it.
+func txBufLen(cfg metaroce.Config) int {
+	return maxOverhead + cfg.MTU + metaroce.DataHeaderLen + maxOverhead
+}
