@@ -146,9 +146,9 @@ func (e *Endpoint) openSock(local netip.AddrPort, listen, primary bool, peer Pee
 		// hosts, the load-test lab with 66 hosts in one process) spent
 		// most of its CPU clearing it and gigabytes of heap holding it.
 		// A path carries one connection's share: smaller receive batches
-		// do (sends keep the socket's batch size).
+		// do (sends keep the socket's batch size, and GRO its buffers: with
+		// a single GRO buffer, short tunnel runs under load moved nothing).
 		batch = min(batch, pathSockBatch)
-		uo.GROBuffers = 1
 	}
 	c, err := udp.Listen(local, uo)
 	if err != nil {
