@@ -4,6 +4,7 @@ package gateway
 
 import (
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/mrgw/mrgw/config"
@@ -72,6 +73,11 @@ type flow struct {
 	// reached this gateway, until DONE covers it (at most maxTimed).
 	started map[uint64]time.Duration
 	release func([]byte)
+	// Outbound flows being opened: the host's OPEN and the destination
+	// gateways it went to, so that a gateway that does not know the
+	// endpoint can be passed over for the region's next one.
+	open  *flowctl.Msg
+	tried []*connInfo
 }
 
 // relayMsg is one message being relayed: its message on the next hop and,
@@ -421,6 +427,9 @@ func (r *relay) handle(ci *connInfo, m *flowctl.Msg) {
 		}
 	case flowctl.OpenErr:
 		if f := r.flows[m.Flow]; f != nil && f.down == ci {
+			if m.Code == flowctl.CodeUnknownEndpoint && r.retryOpen(f) {
+				return
+			}
 			r.sendCtl(f.up, &flowctl.Msg{Type: flowctl.OpenErr, Flow: f.id, Code: m.Code, Reason: m.Reason})
 			r.teardown(f)
 		}
@@ -547,6 +556,10 @@ func (r *relay) open(ci *connInfo, m *flowctl.Msg) {
 	r.flows[f.id] = f
 	ci.in[f.upStream] = f
 	down.out[f.downStream] = f
+	if outbound {
+		o := *m
+		f.open, f.tried = &o, []*connInfo{down}
+	}
 	f.active = true
 	if down.wan != nil {
 		r.reweigh(down)
@@ -559,10 +572,50 @@ func (r *relay) open(ci *connInfo, m *flowctl.Msg) {
 	r.g.log.Debug("flow opening", "flow", f.id, "resume", f.resume, "up_stream", f.upStream, "down_stream", f.downStream, "outbound", outbound, "next", down.peerName())
 }
 
+// retryOpen sends an outbound flow's OPEN to the next gateway of the
+// destination region after one answered that it does not know the
+// endpoint. A host registers at every gateway of its pair, but while one
+// of its connections is down (reconnecting) only the other knows it: the
+// flows that route picked the first for would be refused on every retry
+// until the host's FailAfter (loadtest incast 64→1: "flow refused:
+// unknown endpoint: b0" for 30 s). Nothing was sent on the refused
+// stream: data waits for OPEN_OK's credit.
+func (r *relay) retryOpen(f *flow) bool {
+	if !f.outbound || f.state != flowOpening || f.open == nil {
+		return false
+	}
+	next, _, _ := r.routeExcept(f.id, f.peerRegion, f.tried)
+	if next == nil {
+		return false
+	}
+	old := f.down
+	delete(old.out, f.downStream)
+	old.c.ForgetSendStream(f.downStream)
+	r.reweigh(old)
+	f.down, f.downStream = next, next.next
+	next.next++
+	if next.next == 0 {
+		next.next = 1
+	}
+	next.out[f.downStream] = f
+	r.reweigh(next)
+	f.tried = append(f.tried, next)
+	fw := *f.open
+	fw.Stream = f.downStream
+	r.sendCtl(next, &fw)
+	r.g.log.Debug("flow re-routed: endpoint unknown at the first gateway", "flow", f.id, "next", next.peerName())
+	return true
+}
+
 // route picks the next gateway of a flow: a live gateway of the region
 // (gossip), chosen by the flow id so flows spread over the pair, that has
 // an established WAN connection. Errors are immediate, never a wait.
 func (r *relay) route(flowID uint64, dst string) (*connInfo, flowctl.Code, string) {
+	return r.routeExcept(flowID, dst, nil)
+}
+
+// routeExcept is route passing over the connections in skip.
+func (r *relay) routeExcept(flowID uint64, dst string, skip []*connInfo) (*connInfo, flowctl.Code, string) {
 	gws, err := r.g.cluster.Route(dst)
 	if err != nil {
 		if errors.Is(err, region.ErrUnknownRegion) {
@@ -579,7 +632,7 @@ func (r *relay) route(flowID uint64, dst string) (*connInfo, flowctl.Code, strin
 			continue
 		}
 		ci := r.wan[p]
-		if ci == nil || !ci.up || ci.dead {
+		if ci == nil || !ci.up || ci.dead || slices.Contains(skip, ci) {
 			continue
 		}
 		if a := p.attached(); a == nil || a.Draining() {

@@ -103,7 +103,7 @@ func NewGatewayLoadCmds() []*cobra.Command {
 	docs := map[string]string{
 		"plane-failure":   "real gateways: a plane fails mid-transfer; messages lost and duplicated (must be 0), recovery in RTTs",
 		"gateway-failure": "real gateways: the busiest source gateway is killed mid-transfer; messages lost and duplicated (must be 0), recovery in RTTs",
-		"connections":     "real gateways: 1, 10, 100, 1000 concurrent host flows through the gateway pairs; goodput, Jain, memory per flow",
+		"connections":     "real gateways: 1, 10, 100, 1000, 10000 concurrent host flows through the gateway pairs; goodput, Jain, memory per flow",
 		"incast":          "real gateways: 8, 32, 64 hosts send 1 MiB each at once to one host; step time against the ideal, fairness",
 		"allreduce":       "real gateways: 2, 4, 8 hosts per region exchange 4 MiB shards each step; step time (slowest transfer) against the ideal",
 		"fairness":        "real gateways: flows from 3 regions 10, 50 and 150 ms away share one destination gateway's WAN; Jain index, per-region shares",

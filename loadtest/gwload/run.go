@@ -127,6 +127,14 @@ func (t *tracker) done(flow uint64, p *host.Pending, err error) {
 	t.completed = append(t.completed, msgRange{flow, first, n})
 }
 
+// fail counts a message that could not be written.
+func (t *tracker) fail(e string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.failed++
+	t.addErr(e)
+}
+
 func (t *tracker) addErr(e string) {
 	if len(t.errs) < 10 {
 		t.errs = append(t.errs, e)
@@ -210,6 +218,8 @@ func Run(ctx context.Context, s Scenario, o Options) ([]report.Row, *Series, err
 		MTU: 4096, Paths: 16, Seed: sc.Seed, Logger: o.Logger,
 		Classes: classes(sc.Workload.Class), FlowCreditBytes: int64(sc.flowCredit),
 		Regions: regions,
+		// A gateway may carry every flow (the default admits 4096).
+		MaxFlows: max(4096, sc.Workload.Flows+1024),
 	})
 	if err != nil {
 		return nil, nil, err
@@ -500,46 +510,61 @@ func (e *env) bulk(ctx context.Context, deadline time.Time) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			pend := make(chan *host.Pending, w.Window)
-			var waiter sync.WaitGroup
-			waiter.Add(1)
-			go func() {
-				defer waiter.Done()
-				for p := range pend {
-					err := p.Wait(dctx)
-					if err != nil && dctx.Err() != nil && p.Err() == nil {
-						e.incomplete.Add(1)
-						continue
-					}
-					e.tr.done(fr.f.ID(), p, err)
-				}
-			}()
-			defer func() { close(pend); waiter.Wait() }()
 			wctx, wcancel := context.WithDeadline(ctx, deadline)
 			defer wcancel()
+			// With a window of 1 this goroutine writes and waits (at
+			// 10,000 flows a writer and a waiter per flow would be 20,000
+			// goroutines on two cores); otherwise a waiter takes the
+			// pending messages while the writer keeps Window in flight.
+			handOff := func(p *host.Pending) bool { e.wait(dctx, fr, p); return true }
+			if w.Window > 1 {
+				pend := make(chan *host.Pending, w.Window)
+				var waiter sync.WaitGroup
+				waiter.Add(1)
+				go func() {
+					defer waiter.Done()
+					for p := range pend {
+						e.wait(dctx, fr, p)
+					}
+				}()
+				defer func() { close(pend); waiter.Wait() }()
+				handOff = func(p *host.Pending) bool {
+					select {
+					case pend <- p:
+						return true
+					case <-wctx.Done():
+						pend <- p // the message is written: it still counts
+						return false
+					}
+				}
+			}
 			for n := uint64(0); wctx.Err() == nil; n++ {
 				addr := ((uint64(fr.idx) + n) % slots) * uint64(e.sc.msgSize)
 				p, err := fr.f.Write(wctx, e.key, addr, data)
 				if err != nil {
 					if wctx.Err() == nil {
-						e.tr.mu.Lock()
-						e.tr.failed++
-						e.tr.addErr("write: " + err.Error())
-						e.tr.mu.Unlock()
+						e.tr.fail("write: " + err.Error())
 					}
 					return
 				}
-				select {
-				case pend <- p:
-				case <-wctx.Done():
-					// The message is written: it still counts.
-					pend <- p
+				if !handOff(p) {
 					return
 				}
 			}
 		}()
 	}
 	wg.Wait()
+}
+
+// wait waits for a bulk message's completion, at most until dctx ends,
+// and records the outcome.
+func (e *env) wait(dctx context.Context, fr *flowRef, p *host.Pending) {
+	err := p.Wait(dctx)
+	if err != nil && dctx.Err() != nil && p.Err() == nil {
+		e.incomplete.Add(1)
+		return
+	}
+	e.tr.done(fr.f.ID(), p, err)
 }
 
 // stepped runs synchronized steps (incast, allreduce): every flow writes
@@ -562,10 +587,7 @@ func (e *env) stepped(ctx context.Context, deadline time.Time) ([]time.Duration,
 				addr := uint64(s%2) * uint64(e.sc.msgSize) % e.area
 				p, err := fr.f.Write(sctx, e.key, addr, data)
 				if err != nil {
-					e.tr.mu.Lock()
-					e.tr.failed++
-					e.tr.addErr("write: " + err.Error())
-					e.tr.mu.Unlock()
+					e.tr.fail("write: " + err.Error())
 					mu.Lock()
 					ok = false
 					mu.Unlock()

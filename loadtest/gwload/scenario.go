@@ -470,7 +470,7 @@ var BuiltinNames = []string{"plane-failure", "gateway-failure", "connections", "
 var FairnessRTTs = []time.Duration{10 * time.Millisecond, 50 * time.Millisecond, 150 * time.Millisecond}
 
 // ConnectionCounts are the flow counts of the connections set.
-var ConnectionCounts = []int{1, 10, 100, 1000}
+var ConnectionCounts = []int{1, 10, 100, 1000, 10000}
 
 // Builtin returns a built-in scenario set by name. quick shortens every
 // run for smoke tests.
@@ -515,10 +515,20 @@ func Builtin(name string, quick bool) ([]Scenario, error) {
 				// 4 MiB of credit per flow would need 4 GiB per gateway.
 				size, win, credit = "16KiB", 1, "128KiB"
 			}
+			d := 8 * time.Second
+			if n >= 10000 {
+				// ~5,000 flows per gateway within its 256 MiB budget:
+				// 32 KiB each (the smallest grant is 4 MTUs, 16 KiB).
+				// One round of 10,000 messages of 16 KiB is 164 MB,
+				// longer than 8 s at this capacity, so nothing would
+				// complete inside the run: 4 KiB messages and 30 s give
+				// several rounds.
+				size, credit, d = "4KiB", "32KiB", 30*time.Second
+			}
 			out = append(out, Scenario{
 				Name:        name,
 				Description: fmt.Sprintf("%d concurrent bulk flows through the gateway pairs", n),
-				Duration:    dur(8 * time.Second), Planes: 4, Link: link, FlowCredit: credit,
+				Duration:    dur(d), Planes: 4, Link: link, FlowCredit: credit,
 				Workload: Workload{Pattern: PatternBulk, Flows: n, Hosts: min(n, 4), MessageSize: size, Window: win},
 			})
 		}
@@ -546,10 +556,14 @@ func Builtin(name string, quick bool) ([]Scenario, error) {
 			if quick && k > 2 {
 				break
 			}
+			// Room for 5 steps at about four times the ideal step
+			// (k × 4 MiB over 200 Mbit/s), the pace measured on 2 shared
+			// cores.
+			d := max(20*time.Second, time.Duration(k)*5*time.Second)
 			out = append(out, Scenario{
 				Name:        name,
 				Description: fmt.Sprintf("%d hosts per region exchange 4 MiB shards with their peers across regions, both directions, each step", k),
-				Duration:    dur(20 * time.Second), Planes: 4, Link: link,
+				Duration:    dur(d), Planes: 4, Link: link,
 				Workload: Workload{Pattern: PatternAllreduce, Hosts: k, MessageSize: "4MiB", Steps: 5},
 			})
 		}

@@ -159,3 +159,25 @@ func FuzzParseScenario(f *testing.F) {
 		}
 	})
 }
+
+// The shipped scenario files parse and match the built-in points they
+// stand for.
+func TestShippedFiles(t *testing.T) {
+	f, err := LoadScenario("testdata/fairness.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := Builtin("fairness", false)
+	if len(f.Sources) != 3 || f.Sources[2].RTT != FairnessRTTs[2] || f.Workload != b[0].Workload || f.FlowCredit != b[0].FlowCredit {
+		t.Fatalf("fairness.yaml %+v, built-in %+v", f, b[0])
+	}
+	c, err := LoadScenario("testdata/connections-10000.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bc, _ := Builtin("connections", false)
+	last, _ := bc[len(bc)-1].Normalize()
+	if c.Workload != last.Workload || c.FlowCredit != last.FlowCredit || c.Duration != last.Duration {
+		t.Fatalf("connections-10000.yaml %+v, built-in %+v", c, last)
+	}
+}
