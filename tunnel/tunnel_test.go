@@ -10,12 +10,12 @@ import (
 	"math/rand/v2"
 	"net"
 	"runtime"
-	"sort"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/mrgw/mrgw/loadtest/emu"
+	"github.com/mrgw/mrgw/loadtest/recovery"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/pathmgr"
 	"github.com/mrgw/mrgw/tunnel/control"
@@ -129,41 +129,42 @@ func TestPlaneFailure(t *testing.T) {
 	// the transfer, and does not collapse afterwards (at least half of its
 	// level before, averaged until the tail). The sustained ratio and the
 	// recovery time in round trips are logged and recorded in the docs.
+	placed := samp.series()
+	end := tail(placed, uint64(total)*95/100)
 	for _, v := range []struct {
 		name   string
-		s      series
+		s      recovery.Series
 		assert bool
-	}{{"placed", samp.series(), true}, {"completed", completions(r.rb), false}} {
-		rep := v.s.recovery(tFail, uint64(total)*95/100, rtt, spec.planes)
+	}{{"placed", placed, true}, {"completed", completions(r.rb), false}} {
+		rep := v.s.Measure(tFail, end, rtt, target)
 		t.Logf("plane failure, %s bytes (%d planes of %.0f Mbit/s, RTT %v): goodput before %.1f Mbit/s (%.2f of the wire rate); "+
 			"recovered after %.1f RTTs; from then to the tail %.1f Mbit/s (%.2f of before, %.2f of the wire rate; "+
 			"target %.2f of before), %.0f%% of the %v windows below target",
-			v.name, spec.planes, float64(spec.rateBps)/1e6, rtt, rep.before/1e6, rep.before/wire,
-			rep.rtts, rep.after/1e6, rep.after/rep.before, rep.after/wire, target, 100*rep.below, rep.window)
+			v.name, spec.planes, float64(spec.rateBps)/1e6, rtt, rep.Before/1e6, rep.Before/wire,
+			rep.RTTs, rep.After/1e6, rep.After/rep.Before, rep.After/wire, target, 100*rep.Below, rep.Window)
 		if !v.assert {
 			continue
 		}
-		if rep.rtts < 0 {
+		if rep.RTTs < 0 {
 			t.Errorf("%s: goodput never came back to %.2f of the %.1f Mbit/s before the failure",
-				v.name, target, rep.before/1e6)
-		} else if rep.after < rep.before/2 {
+				v.name, target, rep.Before/1e6)
+		} else if rep.After < rep.Before/2 {
 			t.Errorf("%s: goodput collapsed after recovery: %.1f Mbit/s, below half the %.1f Mbit/s before the failure",
-				v.name, rep.after/1e6, rep.before/1e6)
+				v.name, rep.After/1e6, rep.Before/1e6)
 		}
 	}
 }
 
 // completions is the cumulative payload of the messages rec saw complete.
-func completions(rec *recorder) series {
+func completions(rec *recorder) recovery.Series {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	var s series
+	var s recovery.Series
 	var sum uint64
 	for i, ev := range rec.events {
 		if ev.Kind == metaroce.EventRecvComplete && ev.Err == nil {
 			sum += ev.Len
-			s.at = append(s.at, rec.at[i])
-			s.bytes = append(s.bytes, sum)
+			s.Add(rec.at[i], sum)
 		}
 	}
 	return s
@@ -173,11 +174,10 @@ func completions(rec *recorder) series {
 // connections: placement, unlike completions (reported in order, so in
 // bursts after a repair), shows the goodput as it happens.
 type placedSampler struct {
-	mu    sync.Mutex
-	bytes []uint64
-	at    []time.Time
-	quit  chan struct{}
-	done  chan struct{}
+	mu   sync.Mutex
+	s    recovery.Series
+	quit chan struct{}
+	done chan struct{}
 }
 
 func sampleplaced(t *testing.T, ctx context.Context, tun *Tunnel, every time.Duration) *placedSampler {
@@ -201,8 +201,7 @@ func sampleplaced(t *testing.T, ctx context.Context, tun *Tunnel, every time.Dur
 				return
 			}
 			s.mu.Lock()
-			s.bytes = append(s.bytes, placed)
-			s.at = append(s.at, time.Now())
+			s.s.Add(time.Now(), placed)
 			s.mu.Unlock()
 		}
 	}()
@@ -222,94 +221,27 @@ func (s *placedSampler) stop() {
 func (s *placedSampler) last() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.bytes) == 0 {
+	if len(s.s.Bytes) == 0 {
 		return 0
 	}
-	return s.bytes[len(s.bytes)-1]
+	return s.s.Bytes[len(s.s.Bytes)-1]
 }
 
-// series is a cumulative byte count over time.
-type series struct {
-	at    []time.Time
-	bytes []uint64
-}
-
-func (s *placedSampler) series() series {
+func (s *placedSampler) series() recovery.Series {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return series{at: s.at, bytes: s.bytes}
+	return s.s
 }
 
-type recoveryReport struct {
-	before, after float64       // goodput, bits/s
-	window        time.Duration // the averaging window
-	rtts          float64       // recovery time in RTTs; -1 if it never recovered
-	// below is the fraction of the windows from recovery to the tail whose
-	// goodput was under the target.
-	below float64
-}
-
-// recovery measures the goodput in the second before the failure, and the
-// recovery time: from the failure to the end of the first window of four
-// round trips whose goodput is at least (P-1)/P of the goodput before (a
-// conservative figure: the window's length is included). after is the
-// average goodput from then until the transfer's tail (when end bytes had
-// arrived).
-func (s series) recovery(tFail time.Time, end uint64, rtt time.Duration, planes int) recoveryReport {
-	rep := recoveryReport{rtts: -1, window: 4 * rtt}
-	if len(s.at) < 2 {
-		return rep
-	}
-	// bytesAt is the count by time t, interpolated between samples.
-	bytesAt := func(t time.Time) float64 {
-		i := sort.Search(len(s.at), func(i int) bool { return !s.at[i].Before(t) })
-		switch {
-		case i == 0:
-			return 0
-		case i == len(s.at):
-			return float64(s.bytes[len(s.bytes)-1])
-		}
-		a, b := s.at[i-1], s.at[i]
-		f := float64(t.Sub(a)) / float64(b.Sub(a))
-		return float64(s.bytes[i-1]) + f*(float64(s.bytes[i])-float64(s.bytes[i-1]))
-	}
-	rate := func(from, to time.Time) float64 {
-		return (bytesAt(to) - bytesAt(from)) * 8 / to.Sub(from).Seconds()
-	}
-	rep.before = rate(tFail.Add(-time.Second), tFail)
-	tail := s.at[len(s.at)-1]
-	for i, b := range s.bytes {
+// tail is when the series first reached end bytes (or its last sample):
+// the end of the transfer's steady part.
+func tail(s recovery.Series, end uint64) time.Time {
+	for i, b := range s.Bytes {
 		if b >= end {
-			tail = s.at[i]
-			break
+			return s.At[i]
 		}
 	}
-	target := rep.before * float64(planes-1) / float64(planes)
-	step := rtt / 8
-	var ok time.Time
-	for w := tFail; !w.Add(rep.window).After(tail); w = w.Add(step) {
-		if rate(w, w.Add(rep.window)) >= target {
-			ok = w.Add(rep.window)
-			break
-		}
-	}
-	if ok.IsZero() {
-		return rep
-	}
-	rep.rtts = ok.Sub(tFail).Seconds() / rtt.Seconds()
-	if tail.Sub(ok) < rep.window {
-		return rep
-	}
-	rep.after = rate(ok, tail)
-	n, low := 0, 0
-	for w := ok; !w.Add(rep.window).After(tail); w = w.Add(rep.window) {
-		n++
-		if rate(w, w.Add(rep.window)) < target {
-			low++
-		}
-	}
-	rep.below = float64(low) / float64(n)
-	return rep
+	return s.At[len(s.At)-1]
 }
 
 // TestForeignCARefused: a gateway whose certificate chains to another CA
