@@ -46,6 +46,26 @@ func TestRun(t *testing.T) {
 	}
 }
 
+// TestPlaneFailure runs a short plane-failure measurement: no message may
+// be lost, duplicated or failed, and the row carries its figures (the
+// recovery itself is asserted by the tunnel's TestPlaneFailure; here it is
+// only reported).
+func TestPlaneFailure(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	r, err := PlaneFailure(ctx, PlaneFailureOptions{Before: 500 * time.Millisecond, After: 1500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%+v", r)
+	if r.MessagesLost == nil || *r.MessagesLost != 0 || r.MessagesDuplicated == nil || *r.MessagesDuplicated != 0 || r.MessagesFailed != 0 {
+		t.Errorf("messages lost %v, duplicated %v, failed %d: want none", r.MessagesLost, r.MessagesDuplicated, r.MessagesFailed)
+	}
+	if r.Messages == 0 || r.CapacityBps <= 0 || r.Fault == "" || r.Note == "" {
+		t.Errorf("row incomplete: %+v", r)
+	}
+}
+
 func TestRunCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
