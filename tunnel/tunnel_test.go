@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"runtime"
-	"sync"
 	"testing"
 	"time"
 
@@ -86,12 +85,12 @@ func TestPlaneFailure(t *testing.T) {
 	// 11 to 22 round trips instead of 4 to 10.
 	spec.downAfter = 1
 	r := newRig(t, spec)
-	samp := sampleplaced(t, ctx, r.b, 10*time.Millisecond)
+	samp := samplePlaced(t, ctx, r.b, 10*time.Millisecond)
 	x := r.start(t, ctx, msgs, 256<<10, 2)
 	total := len(x.src)
 	// Fail plane 0 once 40% of the bytes have been placed: more than a
 	// second into the transfer.
-	for samp.last() < uint64(total)*4/10 {
+	for samp.Last() < uint64(total)*4/10 {
 		select {
 		case <-time.After(5 * time.Millisecond):
 		case <-ctx.Done():
@@ -103,7 +102,7 @@ func TestPlaneFailure(t *testing.T) {
 	}
 	tFail := time.Now()
 	r.finish(t, ctx, x)
-	samp.stop()
+	samp.Stop()
 
 	st := r.em.Stats()
 	if st.Links[emu.AtoB][0].DownDrops == 0 && st.Links[emu.BtoA][0].DownDrops == 0 {
@@ -129,7 +128,7 @@ func TestPlaneFailure(t *testing.T) {
 	// the transfer, and does not collapse afterwards (at least half of its
 	// level before, averaged until the tail). The sustained ratio and the
 	// recovery time in round trips are logged and recorded in the docs.
-	placed := samp.series()
+	placed := samp.Series()
 	end := tail(placed, uint64(total)*95/100)
 	for _, v := range []struct {
 		name   string
@@ -170,67 +169,21 @@ func completions(rec *recorder) recovery.Series {
 	return s
 }
 
-// placedSampler samples the payload bytes placed at an endpoint, across its
+// samplePlaced samples the payload bytes placed at an endpoint, across its
 // connections: placement, unlike completions (reported in order, so in
 // bursts after a repair), shows the goodput as it happens.
-type placedSampler struct {
-	mu   sync.Mutex
-	s    recovery.Series
-	quit chan struct{}
-	done chan struct{}
-}
-
-func sampleplaced(t *testing.T, ctx context.Context, tun *Tunnel, every time.Duration) *placedSampler {
-	s := &placedSampler{quit: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(s.done)
-		tick := time.NewTicker(every)
-		defer tick.Stop()
-		for {
-			select {
-			case <-s.quit:
-				return
-			case <-tick.C:
+func samplePlaced(t *testing.T, ctx context.Context, tun *Tunnel, every time.Duration) *recovery.Sampler {
+	s := recovery.Sample(every, func() (uint64, bool) {
+		var placed uint64
+		err := tun.Endpoint().Call(ctx, func(_ time.Duration, ep *metaroce.Endpoint) {
+			for _, c := range ep.Conns() {
+				placed += c.Stats.PayloadBytesPlaced
 			}
-			var placed uint64
-			if tun.Endpoint().Call(ctx, func(_ time.Duration, ep *metaroce.Endpoint) {
-				for _, c := range ep.Conns() {
-					placed += c.Stats.PayloadBytesPlaced
-				}
-			}) != nil {
-				return
-			}
-			s.mu.Lock()
-			s.s.Add(time.Now(), placed)
-			s.mu.Unlock()
-		}
-	}()
-	t.Cleanup(s.stop)
+		})
+		return placed, err == nil
+	})
+	t.Cleanup(s.Stop)
 	return s
-}
-
-func (s *placedSampler) stop() {
-	select {
-	case <-s.quit:
-	default:
-		close(s.quit)
-	}
-	<-s.done
-}
-
-func (s *placedSampler) last() uint64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.s.Bytes) == 0 {
-		return 0
-	}
-	return s.s.Bytes[len(s.s.Bytes)-1]
-}
-
-func (s *placedSampler) series() recovery.Series {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.s
 }
 
 // tail is when the series first reached end bytes (or its last sample):

@@ -100,13 +100,12 @@ func PlaneFailure(ctx context.Context, o PlaneFailureOptions) (report.Row, error
 	src := make([]byte, 256<<10)
 	dst := make([]byte, 256<<10)
 	var (
-		mu                  sync.Mutex
-		stopped             bool
-		written, sent, recv uint64
-		// failed: completions with an error; dups: a message completed
-		// again; gaps: a completion that skipped messages.
-		failed, dups, gaps int
-		completed          recovery.Series
+		mu         sync.Mutex
+		stopped    bool
+		written    uint64
+		sent, recv recovery.Seq
+		failed     int // completions with an error
+		completed  recovery.Series
 	)
 	var sender *metaroce.Conn
 	write := func(now time.Duration) {
@@ -127,15 +126,7 @@ func PlaneFailure(ctx context.Context, o PlaneFailureOptions) (report.Row, error
 			if ev.Err != nil {
 				failed++
 			}
-			switch {
-			case ev.Seq < sent:
-				dups++
-				return
-			case ev.Seq > sent:
-				gaps++
-			}
-			sent = ev.Seq + 1
-			if !stopped {
+			if sent.See(ev.Seq) && !stopped {
 				write(now)
 			}
 		}
@@ -149,15 +140,9 @@ func PlaneFailure(ctx context.Context, o PlaneFailureOptions) (report.Row, error
 		if ev.Err != nil {
 			failed++
 		}
-		switch {
-		case ev.Seq < recv:
-			dups++
-			return
-		case ev.Seq > recv:
-			gaps++
+		if recv.See(ev.Seq) {
+			completed.Add(time.Now(), recv.Next()*uint64(len(src)))
 		}
-		recv = ev.Seq + 1
-		completed.Add(time.Now(), recv*uint64(len(src)))
 	}
 	var realB netip.AddrPort
 	a, err := tunnel.New(sp.A, tunnel.Config{Protocol: proto(false), Listen: loop4, Router: sp.RouterA, OnEvent: onA,
@@ -197,32 +182,16 @@ func PlaneFailure(ctx context.Context, o PlaneFailureOptions) (report.Row, error
 	// Sample the bytes placed at b every 10 ms: placement, unlike
 	// completions (in order, so in bursts after a repair), shows the
 	// goodput as it happens.
-	var placed recovery.Series
-	sampleDone := make(chan struct{})
-	stopSampling := make(chan struct{})
-	go func() {
-		defer close(sampleDone)
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stopSampling:
-				return
-			case <-tick.C:
+	samp := recovery.Sample(10*time.Millisecond, func() (uint64, bool) {
+		var n uint64
+		err := b.Endpoint().Call(ctx, func(_ time.Duration, ep *metaroce.Endpoint) {
+			for _, c := range ep.Conns() {
+				n += c.Stats.PayloadBytesPlaced
 			}
-			var n uint64
-			if b.Endpoint().Call(ctx, func(_ time.Duration, ep *metaroce.Endpoint) {
-				for _, c := range ep.Conns() {
-					n += c.Stats.PayloadBytesPlaced
-				}
-			}) != nil {
-				return
-			}
-			placed.Add(time.Now(), n)
-		}
-	}()
-	stopSamplingOnce := sync.OnceFunc(func() { close(stopSampling); <-sampleDone })
-	defer stopSamplingOnce()
+		})
+		return n, err == nil
+	})
+	defer samp.Stop()
 
 	if _, err := a.Connect(ctx); err != nil {
 		return row, err
@@ -241,21 +210,22 @@ func PlaneFailure(ctx context.Context, o PlaneFailureOptions) (report.Row, error
 	mu.Lock()
 	stopped = true
 	mu.Unlock()
-	stopSamplingOnce()
+	samp.Stop()
+	placed := samp.Series()
 
 	// Every message written must complete at both ends.
 	drain, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for {
 		mu.Lock()
-		done := sent == written && recv == written
+		done := sent.Next() == written && recv.Next() == written
 		mu.Unlock()
 		if done {
 			break
 		}
 		if err := sleep(drain, 10*time.Millisecond); err != nil {
 			mu.Lock()
-			lost := int64(written - recv)
+			lost := int64(written - recv.Next())
 			mu.Unlock()
 			row.MessagesLost = &lost
 			return row, errors.New("messages still incomplete 30 s after the measurement")
@@ -273,8 +243,8 @@ func PlaneFailure(ctx context.Context, o PlaneFailureOptions) (report.Row, error
 	rc := completed.Measure(tFail, end, rtt, target)
 	// A gap is a message never delivered in its place; written - recv
 	// counts those that never completed at all (none, after the drain).
-	lost := int64(written-recv) + int64(gaps)
-	dup := int64(dups)
+	lost := int64(written-recv.Next()) + int64(sent.Gaps+recv.Gaps)
+	dup := int64(sent.Dups + recv.Dups)
 	row.MessagesFailed = failed
 	row.Messages = int(written)
 	mu.Unlock()

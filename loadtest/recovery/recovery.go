@@ -1,14 +1,16 @@
 // Package recovery measures how goodput comes back after a fault from a
 // cumulative byte count sampled over time: the goodput before the fault,
 // the recovery time (in round trips) until it is back to a fraction of
-// that, and what is sustained afterwards. The tunnel's plane-failure test
-// and `mrgw loadtest datapath --plane-failure` share it.
+// that, and what is sustained afterwards; with a sampler of such counts and
+// a check that messages complete once each, in order. The tunnel's
+// plane-failure test and `mrgw loadtest datapath --plane-failure` share it.
 //
 // This package imports nothing from mrgw.
 package recovery
 
 import (
 	"sort"
+	"sync"
 	"time"
 )
 
@@ -113,3 +115,85 @@ func (s Series) bytesAt(t time.Time) float64 {
 func (s Series) rate(from, to time.Time) float64 {
 	return (s.bytesAt(to) - s.bytesAt(from)) * 8 / to.Sub(from).Seconds()
 }
+
+// Sampler calls a counter at a fixed interval on its own goroutine and
+// records what it returns.
+type Sampler struct {
+	mu   sync.Mutex
+	s    Series
+	quit chan struct{}
+	done chan struct{}
+	once sync.Once
+}
+
+// Sample starts sampling count every interval until Stop, or until count
+// reports false (the thing counted is gone).
+func Sample(every time.Duration, count func() (uint64, bool)) *Sampler {
+	s := &Sampler{quit: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-s.quit:
+				return
+			case <-tick.C:
+			}
+			n, ok := count()
+			if !ok {
+				return
+			}
+			s.mu.Lock()
+			s.s.Add(time.Now(), n)
+			s.mu.Unlock()
+		}
+	}()
+	return s
+}
+
+// Stop ends the sampling and waits for it; it may be called more than once.
+func (s *Sampler) Stop() {
+	s.once.Do(func() { close(s.quit) })
+	<-s.done
+}
+
+// Series returns the samples so far.
+func (s *Sampler) Series() Series {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Series{At: s.s.At[:len(s.s.At):len(s.s.At)], Bytes: s.s.Bytes[:len(s.s.Bytes):len(s.s.Bytes)]}
+}
+
+// Last returns the latest sample's count (0 before the first).
+func (s *Sampler) Last() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := len(s.s.Bytes); n > 0 {
+		return s.s.Bytes[n-1]
+	}
+	return 0
+}
+
+// Seq checks that completions arrive once each, in order.
+type Seq struct {
+	next       uint64
+	Dups, Gaps int
+}
+
+// See records the completion of message seq: a duplicate (already seen)
+// reports false; a completion that skips messages counts a gap.
+func (q *Seq) See(seq uint64) bool {
+	switch {
+	case seq < q.next:
+		q.Dups++
+		return false
+	case seq > q.next:
+		q.Gaps++
+	}
+	q.next = seq + 1
+	return true
+}
+
+// Next is the sequence number expected next: the count of messages seen.
+func (q *Seq) Next() uint64 { return q.next }

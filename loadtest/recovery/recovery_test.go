@@ -82,3 +82,31 @@ func TestMeasureDegenerate(t *testing.T) {
 		t.Errorf("fault before the samples: %+v", rep)
 	}
 }
+
+func TestSeq(t *testing.T) {
+	var q Seq
+	for _, s := range []uint64{0, 1, 1, 3, 4, 2} {
+		q.See(s)
+	}
+	if q.Dups != 2 || q.Gaps != 1 || q.Next() != 5 {
+		t.Errorf("dups %d gaps %d next %d, want 2, 1, 5", q.Dups, q.Gaps, q.Next())
+	}
+}
+
+func TestSampler(t *testing.T) {
+	var n uint64
+	s := Sample(time.Millisecond, func() (uint64, bool) {
+		n += 10
+		return n, n < 50 // the thing counted goes away after 4 samples
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Last() < 40 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	s.Stop()
+	s.Stop() // idempotent
+	got := s.Series()
+	if len(got.Bytes) != 4 || got.Bytes[3] != 40 || len(got.At) != 4 {
+		t.Errorf("samples %v, want 10..40", got.Bytes)
+	}
+}
