@@ -222,6 +222,15 @@ func (a *AIMD) retotal() {
 }
 
 // capTo scales every path down so that the connection's rate is at most c.
+// SetLineRate changes the ceiling (Params.LineRateBps, here in bytes per
+// second; 0 removes it) of a running controller, as a live reload of the
+// operator's maximum rate does. A rate above the new ceiling comes down to
+// it at once; a higher ceiling is grown into as usual.
+func (a *AIMD) SetLineRate(bytesPerSecond float64) {
+	a.cfg.Params.LineRateBps = max(bytesPerSecond, 0) * 8
+	a.capTo(bytesPerSecond)
+}
+
 func (a *AIMD) capTo(c float64) bool {
 	if c <= 0 || a.total <= c {
 		return false

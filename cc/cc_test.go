@@ -252,3 +252,33 @@ func TestMaxMinLevel(t *testing.T) {
 		t.Fatalf("level %g, want 45 (60 is not constrained below the level)", l)
 	}
 }
+
+// TestSetLineRateLive: a live reload of the ceiling applies to a running
+// controller, down at once and up by growing into it.
+func TestSetLineRateLive(t *testing.T) {
+	a := newDC(t, 4)
+	a.OnRateHint(0, 1e9) // the hint starts the rate at 1 GB/s
+	a.SetLineRate(1e8)
+	if got := a.PacingRate(); got > 1e8+1 {
+		t.Fatalf("rate %g above the lowered line rate 1e8", got)
+	}
+	now := time.Duration(0)
+	ack(a, &now, 0, 2000, time.Microsecond, 10*time.Microsecond, false)
+	if got := a.PacingRate(); got > 1e8+1 {
+		t.Fatalf("rate %g grew above the lowered line rate", got)
+	}
+	a.SetLineRate(5e8)
+	for i := 0; i < 4; i++ {
+		for p := range 4 {
+			ack(a, &now, p, 2000, time.Microsecond, 10*time.Microsecond, false)
+		}
+	}
+	if got := a.PacingRate(); got <= 1e8+1 || got > 5e8+1 {
+		t.Fatalf("rate %g after raising the line rate to 5e8, want above the old 1e8 and at most 5e8", got)
+	}
+	f := NewFixed(1<<20, 1e6)(4, pkt)
+	f.(*Fixed).SetLineRate(3e6)
+	if got := f.PacingRate(); got != 3e6 {
+		t.Fatalf("fixed: rate %g after SetLineRate(3e6)", got)
+	}
+}

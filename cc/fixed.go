@@ -49,6 +49,10 @@ func (f *Fixed) OnAck(time.Duration, int, AckSample) {}
 // OnLoss implements Controller.
 func (f *Fixed) OnLoss(time.Duration, int, int) {}
 
+// SetLineRate changes the configured pacing rate (bytes per second; 0:
+// unpaced) of a running controller, as a live reload does.
+func (f *Fixed) SetLineRate(bytesPerSecond float64) { f.rate = max(bytesPerSecond, 0) }
+
 // OnRateHint implements Controller.
 func (f *Fixed) OnRateHint(_ time.Duration, bps float64) { f.hint = bps }
 

@@ -77,10 +77,14 @@ type Gateway struct {
 	suite    seal.Suite
 	planeIPs []netip.Addr
 	planes   []string // plane names, by index
-	wanCC    cc.Factory
-	lanCC    cc.Factory
-	admin    *http.Server
-	adminLn  net.Listener
+	// planeIndex maps a plane name to its index; healthOut carries the
+	// relay's path-health reports to gossip.
+	planeIndex map[string]int
+	healthOut  chan region.HealthReport
+	wanCC      cc.Factory
+	lanCC      cc.Factory
+	admin      *http.Server
+	adminLn    net.Listener
 
 	cancelListener context.CancelFunc
 
@@ -119,7 +123,8 @@ func New(cfg *config.Config, opts Options) (g *Gateway, err error) {
 	if opts.DrainTimeout <= 0 {
 		opts.DrainTimeout = 5 * time.Second
 	}
-	g = &Gateway{opts: opts, stopped: make(chan struct{}), byName: map[string]*wanPeer{}, byID: map[metaroce.PeerID]*wanPeer{}}
+	g = &Gateway{opts: opts, stopped: make(chan struct{}), byName: map[string]*wanPeer{}, byID: map[metaroce.PeerID]*wanPeer{},
+		planeIndex: map[string]int{}, healthOut: make(chan region.HealthReport, healthQueue)}
 	g.cfgv.Store(cfg)
 	g.level = new(slog.LevelVar)
 	g.level.Set(parseLevel(cfg.Log.Level))
@@ -171,6 +176,7 @@ func New(cfg *config.Config, opts Options) (g *Gateway, err error) {
 		a := netip.MustParseAddrPort(p.Local)
 		planeAddrs = append(planeAddrs, a)
 		g.planeIPs = append(g.planeIPs, a.Addr())
+		g.planeIndex[p.Name] = len(g.planes)
 		g.planes = append(g.planes, p.Name)
 	}
 	for _, r := range cfg.Regions {
@@ -240,9 +246,11 @@ func New(cfg *config.Config, opts Options) (g *Gateway, err error) {
 		ExpectedPeers:     peerNames,
 		KeepaliveInterval: opts.ControlKeepalive,
 		KeepaliveMisses:   opts.ControlMisses,
-		KeyLifetime:       cfg.WAN.KeyRotation,
-		Logger:            g.log.With("part", "control"),
-		OnEvent:           g.onControlEvent,
+		// The gateway rotates keys itself (maybeRotate) so that a reloaded
+		// wan.key_rotation reaches the sessions already up.
+		KeyLifetime: -1,
+		Logger:      g.log.With("part", "control"),
+		OnEvent:     g.onControlEvent,
 		OnRefused: func(remote net.Addr, err error) {
 			g.metrics.ControlSession(metrics.ResultRefused)
 		},
@@ -331,7 +339,12 @@ func (g *Gateway) protocol(cfg *config.Config) metaroce.Config {
 			if peer < hostPeerBase {
 				return metaroce.ConnOptions{CC: g.wanCC, Paths: cfg.WAN.PathsPerPeer}
 			}
-			return metaroce.ConnOptions{CC: g.lanCC}
+			// Hosts get no share of the WAN capacity: their data leaves
+			// over the WAN, it does not arrive over it. They are held back
+			// by their credits and their own (LAN) controller, so that
+			// the WAN connection's weighted scheduler, not the hosts'
+			// hints, decides how classes share the WAN.
+			return metaroce.ConnOptions{CC: g.lanCC, NoRateHint: true}
 		},
 	}
 	if g.opts.Protocol != nil {
@@ -407,6 +420,8 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 	g.goTrack(g.joinLoop)
 	g.goTrack(g.watchGossip)
+	g.goTrack(g.watchHealth)
+	g.goTrack(g.publishLoop)
 	g.goTrack(g.statsLoop)
 	g.log.Info("gateway running", "region", g.Config().Node.Region, "lan", g.LANAddr(), "wan", g.ep.LocalAddrs()[1:],
 		"control", g.Config().Control.Listen, "admin", g.AdminAddr(), "peers", len(g.peers))
@@ -613,8 +628,9 @@ func (g *Gateway) waitConnsClosed(ctx context.Context, limit time.Duration) {
 }
 
 // Reload applies a new configuration if config.Reloadable accepts it:
-// log.level, limits.*, scheduler.*, the pacing ceilings, wan.key_rotation
-// (from the next session) and gossip.keyring. Anything else is refused
+// log.level, limits.*, scheduler.*, the pacing ceilings (to the
+// connections already open too), wan.key_rotation (to the sessions already
+// up too) and gossip.keyring. Anything else is refused
 // (ErrReload wrapping the keys that need a restart) and nothing changes.
 func (g *Gateway) Reload(next *config.Config) error {
 	running := g.Config()
@@ -643,7 +659,10 @@ func (g *Gateway) Reload(next *config.Config) error {
 		}
 	}
 	g.level.Set(parseLevel(next.Log.Level))
-	if err := g.ep.Call(context.Background(), func(now time.Duration, _ *metaroce.Endpoint) { g.relay.apply(next) }); err != nil {
+	if err := g.ep.Call(context.Background(), func(now time.Duration, ep *metaroce.Endpoint) {
+		g.relay.apply(next)
+		g.applyRates(ep, running, next)
+	}); err != nil {
 		return err
 	}
 	g.metrics.MemoryLimitBytes.Set(float64(next.Limits.MemoryBytes))
@@ -652,6 +671,42 @@ func (g *Gateway) Reload(next *config.Config) error {
 	g.metrics.ConfigReload(metrics.ResultOK)
 	g.log.Info("configuration reloaded", "changed", changed)
 	return nil
+}
+
+// lineRater is a controller whose ceiling can change while it runs (the
+// cc.AIMD family and cc.Fixed).
+type lineRater interface{ SetLineRate(bytesPerSecond float64) }
+
+// applyRates applies reloaded pacing ceilings (wan.max_rate_bps,
+// lan.max_rate_bps) to the connections already open, to the receiver's
+// capacity (its rate hints) and to the controllers of new connections. It
+// runs on the endpoint's goroutine.
+func (g *Gateway) applyRates(ep *metaroce.Endpoint, running, next *config.Config) {
+	wan, lan := next.WAN.MaxRateBps, next.LAN.MaxRateBps
+	if wan == running.WAN.MaxRateBps && lan == running.LAN.MaxRateBps {
+		return
+	}
+	if f, err := controller(next.WAN.CongestionControl, wan, slowestHint(next)); err == nil {
+		g.wanCC = f
+	}
+	if f, err := controller(next.LAN.CongestionControl, lan, 0); err == nil {
+		g.lanCC = f
+	}
+	ep.SetReceiveCapacity(float64(wan))
+	n, missed := 0, 0
+	for _, c := range ep.Conns() {
+		bps := lan
+		if c.Peer() < hostPeerBase {
+			bps = wan
+		}
+		if lr, ok := c.Controller().(lineRater); ok {
+			lr.SetLineRate(float64(bps) / 8)
+			n++
+		} else {
+			missed++
+		}
+	}
+	g.log.Info("pacing ceilings reloaded", "wan_max_rate_bps", wan, "lan_max_rate_bps", lan, "connections", n, "new_connections_only", missed)
 }
 
 func parseLevel(s string) slog.Level {

@@ -17,6 +17,11 @@ import (
 // OnEvent, in the sinks (called from inside metaroce's Receive) and in
 // functions handed to netio's Do and Call. Nothing here locks or blocks.
 
+// maxTimed bounds the messages per flow whose completion time is being
+// measured (mrgw_message_completion_seconds); beyond it a message is
+// relayed but not timed.
+const maxTimed = 4096
+
 // minGrant is the smallest credit worth granting, in MTUs: less would
 // let a flow move one packet per round trip.
 const minGrant = 4
@@ -59,7 +64,14 @@ type flow struct {
 	msgs                 map[uint64]*relayMsg
 	opened               time.Duration
 	bytes                uint64
-	release              func([]byte)
+	// active: the flow relayed bytes since the last reweigh (or just
+	// opened); lastBytes is bytes at that reweigh.
+	active    bool
+	lastBytes uint64
+	// started: when the first byte of each message of an outbound flow
+	// reached this gateway, until DONE covers it (at most maxTimed).
+	started map[uint64]time.Duration
+	release func([]byte)
 }
 
 // relayMsg is one message being relayed: its message on the next hop and,
@@ -97,9 +109,12 @@ type relay struct {
 	free            [][]byte // recycled full-size chunk buffers
 	bufSize         int
 
-	// Counters for status and metrics.
+	health healthState // path-health gossip
+
+	// Counters for status and metrics: messages, and payload bytes
+	// relayed from local hosts (towards remote regions) and to them.
 	completed, refused, resets uint64
-	lanIn, lanOut              uint64
+	fromHosts, toHosts         uint64
 }
 
 func newRelay(g *Gateway, cfg *config.Config) *relay {
@@ -107,6 +122,7 @@ func newRelay(g *Gateway, cfg *config.Config) *relay {
 		g: g, conns: map[*metaroce.Conn]*connInfo{}, wan: map[*wanPeer]*connInfo{},
 		hosts: map[string]*connInfo{}, flows: map[uint64]*flow{},
 		ownRegion: cfg.Node.Region, bufSize: cfg.WAN.MTU,
+		health: newHealthState(region.DefaultHealthTTL),
 	}
 	r.apply(cfg)
 	return r
@@ -122,11 +138,15 @@ func (r *relay) apply(cfg *config.Config) {
 		r.weights[c.Name] = c.Weight
 	}
 	r.defaultClass = cfg.Scheduler.DefaultClass
-	// Streams already open take their class's new weight.
+	// Streams already open take their class's new weight; a flow of a
+	// class that is gone moves to the default class.
 	for _, f := range r.flows {
-		if f.down != nil && f.down.wan != nil {
-			f.down.c.SetStreamWeight(f.downStream, r.weight(f.class))
+		if _, ok := r.weights[f.class]; !ok {
+			f.class = r.defaultClass
 		}
+	}
+	for _, ci := range r.wan {
+		r.reweigh(ci)
 	}
 }
 
@@ -185,6 +205,7 @@ func (r *relay) onEvent(now time.Duration, ev metaroce.Event) {
 				old.c.Close(now)
 			}
 			r.wan[p] = ci
+			r.applyReports(now, ci)
 			p.setState("up", "")
 			p.metrics.SetConnected(true)
 			r.g.log.Info("WAN connection up", "peer", p.name, "paths", len(ci.c.Paths().Paths))
@@ -228,6 +249,7 @@ func (r *relay) onEvent(now time.Duration, ev metaroce.Event) {
 			tr := ev.Transition
 			r.g.log.Debug("path", "peer", ci.wan.name, "path", tr.Path, "from", tr.From.String(), "to", tr.To.String(), "reason", tr.Reason)
 			r.g.metrics.Path(ci.wan.name, ci.wan.region, r.g.planeName(tr.Path), tr.Path).Transition(tr)
+			r.publishPlanes(ci, time.Now(), false)
 		}
 	case metaroce.EventPlacementError:
 		r.g.log.Debug("placement error", "peer", ev.Conn.Peer(), "stream", ev.Stream, "seq", ev.Seq, "err", ev.Err)
@@ -408,6 +430,13 @@ func (r *relay) handle(ci *connInfo, m *flowctl.Msg) {
 				if f.outbound {
 					r.completed += m.Below - f.below
 					r.g.metrics.MessagesCompleted.WithLabelValues(f.peerRegion, metrics.DirOut).Add(float64(m.Below - f.below))
+					now := r.g.ep.Now()
+					for seq, t := range f.started {
+						if seq < m.Below {
+							r.g.metrics.MessageCompletion.WithLabelValues(f.peerRegion).Observe((now - t).Seconds())
+							delete(f.started, seq)
+						}
+					}
 				} else {
 					r.g.metrics.MessagesCompleted.WithLabelValues(f.peerRegion, metrics.DirIn).Add(float64(m.Below - f.below))
 				}
@@ -503,6 +532,9 @@ func (r *relay) open(ci *connInfo, m *flowctl.Msg) {
 		resume: m.Resume, below: m.Resume, reserved: grant, msgs: map[uint64]*relayMsg{},
 		opened: r.g.ep.Now(),
 	}
+	if outbound {
+		f.started = map[uint64]time.Duration{}
+	}
 	if _, ok := r.weights[f.class]; !ok {
 		f.class = r.defaultClass
 	}
@@ -515,7 +547,10 @@ func (r *relay) open(ci *connInfo, m *flowctl.Msg) {
 	r.flows[f.id] = f
 	ci.in[f.upStream] = f
 	down.out[f.downStream] = f
-	down.c.SetStreamWeight(f.downStream, r.weight(f.class))
+	f.active = true
+	if down.wan != nil {
+		r.reweigh(down)
+	}
 	// Bound before OPEN goes on: no data can arrive on an unbound stream.
 	ci.c.BindSink(f.upStream, &flowSink{r: r, f: f})
 	fw := *m
@@ -610,13 +645,18 @@ func (s *flowSink) Chunk(c *metaroce.Conn, h *metaroce.DataHeader, payload []byt
 		}
 		m = &relayMsg{rm: rm, length: h.MsgLen}
 		f.msgs[h.MsgSeq] = m
+		if f.outbound && len(f.started) < maxTimed {
+			if _, ok := f.started[h.MsgSeq]; !ok {
+				f.started[h.MsgSeq] = r.g.ep.Now()
+			}
+		}
 	}
 	mtu := uint64(f.down.c.MTU())
 	off, n := h.Offset, uint64(len(payload))
 	if f.outbound {
-		r.lanIn += n
+		r.fromHosts += n
 	} else {
-		r.lanOut += n
+		r.toHosts += n
 	}
 	f.bytes += n
 	if off%mtu == 0 && n <= mtu && (n == mtu || off+n == h.MsgLen) {

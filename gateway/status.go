@@ -12,6 +12,7 @@ import (
 
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/metrics"
+	"github.com/mrgw/mrgw/tunnel/seal"
 )
 
 // Status is the gateway's state as /status serves it (JSON) and `mrgw
@@ -31,6 +32,9 @@ type Status struct {
 	LANOutBps float64 `json:"lan_out_bytes_per_second"`
 	LANInBps  float64 `json:"lan_in_bytes_per_second"`
 	Hosts     int     `json:"hosts"`
+	// PathsAvoided counts WAN paths taken out of service because another
+	// gateway reported their plane down (path-health gossip).
+	PathsAvoided uint64 `json:"paths_avoided"`
 }
 
 // MemberStatus is one gateway as gossip sees it.
@@ -97,9 +101,9 @@ func (g *Gateway) planeName(path int) string {
 }
 
 type rateState struct {
-	at             time.Time
-	lanIn, lanOut  uint64
-	sent, received map[string]uint64
+	at                 time.Time
+	fromHosts, toHosts uint64
+	sent, received     map[string]uint64
 }
 
 // statsLoop refreshes metrics and the status snapshot.
@@ -136,14 +140,18 @@ func (g *Gateway) snapshot(prev *rateState) {
 		peers[p.name] = ps
 	}
 	r := g.relay
-	err := g.ep.Call(g.ctx, func(_ time.Duration, _ *metaroce.Endpoint) {
+	err := g.ep.Call(g.ctx, func(epNow time.Duration, _ *metaroce.Endpoint) {
 		st.Draining = r.draining
 		st.Flows = FlowStatus{Active: len(r.flows), Refused: r.refused, Resets: r.resets, Completed: r.completed}
 		st.Memory = MemoryStatus{InUse: r.inUse, Reserved: r.reserved, Limit: r.memLimit}
-		st.LANInBps = float64(r.lanIn-prev.lanIn) / dt
-		st.LANOutBps = float64(r.lanOut-prev.lanOut) / dt
-		prev.lanIn, prev.lanOut = r.lanIn, r.lanOut
+		st.LANOutBps = float64(r.fromHosts-prev.fromHosts) / dt
+		st.LANInBps = float64(r.toHosts-prev.toHosts) / dt
+		g.metrics.LANGoodputBytes.WithLabelValues(metrics.DirOut).Add(float64(r.fromHosts - prev.fromHosts))
+		g.metrics.LANGoodputBytes.WithLabelValues(metrics.DirIn).Add(float64(r.toHosts - prev.toHosts))
+		prev.fromHosts, prev.toHosts = r.fromHosts, r.toHosts
 		st.Hosts = len(r.hosts)
+		r.health.reports.Expire(epNow)
+		st.PathsAvoided = r.health.avoided
 		for p, ci := range r.wan {
 			ps := peers[p.name]
 			if ps == nil || !ci.up {
@@ -170,6 +178,8 @@ func (g *Gateway) snapshot(prev *rateState) {
 					Sent: pp.SentPackets, Lost: pp.LostPackets})
 				g.metrics.Path(p.name, p.region, g.planeName(i), i).Sync(metrics.SnapshotOf(pp, w, 0))
 			}
+			r.publishPlanes(ci, now, true)
+			r.markActivity(ci)
 		}
 	})
 	if err != nil {
@@ -178,16 +188,44 @@ func (g *Gateway) snapshot(prev *rateState) {
 	prev.at = now
 	for _, p := range g.peers {
 		st.Peers = append(st.Peers, *peers[p.name])
+		for _, ps := range g.ep.PlaneStats(p.id) {
+			if ps.Plane < len(g.planes) {
+				g.metrics.SyncWAN(p.name, p.region, g.planes[ps.Plane], metrics.WANCounters{
+					SentDatagrams: ps.TxDatagrams, SentBytes: ps.TxBytes,
+					ReceivedDatagrams: ps.RxDatagrams, ReceivedBytes: ps.RxBytes})
+			}
+		}
+	}
+	for _, d := range g.ep.PlaneDrops() {
+		if d.Plane < 0 || d.Plane >= len(g.planes) {
+			continue
+		}
+		plane := g.planes[d.Plane]
+		g.metrics.SyncDropped(plane, metrics.DropUnknownPeer, d.UnknownSource)
+		var byReason [len(dropReasonOf)]uint64
+		for e, n := range d.OpenErrors {
+			byReason[dropReasonIndex(e)] += n
+		}
+		for i, n := range byReason {
+			if n > 0 {
+				g.metrics.SyncDropped(plane, dropReasonOf[i], n)
+			}
+		}
 	}
 	view := g.cluster.View()
 	reach := map[string]bool{}
 	for reg, gws := range view.Regions {
+		alive := 0
 		for _, gw := range gws {
 			st.Members = append(st.Members, MemberStatus{Name: gw.Name, Region: reg, State: gw.State.String()})
 			if gw.State.Live() {
 				reach[reg] = true
+				if gw.Name != view.Self {
+					alive++
+				}
 			}
 		}
+		g.metrics.PeersAlive.WithLabelValues(reg).Set(float64(alive))
 	}
 	for _, reg := range g.Config().Regions {
 		g.metrics.SetRegionReachable(reg.Name, reach[reg.Name])
@@ -214,6 +252,25 @@ func (g *Gateway) ready(st *Status) bool {
 		}
 	}
 	return false
+}
+
+// dropReasonOf names the reasons seal errors are counted under, indexed
+// by dropReasonIndex.
+var dropReasonOf = [...]metrics.DropReason{metrics.DropOther, metrics.DropMalformed, metrics.DropAuth, metrics.DropReplay}
+
+// dropReasonIndex maps a seal.Error (netio.PlaneDrops.OpenErrors index) to
+// dropReasonOf: too short or of an unknown type is malformed, an unknown
+// key epoch or a failed tag is auth, a replay is replay.
+func dropReasonIndex(e int) int {
+	switch seal.Error(e) {
+	case seal.ErrTooShort, seal.ErrUnknownType:
+		return 1
+	case seal.ErrUnknownEpoch, seal.ErrAuth:
+		return 2
+	case seal.ErrReplayed:
+		return 3
+	}
+	return 0
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

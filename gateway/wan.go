@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mrgw/mrgw/config"
@@ -34,7 +35,10 @@ type wanPeer struct {
 	sessions     chan *control.Session // accepted sessions, handed over by acceptLoop
 	metrics      *metrics.PeerMetrics
 
+	rotating atomic.Bool // a key rotation is in flight
+
 	mu      sync.Mutex
+	keyAt   time.Time // when our sending key last changed (or the session began)
 	sess    *control.Session
 	att     *tunnel.Peer
 	state   string // "down", "connecting", "session", "up"
@@ -175,7 +179,7 @@ func (g *Gateway) peerLoop(p *wanPeer) {
 			continue
 		}
 		p.mu.Lock()
-		p.sess, p.att = sess, att
+		p.sess, p.att, p.keyAt = sess, att, time.Now()
 		p.mu.Unlock()
 		p.setState("session", "")
 		g.log.Info("control session up", "peer", p.name, "region", p.region, "dialer", p.dialer)
@@ -187,6 +191,7 @@ func (g *Gateway) peerLoop(p *wanPeer) {
 			if p.dialer && !att.Draining() {
 				_ = g.ep.Do(g.ctx, func(now time.Duration, ep *metaroce.Endpoint) { g.relay.ensureConn(now, ep, p) })
 			}
+			g.maybeRotate(p, sess)
 			select {
 			case <-sess.Done():
 				reason = "control session ended"
@@ -233,12 +238,57 @@ func (g *Gateway) onControlEvent(ev control.Event) {
 		p.rtt = ev.RTT
 		p.mu.Unlock()
 	case control.EventSendKey:
+		p.mu.Lock()
+		p.keyAt = time.Now()
+		p.mu.Unlock()
 		p.metrics.KeyRotation(true)
 	}
 }
 
+// socketBufferBytes is asked for as SO_RCVBUF and SO_SNDBUF on every
+// socket (the kernel caps it at net.core.rmem_max/wmem_max). The LAN socket
+// receives from every host at once: with the kernel's default of 208 KiB
+// (about 25 datagrams of 4 KiB), 32 hosts starting a message together
+// overflowed it and the kernel dropped thousands of datagrams per second
+// (incast 64→1 in mrgw loadtest: 23,000 drops on one gateway's LAN socket,
+// /proc/net/udp), which the hosts read as dead paths.
+const socketBufferBytes = 4 << 20
+
+// maybeRotate starts a rotation of our sending key to p when
+// wan.key_rotation has passed since the last one. The gateway keeps this
+// timer, not the control session (whose own timer is off), so that a
+// reloaded wan.key_rotation applies to the sessions already up: it is read
+// afresh at every tick of the peer loop (200 ms).
+func (g *Gateway) maybeRotate(p *wanPeer, sess *control.Session) {
+	life := g.Config().WAN.KeyRotation
+	p.mu.Lock()
+	due := life > 0 && time.Since(p.keyAt) >= life
+	p.mu.Unlock()
+	if !due || !p.rotating.CompareAndSwap(false, true) {
+		return
+	}
+	// Tracked: the peer loop that calls this is, so the wait group
+	// cannot be at zero here.
+	g.goTrack(func() {
+		defer p.rotating.Store(false)
+		ctx, cancel := context.WithTimeout(g.ctx, 10*time.Second)
+		defer cancel()
+		if _, err := sess.RotateKeys(ctx); err != nil {
+			if g.ctx.Err() != nil {
+				return
+			}
+			p.metrics.KeyRotation(false)
+			g.log.Warn("key rotation failed", "peer", p.name, "err", err)
+			// Try again after a tenth of the lifetime, not at every tick.
+			p.mu.Lock()
+			p.keyAt = time.Now().Add(-life + life/10)
+			p.mu.Unlock()
+		}
+	})
+}
+
 func udpOptions(cfg *config.Config) udp.Options {
-	o := udp.Options{DisableGSO: !cfg.WAN.GSO, DisableGRO: !cfg.WAN.GRO}
+	o := udp.Options{DisableGSO: !cfg.WAN.GSO, DisableGRO: !cfg.WAN.GRO, ReadBuffer: socketBufferBytes, WriteBuffer: socketBufferBytes}
 	if !cfg.WAN.ECN {
 		o.NotECT = true
 	}

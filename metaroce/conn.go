@@ -22,6 +22,12 @@ type ConnStats struct {
 	// Sender side.
 	DataSent, Retransmits, PayloadBytesSent, AcksReceived, PacketsLost, Timeouts, ProbesSent uint64
 	MessagesSent, MessagesFailed                                                             uint64
+	// PacingForfeitNs is sending time the pacer gave up: the connection was
+	// waiting for its next pacing slot, and the driver came back so late
+	// that more than PacingSlack had fallen due (what is beyond the slack
+	// is never sent). It measures a driver whose timers or CPU cannot keep
+	// up with the pacing rate.
+	PacingForfeitNs uint64
 	// Receiver side.
 	DataReceived, Duplicates, PayloadBytesPlaced, AcksSent, MessagesReceived uint64
 	OutOfOrderDropped                                                        uint64 // RoCEv2 mode only
@@ -62,7 +68,10 @@ type Conn struct {
 	retxHead  int
 	queued    int
 	nextSend  time.Duration
-	cwndLimit bool // the last attempt to send found no path with room
+	paceStart time.Duration // when the pacing clock started (the ACCEPT)
+	paceWait  bool          // stopped for the pacer, and not out of data or window since: a late driver may catch up
+	minRTT    time.Duration // smallest RTT sample of any path (0: none yet); sizes the pacer's slack
+	cwndLimit bool          // the last attempt to send found no path with room
 
 	// receiver
 	rx       []rxPath
@@ -84,6 +93,7 @@ type Conn struct {
 	trans                                         []pathmgr.Transition
 	allDownSince                                  time.Duration // -1 while some path is usable
 	lastHint                                      uint64        // rate hint (bits/s) last sent to the peer
+	noHint                                        bool          // ConnOptions.NoRateHint
 
 	// Scheduler state (sched.go).
 	inReady  bool
@@ -307,6 +317,11 @@ func (c *Conn) onAccept(now time.Duration, h *Handshake) {
 		// A repeated ACCEPT: the receiver re-announces our share.
 		if h.RateHintBps > 0 {
 			c.ctl.OnRateHint(now, float64(h.RateHintBps)/8)
+			if c.Stats.DataSent == 0 {
+				// Not started yet: the first packet's phase is drawn
+				// over the gap at the new share.
+				c.startPacing(c.paceStart)
+			}
 		}
 		return
 	}
@@ -327,9 +342,30 @@ func (c *Conn) onAccept(now time.Duration, h *Handshake) {
 	if h.RateHintBps > 0 {
 		c.ctl.OnRateHint(now, float64(h.RateHintBps)/8)
 	}
+	c.startPacing(now)
 	c.state = stateEstablished
 	c.needInit = false
 	c.ep.emit(Event{Kind: EventConnected, Conn: c, At: now})
+}
+
+// startPacing starts the pacing clock of a connection that was just
+// accepted at a random phase within one packet's gap at its starting rate,
+// and with no catch-up credit (a lower hint pushed before the first packet
+// went out draws the phase again over the longer gap). Senders that an incast starts together would
+// otherwise each send their first packet the moment the ACCEPT arrives: 64
+// senders whose share is half a packet per round trip make a queue of 64
+// packets (two BDPs at 100 Gbit/s and 10 µs) before any hint can help. The
+// phase comes from the connection id, so it costs no draw from the
+// endpoint's random stream.
+func (c *Conn) startPacing(now time.Duration) {
+	r := c.ctl.PacingRate()
+	if r <= 0 {
+		return
+	}
+	gap := float64(DataHeaderLen+c.mtu) / r
+	phase := float64((c.id*0x9e3779b97f4a7c15)>>11) / (1 << 53)
+	c.paceStart = now
+	c.nextSend = now + time.Duration(phase*gap*1e9)
 }
 
 // poll builds this connection's next datagram into buf.
@@ -375,7 +411,7 @@ func (c *Conn) pollControl(now time.Duration, buf []byte) (Transmit, bool) {
 	case c.needAccept:
 		c.needAccept = false
 		h := Handshake{Conn: c.id, MTU: uint16(c.mtu), Paths: uint16(len(c.tx)), Timestamp: uint64(now) + 1,
-			EchoTimestamp: c.acceptEcho, RateHintBps: c.ep.rateHintBps(now, c.id)}
+			EchoTimestamp: c.acceptEcho, RateHintBps: c.ep.rateHintBps(now, c)}
 		c.lastHint = h.RateHintBps
 		p, err = AppendAccept(buf[:0], &h)
 		t.Reply, t.Entropy = true, c.rx[0].peerPort

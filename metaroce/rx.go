@@ -135,7 +135,7 @@ func (c *Conn) onData(now time.Duration, h *DataHeader, payload []byte, m RecvMe
 		c.ep.emit(Event{Kind: EventConnected, Conn: c, At: now})
 	}
 	c.Stats.DataReceived++
-	if c.ep.share != nil {
+	if c.ep.share != nil && !c.noHint {
 		// The receiver loop measures each sender's demand (max-min shares).
 		c.ep.share.Account(now, c.id, DataHeaderLen+len(payload), m.CE)
 	}
@@ -349,7 +349,7 @@ func (c *Conn) pollAck(now time.Duration, buf []byte) (Transmit, bool) {
 		a.Largest = r.largest
 		a.EchoTimestamp = r.lastTs
 		a.CECount, a.RxCount = r.ce, r.count
-		a.RateHintBps = c.ep.rateHintBps(now, c.id)
+		a.RateHintBps = c.ep.rateHintBps(now, c)
 		c.lastHint = a.RateHintBps
 		if c.mode == ModeRoCEv2 {
 			if r.nak {

@@ -58,6 +58,12 @@ func (m *Metrics) MessageCompleted(region, direction string, took time.Duration)
 	}
 }
 
+// PathsAvoided counts n paths to peer over plane taken down on another
+// gateway's report.
+func (m *Metrics) PathsAvoided(peer, region, plane string, n int) {
+	m.PathsAvoidedTotal.WithLabelValues(peer, region, plane).Add(float64(n))
+}
+
 // MessageFailed counts a failed host message.
 func (m *Metrics) MessageFailed(region, direction string) {
 	m.MessagesFailed.WithLabelValues(region, oneOf(direction, Directions)).Inc()
@@ -337,4 +343,64 @@ func (m *Metrics) ForgetPeer(peer string) {
 			delete(m.peers, k)
 		}
 	}
+	for k := range m.wan {
+		if k.peer == peer {
+			delete(m.wan, k)
+		}
+	}
+}
+
+// WANCounters are the cumulative datagram counters of one peer over one
+// plane, as the datapath counts them (netio.PlaneStats).
+type WANCounters struct {
+	SentDatagrams, SentBytes         uint64
+	ReceivedDatagrams, ReceivedBytes uint64
+}
+
+type wanKey struct{ peer, region, plane string }
+
+type wanSync struct{ sent, sentBytes, recv, recvBytes counterSync }
+
+type dropKey struct {
+	plane  string
+	reason DropReason
+}
+
+// SyncWAN folds the cumulative datagram counters of peer (a gateway of
+// region) over plane into mrgw_wan_datagrams_sent_total,
+// mrgw_wan_datagrams_received_total and the byte counters. Safe for
+// concurrent use.
+func (m *Metrics) SyncWAN(peer, region, plane string, c WANCounters) {
+	m.pathMu.Lock()
+	defer m.pathMu.Unlock()
+	k := wanKey{peer, region, plane}
+	s := m.wan[k]
+	if s == nil {
+		s = &wanSync{
+			sent:      counterSync{c: m.WANDatagramsSent.WithLabelValues(peer, region, plane)},
+			sentBytes: counterSync{c: m.WANSentBytes.WithLabelValues(peer, region, plane)},
+			recv:      counterSync{c: m.WANDatagramsReceived.WithLabelValues(peer, region, plane)},
+			recvBytes: counterSync{c: m.WANReceivedBytes.WithLabelValues(peer, region, plane)},
+		}
+		m.wan[k] = s
+	}
+	s.sent.set(c.SentDatagrams)
+	s.sentBytes.set(c.SentBytes)
+	s.recv.set(c.ReceivedDatagrams)
+	s.recvBytes.set(c.ReceivedBytes)
+}
+
+// SyncDropped folds a cumulative count of datagrams dropped on plane for
+// reason into mrgw_wan_datagrams_dropped_total. Safe for concurrent use.
+func (m *Metrics) SyncDropped(plane string, r DropReason, total uint64) {
+	r = DropReason(oneOf(string(r), DropReasons))
+	m.pathMu.Lock()
+	defer m.pathMu.Unlock()
+	k := dropKey{plane, r}
+	s := m.drops[k]
+	if s == nil {
+		s = &counterSync{c: m.WANDatagramsDropped.WithLabelValues(plane, string(r))}
+		m.drops[k] = s
+	}
+	s.set(total)
 }

@@ -223,10 +223,15 @@ type Metrics struct {
 	PathECNMarked    *prometheus.CounterVec
 	PathTimeouts     *prometheus.CounterVec
 	PathGoodputBytes *prometheus.CounterVec
+	// PathsAvoidedTotal (peer, peer_region, plane): paths taken down on another
+	// gateway's path-health report.
+	PathsAvoidedTotal *prometheus.CounterVec
 
-	pathMu sync.Mutex // guards paths and peers
+	pathMu sync.Mutex // guards paths, peers, wan and drops
 	paths  map[pathKey]*PathMetrics
 	peers  map[peerKey]*PeerMetrics
+	wan    map[wanKey]*wanSync
+	drops  map[dropKey]*counterSync
 }
 
 // Option changes what New builds.
@@ -287,6 +292,8 @@ func New(opts ...Option) *Metrics {
 		maxPaths: o.maxPaths,
 		paths:    map[pathKey]*PathMetrics{},
 		peers:    map[peerKey]*PeerMetrics{},
+		wan:      map[wanKey]*wanSync{},
+		drops:    map[dropKey]*counterSync{},
 	}
 	b := &builder{m: m, r: r}
 
@@ -306,7 +313,7 @@ func New(opts ...Option) *Metrics {
 		"Host flows refused at admission, by reason: limit (max_flows or memory reached), no_route (no reachable gateway of the destination region), bad_request.",
 		LabelReason)
 	m.LANGoodputBytes = b.counterVec("mrgw_lan_goodput_bytes_total",
-		"Payload bytes exchanged with hosts of this region, each byte once: direction=out received from hosts for remote regions, direction=in placed into hosts' memory from remote regions.",
+		"Payload bytes relayed for hosts of this region, each byte once as it passes the gateway: direction=out received from hosts for remote regions, direction=in received from remote regions for hosts.",
 		LabelDirection)
 	m.MessagesCompleted = b.counterVec("mrgw_messages_completed_total",
 		"Host messages relayed end to end and completed, by remote region and direction.",
@@ -426,6 +433,10 @@ func New(opts ...Option) *Metrics {
 	m.PathGoodputBytes = b.counterVec("mrgw_path_goodput_bytes_total",
 		"Payload bytes acknowledged on the path.",
 		pathLabels...)
+
+	m.PathsAvoidedTotal = b.counterVec("mrgw_paths_avoided_total",
+		"WAN paths this gateway took out of service because another gateway's path-health report (gossip) said their plane was down, before its own timeouts fired; they are probed back like any failed path.",
+		wanLabels...)
 
 	if !o.noStandard {
 		r.MustRegister(

@@ -38,6 +38,7 @@ func touchAll(m *Metrics) {
 	m.WANSentBytes.WithLabelValues("use-gw1", "us-east", "plane-a").Add(1e4)
 	m.WANReceivedBytes.WithLabelValues("use-gw1", "us-east", "plane-a").Add(9e3)
 	m.DatagramDropped("plane-a", DropReplay)
+	m.PathsAvoided("use-gw1", "us-east", "plane-a", 2)
 	pm := m.Peer("use-gw1", "us-east")
 	pm.SetConnected(true)
 	pm.SetRates(1e9, 5e8)
@@ -405,5 +406,26 @@ func TestConcurrentUse(t *testing.T) {
 	}
 	if n := count(m.PathRTT); n != 8 {
 		t.Errorf("%d path series, want 8", n)
+	}
+}
+
+func TestSyncWANAndDropped(t *testing.T) {
+	m := New(WithoutStandardCollectors())
+	m.SyncWAN("use-gw1", "us-east", "p0", WANCounters{SentDatagrams: 10, SentBytes: 1000, ReceivedDatagrams: 7, ReceivedBytes: 700})
+	m.SyncWAN("use-gw1", "us-east", "p0", WANCounters{SentDatagrams: 25, SentBytes: 2500, ReceivedDatagrams: 7, ReceivedBytes: 700})
+	if got := value(m.WANDatagramsSent.WithLabelValues("use-gw1", "us-east", "p0")); got != 25 {
+		t.Fatalf("sent %v, want 25 (cumulative, not summed)", got)
+	}
+	if got := value(m.WANReceivedBytes.WithLabelValues("use-gw1", "us-east", "p0")); got != 700 {
+		t.Fatalf("received bytes %v, want 700", got)
+	}
+	m.SyncDropped("p1", DropUnknownPeer, 3)
+	m.SyncDropped("p1", DropUnknownPeer, 5)
+	m.SyncDropped("p1", DropReason("made-up"), 2)
+	if got := value(m.WANDatagramsDropped.WithLabelValues("p1", "unknown_peer")); got != 5 {
+		t.Fatalf("dropped %v, want 5", got)
+	}
+	if got := value(m.WANDatagramsDropped.WithLabelValues("p1", Other)); got != 2 {
+		t.Fatalf("unknown reason counted as %v under other, want 2", got)
 	}
 }

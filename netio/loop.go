@@ -19,6 +19,8 @@ type sock struct {
 	listen  bool
 	primary bool // the Config.Listen socket
 	key     pathKey
+	plane   int          // see planes.go; -1: none
+	drops   dropCounters // plane listening sockets: datagrams dropped
 	// Reader goroutine only: which sealed peer each source last opened
 	// under, when several sealed peers share the source's IP, and a
 	// scratch copy for trying their keys in turn (an in-place open that
@@ -84,6 +86,7 @@ type ownerState struct {
 	room     int // bytes Poll may write
 	deadline time.Duration
 	janitor  time.Duration
+	planes   map[PeerID]*peerPlanes // cache of Endpoint.planeSet
 	// graceFor is the overdue deadline whose timers wait until graceUntil
 	// (see run); -1 when none.
 	graceFor, graceUntil time.Duration
@@ -116,28 +119,47 @@ func (o *ownerState) init(e *Endpoint) {
 	o.conns = map[uint64]*connPaths{}
 	o.replyIP = map[PeerID]map[uint16]replyDst{}
 	o.admitted = map[PeerID]bool{}
+	o.planes = map[PeerID]*peerPlanes{}
 	o.room = e.ep.Config().MTU + metaroce.DataHeaderLen
 	e.initTx(txBufLen(e.ep.Config()))
 	o.deadline = -1
 	o.graceFor = -1
 }
 
+// pathSockBatch is the most datagrams a path socket reads or sends per
+// system call (listening sockets use Config.UDP.BatchSize).
+const pathSockBatch = 16
+
 // openSock opens a socket and starts its reader.
-func (e *Endpoint) openSock(local netip.AddrPort, listen, primary bool, peer PeerID, entropy uint16) (*sock, error) {
-	c, err := udp.Listen(local, e.cfg.UDP)
+func (e *Endpoint) openSock(local netip.AddrPort, listen, primary bool, peer PeerID, entropy uint16, plane int) (*sock, error) {
+	uo := e.cfg.UDP
+	batch := uo.BatchSize
+	if batch <= 0 {
+		batch = udp.DefaultBatchSize
+	}
+	if !listen {
+		// A path socket is one of up to MaxPathSockets, opened on demand
+		// and re-opened whenever a path re-rolls its entropy: with the
+		// listening socket's 64-datagram batches and four 64 KiB GRO
+		// buffers it cost ~0.8 MiB of fresh, zeroed memory each, and a
+		// process with many connections (a gateway serving hundreds of
+		// hosts, the load-test lab with 66 hosts in one process) spent
+		// most of its CPU clearing it and gigabytes of heap holding it.
+		// A path carries one connection's share: smaller batches do.
+		batch = min(batch, pathSockBatch)
+		uo.BatchSize = batch
+		uo.GROBuffers = 1
+	}
+	c, err := udp.Listen(local, uo)
 	if err != nil {
 		return nil, err
 	}
-	s := &sock{c: c, listen: listen, primary: primary, key: pathKey{peer, entropy}, stop: make(chan struct{}),
+	s := &sock{c: c, listen: listen, primary: primary, key: pathKey{peer, entropy}, plane: plane, stop: make(chan struct{}),
 		shard: e.owner.shards % e.cfg.TxSenders}
 	e.owner.shards++
 	nb := e.cfg.RxBatches
 	if listen {
 		nb *= 2 // DATA arrives here: give it more room than the ack sockets
-	}
-	batch := e.cfg.UDP.BatchSize
-	if batch <= 0 {
-		batch = udp.DefaultBatchSize
 	}
 	s.free = make(chan *rxBatch, nb)
 	for range nb {
@@ -274,6 +296,7 @@ func (e *Endpoint) check(b *rxBatch, n int) int {
 		switch {
 		case p == nil && (e.cfg.AcceptPeer == nil || !b.s.primary):
 			e.ctr.unknown.Add(1)
+			b.s.drops.unknown.Add(1)
 			continue
 		case p == nil:
 			ent.unknown = true
@@ -286,6 +309,7 @@ func (e *Endpoint) check(b *rxBatch, n int) int {
 			pt, err := p.Sealer.Open(m.Buf[pre:pre], d)
 			if err != nil {
 				e.countOpenError(err)
+				b.s.countOpenError(err)
 				continue
 			}
 			ent.off, ent.n = pre, len(pt)
@@ -352,6 +376,7 @@ func (e *Endpoint) openShared(s *sock, peers []*Peer, m *udp.Message) (q *Peer, 
 	}
 	if unsealed == nil && lastErr != nil {
 		e.countOpenError(lastErr)
+		s.countOpenError(lastErr)
 	}
 	return unsealed, 0, 0, false
 }
@@ -514,6 +539,7 @@ func (e *Endpoint) receiveBatch(now time.Duration, b *rxBatch) {
 			id, ok := e.admit(ent.src)
 			if !ok {
 				e.ctr.unknown.Add(1)
+				b.s.drops.unknown.Add(1)
 				continue
 			}
 			ent.peer = id
@@ -524,6 +550,7 @@ func (e *Endpoint) receiveBatch(now time.Duration, b *rxBatch) {
 			id, ok := e.resolve(ent.src, m.Buf[ent.off:ent.off+ent.n], b.s.primary)
 			if !ok {
 				e.ctr.unknown.Add(1)
+				b.s.drops.unknown.Add(1)
 				continue
 			}
 			ent.peer = id
@@ -532,6 +559,7 @@ func (e *Endpoint) receiveBatch(now time.Duration, b *rxBatch) {
 		p := table.byID[ent.peer]
 		if p == nil {
 			e.ctr.unknown.Add(1) // removed while in flight
+			b.s.drops.unknown.Add(1)
 			continue
 		}
 		if a := ent.src.Addr(); a != p.Addr.Addr() || (b.s.listen && !b.s.primary) {
@@ -549,6 +577,7 @@ func (e *Endpoint) receiveBatch(now time.Duration, b *rxBatch) {
 			}
 		}
 		e.ep.Receive(now, m.Buf[ent.off:ent.off+ent.n], metaroce.RecvMeta{Peer: ent.peer, Entropy: ent.src.Port(), CE: ent.ce})
+		e.countRx(ent.peer, b.s.plane, ent.n)
 		rx++
 		bytes += uint64(ent.n)
 	}
@@ -673,14 +702,14 @@ func (e *Endpoint) pathSock(now time.Duration, p *Peer, tx *metaroce.Transmit) *
 				return nil
 			}
 		}
-		local := e.cfg.Listen.Addr()
+		local, plane := e.cfg.Listen.Addr(), -1
 		if n := len(p.Locals); n > 0 {
-			local = p.Locals[tx.Path%n]
+			local, plane = p.Locals[tx.Path%n], tx.Path%n
 		} else if n := len(e.cfg.PlaneAddrs); n > 0 {
-			local = e.cfg.PlaneAddrs[tx.Path%n]
+			local, plane = e.cfg.PlaneAddrs[tx.Path%n], tx.Path%n
 		}
 		var err error
-		s, err = e.openSock(netip.AddrPortFrom(local, 0), false, false, p.ID, tx.Entropy)
+		s, err = e.openSock(netip.AddrPortFrom(local, 0), false, false, p.ID, tx.Entropy, plane)
 		if err != nil {
 			e.log.Warn("netio: cannot open path socket", "local", local, "err", err)
 			return nil

@@ -246,6 +246,7 @@ type Endpoint struct {
 
 	closeOnce sync.Once
 	ctr       counters
+	planeSet  planeSet
 
 	// Owned by the owner goroutine.
 	owner    ownerState
@@ -330,7 +331,7 @@ func New(cfg Config) (*Endpoint, error) {
 	e.rx = make(chan *rxBatch, cfg.RxBatches*(cfg.MaxPathSockets+1+len(cfg.ExtraListen)))
 	e.owner.init(e)
 	for i, a := range append([]netip.AddrPort{cfg.Listen}, cfg.ExtraListen...) {
-		ls, err := e.openSock(a, true, i == 0, 0, 0)
+		ls, err := e.openSock(a, true, i == 0, 0, 0, i-1) // ExtraListen[j] is plane j
 		if err != nil {
 			// Stop the readers of the sockets already open.
 			for _, s := range e.listens {

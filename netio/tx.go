@@ -267,6 +267,10 @@ func (e *Endpoint) flush(now time.Duration) bool {
 		}
 		t.spare = t.spare[:len(t.spare)-1]
 		e.queue(txItem{buf: buf, n: tx.Len, sealer: p.Sealer, s: s, dst: dst})
+		// Counted per plane here, by the owner (whose cache of the
+		// counters needs no lock), when the datagram is handed to its
+		// sender: plaintext length, not the sealed wire length.
+		e.countTx(p.ID, s.plane, tx.Len)
 		polled++
 	}
 	return polled >= txRounds*txBatch

@@ -90,12 +90,15 @@ func HTCPGrowth(g cc.GrowthState) float64 {
 	return htcpBase * alpha * cc.Scale(g) / g.RefRTT.Seconds()
 }
 
-// Scalable growth constants: 2% of the current rate per reference RTT
+// Scalable growth constants: 1% of the current rate per reference RTT
 // (multiplicative, like Scalable TCP's 0.01 per ack) plus 0.5% of the scale
 // (additive, which is what makes two flows converge: pure multiplicative
 // increase against multiplicative decrease keeps their ratio for ever).
+// With 2% the multiplicative term dominated and the equilibrium followed
+// small differences in the marked fraction the flows saw: Jain 0.939 for
+// 10/50/150 ms flows at 10 Gbit/s, 0.965 with 1%.
 const (
-	scalableMI = 0.02
+	scalableMI = 0.01
 	scalableAI = 0.005
 )
 

@@ -74,6 +74,8 @@ func newPeersCmd(name, doc string, run func(context.Context, peers.Options) ([]r
 		capacity float64
 		asJSON   bool
 		quiet    bool
+		trace    bool
+		jsonOut  string
 	)
 	cmd := &cobra.Command{
 		Use:   name,
@@ -87,6 +89,9 @@ error naming the reason; nothing is estimated in their place.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.CapacityBps = capacity
+			if trace {
+				o.Trace = cmd.ErrOrStderr()
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			var bar *progressbar.ProgressBar
@@ -103,6 +108,11 @@ error naming the reason; nothing is estimated in their place.`,
 			rows, err := run(ctx, o)
 			if bar != nil {
 				_ = bar.Finish()
+			}
+			if len(rows) > 0 && jsonOut != "" {
+				if werr := writeJSONFile(jsonOut, rows); werr != nil {
+					return werr
+				}
 			}
 			if len(rows) > 0 {
 				if asJSON {
@@ -131,6 +141,11 @@ error naming the reason; nothing is estimated in their place.`,
 	f.BoolVar(&o.Quick, "quick", false, "short runs (a smoke test, not a measurement)")
 	f.BoolVar(&asJSON, "json", false, "print JSON rows")
 	f.BoolVar(&quiet, "quiet", false, "no progress bar")
+	f.StringVar(&jsonOut, "json-out", "", "also write the JSON rows to this file (for docs/results)")
+	f.Float64Var(&o.QueueBDP, "queue-bdp", 0, "drop-tail queue per plane in BDPs (default 1)")
+	f.Float64Var(&o.ECNBDP, "ecn-bdp", 0, "ECN marking threshold in BDPs (default 0.1; negative: no marking)")
+	f.BoolVar(&trace, "trace", false, "print mrgw's sender and emulator counters every 500 ms to stderr (diagnosis)")
+	f.StringVar(&o.MRGWExtraCC, "extra-cc", "", `a second mrgw row with this controller ("fixed-1.5bdp" by default; "none": no extra row)`)
 	return cmd
 }
 
@@ -229,4 +244,17 @@ func runPlaneFailure(ctx context.Context, cmd *cobra.Command, o datapath.PlaneFa
 		}},
 		report.Column{Title: "note", Value: func(r *report.Row) string { return r.Note }},
 	)
+}
+
+// writeJSONFile writes rows as JSON lines to path.
+func writeJSONFile(path string, rows []report.Row) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := report.WriteJSON(f, rows); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -23,7 +23,7 @@ var gwCols = []report.Column{
 	{Title: "scenario", Value: func(r *report.Row) string { return r.Scenario }},
 	{Title: "variant", Value: func(r *report.Row) string { return r.Variant }},
 	report.ColPlanes, report.ColRTT, report.ColLoss, report.ColCapacity, report.ColGoodput, report.ColFraction,
-	report.ColJain,
+	report.ColJain, colShares,
 	{Title: "msgs", Value: func(r *report.Row) string { return fmt.Sprint(r.Messages) }},
 	{Title: "lost", Value: func(r *report.Row) string { return ptrOrDash(r.MessagesLost) }},
 	{Title: "dup", Value: func(r *report.Row) string { return ptrOrDash(r.MessagesDuplicated) }},
@@ -98,8 +98,7 @@ func (f *gwFlags) add(cmd *cobra.Command, quick bool) {
 
 // NewGatewayLoadCmds returns the load tests that run real gateways with
 // real sockets over the loopback emulator (package loadtest/gwload): one
-// command per built-in scenario set, fairness (which explains why it does
-// not run here), and `run --file` for scenario files.
+// command per built-in scenario set and `run --file` for scenario files.
 func NewGatewayLoadCmds() []*cobra.Command {
 	docs := map[string]string{
 		"plane-failure":   "real gateways: a plane fails mid-transfer; messages lost and duplicated (must be 0), recovery in RTTs",
@@ -107,6 +106,7 @@ func NewGatewayLoadCmds() []*cobra.Command {
 		"connections":     "real gateways: 1, 10, 100, 1000 concurrent host flows through the gateway pairs; goodput, Jain, memory per flow",
 		"incast":          "real gateways: 8, 32, 64 hosts send 1 MiB each at once to one host; step time against the ideal, fairness",
 		"allreduce":       "real gateways: 2, 4, 8 hosts per region exchange 4 MiB shards each step; step time (slowest transfer) against the ideal",
+		"fairness":        "real gateways: flows from 3 regions 10, 50 and 150 ms away share one destination gateway's WAN; Jain index, per-region shares",
 	}
 	var cmds []*cobra.Command
 	for _, name := range gwload.BuiltinNames {
@@ -131,15 +131,6 @@ Each run states its duration; draining messages in flight afterwards takes at mo
 		f.add(cmd, true)
 		cmds = append(cmds, cmd)
 	}
-	cmds = append(cmds, &cobra.Command{
-		Use:   "fairness",
-		Short: "real gateways: cross-region fairness at 10/50/150 ms (not possible on the two-region lab: explains why)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := gwload.Builtin("fairness", false)
-			return err
-		},
-	})
 	var (
 		f    gwFlags
 		file string

@@ -40,13 +40,44 @@ const (
 	RegionB = "us-east" // emulator site B
 )
 
-// Gateway names per region, in order.
+// Gateway names per region, in order, of the default two-region lab.
 var Names = map[string][]string{
 	RegionA: {"euw-gw1", "euw-gw2"},
 	RegionB: {"use-gw1", "use-gw2"},
 }
 
-var ips = map[string]string{"euw-gw1": "127.0.0.11", "euw-gw2": "127.0.0.12", "use-gw1": "127.0.0.21", "use-gw2": "127.0.0.22"}
+// Region is one region of a lab built from Config.Regions.
+type Region struct {
+	Name string
+	// Site is the emulator side the region is on: every WAN datagram
+	// between regions of different sites crosses the emulated planes;
+	// regions of one site do not talk to each other.
+	Site emu.Site
+	// Gateways in the region [2], named Prefix-gw1, Prefix-gw2, ...
+	// (Prefix defaults to the name).
+	Gateways int
+	Prefix   string
+	// OneWay, if set, is the one-way delay between this region's gateways
+	// and every gateway at the other site, instead of the planes' delay:
+	// regions at different distances share the planes' queues and rates
+	// (one bottleneck) but not their propagation delays.
+	OneWay time.Duration
+}
+
+// DefaultRegions is the two-region lab: eu-west (site A) and us-east
+// (site B), two gateways each.
+func DefaultRegions() []Region {
+	return []Region{
+		{Name: RegionA, Site: emu.SiteA, Gateways: 2, Prefix: "euw"},
+		{Name: RegionB, Site: emu.SiteB, Gateways: 2, Prefix: "use"},
+	}
+}
+
+// Limits of Config.Regions (loopback addresses 127.0.0.11 to .99).
+const (
+	MaxRegions        = 8
+	MaxRegionGateways = 9
+)
 
 // Config configures a Lab. Zero values take the defaults in brackets.
 type Config struct {
@@ -71,6 +102,8 @@ type Config struct {
 	LogLevel string
 	// Dir holds the certificates [a temporary directory removed by Close].
 	Dir string
+	// Regions [DefaultRegions]; at least one per site.
+	Regions []Region
 	// FlowCreditBytes is limits.flow_credit_bytes and MemoryBytes
 	// limits.memory_bytes of every gateway [4 MiB and 256 MiB]: with the
 	// defaults a gateway admits 64 flows.
@@ -82,12 +115,14 @@ type Lab struct {
 	Emu      *emu.Emulator
 	Gateways map[string]*gateway.Gateway
 	Configs  map[string]*config.Config
-	cfg      Config
-	dir      string
-	ownDir   bool
-	wg       sync.WaitGroup
-	cancel   context.CancelFunc
-	closed   sync.Once
+	// Names are the gateways of each region, in order.
+	Names  map[string][]string
+	cfg    Config
+	dir    string
+	ownDir bool
+	wg     sync.WaitGroup
+	cancel context.CancelFunc
+	closed sync.Once
 }
 
 // New creates the emulator, the certificates and the four gateways (bound,
@@ -119,7 +154,45 @@ func New(ctx context.Context, cfg Config) (_ *Lab, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	l := &Lab{cfg: cfg, Gateways: map[string]*gateway.Gateway{}, Configs: map[string]*config.Config{}}
+	if len(cfg.Regions) == 0 {
+		cfg.Regions = DefaultRegions()
+	}
+	cfg.Regions = append([]Region(nil), cfg.Regions...) // defaults are filled in
+	ips, err := checkRegions(cfg.Regions)
+	if err != nil {
+		return nil, err
+	}
+	l := &Lab{cfg: cfg, Gateways: map[string]*gateway.Gateway{}, Configs: map[string]*config.Config{}, Names: map[string][]string{}}
+	site := map[string]emu.Site{}
+	oneWay := map[string]time.Duration{}
+	for _, r := range cfg.Regions {
+		site[r.Name], oneWay[r.Name] = r.Site, r.OneWay
+		for i := range r.Gateways {
+			l.Names[r.Name] = append(l.Names[r.Name], fmt.Sprintf("%s-gw%d", r.Prefix, i+1))
+		}
+	}
+	// The propagation delay of each pair of gateway IPs across the sites
+	// that differs from the planes'.
+	var pairs []emu.PairDelay
+	for _, ra := range cfg.Regions {
+		for _, rb := range cfg.Regions {
+			if ra.Site != emu.SiteA || rb.Site != emu.SiteB {
+				continue
+			}
+			d := ra.OneWay
+			if d == 0 {
+				d = rb.OneWay
+			}
+			if d == 0 {
+				continue
+			}
+			for _, na := range l.Names[ra.Name] {
+				for _, nb := range l.Names[rb.Name] {
+					pairs = append(pairs, emu.PairDelay{A: ips[na], B: ips[nb], Delay: d})
+				}
+			}
+		}
+	}
 	var held []io.Closer // probe sockets, kept open so no port is chosen twice
 	defer func() {
 		for _, c := range held {
@@ -146,11 +219,12 @@ func New(ctx context.Context, cfg Config) (_ *Lab, err error) {
 		Bind:        netip.MustParseAddr("127.0.0.200"),
 		MaxDatagram: cfg.MTU + 256,
 		MaxMappings: 8192,
+		PairDelays:  pairs,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("lab: emulator: %w", err)
 	}
-	if err := l.certs(); err != nil {
+	if err := l.certs(ips); err != nil {
 		return nil, err
 	}
 	type addrs struct {
@@ -158,13 +232,9 @@ func New(ctx context.Context, cfg Config) (_ *Lab, err error) {
 		standIn                      netip.AddrPort
 	}
 	all := map[string]*addrs{}
-	for reg, names := range Names {
-		site := emu.SiteA
-		if reg == RegionB {
-			site = emu.SiteB
-		}
+	for reg, names := range l.Names {
 		for _, n := range names {
-			ip := netip.MustParseAddr(ips[n])
+			ip := ips[n]
 			a := &addrs{}
 			var perr error
 			for _, p := range []*netip.AddrPort{&a.lan, &a.wan, &a.ctl, &a.gossip, &a.admin} {
@@ -174,17 +244,13 @@ func New(ctx context.Context, cfg Config) (_ *Lab, err error) {
 				}
 				held = append(held, hold...)
 			}
-			if a.standIn, err = l.Emu.Expose(site, a.wan); err != nil {
+			if a.standIn, err = l.Emu.Expose(site[reg], a.wan); err != nil {
 				return nil, fmt.Errorf("lab: expose %s: %w", n, err)
 			}
 			all[n] = a
 		}
 	}
-	for reg, names := range Names {
-		other := RegionB
-		if reg == RegionB {
-			other = RegionA
-		}
+	for reg, names := range l.Names {
 		for _, n := range names {
 			a := all[n]
 			c := config.Default()
@@ -202,11 +268,26 @@ func New(ctx context.Context, cfg Config) (_ *Lab, err error) {
 				CertFile: filepath.Join(l.dir, n+".pem"),
 				KeyFile:  filepath.Join(l.dir, n+"-key.pem"),
 			}
-			r := config.Region{Name: other, RTTHint: 2 * cfg.OneWay}
-			for _, pn := range Names[other] {
-				r.Gateways = append(r.Gateways, config.RemoteGateway{Name: pn, Control: all[pn].ctl.String(), WAN: []string{all[pn].standIn.String()}})
+			// Every region at the other site; regions of one site do not
+			// talk to each other (the emulator only joins the sites).
+			c.Regions = nil
+			for _, or := range cfg.Regions {
+				if or.Site == site[reg] {
+					continue
+				}
+				d := oneWay[reg]
+				if d == 0 {
+					d = or.OneWay
+				}
+				if d == 0 {
+					d = cfg.OneWay
+				}
+				r := config.Region{Name: or.Name, RTTHint: 2 * d}
+				for _, pn := range l.Names[or.Name] {
+					r.Gateways = append(r.Gateways, config.RemoteGateway{Name: pn, Control: all[pn].ctl.String(), WAN: []string{all[pn].standIn.String()}})
+				}
+				c.Regions = append(c.Regions, r)
 			}
-			c.Regions = []config.Region{r}
 			c.Gossip.Bind = a.gossip.String()
 			for m, b := range all {
 				if m != n {
@@ -261,19 +342,75 @@ func New(ctx context.Context, cfg Config) (_ *Lab, err error) {
 	return l, nil
 }
 
+// LANMinPTO is the smallest probe timeout of every path in the lab, the
+// gateways' and the hosts'. The WAN paths' timeouts are above it anyway
+// (their RTT is tens of ms); it matters on the loopback LAN hop, whose RTT
+// is microseconds: there everything of the lab (4 gateways, the emulator,
+// up to 66 hosts) shares this machine's two cores with whatever else runs,
+// and an ack held up 10 ms by the scheduler is routine. With 10 ms, the
+// gateways declared host paths suspect hundreds of times per run and
+// recovered on the late ack ("ack after timeout"), and paths that were
+// declared down took their connections with them (allreduce 8×8, incast
+// 64→1 in mrgw loadtest).
+const LANMinPTO = 30 * time.Millisecond
+
+// checkRegions validates the regions and returns each gateway's IP:
+// 127.0.0.(10(k+1)+i+1) for gateway i of region k (127.0.0.11, .12, .21,
+// .22 in the default lab).
+func checkRegions(rs []Region) (map[string]netip.Addr, error) {
+	if len(rs) > MaxRegions {
+		return nil, fmt.Errorf("lab: %d regions (at most %d)", len(rs), MaxRegions)
+	}
+	ips := map[string]netip.Addr{}
+	seen := map[string]bool{}
+	var sites [2]bool
+	for k := range rs {
+		r := &rs[k]
+		if r.Gateways == 0 {
+			r.Gateways = 2
+		}
+		if r.Prefix == "" {
+			r.Prefix = r.Name
+		}
+		switch {
+		case r.Name == "" || seen[r.Name]:
+			return nil, fmt.Errorf("lab: region %d: empty or repeated name %q", k, r.Name)
+		case r.Site > emu.SiteB:
+			return nil, fmt.Errorf("lab: region %s: site %d", r.Name, r.Site)
+		case r.Gateways < 1 || r.Gateways > MaxRegionGateways:
+			return nil, fmt.Errorf("lab: region %s: %d gateways outside 1..%d", r.Name, r.Gateways, MaxRegionGateways)
+		case r.OneWay < 0 || r.OneWay > emu.MaxDelay:
+			return nil, fmt.Errorf("lab: region %s: one-way delay %v outside 0..%v", r.Name, r.OneWay, emu.MaxDelay)
+		}
+		seen[r.Name] = true
+		sites[r.Site] = true
+		for i := range r.Gateways {
+			n := fmt.Sprintf("%s-gw%d", r.Prefix, i+1)
+			if _, dup := ips[n]; dup {
+				return nil, fmt.Errorf("lab: gateway name %s twice", n)
+			}
+			ips[n] = netip.AddrFrom4([4]byte{127, 0, 0, byte(10*(k+1) + i + 1)})
+		}
+	}
+	if !sites[emu.SiteA] || !sites[emu.SiteB] {
+		return nil, errors.New("lab: the regions must cover both emulator sites")
+	}
+	return ips, nil
+}
+
 // tune sets path timings for the lab's round trip: a dead path or gateway
 // is noticed within a few hundred milliseconds.
 func (l *Lab) tune(p *metaroce.Config) {
 	rtt := 2 * l.cfg.OneWay
 	p.Path = pathmgr.Config{
-		InitialRTT: rtt, MinPTO: 10 * time.Millisecond, MaxAckDelay: 2 * time.Millisecond,
+		InitialRTT: rtt, MinPTO: LANMinPTO, MaxAckDelay: 2 * time.Millisecond,
 		DownAfter: 3, ProbeInterval: 20 * time.Millisecond, MaxProbeInterval: time.Second, UpAfter: 2,
 	}
 	p.MaxAckDelay = 2 * time.Millisecond
 	p.DeadAfter = time.Second
 }
 
-func (l *Lab) certs() error {
+func (l *Lab) certs(ips map[string]netip.Addr) error {
 	now := time.Now().Add(-time.Hour)
 	ca, err := pki.NewCA("mrgw lab CA", now, 48*time.Hour)
 	if err != nil {
@@ -363,7 +500,7 @@ func (l *Lab) WaitReady(ctx context.Context) error {
 // HostGateways returns the LAN addresses of a region's gateway pair.
 func (l *Lab) HostGateways(region string) []netip.AddrPort {
 	var out []netip.AddrPort
-	for _, n := range Names[region] {
+	for _, n := range l.Names[region] {
 		out = append(out, netip.MustParseAddrPort(l.Configs[n].LAN.Listen))
 	}
 	return out

@@ -162,11 +162,28 @@ type Config struct {
 	// Batch is the number of datagrams per recvmmsg/sendmmsg call; 0 means
 	// DefaultBatch.
 	Batch int
+	// PairDelays give pairs of endpoint addresses their own one-way delay
+	// instead of their planes' Delay, in both directions: endpoints at
+	// different distances behind one shared bottleneck (the planes'
+	// queues and rates are shared; propagation is not). A pair's datagrams
+	// keep their order; they may overtake a longer pair's datagrams that
+	// left the queue before them, as on separate long-haul links.
+	PairDelays []PairDelay
 	// Trace, if set, is called for every datagram entering a plane with
 	// the model's decision. It runs on the emulator's receive goroutines:
 	// it must be fast, must not block and must not call the Emulator.
 	Trace func(TraceEvent)
 }
+
+// PairDelay is the one-way delay between an endpoint address A at site A
+// and B at site B (any port).
+type PairDelay struct {
+	A, B  netip.Addr
+	Delay time.Duration
+}
+
+// MaxPairDelays bounds Config.PairDelays.
+const MaxPairDelays = 64
 
 // withDefaults returns c with zero fields replaced by their defaults, or an
 // error naming the first field out of range.
@@ -200,6 +217,22 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Batch == 0 {
 		c.Batch = DefaultBatch
+	}
+	if len(c.PairDelays) > MaxPairDelays {
+		return c, invalid("%d pair delays (at most %d)", len(c.PairDelays), MaxPairDelays)
+	}
+	seen := map[[2]netip.Addr]bool{}
+	for i, p := range c.PairDelays {
+		k := [2]netip.Addr{p.A.Unmap(), p.B.Unmap()}
+		switch {
+		case !k[0].Is4() || !k[1].Is4():
+			return c, invalid("pair delay %d: %v-%v is not a pair of IPv4 addresses", i, p.A, p.B)
+		case p.Delay < 0 || p.Delay > MaxDelay:
+			return c, invalid("pair delay %d: delay %v outside [0, %v]", i, p.Delay, MaxDelay)
+		case seen[k]:
+			return c, invalid("pair delay %d: %v-%v given twice", i, p.A, p.B)
+		}
+		seen[k] = true
 	}
 	switch {
 	case c.MaxMappings < 0:

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -38,7 +37,10 @@ type Emulator struct {
 	ownPorts [65536 / 64]atomic.Uint64
 
 	dirs     [2]*direction
-	buffered atomic.Int64 // datagrams in all FIFOs (Config.MaxBuffered)
+	buffered atomic.Int64
+	// pairs maps (site A address, site B address) to its wire: 1 +
+	// its index in Config.PairDelays (0, absent: the planes' own).
+	pairs map[[2]netip.Addr]int // datagrams in all FIFOs (Config.MaxBuffered)
 
 	mappingDrops, loopDrops, overflowDrops atomic.Uint64
 	truncated, sendErrors, readErrors      atomic.Uint64
@@ -69,37 +71,22 @@ type endpoint struct {
 	closed   atomic.Bool
 }
 
-// direction holds the planes of one direction and the goroutine that
-// delivers their datagrams on time.
+// direction holds the planes of one direction; its Sched delivers their
+// datagrams on time. sched.Mu guards links and rng.
 type direction struct {
 	em    *Emulator
 	dir   Dir
-	timer *timer
-
-	mu     sync.Mutex
-	links  []link
-	rng    *rand.Rand
-	closed bool
-	// sleeping is set while the dispatcher waits on the timer, which is
-	// then armed for armedAt (math.MaxInt64: not armed). An enqueue that
-	// brings an earlier deadline re-arms it; otherwise the dispatcher
-	// looks at the FIFOs again before it sleeps, so nothing is missed.
-	sleeping bool
-	armedAt  time.Duration
-	gen      atomic.Uint64 // bumped by every enqueue; ends a spin early
-	next     int           // plane the next collect starts at (fairness)
+	sched *Sched[packet]
+	links []link
+	// pairLast is the last delivery time per pair wire and plane
+	// ([wire-1][plane]): each wire keeps its own order. Sched queue
+	// wire*planes+plane holds the wire's datagrams of that plane.
+	pairLast [][]time.Duration
+	rng      *rand.Rand
+	w        *writer // the dispatcher's sendmmsg scratch space
 
 	lateN, lateSum, lateMax atomic.Int64
 }
-
-// Scheduling precision: the timer is armed earlyWake before a deadline and
-// the dispatcher busy-polls (yielding) for waits shorter than spinWindow,
-// so that the timerfd's wake-up latency (tens of µs) is mostly absorbed
-// without burning a core for long waits.
-const (
-	earlyWake  = 50 * time.Microsecond
-	spinWindow = 60 * time.Microsecond
-)
 
 // New starts an emulator. It runs until Close is called or ctx is done;
 // either way, Close waits until every goroutine has stopped.
@@ -109,38 +96,63 @@ func New(ctx context.Context, cfg Config) (*Emulator, error) {
 		return nil, err
 	}
 	em := &Emulator{
+		pairs: map[[2]netip.Addr]int{},
 		cfg:   cfg,
 		start: time.Now(),
 		eps:   map[epKey]*endpoint{},
 		quit:  make(chan struct{}),
 		done:  make(chan struct{}),
 	}
+	for i, p := range cfg.PairDelays {
+		em.pairs[[2]netip.Addr{p.A.Unmap(), p.B.Unmap()}] = i + 1
+	}
 	size := cfg.MaxDatagram
 	em.pool.New = func() any { b := make([]byte, size); return &b }
 	for d := range em.dirs {
-		t, err := newTimer()
-		if err != nil {
-			for _, prev := range em.dirs[:d] {
-				prev.timer.close()
-			}
-			return nil, err
-		}
 		dd := &direction{
-			em:      em,
-			dir:     Dir(d),
-			timer:   t,
-			links:   make([]link, cfg.Planes),
-			rng:     rand.New(rand.NewPCG(cfg.Seed, uint64(d)+0x5eed)),
-			armedAt: math.MaxInt64,
+			em:    em,
+			dir:   Dir(d),
+			links: make([]link, cfg.Planes),
+			rng:   rand.New(rand.NewPCG(cfg.Seed, uint64(d)+0x5eed)),
+			w:     newWriter(cfg.Batch),
 		}
 		for i := range dd.links {
 			dd.links[i].cfg = cfg.Link
 		}
+		dd.pairLast = make([][]time.Duration, len(cfg.PairDelays))
+		for i := range dd.pairLast {
+			dd.pairLast[i] = make([]time.Duration, cfg.Planes)
+		}
+		np := cfg.Planes
+		dd.sched, err = NewSched(SchedConfig[packet]{
+			Queues: np * (1 + len(cfg.PairDelays)), Now: em.now, Batch: cfg.Batch,
+			Stale: func(q int, it *Item[packet]) bool { return it.Epoch != dd.links[q%np].epoch },
+			Drop: func(q int, it Item[packet]) {
+				plane := q % np
+				// Was in flight when the plane failed.
+				dd.links[plane].c.downDrops.Add(1)
+				em.buffered.Add(-1)
+				em.putBuf(it.V.buf)
+			},
+			Send: dd.send,
+		})
+		if err != nil {
+			for _, prev := range em.dirs[:d] {
+				prev.sched.Mu.Lock()
+				prev.sched.Close()
+				prev.sched.Mu.Unlock()
+			}
+			return nil, err
+		}
 		em.dirs[d] = dd
 	}
 	em.wg.Add(3)
-	go em.dirs[AtoB].run()
-	go em.dirs[BtoA].run()
+	for _, d := range em.dirs {
+		go func() {
+			defer em.wg.Done()
+			d.sched.Run()
+		}()
+	}
 	go em.janitor()
 	em.stopCtx = context.AfterFunc(ctx, em.shutdown)
 	return em, nil
@@ -299,6 +311,7 @@ func (em *Emulator) janitor() {
 type pending struct {
 	idx   int // index in the reader's batch
 	plane int
+	wire  int // 0: the plane's delay; else 1 + index in Config.PairDelays
 	size  int
 	tos   byte
 	out   *sock
@@ -378,8 +391,17 @@ func (em *Emulator) readLoop(ep *endpoint) {
 			}
 			peer.lastUsed.Store(int64(now))
 			ctl, _ := ecn.ParseControl(m.OOB[:m.NN])
+			wire := 0
+			if len(em.pairs) > 0 {
+				k := [2]netip.Addr{src.Addr(), ep.real.Addr()}
+				if srcSite == SiteB {
+					k[0], k[1] = k[1], k[0]
+				}
+				wire = em.pairs[k]
+			}
 			pend = append(pend, pending{
 				idx:   i,
+				wire:  wire,
 				plane: planeOf(ecmpHash(em.cfg.Seed, d.dir, src, ep.real), em.cfg.Planes),
 				size:  m.N,
 				tos:   ctl.TrafficClass,
@@ -412,9 +434,9 @@ func (d *direction) enqueue(now time.Duration, pend []pending, bufs []*[]byte, e
 	em := d.em
 	limit := int64(em.cfg.MaxBuffered)
 	forwarded := false
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
+	d.sched.Mu.Lock()
+	if d.sched.Closed() {
+		d.sched.Mu.Unlock()
 		return events
 	}
 	for i := range pend {
@@ -422,126 +444,39 @@ func (d *direction) enqueue(now time.Duration, pend []pending, bufs []*[]byte, e
 		l := &d.links[p.plane]
 		ev := TraceEvent{Dir: d.dir, Plane: p.plane}
 		full := em.buffered.Load() >= limit
-		v := l.admit(now, p.size, ecn.FromTOS(p.tos), full, d.rng, &ev)
+		var v Verdict
+		if p.wire == 0 {
+			v = l.admit(now, p.size, ecn.FromTOS(p.tos), full, d.rng, &ev)
+		} else {
+			v = l.admitVia(now, p.size, ecn.FromTOS(p.tos), full, d.rng, &ev,
+				em.cfg.PairDelays[p.wire-1].Delay, &d.pairLast[p.wire-1][p.plane])
+		}
 		ev.Verdict = v
 		switch v {
 		case DroppedOverflow:
 			em.overflowDrops.Add(1)
 		case Forwarded:
-			l.fifo.push(packet{
-				buf:     bufs[p.idx],
-				n:       p.size,
-				tos:     p.tos&^ecn.Mask | byte(ev.ECNOut),
-				epoch:   l.epoch,
-				deliver: ev.Deliver,
-				plane:   uint8(p.plane),
-				out:     p.out,
-				to:      p.to,
-			})
+			d.sched.Push(p.wire*len(d.links)+p.plane, Item[packet]{Deliver: ev.Deliver, Epoch: l.epoch, V: packet{
+				buf:   bufs[p.idx],
+				n:     p.size,
+				tos:   p.tos&^ecn.Mask | byte(ev.ECNOut),
+				plane: uint8(p.plane),
+				out:   p.out,
+				to:    p.to,
+			}})
 			em.buffered.Add(1)
 			p.taken = true
 			forwarded = true
-			if d.sleeping && ev.Deliver < d.armedAt {
-				d.armedAt = ev.Deliver
-				d.timer.arm(int64(ev.Deliver - earlyWake - now))
-			}
 		}
 		if em.cfg.Trace != nil {
 			events = append(events, ev)
 		}
 	}
-	d.mu.Unlock()
+	d.sched.Mu.Unlock()
 	if forwarded {
-		d.gen.Add(1)
+		d.sched.Kick()
 	}
 	return events
-}
-
-// run is the direction's dispatcher: it sends every datagram at its
-// delivery time, in batches, and sleeps on the timerfd in between.
-func (d *direction) run() {
-	defer d.em.wg.Done()
-	n := d.em.cfg.Batch
-	batch := make([]packet, 0, n)
-	w := newWriter(n)
-	for {
-		gen := d.gen.Load()
-		var next time.Duration
-		var sleep, ok bool
-		batch, next, sleep, ok = d.collect(batch[:0])
-		switch {
-		case !ok:
-			return
-		case len(batch) > 0:
-			d.send(w, batch)
-		case sleep:
-			if !d.timer.wait() {
-				return
-			}
-		default:
-			// Short wait: yield-spin until the deadline or until a new
-			// datagram arrives (it may be due earlier). Bounded by
-			// spinWindow.
-			for d.em.now() < next && d.gen.Load() == gen {
-				spinYield()
-			}
-		}
-	}
-}
-
-// collect pops the datagrams that are due (up to cap(batch)). If none is,
-// it returns the next deadline and whether to sleep on the timer, which it
-// then arms (a deadline closer than spinWindow is spun for instead). It
-// reports ok=false once the direction is closed.
-func (d *direction) collect(batch []packet) (_ []packet, next time.Duration, sleep, ok bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
-		return batch, 0, false, false
-	}
-	d.sleeping = false
-	now := d.em.now()
-	next = time.Duration(math.MaxInt64)
-	np := len(d.links)
-	start := d.next
-	d.next = (d.next + 1) % np
-	for i := 0; i < np; i++ {
-		l := &d.links[(start+i)%np]
-		for l.fifo.len() > 0 {
-			h := l.fifo.peek()
-			if h.deliver > now {
-				next = min(next, h.deliver)
-				break
-			}
-			if len(batch) == cap(batch) {
-				next = min(next, h.deliver)
-				break
-			}
-			p := l.fifo.pop()
-			if p.epoch != l.epoch {
-				// Was in flight when the plane failed.
-				l.c.downDrops.Add(1)
-				d.em.buffered.Add(-1)
-				d.em.putBuf(p.buf)
-				continue
-			}
-			batch = append(batch, p)
-		}
-	}
-	if len(batch) > 0 || next-now <= spinWindow {
-		return batch, next, false, true
-	}
-	// About to sleep: arm for the earliest deadline (or disarm).
-	d.sleeping = true
-	if next == math.MaxInt64 {
-		if d.armedAt != math.MaxInt64 {
-			d.timer.disarm()
-		}
-	} else {
-		d.timer.arm(int64(next - earlyWake - now))
-	}
-	d.armedAt = next
-	return batch, next, true, true
 }
 
 // writer holds the dispatcher's reusable sendmmsg scratch space.
@@ -569,26 +504,27 @@ func newWriter(n int) *writer {
 
 // send writes a batch of due datagrams, one sendmmsg per stand-in socket,
 // and updates delivery counters. It returns every buffer to the pool.
-func (d *direction) send(w *writer, batch []packet) {
+func (d *direction) send(items []Item[packet]) {
 	em := d.em
+	w := d.w
 	now := em.now()
-	for i := range batch {
-		late := int64(now - batch[i].deliver)
+	for i := range items {
+		late := int64(now - items[i].Deliver)
 		d.lateN.Add(1)
 		d.lateSum.Add(late)
 		if late > d.lateMax.Load() {
 			d.lateMax.Store(late) // only this goroutine writes it
 		}
 	}
-	clear(w.done[:len(batch)])
-	for i := range batch {
+	clear(w.done[:len(items)])
+	for i := range items {
 		if w.done[i] {
 			continue
 		}
-		s := batch[i].out
+		s := items[i].V.out
 		w.msgs, w.idx = w.msgs[:0], w.idx[:0]
-		for j := i; j < len(batch); j++ {
-			p := &batch[j]
+		for j := i; j < len(items); j++ {
+			p := &items[j].V
 			if w.done[j] || p.out != s {
 				continue
 			}
@@ -606,9 +542,9 @@ func (d *direction) send(w *writer, batch []packet) {
 		for sent := 0; sent < len(w.msgs); {
 			n, err := s.pc.WriteBatch(w.msgs[sent:], 0)
 			for _, j := range w.idx[sent : sent+n] {
-				c := &d.links[batch[j].plane].c
+				c := &d.links[items[j].V.plane].c
 				c.delivered.Add(1)
-				c.bytesDelivered.Add(uint64(batch[j].n))
+				c.bytesDelivered.Add(uint64(items[j].V.n))
 			}
 			sent += n
 			if err != nil {
@@ -622,11 +558,10 @@ func (d *direction) send(w *writer, batch []packet) {
 			}
 		}
 	}
-	for i := range batch {
-		em.putBuf(batch[i].buf)
-		batch[i] = packet{}
+	for i := range items {
+		em.putBuf(items[i].V.buf)
 	}
-	em.buffered.Add(-int64(len(batch)))
+	em.buffered.Add(-int64(len(items)))
 	clear(w.hdrs)
 	for i := range w.msgs {
 		w.msgs[i] = ipv4.Message{}
@@ -666,8 +601,8 @@ func (em *Emulator) SetLink(d Dir, plane int, l LinkConfig) error {
 		return err
 	}
 	dd := em.dirs[d]
-	dd.mu.Lock()
-	defer dd.mu.Unlock()
+	dd.sched.Mu.Lock()
+	defer dd.sched.Mu.Unlock()
 	dd.links[plane].setConfig(em.now(), l)
 	return nil
 }
@@ -678,12 +613,12 @@ func (em *Emulator) SetAllLinks(l LinkConfig) error {
 		return err
 	}
 	for _, d := range em.dirs {
-		d.mu.Lock()
+		d.sched.Mu.Lock()
 		now := em.now()
 		for i := range d.links {
 			d.links[i].setConfig(now, l)
 		}
-		d.mu.Unlock()
+		d.sched.Mu.Unlock()
 	}
 	return nil
 }
@@ -694,8 +629,8 @@ func (em *Emulator) Link(d Dir, plane int) (LinkConfig, error) {
 		return LinkConfig{}, err
 	}
 	dd := em.dirs[d]
-	dd.mu.Lock()
-	defer dd.mu.Unlock()
+	dd.sched.Mu.Lock()
+	defer dd.sched.Mu.Unlock()
 	return dd.links[plane].cfg, nil
 }
 
@@ -711,14 +646,14 @@ func (em *Emulator) setDown(plane int, down bool) error {
 		return err
 	}
 	for _, d := range em.dirs {
-		d.mu.Lock()
+		d.sched.Mu.Lock()
 		l := &d.links[plane]
 		if down {
 			l.fail(em.now())
 		} else {
 			l.down = false
 		}
-		d.mu.Unlock()
+		d.sched.Mu.Unlock()
 	}
 	return nil
 }
@@ -729,8 +664,8 @@ func (em *Emulator) Down(plane int) bool {
 		return false
 	}
 	d := em.dirs[AtoB]
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.sched.Mu.Lock()
+	defer d.sched.Mu.Unlock()
 	return d.links[plane].down
 }
 
@@ -758,20 +693,17 @@ func (em *Emulator) shutdown() {
 		}
 		em.mu.Unlock()
 		for _, d := range em.dirs {
-			d.mu.Lock()
-			d.closed = true
-			d.timer.close() // wakes a sleeping dispatcher
-			d.mu.Unlock()
+			d.sched.Mu.Lock()
+			d.sched.Close() // wakes a sleeping dispatcher
+			d.sched.Mu.Unlock()
 		}
 		close(em.quit)
 		em.wg.Wait()
 		for _, d := range em.dirs {
-			for i := range d.links {
-				for d.links[i].fifo.len() > 0 {
-					em.putBuf(d.links[i].fifo.pop().buf)
-					em.buffered.Add(-1)
-				}
-			}
+			d.sched.Drain(func(it Item[packet]) {
+				em.putBuf(it.V.buf)
+				em.buffered.Add(-1)
+			})
 		}
 		close(em.done)
 	})

@@ -69,9 +69,9 @@ type linkCounters struct {
 	maxQueue                  atomic.Uint64
 }
 
-// link is one plane in one direction: the queue model plus the FIFO of
-// datagrams waiting for their delivery time. All fields except the
-// counters are guarded by the owning direction's mutex.
+// link is one plane in one direction: the queue model (the datagrams
+// waiting for their delivery time are in the direction's Sched). All
+// fields except the counters are guarded by the owning direction's Sched.Mu.
 //
 // The queue is modelled analytically rather than by holding datagrams
 // until they are serialised: busyUntil is when the serialiser finishes the
@@ -87,7 +87,6 @@ type link struct {
 	epoch       uint32
 	busyUntil   time.Duration
 	lastDeliver time.Duration
-	fifo        ring
 	c           linkCounters
 }
 
@@ -138,6 +137,14 @@ func (l *link) fail(now time.Duration) {
 // delivered) and returns the verdict; for Forwarded, ev.Deliver is the
 // delivery time and ev.ECNOut the codepoint to send with.
 func (l *link) admit(now time.Duration, size int, cp ecn.Codepoint, full bool, rng *rand.Rand, ev *TraceEvent) Verdict {
+	return l.admitVia(now, size, cp, full, rng, ev, l.cfg.Delay, &l.lastDeliver)
+}
+
+// admitVia is admit for a datagram whose propagation delay after the
+// serialiser is delay (a Config.PairDelays pair's, not the plane's) and
+// whose delivery must not precede *last, the previous delivery of the
+// same wire (updated).
+func (l *link) admitVia(now time.Duration, size int, cp ecn.Codepoint, full bool, rng *rand.Rand, ev *TraceEvent, delay time.Duration, last *time.Duration) Verdict {
 	ev.Arrival, ev.Size, ev.ECNIn, ev.ECNOut = now, size, cp, cp
 	l.c.in.Add(1)
 	l.c.bytesIn.Add(uint64(size))
@@ -173,60 +180,25 @@ func (l *link) admit(now time.Duration, size int, cp ecn.Codepoint, full bool, r
 		l.c.lossDrops.Add(1)
 		return DroppedLoss
 	}
-	deliver := depart + l.cfg.Delay
+	deliver := depart + delay
 	if l.cfg.Jitter > 0 {
 		deliver += time.Duration(rng.Int64N(int64(l.cfg.Jitter) + 1))
 	}
 	// Jitter must not reorder the plane: a datagram never overtakes the
 	// one ahead of it.
-	deliver = max(deliver, l.lastDeliver)
-	l.lastDeliver = deliver
+	deliver = max(deliver, *last)
+	*last = deliver
 	ev.Deliver = deliver
 	return Forwarded
 }
 
-// packet is a datagram waiting in a plane's FIFO.
+// packet is a datagram waiting in a plane's FIFO (its delivery time and
+// epoch are in the Item that holds it).
 type packet struct {
-	buf     *[]byte // from the emulator's pool; payload is (*buf)[:n]
-	n       int
-	tos     byte // full TOS byte to send with (DSCP kept, ECN maybe CE)
-	epoch   uint32
-	deliver time.Duration
-	plane   uint8
-	out     *sock        // the stand-in socket that sends it
-	to      *net.UDPAddr // the real receiver
-}
-
-// ring is a growable FIFO of packets. It grows by doubling and never
-// shrinks; its size is bounded by Config.MaxBuffered.
-type ring struct {
-	buf  []packet
-	head int
-	n    int
-}
-
-func (r *ring) len() int { return r.n }
-
-func (r *ring) push(p packet) {
-	if r.n == len(r.buf) {
-		nb := make([]packet, max(16, 2*len(r.buf)))
-		for i := 0; i < r.n; i++ {
-			nb[i] = r.buf[(r.head+i)%len(r.buf)]
-		}
-		r.buf, r.head = nb, 0
-	}
-	r.buf[(r.head+r.n)%len(r.buf)] = p
-	r.n++
-}
-
-// peek returns the oldest packet; the FIFO must not be empty.
-func (r *ring) peek() *packet { return &r.buf[r.head] }
-
-// pop removes and returns the oldest packet; the FIFO must not be empty.
-func (r *ring) pop() packet {
-	p := r.buf[r.head]
-	r.buf[r.head] = packet{} // drop references for the GC
-	r.head = (r.head + 1) % len(r.buf)
-	r.n--
-	return p
+	buf   *[]byte // from the emulator's pool; payload is (*buf)[:n]
+	n     int
+	tos   byte // full TOS byte to send with (DSCP kept, ECN maybe CE)
+	plane uint8
+	out   *sock        // the stand-in socket that sends it
+	to    *net.UDPAddr // the real receiver
 }

@@ -113,28 +113,3 @@ func FlowHash(seed uint64, d Dir, proto uint8, src, dst netip.AddrPort) uint64 {
 
 // PlaneFor maps a FlowHash onto one of planes planes, as the relay does.
 func PlaneFor(h uint64, planes int) int { return planeOf(h, planes) }
-
-// Timer is the relay's precise wake-up (a timerfd read through the
-// netpoller; see timer): Go's own timers are about 1 ms late here.
-type Timer struct{ t *timer }
-
-// NewTimer returns a disarmed Timer.
-func NewTimer() (*Timer, error) {
-	t, err := newTimer()
-	if err != nil {
-		return nil, err
-	}
-	return &Timer{t}, nil
-}
-
-// Arm sets the timer to fire after d (at least 1 ns).
-func (t *Timer) Arm(d time.Duration) { t.t.arm(int64(d)) }
-
-// Disarm stops the timer.
-func (t *Timer) Disarm() { t.t.disarm() }
-
-// Wait blocks until the timer fires (true) or is closed (false).
-func (t *Timer) Wait() bool { return t.t.wait() }
-
-// Close releases the timer and wakes a Wait.
-func (t *Timer) Close() error { return t.t.close() }

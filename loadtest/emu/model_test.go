@@ -175,15 +175,15 @@ func TestModelFailAndRetune(t *testing.T) {
 }
 
 func TestRing(t *testing.T) {
-	var r ring
+	var r ring[packet]
 	next := 0
 	for round := 0; round < 50; round++ {
 		for i := 0; i < round; i++ {
-			r.push(packet{n: next + r.len()})
+			r.push(Item[packet]{V: packet{n: next + r.len()}})
 		}
 		for i := 0; i < round/2+1 && r.len() > 0; i++ {
-			if p := r.pop(); p.n != next {
-				t.Fatalf("popped %d, want %d", p.n, next)
+			if p := r.pop(); p.V.n != next {
+				t.Fatalf("popped %d, want %d", p.V.n, next)
 			}
 			next++
 		}

@@ -7,8 +7,10 @@
 //
 // Scenarios come from YAML files (ParseScenario, LoadScenario) or from the
 // built-in sets (Builtin): plane-failure, gateway-failure, connections,
-// incast and allreduce. A fairness scenario across regions at different
-// distances cannot be built on the lab (see ErrFairnessUnsupported).
+// incast, allreduce and fairness. Fairness (Scenario.Sources) replaces the
+// lab's two regions by three source regions 10, 50 and 150 ms away from
+// one destination gateway, whose WAN capacity (the emulated planes) they
+// share.
 //
 // Every number is measured end to end at the hosts: goodput is the bytes
 // delivered to the destination applications; a message counts as lost when

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +19,8 @@ import (
 	"github.com/mrgw/mrgw/host"
 	"github.com/mrgw/mrgw/internal/report"
 	"github.com/mrgw/mrgw/loadtest/emu"
+	"github.com/mrgw/mrgw/metaroce"
+	"github.com/mrgw/mrgw/pathmgr"
 )
 
 // Options tune how a scenario runs (not what it does).
@@ -148,23 +151,29 @@ func (t *tracker) lost() int64 {
 
 // env is one running lab with its hosts.
 type env struct {
-	sc    *resolved
-	o     Options
-	l     *lab.Lab
-	tr    *tracker
-	src   []*host.Host // region A
-	dst   []*host.Host // region B
-	flows []*flowRef
-	key   uint32
-	area  uint64 // bytes of each host's registered memory
-	start time.Time
+	sc  *resolved
+	o   Options
+	l   *lab.Lab
+	tr  *tracker
+	src []*host.Host // source regions (region A of the default lab)
+	dst []*host.Host // the destination region (region B)
+	// srcRegions are the source regions in order, dstRegion the
+	// destination; with Scenario.Sources, src holds Hosts hosts of each
+	// source region in that order.
+	srcRegions []string
+	dstRegion  string
+	flows      []*flowRef
+	key        uint32
+	area       uint64 // bytes of each host's registered memory
+	start      time.Time
 
 	incomplete atomic.Int64
 }
 
 type flowRef struct {
-	f   *host.Flow
-	idx int
+	f      *host.Flow
+	idx    int
+	region int // index of its source region in env.srcRegions
 }
 
 // Run runs one scenario and returns its report row and recorded series.
@@ -177,7 +186,16 @@ func Run(ctx context.Context, s Scenario, o Options) ([]report.Row, *Series, err
 		return nil, nil, err
 	}
 	o = o.withDefaults()
-	e := &env{sc: sc, o: o, tr: newTracker(), key: 1}
+	e := &env{sc: sc, o: o, tr: newTracker(), key: 1, srcRegions: []string{lab.RegionA}, dstRegion: lab.RegionB}
+	var regions []lab.Region
+	if len(sc.Sources) > 0 {
+		e.srcRegions, e.dstRegion = nil, DestRegion
+		for i, src := range sc.Sources {
+			regions = append(regions, lab.Region{Name: src.Name, Site: emu.SiteA, Gateways: 1, Prefix: fmt.Sprintf("s%d", i+1), OneWay: src.RTT / 2})
+			e.srcRegions = append(e.srcRegions, src.Name)
+		}
+		regions = append(regions, lab.Region{Name: DestRegion, Site: emu.SiteB, Gateways: 1, Prefix: DestRegion})
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	progress := func(frac float64, what string) {
@@ -191,6 +209,7 @@ func Run(ctx context.Context, s Scenario, o Options) ([]report.Row, *Series, err
 		Planes: sc.Planes, OneWay: base.Delay, Loss: base.Loss, RateBps: base.Rate, Queue: base.QueueBytes,
 		MTU: 4096, Paths: 16, Seed: sc.Seed, Logger: o.Logger,
 		Classes: classes(sc.Workload.Class), FlowCreditBytes: int64(sc.flowCredit),
+		Regions: regions,
 	})
 	if err != nil {
 		return nil, nil, err
@@ -313,6 +332,13 @@ func variant(sc *resolved) string {
 	case PatternAllreduce:
 		return fmt.Sprintf("%d hosts/region, %s shards", w.Hosts, w.MessageSize)
 	}
+	if n := len(sc.Sources); n > 0 {
+		var rtts []string
+		for _, s := range sc.Sources {
+			rtts = append(rtts, strconv.FormatInt(s.RTT.Milliseconds(), 10))
+		}
+		return fmt.Sprintf("%d flows from each of %s ms, %s x%d", w.Flows/n, strings.Join(rtts, "/"), w.MessageSize, w.Window)
+	}
 	return fmt.Sprintf("%d flows, %d hosts, %s x%d", w.Flows, w.Hosts, w.MessageSize, w.Window)
 }
 
@@ -332,11 +358,11 @@ func (e *env) hosts() error {
 	// Only hosts that receive register memory (allreduce: all of them).
 	mk := func(region, name string) (*host.Host, error) {
 		h, err := host.New(host.Config{Name: name, Region: region, Gateways: e.l.HostGateways(region),
-			DeadAfter: time.Second, Logger: e.o.Logger, MaxFlowMessages: 1024})
+			DeadAfter: time.Second, Logger: e.o.Logger, MaxFlowMessages: 1024, Protocol: labHostProtocol()})
 		if err != nil {
 			return nil, fmt.Errorf("gwload: host %s: %w", name, err)
 		}
-		if region == lab.RegionA && w.Pattern != PatternAllreduce {
+		if region != e.dstRegion && w.Pattern != PatternAllreduce {
 			return h, nil
 		}
 		if err := h.RegisterMemory(e.key, make([]byte, e.area)); err != nil {
@@ -345,21 +371,46 @@ func (e *env) hosts() error {
 		}
 		return h, nil
 	}
-	for i := range nsrc {
-		h, err := mk(lab.RegionA, fmt.Sprintf("a%d", i))
-		if err != nil {
-			return err
+	for _, reg := range e.srcRegions {
+		for range nsrc {
+			h, err := mk(reg, fmt.Sprintf("a%d", len(e.src)))
+			if err != nil {
+				return err
+			}
+			e.src = append(e.src, h)
 		}
-		e.src = append(e.src, h)
 	}
 	for i := range ndst {
-		h, err := mk(lab.RegionB, fmt.Sprintf("b%d", i))
+		h, err := mk(e.dstRegion, fmt.Sprintf("b%d", i))
 		if err != nil {
 			return err
 		}
 		e.dst = append(e.dst, h)
 	}
 	return nil
+}
+
+// labHostProtocol is the hosts' MetaRoCE configuration on the lab's LAN.
+//
+// The host library's defaults are a data centre's: an initial RTT of
+// 100 µs, so a handshake sends its 8 INITs 300 µs, 600 µs, ... apart and
+// gives up after about 76 ms. Here up to 66 hosts, four gateways and the
+// emulator share two cores: a connection set-up that waits 100 ms for the
+// CPU timed out, the host reconnected (new path sockets, ~0.8 MiB of
+// receive buffers each, 8 per connection) and the allocations starved
+// everything further: incast 64→1 spent 55% of its CPU clearing fresh
+// buffers and its hosts lost their registrations (measured with pprof,
+// 19:15 UTC 2026-11-29). A loopback LAN that shares its CPU with everything
+// is given a millisecond-scale start (a 3.8 s handshake budget) and 4 paths
+// per gateway connection, which is plenty for a hop that has no ECMP.
+func labHostProtocol() metaroce.Config {
+	return metaroce.Config{
+		Paths: 4,
+		Path: pathmgr.Config{
+			InitialRTT: 5 * time.Millisecond, MinPTO: lab.LANMinPTO, MaxAckDelay: time.Millisecond,
+			DownAfter: 3, ProbeInterval: 20 * time.Millisecond, MaxProbeInterval: time.Second, UpAfter: 2,
+		},
+	}
 }
 
 // open opens the flows, 64 at a time.
@@ -369,21 +420,26 @@ func (e *env) open(ctx context.Context) error {
 	type job struct {
 		from            *host.Host
 		region, dstName string
+		srcRegion       int
 	}
 	var jobs []job
 	switch w.Pattern {
 	case PatternBulk:
+		// Flow i comes from source region i mod R, from its hosts in turn.
+		nr := len(e.srcRegions)
+		per := nsrc / nr
 		for i := range w.Flows {
-			jobs = append(jobs, job{e.src[i%nsrc], lab.RegionB, "b0"})
+			r := i % nr
+			jobs = append(jobs, job{e.src[r*per+(i/nr)%per], e.dstRegion, "b0", r})
 		}
 	case PatternIncast:
 		for i := range w.Flows {
-			jobs = append(jobs, job{e.src[i], lab.RegionB, "b0"})
+			jobs = append(jobs, job{e.src[i], e.dstRegion, "b0", 0})
 		}
 	case PatternAllreduce:
 		for i := range w.Hosts {
-			jobs = append(jobs, job{e.src[i], lab.RegionB, fmt.Sprintf("b%d", i)})
-			jobs = append(jobs, job{e.dst[i], lab.RegionA, fmt.Sprintf("a%d", i)})
+			jobs = append(jobs, job{e.src[i], e.dstRegion, fmt.Sprintf("b%d", i), 0})
+			jobs = append(jobs, job{e.dst[i], e.srcRegions[0], fmt.Sprintf("a%d", i), 0})
 		}
 	}
 	e.flows = make([]*flowRef, len(jobs))
@@ -405,7 +461,7 @@ func (e *env) open(ctx context.Context) error {
 				}
 				return
 			}
-			e.flows[i] = &flowRef{f: f, idx: i}
+			e.flows[i] = &flowRef{f: f, idx: i, region: j.srcRegion}
 		}()
 	}
 	wg.Wait()
@@ -575,7 +631,9 @@ func (e *env) faults(ctx context.Context, ser *Series, stop <-chan struct{}) {
 		case FaultGatewayKill:
 			name := e.gatewayTarget(f.Target)
 			label = fmt.Sprintf("gateway-kill %s @%v", name, f.At)
-			e.l.Gateways[name].Close()
+			if g := e.l.Gateways[name]; g != nil {
+				g.Close()
+			}
 		}
 		ser.mu.Lock()
 		ser.Faults = append(ser.Faults, Mark{At: time.Since(e.start).Seconds(), Label: label})
@@ -596,7 +654,7 @@ func (e *env) gatewayTarget(t string) string {
 	}
 	// The gateway the most source flows go through, by LAN address.
 	byAddr := map[string]string{}
-	for _, n := range lab.Names[region] {
+	for _, n := range e.l.Names[region] {
 		byAddr[e.l.Configs[n].LAN.Listen] = n
 	}
 	count := map[string]int{}
@@ -605,15 +663,15 @@ func (e *env) gatewayTarget(t string) string {
 			count[n]++
 		}
 	}
-	best := lab.Names[region][0]
-	for _, n := range lab.Names[region] {
+	best := e.l.Names[region][0]
+	for _, n := range e.l.Names[region] {
 		if count[n] > count[best] {
 			best = n
 		}
 	}
 	if region == lab.RegionB || len(count) == 0 {
 		// Destination side: the one relaying the most flows.
-		for _, n := range lab.Names[region] {
+		for _, n := range e.l.Names[region] {
 			if e.l.Gateways[n].Status().Flows.Active > e.l.Gateways[best].Status().Flows.Active {
 				best = n
 			}
@@ -661,7 +719,11 @@ func (e *env) sample(ctx context.Context, ser *Series, stop <-chan struct{}, pea
 		}
 		if watchGW == "" && el > 500*time.Millisecond {
 			var best uint64
-			for _, n := range lab.Names[lab.RegionA] {
+			var names []string
+			for _, reg := range e.srcRegions {
+				names = append(names, e.l.Names[reg]...)
+			}
+			for _, n := range names {
 				for _, p := range e.l.Gateways[n].Status().Peers {
 					if p.Sent > best {
 						best, watchGW, watchPeer = p.Sent, n, p.Name
@@ -749,7 +811,27 @@ func (e *env) row(ser *Series, steps []time.Duration, stepRates []float64) repor
 	r.Incomplete = int(e.incomplete.Load())
 	ser.FlowBytes = shares
 	r.Jain = report.Jain(shares)
-	if len(shares) <= 16 {
+	srcNote := ""
+	if len(sc.Sources) > 0 {
+		// Shares per source region (each has the same number of flows).
+		perRegion := make([]float64, len(sc.Sources))
+		var tot float64
+		for i, fr := range e.flows {
+			perRegion[fr.region] += shares[i]
+			tot += shares[i]
+		}
+		for _, b := range perRegion {
+			if tot > 0 {
+				r.Shares = append(r.Shares, math.Round(b/tot*1000)/1000)
+			}
+		}
+		r.RTTms = 0
+		var rtts []string
+		for _, s := range sc.Sources {
+			rtts = append(rtts, s.RTT.String())
+		}
+		srcNote = "shares per source region, RTT " + strings.Join(rtts, ", ")
+	} else if len(shares) <= 16 {
 		var tot float64
 		for _, s := range shares {
 			tot += s
@@ -826,6 +908,9 @@ func (e *env) row(ser *Series, steps []time.Duration, stepRates []float64) repor
 		if len(errs) > 1 {
 			r.Note += fmt.Sprintf(" (+%d more)", len(errs)-1)
 		}
+	}
+	if srcNote != "" {
+		r.Note = strings.TrimSuffix(srcNote+"; "+r.Note, "; ")
 	}
 	return r
 }

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/mrgw/mrgw/internal/report"
 )
 
 // TestSmokePlaneFailure runs a short bulk transfer through the real
@@ -61,5 +63,102 @@ func TestSmokePlaneFailure(t *testing.T) {
 		if st, err := os.Stat(f); err != nil || st.Size() == 0 || filepath.Dir(f) != dir {
 			t.Fatalf("plot %s: %v", f, err)
 		}
+	}
+}
+
+// TestSteppedWorkloadsComplete runs small incast and allreduce scenarios
+// through the real gateways: every step must complete with every transfer
+// delivered exactly once (no message lost, duplicated, failed or left
+// incomplete), and the step figures must be consistent.
+func TestSteppedWorkloadsComplete(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the gateway lab for a few seconds")
+	}
+	for _, w := range []Workload{
+		{Pattern: PatternIncast, Flows: 12, MessageSize: "256KiB", Steps: 3},
+		{Pattern: PatternAllreduce, Hosts: 4, MessageSize: "512KiB", Steps: 3},
+	} {
+		t.Run(w.Pattern, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			s := Scenario{
+				Name: w.Pattern, Duration: 30 * time.Second, Planes: 2,
+				Link:     Link{Rate: "50mbit", Delay: 5 * time.Millisecond, Loss: "0.1%"},
+				Workload: w,
+			}
+			rows, ser, err := Run(ctx, s, Options{Drain: 20 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := rows[0]
+			t.Logf("%s: steps %d, step %.0f ms (ideal %.0f), jain %.3f, note %q", r.Variant, r.Steps, r.StepMs, r.IdealStepMs, r.Jain, r.Note)
+			if r.Steps != w.Steps || len(ser.StepMs) != w.Steps {
+				t.Fatalf("%d of %d steps completed (%s)", r.Steps, w.Steps, r.Note)
+			}
+			if want := w.Steps * r.Flows; r.Messages != want {
+				t.Fatalf("%d messages completed, want %d", r.Messages, want)
+			}
+			if *r.MessagesLost != 0 || *r.MessagesDuplicated != 0 || r.MessagesFailed != 0 || r.Incomplete != 0 {
+				t.Fatalf("lost %d duplicated %d failed %d incomplete %d", *r.MessagesLost, *r.MessagesDuplicated, r.MessagesFailed, r.Incomplete)
+			}
+			if r.IdealStepMs <= 0 || r.StepRatio < 0.9 || r.MaxStepMs < r.StepMs {
+				// A step cannot beat the capacity (10% for rounding).
+				t.Fatalf("step %.0f ms, ideal %.0f, max %.0f", r.StepMs, r.IdealStepMs, r.MaxStepMs)
+			}
+			for _, b := range ser.FlowBytes {
+				if b != float64(w.Steps)*float64(rowMsg(r)) {
+					t.Fatalf("a flow delivered %.0f bytes, want %d", b, w.Steps*rowMsg(r))
+				}
+			}
+		})
+	}
+}
+
+func rowMsg(r report.Row) int { return int(r.MessageBytes) }
+
+// TestFairnessSources runs three source regions at different round trips
+// through one destination gateway: every message must arrive exactly once,
+// every region must get a real share, and the row's Jain index must be
+// the one its per-region shares give (one flow per region) and above the
+// bound that a share of at least a tenth each implies.
+func TestFairnessSources(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the gateway lab for a few seconds")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s := Scenario{
+		Name: "fairness", Duration: 5 * time.Second, Planes: 2,
+		Link:       Link{Rate: "20mbit", Delay: 2 * time.Millisecond},
+		Sources:    []Source{{RTT: 4 * time.Millisecond}, {RTT: 10 * time.Millisecond}, {RTT: 30 * time.Millisecond}},
+		Workload:   Workload{Pattern: PatternBulk, Flows: 3, Hosts: 1, MessageSize: "64KiB", Window: 16},
+		FlowCredit: "4MiB",
+	}
+	rows, ser, err := Run(ctx, s, Options{Drain: 15 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rows[0]
+	t.Logf("%s: goodput %.1f Mbit/s, shares %v, jain %.3f, note %q", r.Variant, r.GoodputBps/1e6, r.Shares, r.Jain, r.Note)
+	if *r.MessagesLost != 0 || *r.MessagesDuplicated != 0 || r.MessagesFailed != 0 || r.Incomplete != 0 || r.Messages < 30 {
+		t.Fatalf("messages %d lost %d duplicated %d failed %d incomplete %d", r.Messages, *r.MessagesLost, *r.MessagesDuplicated, r.MessagesFailed, r.Incomplete)
+	}
+	if len(r.Shares) != 3 || len(ser.FlowBytes) != 3 {
+		t.Fatalf("shares %v, flows %d", r.Shares, len(ser.FlowBytes))
+	}
+	var sum float64
+	for _, x := range r.Shares {
+		sum += x
+		if x < 0.1 {
+			t.Fatalf("a region got %.3f of the bytes (shares %v)", x, r.Shares)
+		}
+	}
+	if sum < 0.99 || sum > 1.01 {
+		t.Fatalf("shares sum to %v", sum)
+	}
+	// The least fair split with every share >= 0.1: (0.1, 0.1, 0.8).
+	bound := report.Jain([]float64{0.1, 0.1, 0.8})
+	if j := report.Jain(r.Shares); j < bound || r.Jain < bound || j-r.Jain > 0.01 || r.Jain-j > 0.01 {
+		t.Fatalf("jain %.3f, from the shares %.3f, bound %.3f", r.Jain, j, bound)
 	}
 }

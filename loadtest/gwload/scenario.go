@@ -132,7 +132,30 @@ type Scenario struct {
 	FlowCredit string `yaml:"flow_credit,omitempty"`
 	// Seed of the emulator [1].
 	Seed uint64 `yaml:"seed,omitempty"`
+	// Sources, if set, replace the lab's two regions (bulk only): one
+	// source region per entry, one gateway each, at its own round trip
+	// from a destination region of one gateway. Every source region's WAN
+	// traffic crosses the same planes (their queues and rates: the
+	// destination gateway's WAN capacity) and then its own propagation
+	// delay. Flows are spread over the sources in turn; Hosts is per
+	// source region.
+	Sources []Source `yaml:"sources,omitempty"`
 }
+
+// Source is a source region of a multi-region scenario.
+type Source struct {
+	// Name of the region [src-<rtt>].
+	Name string `yaml:"name,omitempty"`
+	// RTT between the region's gateway and the destination's (through
+	// the emulator; the planes' queueing comes on top).
+	RTT time.Duration `yaml:"rtt"`
+}
+
+// DestRegion is the destination region of a scenario with Sources.
+const DestRegion = "dst"
+
+// MaxSources bounds Scenario.Sources.
+const MaxSources = 6
 
 // linkConfig parses l over base.
 func (l Link) apply(base emu.LinkConfig) (emu.LinkConfig, error) {
@@ -273,6 +296,23 @@ func (s Scenario) resolve() (*resolved, error) {
 			r.links[d][pl.Plane] = lc
 		}
 	}
+	if len(s.Sources) > MaxSources {
+		return bad("%d sources (at most %d)", len(s.Sources), MaxSources)
+	}
+	seenSrc := map[string]bool{DestRegion: true}
+	for i := range s.Sources {
+		src := &s.Sources[i]
+		if src.RTT < 2*time.Millisecond || src.RTT > 2*emu.MaxDelay {
+			return bad("sources[%d]: rtt %v outside 2ms..%v", i, src.RTT, 2*emu.MaxDelay)
+		}
+		if src.Name == "" {
+			src.Name = "src-" + src.RTT.String()
+		}
+		if len(src.Name) > 32 || seenSrc[src.Name] {
+			return bad("sources[%d]: name %q repeated, reserved or longer than 32 bytes", i, src.Name)
+		}
+		seenSrc[src.Name] = true
+	}
 	w := &s.Workload
 	if w.Pattern == "" {
 		w.Pattern = PatternBulk
@@ -291,6 +331,9 @@ func (s Scenario) resolve() (*resolved, error) {
 		}
 		if w.Hosts < 1 || w.Hosts > MaxHosts || w.Hosts > w.Flows {
 			return bad("hosts %d outside 1..min(flows, %d)", w.Hosts, MaxHosts)
+		}
+		if n := len(s.Sources); n > 0 && (w.Flows%n != 0 || w.Hosts*n > MaxHosts) {
+			return bad("flows %d must be a multiple of the %d sources, and hosts × sources at most %d", w.Flows, n, MaxHosts)
 		}
 	case PatternIncast:
 		defSize = "1MiB"
@@ -312,6 +355,9 @@ func (s Scenario) resolve() (*resolved, error) {
 		w.Flows = 2 * w.Hosts
 	default:
 		return bad("workload pattern %q (want bulk, incast or allreduce)", w.Pattern)
+	}
+	if len(s.Sources) > 0 && w.Pattern != PatternBulk {
+		return bad("sources need the bulk pattern")
 	}
 	if w.Pattern != PatternBulk {
 		if w.Steps == 0 {
@@ -361,6 +407,9 @@ func (s Scenario) resolve() (*resolved, error) {
 				return bad("faults[%d]: target %q is not a plane 0..%d", i, f.Target, s.Planes-1)
 			}
 		case FaultGatewayKill:
+			if len(s.Sources) > 0 {
+				return bad("faults[%d]: gateway-kill in a scenario with sources (its gateways are not the lab's four)", i)
+			}
 			if !validGatewayTarget(f.Target) {
 				return bad("faults[%d]: target %q (want a gateway name, %s or %s)", i, f.Target, TargetBusiestSrc, TargetBusiestDst)
 			}
@@ -413,15 +462,12 @@ func LoadScenario(path string) (Scenario, error) {
 	return ParseScenario(data)
 }
 
-// ErrFairnessUnsupported explains why there is no cross-region fairness
-// scenario over real sockets.
-var ErrFairnessUnsupported = errors.New("gwload: fairness across regions 10, 50 and 150 ms away needs at least " +
-	"three region pairs with different round trips; the lab has two regions, and its emulator gives one delay per plane " +
-	"while every WAN connection sprays over all planes, so all flows see the same mix of delays. " +
-	"Not measured here (the simulator's rtt-fairness scenario covers it: mrgw sim rtt-fairness)")
-
 // BuiltinNames lists the built-in scenario sets in report order.
-var BuiltinNames = []string{"plane-failure", "gateway-failure", "connections", "incast", "allreduce"}
+var BuiltinNames = []string{"plane-failure", "gateway-failure", "connections", "incast", "allreduce", "fairness"}
+
+// FairnessRTTs are the round trips of the fairness scenario's source
+// regions (as the simulator's rtt-fairness).
+var FairnessRTTs = []time.Duration{10 * time.Millisecond, 50 * time.Millisecond, 150 * time.Millisecond}
 
 // ConnectionCounts are the flow counts of the connections set.
 var ConnectionCounts = []int{1, 10, 100, 1000}
@@ -483,10 +529,13 @@ func Builtin(name string, quick bool) ([]Scenario, error) {
 			if quick && n > 8 {
 				break
 			}
+			// Room for 5 steps at about three times the ideal step
+			// (n MiB over 200 Mbit/s), the pace measured on 2 cores.
+			d := max(20*time.Second, time.Duration(n)*700*time.Millisecond)
 			out = append(out, Scenario{
 				Name:        name,
 				Description: fmt.Sprintf("%d hosts of eu-west send 1 MiB each at once to one host of us-east", n),
-				Duration:    dur(20 * time.Second), Planes: 4, Link: link,
+				Duration:    dur(d), Planes: 4, Link: link,
 				Workload: Workload{Pattern: PatternIncast, Flows: n, MessageSize: "1MiB", Steps: 5},
 			})
 		}
@@ -506,7 +555,31 @@ func Builtin(name string, quick bool) ([]Scenario, error) {
 		}
 		return out, nil
 	case "fairness":
-		return nil, ErrFairnessUnsupported
+		var src []Source
+		for _, r := range FairnessRTTs {
+			src = append(src, Source{Name: fmt.Sprintf("src-%dms", r.Milliseconds()), RTT: r})
+		}
+		var out []Scenario
+		for _, per := range []int{1, 4} {
+			if quick && per > 1 {
+				break
+			}
+			out = append(out, Scenario{
+				Name:        name,
+				Description: fmt.Sprintf("%d bulk flow(s) from each of 3 regions 10, 50 and 150 ms away share one destination gateway's WAN (4 planes)", per),
+				// 30 s: 200 round trips of the farthest region.
+				Duration: dur(30 * time.Second), Planes: 4,
+				Link:    Link{Rate: "50mbit", Delay: 5 * time.Millisecond, Loss: "0.1%"},
+				Sources: src,
+				// Windows of 6 MiB cover the farthest region's
+				// bandwidth-delay product at the full 200 Mbit/s (3.75
+				// MB), so the application never limits a flow: the
+				// gateways' sharing does. Credit to match.
+				FlowCredit: "16MiB",
+				Workload:   Workload{Pattern: PatternBulk, Flows: 3 * per, Hosts: per, MessageSize: "256KiB", Window: 24},
+			})
+		}
+		return out, nil
 	}
-	return nil, fmt.Errorf("gwload: no built-in scenario %q (have %s, fairness)", name, strings.Join(BuiltinNames, ", "))
+	return nil, fmt.Errorf("gwload: no built-in scenario %q (have %s)", name, strings.Join(BuiltinNames, ", "))
 }

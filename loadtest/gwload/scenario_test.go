@@ -78,8 +78,33 @@ func TestBuiltinsValid(t *testing.T) {
 			}
 		}
 	}
-	if _, err := Builtin("fairness", false); err != ErrFairnessUnsupported {
-		t.Fatalf("fairness: %v", err)
+	if _, err := Builtin("nonesuch", false); err == nil {
+		t.Fatal("unknown built-in accepted")
+	}
+}
+
+func TestSourcesValidated(t *testing.T) {
+	base := Scenario{Sources: []Source{{RTT: 10 * time.Millisecond}, {RTT: 50 * time.Millisecond}},
+		Workload: Workload{Flows: 4, Hosts: 1}}
+	n, err := base.Normalize()
+	if err != nil || n.Sources[0].Name != "src-10ms" {
+		t.Fatalf("%+v %v", n.Sources, err)
+	}
+	for name, mod := range map[string]func(*Scenario){
+		"flows not a multiple": func(s *Scenario) { s.Workload.Flows = 3 },
+		"rtt too small":        func(s *Scenario) { s.Sources[1].RTT = time.Millisecond },
+		"repeated name":        func(s *Scenario) { s.Sources[1].Name = "src-10ms" },
+		"reserved name":        func(s *Scenario) { s.Sources[0].Name = DestRegion },
+		"incast":               func(s *Scenario) { s.Workload = Workload{Pattern: PatternIncast} },
+		"gateway kill":         func(s *Scenario) { s.Faults = []Fault{{At: time.Second, Kind: FaultGatewayKill, Target: "euw-gw1"}} },
+		"too many sources":     func(s *Scenario) { s.Sources = make([]Source, MaxSources+1) },
+	} {
+		s := base
+		s.Sources = append([]Source(nil), base.Sources...)
+		mod(&s)
+		if _, err := s.Normalize(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
 	}
 }
 

@@ -63,6 +63,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/mrgw/mrgw/internal/report"
@@ -145,6 +146,12 @@ type Options struct {
 	Quick bool
 	// Progress, if set, is called before each run.
 	Progress func(i, n int, what string)
+	// Trace, if set, receives a line per 500 ms of every mrgw/rocev2 run:
+	// the sender's counters (sent, retransmitted, lost, timeouts), bytes in
+	// flight against the window, the messages queued, and the emulator's
+	// drops and marks, all as deltas over the interval. It is how a
+	// goodput figure is taken apart (repair, window, CPU).
+	Trace io.Writer
 }
 
 func (o Options) withDefaults() Options {
@@ -249,7 +256,9 @@ func (l Link) emuLink() emu.LinkConfig {
 }
 
 func (l Link) emuConfig() emu.Config {
-	return emu.Config{Planes: l.Planes, Seed: l.Seed, Link: l.emuLink(), MaxDatagram: 4096}
+	// A datagram that would not fit the IP MTU the TCP and QUIC peers get
+	// is truncated and counted by emu, and the run fails (tunnelBulk).
+	return emu.Config{Planes: l.Planes, Seed: l.Seed, Link: l.emuLink(), MaxDatagram: ipMTU - 28}
 }
 
 func (l Link) tunConfig() tunemu.Config {

@@ -47,8 +47,13 @@ func TestKCPAndTunnelThroughEmu(t *testing.T) {
 	ctx := testCtx(t)
 	o := quick().withDefaults()
 	l := o.link(1, 100e6, 20*time.Millisecond, 0.01)
+	var trace strings.Builder
 	for _, p := range []Peer{{System: KCP}, {System: MRGW}} {
-		r, err := Bulk(ctx, p, l, o.Warmup, o.Duration, o)
+		oo := o
+		if p.System == MRGW {
+			oo.Trace = &trace
+		}
+		r, err := Bulk(ctx, p, l, o.Warmup, o.Duration, oo)
 		if err != nil {
 			t.Fatalf("%s: %v", p, err)
 		}
@@ -59,6 +64,12 @@ func TestKCPAndTunnelThroughEmu(t *testing.T) {
 			t.Errorf("%s: goodput %.0f above the link's capacity %.0f", p, r.GoodputBps, l.Capacity())
 		}
 		t.Logf("%s: %.1f Mbit/s, %d retransmits, cc %s", p, r.GoodputBps/1e6, r.Retransmits, r.CC)
+	}
+	// The trace sampled the sender while it ran: a header and at least one
+	// line with the sender's and the emulator's counters (1.5 s at 500 ms).
+	if tr := trace.String(); !strings.HasPrefix(tr, "trace rtt=20ms loss=0.01") || !strings.Contains(tr, "  good=") ||
+		!strings.Contains(tr, "retx=") || !strings.Contains(tr, "link in=") {
+		t.Errorf("mrgw trace:\n%s", tr)
 	}
 }
 

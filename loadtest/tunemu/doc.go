@@ -24,8 +24,8 @@
 // when a packet is ECT and the queue ahead of it is above the threshold, its
 // IPv4 header leaves with CE set and the header checksum recomputed. One
 // dispatcher per direction writes packets into the other TUN at their
-// delivery times, waking on a timerfd (emu.Timer). Planes can be re-tuned,
-// failed and restored while traffic flows.
+// delivery times: emu.Sched, the relay's own delivery scheduler. Planes
+// can be re-tuned, failed and restored while traffic flows.
 //
 // A packet costs the link its IP length minus 28 bytes: that is what
 // loadtest/emu charges for a UDP datagram (its payload; the relay never

@@ -12,7 +12,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -89,19 +88,7 @@ type Stats struct {
 
 // Total sums one direction's planes.
 func (s Stats) Total(d Dir) emu.LinkStats {
-	var t emu.LinkStats
-	for _, l := range s.Links[d] {
-		t.In += l.In
-		t.BytesIn += l.BytesIn
-		t.Delivered += l.Delivered
-		t.BytesDelivered += l.BytesDelivered
-		t.QueueDrops += l.QueueDrops
-		t.LossDrops += l.LossDrops
-		t.DownDrops += l.DownDrops
-		t.CEMarks += l.CEMarks
-		t.MaxQueueBytes = max(t.MaxQueueBytes, l.MaxQueueBytes)
-	}
-	return t
+	return emu.Stats{Links: s.Links}.Total(d)
 }
 
 // Emulator is a running TUN emulator. Its methods are safe for concurrent use.
@@ -122,61 +109,28 @@ type Emulator struct {
 	stopCtx  func() bool
 }
 
+// packet is an IP packet waiting in a plane's FIFO (its delivery time and
+// epoch are in the emu.Item that holds it).
 type packet struct {
 	buf     *[]byte
 	n       int
 	size    int // charged bytes
-	epoch   uint32
-	deliver time.Duration
+	plane   int
 	arrival time.Duration
 }
 
+// direction is one direction's planes; sched (emu's delivery scheduler)
+// writes their packets into the other TUN on time. sched.Mu guards links
+// and rng.
 type direction struct {
 	em    *Emulator
 	dir   Dir
 	out   *os.File
-	timer *emu.Timer
-
-	mu       sync.Mutex
-	links    []*emu.Link
-	fifos    []fifo
-	rng      *rand.Rand
-	closed   bool
-	sleeping bool
-	armedAt  time.Duration
-	gen      atomic.Uint64
-	next     int
+	sched *emu.Sched[packet]
+	links []*emu.Link
+	rng   *rand.Rand
 
 	minTransit atomic.Int64
-}
-
-// fifo is a plane's queue of packets waiting for their delivery time: a
-// ring that grows by doubling, bounded by MaxBuffered.
-type fifo struct {
-	buf     []packet
-	head, n int
-}
-
-func (f *fifo) push(p packet) {
-	if f.n == len(f.buf) {
-		nb := make([]packet, max(16, 2*len(f.buf)))
-		for i := 0; i < f.n; i++ {
-			nb[i] = f.buf[(f.head+i)%len(f.buf)]
-		}
-		f.buf, f.head = nb, 0
-	}
-	f.buf[(f.head+f.n)%len(f.buf)] = p
-	f.n++
-}
-
-func (f *fifo) peek() *packet { return &f.buf[f.head] }
-
-func (f *fifo) pop() packet {
-	p := f.buf[f.head]
-	f.buf[f.head] = packet{}
-	f.head = (f.head + 1) % len(f.buf)
-	f.n--
-	return p
 }
 
 var seq atomic.Uint64
@@ -218,26 +172,38 @@ func New(ctx context.Context, cfg Config) (*Emulator, error) {
 		return nil, err
 	}
 	for d := range e.dirs {
-		t, err := emu.NewTimer()
-		if err != nil {
-			e.teardown()
-			return nil, err
-		}
 		dd := &direction{
-			em: e, dir: Dir(d), out: e.tun[Site(d).Other()], timer: t,
-			links: make([]*emu.Link, cfg.Planes), fifos: make([]fifo, cfg.Planes),
-			rng:     rand.New(rand.NewPCG(cfg.Seed, uint64(d)+0x7e57)),
-			armedAt: math.MaxInt64,
+			em: e, dir: Dir(d), out: e.tun[Site(d).Other()],
+			links: make([]*emu.Link, cfg.Planes),
+			rng:   rand.New(rand.NewPCG(cfg.Seed, uint64(d)+0x7e57)),
 		}
 		dd.minTransit.Store(math.MaxInt64)
 		for i := range dd.links {
 			dd.links[i], _ = emu.NewLink(cfg.Link)
 		}
+		var err error
+		dd.sched, err = emu.NewSched(emu.SchedConfig[packet]{
+			Queues: cfg.Planes, Now: e.now, Batch: 64,
+			Stale: func(plane int, it *emu.Item[packet]) bool { return it.Epoch != dd.links[plane].Epoch() },
+			Drop: func(plane int, it emu.Item[packet]) {
+				dd.links[plane].DroppedInFlight() // was in flight when the plane failed
+				e.buffered.Add(-1)
+				e.pool.Put(it.V.buf)
+			},
+			Send: dd.send,
+		})
+		if err != nil {
+			e.teardown()
+			return nil, err
+		}
 		e.dirs[d] = dd
 	}
 	e.wg.Add(4)
 	for d := range e.dirs {
-		go e.dirs[d].run()
+		go func() {
+			defer e.wg.Done()
+			e.dirs[d].sched.Run()
+		}()
 		go e.readLoop(Site(d))
 	}
 	e.stopCtx = context.AfterFunc(ctx, func() { e.shutdown() })
@@ -401,9 +367,9 @@ func (e *Emulator) readLoop(s Site) {
 		plane := emu.PlaneFor(emu.FlowHash(e.cfg.Seed, d.dir, proto, src, dst), e.cfg.Planes)
 		size := max(n-HeaderCharge, 1)
 		now := e.now()
-		d.mu.Lock()
-		if d.closed {
-			d.mu.Unlock()
+		d.sched.Mu.Lock()
+		if d.sched.Closed() {
+			d.sched.Mu.Unlock()
 			e.pool.Put(bp)
 			return
 		}
@@ -418,17 +384,14 @@ func (e *Emulator) readLoop(s Site) {
 			if ev.ECNOut == ecn.CE && ev.ECNIn != ecn.CE {
 				setCE(b)
 			}
-			d.fifos[plane].push(packet{buf: bp, n: n, size: size, epoch: l.Epoch(), deliver: ev.Deliver, arrival: now})
+			d.sched.Push(plane, emu.Item[packet]{Deliver: ev.Deliver, Epoch: l.Epoch(),
+				V: packet{buf: bp, n: n, size: size, plane: plane, arrival: now}})
 			e.buffered.Add(1)
 			taken = true
-			if d.sleeping && ev.Deliver < d.armedAt {
-				d.armedAt = ev.Deliver
-				d.timer.Arm(ev.Deliver - earlyWake - now)
-			}
 		}
-		d.mu.Unlock()
+		d.sched.Mu.Unlock()
 		if taken {
-			d.gen.Add(1)
+			d.sched.Kick()
 		} else {
 			e.pool.Put(bp)
 		}
@@ -438,106 +401,28 @@ func (e *Emulator) readLoop(s Site) {
 	}
 }
 
-const (
-	earlyWake  = 50 * time.Microsecond
-	spinWindow = 60 * time.Microsecond
-)
-
 func (d *direction) isClosed() bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.closed
+	d.sched.Mu.Lock()
+	defer d.sched.Mu.Unlock()
+	return d.sched.Closed()
 }
 
-// run is the direction's dispatcher (the same scheduling as emu's).
-func (d *direction) run() {
-	defer d.em.wg.Done()
-	batch := make([]packet, 0, 64)
-	for {
-		gen := d.gen.Load()
-		var next time.Duration
-		var sleep, ok bool
-		batch, next, sleep, ok = d.collect(batch[:0])
-		switch {
-		case !ok:
-			return
-		case len(batch) > 0:
-			d.send(batch)
-		case sleep:
-			if !d.timer.Wait() {
-				return
-			}
-		default:
-			for d.em.now() < next && d.gen.Load() == gen {
-				runtime.Gosched()
-			}
-		}
-	}
-}
-
-func (d *direction) collect(batch []packet) (_ []packet, next time.Duration, sleep, ok bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
-		return batch, 0, false, false
-	}
-	d.sleeping = false
-	now := d.em.now()
-	next = time.Duration(math.MaxInt64)
-	np := len(d.links)
-	start := d.next
-	d.next = (d.next + 1) % np
-	for i := 0; i < np; i++ {
-		p := (start + i) % np
-		f := &d.fifos[p]
-		l := d.links[p]
-		for f.n > 0 {
-			h := f.peek()
-			if h.deliver > now || len(batch) == cap(batch) {
-				next = min(next, h.deliver)
-				break
-			}
-			p := f.pop()
-			if p.epoch != l.Epoch() {
-				l.DroppedInFlight() // was in flight when the plane failed
-				d.em.buffered.Add(-1)
-				d.em.pool.Put(p.buf)
-				continue
-			}
-			batch = append(batch, p)
-			l.Delivered(p.size)
-		}
-	}
-	if len(batch) > 0 || next-now <= spinWindow {
-		return batch, next, false, true
-	}
-	d.sleeping = true
-	if next == math.MaxInt64 {
-		if d.armedAt != math.MaxInt64 {
-			d.timer.Disarm()
-		}
-	} else {
-		d.timer.Arm(next - earlyWake - now)
-	}
-	d.armedAt = next
-	return batch, next, true, true
-}
-
-func (d *direction) send(batch []packet) {
+// send writes due packets into the other TUN (on the dispatcher).
+func (d *direction) send(items []emu.Item[packet]) {
 	em := d.em
 	now := em.now()
-	for i := range batch {
-		p := &batch[i]
+	for i := range items {
+		p := &items[i].V
 		if t := int64(now - p.arrival); t < d.minTransit.Load() {
 			d.minTransit.Store(t) // only this goroutine writes it
 		}
 		if _, err := d.out.Write((*p.buf)[:p.n]); err != nil {
 			em.wrErr.Add(1)
 		}
+		d.links[p.plane].Delivered(p.size)
 		em.pool.Put(p.buf)
-		batch[i] = packet{}
 	}
-	em.buffered.Add(-int64(len(batch)))
+	em.buffered.Add(-int64(len(items)))
 }
 
 // PlaneOf returns the plane that carries packets of protocol proto from src
@@ -562,8 +447,8 @@ func (e *Emulator) SetLink(d Dir, plane int, l emu.LinkConfig) error {
 		return fmt.Errorf("%w: direction %d", emu.ErrInvalid, d)
 	}
 	dd := e.dirs[d]
-	dd.mu.Lock()
-	defer dd.mu.Unlock()
+	dd.sched.Mu.Lock()
+	defer dd.sched.Mu.Unlock()
 	return dd.links[plane].SetConfig(e.now(), l)
 }
 
@@ -593,13 +478,13 @@ func (e *Emulator) setDown(plane int, down bool) error {
 		return err
 	}
 	for _, d := range e.dirs {
-		d.mu.Lock()
+		d.sched.Mu.Lock()
 		if down {
 			d.links[plane].Fail(e.now())
 		} else {
 			d.links[plane].Restore()
 		}
-		d.mu.Unlock()
+		d.sched.Mu.Unlock()
 	}
 	return nil
 }
@@ -635,10 +520,12 @@ func (e *Emulator) Close() error {
 func (e *Emulator) shutdown() {
 	e.once.Do(func() {
 		for _, d := range e.dirs {
-			d.mu.Lock()
-			d.closed = true
-			d.timer.Close()
-			d.mu.Unlock()
+			if d == nil {
+				continue
+			}
+			d.sched.Mu.Lock()
+			d.sched.Close()
+			d.sched.Mu.Unlock()
 		}
 		for _, f := range e.tun {
 			f.Close() // wakes the readers
@@ -646,10 +533,8 @@ func (e *Emulator) shutdown() {
 		e.wg.Wait()
 		e.tun = [2]*os.File{}
 		for _, d := range e.dirs {
-			for i := range d.fifos {
-				for d.fifos[i].n > 0 {
-					e.pool.Put(d.fifos[i].pop().buf)
-				}
+			if d != nil {
+				d.sched.Drain(func(it emu.Item[packet]) { e.pool.Put(it.V.buf) })
 			}
 		}
 		e.buffered.Store(0)

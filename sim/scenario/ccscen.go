@@ -130,8 +130,12 @@ var RTTFairnessRTTs = []time.Duration{10 * time.Millisecond, 50 * time.Milliseco
 // bottleneck in the fabric (receiver hints off, so only the sender loop can
 // share it), each controller in turn. Target for ours: Jain index >= 0.95.
 func RTTFairness(o Options) ([]report.Row, error) {
+	return rttFairness(o, append(append([]string{}, LongRTTControllers...), Baselines...))
+}
+
+// rttFairness runs the rtt-fairness scenario for the named controllers.
+func rttFairness(o Options, names []string) ([]report.Row, error) {
 	rate := o.rateOr(10e9)
-	names := append(append([]string{}, LongRTTControllers...), Baselines...)
 	var rows []report.Row
 	var runs []namedRun
 	base := RTTFairnessRTTs[0]
@@ -264,9 +268,11 @@ const IncastSenders = 64
 
 // Incast runs 64 senders into one receiver at data-center round trip (10 µs)
 // over a 100 Gbit/s link, with dc-aimd and the baselines. Reported: round
-// trips from the first data until every sender's pacing rate stays within
-// 10% of its fair share (target: at most 2), the peak queue, queue drops and
-// the Jain index of the senders' goodput.
+// trips from the first sender's connection until, for the rest of the run,
+// every sender's pacing rate stays within 10% of its fair share AND the
+// bottleneck queue stays below one bandwidth-delay product (target: at most
+// 2), the peak queue, queue drops and the Jain index of the senders'
+// goodput.
 func Incast(o Options) ([]report.Row, error) {
 	rate := o.rateOr(100e9)
 	rtt := 10 * time.Microsecond
@@ -288,9 +294,13 @@ func Incast(o Options) ([]report.Row, error) {
 		}
 		rw := ccRow("incast", "", s, r)
 		rw.Shares = nil
-		start := time.Duration(0)
+		// Counted from the first sender's connection: the incast starts
+		// there, and senders not yet connected are not at their share.
+		start := time.Duration(-1)
 		for _, t := range r.ConnectedAt {
-			start = max(start, t)
+			if t >= 0 && (start < 0 || t < start) {
+				start = t
+			}
 		}
 		share := rate / float64(IncastSenders)
 		target := make([]float64, IncastSenders)
@@ -302,11 +312,20 @@ func Incast(o Options) ([]report.Row, error) {
 			from++
 		}
 		k := settleIndex(r.Rate, target, from, 0.10)
-		if k >= 0 {
-			rw.SettleRTTs = float64(r.Times[k]-start) / float64(rtt)
+		// The queue must have come down too: rates at the share over a
+		// standing queue are not settled.
+		bdp := rate / 8 * rtt.Seconds()
+		for q := len(r.Queue) - 1; k >= 0 && q >= k; q-- {
+			if r.Queue[q] > bdp {
+				k = q + 1
+				break
+			}
+		}
+		if k >= 0 && k < len(r.Times) {
+			rw.SettleRTTs = max(0, float64(r.Times[k]-start)/float64(rtt))
 		} else {
 			rw.SettleRTTs = -1
-			rw.Note = "rates never settled within 10% of the share"
+			rw.Note = "rates never settled within 10% of the share with the queue below one BDP"
 		}
 		rows = append(rows, rw)
 		runs = append(runs, namedRun{name, s, r})

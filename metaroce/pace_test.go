@@ -1,0 +1,62 @@
+package metaroce
+
+import (
+	"testing"
+	"time"
+)
+
+// TestPacerCatchesUpAfterALateDriver: a connection waiting for its next
+// pacing slot whose driver comes back late sends what fell due meanwhile,
+// up to half its smallest round trip, and counts only what lies beyond as
+// forfeit; after an idle spell it allows only the small slack and counts
+// nothing.
+func TestPacerCatchesUpAfterALateDriver(t *testing.T) {
+	const rate = 25e6 // bytes/s: 200 Mbit/s
+	const size = 1500
+	gap := time.Duration(float64(size) / rate * 1e9) // 60 µs
+	c := &Conn{ep: &Endpoint{cfg: Config{PacingSlack: 2 * time.Millisecond}}, minRTT: 50 * time.Millisecond}
+
+	// Waiting for the pacer, the driver comes back 30 ms late: 25 ms
+	// (RTT/2) may be caught up, 5 ms are forfeit.
+	c.nextSend = 10 * time.Millisecond
+	c.paceWait = true
+	now := 40 * time.Millisecond
+	c.pace(now, size, rate)
+	if want := now - 25*time.Millisecond + gap; c.nextSend != want {
+		t.Errorf("after a late wake-up nextSend = %v, want %v", c.nextSend, want)
+	}
+	if got := time.Duration(c.Stats.PacingForfeitNs); got != 5*time.Millisecond {
+		t.Errorf("forfeit %v, want 5ms", got)
+	}
+	// Everything due is sent at once: count the packets the pacer lets
+	// through at this instant.
+	n := 1
+	for c.nextSend <= now && n < 10000 {
+		c.pace(now, size, rate)
+		n++
+	}
+	if want := int(25*time.Millisecond/gap) + 1; n < want-1 || n > want+1 {
+		t.Errorf("caught up %d packets at once, want about %d (25 ms at the rate)", n, want)
+	}
+
+	// After an idle spell (the last poll did not stop for the pacer), only
+	// the small slack applies and nothing is counted as forfeit.
+	before := c.Stats.PacingForfeitNs
+	c.paceWait = false
+	now = time.Second
+	c.pace(now, size, rate)
+	if want := now - 2*time.Millisecond + gap; c.nextSend != want {
+		t.Errorf("after idle nextSend = %v, want %v", c.nextSend, want)
+	}
+	if c.Stats.PacingForfeitNs != before {
+		t.Errorf("idle time counted as forfeit: %d ns", c.Stats.PacingForfeitNs-before)
+	}
+
+	// Without an RTT sample yet, a late driver gets the configured slack.
+	d := &Conn{ep: &Endpoint{cfg: Config{PacingSlack: 2 * time.Millisecond}}}
+	d.nextSend, d.paceWait = 0, true
+	d.pace(10*time.Millisecond, size, rate)
+	if want := 8*time.Millisecond + gap; d.nextSend != want {
+		t.Errorf("no RTT yet: nextSend = %v, want %v", d.nextSend, want)
+	}
+}

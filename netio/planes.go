@@ -1,0 +1,143 @@
+//go:build linux
+
+package netio
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/mrgw/mrgw/tunnel/seal"
+)
+
+// Per-plane counters.
+//
+// A plane is an index: a listening socket of Config.ExtraListen is plane
+// j for ExtraListen[j], and a path socket bound to Peer.Locals[i mod n]
+// (or Config.PlaneAddrs[i mod n]) is plane i mod n. A gateway lists its
+// planes in the same order in both, so the index names one plane. The
+// primary listening socket and path sockets bound to Listen's address
+// belong to no plane and are not counted here (Stats counts everything).
+
+// MaxPlanes is the number of planes counted; sockets of larger indexes
+// are counted in Stats only.
+const MaxPlanes = 64
+
+// PlaneStats are the datagrams exchanged with one peer over one plane.
+type PlaneStats struct {
+	Plane                int
+	TxDatagrams, TxBytes uint64 // handed to a sender goroutine (plaintext bytes)
+	RxDatagrams, RxBytes uint64 // delivered to the protocol (plaintext bytes)
+}
+
+// PlaneDrops are the datagrams a plane's listening socket dropped before
+// the protocol saw them.
+type PlaneDrops struct {
+	Plane int
+	// UnknownSource: from no known peer. OpenErrors: refused by a Sealer,
+	// indexed by seal.Error (0: an error of another type).
+	UnknownSource uint64
+	OpenErrors    [seal.NumErrors]uint64
+}
+
+type planeCounter struct{ tx, txBytes, rx, rxBytes atomic.Uint64 }
+
+type peerPlanes [MaxPlanes]planeCounter
+
+type dropCounters struct {
+	unknown atomic.Uint64
+	open    [seal.NumErrors]atomic.Uint64
+}
+
+// planeSet holds the per-peer counters; the owner goroutine caches the
+// pointers (ownerState.planes) so that counting takes no lock.
+type planeSet struct {
+	mu    sync.Mutex
+	peers map[PeerID]*peerPlanes
+}
+
+// planeCounters returns peer's counters, creating them on first use; nil
+// when MaxPeers peers already have counters. Owner goroutine only.
+func (e *Endpoint) planeCounters(peer PeerID) *peerPlanes {
+	o := &e.owner
+	if c := o.planes[peer]; c != nil {
+		return c
+	}
+	e.planeSet.mu.Lock()
+	defer e.planeSet.mu.Unlock()
+	if e.planeSet.peers == nil {
+		e.planeSet.peers = map[PeerID]*peerPlanes{}
+	}
+	c := e.planeSet.peers[peer]
+	if c == nil {
+		if len(e.planeSet.peers) >= e.cfg.MaxPeers {
+			return nil
+		}
+		c = new(peerPlanes)
+		e.planeSet.peers[peer] = c
+	}
+	o.planes[peer] = c
+	return c
+}
+
+func (e *Endpoint) countTx(peer PeerID, plane int, bytes int) {
+	if plane < 0 || plane >= MaxPlanes {
+		return
+	}
+	if c := e.planeCounters(peer); c != nil {
+		c[plane].tx.Add(1)
+		c[plane].txBytes.Add(uint64(bytes))
+	}
+}
+
+func (e *Endpoint) countRx(peer PeerID, plane int, bytes int) {
+	if plane < 0 || plane >= MaxPlanes {
+		return
+	}
+	if c := e.planeCounters(peer); c != nil {
+		c[plane].rx.Add(1)
+		c[plane].rxBytes.Add(uint64(bytes))
+	}
+}
+
+// PlaneStats returns the per-plane counters of peer, for the planes that
+// carried something, in plane order. Safe for concurrent use.
+func (e *Endpoint) PlaneStats(peer PeerID) []PlaneStats {
+	e.planeSet.mu.Lock()
+	c := e.planeSet.peers[peer]
+	e.planeSet.mu.Unlock()
+	if c == nil {
+		return nil
+	}
+	var out []PlaneStats
+	for i := range c {
+		s := PlaneStats{Plane: i, TxDatagrams: c[i].tx.Load(), TxBytes: c[i].txBytes.Load(),
+			RxDatagrams: c[i].rx.Load(), RxBytes: c[i].rxBytes.Load()}
+		if s.TxDatagrams != 0 || s.RxDatagrams != 0 {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// PlaneDrops returns the drop counters of every plane listening socket
+// (Config.ExtraListen), in plane order. Safe for concurrent use.
+func (e *Endpoint) PlaneDrops() []PlaneDrops {
+	out := make([]PlaneDrops, 0, len(e.listens)-1)
+	for _, s := range e.listens[1:] {
+		d := PlaneDrops{Plane: s.plane, UnknownSource: s.drops.unknown.Load()}
+		for i := range d.OpenErrors {
+			d.OpenErrors[i] = s.drops.open[i].Load()
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// countOpenErrorOn counts a Sealer's refusal on s's plane too.
+func (s *sock) countOpenError(err error) {
+	if se, ok := err.(seal.Error); ok && int(se) < len(s.drops.open) {
+		s.drops.open[se].Add(1)
+		return
+	}
+	s.drops.open[0].Add(1)
+}

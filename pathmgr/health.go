@@ -1,0 +1,207 @@
+package pathmgr
+
+import "time"
+
+// Path-health gossip, both ends of it.
+//
+// A gateway summarises its paths to a peer per plane (PlaneSummary) and
+// publishes the summary's verdict; one bad path is not a dead plane, so the
+// verdict is "down" only when no path of the plane can carry data. Other
+// gateways feed the verdicts they receive into Reports, which says when to
+// take their own paths over that plane out of service before their own
+// timeouts fire. The state machine of the paths stays in Set: a plane
+// avoided on a report is marked down and probed back like any failed path,
+// so a wrong report costs a few probe round trips, not the plane.
+
+// PlaneSummary aggregates the paths of a set that use one plane.
+type PlaneSummary struct {
+	Paths   int // paths on the plane
+	Usable  int // up or suspect
+	Suspect int
+	Probing int
+	// SRTT is the mean smoothed RTT of the usable paths that have one (0:
+	// none has).
+	SRTT time.Duration
+	// Cumulative counters of the plane's paths since their set was created.
+	Sent, Acked, Lost, Marked uint64
+}
+
+// PlaneSummary aggregates the paths that planeOf places on plane.
+func (s *Set) PlaneSummary(plane int, planeOf PlaneMap) PlaneSummary {
+	var ps PlaneSummary
+	var rttSum time.Duration
+	rtts := 0
+	for i := range s.Paths {
+		p := &s.Paths[i]
+		if planeOf(i, p.Entropy) != plane {
+			continue
+		}
+		ps.Paths++
+		ps.Sent += p.SentPackets
+		ps.Acked += p.AckedPackets
+		ps.Lost += p.LostPackets
+		ps.Marked += p.MarkedPackets
+		switch p.State {
+		case Up:
+			ps.Usable++
+		case Suspect:
+			ps.Usable++
+			ps.Suspect++
+		case Probing:
+			ps.Probing++
+		}
+		if p.State.Usable() && p.hasRTT {
+			rttSum += p.SRTT
+			rtts++
+		}
+	}
+	if rtts > 0 {
+		ps.SRTT = rttSum / time.Duration(rtts)
+	}
+	return ps
+}
+
+// State is the plane's verdict: down when none of its paths can carry data
+// (probing when some of them already answer probes again), suspect when
+// fewer than half can or any timed out, up otherwise. A plane without paths
+// is up: there is nothing to say against it.
+func (ps PlaneSummary) State() State {
+	switch {
+	case ps.Paths == 0:
+		return Up
+	case ps.Usable == 0 && ps.Probing > 0:
+		return Probing
+	case ps.Usable == 0:
+		return Down
+	case 2*ps.Usable < ps.Paths || ps.Suspect > 0:
+		return Suspect
+	}
+	return Up
+}
+
+// PeerReport is another gateway's verdict on its paths to Peer over Plane
+// (an index into this gateway's planes).
+type PeerReport struct {
+	From, Peer string
+	Plane      int
+	State      State
+}
+
+// ReportsConfig bounds Reports.
+type ReportsConfig struct {
+	// TTL is how long a report is believed after it arrived, unless a newer
+	// one from the same reporter replaces it.
+	TTL time.Duration
+	// Max is the most reports kept (one per reporter, peer and plane).
+	Max int
+}
+
+// DefaultReportsConfig matches region's default health TTL.
+func DefaultReportsConfig() ReportsConfig {
+	return ReportsConfig{TTL: 30 * time.Second, Max: 4096}
+}
+
+type reportKey struct {
+	from, peer string
+	plane      int
+}
+
+type reportEntry struct {
+	state   State
+	expires time.Duration
+}
+
+// Reports holds the plane verdicts other gateways published and decides
+// when they should take this gateway's paths down.
+//
+// Hysteresis: a reporter's "down" acts once, when it starts (no report
+// from that reporter on that peer and plane, an expired one, or one that
+// was not down); repeats of it only keep it alive. So when this gateway's
+// own probes bring the paths back while the reporter still says down
+// (its own NIC on the plane failed, say), the paths stay up: first-hand
+// evidence wins over hearsay. A report that is not "down" ends the
+// reporter's episode; one that expires does too.
+//
+// Like Set, Reports does no I/O and takes time as an argument; it is not
+// safe for concurrent use.
+type Reports struct {
+	cfg     ReportsConfig
+	entries map[reportKey]*reportEntry
+}
+
+// NewReports returns an empty Reports; zero fields of cfg take
+// DefaultReportsConfig's.
+func NewReports(cfg ReportsConfig) *Reports {
+	d := DefaultReportsConfig()
+	if cfg.TTL <= 0 {
+		cfg.TTL = d.TTL
+	}
+	if cfg.Max <= 0 {
+		cfg.Max = d.Max
+	}
+	return &Reports{cfg: cfg, entries: map[reportKey]*reportEntry{}}
+}
+
+// Add records r, received at now. It returns true when r starts a down
+// episode: the caller should take its usable paths to r.Peer over r.Plane
+// down now (Set.MarkDown, keeping at least one usable path).
+func (rs *Reports) Add(now time.Duration, r PeerReport) bool {
+	k := reportKey{r.From, r.Peer, r.Plane}
+	e := rs.entries[k]
+	wasDown := e != nil && now < e.expires && e.state == Down
+	if e == nil {
+		if len(rs.entries) >= rs.cfg.Max {
+			rs.evict(now)
+		}
+		e = &reportEntry{}
+		rs.entries[k] = e
+	}
+	e.state, e.expires = r.State, now+rs.cfg.TTL
+	return r.State == Down && !wasDown
+}
+
+// evict drops expired entries, or else the one closest to expiry.
+func (rs *Reports) evict(now time.Duration) {
+	var victim reportKey
+	var found bool
+	var soonest time.Duration
+	for k, e := range rs.entries {
+		if now >= e.expires {
+			delete(rs.entries, k)
+			continue
+		}
+		if !found || e.expires < soonest {
+			victim, soonest, found = k, e.expires, true
+		}
+	}
+	if len(rs.entries) >= rs.cfg.Max && found {
+		delete(rs.entries, victim)
+	}
+}
+
+// Expire forgets the reports that expired by now and returns how many.
+func (rs *Reports) Expire(now time.Duration) int {
+	n := 0
+	for k, e := range rs.entries {
+		if now >= e.expires {
+			delete(rs.entries, k)
+			n++
+		}
+	}
+	return n
+}
+
+// Down reports whether some gateway's unexpired report says plane towards
+// peer is down. A connection that comes up while it is starts with that
+// plane's paths down (probed back as usual).
+func (rs *Reports) Down(now time.Duration, peer string, plane int) bool {
+	for k, e := range rs.entries {
+		if k.peer == peer && k.plane == plane && e.state == Down && now < e.expires {
+			return true
+		}
+	}
+	return false
+}
+
+// Len returns the number of reports held.
+func (rs *Reports) Len() int { return len(rs.entries) }
