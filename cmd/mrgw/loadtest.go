@@ -188,13 +188,30 @@ share of the machine the run had).`,
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), "## datapath (loopback)")
 			fmt.Fprintln(cmd.OutOrStdout())
+			// A row has either throughput figures or a per-packet cost
+			// (the AEAD rows): leave the others' cells empty.
+			num := func(v float64, f func(float64) string) string {
+				if v == 0 {
+					return ""
+				}
+				return f(v)
+			}
+			fixed := func(format string) func(float64) string {
+				return func(v float64) string { return fmt.Sprintf(format, v) }
+			}
 			return report.WriteTable(cmd.OutOrStdout(), rows,
 				report.ColSystem,
-				report.Column{Title: "goodput", Value: func(r *report.Row) string { return report.FormatBps(r.GoodputBps) }},
-				report.Column{Title: "raw UDP", Value: func(r *report.Row) string { return report.FormatBps(r.RawUDPBps) }},
-				report.Column{Title: "ratio", Value: func(r *report.Row) string { return fmt.Sprintf("%.2f", r.RatioToRawUDP) }},
-				report.Column{Title: "CPU cores per Gbit/s", Value: func(r *report.Row) string { return fmt.Sprintf("%.3f", r.CPUPerGbps) }},
-				report.Column{Title: "allocs/pkt", Value: func(r *report.Row) string { return fmt.Sprintf("%.2f", r.AllocsPerPacket) }},
+				report.Column{Title: "goodput", Value: func(r *report.Row) string { return num(r.GoodputBps, report.FormatBps) }},
+				report.Column{Title: "raw UDP", Value: func(r *report.Row) string { return num(r.RawUDPBps, report.FormatBps) }},
+				report.Column{Title: "ratio", Value: func(r *report.Row) string { return num(r.RatioToRawUDP, fixed("%.2f")) }},
+				report.Column{Title: "CPU cores per Gbit/s", Value: func(r *report.Row) string { return num(r.CPUPerGbps, fixed("%.3f")) }},
+				report.Column{Title: "allocs/pkt", Value: func(r *report.Row) string {
+					if r.NsPerPacket > 0 {
+						return ""
+					}
+					return fmt.Sprintf("%.3f", r.AllocsPerPacket)
+				}},
+				report.Column{Title: "ns/pkt", Value: func(r *report.Row) string { return num(r.NsPerPacket, fixed("%.0f")) }},
 				report.Column{Title: "note", Value: func(r *report.Row) string { return r.Note }},
 			)
 		},
