@@ -126,8 +126,10 @@ func TestPlaneFailure(t *testing.T) {
 	// timing: the goodput of placed bytes (which sampling does not make
 	// bursty) comes back to (P-1)/P of its level before the failure within
 	// the transfer, and does not collapse afterwards (at least half of its
-	// level before, averaged until the tail). The sustained ratio and the
-	// recovery time in round trips are logged and recorded in the docs.
+	// level before, averaged until the tail; not under the race detector,
+	// where the CPU, not the planes, bounds the transfer). The sustained
+	// ratio and the recovery time in round trips are logged and recorded in
+	// the docs.
 	placed := samp.Series()
 	end := tail(placed, uint64(total)*95/100)
 	for _, v := range []struct {
@@ -147,7 +149,7 @@ func TestPlaneFailure(t *testing.T) {
 		if rep.RTTs < 0 {
 			t.Errorf("%s: goodput never came back to %.2f of the %.1f Mbit/s before the failure",
 				v.name, target, rep.Before/1e6)
-		} else if rep.After < rep.Before/2 {
+		} else if !raceOn && rep.After < rep.Before/2 {
 			t.Errorf("%s: goodput collapsed after recovery: %.1f Mbit/s, below half the %.1f Mbit/s before the failure",
 				v.name, rep.After/1e6, rep.Before/1e6)
 		}
