@@ -111,6 +111,14 @@ func (f *FairShare) Account(now time.Duration, sender uint64, bytes int, ce bool
 	f.roll(now)
 }
 
+// SetCapacity changes the capacity while senders are counted (a live
+// reload): shares fall back to the equal split of the new capacity at once
+// and are measured again from the next window.
+func (f *FairShare) SetCapacity(bps float64) {
+	f.CapacityBps = bps
+	f.level = 0
+}
+
 // Forget removes sender at once (its connection closed).
 func (f *FairShare) Forget(sender uint64) {
 	if _, ok := f.last[sender]; ok {

@@ -57,6 +57,9 @@ type Options struct {
 	DrainTimeout time.Duration
 }
 
+// hostHintScale: see Config.AcceptOptions in protocol.
+const hostHintScale = 8
+
 // hostPeerBase is the first netio peer id given to hosts; ids below it are
 // peer gateways (one per configured remote gateway).
 const hostPeerBase = 1 << 20
@@ -339,12 +342,14 @@ func (g *Gateway) protocol(cfg *config.Config) metaroce.Config {
 			if peer < hostPeerBase {
 				return metaroce.ConnOptions{CC: g.wanCC, Paths: cfg.WAN.PathsPerPeer}
 			}
-			// Hosts get no share of the WAN capacity: their data leaves
-			// over the WAN, it does not arrive over it. They are held back
-			// by their credits and their own (LAN) controller, so that
-			// the WAN connection's weighted scheduler, not the hosts'
-			// hints, decides how classes share the WAN.
-			return metaroce.ConnOptions{CC: g.lanCC, NoRateHint: true}
+			// Hosts are told hostHintScale times their share of the WAN
+			// capacity: enough that the queue forms here, where the WAN
+			// connection's scheduler weighs classes (at exactly their
+			// share, their own class-blind schedulers decided), little
+			// enough that an incast of hosts stays paced (with no hint at
+			// all, hosts sent at LAN rate and an incast of 12 starved the
+			// gateway's WAN connections under load).
+			return metaroce.ConnOptions{CC: g.lanCC, RateHintScale: hostHintScale}
 		},
 	}
 	if g.opts.Protocol != nil {

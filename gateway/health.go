@@ -17,21 +17,30 @@ import (
 // gateway per plane (path i crosses plane i mod len(wan.planes)) and
 // publishes each plane's verdict through region.Cluster.PublishHealth: at
 // once when the verdict changes (a path transition), and again every
-// healthRefresh so the report does not expire while it holds. A plane is
+// health TTL / 3 (healthState.refresh) so the report does not expire
+// while it holds. A plane is
 // published down only when none of its paths can carry data.
 //
 // Receiving: every report another gateway publishes about a gateway this
-// one has a WAN connection to, or by such a gateway (its side of the
-// plane failed, towards whomever), goes into a pathmgr.Reports. A
-// report that starts a down episode takes this gateway's usable paths
-// over that plane to that peer down at once (never the last usable path);
-// they are probed back like any failed path, so a wrong report costs a
-// few round trips. A connection that comes up while a down report holds
+// one has a WAN connection to, and that gateway's reports about this one
+// (the same plane between the two, the other direction), go into a
+// pathmgr.Reports. A report that starts a down episode (at most one action
+// per peer and plane every hold-down, 10 s) takes this gateway's usable
+// paths over that plane to that peer down at once, unless that would
+// leave the connection no usable path on another plane: a report never
+// takes a connection's last plane (with one configured plane, reports are
+// never acted on; the plane cannot be told apart from the peer). The paths
+// are probed back like any failed path, so a wrong report costs a few
+// round trips. A connection that comes up while a down report holds
 // starts with that plane's paths down.
 
 // healthQueue bounds the reports waiting to be published; when it is full
 // a report is dropped and published at the next snapshot instead.
 const healthQueue = 256
+
+// healthHoldDown: after a report took a peer's plane down, no report on
+// that peer and plane acts again for this long (pathmgr.ReportsConfig).
+const healthHoldDown = 10 * time.Second
 
 // healthKey names one (peer, plane) summary this gateway publishes.
 type healthKey struct {
@@ -50,9 +59,10 @@ type healthPub struct {
 type healthState struct {
 	reports   *pathmgr.Reports
 	published map[healthKey]*healthPub
-	// hearsay: planes this gateway took down on another's report; it
-	// publishes nothing about them until its own paths speak again, so
-	// that one gateway's report is not echoed as everyone's.
+	// hearsay: planes this gateway took down on a third gateway's report
+	// (not the peer's own); it publishes nothing about them until its own
+	// paths speak again, so that one gateway's report is not echoed as
+	// everyone's.
 	hearsay map[healthKey]bool
 	refresh time.Duration
 	avoided uint64 // paths taken down on reports
@@ -60,7 +70,7 @@ type healthState struct {
 
 func newHealthState(ttl time.Duration) healthState {
 	return healthState{
-		reports:   pathmgr.NewReports(pathmgr.ReportsConfig{TTL: ttl, Max: region.DefaultMaxHealthReports}),
+		reports:   pathmgr.NewReports(pathmgr.ReportsConfig{TTL: ttl, Max: region.DefaultMaxHealthReports, HoldDown: healthHoldDown}),
 		published: map[healthKey]*healthPub{},
 		hearsay:   map[healthKey]bool{},
 		refresh:   ttl / 3,
@@ -76,8 +86,8 @@ func (g *Gateway) planeOf(path int, _ uint16) int {
 }
 
 // publishPlanes publishes the verdict of every plane of ci's connection
-// whose verdict changed, or all of them when refresh is true and their
-// last report is older than the refresh period.
+// whose verdict changed and, when all is true, of every plane whose last
+// report is older than the refresh period.
 func (r *relay) publishPlanes(ci *connInfo, wall time.Time, all bool) {
 	p := ci.wan
 	if p == nil || !ci.up || ci.dead {
@@ -131,31 +141,58 @@ func delta(cur, prev uint64) uint64 {
 
 // onReport takes in another gateway's verdict on plane towards peer.
 func (r *relay) onReport(now time.Duration, from string, peer *wanPeer, plane int, st pathmgr.State) {
-	if !r.health.reports.Add(now, pathmgr.PeerReport{From: from, Peer: peer.name, Plane: plane, State: st}) {
-		return
+	if r.health.reports.Add(now, pathmgr.PeerReport{From: from, Peer: peer.name, Plane: plane, State: st}) {
+		r.actOnReport(now, from, peer, plane)
 	}
+}
+
+// actOnReports acts on the reports the hold-down held back, now due.
+func (r *relay) actOnReports(now time.Duration) {
+	for _, d := range r.health.reports.Due(nil, now) {
+		if p := r.g.byName[d.Peer]; p != nil {
+			r.actOnReport(now, d.From, p, d.Plane)
+		}
+	}
+}
+
+// actOnReport takes peer's plane down on from's report.
+func (r *relay) actOnReport(now time.Duration, from string, peer *wanPeer, plane int) {
 	ci := r.wan[peer]
 	if ci == nil || ci.dead {
 		return // a connection that comes up later consults the reports
 	}
-	n := r.avoidPlane(now, ci, plane, fmt.Sprintf("peer report: %s saw plane %s down", from, r.g.planeName(plane)))
-	r.g.log.Info("path-health report: plane avoided", "from", from, "peer", peer.name, "plane", r.g.planeName(plane), "paths", n)
+	// The peer's own report on us is about this very link: this gateway
+	// may repeat it (others connected to the peer learn of the plane
+	// from it). A third gateway's report it does not echo.
+	n := r.avoidPlane(now, ci, plane, from != peer.name, fmt.Sprintf("peer report: %s saw plane %s down", from, r.g.planeName(plane)))
+	if n > 0 {
+		r.g.log.Info("path-health report: plane avoided", "from", from, "peer", peer.name, "plane", r.g.planeName(plane), "paths", n)
+	}
 }
 
-// avoidPlane takes ci's usable paths over plane down, keeping at least
-// one usable path on the connection, and returns how many it took.
-func (r *relay) avoidPlane(now time.Duration, ci *connInfo, plane int, reason string) int {
+// avoidPlane takes ci's usable paths over plane down and returns how many
+// it took: none unless the connection has a usable path on another plane.
+// hearsay marks the plane as taken down on a third gateway's word (not
+// published; see healthState.hearsay).
+func (r *relay) avoidPlane(now time.Duration, ci *connInfo, plane int, hearsay bool, reason string) int {
 	set := ci.c.Paths()
-	n := 0
-	for _, i := range set.PathsOnPlane(nil, plane, r.g.planeOf) {
-		if set.UsableCount() <= 1 {
+	other := false
+	for i := range set.Paths {
+		if set.Paths[i].State.Usable() && r.g.planeOf(i, set.Paths[i].Entropy) != plane {
+			other = true
 			break
 		}
+	}
+	if !other {
+		return 0
+	}
+	n := 0
+	for _, i := range set.PathsOnPlane(nil, plane, r.g.planeOf) {
 		ci.c.MarkPathDown(now, i, reason)
 		n++
 	}
 	r.health.avoided += uint64(n)
-	if n > 0 {
+	if n > 0 && hearsay {
 		r.health.hearsay[healthKey{ci.wan.name, plane}] = true
 		r.g.metrics.PathsAvoided(ci.wan.name, ci.wan.region, r.g.planeName(plane), n)
 	}
@@ -167,7 +204,7 @@ func (r *relay) avoidPlane(now time.Duration, ci *connInfo, plane int, reason st
 func (r *relay) applyReports(now time.Duration, ci *connInfo) {
 	for plane := range max(len(r.g.planes), 1) {
 		if r.health.reports.Down(now, ci.wan.name, plane) {
-			r.avoidPlane(now, ci, plane, "peer report on connect: plane "+r.g.planeName(plane)+" down")
+			r.avoidPlane(now, ci, plane, true, "peer report on connect: plane "+r.g.planeName(plane)+" down")
 		}
 	}
 }
@@ -204,18 +241,19 @@ func (g *Gateway) watchHealth() {
 				continue // a plane this gateway does not have
 			}
 			// A report on a gateway we connect to (our paths to it cross
-			// the same plane), or by one (its side of the plane failed
-			// towards someone: our paths to it cross that side too).
-			from, st := h.From, h.State
-			for _, name := range [2]string{h.Peer, h.From} {
-				peer := g.byName[name]
-				if peer == nil || name == self || from == self || (name == h.From && h.From == h.Peer) {
-					continue
-				}
-				_ = g.ep.Do(g.ctx, func(now time.Duration, _ *metaroce.Endpoint) {
-					g.relay.onReport(now, from, peer, plane, st)
-				})
+			// the same plane), or that gateway's report on us (the same
+			// plane between us, the other direction).
+			peer := g.byName[h.Peer]
+			if h.Peer == self {
+				peer = g.byName[h.From]
 			}
+			if peer == nil || h.From == self {
+				continue
+			}
+			from, st := h.From, h.State
+			_ = g.ep.Do(g.ctx, func(now time.Duration, _ *metaroce.Endpoint) {
+				g.relay.onReport(now, from, peer, plane, st)
+			})
 		}
 	}
 }

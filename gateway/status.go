@@ -151,6 +151,7 @@ func (g *Gateway) snapshot(prev *rateState) {
 		prev.fromHosts, prev.toHosts = r.fromHosts, r.toHosts
 		st.Hosts = len(r.hosts)
 		r.health.reports.Expire(epNow)
+		r.actOnReports(epNow)
 		st.PathsAvoided = r.health.avoided
 		for p, ci := range r.wan {
 			ps := peers[p.name]

@@ -195,7 +195,14 @@ func (f *Flow) post(ctx context.Context, op metaroce.Op, key uint32, addr uint64
 	for {
 		var wait <-chan struct{}
 		finished := false
-		cerr := h.call(ctx, func(now time.Duration) {
+		if err = ctx.Err(); err != nil {
+			break
+		}
+		// Not ctx: a Call abandoned on ctx may still run its function
+		// later, on the owner goroutine, while this one reads what it
+		// writes (err, off, finished, p). The function never blocks;
+		// ctx bounds the wait for credit below.
+		cerr := h.call(context.Background(), func(now time.Duration) {
 			if f.err != nil {
 				err = f.err
 				return

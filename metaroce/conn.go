@@ -94,6 +94,7 @@ type Conn struct {
 	allDownSince                                  time.Duration // -1 while some path is usable
 	lastHint                                      uint64        // rate hint (bits/s) last sent to the peer
 	noHint                                        bool          // ConnOptions.NoRateHint
+	hintScale                                     float64       // ConnOptions.RateHintScale
 
 	// Scheduler state (sched.go).
 	inReady  bool
@@ -170,6 +171,14 @@ func (c *Conn) Paths() *pathmgr.Set { return c.paths }
 
 // Controller returns the connection's congestion controller.
 func (c *Conn) Controller() cc.Controller { return c.ctl }
+
+// scale is the factor of the connection's rate hints (RateHintScale).
+func (c *Conn) scale() float64 {
+	if c.hintScale > 0 {
+		return c.hintScale
+	}
+	return 1
+}
 
 // Queued returns the number of messages sent and not yet completed.
 func (c *Conn) Queued() int { return c.queued }

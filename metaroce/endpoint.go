@@ -123,7 +123,7 @@ func (e *Endpoint) SetReceiveCapacity(bps float64) {
 	case bps <= 0:
 		e.share = nil
 	case e.share != nil:
-		e.share.CapacityBps = bps
+		e.share.SetCapacity(bps)
 	default:
 		e.share = cc.NewFairShare(bps, 100*e.cfg.Path.InitialRTT+10*time.Millisecond)
 		e.share.MarkWindow = 2 * e.cfg.Path.InitialRTT
@@ -169,6 +169,12 @@ type ConnOptions struct {
 	// takes no share. A gateway uses it for its hosts: the capacity it
 	// divides is its WAN's, which only peer gateways send over.
 	NoRateHint bool
+	// RateHintScale multiplies the share the connection's sender is told
+	// (0 means 1): a gateway tells its hosts more than their share of its
+	// WAN, so that the queue forms in the gateway, where its scheduler
+	// weighs classes, while the hosts stay paced well below their LAN
+	// rate (an incast of hosts is still held back).
+	RateHintScale float64
 }
 
 // ConnectWith is Connect with per-connection options.
@@ -329,6 +335,7 @@ func (e *Endpoint) accept(now time.Duration, b []byte, m RecvMeta) {
 	}
 	c := newConn(e, h.Conn, m.Peer, false, paths, mtu, now, o.CC)
 	c.noHint = o.NoRateHint
+	c.hintScale = o.RateHintScale
 	c.rx[0].peerPort = m.Entropy
 	c.state = stateEstablished
 	c.needAccept = true
@@ -418,7 +425,7 @@ func (e *Endpoint) rateHintBps(now time.Duration, c *Conn) uint64 {
 		return 0
 	}
 	e.share.Observe(now, c.id)
-	return uint64(e.share.ShareBytesPerSecond(now) * 8)
+	return uint64(e.share.ShareBytesPerSecond(now) * 8 * c.scale())
 }
 
 // pushHints re-announces the rate hint to the senders that were told a
@@ -438,7 +445,7 @@ func (e *Endpoint) pushHints(now time.Duration, except *Conn) {
 		if c == except || c.initiator || c.state != stateEstablished || c.lastHint == 0 {
 			continue
 		}
-		if c.lastHint > share+share/10 {
+		if sc := uint64(float64(share) * c.scale()); c.lastHint > sc+sc/10 {
 			c.needAccept = true
 			c.touch()
 		}

@@ -14,7 +14,8 @@ func TestPacerCatchesUpAfterALateDriver(t *testing.T) {
 	const rate = 25e6 // bytes/s: 200 Mbit/s
 	const size = 1500
 	gap := time.Duration(float64(size) / rate * 1e9) // 60 µs
-	c := &Conn{ep: &Endpoint{cfg: Config{PacingSlack: 2 * time.Millisecond}}, minRTT: 50 * time.Millisecond}
+	cfg := Config{PacingSlack: 2 * time.Millisecond, PacingCatchUp: 0.5}
+	c := &Conn{ep: &Endpoint{cfg: cfg}, minRTT: 50 * time.Millisecond}
 
 	// Waiting for the pacer, the driver comes back 30 ms late: 25 ms
 	// (RTT/2) may be caught up, 5 ms are forfeit.
@@ -53,10 +54,22 @@ func TestPacerCatchesUpAfterALateDriver(t *testing.T) {
 	}
 
 	// Without an RTT sample yet, a late driver gets the configured slack.
-	d := &Conn{ep: &Endpoint{cfg: Config{PacingSlack: 2 * time.Millisecond}}}
+	d := &Conn{ep: &Endpoint{cfg: cfg}}
 	d.nextSend, d.paceWait = 0, true
 	d.pace(10*time.Millisecond, size, rate)
 	if want := 8*time.Millisecond + gap; d.nextSend != want {
 		t.Errorf("no RTT yet: nextSend = %v, want %v", d.nextSend, want)
+	}
+
+	// Without PacingCatchUp (the default) a late driver gets PacingSlack
+	// only, and the rest is forfeit.
+	e := &Conn{ep: &Endpoint{cfg: Config{PacingSlack: 2 * time.Millisecond}}, minRTT: 50 * time.Millisecond}
+	e.nextSend, e.paceWait = 0, true
+	e.pace(30*time.Millisecond, size, rate)
+	if want := 28*time.Millisecond + gap; e.nextSend != want {
+		t.Errorf("catch-up off: nextSend = %v, want %v", e.nextSend, want)
+	}
+	if got := time.Duration(e.Stats.PacingForfeitNs); got != 28*time.Millisecond {
+		t.Errorf("catch-up off: forfeit %v, want 28ms", got)
 	}
 }

@@ -366,18 +366,17 @@ func (c *Conn) sent(now time.Duration, path, size, payload int, retransmit bool,
 //
 // After an idle spell (nothing to send, or no window) the pacer allows a
 // burst of a few packets and no more: the larger of four packets and
-// Config.PacingSlack. But when the connection was waiting for its next
-// pacing slot and the driver came back late, what fell due meanwhile is
-// sent at once, up to half the connection's smallest round trip (or the
-// above, if larger). A user-space driver on a busy machine comes back
+// Config.PacingSlack. When the connection was waiting for its next pacing
+// slot and the driver came back late, what fell due meanwhile is sent at
+// once up to Config.PacingCatchUp of the connection's smallest round trip,
+// if that is larger. A user-space driver on a busy machine comes back
 // milliseconds late: measured on the 2-core test machine under load, a
 // 200 Mbit/s, 50 ms connection paced at the link's rate with a 2 ms slack
 // forfeited 10-30% of its sending time (Stats.PacingForfeitNs) and moved
-// 0.72-0.74 of capacity against 0.83-0.85 unpaced; with RTT/8 0.76-0.79,
-// RTT/4 0.79-0.82, RTT/2 0.85-0.88, same runs. What is forfeited is lost
-// link time; a catch-up burst only puts back what the link would have
-// carried, and the window still bounds what is in flight. At data-center
-// round trips the RTT term is microseconds and the other two decide.
+// 0.72-0.74 of capacity against 0.83-0.85 unpaced; catching up RTT/8 gave
+// 0.76-0.79, RTT/4 0.79-0.82, RTT/2 0.85-0.88, same runs. What is forfeited
+// is lost link time; a catch-up burst puts back what the link would have
+// carried, and the window still bounds what is in flight.
 func (c *Conn) pace(now time.Duration, size int, rate float64) {
 	if rate <= 0 {
 		return
@@ -387,8 +386,10 @@ func (c *Conn) pace(now time.Duration, size int, rate float64) {
 	if s := c.ep.cfg.PacingSlack; s > slack {
 		slack = s
 	}
-	if s := c.minRTT / 2; c.paceWait && s > slack {
-		slack = s
+	if f := c.ep.cfg.PacingCatchUp; f > 0 && c.paceWait {
+		if s := time.Duration(f * float64(c.minRTT)); s > slack {
+			slack = s
+		}
 	}
 	if floor := now - slack; c.nextSend < floor {
 		if c.paceWait {

@@ -94,11 +94,16 @@ type ReportsConfig struct {
 	TTL time.Duration
 	// Max is the most reports kept (one per reporter, peer and plane).
 	Max int
+	// HoldDown is how long after a report acted on a peer and plane no
+	// other report acts on them: a plane that flaps, or several reporters
+	// of one failure, take the paths down once per HoldDown, not at every
+	// report (0: no hold-down).
+	HoldDown time.Duration
 }
 
 // DefaultReportsConfig matches region's default health TTL.
 func DefaultReportsConfig() ReportsConfig {
-	return ReportsConfig{TTL: 30 * time.Second, Max: 4096}
+	return ReportsConfig{TTL: 30 * time.Second, Max: 4096, HoldDown: 10 * time.Second}
 }
 
 type reportKey struct {
@@ -109,6 +114,7 @@ type reportKey struct {
 type reportEntry struct {
 	state   State
 	expires time.Duration
+	pending bool // a down episode held back by the hold-down, not acted on yet
 }
 
 // Reports holds the plane verdicts other gateways published and decides
@@ -127,6 +133,12 @@ type reportEntry struct {
 type Reports struct {
 	cfg     ReportsConfig
 	entries map[reportKey]*reportEntry
+	acted   map[actKey]time.Duration // last action per peer and plane
+}
+
+type actKey struct {
+	peer  string
+	plane int
 }
 
 // NewReports returns an empty Reports; zero fields of cfg take
@@ -139,12 +151,15 @@ func NewReports(cfg ReportsConfig) *Reports {
 	if cfg.Max <= 0 {
 		cfg.Max = d.Max
 	}
-	return &Reports{cfg: cfg, entries: map[reportKey]*reportEntry{}}
+	return &Reports{cfg: cfg, entries: map[reportKey]*reportEntry{}, acted: map[actKey]time.Duration{}}
 }
 
 // Add records r, received at now. It returns true when r starts a down
-// episode: the caller should take its usable paths to r.Peer over r.Plane
-// down now (Set.MarkDown, keeping at least one usable path).
+// episode and no report acted on r.Peer and r.Plane within HoldDown: the
+// caller should take its usable paths to r.Peer over r.Plane down now
+// (Set.MarkDown, keeping a usable plane). An episode held back by the
+// hold-down is not lost: Due returns it once the hold-down has passed, if
+// the report still says down.
 func (rs *Reports) Add(now time.Duration, r PeerReport) bool {
 	k := reportKey{r.From, r.Peer, r.Plane}
 	e := rs.entries[k]
@@ -157,7 +172,48 @@ func (rs *Reports) Add(now time.Duration, r PeerReport) bool {
 		rs.entries[k] = e
 	}
 	e.state, e.expires = r.State, now+rs.cfg.TTL
-	return r.State == Down && !wasDown
+	switch {
+	case r.State != Down:
+		e.pending = false
+		return false
+	case !wasDown:
+		e.pending = true
+	}
+	return e.pending && rs.act(now, k, e)
+}
+
+// act decides whether the pending episode of e (key k) acts now: not
+// within HoldDown of the last action on its peer and plane.
+func (rs *Reports) act(now time.Duration, k reportKey, e *reportEntry) bool {
+	ak := actKey{k.peer, k.plane}
+	if last, ok := rs.acted[ak]; ok && now-last < rs.cfg.HoldDown {
+		return false
+	}
+	if len(rs.acted) >= rs.cfg.Max {
+		for k, t := range rs.acted {
+			if now-t >= rs.cfg.HoldDown {
+				delete(rs.acted, k)
+			}
+		}
+		if len(rs.acted) >= rs.cfg.Max {
+			clear(rs.acted) // bounded; at worst one extra action each
+		}
+	}
+	rs.acted[ak] = now
+	e.pending = false
+	return true
+}
+
+// Due returns, appended to dst, the down reports whose action the
+// hold-down held back and that may act now (still down, unexpired); each
+// is returned once. Call it periodically.
+func (rs *Reports) Due(dst []PeerReport, now time.Duration) []PeerReport {
+	for k, e := range rs.entries {
+		if e.pending && e.state == Down && now < e.expires && rs.act(now, k, e) {
+			dst = append(dst, PeerReport{From: k.from, Peer: k.peer, Plane: k.plane, State: Down})
+		}
+	}
+	return dst
 }
 
 // evict drops expired entries, or else the one closest to expiry.
@@ -181,6 +237,11 @@ func (rs *Reports) evict(now time.Duration) {
 
 // Expire forgets the reports that expired by now and returns how many.
 func (rs *Reports) Expire(now time.Duration) int {
+	for k, t := range rs.acted {
+		if now-t >= rs.cfg.HoldDown {
+			delete(rs.acted, k)
+		}
+	}
 	n := 0
 	for k, e := range rs.entries {
 		if now >= e.expires {

@@ -115,3 +115,41 @@ func TestReportsBounded(t *testing.T) {
 		t.Fatal("the oldest report survived")
 	}
 }
+
+func TestReportsHoldDown(t *testing.T) {
+	rs := NewReports(ReportsConfig{TTL: time.Minute, Max: 16, HoldDown: 10 * time.Second})
+	if !rs.Add(0, PeerReport{From: "a1", Peer: "c1", Plane: 1, State: Down}) {
+		t.Fatal("the first report must act")
+	}
+	// A second reporter of the same failure, within the hold-down: no
+	// second action (the paths are already down, or were probed back).
+	if rs.Add(time.Second, PeerReport{From: "a2", Peer: "c1", Plane: 1, State: Down}) {
+		t.Fatal("a second reporter acted within the hold-down")
+	}
+	// A flapping plane: up, down again within the hold-down.
+	rs.Add(2*time.Second, PeerReport{From: "a1", Peer: "c1", Plane: 1, State: Up})
+	if rs.Add(3*time.Second, PeerReport{From: "a1", Peer: "c1", Plane: 1, State: Down}) {
+		t.Fatal("a flap acted within the hold-down")
+	}
+	// The held-back episodes (a1's flap and a2's report) are not lost:
+	// once the hold-down has passed, one of them acts, once.
+	if due := rs.Due(nil, 9*time.Second); len(due) != 0 {
+		t.Fatalf("due within the hold-down: %+v", due)
+	}
+	if due := rs.Due(nil, 10*time.Second); len(due) != 1 || due[0].Peer != "c1" || due[0].Plane != 1 {
+		t.Fatalf("due after the hold-down: %+v, want one action on c1 plane 1", due)
+	}
+	if due := rs.Due(nil, 10*time.Second); len(due) != 0 {
+		t.Fatalf("due again: %+v", due)
+	}
+	// Other planes and peers are not held.
+	if !rs.Add(3*time.Second, PeerReport{From: "a1", Peer: "c1", Plane: 2, State: Down}) {
+		t.Fatal("another plane was held")
+	}
+	// After the hold-down, a new episode acts again.
+	rs.Add(11*time.Second, PeerReport{From: "a1", Peer: "c1", Plane: 1, State: Up})
+	rs.Add(11*time.Second, PeerReport{From: "a2", Peer: "c1", Plane: 1, State: Up})
+	if !rs.Add(20*time.Second, PeerReport{From: "a1", Peer: "c1", Plane: 1, State: Down}) {
+		t.Fatal("a new episode after the hold-down did not act")
+	}
+}

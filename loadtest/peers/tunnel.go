@@ -49,6 +49,10 @@ func protocol(rocev2 bool, l Link, o Options, listen bool) (metaroce.Config, str
 	cfg := metaroce.Config{
 		MTU: mrgwMTU, Paths: o.Paths, Listen: listen, Seed: 7,
 		MaxAckDelay: 2 * time.Millisecond,
+		// A late driver catches up half a round trip of pacing (see
+		// metaroce.Config.PacingCatchUp): this process also runs the
+		// emulator and the other gateway on 2 shared cores.
+		PacingCatchUp: 0.5,
 		Path: pathmgr.Config{
 			InitialRTT: max(l.RTT, time.Millisecond), MinPTO: 10 * time.Millisecond, MaxAckDelay: 2 * time.Millisecond,
 			DownAfter: 3, ProbeInterval: 20 * time.Millisecond, MaxProbeInterval: time.Second, UpAfter: 2,

@@ -1,0 +1,5 @@
+//go:build linux && !race
+
+package gateway_test
+
+const raceEnabled = false
