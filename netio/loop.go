@@ -485,20 +485,14 @@ func (e *Endpoint) shutdown() {
 }
 
 func (e *Endpoint) command(c command) {
-	c.fn(e.Now(), e.ep)
-	if c.done != nil {
-		close(c.done)
-	}
+	c.run(e.Now(), e.ep)
 	e.events(e.Now())
 	// Serve a burst of queued commands in one turn, bounded so that
 	// receiving and sending are not starved.
 	for range 64 {
 		select {
 		case c := <-e.cmds:
-			c.fn(e.Now(), e.ep)
-			if c.done != nil {
-				close(c.done)
-			}
+			c.run(e.Now(), e.ep)
 		default:
 			e.events(e.Now())
 			return

@@ -255,7 +255,31 @@ type Endpoint struct {
 
 type command struct {
 	fn   func(now time.Duration, ep *metaroce.Endpoint)
-	done chan struct{}
+	call *callState // Call's, nil for Do
+}
+
+// callState lets a Call that gives up (its context ended, or the Endpoint
+// closed) withdraw its function, unless the owner has already started it.
+type callState struct {
+	state atomic.Int32 // callPending, then callRunning or callWithdrawn
+	done  chan struct{}
+}
+
+const (
+	callPending int32 = iota
+	callRunning
+	callWithdrawn
+)
+
+// run runs c on the owner goroutine, unless its Call withdrew it.
+func (c command) run(now time.Duration, ep *metaroce.Endpoint) {
+	if c.call != nil && !c.call.state.CompareAndSwap(callPending, callRunning) {
+		return
+	}
+	c.fn(now, ep)
+	if c.call != nil {
+		close(c.call.done)
+	}
 }
 
 // New opens the listening socket and starts the Endpoint.
@@ -418,25 +442,31 @@ func (e *Endpoint) Do(ctx context.Context, fn func(now time.Duration, ep *metaro
 // Call runs fn on the owner goroutine and waits until it has run. fn may
 // use the metaroce.Endpoint and its connections freely. Call must not be
 // used from OnEvent (it would wait for itself).
+//
+// Call returns nil exactly when fn ran, to its end. If ctx ends or the
+// Endpoint closes before the owner has started fn, fn never runs and Call
+// returns the error; if the owner has started it, Call waits for it. So
+// the caller may share variables with fn without further synchronization,
+// whatever Call returns.
 func (e *Endpoint) Call(ctx context.Context, fn func(now time.Duration, ep *metaroce.Endpoint)) error {
-	c := command{fn: fn, done: make(chan struct{})}
-	if err := e.enqueue(ctx, c); err != nil {
+	cs := &callState{done: make(chan struct{})}
+	if err := e.enqueue(ctx, command{fn: fn, call: cs}); err != nil {
 		return err
 	}
+	var err error
 	select {
-	case <-c.done:
+	case <-cs.done:
 		return nil
 	case <-e.done:
-		// The owner may have run it just before stopping.
-		select {
-		case <-c.done:
-			return nil
-		default:
-			return ErrClosed
-		}
+		err = ErrClosed
 	case <-ctx.Done():
-		return ctx.Err()
+		err = ctx.Err()
 	}
+	if cs.state.CompareAndSwap(callPending, callWithdrawn) {
+		return err
+	}
+	<-cs.done // started: the owner finishes it before anything else
+	return nil
 }
 
 func (e *Endpoint) enqueue(ctx context.Context, c command) error {

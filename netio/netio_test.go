@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	crand "crypto/rand"
+	"errors"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -406,4 +407,55 @@ func TestCallAfterClose(t *testing.T) {
 		t.Fatalf("Call after Close: %v, want ErrClosed", err)
 	}
 	e.Close() // idempotent
+}
+
+// TestCallCancelled: a Call whose context ends before the owner starts its
+// function withdraws it (it never runs); one whose function has started
+// waits for it and reports success. Either way the caller may touch what
+// the function touches (run with -race).
+func TestCallCancelled(t *testing.T) {
+	e, err := New(Config{Protocol: protoConfig(true), Listen: loop4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ctx := testCtx(t)
+
+	// Hold the owner in a Do, so that the next Call queues behind it.
+	started, release := make(chan struct{}), make(chan struct{})
+	if err := e.Do(ctx, func(time.Duration, *metaroce.Endpoint) { close(started); <-release }); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	cctx, cancel := context.WithCancel(ctx)
+	ran := false
+	res := make(chan error, 1)
+	go func() { res <- e.Call(cctx, func(time.Duration, *metaroce.Endpoint) { ran = true }) }()
+	time.Sleep(10 * time.Millisecond) // let it queue (either way the result below must hold)
+	cancel()
+	if err := <-res; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Call returned %v, want context.Canceled", err)
+	}
+	close(release)
+	if err := e.Call(ctx, func(time.Duration, *metaroce.Endpoint) {}); err != nil {
+		t.Fatal(err)
+	}
+	if ran {
+		t.Error("the function of a withdrawn Call ran")
+	}
+
+	// A function that has started is waited for.
+	inside, finish := make(chan struct{}), make(chan struct{})
+	cctx, cancel = context.WithCancel(ctx)
+	done := false
+	go func() {
+		<-inside
+		cancel() // while the function runs
+		time.Sleep(10 * time.Millisecond)
+		close(finish)
+	}()
+	err = e.Call(cctx, func(time.Duration, *metaroce.Endpoint) { close(inside); <-finish; done = true })
+	if err != nil || !done {
+		t.Fatalf("Call cancelled while running returned %v (function finished: %v), want nil after it finished", err, done)
+	}
 }

@@ -58,15 +58,14 @@ type txState struct {
 	free    []*sendBatch // empty batches
 	spare   [][]byte     // buffers not in any batch
 	done    chan *sendBatch
-	// inFlight counts batches handed to senders and not yet returned;
 	// filling counts the senders with a batch being filled.
-	inFlight, filling int
+	filling int
 	// starved: the last flush stopped for want of a buffer or a batch.
 	starved bool
 }
 
-// txBatches is how many batches circulate per sender (one being sent, one
-// queued behind it, one being filled).
+// txBatchesPerSender is how many batches circulate per sender (one being
+// sent, one queued behind it, one being filled).
 const txBatchesPerSender = 3
 
 func (e *Endpoint) initTx(bufLen int) {
@@ -155,7 +154,6 @@ func (e *Endpoint) writeBatch(w *txSender, b *sendBatch) {
 // returned takes back a batch a sender has finished with.
 func (e *Endpoint) returned(b *sendBatch) {
 	t := &e.owner.tx
-	t.inFlight--
 	for i := range b.items {
 		t.spare = append(t.spare, b.items[i].buf)
 		b.items[i] = txItem{}
@@ -191,7 +189,6 @@ func (e *Endpoint) dispatch() {
 func (e *Endpoint) send(w int, b *sendBatch) {
 	t := &e.owner.tx
 	t.senders[w].in <- b // never blocks: in has room for every batch
-	t.inFlight++
 	t.cur[w] = nil
 	t.filling--
 }

@@ -155,6 +155,8 @@ func newDatapathCmd() *cobra.Command {
 		suite  string
 		window int
 		asJSON bool
+		pf     bool
+		pfo    datapath.PlaneFailureOptions
 	)
 	cmd := &cobra.Command{
 		Use:   "datapath",
@@ -174,6 +176,9 @@ share of the machine the run had).`,
 			o.WindowBytes = window << 10
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if pf {
+				return runPlaneFailure(ctx, cmd, pfo, asJSON)
+			}
 			rows, err := datapath.Run(ctx, o)
 			if err != nil {
 				return err
@@ -183,13 +188,30 @@ share of the machine the run had).`,
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), "## datapath (loopback)")
 			fmt.Fprintln(cmd.OutOrStdout())
+			// A row has either throughput figures or a per-packet cost
+			// (the AEAD rows): leave the others' cells empty.
+			num := func(v float64, f func(float64) string) string {
+				if v == 0 {
+					return ""
+				}
+				return f(v)
+			}
+			fixed := func(format string) func(float64) string {
+				return func(v float64) string { return fmt.Sprintf(format, v) }
+			}
 			return report.WriteTable(cmd.OutOrStdout(), rows,
 				report.ColSystem,
-				report.Column{Title: "goodput", Value: func(r *report.Row) string { return report.FormatBps(r.GoodputBps) }},
-				report.Column{Title: "raw UDP", Value: func(r *report.Row) string { return report.FormatBps(r.RawUDPBps) }},
-				report.Column{Title: "ratio", Value: func(r *report.Row) string { return fmt.Sprintf("%.2f", r.RatioToRawUDP) }},
-				report.Column{Title: "CPU cores per Gbit/s", Value: func(r *report.Row) string { return fmt.Sprintf("%.3f", r.CPUPerGbps) }},
-				report.Column{Title: "allocs/pkt", Value: func(r *report.Row) string { return fmt.Sprintf("%.2f", r.AllocsPerPacket) }},
+				report.Column{Title: "goodput", Value: func(r *report.Row) string { return num(r.GoodputBps, report.FormatBps) }},
+				report.Column{Title: "raw UDP", Value: func(r *report.Row) string { return num(r.RawUDPBps, report.FormatBps) }},
+				report.Column{Title: "ratio", Value: func(r *report.Row) string { return num(r.RatioToRawUDP, fixed("%.2f")) }},
+				report.Column{Title: "CPU cores per Gbit/s", Value: func(r *report.Row) string { return num(r.CPUPerGbps, fixed("%.3f")) }},
+				report.Column{Title: "allocs/pkt", Value: func(r *report.Row) string {
+					if r.NsPerPacket > 0 {
+						return ""
+					}
+					return fmt.Sprintf("%.3f", r.AllocsPerPacket)
+				}},
+				report.Column{Title: "ns/pkt", Value: func(r *report.Row) string { return num(r.NsPerPacket, fixed("%.0f")) }},
 				report.Column{Title: "note", Value: func(r *report.Row) string { return r.Note }},
 			)
 		},
@@ -204,8 +226,41 @@ share of the machine the run had).`,
 	f.BoolVar(&o.DisableGRO, "no-gro", false, "turn UDP GRO off")
 	f.BoolVar(&o.Plain, "plain", true, "also measure the transfer without encryption")
 	f.StringVar(&suite, "cipher", "aes-128-gcm", "AEAD: aes-128-gcm, aes-256-gcm or chacha20-poly1305")
+	f.BoolVar(&pf, "plane-failure", false, "instead: a steady sealed transfer through the link emulator, plane 0 failing in the middle")
+	f.Float64Var(&pfo.Loss, "loss", 0.01, "with --plane-failure: random loss on every plane")
+	f.IntVar(&pfo.DownAfter, "down-after", 1, "with --plane-failure: consecutive timeouts that take a path down")
 	f.BoolVar(&asJSON, "json", false, "print JSON rows")
 	return cmd
+}
+
+// runPlaneFailure prints the tunnel plane-failure measurement.
+func runPlaneFailure(ctx context.Context, cmd *cobra.Command, o datapath.PlaneFailureOptions, asJSON bool) error {
+	r, err := datapath.PlaneFailure(ctx, o)
+	if err != nil {
+		return err
+	}
+	rows := []report.Row{r}
+	if asJSON {
+		return report.WriteJSON(cmd.OutOrStdout(), rows)
+	}
+	fmt.Fprintln(cmd.OutOrStdout(), "## datapath: plane failure through the link emulator")
+	fmt.Fprintln(cmd.OutOrStdout())
+	return report.WriteTable(cmd.OutOrStdout(), rows,
+		report.ColPlanes, report.ColRTT, report.ColLoss,
+		report.Column{Title: "capacity", Value: func(r *report.Row) string { return report.FormatBps(r.CapacityBps) }},
+		report.Column{Title: "goodput after", Value: func(r *report.Row) string { return report.FormatBps(r.GoodputBps) }},
+		report.Column{Title: "after/before", Value: func(r *report.Row) string { return fmt.Sprintf("%.2f", r.Fraction) }},
+		report.Column{Title: "recovery", Value: func(r *report.Row) string {
+			if r.RecoveryRTTs < 0 {
+				return "not within the run"
+			}
+			return fmt.Sprintf("%.0f ms = %.1f RTT", r.RecoveryMs, r.RecoveryRTTs)
+		}},
+		report.Column{Title: "lost/dup/failed", Value: func(r *report.Row) string {
+			return fmt.Sprintf("%d/%d/%d", *r.MessagesLost, *r.MessagesDuplicated, r.MessagesFailed)
+		}},
+		report.Column{Title: "note", Value: func(r *report.Row) string { return r.Note }},
+	)
 }
 
 // writeJSONFile writes rows as JSON lines to path.

@@ -291,17 +291,7 @@ func (c *Conn) Stats() Stats {
 // should hold the largest datagram expected; longer ones are truncated and
 // counted). GRO super-datagrams are split, one datagram per Message; what
 // does not fit is delivered by the next call.
-func (c *Conn) ReadBatch(msgs []Message) (int, error) {
-	if len(msgs) == 0 {
-		return 0, nil
-	}
-	c.rmu.Lock()
-	defer c.rmu.Unlock()
-	if c.gro {
-		return c.readGRO(msgs, false)
-	}
-	return c.readPlain(msgs)
-}
+func (c *Conn) ReadBatch(msgs []Message) (int, error) { return c.read(msgs, false) }
 
 // ReadBatchBorrow is ReadBatch without the copy that splits GRO
 // super-datagrams: a datagram that arrived coalesced is left in the Conn's
@@ -311,14 +301,16 @@ func (c *Conn) ReadBatch(msgs []Message) (int, error) {
 // the Message. Where a datagram has to be transformed anyway (decrypted),
 // the transformation can then read it where it lies instead of after a
 // copy.
-func (c *Conn) ReadBatchBorrow(msgs []Message) (int, error) {
+func (c *Conn) ReadBatchBorrow(msgs []Message) (int, error) { return c.read(msgs, true) }
+
+func (c *Conn) read(msgs []Message, borrow bool) (int, error) {
 	if len(msgs) == 0 {
 		return 0, nil
 	}
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
 	if c.gro {
-		return c.readGRO(msgs, true)
+		return c.readGRO(msgs, borrow)
 	}
 	return c.readPlain(msgs)
 }

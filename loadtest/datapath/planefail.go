@@ -1,0 +1,265 @@
+//go:build linux
+
+package datapath
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/mrgw/mrgw/cc"
+	"github.com/mrgw/mrgw/internal/report"
+	"github.com/mrgw/mrgw/loadtest/emu"
+	"github.com/mrgw/mrgw/loadtest/recovery"
+	"github.com/mrgw/mrgw/metaroce"
+	"github.com/mrgw/mrgw/pathmgr"
+	"github.com/mrgw/mrgw/tunnel"
+)
+
+// PlaneFailureOptions configure PlaneFailure. Zero values pick the
+// defaults: the WAN of the tunnel's tests (4 planes of 25 Mbit/s each way,
+// 40 ms RTT, 512 KiB queues), without random loss unless Loss is set.
+type PlaneFailureOptions struct {
+	Planes  int
+	RateBps uint64 // per plane
+	OneWay  time.Duration
+	Loss    float64
+	// Before is how long the transfer runs before the failure (after a
+	// 1 s warm-up), After how long it runs after it (defaults 1.5 s, 4 s).
+	Before, After time.Duration
+	// DownAfter is the number of consecutive timeouts that take a path
+	// down (default 1).
+	DownAfter int
+}
+
+func (o *PlaneFailureOptions) defaults() {
+	if o.Planes == 0 {
+		o.Planes = 4
+	}
+	if o.RateBps == 0 {
+		o.RateBps = 25e6
+	}
+	if o.OneWay == 0 {
+		o.OneWay = 20 * time.Millisecond
+	}
+	if o.Before == 0 {
+		o.Before = 1500 * time.Millisecond
+	}
+	if o.After == 0 {
+		o.After = 4 * time.Second
+	}
+	if o.DownAfter == 0 {
+		o.DownAfter = 1
+	}
+}
+
+// PlaneFailure runs a steady sealed transfer between two tunnels through
+// the link emulator, fails plane 0 in the middle, and reports the goodput
+// before and after, the recovery time in round trips (until goodput is
+// back to (P-1)/P of its level before), and whether any message was lost:
+// once the measurement ends, every message written must complete, once and
+// in order, at both ends.
+//
+// The sender uses fixed windows paced at the planes' total rate, sized so
+// that the surviving planes' queues can hold what is in flight (32 paths of
+// 48 KiB): the figures are the datapath's and the path manager's, not a
+// congestion controller's.
+func PlaneFailure(ctx context.Context, o PlaneFailureOptions) (report.Row, error) {
+	o.defaults()
+	row := report.Row{Scenario: "datapath", System: "tunnel-plane-failure", Planes: o.Planes, Paths: 32,
+		RTTms: float64(2*o.OneWay) / 1e6, Loss: o.Loss, CapacityBps: float64(o.Planes) * float64(o.RateBps)}
+	em, err := emu.New(ctx, emu.Config{
+		Planes: o.Planes, Seed: 3, MaxDatagram: 4096,
+		Link: emu.LinkConfig{Delay: o.OneWay, Loss: o.Loss, Rate: o.RateBps, QueueBytes: 512 << 10},
+	})
+	if err != nil {
+		return row, err
+	}
+	defer em.Close()
+	sp, err := tunnel.LoopbackSessions(ctx, "pf-a", "pf-b")
+	if err != nil {
+		return row, err
+	}
+	defer sp.Close()
+	proto := func(listen bool) metaroce.Config {
+		return metaroce.Config{
+			MTU: 1400, Paths: row.Paths, Listen: listen, Seed: 11,
+			CC:          cc.NewFixed(48<<10, float64(o.Planes)*float64(o.RateBps)/8),
+			MaxAckDelay: 2 * time.Millisecond,
+			Path: pathmgr.Config{
+				InitialRTT: 2 * o.OneWay, MinPTO: 10 * time.Millisecond, MaxAckDelay: 2 * time.Millisecond,
+				DownAfter: o.DownAfter, ProbeInterval: 20 * time.Millisecond, MaxProbeInterval: time.Second, UpAfter: 2,
+			},
+		}
+	}
+
+	// The sender keeps 8 messages of 256 KiB queued until told to stop.
+	src := make([]byte, 256<<10)
+	dst := make([]byte, 256<<10)
+	var (
+		mu         sync.Mutex
+		stopped    bool
+		written    uint64
+		sent, recv recovery.Seq
+		failed     int // completions with an error
+		completed  recovery.Series
+	)
+	var sender *metaroce.Conn
+	write := func(now time.Duration) {
+		if _, err := sender.Write(now, 0, 1, 0, src); err == nil {
+			written++
+		}
+	}
+	onA := func(now time.Duration, ev metaroce.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch ev.Kind {
+		case metaroce.EventConnected:
+			sender = ev.Conn
+			for range 8 {
+				write(now)
+			}
+		case metaroce.EventSendComplete:
+			if ev.Err != nil {
+				failed++
+			}
+			if sent.See(ev.Seq) && !stopped {
+				write(now)
+			}
+		}
+	}
+	onB := func(_ time.Duration, ev metaroce.Event) {
+		if ev.Kind != metaroce.EventRecvComplete {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if ev.Err != nil {
+			failed++
+		}
+		if recv.See(ev.Seq) {
+			completed.Add(time.Now(), recv.Next()*uint64(len(src)))
+		}
+	}
+	var realB netip.AddrPort
+	a, err := tunnel.New(sp.A, tunnel.Config{Protocol: proto(false), Listen: loop4, Router: sp.RouterA, OnEvent: onA,
+		PlaneOf: func(_ int, local netip.AddrPort) int { return em.PlaneOf(emu.AtoB, local, realB) }})
+	if err != nil {
+		return row, err
+	}
+	defer a.Close()
+	b, err := tunnel.New(sp.B, tunnel.Config{Protocol: proto(true), Listen: loop4, Router: sp.RouterB, OnEvent: onB})
+	if err != nil {
+		return row, err
+	}
+	defer b.Close()
+	realB = b.LocalAddr()
+	standA, err := em.Expose(emu.SiteA, a.LocalAddr())
+	if err != nil {
+		return row, err
+	}
+	standB, err := em.Expose(emu.SiteB, realB)
+	if err != nil {
+		return row, err
+	}
+	if err := a.SetPeerAddr(standB); err != nil {
+		return row, err
+	}
+	if err := b.SetPeerAddr(standA); err != nil {
+		return row, err
+	}
+	var regErr error
+	if err := b.Endpoint().Call(ctx, func(_ time.Duration, ep *metaroce.Endpoint) { regErr = ep.Memory().Register(1, dst) }); err != nil {
+		return row, err
+	}
+	if regErr != nil {
+		return row, regErr
+	}
+
+	// Sample the bytes placed at b every 10 ms: placement, unlike
+	// completions (in order, so in bursts after a repair), shows the
+	// goodput as it happens.
+	samp := recovery.Sample(10*time.Millisecond, func() (uint64, bool) {
+		var n uint64
+		err := b.Endpoint().Call(ctx, func(_ time.Duration, ep *metaroce.Endpoint) {
+			for _, c := range ep.Conns() {
+				n += c.Stats.PayloadBytesPlaced
+			}
+		})
+		return n, err == nil
+	})
+	defer samp.Stop()
+
+	if _, err := a.Connect(ctx); err != nil {
+		return row, err
+	}
+	if err := sleep(ctx, time.Second+o.Before); err != nil {
+		return row, err
+	}
+	if err := em.Fail(0); err != nil {
+		return row, err
+	}
+	tFail := time.Now()
+	if err := sleep(ctx, o.After); err != nil {
+		return row, err
+	}
+	end := time.Now()
+	mu.Lock()
+	stopped = true
+	mu.Unlock()
+	samp.Stop()
+	placed := samp.Series()
+
+	// Every message written must complete at both ends.
+	drain, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		mu.Lock()
+		done := sent.Next() == written && recv.Next() == written
+		mu.Unlock()
+		if done {
+			break
+		}
+		if err := sleep(drain, 10*time.Millisecond); err != nil {
+			mu.Lock()
+			lost := int64(written - recv.Next())
+			mu.Unlock()
+			row.MessagesLost = &lost
+			return row, errors.New("messages still incomplete 30 s after the measurement")
+		}
+	}
+	st := em.Stats()
+	if st.Links[emu.AtoB][0].DownDrops == 0 && st.Links[emu.BtoA][0].DownDrops == 0 {
+		return row, errors.New("the failed plane dropped nothing: the failure was not exercised")
+	}
+
+	rtt := 2 * o.OneWay
+	target := float64(o.Planes-1) / float64(o.Planes)
+	rp := placed.Measure(tFail, end, rtt, target)
+	mu.Lock()
+	rc := completed.Measure(tFail, end, rtt, target)
+	// A gap is a message never delivered in its place; written - recv
+	// counts those that never completed at all (none, after the drain).
+	lost := int64(written-recv.Next()) + int64(sent.Gaps+recv.Gaps)
+	dup := int64(sent.Dups + recv.Dups)
+	row.MessagesFailed = failed
+	row.Messages = int(written)
+	mu.Unlock()
+	row.MessagesLost, row.MessagesDuplicated = &lost, &dup
+	row.Fault = fmt.Sprintf("plane 0 fails after %v", time.Second+o.Before)
+	row.GoodputBps = rp.After
+	row.Fraction = rp.After / rp.Before
+	row.RecoveryRTTs = rp.RTTs
+	row.RecoveryMs = rp.RTTs * float64(rtt) / 1e6
+	if rp.RTTs < 0 {
+		row.RecoveryMs = -1
+	}
+	row.Note = fmt.Sprintf("placed bytes: %.1f Mbit/s before, %.1f after recovery (%.2f of before; target %.2f), "+
+		"%.0f%% of %v windows below target; completed messages: recovered after %.1f RTTs, %.1f Mbit/s after (%.2f of before)",
+		rp.Before/1e6, rp.After/1e6, rp.After/rp.Before, target, 100*rp.Below, rp.Window,
+		rc.RTTs, rc.After/1e6, rc.After/rc.Before)
+	return row, nil
+}
