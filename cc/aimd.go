@@ -348,7 +348,7 @@ func (a *AIMD) connDelay() (base, q, srtt time.Duration) {
 // grows, before the law has had a round trip to react.
 func (a *AIMD) equilibrium(now time.Duration) {
 	base, q, srtt := a.connDelay()
-	if srtt <= 0 || base <= 0 {
+	if srtt <= 0 || base <= 0 || !a.eqScaled() {
 		return
 	}
 	dt := now - a.eqLast
@@ -413,10 +413,18 @@ func (a *AIMD) equilibrium(now time.Duration) {
 	a.eqSet = a.total
 }
 
+// eqScaled reports whether the equilibrium has an absolute scale for α (a
+// line rate or a hint). Measured against the connection's own rate, α/q
+// would make the rate grow or decay exponentially with the sign of
+// QueueShare − q: no equilibrium at all.
+func (a *AIMD) eqScaled() bool {
+	return a.cfg.Params.LineRateBps > 0 || a.hint > 0
+}
+
 // steering reports whether the delay equilibrium, not the growth function,
 // sets the connection's rate now.
 func (a *AIMD) steering() bool {
-	if a.cfg.QueueShare <= 0 || a.searching {
+	if a.cfg.QueueShare <= 0 || a.searching || !a.eqScaled() {
 		return false
 	}
 	_, q, _ := a.connDelay()
