@@ -60,7 +60,21 @@ type AIMDConfig struct {
 	// WindowGain is the headroom of a path's window over rate × srtt
 	// (default 2): pacing, not the window, normally sets the rate.
 	WindowGain float64
-	Params     Params
+	// QueueShare, if positive, turns on the delay equilibrium (FAST TCP,
+	// Jin, Wei and Low 2004) while the connection's paths queue (smoothed
+	// RTT at least QueueShare/4 above the minimum): the connection's window
+	// w = rate × rtt follows dw/dt = EqGain/rtt · (α − w·q/rtt), with
+	// α = QueueShare × scale (scale: the hint, else the line rate) and q the
+	// queueing delay, and the rate is w over the current round trip. At
+	// equilibrium every connection through one queue keeps α bytes in it,
+	// so their rates are equal whatever their round trips, and two
+	// connections' difference shrinks by about EqGain·q/rtt per round trip.
+	// While it steers, the growth function, the delay cut and the per-byte
+	// ECN back-off are off; they act when the queue is (nearly) empty.
+	QueueShare time.Duration
+	// EqGain is FAST's γ (default 0.7).
+	EqGain float64
+	Params Params
 }
 
 // aimdPath is one path's state.
@@ -107,6 +121,9 @@ type AIMD struct {
 	searching      bool // no hint and no congestion yet: multiplicative search
 	lastCongestion time.Duration
 	lastHintRise   time.Duration
+	// the delay equilibrium: its window, the rate it last set, its clock
+	eqW, eqSet float64
+	eqLast     time.Duration
 	// held is the rate the connection had before the receiver's hint
 	// capped it, less its own back-offs since: when the receiver releases
 	// its hold-back, the connection returns to it (never above the hint).
@@ -301,13 +318,126 @@ func (a *AIMD) OnAck(now time.Duration, path int, s AckSample) {
 	p.roundPkts += (s.AckedBytes + a.pkt - 1) / a.pkt
 	if s.MarkedBytes > 0 {
 		p.everMarked = true
-		if a.cfg.RTTFair && !a.searching {
+		if a.cfg.RTTFair && !a.searching && !a.steering() {
 			a.markedBackoff(now, path, s.MarkedBytes)
 		}
 	}
 	if now-p.roundStart >= p.srtt {
 		a.endRound(now, path)
 	}
+	if a.cfg.QueueShare > 0 {
+		a.equilibrium(now)
+	}
+}
+
+// connDelay returns the connection's minimum RTT, queueing delay (smoothed
+// RTT above the minimum) and smoothed RTT, each weighted by path rate.
+func (a *AIMD) connDelay() (base, q, srtt time.Duration) {
+	var b, qq, sr, wsum float64
+	for i := range a.paths {
+		p := &a.paths[i]
+		if !p.usable || p.rate <= 0 {
+			continue
+		}
+		b += p.rate * float64(p.minRTT)
+		qq += p.rate * float64(max(0, p.srtt-p.minRTT))
+		sr += p.rate * float64(p.srtt)
+		wsum += p.rate
+	}
+	if wsum <= 0 {
+		return 0, 0, 0
+	}
+	return time.Duration(b / wsum), time.Duration(qq / wsum), time.Duration(sr / wsum)
+}
+
+// equilibrium is the delay equilibrium (QueueShare), run on every ack: the
+// connection's window w follows FAST's law continuously,
+// dw/dt = γ/rtt · (α − w·q/rtt), and the rate is w over the current round
+// trip, so that, as with a window, the rate falls the moment the queue
+// grows, before the law has had a round trip to react.
+func (a *AIMD) equilibrium(now time.Duration) {
+	base, q, srtt := a.connDelay()
+	if srtt <= 0 || base <= 0 || !a.eqScaled() {
+		return
+	}
+	dt := now - a.eqLast
+	a.eqLast = now
+	scale := Scale(GrowthState{Rate: a.total, LineRate: a.cfg.Params.LineRateBps / 8, Hint: a.hint})
+	// The bytes this connection keeps queued; beyond twice the delay
+	// target every connection's share shrinks alike (as 1/q), which bounds
+	// the queue n connections hold to about sqrt(n·QueueShare·2·target)
+	// while keeping their rates equal.
+	alpha := a.cfg.QueueShare.Seconds() * scale
+	if lim := 2 * a.cfg.DelayTarget; lim > 0 && q > lim {
+		alpha *= float64(lim) / float64(q)
+	}
+	rtt := (base + q).Seconds()
+	if a.searching {
+		// The search ends once the connection holds its share of the queue:
+		// from there the equilibrium steers.
+		if a.total*q.Seconds() >= alpha {
+			a.searching = false
+			a.eqW = a.total * rtt
+			a.eqSet = a.total
+		}
+		return
+	}
+	if q < a.cfg.QueueShare/4 {
+		// An (almost) empty queue says nothing about a share: the growth
+		// function probes for capacity.
+		a.eqW = 0
+		return
+	}
+	if a.eqW <= 0 || a.eqSet <= 0 {
+		a.eqW = a.total * rtt
+	} else if a.total != a.eqSet {
+		// A back-off (marks, loss, a lower hint) or a raised hint changed
+		// the rate since the last step: the window follows it.
+		a.eqW *= a.total / a.eqSet
+	}
+	if dt > srtt {
+		dt = srtt
+	}
+	g := a.cfg.EqGain
+	if g <= 0 {
+		g = 0.7
+	}
+	if dt > 0 {
+		a.eqW += g / rtt * (alpha - a.eqW*q.Seconds()/rtt) * dt.Seconds()
+	}
+	a.eqW = math.Max(a.eqW, a.minRate()*float64(len(a.paths))*rtt)
+	r := a.eqW / rtt
+	ceiling := a.hint
+	if lr := a.cfg.Params.LineRateBps / 8; lr > 0 && (ceiling == 0 || lr < ceiling) {
+		ceiling = lr
+	}
+	if ceiling > 0 && r > ceiling {
+		r = ceiling
+		a.eqW = r * rtt
+	}
+	if r < a.total {
+		a.held = math.Max(0, a.held-(a.total-r))
+	}
+	a.setTotal(r)
+	a.eqSet = a.total
+}
+
+// eqScaled reports whether the equilibrium has an absolute scale for α (a
+// line rate or a hint). Measured against the connection's own rate, α/q
+// would make the rate grow or decay exponentially with the sign of
+// QueueShare − q: no equilibrium at all.
+func (a *AIMD) eqScaled() bool {
+	return a.cfg.Params.LineRateBps > 0 || a.hint > 0
+}
+
+// steering reports whether the delay equilibrium, not the growth function,
+// sets the connection's rate now.
+func (a *AIMD) steering() bool {
+	if a.cfg.QueueShare <= 0 || a.searching || !a.eqScaled() {
+		return false
+	}
+	_, q, _ := a.connDelay()
+	return q >= a.cfg.QueueShare/4
 }
 
 // grow applies the growth function for the time since path last grew.
@@ -324,6 +454,9 @@ func (a *AIMD) grow(now time.Duration, path int) {
 	share := 1.0 / float64(len(a.paths))
 	if a.total > 0 {
 		share = p.rate / a.total
+	}
+	if a.steering() {
+		return
 	}
 	var inc float64
 	if a.searching {
@@ -405,10 +538,12 @@ func (a *AIMD) endRound(now time.Duration, path int) {
 	if n := 2 * p.rttDev; target > 0 && n > target {
 		target = n
 	}
-	delayed := target > 0 && qdelay > target
+	// With the delay equilibrium on, the queueing delay is its signal, not
+	// a cut of its own.
+	delayed := target > 0 && qdelay > target && a.cfg.QueueShare <= 0
 
 	cut := 0.0
-	if frac > 0 && (!a.cfg.RTTFair || a.searching) {
+	if frac > 0 && (!a.cfg.RTTFair || a.searching && a.cfg.QueueShare <= 0) {
 		cut = p.alpha / 2
 		if a.searching {
 			// The end of the search: the last round overshot by up to 2x.

@@ -15,8 +15,17 @@
 //     cuts once takes fifteen small cuts, not fifteen full ones.
 //
 // With the same marked fraction at a shared bottleneck, growth and back-off
-// then balance at the same rate whatever the round trip. docs/CC.md gives the
-// reasoning and the literature (H-TCP, Scalable TCP, Hybla, DCTCP, RFC 6356).
+// then balance at the same rate whatever the round trip.
+//
+// Once a queue forms, neither growth function sets the rate: a delay
+// equilibrium does (cc.AIMDConfig.QueueShare, after FAST TCP): every
+// connection keeps the same number of bytes in the shared queue, so rates
+// are equal whatever the round trips, the link stays full without a
+// sawtooth, and a newcomer converges to its share in tens of round trips
+// where AIMD against threshold ECN marking took more than sixty. The two
+// controllers differ in how they probe a link whose queue is empty. docs/CC.md
+// gives the reasoning and the literature (H-TCP, Scalable TCP, Hybla, FAST,
+// DCTCP, RFC 6356).
 package longrtt
 
 import (
@@ -33,6 +42,15 @@ const DefaultRefRTT = 50 * time.Millisecond
 // that share a queue see the same queueing delay, and a target that grew
 // with the path's round trip would make short flows back off first.
 const DefaultDelayTarget = 25 * time.Millisecond
+
+// DefaultQueueShare is the queueing delay, at the line rate, that each
+// connection keeps in a shared bottleneck's queue (the delay equilibrium of
+// cc.AIMDConfig.QueueShare): two connections hold about 20 ms. The
+// equilibrium's fairness converges by about γ·q/rtt per round trip, so the
+// queue it holds must be a sizeable fraction of the round trip for a
+// newcomer at 100 ms to reach its share in tens of round trips: with 4 ms
+// per connection it took 46 round trips, with 10 ms 26 (docs/CC.md §4).
+const DefaultQueueShare = 10 * time.Millisecond
 
 func init() {
 	cc.Register("longrtt-htcp", func(p cc.Params) cc.Factory { return NewHTCP(p) })
@@ -55,6 +73,7 @@ func config(name string, p cc.Params, g cc.Growth) cc.AIMDConfig {
 		RTTFair:         true,
 		DelayTarget:     dt,
 		DelayTargetFrac: 0,
+		QueueShare:      DefaultQueueShare,
 		Params:          p,
 	}
 }

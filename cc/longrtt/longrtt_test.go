@@ -88,3 +88,44 @@ func TestHTCPAcceleratesAfterQuiet(t *testing.T) {
 		t.Fatalf("growth after 20 quiet RefRTTs %g, right after congestion %g", late, early)
 	}
 }
+
+// TestDelayEquilibriumIsRTTFair runs a 10 ms and a 150 ms flow through one
+// fluid queue (no hints, no marks): once the queue steers, both keep
+// QueueShare × line rate bytes in it, so their rates end equal, the link
+// full and the queue at about two QueueShares.
+func TestDelayEquilibriumIsRTTFair(t *testing.T) {
+	const capacity = 125e6 // bytes/s: 1 Gbit/s, the line rate of both
+	for _, name := range []string{"longrtt-htcp", "longrtt-scalable"} {
+		bases := []time.Duration{10 * time.Millisecond, 150 * time.Millisecond}
+		flows := make([]*cc.AIMD, len(bases))
+		for i, b := range bases {
+			f, err := cc.Lookup(name, cc.Params{LineRateBps: 8 * capacity, BaseRTT: b})
+			if err != nil {
+				t.Fatal(err)
+			}
+			flows[i] = f(1, pkt).(*cc.AIMD)
+		}
+		queue := 0.0 // bytes
+		step := time.Millisecond
+		for now := step; now <= 30*time.Second; now += step {
+			in := 0.0
+			for i, a := range flows {
+				r := a.PacingRate()
+				in += r
+				rtt := bases[i] + time.Duration(queue/capacity*1e9)
+				a.OnAck(now, 0, cc.AckSample{AckedBytes: int(r * step.Seconds()), RTT: rtt, SRTT: rtt, MinRTT: bases[i]})
+			}
+			queue = math.Max(0, queue+(in-capacity)*step.Seconds())
+		}
+		r0, r1 := flows[0].PacingRate(), flows[1].PacingRate()
+		if d := math.Abs(r0-r1) / (r0 + r1); d > 0.05 {
+			t.Errorf("%s: 10 ms flow %.3g B/s, 150 ms flow %.3g B/s: not equal", name, r0, r1)
+		}
+		if sum := r0 + r1; sum < 0.98*capacity || sum > 1.02*capacity {
+			t.Errorf("%s: rates sum to %.3g B/s, capacity %.3g", name, sum, capacity)
+		}
+		if q := time.Duration(queue / capacity * 1e9); q < DefaultQueueShare || q > 3*DefaultQueueShare {
+			t.Errorf("%s: queue %v, want about 2 × %v", name, q, DefaultQueueShare)
+		}
+	}
+}

@@ -197,7 +197,7 @@ func settleIndex(series [][]float64, target []float64, from int, tol float64) in
 // flows' goodput (per round trip) stays within 10% of half the link. Two
 // variants: the receiver's link is the bottleneck (the rate hint hands the
 // newcomer its share), and the fabric is (hints off: growth and back-off
-// must find it). Target for ours with hints: at most 30 round trips.
+// must find it). Target for ours in both: at most 30 round trips.
 func Convergence(o Options) ([]report.Row, error) {
 	rate := o.rateOr(100e9)
 	rtt := 100 * time.Millisecond
