@@ -560,11 +560,15 @@ func (e *Endpoint) Close() error {
 }
 
 func (e *Endpoint) countOpenError(err error) {
-	// A type assertion, not errors.As: this runs per refused datagram and
-	// must not allocate.
-	if se, ok := err.(seal.Error); ok && int(se) < len(e.ctr.open) {
-		e.ctr.open[se].Add(1)
-		return
+	e.ctr.open[openErrorIndex(err)].Add(1)
+}
+
+// openErrorIndex is the counter slot of a Sealer's refusal: its seal.Error,
+// or 0 for an error of another type. A type assertion, not errors.As: this
+// runs per refused datagram and must not allocate.
+func openErrorIndex(err error) int {
+	if se, ok := err.(seal.Error); ok && se < seal.NumErrors {
+		return int(se)
 	}
-	e.ctr.open[0].Add(1)
+	return 0
 }

@@ -133,11 +133,7 @@ func (e *Endpoint) PlaneDrops() []PlaneDrops {
 	return out
 }
 
-// countOpenErrorOn counts a Sealer's refusal on s's plane too.
+// countOpenError counts a Sealer's refusal on s's plane too.
 func (s *sock) countOpenError(err error) {
-	if se, ok := err.(seal.Error); ok && int(se) < len(s.drops.open) {
-		s.drops.open[se].Add(1)
-		return
-	}
-	s.drops.open[0].Add(1)
+	s.drops.open[openErrorIndex(err)].Add(1)
 }
