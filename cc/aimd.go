@@ -74,7 +74,15 @@ type AIMDConfig struct {
 	QueueShare time.Duration
 	// EqGain is FAST's γ (default 0.7).
 	EqGain float64
-	Params Params
+	// SearchStart, if positive, raises the starting rate of a connection
+	// without a hint to this fraction of the line rate when that is above
+	// the default (10 packets per base RTT): the search doubles per round
+	// trip, so starting from a fixed packet count takes log2 of the line
+	// rate more round trips to find a share, about 7 more at 100 Gbit/s
+	// than at 1 Gbit/s, and at 100 ms those are 0.7 s of the newcomer
+	// idling while the incumbent holds the link (docs/CC.md §4).
+	SearchStart float64
+	Params      Params
 }
 
 // aimdPath is one path's state.
@@ -165,6 +173,9 @@ func NewAIMD(cfg AIMDConfig) Factory {
 		start := cfg.Params.InitialRateBps / 8
 		if start <= 0 {
 			start = 10 * float64(packetSize) / base.Seconds()
+			if f := cfg.SearchStart * cfg.Params.LineRateBps / 8; f > start {
+				start = f
+			}
 		}
 		for i := range a.paths {
 			a.paths[i] = aimdPath{rate: start / float64(paths), usable: true, srtt: base, minRTT: base}

@@ -52,6 +52,12 @@ const DefaultDelayTarget = 25 * time.Millisecond
 // per connection it took 46 round trips, with 10 ms 26 (docs/CC.md §4).
 const DefaultQueueShare = 10 * time.Millisecond
 
+// SearchStart is the fraction of the line rate a connection without a
+// receiver hint starts its search at (when above 10 packets per base RTT):
+// the search then takes as many round trips to find a share at 100 Gbit/s
+// as at 1 Gbit/s.
+const SearchStart = 1.0 / 256
+
 func init() {
 	cc.Register("longrtt-htcp", func(p cc.Params) cc.Factory { return NewHTCP(p) })
 	cc.Register("longrtt-scalable", func(p cc.Params) cc.Factory { return NewScalable(p) })
@@ -74,6 +80,7 @@ func config(name string, p cc.Params, g cc.Growth) cc.AIMDConfig {
 		DelayTarget:     dt,
 		DelayTargetFrac: 0,
 		QueueShare:      DefaultQueueShare,
+		SearchStart:     SearchStart,
 		Params:          p,
 	}
 }

@@ -199,17 +199,23 @@ func settleIndex(series [][]float64, target []float64, from int, tol float64) in
 // newcomer its share), and the fabric is (hints off: growth and back-off
 // must find it). Target for ours in both: at most 30 round trips.
 func Convergence(o Options) ([]report.Row, error) {
-	rate := o.rateOr(100e9)
-	rtt := 100 * time.Millisecond
-	type variant struct {
-		name    string
-		noHints bool
-		ccs     []string
-	}
-	variants := []variant{
+	return convergence(o, []convVariant{
 		{"receiver bottleneck", false, LongRTTControllers},
 		{"fabric bottleneck", true, append(append([]string{}, LongRTTControllers...), Baselines...)},
-	}
+	})
+}
+
+// convVariant is one case of Convergence: where the bottleneck is (hints
+// off: in the fabric) and the controllers run against it.
+type convVariant struct {
+	name    string
+	noHints bool
+	ccs     []string
+}
+
+func convergence(o Options, variants []convVariant) ([]report.Row, error) {
+	rate := o.rateOr(100e9)
+	rtt := 100 * time.Millisecond
 	var rows []report.Row
 	var runs []namedRun
 	n, i := 0, 0
