@@ -221,3 +221,19 @@ func Jain(xs []float64) float64 {
 	}
 	return s * s / (float64(len(xs)) * s2)
 }
+
+// Slug turns a row's label into a file-name part for its plots: lower
+// case, letters, digits and '-' kept, '.' as 'p' (so "0.1%" and "01%"
+// differ), anything else '_'.
+func Slug(s string) string {
+	s = strings.ToLower(s)
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-':
+			return r
+		case r == '.':
+			return 'p'
+		}
+		return '_'
+	}, s)
+}

@@ -54,3 +54,15 @@ func TestJain(t *testing.T) {
 		t.Fatalf("one takes all: %v", j)
 	}
 }
+
+func TestSlug(t *testing.T) {
+	for in, want := range map[string]string{
+		"longrtt-htcp 0.1%":   "longrtt-htcp_0p1_",
+		"Fabric Bottleneck":   "fabric_bottleneck",
+		"8 planes/longrtt-1%": "8_planes_longrtt-1_",
+	} {
+		if got := Slug(in); got != want {
+			t.Errorf("Slug(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -7,8 +7,8 @@ import (
 	"image/color"
 	"os"
 	"path/filepath"
-	"strings"
 
+	"github.com/mrgw/mrgw/internal/report"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
@@ -37,7 +37,7 @@ func Plot(dir, prefix, format string, s *Series) ([]string, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	base := filepath.Join(dir, slug(prefix))
+	base := filepath.Join(dir, report.Slug(prefix))
 	var out []string
 	save := func(p *plot.Plot, name string, w, h vg.Length) error {
 		f := base + "-" + name + "." + format
@@ -149,17 +149,4 @@ func Plot(dir, prefix, format string, s *Series) ([]string, error) {
 		}
 	}
 	return out, nil
-}
-
-func slug(s string) string {
-	s = strings.ToLower(s)
-	return strings.Map(func(r rune) rune {
-		switch {
-		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-':
-			return r
-		case r == '.':
-			return 'p'
-		}
-		return '_'
-	}, s)
 }

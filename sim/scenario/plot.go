@@ -5,8 +5,8 @@ import (
 	"image/color"
 	"os"
 	"path/filepath"
-	"strings"
 
+	"github.com/mrgw/mrgw/internal/report"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
@@ -26,7 +26,7 @@ func (o *Options) plot(scenario string, runs []namedRun) error {
 		if len(r.Res.Times) == 0 {
 			continue
 		}
-		base := filepath.Join(o.PlotDir, fmt.Sprintf("%s-%02d-%s", scenario, i, slug(r.Label)))
+		base := filepath.Join(o.PlotDir, fmt.Sprintf("%s-%02d-%s", scenario, i, report.Slug(r.Label)))
 		series, what := r.Res.Goodput, "goodput"
 		if scenario == "incast" {
 			series, what = r.Res.Rate, "pacing rate"
@@ -41,19 +41,6 @@ func (o *Options) plot(scenario string, runs []namedRun) error {
 		}
 	}
 	return nil
-}
-
-func slug(s string) string {
-	s = strings.ToLower(s)
-	return strings.Map(func(r rune) rune {
-		switch {
-		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-':
-			return r
-		case r == '.':
-			return 'p'
-		}
-		return '_'
-	}, s)
 }
 
 var palette = []color.Color{
