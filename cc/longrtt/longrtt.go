@@ -85,10 +85,10 @@ func config(name string, p cc.Params, g cc.Growth) cc.AIMDConfig {
 	}
 }
 
-// HTCP growth constants: the base step is 1% of the connection's scale per
-// reference RTT; after a quiet spell of one RefRTT the step grows as H-TCP's
-// alpha(Δ) = 1 + 10Δ + (Δ/2)², with Δ counted in units of 4 RefRTT, up to
-// 25 times the base step.
+// HTCP growth constants: the base step is 0.5% of the connection's scale
+// per reference RTT; after a quiet spell of one RefRTT the step grows as
+// H-TCP's alpha(Δ) = 1 + 10Δ + (Δ/2)², with Δ counted in units of 4 RefRTT,
+// up to 4 times the base step.
 const (
 	htcpBase     = 0.005
 	htcpMaxAlpha = 4
