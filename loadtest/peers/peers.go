@@ -134,6 +134,13 @@ type Options struct {
 	// longrtt-htcp); Paths is its paths per connection (default 16).
 	MRGWCC string
 	Paths  int
+	// MRGWEmulator is the emulator mrgw and rocev2 run through: EmuUDP
+	// (default, "emu") or EmuTUN ("tunemu", the very emulator of TCP and
+	// QUIC; needs root like them).
+	MRGWEmulator string
+	// Pairs are the coexistence scenario's pairs as "flow+against"
+	// (default DefaultPairs).
+	Pairs []string
 	// MRGWExtraCC, if set to another controller, adds a second mrgw row
 	// per point with it, marked Variant "extra-cc" and given no ratio
 	// (default CCFixed: shows the transport without the pacer; "none":
