@@ -39,7 +39,7 @@ func newCoexistCmd() *cobra.Command {
 	cmd.Long += fmt.Sprintf(`
 
 Coexistence runs both flows of a pair through tunemu (one plane, one queue; mrgw's sockets are opened
-inside the namespaces), at 50 ms RTT unless --rtt says otherwise, for --warmup (default %v) and
+inside the namespaces), at 50 ms RTT unless --rtt names others (each runs every pair), for --warmup (default %v) and
 --duration (default %v). A flow is starved when its share of the pair's goodput is below %.3f
 (a quarter of its fair half).`, peers.DefaultCoexistWarmup, peers.DefaultCoexistDuration, peers.StarvedShare)
 	return cmd

@@ -72,7 +72,7 @@ func coexistSystem(s string) bool { return s == MRGW || s == TCPCubic || s == TC
 
 // Coexistence runs each pair (Options.Pairs, default DefaultPairs) for
 // Warmup + Duration (default 5 s + 20 s; Quick: 0.5 s + 1 s) on one plane
-// of CapacityBps at the first of Options.RTTs (default 50 ms), with the
+// of CapacityBps at each of Options.RTTs (default 50 ms only), with the
 // queue (default 1 BDP) and ECN threshold (default 0.1 BDP) of the other
 // scenarios and no random loss. tunemu marks CE on any ECT IPv4 packet,
 // whatever its protocol: mrgw's datagrams (ECT(0) on every one) and the
@@ -84,10 +84,10 @@ func coexistSystem(s string) bool { return s == MRGW || s == TCPCubic || s == TC
 // the pair's goodput over the capacity, Jain their fairness index, Starved
 // whether Share < StarvedShare. The Against row of a tcp-cubic flow gets
 // RelBaseline: its share over the share of the second cubic flow of the
-// baseline pair (when the baseline ran). The run fails if a flow moved
-// nothing. It needs tunemu (root); without it every pair is skipped and the
-// error matches tunemu.ErrUnavailable. Duration: about 26 s per pair with
-// the defaults, under 2 minutes for the four default pairs.
+// baseline pair at the same RTT (when the baseline ran). The run fails if
+// a flow moved nothing. It needs tunemu (root); without it no pair runs and
+// the error matches tunemu.ErrUnavailable. Duration: about 26 s per pair with
+// the defaults, under 2 minutes for the four default pairs at one RTT.
 func Coexistence(ctx context.Context, o Options) ([]report.Row, error) {
 	if len(o.RTTs) == 0 {
 		o.RTTs = []time.Duration{50 * time.Millisecond}
@@ -112,27 +112,32 @@ func Coexistence(ctx context.Context, o Options) ([]report.Row, error) {
 			pairs = append(pairs, p)
 		}
 	}
-	l := o.link(1, o.CapacityBps, o.RTTs[0], 0)
 	var rows []report.Row
-	baseline := 0.0 // the second cubic flow's share against the first
-	for i, p := range pairs {
-		o.progress(i+1, len(pairs), fmt.Sprintf("coexistence %s rtt=%v", p, l.RTT))
-		pr, err := coexistRun(ctx, p, l, o)
-		if err != nil {
-			return rows, fmt.Errorf("peers: coexistence %s: %w", p, err)
+	n := len(pairs) * len(o.RTTs)
+	for k, rtt := range o.RTTs {
+		l := o.link(1, o.CapacityBps, rtt, 0)
+		var group []report.Row
+		baseline := 0.0 // the second cubic flow's share against the first
+		for i, p := range pairs {
+			o.progress(k*len(pairs)+i+1, n, fmt.Sprintf("coexistence %s rtt=%v", p, l.RTT))
+			pr, err := coexistRun(ctx, p, l, o)
+			if err != nil {
+				return append(rows, group...), fmt.Errorf("peers: coexistence %s at %v: %w", p, rtt, err)
+			}
+			if p == BaselinePair && baseline == 0 {
+				baseline = pr[1].Share
+				pr[1].Note = joinNote(pr[1].Note, "baseline")
+			}
+			group = append(group, pr[:]...)
 		}
-		if p == BaselinePair && baseline == 0 {
-			baseline = pr[1].Share
-			pr[1].Note = joinNote(pr[1].Note, "baseline")
-		}
-		rows = append(rows, pr[:]...)
-	}
-	if baseline > 0 {
-		for k := range rows {
-			if k%2 == 1 && rows[k].System == TCPCubic && rows[k].Variant != BaselinePair.String() {
-				rows[k].RelBaseline = rows[k].Share / baseline
+		if baseline > 0 {
+			for j := 1; j < len(group); j += 2 {
+				if group[j].System == TCPCubic && group[j].Variant != BaselinePair.String() {
+					group[j].RelBaseline = group[j].Share / baseline
+				}
 			}
 		}
+		rows = append(rows, group...)
 	}
 	return rows, nil
 }
