@@ -145,6 +145,10 @@ func Coexistence(ctx context.Context, o Options) ([]report.Row, error) {
 // coFlow is one running flow of a pair.
 type coFlow interface {
 	received() uint64
+	// start marks the start of the measurement.
+	start()
+	// status is a short trace of the flow's state ("" if none).
+	status() string
 	// finish stops the flow and returns what it measured besides goodput.
 	finish(ctx context.Context) (Result, error)
 }
@@ -166,6 +170,9 @@ func startCoFlow(ctx context.Context, te *tunemu.Emulator, system string, l Link
 
 type mrgwCoFlow struct{ *tunnelFlow }
 
+func (mrgwCoFlow) start()         {}
+func (mrgwCoFlow) status() string { return "" } // traceTunnel prints the sender's state
+
 func (f mrgwCoFlow) finish(ctx context.Context) (Result, error) {
 	r := f.result(ctx)
 	r.Emulator = EmuTUN
@@ -176,11 +183,12 @@ func (f mrgwCoFlow) finish(ctx context.Context) (Result, error) {
 // tcpFlow is one kernel TCP connection from A to B sending as fast as its
 // congestion control lets it.
 type tcpFlow struct {
-	algo string
-	p    *tcpPair
-	got  atomic.Uint64
-	stop chan struct{}
-	wg   sync.WaitGroup
+	algo  string
+	p     *tcpPair
+	got   atomic.Uint64
+	stop  chan struct{}
+	wg    sync.WaitGroup
+	info0 unix.TCPInfo // at the start of the measurement
 }
 
 func startTCPFlow(ctx context.Context, te *tunemu.Emulator, algo string) (*tcpFlow, error) {
@@ -222,40 +230,61 @@ func startTCPFlow(ctx context.Context, te *tunemu.Emulator, algo string) (*tcpFl
 
 func (f *tcpFlow) received() uint64 { return f.got.Load() }
 
-// finish reads the socket's congestion control, retransmissions and the
-// packets the receiver echoed as CE-marked (TCP_INFO delivered_ce: ECE
-// acks, so it shows the emulator's marks reached this flow), then closes.
+func (f *tcpFlow) start() { f.info0 = tcpInfo(f.p.conns[0]) }
+
+func (f *tcpFlow) status() string {
+	i := tcpInfo(f.p.conns[0])
+	return fmt.Sprintf("cwnd=%d srtt=%.0fms retx=%d notsent=%dk", i.Snd_cwnd, float64(i.Rtt)/1e3,
+		i.Total_retrans-f.info0.Total_retrans, i.Notsent_bytes>>10)
+}
+
+// finish reads the socket's congestion control and retransmissions, and
+// notes what else limited it over the measurement (TCP_INFO): the packets
+// the receiver echoed as CE-marked (ECE acks: the emulator's marks reached
+// this flow), and the parts of the sender's busy time it was limited by
+// the receive window or the send buffer (rather than by its congestion
+// window), then closes.
 func (f *tcpFlow) finish(context.Context) (Result, error) {
 	c := f.p.conns[0]
 	name, retx := tcpCC(c)
-	ce := tcpDeliveredCE(c)
+	i := tcpInfo(c)
 	close(f.stop)
 	f.p.close()
 	f.wg.Wait()
-	r := Result{CC: name, Retransmits: uint64(retx), Emulator: EmuTUN, Note: fmt.Sprintf("ce-acked=%d", ce)}
+	busy := float64(i.Busy_time - f.info0.Busy_time)
+	frac := func(a, b uint64) float64 {
+		if busy <= 0 {
+			return 0
+		}
+		return float64(a-b) / busy
+	}
+	r := Result{CC: name, Retransmits: uint64(retx), Emulator: EmuTUN,
+		Note: fmt.Sprintf("measured: retx=%d ce-acked=%d rwnd-limited=%.2f sndbuf-limited=%.2f; end: cwnd=%d srtt=%.0fms",
+			i.Total_retrans-f.info0.Total_retrans, i.Delivered_ce-f.info0.Delivered_ce, frac(i.Rwnd_limited, f.info0.Rwnd_limited),
+			frac(i.Sndbuf_limited, f.info0.Sndbuf_limited), i.Snd_cwnd, float64(i.Rtt)/1e3)}
 	if name != f.algo {
 		return r, fmt.Errorf("peers: asked for TCP congestion control %s, socket uses %q", f.algo, name)
 	}
 	return r, nil
 }
 
-// tcpDeliveredCE reads TCP_INFO's delivered_ce.
-func tcpDeliveredCE(c net.Conn) uint32 {
+// tcpInfo reads a connection's TCP_INFO (zero if it cannot).
+func tcpInfo(c net.Conn) unix.TCPInfo {
+	var info unix.TCPInfo
 	tc, ok := c.(*net.TCPConn)
 	if !ok {
-		return 0
+		return info
 	}
 	rc, err := tc.SyscallConn()
 	if err != nil {
-		return 0
+		return info
 	}
-	var ce uint32
 	_ = rc.Control(func(fd uintptr) {
-		if info, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO); err == nil {
-			ce = info.Delivered_ce
+		if i, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO); err == nil {
+			info = *i
 		}
 	})
-	return ce
+	return info
 }
 
 // coexistRun runs one pair on a fresh emulator and returns its two rows
@@ -296,9 +325,12 @@ func coexistRun(ctx context.Context, p Pair, l Link, o Options) (rows [2]report.
 	}
 	// Both counters are read at the same instants, once a second for the
 	// trace and at both ends of the measurement.
+	flows[0].start()
+	flows[1].start()
 	t0 := time.Now()
 	b0 := [2]uint64{flows[0].received(), flows[1].received()}
-	s0 := te.Stats().Total(emu.AtoB)
+	st0 := te.Stats()
+	s0 := st0.Total(emu.AtoB)
 	prev, prevT := b0, t0
 	for end := t0.Add(o.Duration); ; {
 		step := min(time.Second, time.Until(end))
@@ -313,15 +345,17 @@ func coexistRun(ctx context.Context, p Pair, l Link, o Options) (rows [2]report.
 			now := time.Now()
 			dt := now.Sub(prevT).Seconds()
 			st := te.Stats().Total(emu.AtoB)
-			fmt.Fprintf(trace, "  t=%4.1fs %s=%6.1fMb/s %s=%6.1fMb/s | link ce=%d qdrop=%d maxq=%.2fbdp\n",
-				now.Sub(t0).Seconds(), systems[0], float64(cur[0]-prev[0])*8/dt/1e6, systems[1], float64(cur[1]-prev[1])*8/dt/1e6,
+			fmt.Fprintf(trace, "  t=%4.1fs %s=%6.1fMb/s %s %s=%6.1fMb/s %s | link ce=%d qdrop=%d maxq=%.2fbdp\n",
+				now.Sub(t0).Seconds(), systems[0], float64(cur[0]-prev[0])*8/dt/1e6, flows[0].status(),
+				systems[1], float64(cur[1]-prev[1])*8/dt/1e6, flows[1].status(),
 				st.CEMarks, st.QueueDrops, float64(st.MaxQueueBytes)/l.BDP())
 			prev, prevT = cur, now
 		}
 	}
 	t1 := time.Now()
 	b1 := [2]uint64{flows[0].received(), flows[1].received()}
-	s1 := te.Stats().Total(emu.AtoB)
+	st1 := te.Stats()
+	s1 := st1.Total(emu.AtoB)
 	secs := t1.Sub(t0).Seconds()
 	var bps [2]float64
 	for i := range bps {
@@ -340,7 +374,12 @@ func coexistRun(ctx context.Context, p Pair, l Link, o Options) (rows [2]report.
 	if err != nil {
 		return rows, err
 	}
+	// The emulator's own faults (its buffer cap, TUN writes that failed)
+	// would be losses the link model did not decide: they are noted.
 	link := fmt.Sprintf("link ce=%d qdrop=%d", s1.CEMarks-s0.CEMarks, s1.QueueDrops-s0.QueueDrops)
+	if d := st1.Overflow + st1.WriteErrors - st0.Overflow - st0.WriteErrors; d > 0 {
+		link += fmt.Sprintf(" emulator-faults=%d", d)
+	}
 	jain := total * total / (2 * (bps[0]*bps[0] + bps[1]*bps[1]))
 	for i := range rows {
 		r := results[i]
