@@ -239,7 +239,9 @@ func (f *tcpFlow) status() string {
 }
 
 // finish reads the socket's congestion control and retransmissions, and
-// notes what else limited it over the measurement (TCP_INFO): the packets
+// notes what else limited it over the measurement (TCP_INFO): its
+// retransmissions and how many of them the receiver reported as
+// duplicates (DSACK: spurious, the original was not lost), the packets
 // the receiver echoed as CE-marked (ECE acks: the emulator's marks reached
 // this flow), and the parts of the sender's busy time it was limited by
 // the receive window or the send buffer (rather than by its congestion
@@ -259,8 +261,9 @@ func (f *tcpFlow) finish(context.Context) (Result, error) {
 		return float64(a-b) / busy
 	}
 	r := Result{CC: name, Retransmits: uint64(retx), Emulator: EmuTUN,
-		Note: fmt.Sprintf("measured: retx=%d ce-acked=%d rwnd-limited=%.2f sndbuf-limited=%.2f; end: cwnd=%d srtt=%.0fms",
-			i.Total_retrans-f.info0.Total_retrans, i.Delivered_ce-f.info0.Delivered_ce, frac(i.Rwnd_limited, f.info0.Rwnd_limited),
+		Note: fmt.Sprintf("measured: retx=%d dsack=%d ce-acked=%d rwnd-limited=%.2f sndbuf-limited=%.2f; end: cwnd=%d srtt=%.0fms",
+			i.Total_retrans-f.info0.Total_retrans, i.Dsack_dups-f.info0.Dsack_dups, i.Delivered_ce-f.info0.Delivered_ce,
+			frac(i.Rwnd_limited, f.info0.Rwnd_limited),
 			frac(i.Sndbuf_limited, f.info0.Sndbuf_limited), i.Snd_cwnd, float64(i.Rtt)/1e3)}
 	if name != f.algo {
 		return r, fmt.Errorf("peers: asked for TCP congestion control %s, socket uses %q", f.algo, name)
@@ -331,6 +334,7 @@ func coexistRun(ctx context.Context, p Pair, l Link, o Options) (rows [2]report.
 	b0 := [2]uint64{flows[0].received(), flows[1].received()}
 	st0 := te.Stats()
 	s0 := st0.Total(emu.AtoB)
+	dev0 := deviceDrops(te)
 	prev, prevT := b0, t0
 	for end := t0.Add(o.Duration); ; {
 		step := min(time.Second, time.Until(end))
@@ -349,6 +353,9 @@ func coexistRun(ctx context.Context, p Pair, l Link, o Options) (rows [2]report.
 				now.Sub(t0).Seconds(), systems[0], float64(cur[0]-prev[0])*8/dt/1e6, flows[0].status(),
 				systems[1], float64(cur[1]-prev[1])*8/dt/1e6, flows[1].status(),
 				st.CEMarks, st.QueueDrops, float64(st.MaxQueueBytes)/l.BDP())
+			if d := deviceDrops(te); d[0] >= 0 {
+				fmt.Fprintf(trace, "           tun-drops a->b=%d b->a=%d\n", d[0], d[1])
+			}
 			prev, prevT = cur, now
 		}
 	}
@@ -356,6 +363,7 @@ func coexistRun(ctx context.Context, p Pair, l Link, o Options) (rows [2]report.
 	b1 := [2]uint64{flows[0].received(), flows[1].received()}
 	st1 := te.Stats()
 	s1 := st1.Total(emu.AtoB)
+	dev1 := deviceDrops(te)
 	secs := t1.Sub(t0).Seconds()
 	var bps [2]float64
 	for i := range bps {
@@ -379,6 +387,12 @@ func coexistRun(ctx context.Context, p Pair, l Link, o Options) (rows [2]report.
 	link := fmt.Sprintf("link ce=%d qdrop=%d", s1.CEMarks-s0.CEMarks, s1.QueueDrops-s0.QueueDrops)
 	if d := st1.Overflow + st1.WriteErrors - st0.Overflow - st0.WriteErrors; d > 0 {
 		link += fmt.Sprintf(" emulator-faults=%d", d)
+	}
+	// Packets a TUN device dropped before the emulator read them (its
+	// reader fell behind on the loaded machine): losses the link model
+	// did not decide, which the flows see all the same.
+	if dev0[0] >= 0 && dev1[0] >= 0 {
+		link += fmt.Sprintf(" tun-drops a->b=%d b->a=%d", dev1[0]-dev0[0], dev1[1]-dev0[1])
 	}
 	jain := total * total / (2 * (bps[0]*bps[0] + bps[1]*bps[1]))
 	for i := range rows {
@@ -408,6 +422,20 @@ func coexistRun(ctx context.Context, p Pair, l Link, o Options) (rows [2]report.
 		}
 	}
 	return rows, nil
+}
+
+// deviceDrops returns the TX drops of site A's and site B's TUN devices,
+// -1 if they cannot be read.
+func deviceDrops(te *tunemu.Emulator) [2]int64 {
+	var d [2]int64
+	for i, s := range []tunemu.Site{tunemu.SiteA, tunemu.SiteB} {
+		ds, err := te.DeviceStats(s)
+		if err != nil {
+			return [2]int64{-1, -1}
+		}
+		d[i] = int64(ds.TxDropped)
+	}
+	return d
 }
 
 // lockedWriter serialises the trace lines of the pair's two samplers.

@@ -51,6 +51,15 @@ func TestUDPListener(t *testing.T) {
 	if st := e.Stats().Total(AtoB); st.Delivered != 1 || st.BytesDelivered != uint64(n) {
 		t.Errorf("emulator A→B: %+v, want the one %d-byte datagram", st, n)
 	}
+	// The device counted it (and perhaps a few packets the kernel sends
+	// by itself), dropping none.
+	ds, err := e.DeviceStats(SiteA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ds.TxPackets < 1 || ds.TxDropped != 0 {
+		t.Errorf("site A's device: %+v", ds)
+	}
 }
 
 // TestTCPSeesCE: with net.ipv4.tcp_ecn=1 in both namespaces, kernel TCP
