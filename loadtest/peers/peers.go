@@ -8,7 +8,7 @@
 //
 // # Two emulators, one model
 //
-// UDP peers run through loadtest/emu, the UDP relay on loopback: mrgw's WAN
+// UDP peers run through loadtest/emu (by default; see below), the UDP relay on loopback: mrgw's WAN
 // tunnel (tunnel package: sealed datagrams over per-path sockets, WRITE bulk
 // transfer), the RoCEv2 baseline over the same tunnel, and kcp-go. Kernel
 // TCP and QUIC cannot speak through a UDP relay, so they run through
@@ -28,11 +28,15 @@
 // In-process sockets: TCP and QUIC sockets are created inside the
 // namespaces by tunemu.Emulator.Do (a locked OS thread that joined the
 // namespace and is destroyed afterwards); the sockets then serve any
-// goroutine. mrgw's own endpoint opens path sockets on its own goroutine,
-// so mrgw cannot run inside tunemu in-process: it would need a child
-// process per gateway in each namespace (tunemu.Emulator.Command, `ip netns
-// exec`). That is what a coexistence scenario (mrgw and a cubic flow on one
-// queue) needs; it is not built yet, so mrgw and rocev2 always run over emu.
+// goroutine. mrgw's endpoint opens path sockets on demand on its own
+// goroutines, so its tunnels get tunemu's in-namespace opener as
+// udp.Options.ListenUDP (tunNet): every path socket is then opened inside
+// the site's namespace and mrgw's sealed datagrams cross the TUN devices
+// and the same queue as kernel TCP. The tunnel pair and the bulk transfer
+// are written once against either emulator (tunnelNet). The coexistence
+// scenario (coexist.go) runs mrgw and a TCP flow on one tunemu bottleneck;
+// Options.MRGWEmulator (`--emulator tunemu`) runs the other scenarios' mrgw
+// and rocev2 bulk rows through tunemu too.
 //
 // # What each system does
 //

@@ -41,9 +41,10 @@
 // their whole life and may then be used from any goroutine. The goroutine
 // never unlocks its thread: it returns locked, so the Go runtime destroys
 // the thread instead of reusing it in the wrong namespace. Code that
-// creates sockets later, on goroutines of its own (a netio endpoint opens
-// path sockets on demand), cannot run this way: run it as a child process
-// with Command, which wraps `ip netns exec`.
+// creates UDP sockets later, on goroutines of its own (a netio endpoint
+// opens path sockets on demand), takes UDPListener as its socket opener
+// (udp.Options.ListenUDP): each socket is then opened by such a thread.
+// Anything else runs as a child process with Command (`ip netns exec`).
 //
 // # Privileges and clean-up
 //
