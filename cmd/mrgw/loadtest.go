@@ -29,6 +29,7 @@ func newLoadtestCmd() *cobra.Command {
 		newPeersCmd("completion-time", "p50/p99 completion of 1-64 MiB messages at 1% loss: a byte stream's head-of-line blocking against out-of-order placement",
 			peers.CompletionTime, completionCols),
 	)
+	cmd.AddCommand(newPeersFairnessCmds()...)
 	cmd.AddCommand(NewGatewayLoadCmds()...)
 	return cmd
 }
