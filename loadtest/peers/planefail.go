@@ -143,7 +143,7 @@ func pfRows(system string, l Link, r pfResult, tl timeline) []report.Row {
 			RTTms: float64(l.RTT) / 1e6, Loss: l.Loss, Streams: r.streams,
 			CapacityBps: l.Capacity(), GoodputBps: r.bps[k], Fraction: r.bps[k] / l.Capacity(),
 			Retransmits: r.retransmits, Emulator: r.emulator, Variant: phase,
-			Fault: fmt.Sprintf("plane %d fails after %v", r.plane, tl.warmup+tl.before),
+			Fault:        fmt.Sprintf("plane %d fails after %v", r.plane, tl.warmup+tl.before),
 			MessagesLost: r.lost, MessagesDuplicated: r.dup, MessagesFailed: r.failed,
 		}
 		if system == MRGW {

@@ -21,7 +21,7 @@ func TestPairDelaysValidation(t *testing.T) {
 		{ExtraAddrsA: -1},
 		{ExtraAddrsA: MaxExtraAddrsA + 1},
 		{ExtraAddrsA: 1, PairDelays: []emu.PairDelay{{A: ExtraAddrA(1), B: AddrB, Delay: time.Millisecond}}}, // not configured
-		{PairDelays: []emu.PairDelay{{A: AddrB, B: AddrA}}},                                                 // reversed
+		{PairDelays: []emu.PairDelay{{A: AddrB, B: AddrA}}},                                                  // reversed
 		{PairDelays: []emu.PairDelay{{A: netip.MustParseAddr("10.9.9.9"), B: AddrB}}},
 		{ExtraAddrsA: 1, PairDelays: []emu.PairDelay{{A: x0, B: AddrB}, {A: x0, B: AddrB}}},
 		{ExtraAddrsA: 1, PairDelays: []emu.PairDelay{{A: x0, B: AddrB, Delay: -time.Millisecond}}},
