@@ -331,7 +331,7 @@ func fairTCP(ctx context.Context, algo string, l Link, rtts []time.Duration, o O
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			tcpWriteLoop(c, stop)
+			tcpWriteLoop(c, stop, nil)
 		}()
 	}
 	bps, err := measureFlows(ctx, counts, o.Warmup, o.Duration)
@@ -356,8 +356,9 @@ func fairTCP(ctx context.Context, algo string, l Link, rtts []time.Duration, o O
 }
 
 // tcpWriteLoop writes to c until stop is closed or the connection fails;
-// the write deadline only keeps it responsive to stop.
-func tcpWriteLoop(c net.Conn, stop <-chan struct{}) {
+// the write deadline only keeps it responsive to stop. written, if not
+// nil, counts the bytes the socket accepted.
+func tcpWriteLoop(c net.Conn, stop <-chan struct{}, written *atomic.Uint64) {
 	buf := make([]byte, 256<<10)
 	for {
 		select {
@@ -366,7 +367,11 @@ func tcpWriteLoop(c net.Conn, stop <-chan struct{}) {
 		default:
 		}
 		c.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
-		if _, err := c.Write(buf); err != nil && !isTimeout(err) {
+		n, err := c.Write(buf)
+		if written != nil {
+			written.Add(uint64(n))
+		}
+		if err != nil && !isTimeout(err) {
 			return
 		}
 	}

@@ -76,7 +76,10 @@ func TestRTTFairnessRows(t *testing.T) {
 // The scenarios name the systems they cannot run instead of dropping them.
 func TestFairnessRefusesOtherSystems(t *testing.T) {
 	for _, run := range []func() error{
-		func() error { _, err := RTTFairness(testCtx(t), Options{Quick: true, Systems: []string{MRGW, KCP}}); return err },
+		func() error {
+			_, err := RTTFairness(testCtx(t), Options{Quick: true, Systems: []string{MRGW, KCP}})
+			return err
+		},
 		func() error {
 			_, err := PlaneFailure(testCtx(t), Options{Quick: true, Systems: []string{RoCEv2}})
 			return err
@@ -139,7 +142,8 @@ func TestPlaneFailureRows(t *testing.T) {
 }
 
 // TestPlaneFailureTCPStalls: the stream on the failed plane delivers
-// nothing once the plane is down, and the failure dropped packets.
+// nothing once the plane is down and holds bytes its sender had accepted,
+// and the failure dropped packets.
 func TestPlaneFailureTCPStalls(t *testing.T) {
 	if err := tunemu.Check(); err != nil {
 		t.Skip(err)
@@ -150,9 +154,9 @@ func TestPlaneFailureTCPStalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.onPlane < 1 || r.stalled < 1 || r.stalled > r.onPlane || r.downDrops == 0 {
-		t.Fatalf("%d of %d streams cross the failed plane %d, %d stalled, %d packets dropped by the failure",
-			r.onPlane, r.flows, r.plane, r.stalled, r.downDrops)
+	if r.onPlane < 1 || r.stalled < 1 || r.stalled > r.onPlane || r.downDrops == 0 || r.stuck == 0 {
+		t.Fatalf("%d of %d streams cross the failed plane %d, %d stalled holding %d bytes, %d packets dropped by the failure",
+			r.onPlane, r.flows, r.plane, r.stalled, r.stuck, r.downDrops)
 	}
 	t.Logf("%d of %d streams cross plane %d, %d stalled; %.1f/%.1f/%.1f Mbit/s", r.onPlane, r.flows, r.plane, r.stalled,
 		r.bps[0]/1e6, r.bps[1]/1e6, r.bps[2]/1e6)

@@ -128,7 +128,8 @@ type pfResult struct {
 	plane       int // the failed plane
 	onPlane     int // flows with a direction on the failed plane
 	flows       int
-	stalled     int // flows that moved nothing in the sustained phase (-1: not known)
+	stalled     int    // flows that moved nothing in the sustained phase (-1: not known)
+	stuck       uint64 // bytes the stalled flows' senders accepted and never delivered
 	lost, dup   *int64
 	failed      int
 	retransmits uint64
@@ -152,7 +153,7 @@ func pfRows(system string, l Link, r pfResult, tl timeline) []report.Row {
 		} else {
 			rw.Note = fmt.Sprintf("%d of %d flows cross plane %d", r.onPlane, r.flows, r.plane)
 			if r.stalled >= 0 && phase == PhaseSustained {
-				rw.Note += fmt.Sprintf("; %d stalled (nothing delivered)", r.stalled)
+				rw.Note += fmt.Sprintf("; %d stalled (nothing delivered), holding %.1f MiB accepted from the sender and not delivered at the end", r.stalled, float64(r.stuck)/(1<<20))
 			}
 		}
 		rows = append(rows, rw)
@@ -185,9 +186,11 @@ func setPhaseRatios(rows []report.Row) {
 
 // run waits out the warm-up, then samples the flows' counters before the
 // failure, at it, a second after and at the end; fail fails the plane.
-// It returns each phase's total goodput and the flows that moved nothing
-// in the sustained phase.
-func (tl timeline) run(ctx context.Context, counts []*atomic.Uint64, fail func() error) ([3]float64, int, error) {
+// It returns each phase's total goodput, the flows that moved nothing in
+// the sustained phase and, if written counts what each flow's sender
+// accepted, the bytes those stalled flows accepted but had not delivered
+// at the end.
+func (tl timeline) run(ctx context.Context, counts, written []*atomic.Uint64, fail func() error) ([3]float64, int, uint64, error) {
 	var bps [3]float64
 	snap := func() (time.Time, []uint64) {
 		v := make([]uint64, len(counts))
@@ -203,34 +206,38 @@ func (tl timeline) run(ctx context.Context, counts []*atomic.Uint64, fail func()
 		return s
 	}
 	if err := sleep(ctx, tl.warmup); err != nil {
-		return bps, 0, err
+		return bps, 0, 0, err
 	}
 	t0, c0 := snap()
 	if err := sleep(ctx, tl.before); err != nil {
-		return bps, 0, err
+		return bps, 0, 0, err
 	}
 	t1, c1 := snap()
 	if err := fail(); err != nil {
-		return bps, 0, err
+		return bps, 0, 0, err
 	}
 	if err := sleep(ctx, pfFirst); err != nil {
-		return bps, 0, err
+		return bps, 0, 0, err
 	}
 	t2, c2 := snap()
 	if err := sleep(ctx, tl.after-pfFirst); err != nil {
-		return bps, 0, err
+		return bps, 0, 0, err
 	}
 	t3, c3 := snap()
 	bps[0] = float64(sum(c0, c1)) * 8 / t1.Sub(t0).Seconds()
 	bps[1] = float64(sum(c1, c2)) * 8 / t2.Sub(t1).Seconds()
 	bps[2] = float64(sum(c2, c3)) * 8 / t3.Sub(t2).Seconds()
 	stalled := 0
+	var stuck uint64
 	for i := range counts {
 		if c3[i] == c2[i] {
 			stalled++
+			if written != nil {
+				stuck += written[i].Load() - c3[i]
+			}
 		}
 	}
-	return bps, stalled, nil
+	return bps, stalled, stuck, nil
 }
 
 // pfTCP runs 8 TCP streams from A to B through tunemu and fails the plane
@@ -290,14 +297,16 @@ func pfTCP(ctx context.Context, algo string, l Link, tl timeline) (pfResult, err
 	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	for _, c := range p.conns {
+	written := make([]*atomic.Uint64, len(p.conns))
+	for i, c := range p.conns {
+		written[i] = new(atomic.Uint64)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			tcpWriteLoop(c, stop)
+			tcpWriteLoop(c, stop, written[i])
 		}()
 	}
-	r.bps, r.stalled, err = tl.run(ctx, counts, func() error { return te.Fail(r.plane) })
+	r.bps, r.stalled, r.stuck, err = tl.run(ctx, counts, written, func() error { return te.Fail(r.plane) })
 	var names []string
 	for _, c := range p.conns {
 		name, retx := tcpCC(c)
@@ -343,7 +352,7 @@ func pfQUIC(ctx context.Context, l Link, tl timeline) (pfResult, error) {
 		q.close()
 		wg.Wait()
 	}
-	var got atomic.Uint64
+	var got, sent atomic.Uint64
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -377,7 +386,9 @@ func pfQUIC(ctx context.Context, l Link, tl timeline) (pfResult, error) {
 			defer wg.Done()
 			buf := make([]byte, 64<<10)
 			for runCtx.Err() == nil {
-				if _, err := s.Write(buf); err != nil {
+				n, err := s.Write(buf)
+				sent.Add(uint64(n))
+				if err != nil {
 					return
 				}
 			}
@@ -387,7 +398,7 @@ func pfQUIC(ctx context.Context, l Link, tl timeline) (pfResult, error) {
 	ra := q.sc.LocalAddr().(*net.UDPAddr).AddrPort()
 	r := pfResult{streams: streams, flows: 1, onPlane: 1, cc: "quic-go", emulator: EmuTUN}
 	r.plane = te.PlaneOf(emu.AtoB, emu.ProtoUDP, la, ra)
-	r.bps, r.stalled, err = tl.run(ctx, []*atomic.Uint64{&got}, func() error { return te.Fail(r.plane) })
+	r.bps, r.stalled, r.stuck, err = tl.run(ctx, []*atomic.Uint64{&got}, []*atomic.Uint64{&sent}, func() error { return te.Fail(r.plane) })
 	cleanup()
 	if err != nil {
 		return r, err
@@ -482,7 +493,7 @@ func pfMRGW(ctx context.Context, l Link, o Options, tl timeline) (pfResult, erro
 		return pfResult{}, err
 	}
 	r := pfResult{plane: plane, cc: ccName, emulator: EmuUDP, flows: 1, onPlane: 1, stalled: -1, paths: o.Paths}
-	r.bps, _, err = tl.run(ctx, []*atomic.Uint64{&got}, func() error { return em.Fail(plane) })
+	r.bps, _, _, err = tl.run(ctx, []*atomic.Uint64{&got}, nil, func() error { return em.Fail(plane) })
 	if err != nil {
 		return r, err
 	}
