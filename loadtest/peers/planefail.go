@@ -153,7 +153,7 @@ func pfRows(system string, l Link, r pfResult, tl timeline) []report.Row {
 		} else {
 			rw.Note = fmt.Sprintf("%d of %d flows cross plane %d", r.onPlane, r.flows, r.plane)
 			if r.stalled >= 0 && phase == PhaseSustained {
-				rw.Note += fmt.Sprintf("; %d stalled (nothing delivered), holding %.1f MiB accepted from the sender and not delivered at the end", r.stalled, float64(r.stuck)/(1<<20))
+				rw.Note += fmt.Sprintf("; %d stalled (nothing delivered), holding at least %.1f MiB accepted from the sender and not delivered at the end", r.stalled, float64(r.stuck)/(1<<20))
 			}
 		}
 		rows = append(rows, rw)
@@ -232,8 +232,13 @@ func (tl timeline) run(ctx context.Context, counts, written []*atomic.Uint64, fa
 	for i := range counts {
 		if c3[i] == c2[i] {
 			stalled++
+			// A write still blocked in the call is not counted yet, and
+			// the reader may see its bytes first: a lower bound, never
+			// below 0.
 			if written != nil {
-				stuck += written[i].Load() - c3[i]
+				if w := written[i].Load(); w > c3[i] {
+					stuck += w - c3[i]
+				}
 			}
 		}
 	}
