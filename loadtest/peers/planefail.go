@@ -153,7 +153,10 @@ func pfRows(system string, l Link, r pfResult, tl timeline) []report.Row {
 		} else {
 			rw.Note = fmt.Sprintf("%d of %d flows cross plane %d", r.onPlane, r.flows, r.plane)
 			if r.stalled >= 0 && phase == PhaseSustained {
-				rw.Note += fmt.Sprintf("; %d stalled (nothing delivered), holding at least %.1f MiB accepted from the sender and not delivered at the end", r.stalled, float64(r.stuck)/(1<<20))
+				rw.Note += fmt.Sprintf("; %d stalled (nothing delivered)", r.stalled)
+				if r.stuck > 0 {
+					rw.Note += fmt.Sprintf(", holding at least %.1f MiB accepted from the sender and not delivered at the end", float64(r.stuck)/(1<<20))
+				}
 			}
 		}
 		rows = append(rows, rw)
