@@ -17,6 +17,8 @@ import (
 	"github.com/mrgw/mrgw/loadtest/emu"
 	"github.com/mrgw/mrgw/loadtest/tunemu"
 	"github.com/mrgw/mrgw/metaroce"
+	"github.com/mrgw/mrgw/tunnel"
+	"github.com/mrgw/mrgw/tunnel/udp"
 )
 
 // RTT fairness: flows at different distances behind one bottleneck. Each
@@ -444,48 +446,81 @@ func fairQUIC(ctx context.Context, l Link, rtts []time.Duration, o Options) (fai
 	return fairResult{flowBps: bps, cc: "quic-go", emulator: EmuTUN}, nil
 }
 
-// fairMRGW runs one mrgw connection per flow, each between its own pair
-// of gateways (A on 127.0.0.(2+k), B on 127.0.0.1) through one emu relay
-// whose PairDelays give pair k its round trip. Each controller is built
-// for its flow's round trip and the link's capacity, and each receiver
-// hands out the whole capacity as its rate hint: the receivers do not know
-// of each other, so the hints cap a sender at the link's rate and do not
-// split it; the split is the controllers'.
+// fairMRGW runs one mrgw connection per flow from its own source gateway
+// (A_k on 127.0.0.(2+k)) to one receiving gateway (B on 127.0.0.1), as
+// regions at different distances send into one site: one emu relay whose
+// PairDelays give pair k its round trip. Each sender's controller is built
+// for its own round trip and the link's capacity; the receiving gateway's
+// one endpoint knows its WAN capacity and divides it among its senders as
+// rate hints (metaroce.Config.ReceiveCapacityBps), as a gateway does. The
+// first source is the receiving tunnel's own peer; the others are attached
+// to its endpoint (tunnel.Attach), each with its own control session.
 func fairMRGW(ctx context.Context, l Link, rtts []time.Duration, o Options) (fairResult, error) {
 	cfg := l.emuConfig()
+	loop := netip.MustParseAddr("127.0.0.1")
 	addrs := make([]netip.Addr, len(rtts))
 	for k, r := range rtts {
 		addrs[k] = netip.AddrFrom4([4]byte{127, 0, 0, byte(2 + k)})
-		cfg.PairDelays = append(cfg.PairDelays, emu.PairDelay{A: addrs[k], B: netip.MustParseAddr("127.0.0.1"), Delay: r / 2})
+		cfg.PairDelays = append(cfg.PairDelays, emu.PairDelay{A: addrs[k], B: loop, Delay: r / 2})
 	}
 	em, err := emu.New(ctx, cfg)
 	if err != nil {
 		return fairResult{}, err
 	}
 	defer em.Close()
-	counts := make([]*atomic.Uint64, len(rtts))
-	var pairs []*tunnelPair
+	var stops []func()
 	defer func() {
-		for _, p := range pairs {
-			p.close()
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
 		}
 	}()
-	var ccName string
+	counts := make([]*atomic.Uint64, len(rtts))
+	flowOf := map[metaroce.PeerID]int{}
 	var mu sync.Mutex
 	senders := make([]*metaroce.Conn, len(rtts))
+	udpOpts := udp.Options{ReadBuffer: 8 << 20, WriteBuffer: 8 << 20}
+	protoB, ccName, err := protocol(false, l, o, true)
+	if err != nil {
+		return fairResult{}, err
+	}
+	onB := func(_ time.Duration, ev metaroce.Event) {
+		if ev.Kind == metaroce.EventRecvComplete && ev.Err == nil {
+			if k, ok := flowOf[ev.Conn.Peer()]; ok {
+				counts[k].Add(ev.Len)
+			}
+		}
+	}
+	var b *tunnel.Tunnel
+	var standB netip.AddrPort
+	var as []*tunnel.Tunnel
 	for k, r := range rtts {
 		counts[k] = new(atomic.Uint64)
+		flowOf[metaroce.PeerID(k+1)] = k // tunnel.PeerID is 1: the first source
+		sp, err := tunnel.LoopbackSessions(ctx, fmt.Sprintf("fair-src-%d", k), "fair-dst")
+		if err != nil {
+			return fairResult{}, err
+		}
+		stops = append(stops, sp.Close)
+		if b == nil {
+			b, err = tunnel.New(sp.B, tunnel.Config{Protocol: protoB, Listen: netip.AddrPortFrom(loop, 0), UDP: udpOpts,
+				Router: sp.RouterB, OnEvent: onB})
+			if err != nil {
+				return fairResult{}, err
+			}
+			stops = append(stops, func() { b.Close() })
+			if standB, err = em.Expose(emu.SiteB, b.LocalAddr()); err != nil {
+				return fairResult{}, err
+			}
+		}
 		lk := l
 		lk.RTT = r
-		protoA, name, err := protocol(false, lk, o, false)
+		protoA, _, err := protocol(false, lk, o, false)
 		if err != nil {
 			return fairResult{}, err
 		}
-		protoB, _, err := protocol(false, lk, o, true)
-		if err != nil {
-			return fairResult{}, err
-		}
-		ccName = name
+		// Connection ids come from the endpoint's seed: the receiving
+		// endpoint refuses a second connection with the same id.
+		protoA.Seed += uint64(k)
 		outstanding := bulkOutstanding(lk)
 		src := make([]byte, bulkMsg)
 		onA := func(now time.Duration, ev metaroce.Event) {
@@ -501,28 +536,46 @@ func fairMRGW(ctx context.Context, l Link, rtts []time.Duration, o Options) (fai
 				_, _ = ev.Conn.Write(now, 0, 1, 0, src)
 			}
 		}
-		onB := func(_ time.Duration, ev metaroce.Event) {
-			if ev.Kind == metaroce.EventRecvComplete && ev.Err == nil {
-				counts[k].Add(ev.Len)
-			}
-		}
-		p, err := newTunnelPairAt(ctx, em, addrs[k], protoA, protoB, onA, onB)
+		realB := b.LocalAddr()
+		a, err := tunnel.New(sp.A, tunnel.Config{Protocol: protoA, Listen: netip.AddrPortFrom(addrs[k], 0), UDP: udpOpts,
+			Router: sp.RouterA, OnEvent: onA,
+			PlaneOf: func(_ int, local netip.AddrPort) int { return em.PlaneOf(emu.AtoB, local, realB) }})
 		if err != nil {
 			return fairResult{}, err
 		}
-		pairs = append(pairs, p)
-		dst := make([]byte, bulkMsg)
-		var regErr error
-		if err := p.b.Endpoint().Call(ctx, func(_ time.Duration, ep *metaroce.Endpoint) { regErr = ep.Memory().Register(1, dst) }); err != nil {
+		stops = append(stops, func() { a.Close() })
+		as = append(as, a)
+		standA, err := em.Expose(emu.SiteA, a.LocalAddr())
+		if err != nil {
 			return fairResult{}, err
 		}
-		if regErr != nil {
-			return fairResult{}, regErr
+		if err := a.SetPeerAddr(standB); err != nil {
+			return fairResult{}, err
+		}
+		if k == 0 {
+			err = b.SetPeerAddr(standA)
+		} else {
+			var peer *tunnel.Peer
+			peer, err = tunnel.Attach(sp.B, b.Endpoint(), tunnel.AttachConfig{ID: metaroce.PeerID(k + 1),
+				Dests: []netip.AddrPort{standA}, Router: sp.RouterB})
+			if err == nil {
+				stops = append(stops, func() { peer.Close() })
+			}
+		}
+		if err != nil {
+			return fairResult{}, err
 		}
 	}
-	// Connect all, then let them run together.
-	for _, p := range pairs {
-		if _, err := p.a.Connect(ctx); err != nil {
+	dst := make([]byte, bulkMsg)
+	var regErr error
+	if err := b.Endpoint().Call(ctx, func(_ time.Duration, ep *metaroce.Endpoint) { regErr = ep.Memory().Register(1, dst) }); err != nil {
+		return fairResult{}, err
+	}
+	if regErr != nil {
+		return fairResult{}, regErr
+	}
+	for _, a := range as {
+		if _, err := a.Connect(ctx); err != nil {
 			return fairResult{}, err
 		}
 	}
@@ -531,8 +584,8 @@ func fairMRGW(ctx context.Context, l Link, rtts []time.Duration, o Options) (fai
 		return fairResult{}, err
 	}
 	r := fairResult{flowBps: bps, cc: ccName, emulator: EmuUDP}
-	for k, p := range pairs {
-		_ = p.a.Endpoint().Call(ctx, func(_ time.Duration, _ *metaroce.Endpoint) {
+	for k, a := range as {
+		_ = a.Endpoint().Call(ctx, func(_ time.Duration, _ *metaroce.Endpoint) {
 			mu.Lock()
 			c := senders[k]
 			mu.Unlock()

@@ -20,7 +20,8 @@ import (
 // indices.
 func TestRTTFairnessRows(t *testing.T) {
 	ctx := testCtx(t)
-	o := Options{Quick: true, Seed: 1, Losses: []float64{0.01}, Systems: []string{MRGW, TCPBBR}}
+	// Long enough that every flow completes 1 MiB messages under load.
+	o := Options{Quick: true, Seed: 1, Losses: []float64{0.01}, Systems: []string{MRGW, TCPBBR}, Warmup: time.Second, Duration: 2 * time.Second}
 	rows, err := RTTFairness(ctx, o)
 	want := 2
 	if errors.Is(err, tunemu.ErrUnavailable) {
