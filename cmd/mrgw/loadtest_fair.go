@@ -24,7 +24,7 @@ func newPeersFairnessCmds() []*cobra.Command {
 
 var fairnessCols = []report.Column{
 	report.ColSystem, report.ColLoss,
-	{Title: "shares (10/50/150 ms)", Value: func(r *report.Row) string {
+	{Title: "shares (in RTT order)", Value: func(r *report.Row) string {
 		s := make([]string, len(r.Shares))
 		for i, x := range r.Shares {
 			s[i] = fmt.Sprintf("%.3f", x)
