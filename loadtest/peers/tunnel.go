@@ -125,14 +125,6 @@ func (p *tunnelPair) close() {
 // endpoints' events.
 func newTunnelPair(ctx context.Context, em *emu.Emulator, protoA, protoB metaroce.Config,
 	onA, onB func(time.Duration, metaroce.Event)) (p *tunnelPair, err error) {
-	return newTunnelPairAt(ctx, em, netip.MustParseAddr("127.0.0.1"), protoA, protoB, onA, onB)
-}
-
-// newTunnelPairAt is newTunnelPair with gateway A's data plane on loopback
-// address addrA (gateway B's stays on 127.0.0.1), so that emu's
-// PairDelays can give the pair its own delay.
-func newTunnelPairAt(ctx context.Context, em *emu.Emulator, addrA netip.Addr, protoA, protoB metaroce.Config,
-	onA, onB func(time.Duration, metaroce.Event)) (p *tunnelPair, err error) {
 	p = &tunnelPair{em: em}
 	defer func() {
 		if err != nil {
@@ -154,7 +146,7 @@ func newTunnelPairAt(ctx context.Context, em *emu.Emulator, addrA netip.Addr, pr
 	}
 	p.stops = append(p.stops, func() { p.b.Close() })
 	realB = p.b.LocalAddr()
-	p.a, err = tunnel.New(sp.A, tunnel.Config{Protocol: protoA, Listen: netip.AddrPortFrom(addrA, 0), UDP: udpOpts, Router: ra, OnEvent: onA,
+	p.a, err = tunnel.New(sp.A, tunnel.Config{Protocol: protoA, Listen: loop, UDP: udpOpts, Router: ra, OnEvent: onA,
 		PlaneOf: func(_ int, local netip.AddrPort) int { return em.PlaneOf(emu.AtoB, local, realB) }})
 	if err != nil {
 		return nil, err
