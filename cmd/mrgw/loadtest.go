@@ -31,6 +31,7 @@ func newLoadtestCmd() *cobra.Command {
 			peers.CompletionTime, completionCols),
 		newCoexistCmd(),
 	)
+	cmd.AddCommand(newPeersFairnessCmds()...)
 	cmd.AddCommand(NewGatewayLoadCmds()...)
 	return cmd
 }

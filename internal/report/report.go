@@ -65,7 +65,9 @@ type Row struct {
 	// (the UDP relay) or "tunemu" (TUN devices and namespaces, same model).
 	Emulator string `json:"emulator,omitempty"`
 	// MRGWRatio is mrgw's goodput over this row's at the same point of the
-	// same run (peer comparisons; above 1: mrgw is ahead).
+	// same run (peer comparisons; above 1: mrgw is ahead). In the
+	// peers-rtt-fairness rows it is mrgw's Jain index over this row's; in
+	// peers-plane-failure rows, mrgw's goodput in the same phase (Variant).
 	MRGWRatio float64 `json:"mrgw_ratio,omitempty"`
 	// MessageBytes, Messages, Incomplete, P50ms and P99ms describe message
 	// completion times (completion-time scenario): the message size, how

@@ -61,6 +61,16 @@
 //
 // Goodput is always measured at the receiver, over Options.Duration after
 // Options.Warmup.
+//
+// # Scenarios
+//
+// LossSweep and Planes (scenarios.go): bulk goodput against random loss
+// and against the number of ECMP planes. CompletionTime (msgs.go): message
+// completion times under loss. RTTFairness (fairness.go): three flows at
+// 10, 50 and 150 ms round trips on one bottleneck (per-pair delays in both
+// emulators), shares and Jain's index. PlaneFailure (planefail.go): one of
+// four planes fails under a transfer; goodput before, in the first second
+// and sustained, messages lost by mrgw, streams stalled for TCP and QUIC.
 package peers
 
 import (

@@ -27,6 +27,14 @@
 // delivery times: emu.Sched, the relay's own delivery scheduler. Planes
 // can be re-tuned, failed and restored while traffic flows.
 //
+// Flows at different distances behind one bottleneck: Config.ExtraAddrsA
+// gives site A more addresses (10.213.1.1 onwards, ExtraAddrA) and
+// Config.PairDelays gives a pair (an address of site A, site B's) its own
+// one-way delay in both directions, as emu.Config.PairDelays does for the
+// UDP relay, with the same type, validation and model (emu.Link.AdmitVia):
+// the planes' queues and rates stay shared, each pair keeps its order on
+// its own wire.
+//
 // A packet costs the link its IP length minus 28 bytes: that is what
 // loadtest/emu charges for a UDP datagram (its payload; the relay never
 // sees the IPv4 and UDP headers), so the same datagram takes the same link
