@@ -485,7 +485,7 @@ func pfMRGW(ctx context.Context, l Link, o Options, tl timeline) (pfResult, erro
 			got.Add(ev.Len)
 		}
 	}
-	p, err := newTunnelPair(ctx, em, protoA, protoB, onA, onB)
+	p, err := newTunnelPair(ctx, emuNet{em}, protoA, protoB, onA, onB)
 	if err != nil {
 		return pfResult{}, err
 	}
