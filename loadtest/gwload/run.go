@@ -5,10 +5,12 @@ package gwload
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,6 +38,11 @@ type Options struct {
 	Progress func(frac float64, what string)
 	// Logger receives the gateways' and hosts' logs [discard].
 	Logger *slog.Logger
+	// Trace, if set, receives one line per Bin: goodput, the emulator's
+	// per-direction rate and drops, and every WAN connection's sending
+	// rate, summed window and bytes in flight (for finding what limits a
+	// run).
+	Trace io.Writer
 }
 
 func (o Options) withDefaults() Options {
@@ -176,6 +183,62 @@ type env struct {
 	start      time.Time
 
 	incomplete atomic.Int64
+	lastEmu    emu.Stats
+}
+
+// trace writes one line of Options.Trace.
+func (e *env) trace(el time.Duration, goodput float64) {
+	st := e.l.Emu.Stats()
+	var b strings.Builder
+	fmt.Fprintf(&b, "%6.2fs gp %6.1f", el.Seconds(), goodput/1e6)
+	for d := range 2 {
+		cur := st.Total(emu.Dir(d))
+		var prev emu.LinkStats
+		if len(e.lastEmu.Links[d]) > 0 {
+			prev = e.lastEmu.Total(emu.Dir(d))
+		}
+		fmt.Fprintf(&b, " | d%d in %6.1fM out %6.1fM qd %d ld %d late %v", d, float64(cur.BytesIn-prev.BytesIn)*8/e.o.Bin.Seconds()/1e6,
+			float64(cur.BytesDelivered-prev.BytesDelivered)*8/e.o.Bin.Seconds()/1e6,
+			cur.QueueDrops-prev.QueueDrops, cur.LossDrops-prev.LossDrops, st.Late[d].Max.Round(time.Millisecond))
+	}
+	e.lastEmu = st
+	names := make([]string, 0, len(e.l.Gateways))
+	for n := range e.l.Gateways {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		g := e.l.Gateways[n]
+		select {
+		case <-g.Done():
+			continue
+		default:
+		}
+		gs := g.Status()
+		fmt.Fprintf(&b, " | %s f%d mem %dK lanin %.1fM", n, gs.Flows.Active, gs.Memory.InUse>>10, gs.LANInBps*8/1e6)
+		for _, hl := range gs.HostLinks {
+			if hl.FlowsOut == 0 {
+				continue
+			}
+			fmt.Fprintf(&b, " >%s pace %.1fM cw %dK inf %dK up %d lost %d rtx %d", hl.Endpoint, hl.PacingBps*8/1e6, hl.Cwnd>>10, hl.Inflight>>10, hl.PathsUp, hl.Lost, hl.Retrans)
+		}
+		for _, p := range gs.Peers {
+			if p.TxBps < 1e5 {
+				continue
+			}
+			var cw, inf int
+			states := map[string]int{}
+			for _, pa := range p.Paths {
+				states[pa.State]++
+				if pa.State == "up" {
+					cw += pa.Cwnd
+					inf += pa.Inflight
+				}
+			}
+			fmt.Fprintf(&b, " >%s %.1fM cw %dK inf %dK lost %d %v", p.Name, p.TxBps*8/1e6, cw>>10, inf>>10, p.Lost, states)
+		}
+	}
+	fmt.Fprintln(e.o.Trace, b.String())
 }
 
 type flowRef struct {
@@ -416,12 +479,30 @@ func (e *env) hosts() error {
 func labHostProtocol() metaroce.Config {
 	return metaroce.Config{
 		Paths: 4,
+		// The host's receive capacity, divided among the gateways that
+		// send to it as rate hints (labHostReceiveBps).
+		ReceiveCapacityBps: labHostReceiveBps,
 		Path: pathmgr.Config{
 			InitialRTT: 5 * time.Millisecond, MinPTO: lab.LANMinPTO, MaxAckDelay: time.Millisecond,
 			DownAfter: 3, ProbeInterval: 20 * time.Millisecond, MaxProbeInterval: time.Second, UpAfter: 2,
 		},
 	}
 }
+
+// labHostReceiveBps is what each lab host tells the gateways sending to it
+// it can take (metaroce rate hints), split among them.
+//
+// Without it the gateways' LAN controller (dc-aimd, no lan.max_rate_bps
+// in the lab) had no scale for its rate: growth measured against its own
+// rate, and when every path of a gateway→host connection went down for a
+// moment (the LAN paths time out under the CPU load of 64 hosts opening
+// flows), the controller's rate fell to zero and stayed there, so the
+// destination gateway trickled 55 MB of the first incast step to the
+// receiving host over 26 s while the WAN had carried it in 4 (mrgw
+// loadtest --trace, 2026-11-29 22:01). A hint gives the rate its scale
+// back: growth is then a share of it per round trip, bounded by it.
+// 4 Gbit/s: loopback, far above any scenario's WAN capacity.
+const labHostReceiveBps = 4e9
 
 // open opens the flows, 64 at a time.
 func (e *env) open(ctx context.Context) error {
@@ -782,6 +863,9 @@ func (e *env) sample(ctx context.Context, ser *Series, stop <-chan struct{}, pea
 				}
 			}
 		}
+		if e.o.Trace != nil {
+			e.trace(el, ser.Goodput[len(ser.Goodput)-1])
+		}
 		ser.mu.Lock()
 		ser.PathRTT = append(ser.PathRTT, rtt)
 		ser.PathCwnd = append(ser.PathCwnd, cwnd)
@@ -907,6 +991,7 @@ func (e *env) row(ser *Series, steps []time.Duration, stepRates []float64) repor
 		if len(steps) < w.Steps {
 			errs = append(errs, fmt.Sprintf("%d of %d steps completed", len(steps), w.Steps))
 		}
+		r.Note = stepList(steps)
 	}
 	if r.CapacityBps > 0 {
 		r.Fraction = r.GoodputBps / r.CapacityBps
@@ -926,15 +1011,30 @@ func (e *env) row(ser *Series, steps []time.Duration, stepRates []float64) repor
 		}
 	}
 	if len(errs) > 0 {
-		r.Note = errs[0]
+		note := errs[0]
 		if len(errs) > 1 {
-			r.Note += fmt.Sprintf(" (+%d more)", len(errs)-1)
+			note += fmt.Sprintf(" (+%d more)", len(errs)-1)
 		}
+		r.Note = strings.TrimPrefix(r.Note+"; "+note, "; ")
 	}
 	if srcNote != "" {
 		r.Note = strings.TrimSuffix(srcNote+"; "+r.Note, "; ")
 	}
 	return r
+}
+
+// stepList lists step times in ms ("steps 2810 2702 ..."), the figure the
+// mean and maximum summarise.
+func stepList(steps []time.Duration) string {
+	if len(steps) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("steps ms")
+	for _, s := range steps {
+		fmt.Fprintf(&b, " %.0f", ms(s))
+	}
+	return b.String()
 }
 
 // recovery returns the seconds from a fault at `at` until goodput, averaged

@@ -3,9 +3,11 @@
 package gwload
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,11 +88,20 @@ func TestSteppedWorkloadsComplete(t *testing.T) {
 				Link:     Link{Rate: "50mbit", Delay: 5 * time.Millisecond, Loss: "0.1%"},
 				Workload: w,
 			}
-			rows, ser, err := Run(ctx, s, Options{Drain: 20 * time.Second})
+			var trace bytes.Buffer
+			rows, ser, err := Run(ctx, s, Options{Drain: 20 * time.Second, Trace: &trace})
 			if err != nil {
 				t.Fatal(err)
 			}
 			r := rows[0]
+			// The note lists every step's time; the trace has a line per
+			// bin naming the WAN connections that carried the steps.
+			if f := strings.Fields(strings.SplitN(r.Note, ";", 2)[0]); len(f) != 2+w.Steps || f[0] != "steps" {
+				t.Errorf("note %q does not list the %d step times", r.Note, w.Steps)
+			}
+			if n := strings.Count(trace.String(), "\n"); n < len(ser.T)-1 || !strings.Contains(trace.String(), " >use-gw") {
+				t.Errorf("trace: %d lines for %d bins, or no WAN connection in it", n, len(ser.T))
+			}
 			t.Logf("%s: steps %d, step %.0f ms (ideal %.0f), jain %.3f, note %q", r.Variant, r.Steps, r.StepMs, r.IdealStepMs, r.Jain, r.Note)
 			if r.Steps != w.Steps || len(ser.StepMs) != w.Steps {
 				t.Fatalf("%d of %d steps completed (%s)", r.Steps, w.Steps, r.Note)
