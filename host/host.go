@@ -275,6 +275,12 @@ type owner struct {
 	flows   map[uint64]*Flow
 	txByStr map[streamKey]*Flow
 	rx      rxState
+	// timers: the outgoing flows' timers (flowTimers); blocked: open
+	// flows whose last pump found the send queue full; dueBuf is reused
+	// by runTimers.
+	timers  flowTimers
+	blocked map[*Flow]struct{}
+	dueBuf  []*Flow
 }
 
 // streamKey names a stream of one connection.
@@ -326,6 +332,7 @@ func New(cfg Config) (*Host, error) {
 	h.o.ctl = map[*metaroce.Conn]map[uint64][]byte{}
 	h.o.flows = map[uint64]*Flow{}
 	h.o.txByStr = map[streamKey]*Flow{}
+	h.o.blocked = map[*Flow]struct{}{}
 	h.o.rx.init()
 	peers := make([]netio.Peer, len(cfg.Gateways))
 	for i, a := range cfg.Gateways {
