@@ -69,6 +69,7 @@ type PeerStatus struct {
 	LastError  string       `json:"last_error,omitempty"`
 	ControlRTT float64      `json:"control_rtt_ms"`
 	TxBps      float64      `json:"tx_payload_bytes_per_second"`
+	PacingBps  float64      `json:"pacing_bytes_per_second"` // the controller's pacing rate
 	RxBps      float64      `json:"rx_payload_bytes_per_second"`
 	Sent       uint64       `json:"payload_bytes_sent"`
 	Received   uint64       `json:"payload_bytes_received"`
@@ -203,6 +204,7 @@ func (g *Gateway) snapshot(prev *rateState) {
 			prev.sent[p.name], prev.received[p.name] = s.PayloadBytesSent, s.PayloadBytesPlaced
 			p.metrics.Sync(s)
 			p.metrics.SetRates(0, ci.c.Controller().PacingRate())
+			ps.PacingBps = ci.c.Controller().PacingRate()
 			for i := range ci.c.Paths().Paths {
 				pp := &ci.c.Paths().Paths[i]
 				w := ci.c.Controller().Window(i)

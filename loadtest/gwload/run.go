@@ -80,8 +80,10 @@ type Series struct {
 	PathCwnd [][]float64
 	// FlowBytes are the bytes delivered per flow.
 	FlowBytes []float64
-	// StepMs are the step times of a synchronized workload.
-	StepMs []float64
+	// StepMs are the step times of a synchronized workload, IdealStepMs
+	// the step's bytes over the capacity.
+	StepMs      []float64
+	IdealStepMs float64
 
 	mu sync.Mutex // the sampler and the fault injector append concurrently
 }
@@ -235,7 +237,7 @@ func (e *env) trace(el time.Duration, goodput float64) {
 					inf += pa.Inflight
 				}
 			}
-			fmt.Fprintf(&b, " >%s %.1fM cw %dK inf %dK lost %d %v", p.Name, p.TxBps*8/1e6, cw>>10, inf>>10, p.Lost, states)
+			fmt.Fprintf(&b, " >%s %.1fM pace %.1fM cw %dK inf %dK lost %d %v", p.Name, p.TxBps*8/1e6, p.PacingBps*8/1e6, cw>>10, inf>>10, p.Lost, states)
 		}
 	}
 	fmt.Fprintln(e.o.Trace, b.String())
@@ -387,6 +389,7 @@ func Run(ctx context.Context, s Scenario, o Options) ([]report.Row, *Series, err
 	for _, st := range steps {
 		ser.StepMs = append(ser.StepMs, ms(st))
 	}
+	ser.IdealStepMs = row.IdealStepMs
 	return []report.Row{row}, ser, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -115,6 +116,13 @@ func TestSteppedWorkloadsComplete(t *testing.T) {
 			if r.IdealStepMs <= 0 || r.StepRatio < 0.9 || r.MaxStepMs < r.StepMs {
 				// A step cannot beat the capacity (10% for rounding).
 				t.Fatalf("step %.0f ms, ideal %.0f, max %.0f", r.StepMs, r.IdealStepMs, r.MaxStepMs)
+			}
+			files, err := Plot(t.TempDir(), w.Pattern, "svg", ser)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.ContainsFunc(files, func(f string) bool { return strings.HasSuffix(f, "-steps.svg") }) {
+				t.Errorf("no step-time plot among %v", files)
 			}
 			for _, b := range ser.FlowBytes {
 				if b != float64(w.Steps)*float64(rowMsg(r)) {
