@@ -21,6 +21,7 @@ import (
 	"github.com/mrgw/mrgw/host"
 	"github.com/mrgw/mrgw/internal/report"
 	"github.com/mrgw/mrgw/loadtest/emu"
+	"github.com/mrgw/mrgw/loadtest/recovery"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/pathmgr"
 )
@@ -78,6 +79,10 @@ type Series struct {
 	Watched  string
 	PathRTT  [][]float64
 	PathCwnd [][]float64
+	// Delivered is the cumulative count behind Goodput (bytes delivered
+	// by each bin's end, from the start of traffic): recovery is measured
+	// on it (loadtest/recovery), as by mrgw demo and the tunnel tests.
+	Delivered recovery.Series
 	// FlowBytes are the bytes delivered per flow.
 	FlowBytes []float64
 	// StepMs are the step times of a synchronized workload, IdealStepMs
@@ -791,6 +796,9 @@ func (e *env) sample(ctx context.Context, ser *Series, stop <-chan struct{}, pea
 	tick := time.NewTicker(e.o.Bin)
 	defer tick.Stop()
 	var last uint64
+	ser.mu.Lock()
+	ser.Delivered.Add(e.start, e.tr.total.Load())
+	ser.mu.Unlock()
 	var watchGW, watchPeer string
 	paths := map[int]int{} // path id -> column
 	maxBins := int(e.sc.Duration/e.o.Bin) + 2
@@ -805,6 +813,7 @@ func (e *env) sample(ctx context.Context, ser *Series, stop <-chan struct{}, pea
 		el := time.Since(e.start)
 		tot := e.tr.total.Load()
 		ser.mu.Lock()
+		ser.Delivered.Add(e.start.Add(el), tot)
 		ser.T = append(ser.T, el.Seconds())
 		ser.Goodput = append(ser.Goodput, float64(tot-last)*8/e.o.Bin.Seconds())
 		ser.mu.Unlock()
@@ -1006,12 +1015,7 @@ func (e *env) row(ser *Series, steps []time.Duration, stepRates []float64) repor
 		if sc.Planes > 1 {
 			thr = float64(sc.Planes-1) / float64(sc.Planes)
 		}
-		if rec, ok := recovery(ser.T, ser.Goodput, f.At, thr, e.o.Bin.Seconds()); ok {
-			r.RecoveryMs = rec * 1000
-			r.RecoveryRTTs = rec / rtt.Seconds()
-		} else {
-			r.RecoveryMs, r.RecoveryRTTs = -1, -1
-		}
+		r.RecoveryMs, r.RecoveryRTTs = faultRecovery(ser.Delivered, e.start, f.At, sc.Duration, rtt, thr)
 	}
 	if len(errs) > 0 {
 		note := errs[0]
@@ -1040,40 +1044,20 @@ func stepList(steps []time.Duration) string {
 	return b.String()
 }
 
-// recovery returns the seconds from a fault at `at` until goodput, averaged
-// over three bins, is back to thr of its mean before the fault (bins after
-// the first second), and whether it came back at all.
-func recovery(t, g []float64, at, thr, bin float64) (float64, bool) {
-	var pre float64
-	n := 0
-	for i := range t {
-		if t[i] > 1 && t[i] <= at {
-			pre += g[i]
-			n++
-		}
+// faultRecovery measures recovery after a fault at seconds `at` from start
+// with loadtest/recovery, over the traffic's duration (or up to the last
+// sample, if the run stopped early): until the goodput over a window of
+// four round trips is back to thr of the goodput in the second before the
+// fault, counting the window's length. It returns milliseconds and round
+// trips, or -1, -1 if goodput did not come back within the run.
+func faultRecovery(delivered recovery.Series, start time.Time, at float64, dur, rtt time.Duration, thr float64) (float64, float64) {
+	end := start.Add(dur)
+	if n := len(delivered.At); n > 0 && delivered.At[n-1].Before(end) {
+		end = delivered.At[n-1]
 	}
-	if n == 0 {
-		for i := range t {
-			if t[i] <= at {
-				pre += g[i]
-				n++
-			}
-		}
+	rep := delivered.Measure(start.Add(time.Duration(at*float64(time.Second))), end, rtt, thr)
+	if rep.RTTs < 0 {
+		return -1, -1
 	}
-	if n == 0 || pre == 0 {
-		return 0, false
-	}
-	pre /= float64(n)
-	for i := range t {
-		if t[i]-bin < at || i+2 >= len(t) {
-			continue
-		}
-		avg := (g[i] + g[i+1] + g[i+2]) / 3
-		if avg >= thr*pre {
-			// The window starts at the beginning of bin i.
-			// Conservative: the end of the window's first bin.
-			return t[i] - at, true
-		}
-	}
-	return 0, false
+	return rep.RTTs * ms(rtt), rep.RTTs
 }

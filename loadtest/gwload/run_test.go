@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mrgw/mrgw/internal/report"
+	"github.com/mrgw/mrgw/loadtest/recovery"
 )
 
 // TestSmokePlaneFailure runs a short bulk transfer through the real
@@ -179,5 +180,35 @@ func TestFairnessSources(t *testing.T) {
 	bound := report.Jain([]float64{0.1, 0.1, 0.8})
 	if j := report.Jain(r.Shares); j < bound || r.Jain < bound || j-r.Jain > 0.01 || r.Jain-j > 0.01 {
 		t.Fatalf("jain %.3f, from the shares %.3f, bound %.3f", r.Jain, j, bound)
+	}
+}
+
+// TestFaultRecovery: recovery is measured on the cumulative delivered
+// bytes (loadtest/recovery): a dip of 0.5 s after a fault at 5 s recovers
+// about 0.5 s later (plus the 4-RTT window), a dip that lasts to the end
+// does not recover.
+func TestFaultRecovery(t *testing.T) {
+	start := time.Unix(1000, 0)
+	rtt := 40 * time.Millisecond
+	series := func(dipEnd time.Duration) recovery.Series {
+		var s recovery.Series
+		var tot uint64
+		s.Add(start, 0)
+		for el := 10 * time.Millisecond; el <= 10*time.Second; el += 10 * time.Millisecond {
+			rate := uint64(12500) // 10 Mbit/s per 10 ms
+			if el > 5*time.Second && el <= dipEnd {
+				rate /= 10
+			}
+			tot += rate
+			s.Add(start.Add(el), tot)
+		}
+		return s
+	}
+	msec, rtts := faultRecovery(series(5500*time.Millisecond), start, 5, 10*time.Second, rtt, 0.75)
+	if msec < 500 || msec > 500+4*40+20 || rtts != msec/40 {
+		t.Fatalf("recovered after %.0f ms = %.2f RTT, want 500..680 ms", msec, rtts)
+	}
+	if msec, rtts := faultRecovery(series(20*time.Second), start, 5, 10*time.Second, rtt, 0.75); msec != -1 || rtts != -1 {
+		t.Fatalf("recovered (%.0f ms) although goodput never came back", msec)
 	}
 }
