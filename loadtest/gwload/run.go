@@ -222,7 +222,13 @@ func (e *env) trace(el time.Duration, goodput float64) {
 		default:
 		}
 		gs := g.Status()
-		fmt.Fprintf(&b, " | %s f%d mem %dK lanin %.1fM", n, gs.Flows.Active, gs.Memory.InUse>>10, gs.LANInBps*8/1e6)
+		down := 0
+		for _, hl := range gs.HostLinks {
+			if hl.PathsUp == 0 {
+				down++
+			}
+		}
+		fmt.Fprintf(&b, " | %s f%d mem %dK lanin %.1fM hosts %d (%d no path up)", n, gs.Flows.Active, gs.Memory.InUse>>10, gs.LANInBps*8/1e6, gs.Hosts, down)
 		for _, hl := range gs.HostLinks {
 			if hl.FlowsOut == 0 {
 				continue
