@@ -517,22 +517,40 @@ func (s *RegionsSetup) maxMinShares(segCap []float64, payload float64) []float64
 // (goodput against its max-min fair share) and one per segment
 // (utilisation, Jain's index of its connections' goodput over their fair
 // shares, peak queue).
+//
+// The same run follows with the receivers' hints off, for comparison: it
+// shows which shares the receiver loop holds and which the sender loop
+// finds alone.
 func Regions(o Options) ([]report.Row, error) {
-	s := DefaultRegions(o)
-	o.progress(1, 1, "regions")
-	r, err := RunRegions(s)
-	if err != nil {
-		return nil, err
+	var rows []report.Row
+	for i, noHints := range []bool{false, true} {
+		s := DefaultRegions(o)
+		s.NoHints = noHints
+		what := "regions"
+		if noHints {
+			what += " (no hints)"
+		}
+		o.progress(i+1, 2, what)
+		r, err := RunRegions(s)
+		if err != nil {
+			return nil, err
+		}
+		if !noHints {
+			if err := o.plotRegions(s, r); err != nil {
+				return nil, err
+			}
+		}
+		rows = append(rows, regionRows(s, r)...)
 	}
-	if err := o.plotRegions(s, r); err != nil {
-		return nil, err
-	}
-	return regionRows(s, r), nil
+	return rows, nil
 }
 
 func regionRows(s RegionsSetup, r RegionsResult) []report.Row {
 	var rows []report.Row
 	for _, w := range r.Windows {
+		if s.NoHints {
+			w.Name += ", no hints"
+		}
 		for i, p := range s.Pairs {
 			rw := report.Row{
 				Scenario: "regions", System: "mrgw", CC: r.CCName, Variant: w.Name, Planes: s.Planes, Paths: s.Paths,
@@ -568,7 +586,7 @@ func regionRows(s RegionsSetup, r RegionsResult) []report.Row {
 			rows = append(rows, rw)
 		}
 	}
-	if len(rows) > 0 {
+	if len(rows) > 0 { // the run's cost, once
 		rows[0].SimSeconds = s.Duration.Seconds()
 		rows[0].WallSeconds = r.Wall.Seconds()
 		rows[0].SimPacketsPerSec = float64(r.SimPkts) / r.Wall.Seconds()
