@@ -339,9 +339,7 @@ func RunRegions(s RegionsSetup) (RegionsResult, error) {
 		steady.start = take()
 		clear(windowQ)
 	})
-	end := s.Duration
 	if fault {
-		end = s.FaultAt
 		faulty := open(fmt.Sprintf("%s–%s plane %d down", regionName(s.FaultSegment), regionName(s.FaultSegment+1), s.FaultPlane), true)
 		sm.At(s.FaultAt, func() {
 			steady.end = take()
@@ -358,7 +356,7 @@ func RunRegions(s RegionsSetup) (RegionsResult, error) {
 			faulty.peakQ = append([]int(nil), windowQ...)
 		})
 	} else {
-		sm.At(end, func() {
+		sm.At(s.Duration, func() {
 			steady.end = take()
 			steady.peakQ = append([]int(nil), windowQ...)
 		})
