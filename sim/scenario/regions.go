@@ -11,7 +11,8 @@ import (
 )
 
 // RegionPair is traffic from one region to another: every gateway of
-// region From has one connection to the same-numbered gateway of region To.
+// region From has one connection to the same-numbered gateway of region
+// To. From < To: data flows along the line from A towards D.
 type RegionPair struct{ From, To int }
 
 // RegionsSetup describes a regions run: regions on a line, joined by
@@ -92,7 +93,9 @@ type RegionsWindow struct {
 	// Per segment, in the direction of the data (from the lower-lettered
 	// region): wire bytes delivered over capacity up, the largest queue on
 	// any of its planes during the window (sampled every millisecond), and
-	// Jain's index over the connections crossing it of goodput ÷ fair share.
+	// Jain's index over the connections crossing it of goodput ÷ fair share
+	// (SegRawJain: of the goodputs themselves, which differs when the fair
+	// shares differ, as after a fault).
 	SegCapacity []float64
 	SegUtil     []float64
 	SegPeakQ    []int
@@ -109,7 +112,7 @@ type RegionsResult struct {
 	Wall     time.Duration
 	PeakQ    []int // per segment, since the start
 	Unroute  uint64
-	Times    []time.Duration // every SampleEvery: pair goodput
+	Times    []time.Duration // every 100 ms: each pair's goodput over the last 100 ms
 	Goodput  [][]float64     // [pair][k]
 	Segments int
 }
@@ -127,8 +130,9 @@ func RunRegions(s RegionsSetup) (RegionsResult, error) {
 		return RegionsResult{}, fmt.Errorf("scenario: regions setup incomplete: %+v", s)
 	}
 	for _, p := range s.Pairs {
-		if p.From == p.To || p.From < 0 || p.To < 0 || p.From >= nreg || p.To >= nreg {
-			return RegionsResult{}, fmt.Errorf("scenario: region pair %v out of %d regions", p, nreg)
+		// Segments are measured in one direction, so every pair runs that way.
+		if p.From < 0 || p.From >= p.To || p.To >= nreg {
+			return RegionsResult{}, fmt.Errorf("scenario: region pair %v: want 0 <= From < To < %d", p, nreg)
 		}
 	}
 	fault := s.FaultAt > s.Warmup && s.FaultAt < s.Duration

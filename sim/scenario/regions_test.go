@@ -97,6 +97,7 @@ func TestRegionsRejectsBadSetups(t *testing.T) {
 		"no pairs":         func(s *RegionsSetup) { s.Pairs = nil },
 		"pair to itself":   func(s *RegionsSetup) { s.Pairs = []RegionPair{{1, 1}} },
 		"unknown region":   func(s *RegionsSetup) { s.Pairs = []RegionPair{{0, 4}} },
+		"backwards pair":   func(s *RegionsSetup) { s.Pairs = []RegionPair{{2, 1}} },
 		"no gateways":      func(s *RegionsSetup) { s.Gateways = 0 },
 		"fault too late":   func(s *RegionsSetup) { s.Settle = s.Duration },
 		"no such plane":    func(s *RegionsSetup) { s.FaultPlane = s.Planes },
