@@ -35,6 +35,10 @@ type FairShare struct {
 	// to drain a queue in front of the receiver (default Window); a couple
 	// of round trips.
 	MarkWindow time.Duration
+	// DrainGain is the fraction of the capacity held back per unit of
+	// marked fraction F: the next mark window hands out (1 − DrainGain·F)
+	// of the capacity (default DefaultDrainGain).
+	DrainGain float64
 
 	last   map[uint64]*shareSender
 	active int
@@ -56,6 +60,23 @@ type shareSender struct {
 	bytes    int64   // in the current window
 	measured float64 // bytes/s over the last full window, -1 if none yet
 }
+
+// DefaultDrainGain is FairShare's default DrainGain, 1/16 (DCTCP's gain).
+// Over a mark window of two round trips a fully marked window then holds
+// back an eighth of a bandwidth-delay product: about the depth at which
+// marking starts (a tenth of a BDP in the scenarios and load tests), so the
+// drain empties a standing queue down to the marking threshold in a few
+// windows without draining far below it. It was 1/2, which held back up to
+// a full BDP per window: on real sockets, where a sender that wakes late
+// sends a burst and the marks it draws come and go every few tens of
+// milliseconds, the hints fell to 0.55-0.75 of the capacity at every burst
+// and the link idled (docs/CC.md §3). The senders' own controllers drain a
+// queue too (DCTCP's cut in dc-aimd; the delay equilibrium in the long-RTT
+// controllers, which holds at most QueueShare of it, more than a marking
+// threshold of 0.1 BDP at short round trips): the receiver's drain is for
+// a queue that nobody else drains, such as one a paced fixed-rate sender
+// left, and for that it may be slow.
+const DefaultDrainGain = 1.0 / 16
 
 // NewFairShare returns a FairShare for capacityBps with senders forgotten after idle.
 func NewFairShare(capacityBps float64, idle time.Duration) *FairShare {
@@ -92,9 +113,10 @@ func (f *FairShare) Observe(now time.Duration, sender uint64) {
 // Marks on arrivals mean a queue in front of the receiver. If the shares
 // summed to the full capacity, such a queue (left by a burst, or by
 // senders that started before they knew how many they were) would stand for
-// ever, so the next window hands out only (1 - F/2) of the capacity, where
-// F is the fraction of bytes that arrived marked: the queue drains in a few
-// windows and the shares return to the full capacity when the marks stop.
+// ever, so the next window hands out only (1 - DrainGain·F) of the
+// capacity, where F is the fraction of bytes that arrived marked: the queue
+// drains over a few windows and the shares return to the full capacity when
+// the marks stop.
 func (f *FairShare) Account(now time.Duration, sender uint64, bytes int, ce bool) {
 	f.winAll += int64(bytes)
 	if ce {
@@ -204,7 +226,11 @@ func (f *FairShare) rollMarks(now time.Duration) {
 	// would only leave the link idle.
 	busy := f.CapacityBps <= 0 || float64(f.winAll)/span >= 0.9*f.CapacityBps/8
 	if f.winAll > 0 && busy {
-		f.drain = float64(f.winCE) / float64(f.winAll) / 2
+		g := f.DrainGain
+		if g <= 0 {
+			g = DefaultDrainGain
+		}
+		f.drain = g * float64(f.winCE) / float64(f.winAll)
 	}
 	f.winCE, f.winAll = 0, 0
 }

@@ -62,6 +62,10 @@ type Host struct {
 
 	scratch Datagram // polled into when the free list is exhausted, then dropped
 	stats   HostStats
+
+	// stalledUntil is the end of the current stall (Stall): until then the
+	// endpoint is not called; what arrives waits in inbox.
+	stalledUntil time.Duration
 }
 
 // AddHost attaches a host running ep at site and schedules its first drain of Poll at Now.
@@ -107,9 +111,44 @@ func (h *Host) Kick() {
 	h.sim.schedule(event{at: h.sim.now, kind: evHostPoll, host: h})
 }
 
+// Stall makes the host's driver unresponsive for d from now, as a real
+// driver is when its thread is descheduled or its timer fires late: the
+// endpoint is not called (no receive, no timer, no poll) until the stall
+// ends; datagrams that arrive meanwhile are handed over then, all at that
+// time, and the timers that fell due run then. A stall that overlaps one in
+// progress extends it.
+func (h *Host) Stall(d time.Duration) {
+	until := h.sim.now + d
+	if d <= 0 || until <= h.stalledUntil {
+		return
+	}
+	h.stalledUntil = until
+	h.sim.At(until, h.resume)
+}
+
+// Stalled reports whether the host is in a stall.
+func (h *Host) Stalled() bool { return h.sim.now < h.stalledUntil }
+
+// resume ends a stall: timers that fell due, then the datagrams that arrived,
+// then whatever the endpoint has to send.
+func (h *Host) resume() {
+	if h.Stalled() || h.active {
+		return // extended by a later Stall; its own resume runs then
+	}
+	h.active = true
+	fired := false
+	if t := h.ep.NextTimeout(); t >= 0 && t <= h.sim.now {
+		fired = true
+		h.stats.Timeouts++
+		h.ep.HandleTimeout(h.sim.now)
+	}
+	h.drain()
+	h.settle(fired)
+}
+
 // deliver is the downlink's next hop: it hands d to the endpoint.
 func (h *Host) deliver(d *Datagram) {
-	if h.active {
+	if h.active || h.Stalled() {
 		h.inbox.push(d)
 		return
 	}
@@ -128,6 +167,9 @@ func (h *Host) receive(d *Datagram) {
 // pollNow runs a scheduled poll event.
 func (h *Host) pollNow() {
 	h.pollPending = false
+	if h.Stalled() {
+		return // resume polls
+	}
 	h.active = true
 	h.drain()
 	h.settle(false)
@@ -139,6 +181,9 @@ func (h *Host) wake(gen uint64) {
 		return // superseded by an earlier wake-up
 	}
 	h.wakeAt = -1
+	if h.Stalled() {
+		return // resume runs the timer and re-arms
+	}
 	h.active = true
 	fired := false
 	if t := h.ep.NextTimeout(); t >= 0 && t <= h.sim.now {

@@ -292,3 +292,35 @@ func TestUnroutable(t *testing.T) {
 		t.Errorf("Unroutable = %d, want 2", u)
 	}
 }
+
+// TestStallDefersReceiveAndTimers: a stalled host's endpoint is not called;
+// what arrived is handed over, and a timer that fell due runs, when the
+// stall ends (a descheduled user-space driver).
+func TestStallDefersReceiveAndTimers(t *testing.T) {
+	s := New(Config{})
+	link := LinkConfig{Rate: 1e9, Delay: 5 * ms}
+	n := NewNetwork(s, NetworkConfig{Planes: 1, AtoB: link, BtoA: link})
+	p := &pinger{peer: 2, gap: 1 * ms, rounds: 3}
+	a := n.AddHost(SiteA, p, HostConfig{})
+	n.AddHost(SiteB, &echo{}, HostConfig{})
+	rtt := 10*ms + 16*us
+	// The first pong arrives at rtt, inside a stall from 10 ms to 13 ms.
+	s.At(10*ms, func() { a.Stall(3 * ms) })
+	stalledAt := []bool{}
+	s.At(12*ms, func() { stalledAt = append(stalledAt, a.Stalled()) })
+	// The next ping is due 1 ms after that pong was handed over (14 ms), inside
+	// a stall from 13.5 ms to 15.5 ms; one that starts inside it extends it.
+	s.At(13*ms+500*us, func() { a.Stall(time.Millisecond) })
+	s.At(14*ms, func() { a.Stall(1500 * us); a.Stall(100 * us) })
+	s.Run(time.Second)
+
+	if len(stalledAt) != 1 || !stalledAt[0] || a.Stalled() {
+		t.Errorf("Stalled during the stall %v, after %v", stalledAt, a.Stalled())
+	}
+	if want := []time.Duration{13 * ms, rtt, rtt}; !slices.Equal(p.rtts, want) {
+		t.Errorf("RTTs %v, want %v (the first held by the stall)", p.rtts, want)
+	}
+	if len(p.timeouts) < 1 || p.timeouts[0] != 15*ms+500*us {
+		t.Errorf("timeouts %v, want the one due at 14 ms run at 15.5 ms", p.timeouts)
+	}
+}

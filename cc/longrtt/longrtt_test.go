@@ -129,3 +129,39 @@ func TestDelayEquilibriumIsRTTFair(t *testing.T) {
 		}
 	}
 }
+
+// TestLossWithMarksWhileSteering: a single connection at its receiver's
+// share, with a standing queue below QueueShare (the delay equilibrium
+// steers and holds the rate) that is above the marking threshold, loses a
+// packet every few round trips on an otherwise loss-free path. The
+// equilibrium answers the queue (a full one would read as a long delay);
+// a loss that comes with the marks is no separate 30% cut. (On real
+// sockets, late wake-ups make such a queue and its marks while the link
+// has random loss.)
+func TestLossWithMarksWhileSteering(t *testing.T) {
+	for _, name := range []string{"longrtt-htcp", "longrtt-scalable"} {
+		base := 50 * time.Millisecond
+		a := build(t, name, base)
+		a.OnRateHint(0, 50e6) // the receiver's share
+		now := time.Duration(0)
+		rtt := base + DefaultQueueShare*3/4
+		sum, n := 0.0, 0
+		for r := 0; r < 100; r++ {
+			if r%5 == 4 {
+				a.OnLoss(now, 0, pkt) // one of the round's 1700 packets
+			}
+			end := now + rtt
+			for now < end {
+				now += time.Duration(10 * pkt / a.PacingRate() * 1e9)
+				a.OnAck(now, 0, cc.AckSample{AckedBytes: 10 * pkt, MarkedBytes: 5 * pkt, RTT: rtt, SRTT: rtt, MinRTT: base})
+				if r >= 20 {
+					sum += a.PacingRate()
+					n++
+				}
+			}
+		}
+		if mean := sum / float64(n); mean < 0.97*50e6 {
+			t.Errorf("%s: mean rate %.4g with the queue below QueueShare: loss with marks cut it", name, mean)
+		}
+	}
+}

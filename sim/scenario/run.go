@@ -57,6 +57,37 @@ type Setup struct {
 	NoHints bool
 	// Sample, if positive, records time series every Sample of virtual time.
 	Sample time.Duration
+	// HostStalls, if its Every is set, stalls every host's driver (sim.Host.Stall)
+	// as a user-space driver on a busy machine is: see HostStalls.
+	HostStalls HostStalls
+	// PacingCatchUp is metaroce.Config.PacingCatchUp for every endpoint.
+	PacingCatchUp float64
+}
+
+// HostStalls describe the descheduling of a user-space driver: every host
+// stalls at intervals drawn uniformly from [Every/2, 3·Every/2], each time
+// for a duration drawn uniformly from [0, Max], from a seeded stream (the
+// run stays deterministic). The real-socket load tests on a shared 2-core
+// machine showed the sender's owner goroutine stalling 3-12 ms several
+// times per 100 ms (docs/CC.md §7).
+type HostStalls struct {
+	Every, Max time.Duration
+}
+
+// schedule stalls h from the setup's seeded stream until the run ends.
+func (hs HostStalls) schedule(sm *sim.Sim, h *sim.Host, seed uint64, end time.Duration) {
+	if hs.Every <= 0 || hs.Max <= 0 {
+		return
+	}
+	rng := rand.New(rand.NewPCG(seed, uint64(h.ID())))
+	var next func()
+	next = func() {
+		h.Stall(time.Duration(rng.Int64N(int64(hs.Max) + 1)))
+		if t := sm.Now() + hs.Every/2 + time.Duration(rng.Int64N(int64(hs.Every)+1)); t < end {
+			sm.At(t, next)
+		}
+	}
+	sm.At(hs.Every/2+time.Duration(rng.Int64N(int64(hs.Every)+1)), next)
 }
 
 func (s *Setup) flowRTT(f int) time.Duration {
@@ -210,6 +241,7 @@ func Run(in Setup) (Result, error) {
 		Path:             PathConfig(s.RTT),
 		MaxPathInflight:  1 << 20,
 		MaxMessagesAhead: 1 << 16,
+		PacingCatchUp:    s.PacingCatchUp,
 	}
 	rcfg := mcfg
 	rcfg.Listen = true
@@ -234,6 +266,7 @@ func Run(in Setup) (Result, error) {
 	}
 	recvHost := net.AddHost(sim.SiteB, recv, sim.HostConfig{})
 	recv.Host = recvHost
+	s.HostStalls.schedule(sm, recvHost, s.Seed, s.Duration)
 
 	src := make([]byte, s.MsgSize)
 	rng := rand.New(rand.NewPCG(s.Seed, 1))
@@ -273,6 +306,7 @@ func Run(in Setup) (Result, error) {
 		}
 		h := net.AddHost(sim.SiteA, node, hc)
 		node.Host = h
+		s.HostStalls.schedule(sm, h, s.Seed, s.Duration)
 		connect := func(now time.Duration) error {
 			conn, err := node.EP.Connect(now, metaroce.PeerID(recvHost.ID()))
 			if err != nil {
