@@ -121,10 +121,14 @@ type aimdPath struct {
 // pluggable function, coupled across paths; the receiver's hint as a ceiling
 // and as the starting point.
 type AIMD struct {
-	cfg            AIMDConfig
-	pkt            int
-	paths          []aimdPath
-	total          float64 // sum of usable path rates, bytes/s
+	cfg   AIMDConfig
+	pkt   int
+	paths []aimdPath
+	total float64 // sum of usable path rates, bytes/s
+	// parked is the connection's rate while no path is usable: it is given
+	// back to the first path that returns, so a moment with every path
+	// down (a host's LAN link flapping) does not reset the rate to zero.
+	parked         float64
 	hint           float64
 	searching      bool // no hint and no congestion yet: multiplicative search
 	lastCongestion time.Duration
@@ -702,6 +706,10 @@ func (a *AIMD) OnPathState(now time.Duration, path int, usable bool) {
 		}
 	}
 	if usable {
+		if total <= 0 && a.parked > 0 {
+			total = a.parked
+		}
+		a.parked = 0
 		p.rate = total / float64(n)
 		p.alpha, p.floorSet, p.roundPkts, p.roundAcked, p.roundMarked, p.roundLost = 0, false, 0, 0, 0, 0
 		p.lastUpdate = now
@@ -710,7 +718,11 @@ func (a *AIMD) OnPathState(now time.Duration, path int, usable bool) {
 		return
 	}
 	a.retotal()
-	if a.total <= 0 && n > 0 {
+	if n == 0 {
+		a.parked = total
+		return
+	}
+	if a.total <= 0 {
 		for i := range a.paths {
 			if a.paths[i].usable {
 				a.paths[i].rate = total / float64(n)

@@ -201,6 +201,26 @@ func TestPathDownKeepsRate(t *testing.T) {
 	}
 }
 
+// Every path down at once (a host's only link flapping) must not cost the
+// connection its rate: the first path back carries the rate it had.
+func TestAllPathsDownKeepsRate(t *testing.T) {
+	a := newDC(t, 2)
+	a.OnRateHint(0, 1e9)
+	a.OnPathState(0, 0, false)
+	a.OnPathState(0, 1, false)
+	if a.Window(0) != 0 || a.Window(1) != 0 {
+		t.Fatalf("windows with every path down: %d, %d", a.Window(0), a.Window(1))
+	}
+	a.OnPathState(time.Millisecond, 1, true)
+	if math.Abs(a.Rate()-1e9) > 1 || math.Abs(a.PathRate(1)-1e9) > 1 {
+		t.Fatalf("after one path came back: rate %g, path 1 %g; want 1e9 on path 1", a.Rate(), a.PathRate(1))
+	}
+	a.OnPathState(time.Millisecond, 0, true)
+	if math.Abs(a.Rate()-1e9) > 1 || a.PathRate(0) <= 0 {
+		t.Fatalf("both back: rate %g, path 0 %g; want 1e9 over both paths", a.Rate(), a.PathRate(0))
+	}
+}
+
 func TestRenoHalvesOnLossIgnoresMarks(t *testing.T) {
 	f, _ := Lookup("reno", Params{BaseRTT: time.Millisecond})
 	r := f(1, pkt).(*Reno)
