@@ -86,6 +86,8 @@ type Spec struct {
 	Marks                 []Mark
 	// LogX draws the x axis on a log scale (x values must be > 0).
 	LogX bool
+	// ZeroY starts the y axis at 0 (rates, fractions).
+	ZeroY bool
 	// MaxLegend is the most legend entries shown (default 12): beyond it
 	// the legend is left out, as it would hide the plot.
 	MaxLegend int
@@ -188,6 +190,9 @@ func (s Spec) Plot() (*gplot.Plot, error) {
 				p.Legend.Add(m.Label, ml)
 			}
 		}
+	}
+	if s.ZeroY {
+		p.Y.Min = min(p.Y.Min, 0)
 	}
 	p.Legend.Top = true
 	return p, nil

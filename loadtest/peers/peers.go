@@ -173,6 +173,9 @@ type Options struct {
 	// drops and marks, all as deltas over the interval. It is how a
 	// goodput figure is taken apart (repair, window, CPU).
 	Trace io.Writer
+	// Record, if set, receives every run's goodput over time (and mrgw's
+	// per-path RTT and window) for Plot; see series.go for the bounds.
+	Record *Recorder
 }
 
 func (o Options) withDefaults() Options {
@@ -361,6 +364,8 @@ func Bulk(ctx context.Context, p Peer, l Link, warmup, duration time.Duration, o
 // measure samples a byte counter after warmup and after duration and
 // returns bits per second.
 func measure(ctx context.Context, count func() uint64, warmup, duration time.Duration) (float64, error) {
+	stop := sample(ctx, []func() uint64{count}, warmup, warmup+duration)
+	defer stop()
 	if err := sleep(ctx, warmup); err != nil {
 		return 0, err
 	}
