@@ -73,7 +73,7 @@ type Line struct {
 	Color int
 }
 
-// Mark is a vertical dashed line at X, such as a fault's time.
+// Mark is a vertical dashed black line at X, such as a fault's time.
 type Mark struct {
 	X     float64
 	Label string
@@ -182,7 +182,7 @@ func (s Spec) Plot() (*gplot.Plot, error) {
 			if err != nil {
 				return nil, err
 			}
-			ml.Color = Color(3)
+			ml.Color = color.Black
 			ml.Width = vg.Points(1.5)
 			ml.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
 			p.Add(ml)

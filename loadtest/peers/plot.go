@@ -213,10 +213,40 @@ func sortXY(x, y []float64) {
 	}
 }
 
-// goodputPlot draws a group's goodput over time; a lone run of several
+// smoothWindow is the span goodput over time is averaged over: mrgw's and
+// RoCEv2's receivers count whole 1 MiB messages, a 100 ms sample of them
+// is a multiple of 84 Mbit/s.
+const smoothWindow = 0.5
+
+// smooth returns y averaged over the trailing window (seconds of x) at
+// each point, each sample weighted by its interval.
+func smooth(x, y []float64, window float64) []float64 {
+	out := make([]float64, len(y))
+	for i := range y {
+		var sum, span float64
+		for j := i; j >= 0; j-- {
+			dt := x[j]
+			if j > 0 {
+				dt = x[j] - x[j-1]
+			}
+			if span > 0 && x[i]-x[j] >= window {
+				break
+			}
+			sum += y[j] * dt
+			span += dt
+		}
+		if span > 0 {
+			out[i] = sum / span
+		}
+	}
+	return out
+}
+
+// goodputPlot draws a group's goodput over time (averaged over the last
+// smoothWindow); a lone run of several
 // flows also gets its flows' shares after the warm-up (nil otherwise).
 func goodputPlot(scenario, group string, runs []Series) (plot.Spec, []float64) {
-	spec := plot.Spec{Title: scenario + ": " + group, XLabel: "time (s)", YLabel: "goodput (Mbit/s)", ZeroY: true}
+	spec := plot.Spec{Title: scenario + ": " + group, XLabel: "time (s)", YLabel: "goodput (Mbit/s, 0.5 s mean)", ZeroY: true}
 	var shares []float64
 	alone := len(runs) == 1 && len(runs[0].Flows) > 1
 	for i, s := range runs {
@@ -227,10 +257,11 @@ func goodputPlot(scenario, group string, runs []Series) (plot.Spec, []float64) {
 				for j, t := range s.T {
 					l.X = append(l.X, t)
 					l.Y = append(l.Y, s.Bps[j][k]/1e6)
-					if t > s.Warmup && j > 0 {
+					if t > s.Warmup && j > 0 { // what was delivered after the warm-up
 						bytes[k] += s.Bps[j][k] * (t - s.T[j-1])
 					}
 				}
+				l.Y = smooth(l.X, l.Y, smoothWindow)
 				spec.Lines = append(spec.Lines, l)
 			}
 			shares = plot.Shares(bytes)
@@ -244,6 +275,7 @@ func goodputPlot(scenario, group string, runs []Series) (plot.Spec, []float64) {
 				l.X = append(l.X, t)
 				l.Y = append(l.Y, sum/1e6)
 			}
+			l.Y = smooth(l.X, l.Y, smoothWindow)
 			spec.Lines = append(spec.Lines, l)
 		}
 		for _, f := range s.Faults {

@@ -196,3 +196,18 @@ func TestRecorderBounded(t *testing.T) {
 		t.Errorf("%d runs kept, want %d", n, MaxRuns)
 	}
 }
+
+// TestSmooth: a trailing mean over the window, weighted by interval.
+func TestSmooth(t *testing.T) {
+	x := []float64{0.1, 0.2, 0.3, 0.4, 0.6}
+	y := []float64{0, 84, 0, 84, 42}
+	got := smooth(x, y, 0.25)
+	// At 0.4: the samples at 0.4, 0.3 and 0.2 (the one 0.3 before is
+	// out); at 0.6, the 0.2 s one at 0.6 and 0.4's.
+	want := []float64{0, 42, 28, 56, (42*0.2 + 84*0.1) / 0.3}
+	for i := range want {
+		if d := got[i] - want[i]; d > 1e-9 || d < -1e-9 {
+			t.Errorf("smooth[%d] = %v, want %v", i, got[i], want[i])
+		}
+	}
+}
