@@ -61,6 +61,9 @@ const (
 	Points
 	// Scatter is points only (sampled states such as per-path RTT).
 	Scatter
+	// DashedPoints is a dashed line with a triangle at every point (a
+	// second statistic of a Points line, such as p99 beside p50).
+	DashedPoints
 )
 
 // Line is one series of a line plot.
@@ -126,6 +129,9 @@ func (s Spec) Plot() (*gplot.Plot, error) {
 		}
 		pts := make(plotter.XYs, len(l.X))
 		for k := range l.X {
+			if s.LogX && !(l.X[k] > 0) {
+				return nil, fmt.Errorf("plot: line %q: x = %v on a log scale", l.Label, l.X[k])
+			}
 			pts[k].X, pts[k].Y = l.X[k], l.Y[k]
 			top, bottom = max(top, l.Y[k]), min(bottom, l.Y[k])
 		}
@@ -145,7 +151,7 @@ func (s Spec) Plot() (*gplot.Plot, error) {
 			sc.GlyphStyle.Color = Color(c)
 			p.Add(sc)
 			thumb = sc
-		case Points:
+		case Points, DashedPoints:
 			ln, sc, err := plotter.NewLinePoints(pts)
 			if err != nil {
 				return nil, err
@@ -154,6 +160,11 @@ func (s Spec) Plot() (*gplot.Plot, error) {
 			sc.GlyphStyle.Color = Color(c)
 			sc.GlyphStyle.Radius = vg.Points(2)
 			sc.GlyphStyle.Shape = draw.CircleGlyph{}
+			if l.Style == DashedPoints {
+				ln.Dashes = []vg.Length{vg.Points(5), vg.Points(3)}
+				sc.GlyphStyle.Radius = vg.Points(2.5)
+				sc.GlyphStyle.Shape = draw.TriangleGlyph{}
+			}
 			p.Add(ln, sc)
 			thumb = ln
 		default:
@@ -193,6 +204,10 @@ func (s Spec) Plot() (*gplot.Plot, error) {
 	}
 	if s.ZeroY {
 		p.Y.Min = min(p.Y.Min, 0)
+	}
+	if s.LogX && p.X.Min >= p.X.Max && p.X.Min > 0 {
+		// One x value: a log axis needs a range (gonum panics without).
+		p.X.Min, p.X.Max = p.X.Min/2, p.X.Max*2
 	}
 	p.Legend.Top = true
 	return p, nil
@@ -247,7 +262,13 @@ var (
 
 // Save writes p to path, in the format its extension names (.svg or
 // .png), creating the directory.
-func Save(p *gplot.Plot, w, h vg.Length, path string) error {
+func Save(p *gplot.Plot, w, h vg.Length, path string) (err error) {
+	// gonum panics on some degenerate axes: an error, not a crash.
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("plot: %s: %v", path, r)
+		}
+	}()
 	if ext := strings.TrimPrefix(filepath.Ext(path), "."); ext != SVG && ext != PNG {
 		return fmt.Errorf("plot: %s: want a .svg or .png file", path)
 	}

@@ -16,6 +16,7 @@ func TestSaveWritesSVGAndPNG(t *testing.T) {
 			{Label: "dashed", X: []float64{0, 1, 2}, Y: []float64{2, 1, 2}, Style: Dashed, Color: -1},
 			{Label: "points", X: []float64{0, 1, 2}, Y: []float64{0, 1, 0}, Style: Points, Color: -1},
 			{Label: "scatter", X: []float64{0, 1, 2}, Y: []float64{3, 3, 3}, Style: Scatter, Color: -1},
+			{Label: "dashed points", X: []float64{0, 1, 2}, Y: []float64{4, 3, 4}, Style: DashedPoints, Color: -1},
 			{Label: "empty", Color: -1},
 		},
 		Marks: []Mark{{X: 1.5, Label: "fault"}},
@@ -84,5 +85,19 @@ func TestShares(t *testing.T) {
 	}
 	if got := Shares([]float64{0, 0}); got[0] != 0 || got[1] != 0 {
 		t.Errorf("Shares(0, 0) = %v", got)
+	}
+}
+
+// TestLogXOneValue: a log axis with a single x value (one message size)
+// is drawn, and x <= 0 on it is an error, not a panic.
+func TestLogXOneValue(t *testing.T) {
+	dir := t.TempDir()
+	s := Spec{LogX: true, ZeroY: true, Lines: []Line{{Label: "p50", X: []float64{1}, Y: []float64{80}}}}
+	if err := SaveSpec(s, filepath.Join(dir, "one.svg")); err != nil {
+		t.Fatal(err)
+	}
+	s.Lines[0].X[0] = 0
+	if err := SaveSpec(s, filepath.Join(dir, "zero.svg")); err == nil {
+		t.Error("x = 0 on a log axis accepted")
 	}
 }

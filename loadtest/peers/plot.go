@@ -20,16 +20,18 @@ import (
 //   - peers-loss-sweep-fraction-rtt-<rtt>.<f>: goodput over capacity
 //     against loss, a line per system (and stream count) at one RTT;
 //   - peers-planes-fraction-rtt-<rtt>.<f>: the same against the planes;
-//   - peers-completion-time-rtt-<rtt>-loss-<loss>.<f>: p50 (solid) and
-//     p99 (dashed) completion time against message size per system;
+//   - peers-completion-time-rtt-<rtt>-loss-<loss>.<f>: p50 (solid,
+//     circles) and p99 (dashed, triangles) completion time against
+//     message size (log scale) per system;
 //   - <scenario>-<NN>-<group>-goodput.<f>: goodput over time of the runs
 //     of one group (a link setting: one line per system; a run of several
 //     flows alone in its group: one line per flow), faults marked;
 //   - <scenario>-<NN>-<group>-shares.<f>: for a run of several flows, the
 //     flows' shares of what was delivered after the warm-up;
-//   - <scenario>-<NN>-<group>-mrgw-path-rtt.<f> and -path-cwnd.<f>: an
+//   - <scenario>-<NN>-<group>-<run>-path-rtt.<f> and -path-cwnd.<f>: an
 //     mrgw run's per-path smoothed RTT and window over time (the
-//     production controller's runs, not the extra-cc rows').
+//     production controller's runs, not the extra-cc rows'); <run> is
+//     the run's label: "mrgw", or the pair in coexistence.
 //
 // NN numbers the groups of a scenario in the order they ran; the parts in
 // angle brackets are slugs (fileSlug: "1 plane, rtt 50ms, loss 1%" is
@@ -97,8 +99,8 @@ func Plot(dir, format string, rows []report.Row, rec *Recorder) ([]string, error
 			out = append(out, f)
 		}
 		for _, s := range g.runs {
-			if s.Label != MRGW {
-				continue // the production controller's runs only (not the extra-cc row's)
+			if strings.Contains(s.Label, "extra cc") {
+				continue // the production controller's runs only
 			}
 			for _, pp := range pathPlots(g.scenario, g.name, s) {
 				if err := save(pp.Spec, base+"-"+fileSlug(s.Label)+"-"+pp.name); err != nil {
@@ -160,7 +162,7 @@ func rowPlots(rows []report.Row) []namedSpec {
 			title := "message completion, rtt " + rtt + ", loss " + loss
 			mib := float64(r.MessageBytes) / (1 << 20)
 			add(name, title, "message (MiB)", "completion time (ms)", true, rowLabel(r)+" p50", plot.Points, mib, r.P50ms)
-			add(name, title, "message (MiB)", "completion time (ms)", true, rowLabel(r)+" p99", plot.Dashed, mib, r.P99ms)
+			add(name, title, "message (MiB)", "completion time (ms)", true, rowLabel(r)+" p99", plot.DashedPoints, mib, r.P99ms)
 		}
 	}
 	// p50 and p99 of a system share its colour.
