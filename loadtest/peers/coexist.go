@@ -326,7 +326,7 @@ func coexistRun(ctx context.Context, p Pair, l Link, o Options) (rows [2]report.
 	}
 	for _, f := range flows {
 		if tf, ok := f.(mrgwCoFlow); ok {
-			setPathProbe(ctx, tf.pathProbe(ctx))
+			setPathProbe(ctx, tf.pathProbe())
 		}
 	}
 	stopSampling := sample(ctx, []func() uint64{flows[0].received, flows[1].received}, o.Warmup, o.Warmup+o.Duration)

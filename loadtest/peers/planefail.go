@@ -505,7 +505,7 @@ func pfMRGW(ctx context.Context, l Link, o Options, tl timeline) (pfResult, erro
 		return pfResult{}, err
 	}
 	r := pfResult{plane: plane, cc: ccName, emulator: EmuUDP, flows: 1, onPlane: 1, stalled: -1, paths: o.Paths}
-	setPathProbe(ctx, pathProbe(ctx, p.a, func() *metaroce.Conn {
+	setPathProbe(ctx, pathProbe(p.a, func() *metaroce.Conn {
 		mu.Lock()
 		defer mu.Unlock()
 		return sender

@@ -133,7 +133,7 @@ func TestSampler(t *testing.T) {
 	var na, nb atomic.Uint64
 	ca := func() uint64 { return na.Add(1) * 1000 }
 	cb := func() uint64 { return nb.Add(1) * 3000 }
-	setPathProbe(ctx, func() ([]float64, []float64) { return []float64{50}, []float64{1 << 16} })
+	setPathProbe(ctx, func(context.Context) ([]float64, []float64) { return []float64{50}, []float64{1 << 16} })
 	stop := sample(ctx, []func() uint64{ca, cb}, 0, time.Second)
 	// Wait (bounded) for three samples.
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline) && len(rec.Runs()[0].T) < 3; {

@@ -64,8 +64,12 @@ type recording struct {
 	mu        sync.Mutex
 	s         Series
 	start     time.Time
-	pathProbe func() (rttMs, cwnd []float64)
+	pathProbe probeFunc
 }
+
+// probeFunc reads a sender's per-path smoothed RTT (ms) and window
+// (bytes); it gives up when ctx ends (the sampler stopping).
+type probeFunc func(ctx context.Context) (rttMs, cwnd []float64)
 
 // Series is one run's samples.
 type Series struct {
@@ -124,7 +128,7 @@ func seriesOf(ctx context.Context) *recording {
 
 // setPathProbe makes the sampler of ctx's Series read per-path state
 // with probe too (mrgw's sender).
-func setPathProbe(ctx context.Context, probe func() (rttMs, cwnd []float64)) {
+func setPathProbe(ctx context.Context, probe probeFunc) {
 	if s := seriesOf(ctx); s != nil {
 		s.mu.Lock()
 		s.pathProbe = probe
@@ -202,7 +206,7 @@ func sample(ctx context.Context, counts []func() uint64, warmup, total time.Dura
 			s.mu.Unlock()
 			var rtt, cwnd []float64
 			if probe != nil {
-				rtt, cwnd = probe()
+				rtt, cwnd = probe(ctx)
 			}
 			s.mu.Lock()
 			at := now.Sub(s.start).Seconds()

@@ -323,8 +323,8 @@ func (f *tunnelFlow) result(ctx context.Context) Result {
 func (f *tunnelFlow) close() { f.p.close() }
 
 // pathProbe reads the sender's per-path state for plots (Options.Record).
-func (f *tunnelFlow) pathProbe(ctx context.Context) func() (rttMs, cwnd []float64) {
-	return pathProbe(ctx, f.p.a, func() *metaroce.Conn {
+func (f *tunnelFlow) pathProbe() probeFunc {
+	return pathProbe(f.p.a, func() *metaroce.Conn {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		return f.sender
@@ -334,8 +334,8 @@ func (f *tunnelFlow) pathProbe(ctx context.Context) func() (rttMs, cwnd []float6
 // pathProbe returns a reader of the per-path smoothed RTT (ms) and window
 // (bytes) of the connection conn returns on t's endpoint (nil slices
 // while there is none; 0 for a path not usable), at most maxPaths paths.
-func pathProbe(ctx context.Context, t *tunnel.Tunnel, conn func() *metaroce.Conn) func() (rttMs, cwnd []float64) {
-	return func() (rttMs, cwnd []float64) {
+func pathProbe(t *tunnel.Tunnel, conn func() *metaroce.Conn) probeFunc {
+	return func(ctx context.Context) (rttMs, cwnd []float64) {
 		_ = t.Endpoint().Call(ctx, func(_ time.Duration, _ *metaroce.Endpoint) {
 			c := conn()
 			if c == nil {
@@ -373,7 +373,7 @@ func tunnelBulk(ctx context.Context, rocev2 bool, l Link, warmup, duration time.
 		defer stop()
 	}
 	if !rocev2 {
-		setPathProbe(ctx, f.pathProbe(ctx))
+		setPathProbe(ctx, f.pathProbe())
 	}
 	bps, err := measure(ctx, f.received, warmup, duration)
 	if err != nil {
