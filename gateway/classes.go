@@ -16,7 +16,8 @@ import "math"
 // weightScale packets per round. Idle flows are weighed as one more active
 // flow of their class, so that one that starts sending is not favoured
 // before the next reweigh. The relay reweighs a connection when a flow
-// opens on it, on reload, and at every status snapshot (Options.StatsEvery).
+// opens on it (a large connection: only the new flow, see weighOpened), on
+// reload, and at every status snapshot (Options.StatsEvery).
 
 const (
 	// weightScale is the round-robin weight of the smallest per-flow
@@ -28,14 +29,64 @@ const (
 	maxStreamWeight = 1024
 )
 
+// reweighOnOpenMax is the most flows a connection may carry for an OPEN to
+// reweigh all of them. Beyond it a new flow gets its weight from the last
+// full reweigh's figures (weighOpened) and the others are reweighed at the
+// next status snapshot: reweighing every flow at every OPEN made opening n
+// flows cost n² (10,000 flows through one gateway pair: relay.reweigh was
+// 25% of the lab's CPU profile).
+const reweighOnOpenMax = 256
+
+// weighOpened sets the weight of flow f, just opened on ci: a full
+// reweigh while ci is small, else the share it would get with the class
+// counts and smallest share of ci's last reweigh (one more active flow of
+// its class). The snapshot's reweigh corrects every weight within
+// Options.StatsEvery.
+func (r *relay) weighOpened(ci *connInfo, f *flow) {
+	if ci == nil || ci.dead {
+		return
+	}
+	if len(ci.out) <= reweighOnOpenMax || ci.smallest <= 0 {
+		r.reweigh(ci)
+		return
+	}
+	ci.c.SetStreamWeight(f.downStream, openedWeight(r.weight(f.class), ci.counts[f.class], ci.smallest))
+	// The next flow of the class opened before the snapshot shares with
+	// this one.
+	ci.counts[f.class]++
+}
+
+// openedWeight is the weight of a flow that just opened in a class of
+// weight classWeight with active flows, on a connection whose smallest
+// per-flow share was smallest.
+func openedWeight(classWeight, active int, smallest float64) int {
+	return streamWeight(float64(classWeight)/float64(active+1), smallest)
+}
+
+func streamWeight(share, smallest float64) int {
+	w := math.Round(weightScale * share / smallest)
+	return int(min(max(w, 1), maxStreamWeight))
+}
+
 // reweigh sets the stream weight of every flow sent on ci (a WAN
 // connection) from its class weight and the active flows of its class.
 func (r *relay) reweigh(ci *connInfo) {
 	if ci == nil || ci.dead {
 		return
 	}
+	ws, counts, smallest := flowWeights(ci.out, r.weight)
+	for stream, w := range ws {
+		ci.c.SetStreamWeight(stream, w)
+	}
+	ci.counts, ci.smallest = counts, smallest
+}
+
+// flowWeights computes reweigh's weights of the flows in out (by stream),
+// with the active flows per class and the smallest per-flow share (0 with
+// no flow).
+func flowWeights(out map[uint32]*flow, weight func(class string) int) (map[uint32]int, map[string]int, float64) {
 	counts := map[string]int{}
-	for _, f := range ci.out {
+	for _, f := range out {
 		if f.state != flowGone && f.active {
 			counts[f.class]++
 		}
@@ -45,21 +96,25 @@ func (r *relay) reweigh(ci *connInfo) {
 		if !f.active {
 			n++
 		}
-		return float64(r.weight(f.class)) / float64(max(n, 1))
+		return float64(weight(f.class)) / float64(max(n, 1))
 	}
 	smallest := math.Inf(1)
-	for _, f := range ci.out {
+	for _, f := range out {
 		if f.state != flowGone {
 			smallest = min(smallest, share(f))
 		}
 	}
-	for stream, f := range ci.out {
+	ws := make(map[uint32]int, len(out))
+	for stream, f := range out {
 		if f.state == flowGone {
 			continue
 		}
-		w := math.Round(weightScale * share(f) / smallest)
-		ci.c.SetStreamWeight(stream, int(min(max(w, 1), maxStreamWeight)))
+		ws[stream] = streamWeight(share(f), smallest)
 	}
+	if math.IsInf(smallest, 1) {
+		smallest = 0
+	}
+	return ws, counts, smallest
 }
 
 // markActivity records which flows sent on ci hold bytes or relayed bytes

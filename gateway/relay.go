@@ -38,6 +38,10 @@ type connInfo struct {
 	// flows by the stream they use on this connection: in (we receive
 	// their data on it) and out (we send their data on it).
 	in, out map[uint32]*flow
+	// The last reweigh's active flows per class and smallest per-flow
+	// share (weighOpened); smallest is 0 before the first.
+	counts   map[string]int
+	smallest float64
 }
 
 type flowState uint8
@@ -562,7 +566,7 @@ func (r *relay) open(ci *connInfo, m *flowctl.Msg) {
 	}
 	f.active = true
 	if down.wan != nil {
-		r.reweigh(down)
+		r.weighOpened(down, f)
 	}
 	// Bound before OPEN goes on: no data can arrive on an unbound stream.
 	ci.c.BindSink(f.upStream, &flowSink{r: r, f: f})
@@ -598,7 +602,7 @@ func (r *relay) retryOpen(f *flow) bool {
 		next.next = 1
 	}
 	next.out[f.downStream] = f
-	r.reweigh(next)
+	r.weighOpened(next, f)
 	f.tried = append(f.tried, next)
 	fw := *f.open
 	fw.Stream = f.downStream

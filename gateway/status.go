@@ -32,9 +32,25 @@ type Status struct {
 	LANOutBps float64 `json:"lan_out_bytes_per_second"`
 	LANInBps  float64 `json:"lan_in_bytes_per_second"`
 	Hosts     int     `json:"hosts"`
+	// HostLinks are the connections to registered hosts (the LAN hop).
+	HostLinks []HostLinkStatus `json:"host_links,omitempty"`
 	// PathsAvoided counts WAN paths taken out of service because another
 	// gateway reported their plane down (path-health gossip).
 	PathsAvoided uint64 `json:"paths_avoided"`
+}
+
+// HostLinkStatus is the connection to one registered host: what this
+// gateway's controller allows on it and what is in flight.
+type HostLinkStatus struct {
+	Endpoint  string  `json:"endpoint"`
+	PacingBps float64 `json:"pacing_bytes_per_second"`
+	Cwnd      int     `json:"cwnd_bytes"`
+	Inflight  int     `json:"inflight_bytes"`
+	PathsUp   int     `json:"paths_up"`
+	Sent      uint64  `json:"payload_bytes_sent"`
+	Lost      uint64  `json:"packets_lost"`
+	Retrans   uint64  `json:"retransmits"`
+	FlowsOut  int     `json:"flows_out"`
 }
 
 // MemberStatus is one gateway as gossip sees it.
@@ -53,6 +69,7 @@ type PeerStatus struct {
 	LastError  string       `json:"last_error,omitempty"`
 	ControlRTT float64      `json:"control_rtt_ms"`
 	TxBps      float64      `json:"tx_payload_bytes_per_second"`
+	PacingBps  float64      `json:"pacing_bytes_per_second"` // the controller's pacing rate
 	RxBps      float64      `json:"rx_payload_bytes_per_second"`
 	Sent       uint64       `json:"payload_bytes_sent"`
 	Received   uint64       `json:"payload_bytes_received"`
@@ -150,6 +167,22 @@ func (g *Gateway) snapshot(prev *rateState) {
 		g.metrics.LANGoodputBytes.WithLabelValues(metrics.DirIn).Add(float64(r.toHosts - prev.toHosts))
 		prev.fromHosts, prev.toHosts = r.fromHosts, r.toHosts
 		st.Hosts = len(r.hosts)
+		for name, ci := range r.hosts {
+			if !ci.up || ci.dead {
+				continue
+			}
+			hs := HostLinkStatus{Endpoint: name, PacingBps: ci.c.Controller().PacingRate(),
+				Sent: ci.c.Stats.PayloadBytesSent, Lost: ci.c.Stats.PacketsLost, Retrans: ci.c.Stats.Retransmits, FlowsOut: len(ci.out)}
+			for i := range ci.c.Paths().Paths {
+				pp := &ci.c.Paths().Paths[i]
+				if pp.State.String() == "up" {
+					hs.PathsUp++
+					hs.Cwnd += ci.c.Controller().Window(i)
+				}
+				hs.Inflight += pp.InflightBytes
+			}
+			st.HostLinks = append(st.HostLinks, hs)
+		}
 		r.health.reports.Expire(epNow)
 		r.actOnReports(epNow)
 		st.PathsAvoided = r.health.avoided
@@ -171,6 +204,7 @@ func (g *Gateway) snapshot(prev *rateState) {
 			prev.sent[p.name], prev.received[p.name] = s.PayloadBytesSent, s.PayloadBytesPlaced
 			p.metrics.Sync(s)
 			p.metrics.SetRates(0, ci.c.Controller().PacingRate())
+			ps.PacingBps = ci.c.Controller().PacingRate()
 			for i := range ci.c.Paths().Paths {
 				pp := &ci.c.Paths().Paths[i]
 				w := ci.c.Controller().Window(i)

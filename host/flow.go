@@ -61,6 +61,10 @@ type Flow struct {
 	openDeadline time.Duration
 	attempt      int
 	avoid        *gateway
+	// The flow's entry in the host's timer queue (flowTimers).
+	timerArmed bool
+	timerAt    time.Duration
+	timerGen   uint64
 }
 
 // seg is one segment: one flow sequence, one hop message per submission.
@@ -313,6 +317,7 @@ func (f *Flow) seg(seq uint64) *seg {
 // order and with its own flow sequence: a stream resumed at R receives R,
 // R+1, ... whatever happened on the stream before.
 func (f *Flow) pump(now time.Duration) {
+	delete(f.h.o.blocked, f)
 	if f.state != flowOpen {
 		return
 	}
@@ -321,7 +326,9 @@ func (f *Flow) pump(now time.Duration) {
 		s := f.seg(f.submitNext)
 		rm, err := f.conn.WriteRelay(f.stream, s.seq, s.op, s.key, s.addr, uint64(len(s.data)), nil)
 		if err != nil {
-			// Queue full: the tick retries. Closed: EventClosed fails over.
+			// Queue full: the tick retries (runTimers pumps the blocked
+			// flows only). Closed: EventClosed fails over.
+			f.h.o.blocked[f] = struct{}{}
 			return
 		}
 		for off := 0; ; off += mtu {
@@ -361,6 +368,7 @@ func (f *Flow) tryOpen(now time.Duration) {
 		f.state = flowWaiting
 		f.attempt++
 		f.retryAt = now + f.backoff()
+		f.arm()
 		return
 	}
 	f.gw, f.conn, f.stream = g, g.conn, g.nextStream
@@ -374,10 +382,12 @@ func (f *Flow) tryOpen(now time.Duration) {
 		f.state = flowWaiting
 		f.attempt++
 		f.retryAt = now + f.backoff()
+		f.arm()
 		return
 	}
 	f.state = flowOpening
 	f.openDeadline = now + h.cfg.OpenTimeout
+	f.arm()
 	f.trim()
 }
 
@@ -388,10 +398,11 @@ func (f *Flow) noRoute() error {
 	return fmt.Errorf("%w for %v: %w", ErrNoRoute, f.h.cfg.FailAfter, f.lastErr)
 }
 
-// retryWaiting re-opens the flows whose retry time has come.
+// retryWaiting re-opens every waiting flow now (a gateway became ready).
 func (h *Host) retryWaiting(now time.Duration) {
 	for _, f := range h.o.flows {
-		if f.state == flowWaiting && now >= f.retryAt {
+		if f.state == flowWaiting {
+			f.retryAt = now
 			f.tryOpen(now)
 		}
 	}
@@ -420,7 +431,9 @@ func (f *Flow) reroute(now time.Duration, cause error, avoid *gateway) {
 	f.attempt++
 	if f.retryAt <= now {
 		f.tryOpen(now)
+		return
 	}
+	f.arm()
 }
 
 // abandonStream stops using the current stream: its submissions are
@@ -563,22 +576,6 @@ func (f *Flow) trim() {
 	}
 }
 
-// tick runs the flow's timers.
-func (f *Flow) tick(now time.Duration) {
-	switch f.state {
-	case flowOpening:
-		if f.opened && now >= f.openDeadline {
-			f.reroute(now, ErrOpenTimeout, f.gw)
-		}
-	case flowWaiting:
-		if f.lostAt >= 0 && now-f.lostAt >= f.h.cfg.FailAfter {
-			f.finish(now, f.noRoute(), flowFailed, false)
-		}
-	case flowOpen:
-		f.pump(now) // after a full send queue
-	}
-}
-
 // finish ends the flow: every message not yet complete fails with err.
 func (f *Flow) finish(now time.Duration, err error, final flowState, sendClose bool) {
 	if f.state == flowFailed || f.state == flowClosed {
@@ -590,6 +587,8 @@ func (f *Flow) finish(now time.Duration, err error, final flowState, sendClose b
 	f.abandonStream()
 	f.state = final
 	f.err = err
+	f.h.o.timers.cancel(f)
+	delete(f.h.o.blocked, f)
 	for _, s := range f.segs[f.head:] {
 		s.pend.resolve(err)
 	}

@@ -209,11 +209,6 @@ func (h *Host) dispatch(now time.Duration, c *metaroce.Conn, m *flowctl.Msg) {
 		h.o.regSig.fire()
 		h.log.Info("host: registered", "gateway", g.addr, "endpoint", h.cfg.Name, "region", h.cfg.Region)
 		// Flows waiting for a route try at once.
-		for _, f := range h.o.flows {
-			if f.state == flowWaiting {
-				f.retryAt = now
-			}
-		}
 		h.retryWaiting(now)
 	case flowctl.OpenOK:
 		if f := h.o.flows[m.Flow]; f != nil {
@@ -286,10 +281,7 @@ func (h *Host) tick(now time.Duration) {
 			}
 		}
 	}
-	h.retryWaiting(now)
-	for _, f := range h.o.flows {
-		f.tick(now)
-	}
+	h.runTimers(now)
 	h.rxTick(now)
 }
 

@@ -58,7 +58,17 @@ import (
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/netio"
 	"github.com/mrgw/mrgw/pathmgr"
+	"github.com/mrgw/mrgw/tunnel/udp"
 )
+
+// socketOptions are the host's socket options (Config.SocketBuffer).
+func socketOptions(cfg Config) udp.Options {
+	var o udp.Options
+	if cfg.SocketBuffer > 0 {
+		o.ReadBuffer, o.WriteBuffer = cfg.SocketBuffer, cfg.SocketBuffer
+	}
+	return o
+}
 
 // Config configures a Host.
 type Config struct {
@@ -101,9 +111,20 @@ type Config struct {
 	// application falls behind, completions wait inside the host and their
 	// DONE is withheld, which holds the sources back through their credit.
 	DeliveryQueue int
+	// SocketBuffer is asked for as SO_RCVBUF and SO_SNDBUF of the host's
+	// sockets (default 4 MiB; the kernel caps it at net.core.rmem_max and
+	// wmem_max; negative keeps the kernel's default). Everything the
+	// gateways relay to this host arrives on its listening socket: with
+	// the kernel's 208 KiB (about 50 datagrams of 4 KiB), the receiving
+	// host of an incast dropped the two gateways' bursts, its paths were
+	// declared down and the gateways' controllers started over.
+	SocketBuffer int
 	// Logger: nil discards.
 	Logger *slog.Logger
 }
+
+// DefaultSocketBuffer is Config.SocketBuffer's default.
+const DefaultSocketBuffer = 4 << 20
 
 func (c Config) withDefaults() Config {
 	if !c.Listen.IsValid() {
@@ -118,6 +139,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DeadAfter <= 0 {
 		c.DeadAfter = 2 * time.Second
+	}
+	if c.SocketBuffer == 0 {
+		c.SocketBuffer = DefaultSocketBuffer
 	}
 	c.Protocol.DeadAfter = c.DeadAfter
 	if c.Protocol.Seed == 0 {
@@ -251,6 +275,12 @@ type owner struct {
 	flows   map[uint64]*Flow
 	txByStr map[streamKey]*Flow
 	rx      rxState
+	// timers: the outgoing flows' timers (flowTimers); blocked: open
+	// flows whose last pump found the send queue full; dueBuf is reused
+	// by runTimers.
+	timers  flowTimers
+	blocked map[*Flow]struct{}
+	dueBuf  []*Flow
 }
 
 // streamKey names a stream of one connection.
@@ -302,6 +332,7 @@ func New(cfg Config) (*Host, error) {
 	h.o.ctl = map[*metaroce.Conn]map[uint64][]byte{}
 	h.o.flows = map[uint64]*Flow{}
 	h.o.txByStr = map[streamKey]*Flow{}
+	h.o.blocked = map[*Flow]struct{}{}
 	h.o.rx.init()
 	peers := make([]netio.Peer, len(cfg.Gateways))
 	for i, a := range cfg.Gateways {
@@ -311,6 +342,7 @@ func New(cfg Config) (*Host, error) {
 	}
 	ep, err := netio.New(netio.Config{
 		Protocol: cfg.Protocol,
+		UDP:      socketOptions(cfg),
 		Memory:   h.mem,
 		Listen:   cfg.Listen,
 		Peers:    peers,

@@ -15,6 +15,9 @@ import (
 // stream left is kept: long enough for any failover to resume it.
 const rxFlowIdle = 10 * time.Minute
 
+// rxSweepEvery is how often rxTick looks for idle incoming flows.
+const rxSweepEvery = time.Second
+
 // rxState is the destination side, on the owner goroutine.
 type rxState struct {
 	flows    map[uint64]*rxFlow
@@ -22,6 +25,8 @@ type rxState struct {
 	overflow []queued // completions waiting for room in Received, in order
 	ovHead   int
 	posted   map[uint64][]byte // receive buffers posted through PostRecv, not yet filled
+	// lastSweep is when rxTick last looked for idle flows.
+	lastSweep time.Duration
 }
 
 func (r *rxState) init() {
@@ -218,6 +223,13 @@ func (h *Host) rxConnClosed(c *metaroce.Conn) {
 
 func (h *Host) rxTick(now time.Duration) {
 	h.drainOverflow()
+	// The idle sweep walks every incoming flow (10,000 at the receiving
+	// host of mrgw loadtest connections): once per rxSweepEvery, not every
+	// tick; an idle flow's state is kept for minutes anyway.
+	if now-h.o.rx.lastSweep < rxSweepEvery {
+		return
+	}
+	h.o.rx.lastSweep = now
 	for id, rf := range h.o.rx.flows {
 		if rf.streams == 0 && now-rf.idleSince > rxFlowIdle && len(rf.queued) == 0 {
 			delete(h.o.rx.flows, id)

@@ -12,7 +12,9 @@ type Datagram struct {
 	ECT, CE          bool   // ECN: sent ECN-capable; marked congestion-experienced on the way
 	Data             []byte // len = bytes on the wire (the protocol packet)
 
-	buf []byte // the pooled buffer; Data is restored to it before each Poll
+	buf   []byte  // the pooled buffer; Data is restored to it before each Poll
+	route []*Link // the fabric links it crosses (set when it enters the fabric)
+	hop   int     // index in route of the link holding it
 }
 
 // reset prepares d to be filled by Endpoint.Poll for host src.

@@ -28,7 +28,15 @@
 // (its entropy) moves it to another plane with probability (P-1)/P. ECMP does not know whether a
 // plane works: a black plane keeps receiving its share, which is what the protocol must detect.
 //
-// Every link (plane or access) is the same store-and-forward model. For each datagram, in order:
+// [NewTopology] generalises this to several sites (regions) joined by fabric links that the
+// caller adds per plane ([Network.AddLink]), with a route per (source site, destination site,
+// plane): the sequence of links a datagram crosses ([Network.SetRoute]). The same link may sit in
+// the routes of several site pairs, so region pairs can share a long-haul segment, its queue and
+// its ECN marking; ECMP picks the plane as above, and the datagram then crosses its route hop by
+// hop, each hop the link model below. [NewNetwork] is the two-site case: a route of one link per
+// plane and direction.
+//
+// Every link (plane, fabric or access) is the same store-and-forward model. For each datagram, in order:
 //
 //  1. Down check: a link that is down drops everything offered to it (DroppedDown).
 //  2. Enqueue: if the serializer is idle the datagram goes straight to it. Otherwise the drop-tail

@@ -67,7 +67,7 @@ type Host struct {
 // AddHost attaches a host running ep at site and schedules its first drain of Poll at Now.
 // Host IDs are given in order from 1.
 func (n *Network) AddHost(site Site, ep Endpoint, cfg HostConfig) *Host {
-	if site != SiteA && site != SiteB {
+	if int(site) >= n.sites {
 		panic(fmt.Sprintf("sim: unknown site %v", site))
 	}
 	h := &Host{id: n.NextHostID(), site: site, net: n, sim: n.sim, ep: ep, wakeAt: -1}

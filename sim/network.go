@@ -5,21 +5,20 @@ import (
 	"time"
 )
 
-// Site is one end of the fabric.
+// Site is a place hosts attach to: one end of the two-site fabric of [NewNetwork], or one
+// region of a [NewTopology].
 type Site uint8
 
-// The two sites.
+// The two sites of NewNetwork (also the first two of a topology).
 const (
 	SiteA Site = iota
 	SiteB
 )
 
+// String names sites by letter: A, B, C, ...
 func (s Site) String() string {
-	switch s {
-	case SiteA:
-		return "A"
-	case SiteB:
-		return "B"
+	if s < 26 {
+		return string(rune('A' + s))
 	}
 	return fmt.Sprintf("Site(%d)", uint8(s))
 }
@@ -37,42 +36,46 @@ type NetworkConfig struct {
 	Overhead int
 }
 
-// Network is the topology: two sites joined by planes, and the hosts attached to them.
+// Network is the topology: sites joined by planes, and the hosts attached to them. Each plane
+// holds a route (a sequence of fabric links) from every site to every other site it serves;
+// in the two-site network of NewNetwork a route is the plane's single link in that direction.
 type Network struct {
 	sim      *Sim
 	overhead int
+	sites    int
 	planes   []*Plane
-	hosts    []*Host // hosts[id-1]
-	salt     uint64  // ECMP hash salt, from the seed
+	routes   [][]*Link // routes[(from*sites+to)*planes+plane]
+	hosts    []*Host   // hosts[id-1]
+	salt     uint64    // ECMP hash salt, from the seed
 }
 
-// Plane is one plane of the fabric: a directional link each way.
+// Plane is one plane of the fabric: the fabric links it owns and, through the Network, its
+// routes between sites.
 type Plane struct {
 	index int
-	ab    *Link
-	ba    *Link
+	links []*Link
+	ab    *Link // NewNetwork only
+	ba    *Link // NewNetwork only
 }
 
-// NewNetwork builds the fabric on s. Planes are numbered from 0.
+// NewNetwork builds the two-site fabric on s: P planes, each a directional link A→B and one
+// B→A. Planes are numbered from 0.
 func NewNetwork(s *Sim, cfg NetworkConfig) *Network {
-	if cfg.Planes < 1 {
-		panic(fmt.Sprintf("sim: a network needs at least one plane, got %d", cfg.Planes))
-	}
-	if cfg.Overhead < 0 {
-		panic(fmt.Sprintf("sim: negative Overhead %d", cfg.Overhead))
-	}
-	n := &Network{sim: s, overhead: cfg.Overhead, salt: mix64(s.cfg.Seed ^ 0x6563_6d70_7361_6c74)}
-	for i := 0; i < cfg.Planes; i++ {
-		p := &Plane{index: i}
-		p.ab = newLink(s, fmt.Sprintf("plane%d:A>B", i), cfg.AtoB, cfg.Overhead, n.toHost)
-		p.ba = newLink(s, fmt.Sprintf("plane%d:B>A", i), cfg.BtoA, cfg.Overhead, n.toHost)
-		n.planes = append(n.planes, p)
+	n := NewTopology(s, TopologyConfig{Sites: 2, Planes: cfg.Planes, Overhead: cfg.Overhead})
+	for i, p := range n.planes {
+		p.ab = n.AddLink(i, fmt.Sprintf("plane%d:A>B", i), cfg.AtoB)
+		p.ba = n.AddLink(i, fmt.Sprintf("plane%d:B>A", i), cfg.BtoA)
+		n.SetRoute(SiteA, SiteB, i, p.ab)
+		n.SetRoute(SiteB, SiteA, i, p.ba)
 	}
 	return n
 }
 
 // Sim returns the simulation the network runs on.
 func (n *Network) Sim() *Sim { return n.sim }
+
+// Sites returns the number of sites.
+func (n *Network) Sites() int { return n.sites }
 
 // Planes returns the number of planes.
 func (n *Network) Planes() int { return len(n.planes) }
@@ -105,30 +108,46 @@ func (n *Network) PlaneOf(src, dst HostID, srcPort, dstPort uint16) int {
 	return int(((h >> 32) * uint64(len(n.planes))) >> 32)
 }
 
-// toFabric sends a datagram leaving a host at site from onto the plane ECMP picks.
+// toFabric sends a datagram leaving a host at site from onto the first link of the route of
+// the plane ECMP picks. Dst was checked when the datagram was sent.
 func (n *Network) toFabric(from Site, d *Datagram) {
-	p := n.planes[n.PlaneOf(d.Src, d.Dst, d.SrcPort, d.DstPort)]
-	if from == SiteA {
-		p.ab.enqueue(d)
-	} else {
-		p.ba.enqueue(d)
+	to := n.hosts[d.Dst-1].site
+	route := n.routes[n.routeIndex(from, to, n.PlaneOf(d.Src, d.Dst, d.SrcPort, d.DstPort))]
+	if len(route) == 0 {
+		n.sim.stats.Unroutable++
+		n.sim.free(d)
+		return
 	}
+	d.route, d.hop = route, 0
+	route[0].enqueue(d)
 }
 
-// toHost hands a datagram leaving a plane to its destination's downlink. Dst was checked when
-// the datagram was sent.
-func (n *Network) toHost(d *Datagram) { n.hosts[d.Dst-1].down.enqueue(d) }
+// forward is the next hop of every fabric link: the next link of the datagram's route, or its
+// destination's downlink at the end of it.
+func (n *Network) forward(d *Datagram) {
+	d.hop++
+	if d.hop < len(d.route) {
+		d.route[d.hop].enqueue(d)
+		return
+	}
+	d.route = nil
+	n.hosts[d.Dst-1].down.enqueue(d)
+}
 
 // Index returns the plane's number.
 func (p *Plane) Index() int { return p.index }
 
-// AtoB returns the plane's A→B link.
+// Links returns the fabric links of the plane in the order they were added. The slice must not
+// be modified.
+func (p *Plane) Links() []*Link { return p.links }
+
+// AtoB returns the plane's A→B link in a network built by NewNetwork (nil in a topology).
 func (p *Plane) AtoB() *Link { return p.ab }
 
-// BtoA returns the plane's B→A link.
+// BtoA returns the plane's B→A link in a network built by NewNetwork (nil in a topology).
 func (p *Plane) BtoA() *Link { return p.ba }
 
-// From returns the plane's link leaving site s.
+// From returns the plane's link leaving site s in a network built by NewNetwork.
 func (p *Plane) From(s Site) *Link {
 	if s == SiteA {
 		return p.ab
@@ -136,27 +155,33 @@ func (p *Plane) From(s Site) *Link {
 	return p.ba
 }
 
-// SetDown takes both directions of the plane down (black) or brings them back.
+// SetDown takes every link of the plane down (black) or brings them back.
 func (p *Plane) SetDown(down bool) {
-	p.ab.SetDown(down)
-	p.ba.SetDown(down)
+	for _, l := range p.links {
+		l.SetDown(down)
+	}
 }
 
-// SetLoss sets the loss probability of both directions.
+// SetLoss sets the loss probability of every link of the plane.
 func (p *Plane) SetLoss(prob float64) {
-	p.ab.SetLoss(prob)
-	p.ba.SetLoss(prob)
+	for _, l := range p.links {
+		l.SetLoss(prob)
+	}
 }
 
-// SetRate sets the rate of both directions.
+// SetRate sets the rate of every link of the plane.
 func (p *Plane) SetRate(bps int64) {
-	p.ab.SetRate(bps)
-	p.ba.SetRate(bps)
+	for _, l := range p.links {
+		l.SetRate(bps)
+	}
 }
 
 // ScheduleDown calls SetDown(down) at virtual time t.
 func (p *Plane) ScheduleDown(t time.Duration, down bool) {
-	p.ab.sim.At(t, func() { p.SetDown(down) })
+	if len(p.links) == 0 {
+		return
+	}
+	p.links[0].sim.At(t, func() { p.SetDown(down) })
 }
 
 // ScheduleOutage takes the plane down at from and brings it back at to.

@@ -21,6 +21,7 @@ import (
 	"github.com/mrgw/mrgw/gateway/lab"
 	"github.com/mrgw/mrgw/host"
 	"github.com/mrgw/mrgw/loadtest/emu"
+	"github.com/mrgw/mrgw/loadtest/recovery"
 )
 
 // demoOptions are the flags of `mrgw demo`.
@@ -70,25 +71,31 @@ temporary directory that is removed at the end.`,
 
 // demoReport is the final result.
 type demoReport struct {
-	Duration        float64       `json:"duration_seconds"`
-	Planes          int           `json:"planes"`
-	RTTms           float64       `json:"configured_rtt_ms"`
-	Loss            float64       `json:"loss"`
-	PlaneRateMbit   float64       `json:"plane_rate_mbit_per_second"`
-	FailedPlane     int           `json:"failed_plane"`
-	FailedAt        float64       `json:"failed_at_seconds"`
-	PlaneStats      []demoPlane   `json:"plane_stats"`
-	MeasuredRTTms   float64       `json:"measured_path_rtt_ms"`
-	GoodputMbit     float64       `json:"goodput_mbit_per_second"`
-	Retransmits     uint64        `json:"retransmits"`
-	WireLost        uint64        `json:"datagrams_lost_on_wire"`
-	Messages        uint64        `json:"messages_completed"`
-	Bytes           uint64        `json:"bytes_completed"`
-	Duplicates      uint64        `json:"duplicates_dropped"`
-	Reopens         uint64        `json:"flow_reopens"`
-	Errors          []string      `json:"errors"`
-	Series          []float64     `json:"goodput_mbit_per_second_by_second"`
+	Duration      float64     `json:"duration_seconds"`
+	Planes        int         `json:"planes"`
+	RTTms         float64     `json:"configured_rtt_ms"`
+	Loss          float64     `json:"loss"`
+	PlaneRateMbit float64     `json:"plane_rate_mbit_per_second"`
+	FailedPlane   int         `json:"failed_plane"`
+	FailedAt      float64     `json:"failed_at_seconds"`
+	PlaneStats    []demoPlane `json:"plane_stats"`
+	MeasuredRTTms float64     `json:"measured_path_rtt_ms"`
+	GoodputMbit   float64     `json:"goodput_mbit_per_second"`
+	Retransmits   uint64      `json:"retransmits"`
+	WireLost      uint64      `json:"datagrams_lost_on_wire"`
+	Messages      uint64      `json:"messages_completed"`
+	Bytes         uint64      `json:"bytes_completed"`
+	Duplicates    uint64      `json:"duplicates_dropped"`
+	Reopens       uint64      `json:"flow_reopens"`
+	Errors        []string    `json:"errors"`
+	Series        []float64   `json:"goodput_mbit_per_second_by_second"`
+	// RecoverySeconds and RecoveryRTTs: from the failure until goodput
+	// over a window of four round trips is back to (P-1)/P of the goodput
+	// in the second before it, the window's length included
+	// (loadtest/recovery, as gwload and the tunnel tests measure it); -1
+	// if it did not come back within the run.
 	RecoverySeconds float64       `json:"recovery_seconds"`
+	RecoveryRTTs    float64       `json:"recovery_rtts"`
 	Gateways        []demoGateway `json:"gateways"`
 }
 
@@ -258,6 +265,10 @@ func runDemo(parent context.Context, out io.Writer, o demoOptions) error {
 	}
 
 	start := time.Now()
+	// Delivered bytes every 20 ms: recovery is measured on them
+	// (loadtest/recovery); the printed series is per second.
+	sampler := recovery.Sample(20*time.Millisecond, func() (uint64, bool) { return delivered.Load(), true })
+	defer sampler.Stop()
 	failPlane := 1 % o.planes
 	failed := false
 	var failedAt time.Duration
@@ -309,7 +320,13 @@ func runDemo(parent context.Context, out io.Writer, o demoOptions) error {
 	}
 	if failed {
 		rep.FailedPlane, rep.FailedAt = failPlane, failedAt.Seconds()
-		rep.RecoverySeconds = recovery(series, int(failedAt/time.Second))
+		sampler.Stop()
+		target := float64(o.planes-1) / float64(o.planes)
+		m := sampler.Series().Measure(start.Add(failedAt), start.Add(o.duration), o.rtt, target)
+		rep.RecoverySeconds, rep.RecoveryRTTs = -1, m.RTTs
+		if m.RTTs >= 0 {
+			rep.RecoverySeconds = m.RTTs * o.rtt.Seconds()
+		}
 	}
 	es := l.Emu.Stats()
 	var delivBytes uint64
@@ -386,7 +403,12 @@ func printDemo(out io.Writer, r *demoReport) {
 	fmt.Fprintf(out, "loss recovered: %d datagrams lost on the wire, %d retransmitted by the gateways' WAN connections\n", r.WireLost, r.Retransmits)
 	fmt.Fprintf(out, "duplicates dropped at the destinations: %d; flows re-opened: %d\n", r.Duplicates, r.Reopens)
 	if r.FailedPlane >= 0 {
-		fmt.Fprintf(out, "plane %d failed at %.1fs; goodput back to 80%% of its level before the failure after %.0fs\n", r.FailedPlane, r.FailedAt, r.RecoverySeconds)
+		if r.RecoveryRTTs < 0 {
+			fmt.Fprintf(out, "plane %d failed at %.1fs; goodput did not come back to (P-1)/P of its level before the failure within the run\n", r.FailedPlane, r.FailedAt)
+		} else {
+			fmt.Fprintf(out, "plane %d failed at %.1fs; goodput (4-RTT window) back to (P-1)/P of its level in the second before the failure after %.0f ms = %.1f RTT\n",
+				r.FailedPlane, r.FailedAt, r.RecoverySeconds*1000, r.RecoveryRTTs)
+		}
 	}
 	for _, g := range r.Gateways {
 		fmt.Fprintf(out, "  %s: peers %s, %d messages completed (outbound), %d flow resets\n", g.Name, g.Peers, g.Completed, g.Resets)
@@ -399,25 +421,6 @@ func printDemo(out io.Writer, r *demoReport) {
 	for _, e := range r.Errors {
 		fmt.Fprintf(out, "  - %s\n", e)
 	}
-}
-
-// recovery is the seconds after failure until goodput is back to 80% of
-// its mean over the seconds before the failure.
-func recovery(series []float64, at int) float64 {
-	if at <= 1 || at >= len(series) {
-		return 0
-	}
-	var before float64
-	for _, v := range series[1:at] {
-		before += v
-	}
-	before /= float64(at - 1)
-	for i := at; i < len(series); i++ {
-		if series[i] >= 0.8*before {
-			return float64(i - at + 1)
-		}
-	}
-	return float64(len(series) - at)
 }
 
 // gatewayPathStats returns the mean smoothed RTT of the WAN paths that are

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 
 	"github.com/schollz/progressbar/v3"
@@ -83,6 +84,8 @@ type gwFlags struct {
 	quick   bool
 	plotDir string
 	format  string
+	cpuProf string
+	trace   bool
 }
 
 func (f *gwFlags) add(cmd *cobra.Command, quick bool) {
@@ -94,6 +97,8 @@ func (f *gwFlags) add(cmd *cobra.Command, quick bool) {
 	}
 	fl.StringVar(&f.plotDir, "plot-dir", "", "write plots into this directory")
 	fl.StringVar(&f.format, "plot-format", "svg", "plot format: svg or png")
+	fl.BoolVar(&f.trace, "trace", false, "print a line per sampling bin to stderr: goodput, the emulator's rates and drops, every WAN connection's rate, window and bytes in flight")
+	fl.StringVar(&f.cpuProf, "cpuprofile", "", "write a CPU profile of the runs (go tool pprof) to this file")
 }
 
 // NewGatewayLoadCmds returns the load tests that run real gateways with
@@ -175,6 +180,19 @@ func runGatewayScenarios(cmd *cobra.Command, scs []gwload.Scenario, f *gwFlags) 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	out := cmd.OutOrStdout()
+	if f.cpuProf != "" {
+		// Where the lab's CPU goes (one process holds hosts, gateways and
+		// the emulator): the way to find what limits a run on this machine.
+		pf, err := os.Create(f.cpuProf)
+		if err != nil {
+			return err
+		}
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	var rows []report.Row
 	var firstErr error
 	for i, sc := range scs {
@@ -183,6 +201,9 @@ func runGatewayScenarios(cmd *cobra.Command, scs []gwload.Scenario, f *gwFlags) 
 			fmt.Fprintf(cmd.ErrOrStderr(), "[%d/%d] %s: %s (duration %v)\n", i+1, len(scs), n.Name, n.Description, n.Duration)
 		}
 		var o gwload.Options
+		if f.trace {
+			o.Trace = cmd.ErrOrStderr()
+		}
 		var bar *progressbar.ProgressBar
 		if !f.quiet && !f.asJSON {
 			bar = progressbar.NewOptions(1000, progressbar.OptionSetWriter(cmd.ErrOrStderr()),

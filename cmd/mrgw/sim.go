@@ -30,8 +30,25 @@ var (
 		return strings.Join(parts, " ")
 	}}
 	colState = report.Column{Title: "state/conn", Value: func(r *report.Row) string { return fmt.Sprintf("%.1f KiB", r.StateBytesPerConn/1024) }}
-	colNote  = report.Column{Title: "note", Value: func(r *report.Row) string { return r.Note }}
+	// regions: a row is a region pair or a long-haul segment in one measurement window.
+	colWindow   = report.Column{Title: "window", Value: func(r *report.Row) string { return r.Variant }}
+	colElement  = report.Column{Title: "pair / segment", Value: func(r *report.Row) string { return r.Note }}
+	colCapShare = report.Column{Title: "fair share / capacity", Value: func(r *report.Row) string { return report.FormatBps(r.CapacityBps) }}
+	colFracUtil = report.Column{Title: "of share / utilisation", Value: func(r *report.Row) string { return fmt.Sprintf("%.3f", r.Fraction) }}
+	colDrops    = report.Column{Title: "queue drops", Value: func(r *report.Row) string { return fmt.Sprint(r.QueueDrops) }}
+	colNote     = report.Column{Title: "note", Value: func(r *report.Row) string { return r.Note }}
 )
+
+// segmentOnly leaves a regions column blank on region-pair rows: queues
+// and drops belong to the segments.
+func segmentOnly(c report.Column) report.Column {
+	return report.Column{Title: c.Title, Value: func(r *report.Row) string {
+		if strings.HasPrefix(r.Note, "pair ") {
+			return ""
+		}
+		return c.Value(r)
+	}}
+}
 
 func simScenarios() map[string]simScenario {
 	base := []report.Column{report.ColSystem, report.ColCC, report.ColRTT, report.ColLoss, report.ColFlows, report.ColCapacity, report.ColGoodput, report.ColFraction}
@@ -46,6 +63,8 @@ func simScenarios() map[string]simScenario {
 		"incast":             {cols: append(base, colSettle, colQueue, report.ColJain, colNote), doc: "64 senders to one receiver at data-center RTT"},
 		"multipath-coupling": {cols: append(base, colShares, colNote), doc: "an 8-path and a 1-path connection on one bottleneck; the 8-path one over 8 disjoint planes"},
 		"loss-sweep-cc":      {cols: append(base, report.ColRel), doc: "loss sweep with the real controllers and ECN-marking bottlenecks at 50 ms"},
+		"regions": {cols: []report.Column{colWindow, colElement, report.ColRTT, report.ColFlows, colCapShare, report.ColGoodput, colFracUtil, report.ColJain, segmentOnly(colQueue), segmentOnly(colDrops), colShares},
+			doc: "4 regions on a line, 5 region pairs sharing long-haul segments (20-140 ms RTT, 4 planes), then one plane of a segment fails"},
 		"connections": {cols: []report.Column{report.ColSystem, report.ColFlows, report.ColPlanes, report.ColCapacity, report.ColGoodput, report.ColFraction, report.ColJain, colState, report.ColSpeed},
 			doc: "1 to 10,000 concurrent connections over 8 planes: goodput, Jain index, protocol state per connection"},
 	}

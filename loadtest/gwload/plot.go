@@ -23,8 +23,9 @@ var palette = []color.Color{
 
 // Plot writes the series' plots into dir, named after prefix, in format
 // ("svg" or "png"; default svg): goodput over time with the faults marked,
-// the watched WAN connection's per-path RTT and window over time, and the
-// flows' shares (up to 64 flows). It returns the files written.
+// the watched WAN connection's per-path RTT and window over time, the
+// flows' shares (up to 64 flows) and, for synchronized workloads, the step
+// times against the ideal. It returns the files written.
 func Plot(dir, prefix, format string, s *Series) ([]string, error) {
 	if format == "" {
 		format = "svg"
@@ -145,6 +146,40 @@ func Plot(dir, prefix, format string, s *Series) ([]string, error) {
 		bars.LineStyle.Width = 0
 		p.Add(bars)
 		if err := save(p, "shares", 6*vg.Inch, 3*vg.Inch); err != nil {
+			return out, err
+		}
+	}
+	if len(s.StepMs) > 0 {
+		// Step times against the ideal: which steps were slow (the first,
+		// with the connections' windows still small, or one hit by a
+		// stall), not only their mean.
+		p := plot.New()
+		p.Title.Text = title + ", step times"
+		p.X.Label.Text = "step"
+		p.Y.Label.Text = "ms"
+		pts := make(plotter.XYs, len(s.StepMs))
+		for i, v := range s.StepMs {
+			pts[i].X, pts[i].Y = float64(i+1), v
+		}
+		sc, err := plotter.NewScatter(pts)
+		if err != nil {
+			return out, err
+		}
+		sc.Color = palette[0]
+		p.Add(sc)
+		p.Legend.Add("slowest transfer", sc)
+		if s.IdealStepMs > 0 {
+			ideal, err := plotter.NewLine(plotter.XYs{{X: 0.5, Y: s.IdealStepMs}, {X: float64(len(s.StepMs)) + 0.5, Y: s.IdealStepMs}})
+			if err != nil {
+				return out, err
+			}
+			ideal.Color = palette[3]
+			ideal.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+			p.Add(ideal)
+			p.Legend.Add("ideal (capacity)", ideal)
+		}
+		p.Y.Min = 0
+		if err := save(p, "steps", 5*vg.Inch, 3*vg.Inch); err != nil {
 			return out, err
 		}
 	}

@@ -5,10 +5,12 @@ package gwload
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +21,7 @@ import (
 	"github.com/mrgw/mrgw/host"
 	"github.com/mrgw/mrgw/internal/report"
 	"github.com/mrgw/mrgw/loadtest/emu"
+	"github.com/mrgw/mrgw/loadtest/recovery"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/pathmgr"
 )
@@ -36,6 +39,11 @@ type Options struct {
 	Progress func(frac float64, what string)
 	// Logger receives the gateways' and hosts' logs [discard].
 	Logger *slog.Logger
+	// Trace, if set, receives one line per Bin: goodput, the emulator's
+	// per-direction rate and drops, and every WAN connection's sending
+	// rate, summed window and bytes in flight (for finding what limits a
+	// run).
+	Trace io.Writer
 }
 
 func (o Options) withDefaults() Options {
@@ -71,10 +79,16 @@ type Series struct {
 	Watched  string
 	PathRTT  [][]float64
 	PathCwnd [][]float64
+	// Delivered is the cumulative count behind Goodput (bytes delivered
+	// by each bin's end, from the start of traffic): recovery is measured
+	// on it (loadtest/recovery), as by mrgw demo and the tunnel tests.
+	Delivered recovery.Series
 	// FlowBytes are the bytes delivered per flow.
 	FlowBytes []float64
-	// StepMs are the step times of a synchronized workload.
-	StepMs []float64
+	// StepMs are the step times of a synchronized workload, IdealStepMs
+	// the step's bytes over the capacity.
+	StepMs      []float64
+	IdealStepMs float64
 
 	mu sync.Mutex // the sampler and the fault injector append concurrently
 }
@@ -176,6 +190,68 @@ type env struct {
 	start      time.Time
 
 	incomplete atomic.Int64
+	lastEmu    emu.Stats
+}
+
+// trace writes one line of Options.Trace.
+func (e *env) trace(el time.Duration, goodput float64) {
+	st := e.l.Emu.Stats()
+	var b strings.Builder
+	fmt.Fprintf(&b, "%6.2fs gp %6.1f", el.Seconds(), goodput/1e6)
+	for d := range 2 {
+		cur := st.Total(emu.Dir(d))
+		var prev emu.LinkStats
+		if len(e.lastEmu.Links[d]) > 0 {
+			prev = e.lastEmu.Total(emu.Dir(d))
+		}
+		fmt.Fprintf(&b, " | d%d in %6.1fM out %6.1fM qd %d ld %d late %v", d, float64(cur.BytesIn-prev.BytesIn)*8/e.o.Bin.Seconds()/1e6,
+			float64(cur.BytesDelivered-prev.BytesDelivered)*8/e.o.Bin.Seconds()/1e6,
+			cur.QueueDrops-prev.QueueDrops, cur.LossDrops-prev.LossDrops, st.Late[d].Max.Round(time.Millisecond))
+	}
+	e.lastEmu = st
+	names := make([]string, 0, len(e.l.Gateways))
+	for n := range e.l.Gateways {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		g := e.l.Gateways[n]
+		select {
+		case <-g.Done():
+			continue
+		default:
+		}
+		gs := g.Status()
+		down := 0
+		for _, hl := range gs.HostLinks {
+			if hl.PathsUp == 0 {
+				down++
+			}
+		}
+		fmt.Fprintf(&b, " | %s f%d mem %dK lanin %.1fM hosts %d (%d no path up)", n, gs.Flows.Active, gs.Memory.InUse>>10, gs.LANInBps*8/1e6, gs.Hosts, down)
+		for _, hl := range gs.HostLinks {
+			if hl.FlowsOut == 0 {
+				continue
+			}
+			fmt.Fprintf(&b, " >%s pace %.1fM cw %dK inf %dK up %d lost %d rtx %d", hl.Endpoint, hl.PacingBps*8/1e6, hl.Cwnd>>10, hl.Inflight>>10, hl.PathsUp, hl.Lost, hl.Retrans)
+		}
+		for _, p := range gs.Peers {
+			if p.TxBps < 1e5 {
+				continue
+			}
+			var cw, inf int
+			states := map[string]int{}
+			for _, pa := range p.Paths {
+				states[pa.State]++
+				if pa.State == "up" {
+					cw += pa.Cwnd
+					inf += pa.Inflight
+				}
+			}
+			fmt.Fprintf(&b, " >%s %.1fM pace %.1fM cw %dK inf %dK lost %d %v", p.Name, p.TxBps*8/1e6, p.PacingBps*8/1e6, cw>>10, inf>>10, p.Lost, states)
+		}
+	}
+	fmt.Fprintln(e.o.Trace, b.String())
 }
 
 type flowRef struct {
@@ -324,6 +400,7 @@ func Run(ctx context.Context, s Scenario, o Options) ([]report.Row, *Series, err
 	for _, st := range steps {
 		ser.StepMs = append(ser.StepMs, ms(st))
 	}
+	ser.IdealStepMs = row.IdealStepMs
 	return []report.Row{row}, ser, nil
 }
 
@@ -416,12 +493,30 @@ func (e *env) hosts() error {
 func labHostProtocol() metaroce.Config {
 	return metaroce.Config{
 		Paths: 4,
+		// The host's receive capacity, divided among the gateways that
+		// send to it as rate hints (labHostReceiveBps).
+		ReceiveCapacityBps: labHostReceiveBps,
 		Path: pathmgr.Config{
 			InitialRTT: 5 * time.Millisecond, MinPTO: lab.LANMinPTO, MaxAckDelay: time.Millisecond,
 			DownAfter: 3, ProbeInterval: 20 * time.Millisecond, MaxProbeInterval: time.Second, UpAfter: 2,
 		},
 	}
 }
+
+// labHostReceiveBps is what each lab host tells the gateways sending to it
+// it can take (metaroce rate hints), split among them.
+//
+// Without it the gateways' LAN controller (dc-aimd, no lan.max_rate_bps
+// in the lab) had no scale for its rate: growth measured against its own
+// rate, and when every path of a gateway→host connection went down for a
+// moment (the LAN paths time out under the CPU load of 64 hosts opening
+// flows), the controller's rate fell to zero and stayed there, so the
+// destination gateway trickled 55 MB of the first incast step to the
+// receiving host over 26 s while the WAN had carried it in 4 (mrgw
+// loadtest --trace, 2026-11-29 22:01). A hint gives the rate its scale
+// back: growth is then a share of it per round trip, bounded by it.
+// 4 Gbit/s: loopback, far above any scenario's WAN capacity.
+const labHostReceiveBps = 4e9
 
 // open opens the flows, 64 at a time.
 func (e *env) open(ctx context.Context) error {
@@ -707,6 +802,9 @@ func (e *env) sample(ctx context.Context, ser *Series, stop <-chan struct{}, pea
 	tick := time.NewTicker(e.o.Bin)
 	defer tick.Stop()
 	var last uint64
+	ser.mu.Lock()
+	ser.Delivered.Add(e.start, e.tr.total.Load())
+	ser.mu.Unlock()
 	var watchGW, watchPeer string
 	paths := map[int]int{} // path id -> column
 	maxBins := int(e.sc.Duration/e.o.Bin) + 2
@@ -721,6 +819,7 @@ func (e *env) sample(ctx context.Context, ser *Series, stop <-chan struct{}, pea
 		el := time.Since(e.start)
 		tot := e.tr.total.Load()
 		ser.mu.Lock()
+		ser.Delivered.Add(e.start.Add(el), tot)
 		ser.T = append(ser.T, el.Seconds())
 		ser.Goodput = append(ser.Goodput, float64(tot-last)*8/e.o.Bin.Seconds())
 		ser.mu.Unlock()
@@ -781,6 +880,9 @@ func (e *env) sample(ctx context.Context, ser *Series, stop <-chan struct{}, pea
 					}
 				}
 			}
+		}
+		if e.o.Trace != nil {
+			e.trace(el, ser.Goodput[len(ser.Goodput)-1])
 		}
 		ser.mu.Lock()
 		ser.PathRTT = append(ser.PathRTT, rtt)
@@ -907,6 +1009,7 @@ func (e *env) row(ser *Series, steps []time.Duration, stepRates []float64) repor
 		if len(steps) < w.Steps {
 			errs = append(errs, fmt.Sprintf("%d of %d steps completed", len(steps), w.Steps))
 		}
+		r.Note = stepList(steps)
 	}
 	if r.CapacityBps > 0 {
 		r.Fraction = r.GoodputBps / r.CapacityBps
@@ -918,18 +1021,14 @@ func (e *env) row(ser *Series, steps []time.Duration, stepRates []float64) repor
 		if sc.Planes > 1 {
 			thr = float64(sc.Planes-1) / float64(sc.Planes)
 		}
-		if rec, ok := recovery(ser.T, ser.Goodput, f.At, thr, e.o.Bin.Seconds()); ok {
-			r.RecoveryMs = rec * 1000
-			r.RecoveryRTTs = rec / rtt.Seconds()
-		} else {
-			r.RecoveryMs, r.RecoveryRTTs = -1, -1
-		}
+		r.RecoveryMs, r.RecoveryRTTs = faultRecovery(ser.Delivered, e.start, f.At, sc.Duration, rtt, thr)
 	}
 	if len(errs) > 0 {
-		r.Note = errs[0]
+		note := errs[0]
 		if len(errs) > 1 {
-			r.Note += fmt.Sprintf(" (+%d more)", len(errs)-1)
+			note += fmt.Sprintf(" (+%d more)", len(errs)-1)
 		}
+		r.Note = strings.TrimPrefix(r.Note+"; "+note, "; ")
 	}
 	if srcNote != "" {
 		r.Note = strings.TrimSuffix(srcNote+"; "+r.Note, "; ")
@@ -937,40 +1036,34 @@ func (e *env) row(ser *Series, steps []time.Duration, stepRates []float64) repor
 	return r
 }
 
-// recovery returns the seconds from a fault at `at` until goodput, averaged
-// over three bins, is back to thr of its mean before the fault (bins after
-// the first second), and whether it came back at all.
-func recovery(t, g []float64, at, thr, bin float64) (float64, bool) {
-	var pre float64
-	n := 0
-	for i := range t {
-		if t[i] > 1 && t[i] <= at {
-			pre += g[i]
-			n++
-		}
+// stepList lists step times in ms ("steps 2810 2702 ..."), the figure the
+// mean and maximum summarise.
+func stepList(steps []time.Duration) string {
+	if len(steps) == 0 {
+		return ""
 	}
-	if n == 0 {
-		for i := range t {
-			if t[i] <= at {
-				pre += g[i]
-				n++
-			}
-		}
+	var b strings.Builder
+	b.WriteString("steps ms")
+	for _, s := range steps {
+		fmt.Fprintf(&b, " %.0f", ms(s))
 	}
-	if n == 0 || pre == 0 {
-		return 0, false
+	return b.String()
+}
+
+// faultRecovery measures recovery after a fault at seconds `at` from start
+// with loadtest/recovery, over the traffic's duration (or up to the last
+// sample, if the run stopped early): until the goodput over a window of
+// four round trips is back to thr of the goodput in the second before the
+// fault, counting the window's length. It returns milliseconds and round
+// trips, or -1, -1 if goodput did not come back within the run.
+func faultRecovery(delivered recovery.Series, start time.Time, at float64, dur, rtt time.Duration, thr float64) (float64, float64) {
+	end := start.Add(dur)
+	if n := len(delivered.At); n > 0 && delivered.At[n-1].Before(end) {
+		end = delivered.At[n-1]
 	}
-	pre /= float64(n)
-	for i := range t {
-		if t[i]-bin < at || i+2 >= len(t) {
-			continue
-		}
-		avg := (g[i] + g[i+1] + g[i+2]) / 3
-		if avg >= thr*pre {
-			// The window starts at the beginning of bin i.
-			// Conservative: the end of the window's first bin.
-			return t[i] - at, true
-		}
+	rep := delivered.Measure(start.Add(time.Duration(at*float64(time.Second))), end, rtt, thr)
+	if rep.RTTs < 0 {
+		return -1, -1
 	}
-	return 0, false
+	return rep.RTTs * ms(rtt), rep.RTTs
 }

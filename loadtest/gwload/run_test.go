@@ -3,13 +3,17 @@
 package gwload
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/mrgw/mrgw/internal/report"
+	"github.com/mrgw/mrgw/loadtest/recovery"
 )
 
 // TestSmokePlaneFailure runs a short bulk transfer through the real
@@ -86,11 +90,20 @@ func TestSteppedWorkloadsComplete(t *testing.T) {
 				Link:     Link{Rate: "50mbit", Delay: 5 * time.Millisecond, Loss: "0.1%"},
 				Workload: w,
 			}
-			rows, ser, err := Run(ctx, s, Options{Drain: 20 * time.Second})
+			var trace bytes.Buffer
+			rows, ser, err := Run(ctx, s, Options{Drain: 20 * time.Second, Trace: &trace})
 			if err != nil {
 				t.Fatal(err)
 			}
 			r := rows[0]
+			// The note lists every step's time; the trace has a line per
+			// bin naming the WAN connections that carried the steps.
+			if f := strings.Fields(strings.SplitN(r.Note, ";", 2)[0]); len(f) != 2+w.Steps || f[0] != "steps" {
+				t.Errorf("note %q does not list the %d step times", r.Note, w.Steps)
+			}
+			if n := strings.Count(trace.String(), "\n"); n < len(ser.T)-1 || !strings.Contains(trace.String(), " >use-gw") {
+				t.Errorf("trace: %d lines for %d bins, or no WAN connection in it", n, len(ser.T))
+			}
 			t.Logf("%s: steps %d, step %.0f ms (ideal %.0f), jain %.3f, note %q", r.Variant, r.Steps, r.StepMs, r.IdealStepMs, r.Jain, r.Note)
 			if r.Steps != w.Steps || len(ser.StepMs) != w.Steps {
 				t.Fatalf("%d of %d steps completed (%s)", r.Steps, w.Steps, r.Note)
@@ -104,6 +117,13 @@ func TestSteppedWorkloadsComplete(t *testing.T) {
 			if r.IdealStepMs <= 0 || r.StepRatio < 0.9 || r.MaxStepMs < r.StepMs {
 				// A step cannot beat the capacity (10% for rounding).
 				t.Fatalf("step %.0f ms, ideal %.0f, max %.0f", r.StepMs, r.IdealStepMs, r.MaxStepMs)
+			}
+			files, err := Plot(t.TempDir(), w.Pattern, "svg", ser)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.ContainsFunc(files, func(f string) bool { return strings.HasSuffix(f, "-steps.svg") }) {
+				t.Errorf("no step-time plot among %v", files)
 			}
 			for _, b := range ser.FlowBytes {
 				if b != float64(w.Steps)*float64(rowMsg(r)) {
@@ -160,5 +180,35 @@ func TestFairnessSources(t *testing.T) {
 	bound := report.Jain([]float64{0.1, 0.1, 0.8})
 	if j := report.Jain(r.Shares); j < bound || r.Jain < bound || j-r.Jain > 0.01 || r.Jain-j > 0.01 {
 		t.Fatalf("jain %.3f, from the shares %.3f, bound %.3f", r.Jain, j, bound)
+	}
+}
+
+// TestFaultRecovery: recovery is measured on the cumulative delivered
+// bytes (loadtest/recovery): a dip of 0.5 s after a fault at 5 s recovers
+// about 0.5 s later (plus the 4-RTT window), a dip that lasts to the end
+// does not recover.
+func TestFaultRecovery(t *testing.T) {
+	start := time.Unix(1000, 0)
+	rtt := 40 * time.Millisecond
+	series := func(dipEnd time.Duration) recovery.Series {
+		var s recovery.Series
+		var tot uint64
+		s.Add(start, 0)
+		for el := 10 * time.Millisecond; el <= 10*time.Second; el += 10 * time.Millisecond {
+			rate := uint64(12500) // 10 Mbit/s per 10 ms
+			if el > 5*time.Second && el <= dipEnd {
+				rate /= 10
+			}
+			tot += rate
+			s.Add(start.Add(el), tot)
+		}
+		return s
+	}
+	msec, rtts := faultRecovery(series(5500*time.Millisecond), start, 5, 10*time.Second, rtt, 0.75)
+	if msec < 500 || msec > 500+4*40+20 || rtts != msec/40 {
+		t.Fatalf("recovered after %.0f ms = %.2f RTT, want 500..680 ms", msec, rtts)
+	}
+	if msec, rtts := faultRecovery(series(20*time.Second), start, 5, 10*time.Second, rtt, 0.75); msec != -1 || rtts != -1 {
+		t.Fatalf("recovered (%.0f ms) although goodput never came back", msec)
 	}
 }

@@ -108,29 +108,6 @@ func TestSourcesValidated(t *testing.T) {
 	}
 }
 
-func TestRecovery(t *testing.T) {
-	bin := 0.1
-	var ts, g []float64
-	for i := 1; i <= 100; i++ {
-		ts = append(ts, float64(i)*bin)
-		v := 100.0
-		if i > 50 && i <= 55 { // fault at 5.0 s, 0.5 s of dip
-			v = 10
-		}
-		g = append(g, v)
-	}
-	rec, ok := recovery(ts, g, 5.0, 0.75, bin)
-	if !ok || rec < 0.5-1e-9 || rec > 0.6+1e-9 {
-		t.Fatalf("recovery %v %v, want about 0.5-0.6 s", rec, ok)
-	}
-	for i := 50; i < 100; i++ {
-		g[i] = 10
-	}
-	if _, ok := recovery(ts, g, 5.0, 0.75, bin); ok {
-		t.Fatal("recovered although goodput never came back")
-	}
-}
-
 func FuzzParseScenario(f *testing.F) {
 	if b, err := os.ReadFile("testdata/plane-failure.yaml"); err == nil {
 		f.Add(b)
