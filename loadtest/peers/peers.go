@@ -71,6 +71,14 @@
 // emulators), shares and Jain's index. PlaneFailure (planefail.go): one of
 // four planes fails under a transfer; goodput before, in the first second
 // and sustained, messages lost by mrgw, streams stalled for TCP and QUIC.
+//
+// # Plots
+//
+// With Options.Record set, every run's receivers are sampled at a fixed,
+// bounded interval (series.go) and Plot (plot.go) draws the rows and the
+// runs: the sweeps against loss or planes, completion times against
+// message size, goodput over time with the faults marked, flows' shares,
+// and mrgw's per-path RTT and window. The drawing is internal/plot's.
 package peers
 
 import (
