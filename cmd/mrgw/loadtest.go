@@ -7,6 +7,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/mrgw/mrgw/internal/plot"
 	"github.com/mrgw/mrgw/internal/report"
 	"github.com/mrgw/mrgw/loadtest/datapath"
 	"github.com/mrgw/mrgw/loadtest/peers"
@@ -81,6 +82,8 @@ func newPeersCmd(name, doc string, run func(context.Context, peers.Options) ([]r
 		quiet    bool
 		trace    bool
 		jsonOut  string
+		plotDir  string
+		format   string
 	)
 	cmd := &cobra.Command{
 		Use:   name,
@@ -94,6 +97,12 @@ error naming the reason; nothing is estimated in their place.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.CapacityBps = capacity
+			if plotDir != "" {
+				if _, err := plot.CheckFormat(format); err != nil {
+					return err
+				}
+				o.Record = peers.NewRecorder()
+			}
 			if trace {
 				o.Trace = cmd.ErrOrStderr()
 			}
@@ -113,6 +122,16 @@ error naming the reason; nothing is estimated in their place.`,
 			rows, err := run(ctx, o)
 			if bar != nil {
 				_ = bar.Finish()
+			}
+			if plotDir != "" {
+				// Plots of whatever ran, also when a part was skipped.
+				files, perr := peers.Plot(plotDir, format, rows, o.Record)
+				for _, p := range files {
+					fmt.Fprintf(cmd.ErrOrStderr(), "plot: %s\n", p)
+				}
+				if perr != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "plots: %v\n", perr)
+				}
 			}
 			if len(rows) > 0 && jsonOut != "" {
 				if werr := writeJSONFile(jsonOut, rows); werr != nil {
@@ -152,6 +171,8 @@ error naming the reason; nothing is estimated in their place.`,
 	f.BoolVar(&trace, "trace", false, "print mrgw's sender and emulator counters every 500 ms to stderr (diagnosis)")
 	f.StringVar(&o.MRGWExtraCC, "extra-cc", "", `a second mrgw row with this controller ("fixed-1.5bdp" by default; "none": no extra row)`)
 	f.StringVar(&o.MRGWEmulator, "emulator", "", `emulator for mrgw and rocev2 bulk runs: "emu" (default, the UDP relay) or "tunemu" (TCP's own; root)`)
+	f.StringVar(&plotDir, "plot-dir", "", "write plots into this directory: sweeps against loss or planes, completion times, goodput over time per run (faults marked), shares, mrgw's per-path RTT and window")
+	f.StringVar(&format, "plot-format", "svg", "plot format: svg or png")
 	for _, x := range extra {
 		x(f, &o)
 	}

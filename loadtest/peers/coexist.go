@@ -120,7 +120,8 @@ func Coexistence(ctx context.Context, o Options) ([]report.Row, error) {
 		baseline := 0.0 // the second cubic flow's share against the first
 		for i, p := range pairs {
 			o.progress(k*len(pairs)+i+1, n, fmt.Sprintf("coexistence %s rtt=%v", p, l.RTT))
-			pr, err := coexistRun(ctx, p, l, o)
+			rctx := o.record(ctx, ScenarioCoexist, fmt.Sprintf("%s, rtt %v", p, rtt), p.String(), "1: "+p.Flow, "2: "+p.Against)
+			pr, err := coexistRun(rctx, p, l, o)
 			if err != nil {
 				return append(rows, group...), fmt.Errorf("peers: coexistence %s at %v: %w", p, rtt, err)
 			}
@@ -323,6 +324,13 @@ func coexistRun(ctx context.Context, p Pair, l Link, o Options) (rows [2]report.
 			defer stop()
 		}
 	}
+	for _, f := range flows {
+		if tf, ok := f.(mrgwCoFlow); ok {
+			setPathProbe(ctx, tf.pathProbe())
+		}
+	}
+	stopSampling := sample(ctx, []func() uint64{flows[0].received, flows[1].received}, o.Warmup, o.Warmup+o.Duration)
+	defer stopSampling()
 	if err := sleep(ctx, o.Warmup); err != nil {
 		return rows, err
 	}
@@ -361,6 +369,7 @@ func coexistRun(ctx context.Context, p Pair, l Link, o Options) (rows [2]report.
 	}
 	t1 := time.Now()
 	b1 := [2]uint64{flows[0].received(), flows[1].received()}
+	stopSampling()
 	st1 := te.Stats()
 	s1 := st1.Total(emu.AtoB)
 	dev1 := deviceDrops(te)

@@ -132,7 +132,12 @@ func RTTFairness(ctx context.Context, o Options) ([]report.Row, error) {
 			if needsTUN(s) && sk.err != nil {
 				continue
 			}
-			r, err := fairRun(ctx, s, l, rtts, o)
+			names := make([]string, len(rtts))
+			for k, rt := range rtts {
+				names[k] = fmt.Sprintf("%v RTT", rt)
+			}
+			rctx := o.record(ctx, "peers-rtt-fairness", fmt.Sprintf("%s, loss %g%%", s, loss*100), s, names...)
+			r, err := fairRun(rctx, s, l, rtts, o)
 			if sk.add(err) {
 				continue
 			}
@@ -222,6 +227,8 @@ func fairRun(ctx context.Context, system string, l Link, rtts []time.Duration, o
 // measureFlows samples each flow's byte counter after warmup and after
 // duration and returns bits per second per flow.
 func measureFlows(ctx context.Context, counts []*atomic.Uint64, warmup, duration time.Duration) ([]float64, error) {
+	stop := sample(ctx, loads(counts), warmup, warmup+duration)
+	defer stop()
 	if err := sleep(ctx, warmup); err != nil {
 		return nil, err
 	}

@@ -71,6 +71,14 @@
 // emulators), shares and Jain's index. PlaneFailure (planefail.go): one of
 // four planes fails under a transfer; goodput before, in the first second
 // and sustained, messages lost by mrgw, streams stalled for TCP and QUIC.
+//
+// # Plots
+//
+// With Options.Record set, every run's receivers are sampled at a fixed,
+// bounded interval (series.go) and Plot (plot.go) draws the rows and the
+// runs: the sweeps against loss or planes, completion times against
+// message size, goodput over time with the faults marked, flows' shares,
+// and mrgw's per-path RTT and window. The drawing is internal/plot's.
 package peers
 
 import (
@@ -173,6 +181,9 @@ type Options struct {
 	// drops and marks, all as deltas over the interval. It is how a
 	// goodput figure is taken apart (repair, window, CPU).
 	Trace io.Writer
+	// Record, if set, receives every run's goodput over time (and mrgw's
+	// per-path RTT and window) for Plot; see series.go for the bounds.
+	Record *Recorder
 }
 
 func (o Options) withDefaults() Options {
@@ -361,6 +372,8 @@ func Bulk(ctx context.Context, p Peer, l Link, warmup, duration time.Duration, o
 // measure samples a byte counter after warmup and after duration and
 // returns bits per second.
 func measure(ctx context.Context, count func() uint64, warmup, duration time.Duration) (float64, error) {
+	stop := sample(ctx, []func() uint64{count}, warmup, warmup+duration)
+	defer stop()
 	if err := sleep(ctx, warmup); err != nil {
 		return 0, err
 	}

@@ -95,13 +95,14 @@ func PlaneFailure(ctx context.Context, o Options) ([]report.Row, error) {
 		tl := timeline{warmup: o.Warmup, before: before, after: after}
 		var r pfResult
 		var err error
+		rctx := o.record(ctx, "peers-plane-failure", l.group(), s)
 		switch s {
 		case MRGW:
-			r, err = pfMRGW(ctx, l, o, tl)
+			r, err = pfMRGW(rctx, l, o, tl)
 		case TCPBBR, TCPCubic:
-			r, err = pfTCP(ctx, s[len("tcp-"):], l, tl)
+			r, err = pfTCP(rctx, s[len("tcp-"):], l, tl)
 		case QUIC:
-			r, err = pfQUIC(ctx, l, tl)
+			r, err = pfQUIC(rctx, l, tl)
 		}
 		if sk.add(err) {
 			continue
@@ -208,6 +209,8 @@ func (tl timeline) run(ctx context.Context, counts, written []*atomic.Uint64, fa
 		}
 		return s
 	}
+	stop := sample(ctx, loads(counts), tl.warmup, tl.warmup+tl.before+tl.after)
+	defer stop()
 	if err := sleep(ctx, tl.warmup); err != nil {
 		return bps, 0, 0, err
 	}
@@ -216,6 +219,7 @@ func (tl timeline) run(ctx context.Context, counts, written []*atomic.Uint64, fa
 		return bps, 0, 0, err
 	}
 	t1, c1 := snap()
+	mark(ctx, "plane fails")
 	if err := fail(); err != nil {
 		return bps, 0, 0, err
 	}
@@ -501,6 +505,11 @@ func pfMRGW(ctx context.Context, l Link, o Options, tl timeline) (pfResult, erro
 		return pfResult{}, err
 	}
 	r := pfResult{plane: plane, cc: ccName, emulator: EmuUDP, flows: 1, onPlane: 1, stalled: -1, paths: o.Paths}
+	setPathProbe(ctx, pathProbe(p.a, func() *metaroce.Conn {
+		mu.Lock()
+		defer mu.Unlock()
+		return sender
+	}))
 	r.bps, _, _, err = tl.run(ctx, []*atomic.Uint64{&got}, nil, func() error { return em.Fail(plane) })
 	if err != nil {
 		return r, err

@@ -25,7 +25,8 @@ func runPoint(ctx context.Context, scenario string, o *Options, l Link, ps []Pee
 		if p.System == MRGW && p.Streams < 0 {
 			oo.MRGWCC = o.MRGWExtraCC
 		}
-		r, err := Bulk(ctx, Peer{p.System, max(p.Streams, 0)}, l, o.Warmup, o.Duration, oo)
+		rctx := o.record(ctx, scenario, l.group(), p.String())
+		r, err := Bulk(rctx, Peer{p.System, max(p.Streams, 0)}, l, o.Warmup, o.Duration, oo)
 		if sk.add(err) {
 			continue
 		}
@@ -47,6 +48,15 @@ func runPoint(ctx context.Context, scenario string, o *Options, l Link, ps []Pee
 	}
 	setRatios(group)
 	return group, nil
+}
+
+// group names a link setting in plots: "1 plane, rtt 50ms, loss 1%".
+func (l Link) group() string {
+	planes := "1 plane"
+	if l.Planes != 1 {
+		planes = fmt.Sprintf("%d planes", l.Planes)
+	}
+	return fmt.Sprintf("%s, rtt %v, loss %g%%", planes, l.RTT, l.Loss*100)
 }
 
 func joinNote(a, b string) string {

@@ -322,6 +322,39 @@ func (f *tunnelFlow) result(ctx context.Context) Result {
 
 func (f *tunnelFlow) close() { f.p.close() }
 
+// pathProbe reads the sender's per-path state for plots (Options.Record).
+func (f *tunnelFlow) pathProbe() probeFunc {
+	return pathProbe(f.p.a, func() *metaroce.Conn {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.sender
+	})
+}
+
+// pathProbe returns a reader of the per-path smoothed RTT (ms) and window
+// (bytes) of the connection conn returns on t's endpoint (nil slices
+// while there is none; 0 for a path not usable), at most maxPaths paths.
+func pathProbe(t *tunnel.Tunnel, conn func() *metaroce.Conn) probeFunc {
+	return func(ctx context.Context) (rttMs, cwnd []float64) {
+		_ = t.Endpoint().Call(ctx, func(_ time.Duration, _ *metaroce.Endpoint) {
+			c := conn()
+			if c == nil {
+				return
+			}
+			ps := c.Paths().Paths
+			n := min(len(ps), maxPaths)
+			rttMs, cwnd = make([]float64, n), make([]float64, n)
+			for i := range n {
+				if ps[i].State.Usable() && ps[i].SRTT > 0 {
+					rttMs[i] = float64(ps[i].SRTT) / 1e6
+					cwnd[i] = float64(c.Controller().Window(i))
+				}
+			}
+		})
+		return rttMs, cwnd
+	}
+}
+
 // tunnelBulk runs a WRITE bulk transfer from gateway A to gateway B
 // through emu, or through tunemu when Options.MRGWEmulator says so.
 func tunnelBulk(ctx context.Context, rocev2 bool, l Link, warmup, duration time.Duration, o Options) (Result, error) {
@@ -338,6 +371,9 @@ func tunnelBulk(ctx context.Context, rocev2 bool, l Link, warmup, duration time.
 	if o.Trace != nil {
 		stop := traceTunnel(ctx, o.Trace, f, l)
 		defer stop()
+	}
+	if !rocev2 {
+		setPathProbe(ctx, f.pathProbe())
 	}
 	bps, err := measure(ctx, f.received, warmup, duration)
 	if err != nil {

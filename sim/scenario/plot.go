@@ -2,13 +2,11 @@ package scenario
 
 import (
 	"fmt"
-	"image/color"
 	"os"
 	"path/filepath"
 
+	"github.com/mrgw/mrgw/internal/plot"
 	"github.com/mrgw/mrgw/internal/report"
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 )
 
@@ -43,59 +41,26 @@ func (o *Options) plot(scenario string, runs []namedRun) error {
 	return nil
 }
 
-var palette = []color.Color{
-	color.RGBA{31, 119, 180, 255}, color.RGBA{255, 127, 14, 255}, color.RGBA{44, 160, 44, 255},
-	color.RGBA{214, 39, 40, 255}, color.RGBA{148, 103, 189, 255}, color.RGBA{140, 86, 75, 255},
-	color.RGBA{227, 119, 194, 255}, color.RGBA{127, 127, 127, 255},
-}
-
 func timePlot(path, title, what string, r Result, series [][]float64) error {
-	p := plot.New()
-	p.Title.Text = title
-	p.X.Label.Text = "time (s)"
-	p.Y.Label.Text = what + " (Gbit/s)"
+	spec := plot.Spec{Title: title, XLabel: "time (s)", YLabel: what + " (Gbit/s)", MaxLegend: 8}
 	for f, ys := range series {
-		pts := make(plotter.XYs, len(ys))
+		l := plot.Line{Label: fmt.Sprintf("flow %d", f), X: make([]float64, len(ys)), Y: make([]float64, len(ys)), Color: f}
 		for k, y := range ys {
-			pts[k].X = r.Times[k].Seconds()
-			pts[k].Y = y / 1e9
+			l.X[k], l.Y[k] = r.Times[k].Seconds(), y/1e9
 		}
-		l, err := plotter.NewLine(pts)
-		if err != nil {
-			return err
-		}
-		l.Color = palette[f%len(palette)]
-		p.Add(l)
-		if len(series) <= 8 {
-			p.Legend.Add(fmt.Sprintf("flow %d", f), l)
-		}
+		spec.Lines = append(spec.Lines, l)
 	}
-	p.Legend.Top = true
-	return p.Save(7*vg.Inch, 3.5*vg.Inch, path)
+	return plot.SaveSpec(spec, path)
 }
 
 func sharePlot(path, title string, perFlow []float64) error {
-	p := plot.New()
-	p.Title.Text = title
-	p.Y.Label.Text = "share of goodput"
-	total := 0.0
-	for _, b := range perFlow {
-		total += b
-	}
-	vals := make(plotter.Values, len(perFlow))
 	names := make([]string, len(perFlow))
-	for i, b := range perFlow {
-		if total > 0 {
-			vals[i] = b / total
-		}
+	for i := range perFlow {
 		names[i] = fmt.Sprintf("flow %d", i)
 	}
-	bars, err := plotter.NewBarChart(vals, vg.Points(30))
+	p, err := plot.Bars(title, "share of goodput", names, plot.Shares(perFlow), vg.Points(30))
 	if err != nil {
 		return err
 	}
-	bars.Color = palette[0]
-	p.Add(bars)
-	p.NominalX(names...)
-	return p.Save(5*vg.Inch, 3*vg.Inch, path)
+	return plot.Save(p, plot.SmallW, plot.SmallH, path)
 }
