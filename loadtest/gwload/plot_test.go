@@ -14,10 +14,10 @@ import (
 func TestPlotWritesEveryPlot(t *testing.T) {
 	s := &Series{Scenario: "incast", Variant: "8 hosts",
 		T: []float64{0.1, 0.2, 0.3}, Goodput: []float64{1e6, 2e6, 1.5e6},
-		Faults:   []Mark{{At: 0.15, Label: "plane 1 down"}},
-		Watched:  "w1→e1",
-		PathRTT:  [][]float64{{40, 41}, {42, 0}, {43, 44}},
-		PathCwnd: [][]float64{{4096, 8192}, {4096, 0}, {8192, 8192}},
+		Faults:    []Mark{{At: 0.15, Label: "plane 1 down"}},
+		Watched:   "w1→e1",
+		PathRTT:   [][]float64{{40, 41}, {42, 0}, {43, 44}},
+		PathCwnd:  [][]float64{{4096, 8192}, {4096, 0}, {8192, 8192}},
 		FlowBytes: []float64{10, 30}, StepMs: []float64{120, 80}, IdealStepMs: 50}
 	for _, format := range []string{"svg", "png"} {
 		dir := t.TempDir()
