@@ -196,14 +196,7 @@ func startTCPFlow(ctx context.Context, te *tunemu.Emulator, algo string) (*tcpFl
 	f := &tcpFlow{algo: algo, stop: make(chan struct{})}
 	var err error
 	f.p, err = dialTCP(ctx, te, algo, 1, func(c net.Conn) {
-		buf := make([]byte, 256<<10)
-		for {
-			k, err := c.Read(buf)
-			f.got.Add(uint64(k))
-			if err != nil {
-				return
-			}
-		}
+		countReads(c, &f.got)
 	})
 	if err != nil {
 		return nil, err

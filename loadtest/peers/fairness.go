@@ -300,14 +300,7 @@ func fairTCP(ctx context.Context, algo string, l Link, rtts []time.Duration, o O
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				buf := make([]byte, 256<<10)
-				for {
-					n, err := c.Read(buf)
-					counts[k].Add(uint64(n))
-					if err != nil {
-						return
-					}
-				}
+				countReads(c, counts[k])
 			}()
 		}
 	}()
@@ -426,14 +419,7 @@ func fairQUIC(ctx context.Context, l Link, rtts []time.Duration, o Options) (fai
 			if err != nil {
 				return
 			}
-			buf := make([]byte, 256<<10)
-			for {
-				n, err := rs.Read(buf)
-				counts[k].Add(uint64(n))
-				if err != nil {
-					return
-				}
-			}
+			countReads(rs, counts[k])
 		}()
 		go func() {
 			defer wg.Done()

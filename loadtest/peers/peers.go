@@ -86,6 +86,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 	"time"
 
 	"github.com/mrgw/mrgw/internal/report"
@@ -445,4 +446,17 @@ func (s *skipped) add(err error) bool {
 		return true
 	}
 	return false
+}
+
+// countReads reads r until it fails (the peer closed, the run was torn
+// down), adding every byte read to n: the receiving side of a bulk flow.
+func countReads(r io.Reader, n *atomic.Uint64) {
+	buf := make([]byte, 256<<10)
+	for {
+		k, err := r.Read(buf)
+		n.Add(uint64(k))
+		if err != nil {
+			return
+		}
+	}
 }

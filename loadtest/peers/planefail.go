@@ -277,14 +277,7 @@ func pfTCP(ctx context.Context, algo string, l Link, tl timeline) (pfResult, err
 	p, err := dialTCP(ctx, te, algo, streams, func(c net.Conn) {
 		ra, _ := netip.ParseAddrPort(c.RemoteAddr().String())
 		n := counter(ra.Port())
-		buf := make([]byte, 256<<10)
-		for {
-			k, err := c.Read(buf)
-			n.Add(uint64(k))
-			if err != nil {
-				return
-			}
-		}
+		countReads(c, n)
 	})
 	if err != nil {
 		return pfResult{}, err
@@ -376,14 +369,7 @@ func pfQUIC(ctx context.Context, l Link, tl timeline) (pfResult, error) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				buf := make([]byte, 256<<10)
-				for {
-					k, err := s.Read(buf)
-					got.Add(uint64(k))
-					if err != nil {
-						return
-					}
-				}
+				countReads(s, &got)
 			}()
 		}
 	}()

@@ -160,14 +160,7 @@ func quicBulk(ctx context.Context, n int, l Link, warmup, duration time.Duration
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				buf := make([]byte, 256<<10)
-				for {
-					k, err := s.Read(buf)
-					got.Add(uint64(k))
-					if err != nil {
-						return
-					}
-				}
+				countReads(s, &got)
 			}()
 		}
 	}()

@@ -140,14 +140,7 @@ func tcpBulk(ctx context.Context, algo string, n int, l Link, warmup, duration t
 	defer te.Close()
 	var got atomic.Uint64
 	p, err := dialTCP(ctx, te, algo, n, func(c net.Conn) {
-		buf := make([]byte, 256<<10)
-		for {
-			k, err := c.Read(buf)
-			got.Add(uint64(k))
-			if err != nil {
-				return
-			}
-		}
+		countReads(c, &got)
 	})
 	if err != nil {
 		return Result{}, err
