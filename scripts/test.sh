@@ -43,5 +43,6 @@ fi
 # without it.
 echo "== go test (WAN-bound tests, without -race)"
 go test -count=1 -run 'TestClassWeightsShareTheWAN' ./gateway
+go test -count=1 -run 'TestRTTFairnessRows|TestPlaneFailureRows' ./loadtest/peers
 
 echo "all checks passed"

@@ -13,6 +13,7 @@ import (
 	"github.com/mrgw/mrgw/tunnel/seal"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // newLoadtestCmd groups the real-time load tests over real sockets.
@@ -28,7 +29,9 @@ func newLoadtestCmd() *cobra.Command {
 			peers.Planes, lossCols),
 		newPeersCmd("completion-time", "p50/p99 completion of 1-64 MiB messages at 1% loss: a byte stream's head-of-line blocking against out-of-order placement",
 			peers.CompletionTime, completionCols),
+		newCoexistCmd(),
 	)
+	cmd.AddCommand(newPeersFairnessCmds()...)
 	cmd.AddCommand(NewGatewayLoadCmds()...)
 	return cmd
 }
@@ -68,7 +71,9 @@ func ratioOrDash(x float64) string {
 
 // newPeersCmd wraps one scenario of loadtest/peers: real sockets through the
 // loopback emulators, every system in the same run.
-func newPeersCmd(name, doc string, run func(context.Context, peers.Options) ([]report.Row, error), cols []report.Column) *cobra.Command {
+// extra adds scenario-specific flags bound to the scenario's options.
+func newPeersCmd(name, doc string, run func(context.Context, peers.Options) ([]report.Row, error), cols []report.Column,
+	extra ...func(*pflag.FlagSet, *peers.Options)) *cobra.Command {
 	var (
 		o        peers.Options
 		capacity float64
@@ -146,6 +151,10 @@ error naming the reason; nothing is estimated in their place.`,
 	f.Float64Var(&o.ECNBDP, "ecn-bdp", 0, "ECN marking threshold in BDPs (default 0.1; negative: no marking)")
 	f.BoolVar(&trace, "trace", false, "print mrgw's sender and emulator counters every 500 ms to stderr (diagnosis)")
 	f.StringVar(&o.MRGWExtraCC, "extra-cc", "", `a second mrgw row with this controller ("fixed-1.5bdp" by default; "none": no extra row)`)
+	f.StringVar(&o.MRGWEmulator, "emulator", "", `emulator for mrgw and rocev2 bulk runs: "emu" (default, the UDP relay) or "tunemu" (TCP's own; root)`)
+	for _, x := range extra {
+		x(f, &o)
+	}
 	return cmd
 }
 

@@ -65,7 +65,9 @@ type Row struct {
 	// (the UDP relay) or "tunemu" (TUN devices and namespaces, same model).
 	Emulator string `json:"emulator,omitempty"`
 	// MRGWRatio is mrgw's goodput over this row's at the same point of the
-	// same run (peer comparisons; above 1: mrgw is ahead).
+	// same run (peer comparisons; above 1: mrgw is ahead). In the
+	// peers-rtt-fairness rows it is mrgw's Jain index over this row's; in
+	// peers-plane-failure rows, mrgw's goodput in the same phase (Variant).
 	MRGWRatio float64 `json:"mrgw_ratio,omitempty"`
 	// MessageBytes, Messages, Incomplete, P50ms and P99ms describe message
 	// completion times (completion-time scenario): the message size, how
@@ -111,6 +113,20 @@ type Row struct {
 	IdealStepMs float64 `json:"ideal_step_ms,omitempty"`
 	StepRatio   float64 `json:"step_ratio,omitempty"`
 	Steps       int     `json:"steps,omitempty"`
+	// Competitor names the system this row's flow shared its bottleneck
+	// with (coexistence); Share is this flow's part of the two flows'
+	// goodput and Utilization their goodput together over the capacity.
+	Competitor  string  `json:"competitor,omitempty"`
+	Share       float64 `json:"share,omitempty"`
+	Utilization float64 `json:"utilization,omitempty"`
+	// RelBaseline is this row's Share over the same system's Share in the
+	// scenario's baseline pair of the same run (coexistence: a cubic
+	// flow's share against X over its share against another cubic).
+	RelBaseline float64 `json:"rel_baseline,omitempty"`
+	// Starved says whether the flow got less than a quarter of its fair
+	// share (coexistence: a Share below 1/8). A pointer, so that a
+	// measured false is printed and other scenarios omit it.
+	Starved *bool `json:"starved,omitempty"`
 }
 
 // WriteJSON writes one JSON object per line.

@@ -218,21 +218,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Batch == 0 {
 		c.Batch = DefaultBatch
 	}
-	if len(c.PairDelays) > MaxPairDelays {
-		return c, invalid("%d pair delays (at most %d)", len(c.PairDelays), MaxPairDelays)
-	}
-	seen := map[[2]netip.Addr]bool{}
-	for i, p := range c.PairDelays {
-		k := [2]netip.Addr{p.A.Unmap(), p.B.Unmap()}
-		switch {
-		case !k[0].Is4() || !k[1].Is4():
-			return c, invalid("pair delay %d: %v-%v is not a pair of IPv4 addresses", i, p.A, p.B)
-		case p.Delay < 0 || p.Delay > MaxDelay:
-			return c, invalid("pair delay %d: delay %v outside [0, %v]", i, p.Delay, MaxDelay)
-		case seen[k]:
-			return c, invalid("pair delay %d: %v-%v given twice", i, p.A, p.B)
-		}
-		seen[k] = true
+	if err := ValidatePairDelays(c.PairDelays); err != nil {
+		return c, err
 	}
 	switch {
 	case c.MaxMappings < 0:

@@ -8,7 +8,7 @@
 //
 // # Two emulators, one model
 //
-// UDP peers run through loadtest/emu, the UDP relay on loopback: mrgw's WAN
+// UDP peers run through loadtest/emu (by default; see below), the UDP relay on loopback: mrgw's WAN
 // tunnel (tunnel package: sealed datagrams over per-path sockets, WRITE bulk
 // transfer), the RoCEv2 baseline over the same tunnel, and kcp-go. Kernel
 // TCP and QUIC cannot speak through a UDP relay, so they run through
@@ -28,11 +28,15 @@
 // In-process sockets: TCP and QUIC sockets are created inside the
 // namespaces by tunemu.Emulator.Do (a locked OS thread that joined the
 // namespace and is destroyed afterwards); the sockets then serve any
-// goroutine. mrgw's own endpoint opens path sockets on its own goroutine,
-// so mrgw cannot run inside tunemu in-process: it would need a child
-// process per gateway in each namespace (tunemu.Emulator.Command, `ip netns
-// exec`). That is what a coexistence scenario (mrgw and a cubic flow on one
-// queue) needs; it is not built yet, so mrgw and rocev2 always run over emu.
+// goroutine. mrgw's endpoint opens path sockets on demand on its own
+// goroutines, so its tunnels get tunemu's in-namespace opener as
+// udp.Options.ListenUDP (tunNet): every path socket is then opened inside
+// the site's namespace and mrgw's sealed datagrams cross the TUN devices
+// and the same queue as kernel TCP. The tunnel pair and the bulk transfer
+// are written once against either emulator (tunnelNet). The coexistence
+// scenario (coexist.go) runs mrgw and a TCP flow on one tunemu bottleneck;
+// Options.MRGWEmulator (`--emulator tunemu`) runs the other scenarios' mrgw
+// and rocev2 bulk rows through tunemu too.
 //
 // # What each system does
 //
@@ -57,6 +61,16 @@
 //
 // Goodput is always measured at the receiver, over Options.Duration after
 // Options.Warmup.
+//
+// # Scenarios
+//
+// LossSweep and Planes (scenarios.go): bulk goodput against random loss
+// and against the number of ECMP planes. CompletionTime (msgs.go): message
+// completion times under loss. RTTFairness (fairness.go): three flows at
+// 10, 50 and 150 ms round trips on one bottleneck (per-pair delays in both
+// emulators), shares and Jain's index. PlaneFailure (planefail.go): one of
+// four planes fails under a transfer; goodput before, in the first second
+// and sustained, messages lost by mrgw, streams stalled for TCP and QUIC.
 package peers
 
 import (
@@ -134,6 +148,13 @@ type Options struct {
 	// longrtt-htcp); Paths is its paths per connection (default 16).
 	MRGWCC string
 	Paths  int
+	// MRGWEmulator is the emulator mrgw and rocev2 run through: EmuUDP
+	// (default, "emu") or EmuTUN ("tunemu", the very emulator of TCP and
+	// QUIC; needs root like them).
+	MRGWEmulator string
+	// Pairs are the coexistence scenario's pairs as "flow+against"
+	// (default DefaultPairs).
+	Pairs []string
 	// MRGWExtraCC, if set to another controller, adds a second mrgw row
 	// per point with it, marked Variant "extra-cc" and given no ratio
 	// (default CCFixed: shows the transport without the pacer; "none":

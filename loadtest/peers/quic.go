@@ -12,6 +12,7 @@ import (
 	"crypto/x509/pkix"
 	"math/big"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -91,6 +92,11 @@ func (q *quicConn) close() {
 }
 
 func dialQUIC(ctx context.Context, te *tunemu.Emulator) (*quicConn, error) {
+	return dialQUICFrom(ctx, te, tunemu.AddrA)
+}
+
+// dialQUICFrom is dialQUIC from site A's address local.
+func dialQUICFrom(ctx context.Context, te *tunemu.Emulator, local netip.Addr) (*quicConn, error) {
 	srvTLS, cliTLS, err := quicTLS()
 	if err != nil {
 		return nil, err
@@ -99,7 +105,7 @@ func dialQUIC(ctx context.Context, te *tunemu.Emulator) (*quicConn, error) {
 	if q.sc, err = te.ListenUDP(tunemu.SiteB, &net.UDPAddr{IP: tunemu.AddrB.AsSlice()}); err != nil {
 		return nil, err
 	}
-	if q.cc, err = te.ListenUDP(tunemu.SiteA, &net.UDPAddr{IP: tunemu.AddrA.AsSlice()}); err != nil {
+	if q.cc, err = te.ListenUDP(tunemu.SiteA, &net.UDPAddr{IP: local.AsSlice()}); err != nil {
 		q.close()
 		return nil, err
 	}

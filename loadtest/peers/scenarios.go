@@ -18,7 +18,7 @@ func runPoint(ctx context.Context, scenario string, o *Options, l Link, ps []Pee
 	for _, p := range ps {
 		*i++
 		o.progress(*i, n, fmt.Sprintf("%s %s planes=%d rtt=%v loss=%g", scenario, p, l.Planes, l.RTT, l.Loss))
-		if needsTUN(p.System) && sk.err != nil {
+		if (needsTUN(p.System) || o.tunnelOnTUN(p.System)) && sk.err != nil {
 			continue // already known to be unavailable
 		}
 		oo := *o

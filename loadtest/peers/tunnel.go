@@ -14,6 +14,7 @@ import (
 	"github.com/mrgw/mrgw/cc"
 	_ "github.com/mrgw/mrgw/cc/longrtt" // registers the long-RTT controllers
 	"github.com/mrgw/mrgw/loadtest/emu"
+	"github.com/mrgw/mrgw/loadtest/tunemu"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/pathmgr"
 	"github.com/mrgw/mrgw/tunnel"
@@ -107,9 +108,55 @@ func protoShare(mtu int) float64 {
 	return float64(mtu+metaroce.DataHeaderLen) / float64(mtu+metaroce.DataHeaderLen+seal.Overhead)
 }
 
-// tunnelPair is two mrgw gateways' tunnels through an emu relay.
+// tunnelNet is where a tunnel pair's data planes meet: emu's relay on
+// loopback (emuNet) or tunemu's two namespaces (tunNet, tunnel_tun.go).
+// newTunnelPair and the bulk transfer are written against it once.
+type tunnelNet interface {
+	// site returns the data-plane listening address of site s's gateway
+	// and the socket options its path sockets are opened with.
+	site(s emu.Site) (netip.AddrPort, udp.Options)
+	// expose returns the address at which the other site reaches site s's
+	// gateway listening on real.
+	expose(s emu.Site, real netip.AddrPort) (netip.AddrPort, error)
+	// planeOf is the A→B plane of datagrams from local to B's real address.
+	planeOf(local, realB netip.AddrPort) int
+	// linkStats are the A→B and B→A totals and, where the emulator
+	// measures it, its A→B lateness (Options.Trace).
+	linkStats() (ab, ba emu.LinkStats, late emu.Lateness)
+	// check reports a fault of the emulator that invalidates the run.
+	check() error
+}
+
+// emuNet is the UDP relay: gateways on 127.0.0.1, each reached through
+// the relay's stand-in address for it.
+type emuNet struct{ em *emu.Emulator }
+
+func (n emuNet) site(emu.Site) (netip.AddrPort, udp.Options) {
+	return netip.MustParseAddrPort("127.0.0.1:0"), udp.Options{ReadBuffer: 8 << 20, WriteBuffer: 8 << 20}
+}
+
+func (n emuNet) expose(s emu.Site, real netip.AddrPort) (netip.AddrPort, error) {
+	return n.em.Expose(s, real)
+}
+
+func (n emuNet) planeOf(local, realB netip.AddrPort) int { return n.em.PlaneOf(emu.AtoB, local, realB) }
+
+func (n emuNet) linkStats() (ab, ba emu.LinkStats, late emu.Lateness) {
+	es := n.em.Stats()
+	return es.Total(emu.AtoB), es.Total(emu.BtoA), es.Late[emu.AtoB]
+}
+
+func (n emuNet) check() error {
+	if k := n.em.Stats().Truncated; k > 0 {
+		return fmt.Errorf("peers: %d datagrams larger than the %d-byte IP MTU", k, ipMTU)
+	}
+	return nil
+}
+
+// tunnelPair is two mrgw gateways' tunnels whose data planes talk through
+// a tunnelNet.
 type tunnelPair struct {
-	em    *emu.Emulator
+	net   tunnelNet
 	a, b  *tunnel.Tunnel
 	stops []func()
 }
@@ -121,11 +168,11 @@ func (p *tunnelPair) close() {
 }
 
 // newTunnelPair builds two tunnels (control session over loopback with
-// mutual TLS) whose data planes talk through em; onA and onB receive the
+// mutual TLS) whose data planes talk through n; onA and onB receive the
 // endpoints' events.
-func newTunnelPair(ctx context.Context, em *emu.Emulator, protoA, protoB metaroce.Config,
+func newTunnelPair(ctx context.Context, n tunnelNet, protoA, protoB metaroce.Config,
 	onA, onB func(time.Duration, metaroce.Event)) (p *tunnelPair, err error) {
-	p = &tunnelPair{em: em}
+	p = &tunnelPair{net: n}
 	defer func() {
 		if err != nil {
 			p.close()
@@ -137,26 +184,25 @@ func newTunnelPair(ctx context.Context, em *emu.Emulator, protoA, protoB metaroc
 	}
 	p.stops = append(p.stops, sp.Close)
 	ra, rb := sp.RouterA, sp.RouterB
-	loop := netip.MustParseAddrPort("127.0.0.1:0")
-	udpOpts := udp.Options{ReadBuffer: 8 << 20, WriteBuffer: 8 << 20}
-	var realB netip.AddrPort
-	p.b, err = tunnel.New(sp.B, tunnel.Config{Protocol: protoB, Listen: loop, UDP: udpOpts, Router: rb, OnEvent: onB})
+	listenA, udpA := n.site(emu.SiteA)
+	listenB, udpB := n.site(emu.SiteB)
+	p.b, err = tunnel.New(sp.B, tunnel.Config{Protocol: protoB, Listen: listenB, UDP: udpB, Router: rb, OnEvent: onB})
 	if err != nil {
 		return nil, err
 	}
 	p.stops = append(p.stops, func() { p.b.Close() })
-	realB = p.b.LocalAddr()
-	p.a, err = tunnel.New(sp.A, tunnel.Config{Protocol: protoA, Listen: loop, UDP: udpOpts, Router: ra, OnEvent: onA,
-		PlaneOf: func(_ int, local netip.AddrPort) int { return em.PlaneOf(emu.AtoB, local, realB) }})
+	realB := p.b.LocalAddr()
+	p.a, err = tunnel.New(sp.A, tunnel.Config{Protocol: protoA, Listen: listenA, UDP: udpA, Router: ra, OnEvent: onA,
+		PlaneOf: func(_ int, local netip.AddrPort) int { return n.planeOf(local, realB) }})
 	if err != nil {
 		return nil, err
 	}
 	p.stops = append(p.stops, func() { p.a.Close() })
-	standA, err := em.Expose(emu.SiteA, p.a.LocalAddr())
+	standA, err := n.expose(emu.SiteA, p.a.LocalAddr())
 	if err != nil {
 		return nil, err
 	}
-	standB, err := em.Expose(emu.SiteB, realB)
+	standB, err := n.expose(emu.SiteB, realB)
 	if err != nil {
 		return nil, err
 	}
@@ -184,35 +230,37 @@ func bulkOutstanding(l Link) int {
 	return max(32, int(8*l.BDP()/bulkMsg)+2)
 }
 
-// tunnelBulk runs a WRITE bulk transfer from gateway A to gateway B
-// through emu: messages of 1 MiB kept queued (enough to cover twice the
-// BDP), goodput counted from messages completed at the receiver.
-func tunnelBulk(ctx context.Context, rocev2 bool, l Link, warmup, duration time.Duration, o Options) (Result, error) {
-	em, err := emu.New(ctx, l.emuConfig())
-	if err != nil {
-		return Result{}, err
-	}
-	defer em.Close()
+// tunnelFlow is a running WRITE bulk transfer from gateway A to gateway B:
+// 1 MiB messages kept queued (bulkOutstanding), goodput counted from
+// messages completed at the receiver.
+type tunnelFlow struct {
+	p      *tunnelPair
+	ccName string
+	got    atomic.Uint64
+	mu     sync.Mutex
+	sender *metaroce.Conn
+}
+
+// startTunnelFlow builds a tunnel pair over n and starts the transfer.
+func startTunnelFlow(ctx context.Context, n tunnelNet, rocev2 bool, l Link, o Options) (f *tunnelFlow, err error) {
 	protoA, ccName, err := protocol(rocev2, l, o, false)
 	if err != nil {
-		return Result{}, err
+		return nil, err
 	}
 	protoB, _, err := protocol(rocev2, l, o, true)
 	if err != nil {
-		return Result{}, err
+		return nil, err
 	}
+	f = &tunnelFlow{ccName: ccName}
 	outstanding := bulkOutstanding(l)
 	src := make([]byte, bulkMsg)
 	dst := make([]byte, bulkMsg)
-	var got atomic.Uint64
-	var mu sync.Mutex
-	var sender *metaroce.Conn
 	onA := func(now time.Duration, ev metaroce.Event) {
 		switch ev.Kind {
 		case metaroce.EventConnected:
-			mu.Lock()
-			sender = ev.Conn
-			mu.Unlock()
+			f.mu.Lock()
+			f.sender = ev.Conn
+			f.mu.Unlock()
 			for range outstanding {
 				_, _ = ev.Conn.Write(now, 0, 1, 0, src)
 			}
@@ -222,56 +270,110 @@ func tunnelBulk(ctx context.Context, rocev2 bool, l Link, warmup, duration time.
 	}
 	onB := func(_ time.Duration, ev metaroce.Event) {
 		if ev.Kind == metaroce.EventRecvComplete && ev.Err == nil {
-			got.Add(ev.Len)
+			f.got.Add(ev.Len)
 		}
 	}
-	p, err := newTunnelPair(ctx, em, protoA, protoB, onA, onB)
+	f.p, err = newTunnelPair(ctx, n, protoA, protoB, onA, onB)
 	if err != nil {
-		return Result{}, err
+		return nil, err
 	}
-	defer p.close()
+	defer func() {
+		if err != nil {
+			f.p.close()
+		}
+	}()
 	var regErr error
-	if err := p.b.Endpoint().Call(ctx, func(_ time.Duration, ep *metaroce.Endpoint) { regErr = ep.Memory().Register(1, dst) }); err != nil {
-		return Result{}, err
+	if err := f.p.b.Endpoint().Call(ctx, func(_ time.Duration, ep *metaroce.Endpoint) { regErr = ep.Memory().Register(1, dst) }); err != nil {
+		return nil, err
 	}
 	if regErr != nil {
-		return Result{}, regErr
+		return nil, regErr
 	}
-	if _, err := p.a.Connect(ctx); err != nil {
-		return Result{}, err
+	if _, err := f.p.a.Connect(ctx); err != nil {
+		return nil, err
 	}
-	if o.Trace != nil {
-		stop := traceTunnel(ctx, o.Trace, p, em, &mu, &sender, got.Load, l)
-		defer stop()
-	}
-	bps, err := measure(ctx, got.Load, warmup, duration)
-	if err != nil {
-		return Result{}, err
-	}
-	r := Result{GoodputBps: bps, CC: ccName, Emulator: EmuUDP}
+	return f, nil
+}
+
+// received is the bytes of messages completed at the receiver so far.
+func (f *tunnelFlow) received() uint64 { return f.got.Load() }
+
+// result reads the sender's retransmissions and the planes its paths use.
+func (f *tunnelFlow) result(ctx context.Context) Result {
+	r := Result{CC: f.ccName}
 	planes := map[int]bool{}
-	_ = p.a.Endpoint().Call(ctx, func(_ time.Duration, ep *metaroce.Endpoint) {
-		mu.Lock()
-		c := sender
-		mu.Unlock()
+	_ = f.p.a.Endpoint().Call(ctx, func(_ time.Duration, ep *metaroce.Endpoint) {
+		f.mu.Lock()
+		c := f.sender
+		f.mu.Unlock()
 		if c == nil {
 			return
 		}
 		r.Retransmits = c.Stats.Retransmits
 		for _, path := range c.Paths().Paths {
-			if la, ok := p.a.Endpoint().PathAddr(tunnel.PeerID, path.Entropy); ok {
-				planes[em.PlaneOf(emu.AtoB, la, p.b.LocalAddr())] = true
+			if la, ok := f.p.a.Endpoint().PathAddr(tunnel.PeerID, path.Entropy); ok {
+				planes[f.p.net.planeOf(la, f.p.b.LocalAddr())] = true
 			}
 		}
 	})
 	r.PlanesUsed = len(planes)
-	if n := em.Stats().Truncated; n > 0 {
-		return r, fmt.Errorf("peers: %d datagrams larger than the %d-byte IP MTU", n, ipMTU)
+	return r
+}
+
+func (f *tunnelFlow) close() { f.p.close() }
+
+// tunnelBulk runs a WRITE bulk transfer from gateway A to gateway B
+// through emu, or through tunemu when Options.MRGWEmulator says so.
+func tunnelBulk(ctx context.Context, rocev2 bool, l Link, warmup, duration time.Duration, o Options) (Result, error) {
+	n, emName, closeNet, err := o.tunnelNet(ctx, l)
+	if err != nil {
+		return Result{}, err
+	}
+	defer closeNet()
+	f, err := startTunnelFlow(ctx, n, rocev2, l, o)
+	if err != nil {
+		return Result{}, err
+	}
+	defer f.close()
+	if o.Trace != nil {
+		stop := traceTunnel(ctx, o.Trace, f, l)
+		defer stop()
+	}
+	bps, err := measure(ctx, f.received, warmup, duration)
+	if err != nil {
+		return Result{}, err
+	}
+	r := f.result(ctx)
+	r.GoodputBps, r.Emulator = bps, emName
+	if err := n.check(); err != nil {
+		return r, err
 	}
 	if bps == 0 {
 		return r, fmt.Errorf("peers: %s moved nothing during the measurement", map[bool]string{false: MRGW, true: RoCEv2}[rocev2])
 	}
 	return r, nil
+}
+
+// tunnelNet starts the emulator mrgw and rocev2 run through
+// (Options.MRGWEmulator) and returns it with its name and its closer.
+func (o *Options) tunnelNet(ctx context.Context, l Link) (tunnelNet, string, func(), error) {
+	switch o.MRGWEmulator {
+	case "", EmuUDP, EmuTUN:
+	default:
+		return nil, "", nil, fmt.Errorf("peers: emulator %q: want %q or %q", o.MRGWEmulator, EmuUDP, EmuTUN)
+	}
+	if o.MRGWEmulator == EmuTUN {
+		te, err := tunemu.New(ctx, l.tunConfig())
+		if err != nil {
+			return nil, "", nil, err
+		}
+		return tunNet{te}, EmuTUN, func() { te.Close() }, nil
+	}
+	em, err := emu.New(ctx, l.emuConfig())
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return emuNet{em}, EmuUDP, func() { em.Close() }, nil
 }
 
 // traceSnap is one sample of a tunnel bulk run's counters.
@@ -288,17 +390,16 @@ type traceSnap struct {
 
 // traceTunnel writes a line of deltas every 500 ms until the returned stop
 // is called (Options.Trace).
-func traceTunnel(ctx context.Context, w io.Writer, p *tunnelPair, em *emu.Emulator, mu *sync.Mutex, sender **metaroce.Conn,
-	got func() uint64, l Link) (stop func()) {
+func traceTunnel(ctx context.Context, w io.Writer, f *tunnelFlow, l Link) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	snap := func() (traceSnap, bool) {
-		s := traceSnap{at: time.Now(), got: got()}
+		s := traceSnap{at: time.Now(), got: f.received()}
 		ok := false
-		err := p.a.Endpoint().Call(ctx, func(_ time.Duration, _ *metaroce.Endpoint) {
-			mu.Lock()
-			c := *sender
-			mu.Unlock()
+		err := f.p.a.Endpoint().Call(ctx, func(_ time.Duration, _ *metaroce.Endpoint) {
+			f.mu.Lock()
+			c := f.sender
+			f.mu.Unlock()
 			if c == nil {
 				return
 			}
@@ -311,9 +412,7 @@ func traceTunnel(ctx context.Context, w io.Writer, p *tunnelPair, em *emu.Emulat
 			}
 			s.pacing = c.Controller().PacingRate()
 		})
-		es := em.Stats()
-		s.link, s.back = es.Total(emu.AtoB), es.Total(emu.BtoA)
-		s.late = es.Late[emu.AtoB]
+		s.link, s.back, s.late = f.p.net.linkStats()
 		return s, ok && err == nil
 	}
 	go func() {

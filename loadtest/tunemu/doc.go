@@ -27,6 +27,14 @@
 // delivery times: emu.Sched, the relay's own delivery scheduler. Planes
 // can be re-tuned, failed and restored while traffic flows.
 //
+// Flows at different distances behind one bottleneck: Config.ExtraAddrsA
+// gives site A more addresses (10.213.1.1 onwards, ExtraAddrA) and
+// Config.PairDelays gives a pair (an address of site A, site B's) its own
+// one-way delay in both directions, as emu.Config.PairDelays does for the
+// UDP relay, with the same type, validation and model (emu.Link.AdmitVia):
+// the planes' queues and rates stay shared, each pair keeps its order on
+// its own wire.
+//
 // A packet costs the link its IP length minus 28 bytes: that is what
 // loadtest/emu charges for a UDP datagram (its payload; the relay never
 // sees the IPv4 and UDP headers), so the same datagram takes the same link
@@ -41,9 +49,10 @@
 // their whole life and may then be used from any goroutine. The goroutine
 // never unlocks its thread: it returns locked, so the Go runtime destroys
 // the thread instead of reusing it in the wrong namespace. Code that
-// creates sockets later, on goroutines of its own (a netio endpoint opens
-// path sockets on demand), cannot run this way: run it as a child process
-// with Command, which wraps `ip netns exec`.
+// creates UDP sockets later, on goroutines of its own (a netio endpoint
+// opens path sockets on demand), takes UDPListener as its socket opener
+// (udp.Options.ListenUDP): each socket is then opened by such a thread.
+// Anything else runs as a child process with Command (`ip netns exec`).
 //
 // # Privileges and clean-up
 //

@@ -40,6 +40,13 @@ const (
 	DefaultMaxBuffered = 1 << 16
 	// Device is the TUN device's name inside each namespace.
 	Device = "mrgwt0"
+	// DeviceQueueLen is each TUN device's ring (txqueuelen) in packets.
+	// The kernel's default, 500, overflowed whenever the reader fell
+	// behind on the loaded 2-core machine: at 200 Mbit/s TCP flows lost
+	// hundreds of packets per run there (DeviceStats' TxDropped), losses
+	// the link model never decided. 10,000 packets cover a 0.5 s stall at
+	// 200 Mbit/s.
+	DeviceQueueLen = 10000
 	// HeaderCharge is subtracted from an IP packet's length to get the
 	// bytes its link is charged for, as loadtest/emu charges a UDP
 	// datagram's payload only (IPv4 20 + UDP 8).
@@ -69,6 +76,14 @@ type Config struct {
 	// Trace, if set, sees the model's decision for every packet; it runs
 	// on the readers and must be fast.
 	Trace func(emu.TraceEvent)
+	// ExtraAddrsA gives site A this many more addresses (ExtraAddrA, at
+	// most MaxExtraAddrsA), so that flows from one namespace can travel
+	// with different PairDelays (see delays.go).
+	ExtraAddrsA int
+	// PairDelays give pairs (an address of site A, AddrB) their own
+	// one-way delay in both directions instead of the planes' Delay,
+	// exactly as emu.Config.PairDelays does for the UDP relay.
+	PairDelays []emu.PairDelay
 }
 
 // Stats are the emulator's counters.
@@ -99,6 +114,7 @@ type Emulator struct {
 	tun   [2]*os.File
 	dirs  [2]*direction
 	pool  sync.Pool
+	pairs map[[2]netip.Addr]int // Config.PairDelays: (A, B) -> 1 + index
 
 	buffered               atomic.Int64
 	nonIP, overflow, wrErr atomic.Uint64
@@ -129,6 +145,9 @@ type direction struct {
 	sched *emu.Sched[packet]
 	links []*emu.Link
 	rng   *rand.Rand
+	// pairLast is the last delivery per pair wire and plane
+	// ([wire-1][plane]), as in emu.
+	pairLast [][]time.Duration
 
 	minTransit atomic.Int64
 }
@@ -160,9 +179,12 @@ func New(ctx context.Context, cfg Config) (*Emulator, error) {
 	if cfg.MaxBuffered <= 0 {
 		cfg.MaxBuffered = DefaultMaxBuffered
 	}
+	if err := cfg.validateDelays(); err != nil {
+		return nil, err
+	}
 	cleanStale()
 	n := seq.Add(1)
-	e := &Emulator{cfg: cfg, start: time.Now()}
+	e := &Emulator{cfg: cfg, start: time.Now(), pairs: cfg.pairIndex()}
 	e.ns[SiteA] = fmt.Sprintf("%sa-%d-%d", Prefix, os.Getpid(), n)
 	e.ns[SiteB] = fmt.Sprintf("%sb-%d-%d", Prefix, os.Getpid(), n)
 	size := cfg.MTU + 64
@@ -181,12 +203,18 @@ func New(ctx context.Context, cfg Config) (*Emulator, error) {
 		for i := range dd.links {
 			dd.links[i], _ = emu.NewLink(cfg.Link)
 		}
+		dd.pairLast = make([][]time.Duration, len(cfg.PairDelays))
+		for i := range dd.pairLast {
+			dd.pairLast[i] = make([]time.Duration, cfg.Planes)
+		}
+		np := cfg.Planes
 		var err error
+		// Queue wire*np+plane holds one wire's packets of one plane.
 		dd.sched, err = emu.NewSched(emu.SchedConfig[packet]{
-			Queues: cfg.Planes, Now: e.now, Batch: 64,
-			Stale: func(plane int, it *emu.Item[packet]) bool { return it.Epoch != dd.links[plane].Epoch() },
-			Drop: func(plane int, it emu.Item[packet]) {
-				dd.links[plane].DroppedInFlight() // was in flight when the plane failed
+			Queues: np * (1 + len(cfg.PairDelays)), Now: e.now, Batch: 64,
+			Stale: func(q int, it *emu.Item[packet]) bool { return it.Epoch != dd.links[q%np].Epoch() },
+			Drop: func(q int, it emu.Item[packet]) {
+				dd.links[q%np].DroppedInFlight() // was in flight when the plane failed
 				e.buffered.Add(-1)
 				e.pool.Put(it.V.buf)
 			},
@@ -263,10 +291,15 @@ func (e *Emulator) setup() error {
 		me, peer := e.Addr(site), e.Addr(site.Other())
 		for _, args := range [][]string{
 			{"-n", e.ns[s], "link", "set", "lo", "up"},
-			{"-n", e.ns[s], "link", "set", Device, "mtu", fmt.Sprint(e.cfg.MTU)},
+			{"-n", e.ns[s], "link", "set", Device, "mtu", fmt.Sprint(e.cfg.MTU), "txqueuelen", fmt.Sprint(DeviceQueueLen)},
 			{"-n", e.ns[s], "addr", "add", me.String(), "peer", peer.String() + "/32", "dev", Device},
 			{"-n", e.ns[s], "link", "set", Device, "up"},
 		} {
+			if err := ipCmd(args...); err != nil {
+				return fmt.Errorf("tunemu: %w", err)
+			}
+		}
+		for _, args := range e.extraAddrCmds(site) {
 			if err := ipCmd(args...); err != nil {
 				return fmt.Errorf("tunemu: %w", err)
 			}
@@ -374,7 +407,7 @@ func (e *Emulator) readLoop(s Site) {
 			return
 		}
 		l := d.links[plane]
-		ev := l.Admit(now, size, ecn.FromTOS(b[1]), e.buffered.Load() >= limit, d.rng)
+		ev, q := d.admit(now, plane, e.wireOf(d.dir, src.Addr(), dst.Addr()), size, ecn.FromTOS(b[1]), e.buffered.Load() >= limit)
 		ev.Dir, ev.Plane = d.dir, plane
 		taken := false
 		switch ev.Verdict {
@@ -384,7 +417,7 @@ func (e *Emulator) readLoop(s Site) {
 			if ev.ECNOut == ecn.CE && ev.ECNIn != ecn.CE {
 				setCE(b)
 			}
-			d.sched.Push(plane, emu.Item[packet]{Deliver: ev.Deliver, Epoch: l.Epoch(),
+			d.sched.Push(q, emu.Item[packet]{Deliver: ev.Deliver, Epoch: l.Epoch(),
 				V: packet{buf: bp, n: n, size: size, plane: plane, arrival: now}})
 			e.buffered.Add(1)
 			taken = true

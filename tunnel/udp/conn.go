@@ -75,6 +75,11 @@ type Options struct {
 	GROBuffers int
 	// ReadBuffer and WriteBuffer set SO_RCVBUF and SO_SNDBUF when non-zero.
 	ReadBuffer, WriteBuffer int
+	// ListenUDP, if set, opens the socket in place of net.ListenUDP, with
+	// the same arguments. A load test uses it to open every path socket
+	// inside a network namespace (loadtest/tunemu), since an endpoint
+	// opens path sockets on demand on goroutines of its own.
+	ListenUDP func(network string, laddr *net.UDPAddr) (*net.UDPConn, error)
 }
 
 // Defaults for Options.
@@ -152,7 +157,11 @@ func Listen(local netip.AddrPort, opts Options) (*Conn, error) {
 	if local.Addr().Is6() {
 		network = "udp6"
 	}
-	uc, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(local))
+	listen := net.ListenUDP
+	if opts.ListenUDP != nil {
+		listen = opts.ListenUDP
+	}
+	uc, err := listen(network, net.UDPAddrFromAddrPort(local))
 	if err != nil {
 		return nil, fmt.Errorf("udp: listen %v: %w", local, err)
 	}
