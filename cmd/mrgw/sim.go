@@ -46,6 +46,7 @@ func simScenarios() map[string]simScenario {
 		"incast":             {cols: append(base, colSettle, colQueue, report.ColJain, colNote), doc: "64 senders to one receiver at data-center RTT"},
 		"multipath-coupling": {cols: append(base, colShares, colNote), doc: "an 8-path and a 1-path connection on one bottleneck; the 8-path one over 8 disjoint planes"},
 		"loss-sweep-cc":      {cols: append(base, report.ColRel), doc: "loss sweep with the real controllers and ECN-marking bottlenecks at 50 ms"},
+		"coexistence":        {cols: append(base, report.ColJain, colShares, colNote), doc: "mrgw and a classic-ECN flow on one 200 Mbit/s, 50 ms bottleneck marking at 0.1 BDP (and drop-tail): does either starve?"},
 		"connections": {cols: []report.Column{report.ColSystem, report.ColFlows, report.ColPlanes, report.ColCapacity, report.ColGoodput, report.ColFraction, report.ColJain, colState, report.ColSpeed},
 			doc: "1 to 10,000 concurrent connections over 8 planes: goodput, Jain index, protocol state per connection"},
 	}
