@@ -136,6 +136,10 @@ type AIMD struct {
 	// the delay equilibrium: its window, the rate it last set, its clock
 	eqW, eqSet float64
 	eqLast     time.Duration
+	// markMem is how persistently the connection's paths have seen ECN
+	// marks while the delay equilibrium steered: it rises by a quarter of
+	// the gap with every marked round and decays over MarkMemory.
+	markMem float64
 	// held is the rate the connection had before the receiver's hint
 	// capped it, less its own back-offs since: when the receiver releases
 	// its hold-back, the connection returns to it (never above the hint).
@@ -377,12 +381,12 @@ func (a *AIMD) equilibrium(now time.Duration) {
 	}
 	dt := now - a.eqLast
 	a.eqLast = now
-	scale := Scale(GrowthState{Rate: a.total, LineRate: a.cfg.Params.LineRateBps / 8, Hint: a.hint})
+	scale := a.scale()
 	// The bytes this connection keeps queued; beyond twice the delay
 	// target every connection's share shrinks alike (as 1/q), which bounds
 	// the queue n connections hold to about sqrt(n·QueueShare·2·target)
 	// while keeping their rates equal.
-	alpha := a.cfg.QueueShare.Seconds() * scale
+	alpha := a.cfg.QueueShare.Seconds() * scale * a.markedShare(scale)
 	if lim := 2 * a.cfg.DelayTarget; lim > 0 && q > lim {
 		alpha *= float64(lim) / float64(q)
 	}
@@ -397,7 +401,7 @@ func (a *AIMD) equilibrium(now time.Duration) {
 		}
 		return
 	}
-	if q < a.cfg.QueueShare/4 {
+	if q < a.steerFrom(scale) {
 		// An (almost) empty queue says nothing about a share: the growth
 		// function probes for capacity.
 		a.eqW = 0
@@ -437,6 +441,48 @@ func (a *AIMD) equilibrium(now time.Duration) {
 	a.eqSet = a.total
 }
 
+// MarkMemory is the time over which the memory of marks seen while the
+// delay equilibrium steers decays: longer than a classic flow's recovery
+// from one cut at the bottlenecks in question (tens of round trips), so
+// that a flow that yields its queue share once it has starved a classic
+// competitor keeps yielding while that competitor grows back.
+const MarkMemory = 10 * time.Second
+
+// markedShare is the factor on the equilibrium's queue share α at a
+// marking bottleneck. A queue share α = QueueShare × scale above the
+// marking threshold starves any flow that reacts to marks the classic way
+// (RFC 3168: cut by 0.3-0.5 per marked round trip): the queue never falls
+// below the threshold, so it is marked in every round trip and the classic
+// flow sits at two packets (issue #6, docs/CC.md §4). The connection cannot
+// tell such a flow from another equilibrium connection, so it reads its own
+// part of the capacity: with n equilibrium connections of the same scale
+// each takes scale/n, and while it takes no more than MarkedShareFrom of
+// its scale the share is whole (two connections or more: the fabric
+// scenarios of docs/CC.md §6). Above that, while marks persist, the share
+// falls steeply, to MarkedShareMin at MarkedShareTo: a connection that
+// takes more than half the bottleneck while the queue is marked yields to
+// whatever pushes the queue up, before the queue reaches the threshold, so
+// a classic flow grows into the room without being marked in every round
+// trip.
+func (a *AIMD) markedShare(scale float64) float64 {
+	if a.markMem <= 0 || scale <= 0 {
+		return 1
+	}
+	x := a.total / scale
+	m := 1 - (x-MarkedShareFrom)/(MarkedShareTo-MarkedShareFrom)*(1-MarkedShareMin)
+	m = math.Min(1, math.Max(MarkedShareMin, m))
+	return 1 - math.Min(1, 2*a.markMem)*(1-m)
+}
+
+// MarkedShareFrom, MarkedShareTo and MarkedShareMin shape markedShare: the
+// queue share is whole while the connection takes at most MarkedShareFrom
+// of its scale, and MarkedShareMin of it from MarkedShareTo on.
+const (
+	MarkedShareFrom = 0.5
+	MarkedShareTo   = 0.65
+	MarkedShareMin  = 0.2
+)
+
 // eqScaled reports whether the equilibrium has an absolute scale for α (a
 // line rate or a hint). Measured against the connection's own rate, α/q
 // would make the rate grow or decay exponentially with the sign of
@@ -452,7 +498,20 @@ func (a *AIMD) steering() bool {
 		return false
 	}
 	_, q, _ := a.connDelay()
-	return q >= a.cfg.QueueShare/4
+	return q >= a.steerFrom(a.scale())
+}
+
+func (a *AIMD) scale() float64 {
+	return Scale(GrowthState{Rate: a.total, LineRate: a.cfg.Params.LineRateBps / 8, Hint: a.hint})
+}
+
+// steerFrom is the queueing delay from which the equilibrium steers: a
+// quarter of the queue share it holds, so that where marks made it hold
+// less (markedShare), it also takes over from the growth function at a
+// shallower queue, before the growth function's probing pushes the queue
+// past the marking threshold.
+func (a *AIMD) steerFrom(scale float64) time.Duration {
+	return time.Duration(float64(a.cfg.QueueShare/4) * a.markedShare(scale))
 }
 
 // grow applies the growth function for the time since path last grew.
@@ -519,6 +578,20 @@ func (a *AIMD) endRound(now time.Duration, path int) {
 		frac = float64(marked) / float64(acked)
 	}
 	p.alpha += a.cfg.Gain * (frac - p.alpha)
+	if a.cfg.QueueShare > 0 && !a.searching {
+		// Only a standing queue counts: every sample of the round was
+		// delayed (its smallest too), as by a queue another flow keeps
+		// above the marking threshold. A burst of the sender's own (a
+		// late wake-up on a busy host) marks some packets but delays only
+		// those.
+		standing := roundMin > 0 && roundMin-p.minRTT >= a.cfg.QueueShare/4 && roundMax-roundMin < a.cfg.QueueShare/4
+		if frac > 0 && standing && a.steering() {
+			a.markMem += (1 - a.markMem) / 4
+		} else if a.markMem > 0 {
+			// Every path's rounds decay it: n paths, n rounds per srtt.
+			a.markMem *= math.Exp(-p.srtt.Seconds() / MarkMemory.Seconds() / float64(len(a.paths)))
+		}
+	}
 	lossRate := 0.0
 	if acked+lost > 0 {
 		lossRate = float64(lost) / float64(acked+lost)

@@ -16,12 +16,17 @@ type Reno struct {
 	recoverTill time.Duration
 	usable      []bool
 	nUsable     int
+	// ecnBeta, if positive, makes this a classic-ECN flow (RFC 3168): a
+	// round trip with a CE echo multiplies the window by ecnBeta, as a loss
+	// would, at most once per round trip.
+	ecnBeta float64
+	name    string
 }
 
 // NewReno returns a Factory for the Reno baseline.
 func NewReno(p Params) Factory {
 	return func(paths, packetSize int) Controller {
-		r := &Reno{pkt: packetSize, cwnd: 10 * float64(packetSize), ssthresh: 1e18, srtt: p.BaseRTT, usable: make([]bool, paths), nUsable: paths}
+		r := &Reno{pkt: packetSize, cwnd: 10 * float64(packetSize), ssthresh: 1e18, srtt: p.BaseRTT, usable: make([]bool, paths), nUsable: paths, name: "reno"}
 		if r.srtt <= 0 {
 			r.srtt = time.Millisecond
 		}
@@ -32,8 +37,22 @@ func NewReno(p Params) Factory {
 	}
 }
 
+// NewRenoECN returns a Factory for a classic-ECN flow: Reno that also
+// reacts to CE marks as RFC 3168 asks, multiplying its window by 0.7 (Linux
+// cubic's beta) once per round trip that echoed a mark. It stands in for
+// kernel TCP with ECN negotiated (net.ipv4.tcp_ecn=1) in the coexistence
+// scenario; like Reno it exists only to be measured beside mrgw.
+func NewRenoECN(p Params) Factory {
+	base := NewReno(p)
+	return func(paths, packetSize int) Controller {
+		r := base(paths, packetSize).(*Reno)
+		r.ecnBeta, r.name = 0.7, "reno-ecn"
+		return r
+	}
+}
+
 // Name implements Controller.
-func (r *Reno) Name() string { return "reno" }
+func (r *Reno) Name() string { return r.name }
 
 // Window implements Controller.
 func (r *Reno) Window(path int) int {
@@ -64,6 +83,17 @@ func (r *Reno) OnSent(time.Duration, int, int) {}
 func (r *Reno) OnAck(now time.Duration, path int, s AckSample) {
 	if s.SRTT > 0 {
 		r.srtt = s.SRTT
+	}
+	if r.ecnBeta > 0 && s.MarkedBytes > 0 {
+		if now >= r.recoverTill {
+			r.recoverTill = now + r.srtt
+			r.cwnd *= r.ecnBeta
+			if m := 2 * float64(r.pkt); r.cwnd < m {
+				r.cwnd = m
+			}
+			r.ssthresh = r.cwnd
+		}
+		return
 	}
 	if r.cwnd < r.ssthresh {
 		r.cwnd += float64(s.AckedBytes)

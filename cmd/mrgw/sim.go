@@ -65,6 +65,7 @@ func simScenarios() map[string]simScenario {
 		"loss-sweep-cc":      {cols: append(base, report.ColRel), doc: "loss sweep with the real controllers and ECN-marking bottlenecks at 50 ms"},
 		"regions": {cols: []report.Column{colWindow, colElement, report.ColRTT, report.ColFlows, colCapShare, report.ColGoodput, colFracUtil, report.ColJain, segmentOnly(colQueue), segmentOnly(colDrops), colShares},
 			doc: "4 regions on a line, 5 region pairs sharing long-haul segments (20-140 ms RTT, 4 planes), then one plane of a segment fails"},
+		"coexistence": {cols: append(base, report.ColJain, colShares, colNote), doc: "mrgw and a classic-ECN flow on one 200 Mbit/s, 50 ms bottleneck marking at 0.1 BDP (and drop-tail): does either starve?"},
 		"connections": {cols: []report.Column{report.ColSystem, report.ColFlows, report.ColPlanes, report.ColCapacity, report.ColGoodput, report.ColFraction, report.ColJain, colState, report.ColSpeed},
 			doc: "1 to 10,000 concurrent connections over 8 planes: goodput, Jain index, protocol state per connection"},
 	}

@@ -178,7 +178,7 @@ func TestCCLossSweep(t *testing.T) {
 }
 
 func TestScenarioRegistry(t *testing.T) {
-	for _, n := range []string{"loss-sweep", "planes", "utilization", "rtt-fairness", "convergence", "incast", "multipath-coupling", "loss-sweep-cc"} {
+	for _, n := range []string{"loss-sweep", "planes", "utilization", "rtt-fairness", "convergence", "incast", "multipath-coupling", "loss-sweep-cc", "coexistence"} {
 		if Scenarios[n] == nil {
 			t.Errorf("scenario %q not registered", n)
 		}

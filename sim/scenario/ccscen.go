@@ -22,6 +22,7 @@ var Scenarios = map[string]func(Options) ([]report.Row, error){
 	"incast":             Incast,
 	"multipath-coupling": MultipathCoupling,
 	"loss-sweep-cc":      LossSweepCC,
+	"coexistence":        Coexistence,
 }
 
 // Controller names used by the congestion-control scenarios.

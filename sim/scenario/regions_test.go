@@ -42,9 +42,12 @@ func TestRegionsMaxMinShares(t *testing.T) {
 //   - every segment: Jain's index of its connections' goodput over their
 //     max-min fair shares at least 0.9, before and after a plane fails;
 //   - the three pairs into D (the receiver's hints share D's capacity)
-//     within 15% of their fair share: without hints A→D falls to 0.55 of it
+//     within 20% of their fair share: without hints A→D falls to 0.55 of it
 //     and C→D rises to 1.14 (measured), so this fails if the receiver's
-//     fair share breaks;
+//     fair share breaks. (The band was 15% until the equilibrium learned to
+//     yield at a marked standing queue (cc markedShare, for classic-ECN
+//     coexistence): C→D, the 20 ms pair, now takes 0.81 of its share here,
+//     was 0.89-0.93; docs/results/regions.md);
 //   - A–B and C–D at least 0.9 utilised, B–C at least 0.8 (the target of
 //     0.9 is not met there: A→C loses to A→B at A–B and leaves B–C idle);
 //   - no collapse: every pair at least half of its fair share in both
@@ -75,8 +78,8 @@ func TestRegionsSharedLongHaul(t *testing.T) {
 			if frac < 0.5 {
 				t.Errorf("%s: pair %v at %.3f of its fair share, want >= 0.5", w.Name, p, frac)
 			}
-			if wi == 0 && p.To == 3 && math.Abs(frac-1) > 0.15 {
-				t.Errorf("%s: pair %v into D at %.3f of its fair share, want within 15%%", w.Name, p, frac)
+			if wi == 0 && p.To == 3 && math.Abs(frac-1) > 0.20 {
+				t.Errorf("%s: pair %v into D at %.3f of its fair share, want within 20%%", w.Name, p, frac)
 			}
 		}
 		if wi == 0 {
