@@ -338,15 +338,7 @@ func fairTCP(ctx context.Context, algo string, l Link, rtts []time.Duration, o O
 	}
 	bps, err := measureFlows(ctx, counts, o.Warmup, o.Duration)
 	r := fairResult{flowBps: bps, emulator: EmuTUN}
-	var names []string
-	for _, c := range conns {
-		name, retx := tcpCC(c)
-		r.retransmits += uint64(retx)
-		if len(names) == 0 || names[len(names)-1] != name {
-			names = append(names, name)
-		}
-	}
-	r.cc = strings.Join(names, ",")
+	r.cc, r.retransmits = tcpCCs(conns)
 	cleanup()
 	if err != nil {
 		return r, err

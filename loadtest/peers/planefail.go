@@ -312,14 +312,8 @@ func pfTCP(ctx context.Context, algo string, l Link, tl timeline) (pfResult, err
 		}()
 	}
 	r.bps, r.stalled, r.stuck, err = tl.run(ctx, counts, written, func() error { return te.Fail(r.plane) })
-	var names []string
-	for _, c := range p.conns {
-		name, retx := tcpCC(c)
-		r.retransmits += uint64(retx)
-		if len(names) == 0 || names[len(names)-1] != name {
-			names = append(names, name)
-		}
-	}
+	cc, retx := tcpCCs(p.conns)
+	r.retransmits += retx
 	close(stop)
 	p.close()
 	wg.Wait()
@@ -328,9 +322,9 @@ func pfTCP(ctx context.Context, algo string, l Link, tl timeline) (pfResult, err
 	}
 	st := te.Stats()
 	r.downDrops = st.Links[emu.AtoB][r.plane].DownDrops + st.Links[emu.BtoA][r.plane].DownDrops
-	r.cc = names[0]
-	if len(names) != 1 || r.cc != algo {
-		return r, fmt.Errorf("peers: asked for TCP congestion control %s, sockets use %v", algo, names)
+	r.cc = cc
+	if cc != algo {
+		return r, fmt.Errorf("peers: asked for TCP congestion control %s, sockets use %s", algo, cc)
 	}
 	if r.downDrops == 0 {
 		return r, errors.New("the failed plane dropped nothing: the failure was not exercised")
@@ -358,21 +352,7 @@ func pfQUIC(ctx context.Context, l Link, tl timeline) (pfResult, error) {
 		wg.Wait()
 	}
 	var got, sent atomic.Uint64
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			s, err := q.srv.AcceptStream(runCtx)
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				countReads(s, &got)
-			}()
-		}
-	}()
+	q.countStreams(runCtx, &wg, &got)
 	for range streams {
 		s, err := q.cli.OpenStreamSync(ctx)
 		if err != nil {

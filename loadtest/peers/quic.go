@@ -149,21 +149,7 @@ func quicBulk(ctx context.Context, n int, l Link, warmup, duration time.Duration
 	defer cancel()
 	var got atomic.Uint64
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			s, err := q.srv.AcceptStream(runCtx)
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				countReads(s, &got)
-			}()
-		}
-	}()
+	q.countStreams(runCtx, &wg, &got)
 	buf := make([]byte, 64<<10)
 	for range n {
 		s, err := q.cli.OpenStreamSync(ctx)
@@ -194,4 +180,25 @@ func quicBulk(ctx context.Context, n int, l Link, warmup, duration time.Duration
 	ra := q.sc.LocalAddr().(*net.UDPAddr).AddrPort()
 	_ = te.PlaneOf(emu.AtoB, emu.ProtoUDP, la, ra)
 	return Result{GoodputBps: bps, CC: "quic-go", Emulator: EmuTUN, PlanesUsed: 1}, nil
+}
+
+// countStreams accepts the client's streams until ctx ends or the
+// connection closes, and counts every byte read from them into got; wg
+// tracks the goroutines it starts.
+func (q *quicConn) countStreams(ctx context.Context, wg *sync.WaitGroup, got *atomic.Uint64) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			s, err := q.srv.AcceptStream(ctx)
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				countReads(s, got)
+			}()
+		}
+	}()
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -148,41 +149,24 @@ func tcpBulk(ctx context.Context, algo string, n int, l Link, warmup, duration t
 	defer p.close()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	buf := make([]byte, 256<<10)
 	for _, c := range p.conns {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				c.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
-				if _, err := c.Write(buf); err != nil && !isTimeout(err) {
-					return
-				}
-			}
+			tcpWriteLoop(c, stop, nil)
 		}()
 	}
 	bps, err := measure(ctx, got.Load, warmup, duration)
 	var r Result
-	var names []string
-	for _, c := range p.conns {
-		name, retx := tcpCC(c)
-		r.Retransmits += uint64(retx)
-		if len(names) == 0 || names[len(names)-1] != name {
-			names = append(names, name)
-		}
-	}
+	var cc string
+	cc, r.Retransmits = tcpCCs(p.conns)
 	close(stop)
 	p.close()
 	wg.Wait()
 	if err != nil {
 		return Result{}, err
 	}
-	r.GoodputBps, r.CC, r.Emulator = bps, strings.Join(names, ","), EmuTUN
+	r.GoodputBps, r.CC, r.Emulator = bps, cc, EmuTUN
 	r.PlanesUsed = planesUsed(te, p.conns, emu.ProtoTCP)
 	if r.CC != algo {
 		return r, fmt.Errorf("peers: asked for TCP congestion control %s, sockets use %q", algo, r.CC)
@@ -193,4 +177,19 @@ func tcpBulk(ctx context.Context, algo string, n int, l Link, warmup, duration t
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// tcpCCs returns the congestion controls the connections ran (each name
+// once, in order, joined by commas) and their retransmissions in all.
+func tcpCCs(conns []net.Conn) (string, uint64) {
+	var names []string
+	var retx uint64
+	for _, c := range conns {
+		name, n := tcpCC(c)
+		retx += uint64(n)
+		if !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	return strings.Join(names, ","), retx
 }
