@@ -286,3 +286,45 @@ func SaveSpec(s Spec, path string) error {
 	}
 	return Save(p, WideW, WideH, path)
 }
+
+// Named is a Spec with the short name its file is saved under.
+type Named struct {
+	Name string
+	Spec Spec
+}
+
+// PathSpecs draws a connection's per-path samples over time: "path-rtt"
+// (smoothed RTT in ms) and "path-cwnd" (window in bytes, drawn in KiB), one
+// scatter per path, with marks (faults) drawn across. t are the sample
+// times; rttMs[i] and cwnd[i] hold each path's value at t[i], 0 where the
+// path had none. A series whose rows do not match t, or that has no path,
+// is left out.
+func PathSpecs(title string, t []float64, rttMs, cwnd [][]float64, marks []Mark) []Named {
+	var out []Named
+	for _, pp := range []struct {
+		name, label string
+		data        [][]float64
+		scale       float64
+	}{{"path-rtt", "smoothed RTT (ms)", rttMs, 1}, {"path-cwnd", "window (KiB)", cwnd, 1.0 / 1024}} {
+		cols := 0
+		for _, row := range pp.data {
+			cols = max(cols, len(row))
+		}
+		if cols == 0 || len(pp.data) != len(t) {
+			continue
+		}
+		spec := Spec{Title: title, XLabel: "time (s)", YLabel: pp.label, ZeroY: true, Marks: marks}
+		for c := range cols {
+			l := Line{Label: fmt.Sprintf("path %d", c), Style: Scatter, Color: c}
+			for i, row := range pp.data {
+				if c < len(row) && row[c] > 0 {
+					l.X = append(l.X, t[i])
+					l.Y = append(l.Y, row[c]*pp.scale)
+				}
+			}
+			spec.Lines = append(spec.Lines, l)
+		}
+		out = append(out, Named{pp.name, spec})
+	}
+	return out
+}

@@ -101,3 +101,30 @@ func TestLogXOneValue(t *testing.T) {
 		t.Error("x = 0 on a log axis accepted")
 	}
 }
+
+// PathSpecs: one scatter per path, zero samples skipped, the window in KiB,
+// and a series whose rows do not match the times left out.
+func TestPathSpecs(t *testing.T) {
+	tt := []float64{1, 2}
+	rtt := [][]float64{{40, 50}, {0, 60}}
+	cwnd := [][]float64{{2048, 4096}, {1024, 0}}
+	got := PathSpecs("x", tt, rtt, cwnd, []Mark{{X: 1.5, Label: "fault"}})
+	if len(got) != 2 || got[0].Name != "path-rtt" || got[1].Name != "path-cwnd" {
+		t.Fatalf("specs %+v", got)
+	}
+	r := got[0].Spec
+	if len(r.Lines) != 2 || len(r.Lines[0].X) != 1 || r.Lines[0].Y[0] != 40 || len(r.Lines[1].Y) != 2 || len(r.Marks) != 1 {
+		t.Fatalf("rtt lines %+v marks %v", r.Lines, r.Marks)
+	}
+	if w := got[1].Spec.Lines[0].Y; len(w) != 2 || w[0] != 2 || w[1] != 1 {
+		t.Fatalf("path 0 window in KiB %v, want [2 1]", w)
+	}
+	if got := PathSpecs("x", tt, rtt[:1], nil, nil); len(got) != 0 {
+		t.Fatalf("mismatched rows drawn: %+v", got)
+	}
+	for _, n := range got {
+		if err := SaveSpec(n.Spec, t.TempDir()+"/"+n.Name+".svg"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

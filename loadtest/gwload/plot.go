@@ -52,29 +52,8 @@ func Plot(dir, prefix, format string, s *Series) ([]string, error) {
 			return out, err
 		}
 	}
-	for _, pp := range []struct {
-		name, label string
-		data        [][]float64
-		scale       float64
-	}{{"path-rtt", "smoothed RTT (ms)", s.PathRTT, 1}, {"path-cwnd", "window (KiB)", s.PathCwnd, 1.0 / 1024}} {
-		cols := 0
-		for _, row := range pp.data {
-			cols = max(cols, len(row))
-		}
-		if cols == 0 || len(pp.data) != len(s.T) {
-			continue
-		}
-		spec := plot.Spec{Title: fmt.Sprintf("%s, paths of %s", title, s.Watched), XLabel: "time (s)", YLabel: pp.label}
-		for c := range cols {
-			l := plot.Line{Style: plot.Scatter, Color: c}
-			for i, row := range pp.data {
-				if c < len(row) && row[c] > 0 {
-					l.X, l.Y = append(l.X, s.T[i]), append(l.Y, row[c]*pp.scale)
-				}
-			}
-			spec.Lines = append(spec.Lines, l)
-		}
-		if err := save(spec, pp.name); err != nil {
+	for _, pp := range plot.PathSpecs(fmt.Sprintf("%s, paths of %s", title, s.Watched), s.T, s.PathRTT, s.PathCwnd, nil) {
+		if err := save(pp.Spec, pp.Name); err != nil {
 			return out, err
 		}
 	}

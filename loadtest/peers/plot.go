@@ -51,7 +51,7 @@ func Plot(dir, format string, rows []report.Row, rec *Recorder) ([]string, error
 		return nil
 	}
 	for _, spec := range rowPlots(rows) {
-		if err := save(spec.Spec, spec.name); err != nil {
+		if err := save(spec.Spec, spec.Name); err != nil {
 			return out, err
 		}
 	}
@@ -103,7 +103,7 @@ func Plot(dir, format string, rows []report.Row, rec *Recorder) ([]string, error
 				continue // the production controller's runs only
 			}
 			for _, pp := range pathPlots(g.scenario, g.name, s) {
-				if err := save(pp.Spec, base+"-"+fileSlug(s.Label)+"-"+pp.name); err != nil {
+				if err := save(pp.Spec, base+"-"+fileSlug(s.Label)+"-"+pp.Name); err != nil {
 					return out, err
 				}
 			}
@@ -112,35 +112,30 @@ func Plot(dir, format string, rows []report.Row, rec *Recorder) ([]string, error
 	return out, nil
 }
 
-type namedSpec struct {
-	plot.Spec
-	name string
-}
-
 // rowPlots are the plots drawn from the rows alone: the sweeps and the
 // completion times.
-func rowPlots(rows []report.Row) []namedSpec {
-	var out []namedSpec
+func rowPlots(rows []report.Row) []plot.Named {
+	var out []plot.Named
 	// Lines and plots are in order of first appearance.
 	type key struct{ plot, line string }
 	lines := map[key]int{}
-	var plots []namedSpec
+	var plots []plot.Named
 	plotIdx := map[string]int{}
 	add := func(name, title, xl, yl string, logX bool, line string, style plot.Style, x, y float64) {
 		i, ok := plotIdx[name]
 		if !ok {
 			i = len(plots)
 			plotIdx[name] = i
-			plots = append(plots, namedSpec{plot.Spec{Title: title, XLabel: xl, YLabel: yl, LogX: logX, ZeroY: true}, name})
+			plots = append(plots, plot.Named{Name: name, Spec: plot.Spec{Title: title, XLabel: xl, YLabel: yl, LogX: logX, ZeroY: true}})
 		}
 		k := key{name, line}
 		n, ok := lines[k]
 		if !ok {
-			n = len(plots[i].Lines)
-			plots[i].Lines = append(plots[i].Lines, plot.Line{Label: line, Style: style, Color: n})
+			n = len(plots[i].Spec.Lines)
+			plots[i].Spec.Lines = append(plots[i].Spec.Lines, plot.Line{Label: line, Style: style, Color: n})
 			lines[k] = n
 		}
-		l := &plots[i].Lines[n]
+		l := &plots[i].Spec.Lines[n]
 		l.X = append(l.X, x)
 		l.Y = append(l.Y, y)
 	}
@@ -167,13 +162,13 @@ func rowPlots(rows []report.Row) []namedSpec {
 	}
 	// p50 and p99 of a system share its colour.
 	for i := range plots {
-		if len(plots[i].Lines) > 0 && plots[i].LogX {
-			for k := range plots[i].Lines {
-				plots[i].Lines[k].Color = k / 2
+		if len(plots[i].Spec.Lines) > 0 && plots[i].Spec.LogX {
+			for k := range plots[i].Spec.Lines {
+				plots[i].Spec.Lines[k].Color = k / 2
 			}
 		}
-		for k := range plots[i].Lines {
-			l := &plots[i].Lines[k]
+		for k := range plots[i].Spec.Lines {
+			l := &plots[i].Spec.Lines[k]
 			sortXY(l.X, l.Y)
 		}
 	}
@@ -297,37 +292,12 @@ func goodputPlot(scenario, group string, runs []Series) (plot.Spec, []float64) {
 }
 
 // pathPlots draws a run's per-path smoothed RTT and window over time.
-func pathPlots(scenario, group string, s Series) []namedSpec {
-	var out []namedSpec
-	for _, pp := range []struct {
-		name, label string
-		data        [][]float64
-		scale       float64
-	}{{"path-rtt", "smoothed RTT (ms)", s.PathRTTms, 1}, {"path-cwnd", "window (KiB)", s.PathCwnd, 1.0 / 1024}} {
-		cols := 0
-		for _, row := range pp.data {
-			cols = max(cols, len(row))
-		}
-		if cols == 0 || len(pp.data) != len(s.PathT) {
-			continue
-		}
-		spec := plot.Spec{Title: fmt.Sprintf("%s: %s, %s, paths", scenario, group, s.Label), XLabel: "time (s)", YLabel: pp.label, ZeroY: true}
-		for c := range cols {
-			l := plot.Line{Label: fmt.Sprintf("path %d", c), Style: plot.Scatter, Color: c}
-			for i, row := range pp.data {
-				if c < len(row) && row[c] > 0 {
-					l.X = append(l.X, s.PathT[i])
-					l.Y = append(l.Y, row[c]*pp.scale)
-				}
-			}
-			spec.Lines = append(spec.Lines, l)
-		}
-		for _, f := range s.Faults {
-			spec.Marks = append(spec.Marks, plot.Mark{X: f.At, Label: f.Label})
-		}
-		out = append(out, namedSpec{spec, pp.name})
+func pathPlots(scenario, group string, s Series) []plot.Named {
+	var marks []plot.Mark
+	for _, f := range s.Faults {
+		marks = append(marks, plot.Mark{X: f.At, Label: f.Label})
 	}
-	return out
+	return plot.PathSpecs(fmt.Sprintf("%s: %s, %s, paths", scenario, group, s.Label), s.PathT, s.PathRTTms, s.PathCwnd, marks)
 }
 
 // fileSlug is report.Slug with runs of '_' folded and none at the ends.
