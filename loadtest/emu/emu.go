@@ -539,21 +539,33 @@ func (d *direction) send(items []Item[packet]) {
 			w.msgs = append(w.msgs, m)
 			w.idx = append(w.idx, j)
 		}
+		// Count the batch as delivered before handing it to the kernel, and
+		// take back what the kernel refuses: counted after the write, a
+		// receiver could see a datagram (and read Stats) before its count.
+		count := func(j int, sign uint64) {
+			c := &d.links[items[j].V.plane].c
+			c.delivered.Add(sign)
+			c.bytesDelivered.Add(uint64(items[j].V.n) * sign)
+		}
+		for _, j := range w.idx {
+			count(j, 1)
+		}
 		for sent := 0; sent < len(w.msgs); {
 			n, err := s.pc.WriteBatch(w.msgs[sent:], 0)
-			for _, j := range w.idx[sent : sent+n] {
-				c := &d.links[items[j].V.plane].c
-				c.delivered.Add(1)
-				c.bytesDelivered.Add(uint64(items[j].V.n))
-			}
 			sent += n
 			if err != nil {
 				if errors.Is(err, net.ErrClosed) {
 					// The stand-in expired under its queued datagrams.
 					em.sendErrors.Add(uint64(len(w.msgs) - sent))
+					for _, j := range w.idx[sent:] {
+						count(j, ^uint64(0))
+					}
 					break
 				}
 				em.sendErrors.Add(1)
+				if sent < len(w.msgs) {
+					count(w.idx[sent], ^uint64(0))
+				}
 				sent++ // skip the datagram the kernel refused
 			}
 		}
