@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mrgw/mrgw/gateway/lab"
 	"github.com/mrgw/mrgw/host"
+	"github.com/mrgw/mrgw/loadtest/lab"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/region"
 )

@@ -26,12 +26,12 @@ import (
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/metrics"
 	"github.com/mrgw/mrgw/netio"
+	"github.com/mrgw/mrgw/netio/seal"
 	"github.com/mrgw/mrgw/pathmgr"
 	"github.com/mrgw/mrgw/region"
 	"github.com/mrgw/mrgw/tunnel"
 	"github.com/mrgw/mrgw/tunnel/control"
 	"github.com/mrgw/mrgw/tunnel/pki"
-	"github.com/mrgw/mrgw/tunnel/seal"
 )
 
 // Options are what a Gateway takes besides its configuration: things that

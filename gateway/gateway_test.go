@@ -15,7 +15,7 @@ import (
 
 	"github.com/mrgw/mrgw/config"
 	"github.com/mrgw/mrgw/gateway"
-	"github.com/mrgw/mrgw/gateway/lab"
+	"github.com/mrgw/mrgw/loadtest/lab"
 )
 
 // TestNewRefusesInvalidConfig: gateway.New checks the configuration again

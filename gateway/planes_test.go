@@ -16,21 +16,21 @@ import (
 	"github.com/mrgw/mrgw/config"
 	"github.com/mrgw/mrgw/gateway"
 	"github.com/mrgw/mrgw/host"
-	"github.com/mrgw/mrgw/loadtest/emu"
 	"github.com/mrgw/mrgw/metaroce"
+	"github.com/mrgw/mrgw/netem"
 	"github.com/mrgw/mrgw/pathmgr"
 	"github.com/mrgw/mrgw/tunnel/pki"
 )
 
 // planeLab is a small deployment whose gateways have several configured
-// WAN planes (gateway/lab gives each gateway one plane and lets the
+// WAN planes (loadtest/lab gives each gateway one plane and lets the
 // emulator hash paths onto its planes). Each plane is its own emulator
 // with a single link, so path i of a WAN connection crosses plane
 // i mod P, as the gateway assumes, and failing emulator k kills plane k.
 //
 // Region "west" is A (emulator site A), "east" is B.
 type planeLab struct {
-	emus     []*emu.Emulator
+	emus     []*netem.Emulator
 	gws      map[string]*gateway.Gateway
 	cfgs     map[string]*config.Config
 	regionOf map[string]string
@@ -71,9 +71,9 @@ func newPlaneLab(t *testing.T, pc planeLabConfig) *planeLab {
 		if pc.rateBps > 0 {
 			thr = int(pc.rateBps / 8 * 2 / 1000) // ECN above 2 ms of queue
 		}
-		e, err := emu.New(context.Background(), emu.Config{
+		e, err := netem.New(context.Background(), netem.Config{
 			Planes: 1, Seed: uint64(k + 1),
-			Link:        emu.LinkConfig{Delay: pc.oneWay, Rate: pc.rateBps, ECNThreshold: thr},
+			Link:        netem.LinkConfig{Delay: pc.oneWay, Rate: pc.rateBps, ECNThreshold: thr},
 			Bind:        netip.AddrFrom4([4]byte{127, 0, 5, byte(k + 1)}),
 			MaxDatagram: 1400 + 256, MaxMappings: 8192,
 		})
@@ -90,9 +90,9 @@ func newPlaneLab(t *testing.T, pc planeLabConfig) *planeLab {
 	var held []io.Closer
 	var names []string
 	for reg, ns := range pc.gws {
-		site := emu.SiteA
+		site := netem.SiteA
 		if reg == "east" {
-			site = emu.SiteB
+			site = netem.SiteB
 		}
 		for _, n := range ns {
 			names = append(names, n)

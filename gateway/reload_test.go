@@ -15,8 +15,8 @@ import (
 
 	"github.com/mrgw/mrgw/config"
 	"github.com/mrgw/mrgw/gateway"
-	"github.com/mrgw/mrgw/gateway/lab"
 	"github.com/mrgw/mrgw/host"
+	"github.com/mrgw/mrgw/loadtest/lab"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/metrics"
 )

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mrgw/mrgw/gateway/lab"
 	"github.com/mrgw/mrgw/host"
+	"github.com/mrgw/mrgw/loadtest/lab"
 )
 
 // TestOpenReachesHostRegisteredAtOneGateway: a destination host known to

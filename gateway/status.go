@@ -12,7 +12,7 @@ import (
 
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/metrics"
-	"github.com/mrgw/mrgw/tunnel/seal"
+	"github.com/mrgw/mrgw/netio/seal"
 )
 
 // Status is the gateway's state as /status serves it (JSON) and `mrgw

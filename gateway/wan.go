@@ -13,9 +13,9 @@ import (
 	"github.com/mrgw/mrgw/config"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/metrics"
+	"github.com/mrgw/mrgw/netio/udp"
 	"github.com/mrgw/mrgw/tunnel"
 	"github.com/mrgw/mrgw/tunnel/control"
-	"github.com/mrgw/mrgw/tunnel/udp"
 )
 
 // wanPeer is one gateway of a remote region: its control session, its

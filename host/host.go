@@ -57,8 +57,8 @@ import (
 	"github.com/mrgw/mrgw/flowctl"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/netio"
+	"github.com/mrgw/mrgw/netio/udp"
 	"github.com/mrgw/mrgw/pathmgr"
-	"github.com/mrgw/mrgw/tunnel/udp"
 )
 
 // socketOptions are the host's socket options (Config.SocketBuffer).

@@ -10,7 +10,7 @@ import (
 
 	"github.com/mrgw/mrgw/internal/ecn"
 	"github.com/mrgw/mrgw/metaroce"
-	"github.com/mrgw/mrgw/tunnel/udp"
+	"github.com/mrgw/mrgw/netio/udp"
 )
 
 // sock is one UDP socket with its reader.

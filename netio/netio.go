@@ -67,15 +67,15 @@ import (
 	"time"
 
 	"github.com/mrgw/mrgw/metaroce"
-	"github.com/mrgw/mrgw/tunnel/seal"
-	"github.com/mrgw/mrgw/tunnel/udp"
+	"github.com/mrgw/mrgw/netio/seal"
+	"github.com/mrgw/mrgw/netio/udp"
 )
 
 // PeerID names a peer; it is the state machine's peer identity.
 type PeerID = metaroce.PeerID
 
 // Sealer protects the datagrams exchanged with one peer. Seal and Open
-// follow tunnel/seal's in-place contract: Seal(buf[:0], buf[Prefix():Prefix()+n])
+// follow netio/seal's in-place contract: Seal(buf[:0], buf[Prefix():Prefix()+n])
 // turns the plaintext at buf[Prefix():] into a sealed datagram at buf[0:],
 // and Open(d[Prefix():Prefix()], d) leaves the plaintext at d[Prefix():].
 // Seal runs on the senders and Open on the readers, both concurrently.

@@ -18,8 +18,8 @@ import (
 
 	"github.com/mrgw/mrgw/cc"
 	"github.com/mrgw/mrgw/metaroce"
+	"github.com/mrgw/mrgw/netio/seal"
 	"github.com/mrgw/mrgw/pathmgr"
-	"github.com/mrgw/mrgw/tunnel/seal"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -237,7 +237,7 @@ func TestLingeringSocketsClose(t *testing.T) {
 	}
 }
 
-// sealPair is a Sealer over tunnel/seal with one fixed key per direction.
+// sealPair is a Sealer over netio/seal with one fixed key per direction.
 type sealPair struct {
 	s *seal.Sealer
 	o *seal.Opener

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/mrgw/mrgw/tunnel/seal"
+	"github.com/mrgw/mrgw/netio/seal"
 )
 
 // Per-plane counters.

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/mrgw/mrgw/metaroce"
-	"github.com/mrgw/mrgw/tunnel/udp"
+	"github.com/mrgw/mrgw/netio/udp"
 )
 
 // TestReceiveBurstKeepsEveryBatch: when more batches wait for the owner

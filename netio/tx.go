@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/mrgw/mrgw/metaroce"
-	"github.com/mrgw/mrgw/tunnel/udp"
+	"github.com/mrgw/mrgw/netio/udp"
 )
 
 // The send side is a pipeline: the owner goroutine polls datagrams out of

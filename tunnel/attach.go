@@ -9,8 +9,8 @@ import (
 
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/netio"
+	"github.com/mrgw/mrgw/netio/seal"
 	"github.com/mrgw/mrgw/tunnel/control"
-	"github.com/mrgw/mrgw/tunnel/seal"
 )
 
 // AttachConfig configures Attach.

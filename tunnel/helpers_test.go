@@ -15,10 +15,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/mrgw/mrgw/cc"
-	"github.com/mrgw/mrgw/loadtest/emu"
 	"github.com/mrgw/mrgw/metaroce"
+	"github.com/mrgw/mrgw/netem"
 	"github.com/mrgw/mrgw/pathmgr"
 	"github.com/mrgw/mrgw/tunnel/control"
+	"github.com/mrgw/mrgw/tunnel/tunneltest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -40,12 +41,13 @@ func testCtx(t testing.TB) context.Context {
 // them with the routers their key events go to.
 func sessions(t testing.TB, ctx context.Context) (a, b *control.Session, ra, rb *Router) {
 	t.Helper()
-	p, err := LoopbackSessions(ctx, "gw-a", "gw-b")
+	ra, rb = NewRouter(), NewRouter()
+	p, err := tunneltest.LoopbackSessions(ctx, "gw-a", "gw-b", ra.OnEvent, rb.OnEvent)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
-	return p.A, p.B, p.RouterA, p.RouterB
+	return p.A, p.B, ra, rb
 }
 
 // linkSpec is the emulated WAN of the tests.
@@ -86,7 +88,7 @@ func wanProtocol(s linkSpec, listen bool) metaroce.Config {
 
 // rig is two tunnels through the emulator.
 type rig struct {
-	em     *emu.Emulator
+	em     *netem.Emulator
 	a, b   *Tunnel
 	ra, rb *recorder
 	spec   linkSpec
@@ -96,9 +98,9 @@ type rig struct {
 func newRig(t testing.TB, spec linkSpec) *rig {
 	t.Helper()
 	ctx := testCtx(t)
-	em, err := emu.New(context.Background(), emu.Config{
+	em, err := netem.New(context.Background(), netem.Config{
 		Planes: spec.planes, Seed: 3, MaxDatagram: 4096,
-		Link: emu.LinkConfig{Delay: spec.oneWay, Loss: spec.loss, Rate: spec.rateBps, QueueBytes: spec.queue},
+		Link: netem.LinkConfig{Delay: spec.oneWay, Loss: spec.loss, Rate: spec.rateBps, QueueBytes: spec.queue},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -109,7 +111,7 @@ func newRig(t testing.TB, spec linkSpec) *rig {
 	var realB netip.AddrPort
 	r.a, err = New(sa, Config{
 		Protocol: wanProtocol(spec, false), Listen: loop4, Router: routA, OnEvent: r.ra.on, RekeyAfter: spec.rekey,
-		PlaneOf: func(_ int, local netip.AddrPort) int { return em.PlaneOf(emu.AtoB, local, realB) },
+		PlaneOf: func(_ int, local netip.AddrPort) int { return em.PlaneOf(netem.AtoB, local, realB) },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -121,11 +123,11 @@ func newRig(t testing.TB, spec linkSpec) *rig {
 	}
 	t.Cleanup(func() { r.b.Close() })
 	realB = r.b.LocalAddr()
-	standA, err := em.Expose(emu.SiteA, r.a.LocalAddr())
+	standA, err := em.Expose(netem.SiteA, r.a.LocalAddr())
 	if err != nil {
 		t.Fatal(err)
 	}
-	standB, err := em.Expose(emu.SiteB, realB)
+	standB, err := em.Expose(netem.SiteB, realB)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,8 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/mrgw/mrgw/netio/seal"
 	"github.com/mrgw/mrgw/tunnel/control"
-	"github.com/mrgw/mrgw/tunnel/seal"
 )
 
 // keyOwner is what a keyring needs from the data plane it seals for: a

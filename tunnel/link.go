@@ -8,8 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/mrgw/mrgw/netio/seal"
 	"github.com/mrgw/mrgw/tunnel/control"
-	"github.com/mrgw/mrgw/tunnel/seal"
 )
 
 // link is what a Tunnel and an attached Peer share: the control session to

@@ -3,7 +3,7 @@
 // Package tunnel is the WAN datapath between two mrgw gateways: one
 // MetaRoCE endpoint (netio) whose every datagram is sealed with keys that
 // the authenticated control channel (tunnel/control) derives, sprayed over
-// per-path UDP sockets (tunnel/udp) with ECN and GSO/GRO.
+// per-path UDP sockets (netio/udp) with ECN and GSO/GRO.
 //
 // A Tunnel is built on an established control.Session:
 //
@@ -41,9 +41,9 @@ import (
 
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/netio"
+	"github.com/mrgw/mrgw/netio/seal"
+	"github.com/mrgw/mrgw/netio/udp"
 	"github.com/mrgw/mrgw/tunnel/control"
-	"github.com/mrgw/mrgw/tunnel/seal"
-	"github.com/mrgw/mrgw/tunnel/udp"
 )
 
 // PeerID is the id the tunnel's endpoint gives its peer gateway.

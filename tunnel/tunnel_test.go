@@ -13,13 +13,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mrgw/mrgw/loadtest/emu"
 	"github.com/mrgw/mrgw/loadtest/recovery"
 	"github.com/mrgw/mrgw/metaroce"
+	"github.com/mrgw/mrgw/netem"
+	"github.com/mrgw/mrgw/netio/seal"
 	"github.com/mrgw/mrgw/pathmgr"
 	"github.com/mrgw/mrgw/tunnel/control"
 	"github.com/mrgw/mrgw/tunnel/pki"
-	"github.com/mrgw/mrgw/tunnel/seal"
 )
 
 // TestTransferWAN: 4 planes, 40 ms RTT, 1% loss on every plane: random
@@ -40,7 +40,7 @@ func TestTransferWAN(t *testing.T) {
 	r.finish(t, ctx, x)
 
 	st := r.em.Stats()
-	if lost := st.Total(emu.AtoB).LossDrops + st.Total(emu.BtoA).LossDrops; lost == 0 {
+	if lost := st.Total(netem.AtoB).LossDrops + st.Total(netem.BtoA).LossDrops; lost == 0 {
 		t.Error("the emulator lost nothing: the test did not exercise loss")
 	}
 	sa, sb := r.a.Stats(), r.b.Stats()
@@ -53,7 +53,7 @@ func TestTransferWAN(t *testing.T) {
 	var retx uint64
 	r.a.Endpoint().Call(ctx, func(_ time.Duration, _ *metaroce.Endpoint) { retx = x.conn.Stats.Retransmits })
 	t.Logf("%d messages, %d bytes; emulator lost %d/%d; a: %d rotations, %d retransmits; b dropped %v",
-		msgs, len(x.src), st.Total(emu.AtoB).LossDrops, st.Total(emu.AtoB).In, sa.Rotations, retx, sb.OpenErrors)
+		msgs, len(x.src), st.Total(netem.AtoB).LossDrops, st.Total(netem.AtoB).In, sa.Rotations, retx, sb.OpenErrors)
 }
 
 // TestPlaneFailure fails one of four planes in the middle of a long
@@ -105,7 +105,7 @@ func TestPlaneFailure(t *testing.T) {
 	samp.Stop()
 
 	st := r.em.Stats()
-	if st.Links[emu.AtoB][0].DownDrops == 0 && st.Links[emu.BtoA][0].DownDrops == 0 {
+	if st.Links[netem.AtoB][0].DownDrops == 0 && st.Links[netem.BtoA][0].DownDrops == 0 {
 		t.Error("the failed plane dropped nothing: the failure was not exercised")
 	}
 	rtt := 2 * spec.oneWay

@@ -18,10 +18,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/mrgw/mrgw/gateway/lab"
 	"github.com/mrgw/mrgw/host"
-	"github.com/mrgw/mrgw/loadtest/emu"
+	"github.com/mrgw/mrgw/loadtest/lab"
 	"github.com/mrgw/mrgw/loadtest/recovery"
+	"github.com/mrgw/mrgw/netem"
 )
 
 // demoOptions are the flags of `mrgw demo`.
@@ -123,8 +123,8 @@ func runDemo(parent context.Context, out io.Writer, o demoOptions) error {
 	if o.duration < 2*time.Second {
 		return fmt.Errorf("--duration must be at least 2s")
 	}
-	if o.planes < 1 || o.planes > emu.MaxPlanes {
-		return fmt.Errorf("--planes must be 1..%d", emu.MaxPlanes)
+	if o.planes < 1 || o.planes > netem.MaxPlanes {
+		return fmt.Errorf("--planes must be 1..%d", netem.MaxPlanes)
 	}
 	tty := false
 	if f, ok := out.(*os.File); ok {

@@ -11,7 +11,7 @@ import (
 	"github.com/mrgw/mrgw/internal/report"
 	"github.com/mrgw/mrgw/loadtest/datapath"
 	"github.com/mrgw/mrgw/loadtest/peers"
-	"github.com/mrgw/mrgw/tunnel/seal"
+	"github.com/mrgw/mrgw/netio/seal"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -90,7 +90,7 @@ func newPeersCmd(name, doc string, run func(context.Context, peers.Options) ([]r
 		Short: doc,
 		Long: doc + `
 
-Runs real sockets on this machine only: the UDP relay emulator (loadtest/emu) for mrgw, RoCEv2
+Runs real sockets on this machine only: the UDP relay emulator (netem) for mrgw, RoCEv2
 and kcp, and the TUN + network-namespace emulator (loadtest/tunemu, root only) for kernel TCP and
 QUIC, both with the same link model. Rows that cannot run (not root, no TUN) are reported as an
 error naming the reason; nothing is estimated in their place.`,

@@ -122,7 +122,7 @@ func NewGatewayLoadCmds() []*cobra.Command {
 			Long: docs[name] + `
 
 Builds two regions of two gateways each, in this process, on loopback, with the link emulator
-(loadtest/emu) between them, and hosts on both sides; every number is measured at the hosts.
+(netem) between them, and hosts on both sides; every number is measured at the hosts.
 Each run states its duration; draining messages in flight afterwards takes at most 15 s.`,
 			Args: cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {

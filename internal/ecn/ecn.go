@@ -13,7 +13,7 @@
 // The helpers are deliberately tiny and allocation-free: Append* functions
 // append to a caller-owned OOB buffer, ParseControl walks a received OOB
 // buffer once. Sockets are configured with EnableReceive (and, in
-// tunnel/udp, with the GRO socket option).
+// netio/udp, with the GRO socket option).
 //
 // This package imports no other mrgw package. The cmsg helpers are Linux
 // only; on other systems only the Codepoint type is available.

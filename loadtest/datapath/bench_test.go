@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/mrgw/mrgw/metaroce"
-	"github.com/mrgw/mrgw/tunnel/seal"
-	"github.com/mrgw/mrgw/tunnel/udp"
+	"github.com/mrgw/mrgw/netio/seal"
+	"github.com/mrgw/mrgw/netio/udp"
 )
 
 // BenchmarkTunnelVsRaw measures, in one run, raw batched UDP and the

@@ -3,7 +3,7 @@
 // Package datapath measures the WAN tunnel's datapath on loopback, with no
 // link emulator: the goodput of a MetaRoCE connection through two tunnels
 // (AEAD on every datagram), as a ratio of raw batched UDP between sockets
-// of the same kind (tunnel/udp, same datagram size, same offloads) measured
+// of the same kind (netio/udp, same datagram size, same offloads) measured
 // in the same run, with the CPU each spends per Gbit/s, the heap
 // allocations per datagram and the AEAD's cost per datagram. It is what
 // `mrgw loadtest datapath` runs (DESIGN.md §6, "datapath").
@@ -31,10 +31,11 @@ import (
 	"github.com/mrgw/mrgw/internal/report"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/netio"
+	"github.com/mrgw/mrgw/netio/seal"
+	"github.com/mrgw/mrgw/netio/udp"
 	"github.com/mrgw/mrgw/pathmgr"
 	"github.com/mrgw/mrgw/tunnel"
-	"github.com/mrgw/mrgw/tunnel/seal"
-	"github.com/mrgw/mrgw/tunnel/udp"
+	"github.com/mrgw/mrgw/tunnel/tunneltest"
 )
 
 // Options configure Run. Zero values pick the defaults.
@@ -195,7 +196,7 @@ func sample() meter {
 }
 
 // RawUDP sends size-byte datagrams in batches of 64 (GSO where allowed)
-// from one tunnel/udp socket to another for d and returns the payload rate
+// from one netio/udp socket to another for d and returns the payload rate
 // the receiver got.
 func RawUDP(ctx context.Context, opts udp.Options, size int, d time.Duration) (Result, error) {
 	tx, err := udp.Listen(loop4, opts)
@@ -413,12 +414,12 @@ func tunnels(ctx context.Context, proto func(bool) metaroce.Config, udpOpts udp.
 			stop()
 		}
 	}()
-	sp, err := tunnel.LoopbackSessions(ctx, "dp-a", "dp-b")
+	ra, rb := tunnel.NewRouter(), tunnel.NewRouter()
+	sp, err := tunneltest.LoopbackSessions(ctx, "dp-a", "dp-b", ra.OnEvent, rb.OnEvent)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	stops = append(stops, sp.Close)
-	ra, rb := sp.RouterA, sp.RouterB
 	b, err = tunnel.New(sp.B, tunnel.Config{Protocol: proto(true), Listen: loop4, Suite: suite, UDP: udpOpts, Router: rb,
 		TxSenders: senders})
 	if err != nil {

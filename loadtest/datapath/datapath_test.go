@@ -12,8 +12,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/mrgw/mrgw/internal/report"
-	"github.com/mrgw/mrgw/tunnel/seal"
-	"github.com/mrgw/mrgw/tunnel/udp"
+	"github.com/mrgw/mrgw/netio/seal"
+	"github.com/mrgw/mrgw/netio/udp"
 )
 
 func TestMain(m *testing.M) {

@@ -12,11 +12,12 @@ import (
 
 	"github.com/mrgw/mrgw/cc"
 	"github.com/mrgw/mrgw/internal/report"
-	"github.com/mrgw/mrgw/loadtest/emu"
 	"github.com/mrgw/mrgw/loadtest/recovery"
 	"github.com/mrgw/mrgw/metaroce"
+	"github.com/mrgw/mrgw/netem"
 	"github.com/mrgw/mrgw/pathmgr"
 	"github.com/mrgw/mrgw/tunnel"
+	"github.com/mrgw/mrgw/tunnel/tunneltest"
 )
 
 // PlaneFailureOptions configure PlaneFailure. Zero values pick the
@@ -71,15 +72,16 @@ func PlaneFailure(ctx context.Context, o PlaneFailureOptions) (report.Row, error
 	o.defaults()
 	row := report.Row{Scenario: "datapath", System: "tunnel-plane-failure", Planes: o.Planes, Paths: 32,
 		RTTms: float64(2*o.OneWay) / 1e6, Loss: o.Loss, CapacityBps: float64(o.Planes) * float64(o.RateBps)}
-	em, err := emu.New(ctx, emu.Config{
+	em, err := netem.New(ctx, netem.Config{
 		Planes: o.Planes, Seed: 3, MaxDatagram: 4096,
-		Link: emu.LinkConfig{Delay: o.OneWay, Loss: o.Loss, Rate: o.RateBps, QueueBytes: 512 << 10},
+		Link: netem.LinkConfig{Delay: o.OneWay, Loss: o.Loss, Rate: o.RateBps, QueueBytes: 512 << 10},
 	})
 	if err != nil {
 		return row, err
 	}
 	defer em.Close()
-	sp, err := tunnel.LoopbackSessions(ctx, "pf-a", "pf-b")
+	routerA, routerB := tunnel.NewRouter(), tunnel.NewRouter()
+	sp, err := tunneltest.LoopbackSessions(ctx, "pf-a", "pf-b", routerA.OnEvent, routerB.OnEvent)
 	if err != nil {
 		return row, err
 	}
@@ -145,23 +147,23 @@ func PlaneFailure(ctx context.Context, o PlaneFailureOptions) (report.Row, error
 		}
 	}
 	var realB netip.AddrPort
-	a, err := tunnel.New(sp.A, tunnel.Config{Protocol: proto(false), Listen: loop4, Router: sp.RouterA, OnEvent: onA,
-		PlaneOf: func(_ int, local netip.AddrPort) int { return em.PlaneOf(emu.AtoB, local, realB) }})
+	a, err := tunnel.New(sp.A, tunnel.Config{Protocol: proto(false), Listen: loop4, Router: routerA, OnEvent: onA,
+		PlaneOf: func(_ int, local netip.AddrPort) int { return em.PlaneOf(netem.AtoB, local, realB) }})
 	if err != nil {
 		return row, err
 	}
 	defer a.Close()
-	b, err := tunnel.New(sp.B, tunnel.Config{Protocol: proto(true), Listen: loop4, Router: sp.RouterB, OnEvent: onB})
+	b, err := tunnel.New(sp.B, tunnel.Config{Protocol: proto(true), Listen: loop4, Router: routerB, OnEvent: onB})
 	if err != nil {
 		return row, err
 	}
 	defer b.Close()
 	realB = b.LocalAddr()
-	standA, err := em.Expose(emu.SiteA, a.LocalAddr())
+	standA, err := em.Expose(netem.SiteA, a.LocalAddr())
 	if err != nil {
 		return row, err
 	}
-	standB, err := em.Expose(emu.SiteB, realB)
+	standB, err := em.Expose(netem.SiteB, realB)
 	if err != nil {
 		return row, err
 	}
@@ -232,7 +234,7 @@ func PlaneFailure(ctx context.Context, o PlaneFailureOptions) (report.Row, error
 		}
 	}
 	st := em.Stats()
-	if st.Links[emu.AtoB][0].DownDrops == 0 && st.Links[emu.BtoA][0].DownDrops == 0 {
+	if st.Links[netem.AtoB][0].DownDrops == 0 && st.Links[netem.BtoA][0].DownDrops == 0 {
 		return row, errors.New("the failed plane dropped nothing: the failure was not exercised")
 	}
 

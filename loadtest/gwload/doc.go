@@ -1,5 +1,5 @@
 // Package gwload runs load tests through real gateways with real sockets:
-// the two-region lab (gateway/lab: 2 regions × 2 gateways, the loopback
+// the two-region lab (loadtest/lab: 2 regions × 2 gateways, the loopback
 // ECMP emulator between them) with hosts (package host) on both sides,
 // driven by a Scenario: planes and their links, a workload (bulk flows,
 // incast or a synchronized allreduce) and faults at given times (a plane

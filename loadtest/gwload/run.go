@@ -17,12 +17,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/mrgw/mrgw/gateway/lab"
 	"github.com/mrgw/mrgw/host"
 	"github.com/mrgw/mrgw/internal/report"
-	"github.com/mrgw/mrgw/loadtest/emu"
+	"github.com/mrgw/mrgw/loadtest/lab"
 	"github.com/mrgw/mrgw/loadtest/recovery"
 	"github.com/mrgw/mrgw/metaroce"
+	"github.com/mrgw/mrgw/netem"
 	"github.com/mrgw/mrgw/pathmgr"
 )
 
@@ -190,7 +190,7 @@ type env struct {
 	start      time.Time
 
 	incomplete atomic.Int64
-	lastEmu    emu.Stats
+	lastEmu    netem.Stats
 }
 
 // trace writes one line of Options.Trace.
@@ -199,10 +199,10 @@ func (e *env) trace(el time.Duration, goodput float64) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%6.2fs gp %6.1f", el.Seconds(), goodput/1e6)
 	for d := range 2 {
-		cur := st.Total(emu.Dir(d))
-		var prev emu.LinkStats
+		cur := st.Total(netem.Dir(d))
+		var prev netem.LinkStats
 		if len(e.lastEmu.Links[d]) > 0 {
-			prev = e.lastEmu.Total(emu.Dir(d))
+			prev = e.lastEmu.Total(netem.Dir(d))
 		}
 		fmt.Fprintf(&b, " | d%d in %6.1fM out %6.1fM qd %d ld %d late %v", d, float64(cur.BytesIn-prev.BytesIn)*8/e.o.Bin.Seconds()/1e6,
 			float64(cur.BytesDelivered-prev.BytesDelivered)*8/e.o.Bin.Seconds()/1e6,
@@ -275,10 +275,10 @@ func Run(ctx context.Context, s Scenario, o Options) ([]report.Row, *Series, err
 	if len(sc.Sources) > 0 {
 		e.srcRegions, e.dstRegion = nil, DestRegion
 		for i, src := range sc.Sources {
-			regions = append(regions, lab.Region{Name: src.Name, Site: emu.SiteA, Gateways: 1, Prefix: fmt.Sprintf("s%d", i+1), OneWay: src.RTT / 2})
+			regions = append(regions, lab.Region{Name: src.Name, Site: netem.SiteA, Gateways: 1, Prefix: fmt.Sprintf("s%d", i+1), OneWay: src.RTT / 2})
 			e.srcRegions = append(e.srcRegions, src.Name)
 		}
-		regions = append(regions, lab.Region{Name: DestRegion, Site: emu.SiteB, Gateways: 1, Prefix: DestRegion})
+		regions = append(regions, lab.Region{Name: DestRegion, Site: netem.SiteB, Gateways: 1, Prefix: DestRegion})
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -304,14 +304,14 @@ func Run(ctx context.Context, s Scenario, o Options) ([]report.Row, *Series, err
 	defer l.Close()
 	for d := range 2 {
 		for p, lc := range sc.links[d] {
-			cur, err := l.Emu.Link(emu.Dir(d), p)
+			cur, err := l.Emu.Link(netem.Dir(d), p)
 			if err != nil {
 				return nil, nil, err
 			}
 			lc.ECNThreshold = cur.ECNThreshold
 			if lc != cur {
-				if err := l.Emu.SetLink(emu.Dir(d), p, lc); err != nil {
-					return nil, nil, fmt.Errorf("gwload: plane %d %v: %w", p, emu.Dir(d), err)
+				if err := l.Emu.SetLink(netem.Dir(d), p, lc); err != nil {
+					return nil, nil, fmt.Errorf("gwload: plane %d %v: %w", p, netem.Dir(d), err)
 				}
 			}
 		}

@@ -12,7 +12,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/mrgw/mrgw/loadtest/emu"
+	"github.com/mrgw/mrgw/netem"
 )
 
 // Workload patterns.
@@ -158,7 +158,7 @@ const DestRegion = "dst"
 const MaxSources = 6
 
 // linkConfig parses l over base.
-func (l Link) apply(base emu.LinkConfig) (emu.LinkConfig, error) {
+func (l Link) apply(base netem.LinkConfig) (netem.LinkConfig, error) {
 	var parts []string
 	if l.Rate != "" {
 		parts = append(parts, "rate="+l.Rate)
@@ -174,7 +174,7 @@ func (l Link) apply(base emu.LinkConfig) (emu.LinkConfig, error) {
 			return base, fmt.Errorf("link value %q contains a comma", p)
 		}
 	}
-	lc, err := emu.ParseLink(strings.Join(parts, ","))
+	lc, err := netem.ParseLink(strings.Join(parts, ","))
 	if err != nil {
 		return base, err
 	}
@@ -188,8 +188,8 @@ func (l Link) apply(base emu.LinkConfig) (emu.LinkConfig, error) {
 	if l.Queue != "" {
 		out.QueueBytes = lc.QueueBytes
 	}
-	if l.Delay < 0 || l.Delay > emu.MaxDelay {
-		return base, fmt.Errorf("link delay %v outside 0..%v", l.Delay, emu.MaxDelay)
+	if l.Delay < 0 || l.Delay > netem.MaxDelay {
+		return base, fmt.Errorf("link delay %v outside 0..%v", l.Delay, netem.MaxDelay)
 	}
 	if l.Delay > 0 {
 		out.Delay = l.Delay
@@ -205,7 +205,7 @@ func parseSize(s string) (int, error) {
 	if strings.Contains(s, ",") {
 		return 0, fmt.Errorf("size %q contains a comma", s)
 	}
-	lc, err := emu.ParseLink("queue=" + s)
+	lc, err := netem.ParseLink("queue=" + s)
 	if err != nil {
 		return 0, fmt.Errorf("size %q: %w", s, err)
 	}
@@ -215,8 +215,8 @@ func parseSize(s string) (int, error) {
 // resolved is a validated scenario with its units parsed.
 type resolved struct {
 	Scenario
-	base       emu.LinkConfig
-	links      [2][]emu.LinkConfig // per direction and plane
+	base       netem.LinkConfig
+	links      [2][]netem.LinkConfig // per direction and plane
 	msgSize    int
 	flowCredit int
 }
@@ -253,7 +253,7 @@ func (s Scenario) resolve() (*resolved, error) {
 	if s.Seed == 0 {
 		s.Seed = 1
 	}
-	base, err := s.Link.apply(emu.LinkConfig{Rate: 50e6, Delay: 20 * time.Millisecond})
+	base, err := s.Link.apply(netem.LinkConfig{Rate: 50e6, Delay: 20 * time.Millisecond})
 	if err != nil {
 		return bad("link: %v", err)
 	}
@@ -265,7 +265,7 @@ func (s Scenario) resolve() (*resolved, error) {
 	}
 	r := &resolved{base: base}
 	for d := range 2 {
-		r.links[d] = make([]emu.LinkConfig, s.Planes)
+		r.links[d] = make([]netem.LinkConfig, s.Planes)
 		for p := range r.links[d] {
 			r.links[d][p] = base
 		}
@@ -302,8 +302,8 @@ func (s Scenario) resolve() (*resolved, error) {
 	seenSrc := map[string]bool{DestRegion: true}
 	for i := range s.Sources {
 		src := &s.Sources[i]
-		if src.RTT < 2*time.Millisecond || src.RTT > 2*emu.MaxDelay {
-			return bad("sources[%d]: rtt %v outside 2ms..%v", i, src.RTT, 2*emu.MaxDelay)
+		if src.RTT < 2*time.Millisecond || src.RTT > 2*netem.MaxDelay {
+			return bad("sources[%d]: rtt %v outside 2ms..%v", i, src.RTT, 2*netem.MaxDelay)
 		}
 		if src.Name == "" {
 			src.Name = "src-" + src.RTT.String()
@@ -422,7 +422,7 @@ func (s Scenario) resolve() (*resolved, error) {
 	return r, nil
 }
 
-// gatewayNames are the lab's gateways (gateway/lab.Names), repeated here so
+// gatewayNames are the lab's gateways (loadtest/lab.Names), repeated here so
 // that parsing does not need the lab.
 var gatewayNames = []string{"euw-gw1", "euw-gw2", "use-gw1", "use-gw2"}
 

@@ -16,8 +16,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mrgw/mrgw/internal/report"
-	"github.com/mrgw/mrgw/loadtest/emu"
 	"github.com/mrgw/mrgw/loadtest/tunemu"
+	"github.com/mrgw/mrgw/netem"
 )
 
 // The coexistence scenario (Coexistence) puts two flows on one emulated
@@ -334,7 +334,7 @@ func coexistRun(ctx context.Context, p Pair, l Link, o Options) (rows [2]report.
 	t0 := time.Now()
 	b0 := [2]uint64{flows[0].received(), flows[1].received()}
 	st0 := te.Stats()
-	s0 := st0.Total(emu.AtoB)
+	s0 := st0.Total(netem.AtoB)
 	dev0 := deviceDrops(te)
 	prev, prevT := b0, t0
 	for end := t0.Add(o.Duration); ; {
@@ -349,7 +349,7 @@ func coexistRun(ctx context.Context, p Pair, l Link, o Options) (rows [2]report.
 			cur := [2]uint64{flows[0].received(), flows[1].received()}
 			now := time.Now()
 			dt := now.Sub(prevT).Seconds()
-			st := te.Stats().Total(emu.AtoB)
+			st := te.Stats().Total(netem.AtoB)
 			fmt.Fprintf(trace, "  t=%4.1fs %s=%6.1fMb/s %s %s=%6.1fMb/s %s | link ce=%d qdrop=%d maxq=%.2fbdp\n",
 				now.Sub(t0).Seconds(), systems[0], float64(cur[0]-prev[0])*8/dt/1e6, flows[0].status(),
 				systems[1], float64(cur[1]-prev[1])*8/dt/1e6, flows[1].status(),
@@ -364,7 +364,7 @@ func coexistRun(ctx context.Context, p Pair, l Link, o Options) (rows [2]report.
 	b1 := [2]uint64{flows[0].received(), flows[1].received()}
 	stopSampling()
 	st1 := te.Stats()
-	s1 := st1.Total(emu.AtoB)
+	s1 := st1.Total(netem.AtoB)
 	dev1 := deviceDrops(te)
 	secs := t1.Sub(t0).Seconds()
 	var bps [2]float64

@@ -14,15 +14,16 @@ import (
 	"time"
 
 	"github.com/mrgw/mrgw/internal/report"
-	"github.com/mrgw/mrgw/loadtest/emu"
 	"github.com/mrgw/mrgw/loadtest/tunemu"
 	"github.com/mrgw/mrgw/metaroce"
+	"github.com/mrgw/mrgw/netem"
+	"github.com/mrgw/mrgw/netio/udp"
 	"github.com/mrgw/mrgw/tunnel"
-	"github.com/mrgw/mrgw/tunnel/udp"
+	"github.com/mrgw/mrgw/tunnel/tunneltest"
 )
 
 // RTT fairness: flows at different distances behind one bottleneck. Each
-// flow gets its own one-way delay (emu.Config.PairDelays for mrgw over the
+// flow gets its own one-way delay (netem.Config.PairDelays for mrgw over the
 // UDP relay, tunemu's per-flow delays for kernel TCP and QUIC: the same
 // model, keyed by address pair), and they share one plane's queue and
 // rate. A flow is one TCP connection (one stream), one QUIC connection
@@ -254,7 +255,7 @@ func tunFair(l Link, rtts []time.Duration) tunemu.Config {
 	cfg := l.tunConfig()
 	cfg.ExtraAddrsA = len(rtts)
 	for k, r := range rtts {
-		cfg.PairDelays = append(cfg.PairDelays, emu.PairDelay{A: tunemu.ExtraAddrA(k), B: tunemu.AddrB, Delay: r / 2})
+		cfg.PairDelays = append(cfg.PairDelays, netem.PairDelay{A: tunemu.ExtraAddrA(k), B: tunemu.AddrB, Delay: r / 2})
 	}
 	return cfg
 }
@@ -446,9 +447,9 @@ func fairMRGW(ctx context.Context, l Link, rtts []time.Duration, o Options) (fai
 	addrs := make([]netip.Addr, len(rtts))
 	for k, r := range rtts {
 		addrs[k] = netip.AddrFrom4([4]byte{127, 0, 0, byte(2 + k)})
-		cfg.PairDelays = append(cfg.PairDelays, emu.PairDelay{A: addrs[k], B: loop, Delay: r / 2})
+		cfg.PairDelays = append(cfg.PairDelays, netem.PairDelay{A: addrs[k], B: loop, Delay: r / 2})
 	}
-	em, err := emu.New(ctx, cfg)
+	em, err := netem.New(ctx, cfg)
 	if err != nil {
 		return fairResult{}, err
 	}
@@ -481,19 +482,20 @@ func fairMRGW(ctx context.Context, l Link, rtts []time.Duration, o Options) (fai
 	for k, r := range rtts {
 		counts[k] = new(atomic.Uint64)
 		flowOf[metaroce.PeerID(k+1)] = k // tunnel.PeerID is 1: the first source
-		sp, err := tunnel.LoopbackSessions(ctx, fmt.Sprintf("fair-src-%d", k), "fair-dst")
+		routerA, routerB := tunnel.NewRouter(), tunnel.NewRouter()
+		sp, err := tunneltest.LoopbackSessions(ctx, fmt.Sprintf("fair-src-%d", k), "fair-dst", routerA.OnEvent, routerB.OnEvent)
 		if err != nil {
 			return fairResult{}, err
 		}
 		stops = append(stops, sp.Close)
 		if b == nil {
 			b, err = tunnel.New(sp.B, tunnel.Config{Protocol: protoB, Listen: netip.AddrPortFrom(loop, 0), UDP: udpOpts,
-				Router: sp.RouterB, OnEvent: onB})
+				Router: routerB, OnEvent: onB})
 			if err != nil {
 				return fairResult{}, err
 			}
 			stops = append(stops, func() { b.Close() })
-			if standB, err = em.Expose(emu.SiteB, b.LocalAddr()); err != nil {
+			if standB, err = em.Expose(netem.SiteB, b.LocalAddr()); err != nil {
 				return fairResult{}, err
 			}
 		}
@@ -523,14 +525,14 @@ func fairMRGW(ctx context.Context, l Link, rtts []time.Duration, o Options) (fai
 		}
 		realB := b.LocalAddr()
 		a, err := tunnel.New(sp.A, tunnel.Config{Protocol: protoA, Listen: netip.AddrPortFrom(addrs[k], 0), UDP: udpOpts,
-			Router: sp.RouterA, OnEvent: onA,
-			PlaneOf: func(_ int, local netip.AddrPort) int { return em.PlaneOf(emu.AtoB, local, realB) }})
+			Router: routerA, OnEvent: onA,
+			PlaneOf: func(_ int, local netip.AddrPort) int { return em.PlaneOf(netem.AtoB, local, realB) }})
 		if err != nil {
 			return fairResult{}, err
 		}
 		stops = append(stops, func() { a.Close() })
 		as = append(as, a)
-		standA, err := em.Expose(emu.SiteA, a.LocalAddr())
+		standA, err := em.Expose(netem.SiteA, a.LocalAddr())
 		if err != nil {
 			return fairResult{}, err
 		}
@@ -542,7 +544,7 @@ func fairMRGW(ctx context.Context, l Link, rtts []time.Duration, o Options) (fai
 		} else {
 			var peer *tunnel.Peer
 			peer, err = tunnel.Attach(sp.B, b.Endpoint(), tunnel.AttachConfig{ID: metaroce.PeerID(k + 1),
-				Dests: []netip.AddrPort{standA}, Router: sp.RouterB})
+				Dests: []netip.AddrPort{standA}, Router: routerB})
 			if err == nil {
 				stops = append(stops, func() { peer.Close() })
 			}

@@ -12,7 +12,7 @@ import (
 
 	kcp "github.com/xtaci/kcp-go/v5"
 
-	"github.com/mrgw/mrgw/loadtest/emu"
+	"github.com/mrgw/mrgw/netem"
 )
 
 const kcpMTU = 1400
@@ -36,7 +36,7 @@ func kcpTune(s *kcp.UDPSession, l Link) {
 
 // kcpPair is one KCP session from A to B through an emu relay.
 type kcpPair struct {
-	em       *emu.Emulator
+	em       *netem.Emulator
 	ca, cb   *net.UDPConn
 	ln       *kcp.Listener
 	cli, srv *kcp.UDPSession
@@ -66,7 +66,7 @@ func (p *kcpPair) close() {
 // is accepted when the client's first segment arrives (accepted on a
 // goroutine; wait with p.accept).
 func dialKCP(ctx context.Context, l Link) (*kcpPair, <-chan error, error) {
-	em, err := emu.New(ctx, l.emuConfig())
+	em, err := netem.New(ctx, l.emuConfig())
 	if err != nil {
 		return nil, nil, err
 	}
@@ -80,7 +80,7 @@ func dialKCP(ctx context.Context, l Link) (*kcpPair, <-chan error, error) {
 		p.close()
 		return nil, nil, err
 	}
-	standB, err := em.Expose(emu.SiteB, p.cb.LocalAddr().(*net.UDPAddr).AddrPort())
+	standB, err := em.Expose(netem.SiteB, p.cb.LocalAddr().(*net.UDPAddr).AddrPort())
 	if err != nil {
 		p.close()
 		return nil, nil, err
@@ -106,7 +106,7 @@ func dialKCP(ctx context.Context, l Link) (*kcpPair, <-chan error, error) {
 	return p, acc, nil
 }
 
-// kcpBulk sends one KCP stream from A to B through emu.
+// kcpBulk sends one KCP stream from A to B through netem.
 func kcpBulk(ctx context.Context, l Link, warmup, duration time.Duration) (Result, error) {
 	p, acc, err := dialKCP(ctx, l)
 	if err != nil {

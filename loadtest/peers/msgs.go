@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/mrgw/mrgw/internal/report"
-	"github.com/mrgw/mrgw/loadtest/emu"
 	"github.com/mrgw/mrgw/loadtest/tunemu"
 	"github.com/mrgw/mrgw/metaroce"
+	"github.com/mrgw/mrgw/netem"
 )
 
 // MessageSizes is the completion-time scenario's grid, with how many
@@ -182,7 +182,7 @@ func newTimer(ctx context.Context, p Peer, l Link, o Options, maxLen int) (*msgT
 // tunnelTimer times WRITEs through two tunnels over emu: a message is
 // complete when the receiver reports it placed (EventRecvComplete).
 func tunnelTimer(ctx context.Context, rocev2 bool, l Link, o Options, maxLen int) (*msgTimer, error) {
-	em, err := emu.New(ctx, l.emuConfig())
+	em, err := netem.New(ctx, l.emuConfig())
 	if err != nil {
 		return nil, err
 	}

@@ -8,12 +8,12 @@
 //
 // # Two emulators, one model
 //
-// UDP peers run through loadtest/emu (by default; see below), the UDP relay on loopback: mrgw's WAN
+// UDP peers run through netem (by default; see below), the UDP relay on loopback: mrgw's WAN
 // tunnel (tunnel package: sealed datagrams over per-path sockets, WRITE bulk
 // transfer), the RoCEv2 baseline over the same tunnel, and kcp-go. Kernel
 // TCP and QUIC cannot speak through a UDP relay, so they run through
 // loadtest/tunemu: two network namespaces joined by TUN devices, whose
-// forwarder applies the very same per-plane model (emu.Link) with the same
+// forwarder applies the very same per-plane model (netem.Link) with the same
 // parameters. Every row names the emulator it used ("emu" or "tunemu").
 // The one difference is what a packet is charged: emu charges a UDP
 // datagram's payload, tunemu an IP packet's length minus 28 bytes, so a UDP
@@ -57,7 +57,7 @@
 //     controller; flow-control windows raised so they never limit).
 //   - kcp: one kcp-go session in kcptun's "fast3" style (nodelay 1,
 //     interval 10 ms, fast resend 2, no congestion window), stream mode,
-//     windows of 1.25 BDP in packets, MTU 1400, no FEC, over emu.
+//     windows of 1.25 BDP in packets, MTU 1400, no FEC, over netem.
 //
 // Goodput is always measured at the receiver, over Options.Duration after
 // Options.Warmup.
@@ -90,8 +90,8 @@ import (
 	"time"
 
 	"github.com/mrgw/mrgw/internal/report"
-	"github.com/mrgw/mrgw/loadtest/emu"
 	"github.com/mrgw/mrgw/loadtest/tunemu"
+	"github.com/mrgw/mrgw/netem"
 )
 
 // System names, as in report rows.
@@ -283,15 +283,15 @@ func (l Link) Capacity() float64 { return float64(l.Planes) * l.RateBps }
 // BDP is the whole link's bandwidth-delay product in bytes.
 func (l Link) BDP() float64 { return l.Capacity() / 8 * l.RTT.Seconds() }
 
-func (l Link) emuLink() emu.LinkConfig {
-	return emu.LinkConfig{Rate: uint64(l.RateBps), QueueBytes: l.QueueBytes, Delay: l.RTT / 2, Loss: l.Loss,
+func (l Link) emuLink() netem.LinkConfig {
+	return netem.LinkConfig{Rate: uint64(l.RateBps), QueueBytes: l.QueueBytes, Delay: l.RTT / 2, Loss: l.Loss,
 		ECNThreshold: l.ECNThreshold}
 }
 
-func (l Link) emuConfig() emu.Config {
+func (l Link) emuConfig() netem.Config {
 	// A datagram that would not fit the IP MTU the TCP and QUIC peers get
 	// is truncated and counted by emu, and the run fails (tunnelBulk).
-	return emu.Config{Planes: l.Planes, Seed: l.Seed, Link: l.emuLink(), MaxDatagram: ipMTU - 28}
+	return netem.Config{Planes: l.Planes, Seed: l.Seed, Link: l.emuLink(), MaxDatagram: ipMTU - 28}
 }
 
 func (l Link) tunConfig() tunemu.Config {

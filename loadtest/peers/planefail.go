@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/mrgw/mrgw/internal/report"
-	"github.com/mrgw/mrgw/loadtest/emu"
 	"github.com/mrgw/mrgw/loadtest/recovery"
 	"github.com/mrgw/mrgw/loadtest/tunemu"
 	"github.com/mrgw/mrgw/metaroce"
+	"github.com/mrgw/mrgw/netem"
 )
 
 // Plane failure among peers: PlaneFailurePlanes planes behind ECMP share
@@ -290,13 +290,13 @@ func pfTCP(ctx context.Context, algo string, l Link, tl timeline) (pfResult, err
 		ra, _ := netip.ParseAddrPort(c.RemoteAddr().String())
 		counts[i] = counter(la.Port())
 		if i == 0 {
-			r.plane = te.PlaneOf(emu.AtoB, emu.ProtoTCP, la, ra)
+			r.plane = te.PlaneOf(netem.AtoB, netem.ProtoTCP, la, ra)
 		}
 	}
 	for _, c := range p.conns {
 		la, _ := netip.ParseAddrPort(c.LocalAddr().String())
 		ra, _ := netip.ParseAddrPort(c.RemoteAddr().String())
-		if te.PlaneOf(emu.AtoB, emu.ProtoTCP, la, ra) == r.plane || te.PlaneOf(emu.BtoA, emu.ProtoTCP, ra, la) == r.plane {
+		if te.PlaneOf(netem.AtoB, netem.ProtoTCP, la, ra) == r.plane || te.PlaneOf(netem.BtoA, netem.ProtoTCP, ra, la) == r.plane {
 			r.onPlane++
 		}
 	}
@@ -321,7 +321,7 @@ func pfTCP(ctx context.Context, algo string, l Link, tl timeline) (pfResult, err
 		return r, err
 	}
 	st := te.Stats()
-	r.downDrops = st.Links[emu.AtoB][r.plane].DownDrops + st.Links[emu.BtoA][r.plane].DownDrops
+	r.downDrops = st.Links[netem.AtoB][r.plane].DownDrops + st.Links[netem.BtoA][r.plane].DownDrops
 	r.cc = cc
 	if cc != algo {
 		return r, fmt.Errorf("peers: asked for TCP congestion control %s, sockets use %s", algo, cc)
@@ -375,14 +375,14 @@ func pfQUIC(ctx context.Context, l Link, tl timeline) (pfResult, error) {
 	la := q.cc.LocalAddr().(*net.UDPAddr).AddrPort()
 	ra := q.sc.LocalAddr().(*net.UDPAddr).AddrPort()
 	r := pfResult{streams: streams, flows: 1, onPlane: 1, cc: "quic-go", emulator: EmuTUN}
-	r.plane = te.PlaneOf(emu.AtoB, emu.ProtoUDP, la, ra)
+	r.plane = te.PlaneOf(netem.AtoB, netem.ProtoUDP, la, ra)
 	r.bps, r.stalled, r.stuck, err = tl.run(ctx, []*atomic.Uint64{&got}, []*atomic.Uint64{&sent}, func() error { return te.Fail(r.plane) })
 	cleanup()
 	if err != nil {
 		return r, err
 	}
 	st := te.Stats()
-	r.downDrops = st.Links[emu.AtoB][r.plane].DownDrops + st.Links[emu.BtoA][r.plane].DownDrops
+	r.downDrops = st.Links[netem.AtoB][r.plane].DownDrops + st.Links[netem.BtoA][r.plane].DownDrops
 	if r.downDrops == 0 {
 		return r, errors.New("the failed plane dropped nothing: the failure was not exercised")
 	}
@@ -393,7 +393,7 @@ func pfQUIC(ctx context.Context, l Link, tl timeline) (pfResult, error) {
 // checks that every message written completes once at both ends.
 func pfMRGW(ctx context.Context, l Link, o Options, tl timeline) (pfResult, error) {
 	const plane = 0
-	em, err := emu.New(ctx, l.emuConfig())
+	em, err := netem.New(ctx, l.emuConfig())
 	if err != nil {
 		return pfResult{}, err
 	}
@@ -513,7 +513,7 @@ func pfMRGW(ctx context.Context, l Link, o Options, tl timeline) (pfResult, erro
 		}
 	})
 	st := em.Stats()
-	r.downDrops = st.Links[emu.AtoB][plane].DownDrops + st.Links[emu.BtoA][plane].DownDrops
+	r.downDrops = st.Links[netem.AtoB][plane].DownDrops + st.Links[netem.BtoA][plane].DownDrops
 	if st.Truncated > 0 {
 		return r, fmt.Errorf("peers: %d datagrams larger than the %d-byte IP MTU", st.Truncated, ipMTU)
 	}

@@ -19,8 +19,8 @@ import (
 
 	"github.com/quic-go/quic-go"
 
-	"github.com/mrgw/mrgw/loadtest/emu"
 	"github.com/mrgw/mrgw/loadtest/tunemu"
+	"github.com/mrgw/mrgw/netem"
 )
 
 const quicALPN = "mrgw-peer-bulk"
@@ -178,7 +178,7 @@ func quicBulk(ctx context.Context, n int, l Link, warmup, duration time.Duration
 	}
 	la := q.cc.LocalAddr().(*net.UDPAddr).AddrPort()
 	ra := q.sc.LocalAddr().(*net.UDPAddr).AddrPort()
-	_ = te.PlaneOf(emu.AtoB, emu.ProtoUDP, la, ra)
+	_ = te.PlaneOf(netem.AtoB, netem.ProtoUDP, la, ra)
 	return Result{GoodputBps: bps, CC: "quic-go", Emulator: EmuTUN, PlanesUsed: 1}, nil
 }
 

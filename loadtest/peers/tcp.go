@@ -17,8 +17,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/mrgw/mrgw/loadtest/emu"
 	"github.com/mrgw/mrgw/loadtest/tunemu"
+	"github.com/mrgw/mrgw/netem"
 )
 
 // tcpDialer returns a dialer whose sockets use congestion control algo.
@@ -127,7 +127,7 @@ func planesUsed(te *tunemu.Emulator, conns []net.Conn, proto uint8) int {
 	for _, c := range conns {
 		la, _ := netip.ParseAddrPort(c.LocalAddr().String())
 		ra, _ := netip.ParseAddrPort(c.RemoteAddr().String())
-		seen[te.PlaneOf(emu.AtoB, proto, la, ra)] = true
+		seen[te.PlaneOf(netem.AtoB, proto, la, ra)] = true
 	}
 	return len(seen)
 }
@@ -167,7 +167,7 @@ func tcpBulk(ctx context.Context, algo string, n int, l Link, warmup, duration t
 		return Result{}, err
 	}
 	r.GoodputBps, r.CC, r.Emulator = bps, cc, EmuTUN
-	r.PlanesUsed = planesUsed(te, p.conns, emu.ProtoTCP)
+	r.PlanesUsed = planesUsed(te, p.conns, netem.ProtoTCP)
 	if r.CC != algo {
 		return r, fmt.Errorf("peers: asked for TCP congestion control %s, sockets use %q", algo, r.CC)
 	}

@@ -13,13 +13,14 @@ import (
 
 	"github.com/mrgw/mrgw/cc"
 	_ "github.com/mrgw/mrgw/cc/longrtt" // registers the long-RTT controllers
-	"github.com/mrgw/mrgw/loadtest/emu"
 	"github.com/mrgw/mrgw/loadtest/tunemu"
 	"github.com/mrgw/mrgw/metaroce"
+	"github.com/mrgw/mrgw/netem"
+	"github.com/mrgw/mrgw/netio/seal"
+	"github.com/mrgw/mrgw/netio/udp"
 	"github.com/mrgw/mrgw/pathmgr"
 	"github.com/mrgw/mrgw/tunnel"
-	"github.com/mrgw/mrgw/tunnel/seal"
-	"github.com/mrgw/mrgw/tunnel/udp"
+	"github.com/mrgw/mrgw/tunnel/tunneltest"
 )
 
 // CCFixed selects, as Options.MRGWCC, a fixed unpaced window of 1.5 BDP
@@ -114,36 +115,38 @@ func protoShare(mtu int) float64 {
 type tunnelNet interface {
 	// site returns the data-plane listening address of site s's gateway
 	// and the socket options its path sockets are opened with.
-	site(s emu.Site) (netip.AddrPort, udp.Options)
+	site(s netem.Site) (netip.AddrPort, udp.Options)
 	// expose returns the address at which the other site reaches site s's
 	// gateway listening on real.
-	expose(s emu.Site, real netip.AddrPort) (netip.AddrPort, error)
+	expose(s netem.Site, real netip.AddrPort) (netip.AddrPort, error)
 	// planeOf is the A→B plane of datagrams from local to B's real address.
 	planeOf(local, realB netip.AddrPort) int
 	// linkStats are the A→B and B→A totals and, where the emulator
 	// measures it, its A→B lateness (Options.Trace).
-	linkStats() (ab, ba emu.LinkStats, late emu.Lateness)
+	linkStats() (ab, ba netem.LinkStats, late netem.Lateness)
 	// check reports a fault of the emulator that invalidates the run.
 	check() error
 }
 
 // emuNet is the UDP relay: gateways on 127.0.0.1, each reached through
 // the relay's stand-in address for it.
-type emuNet struct{ em *emu.Emulator }
+type emuNet struct{ em *netem.Emulator }
 
-func (n emuNet) site(emu.Site) (netip.AddrPort, udp.Options) {
+func (n emuNet) site(netem.Site) (netip.AddrPort, udp.Options) {
 	return netip.MustParseAddrPort("127.0.0.1:0"), udp.Options{ReadBuffer: 8 << 20, WriteBuffer: 8 << 20}
 }
 
-func (n emuNet) expose(s emu.Site, real netip.AddrPort) (netip.AddrPort, error) {
+func (n emuNet) expose(s netem.Site, real netip.AddrPort) (netip.AddrPort, error) {
 	return n.em.Expose(s, real)
 }
 
-func (n emuNet) planeOf(local, realB netip.AddrPort) int { return n.em.PlaneOf(emu.AtoB, local, realB) }
+func (n emuNet) planeOf(local, realB netip.AddrPort) int {
+	return n.em.PlaneOf(netem.AtoB, local, realB)
+}
 
-func (n emuNet) linkStats() (ab, ba emu.LinkStats, late emu.Lateness) {
+func (n emuNet) linkStats() (ab, ba netem.LinkStats, late netem.Lateness) {
 	es := n.em.Stats()
-	return es.Total(emu.AtoB), es.Total(emu.BtoA), es.Late[emu.AtoB]
+	return es.Total(netem.AtoB), es.Total(netem.BtoA), es.Late[netem.AtoB]
 }
 
 func (n emuNet) check() error {
@@ -178,14 +181,14 @@ func newTunnelPair(ctx context.Context, n tunnelNet, protoA, protoB metaroce.Con
 			p.close()
 		}
 	}()
-	sp, err := tunnel.LoopbackSessions(ctx, "peer-gw-a", "peer-gw-b")
+	ra, rb := tunnel.NewRouter(), tunnel.NewRouter()
+	sp, err := tunneltest.LoopbackSessions(ctx, "peer-gw-a", "peer-gw-b", ra.OnEvent, rb.OnEvent)
 	if err != nil {
 		return nil, err
 	}
 	p.stops = append(p.stops, sp.Close)
-	ra, rb := sp.RouterA, sp.RouterB
-	listenA, udpA := n.site(emu.SiteA)
-	listenB, udpB := n.site(emu.SiteB)
+	listenA, udpA := n.site(netem.SiteA)
+	listenB, udpB := n.site(netem.SiteB)
 	p.b, err = tunnel.New(sp.B, tunnel.Config{Protocol: protoB, Listen: listenB, UDP: udpB, Router: rb, OnEvent: onB})
 	if err != nil {
 		return nil, err
@@ -198,11 +201,11 @@ func newTunnelPair(ctx context.Context, n tunnelNet, protoA, protoB metaroce.Con
 		return nil, err
 	}
 	p.stops = append(p.stops, func() { p.a.Close() })
-	standA, err := n.expose(emu.SiteA, p.a.LocalAddr())
+	standA, err := n.expose(netem.SiteA, p.a.LocalAddr())
 	if err != nil {
 		return nil, err
 	}
-	standB, err := n.expose(emu.SiteB, realB)
+	standB, err := n.expose(netem.SiteB, realB)
 	if err != nil {
 		return nil, err
 	}
@@ -405,7 +408,7 @@ func (o *Options) tunnelNet(ctx context.Context, l Link) (tunnelNet, string, fun
 		}
 		return tunNet{te}, EmuTUN, func() { te.Close() }, nil
 	}
-	em, err := emu.New(ctx, l.emuConfig())
+	em, err := netem.New(ctx, l.emuConfig())
 	if err != nil {
 		return nil, "", nil, err
 	}
@@ -419,9 +422,9 @@ type traceSnap struct {
 	st                      metaroce.ConnStats
 	inflight, window, queue int
 	pacing                  float64
-	link                    emu.LinkStats
-	back                    emu.LinkStats
-	late                    emu.Lateness
+	link                    netem.LinkStats
+	back                    netem.LinkStats
+	late                    netem.Lateness
 }
 
 // traceTunnel writes a line of deltas every 500 ms until the returned stop

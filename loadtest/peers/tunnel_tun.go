@@ -5,9 +5,9 @@ package peers
 import (
 	"net/netip"
 
-	"github.com/mrgw/mrgw/loadtest/emu"
 	"github.com/mrgw/mrgw/loadtest/tunemu"
-	"github.com/mrgw/mrgw/tunnel/udp"
+	"github.com/mrgw/mrgw/netem"
+	"github.com/mrgw/mrgw/netio/udp"
 )
 
 // tunNet runs a tunnel pair through tunemu: each gateway's listening and
@@ -19,21 +19,21 @@ import (
 // data, and is not what is measured.
 type tunNet struct{ te *tunemu.Emulator }
 
-func (n tunNet) site(s emu.Site) (netip.AddrPort, udp.Options) {
+func (n tunNet) site(s netem.Site) (netip.AddrPort, udp.Options) {
 	return netip.AddrPortFrom(n.te.Addr(s), 0),
 		udp.Options{ReadBuffer: 8 << 20, WriteBuffer: 8 << 20, ListenUDP: n.te.UDPListener(s)}
 }
 
 // expose: the sites reach each other directly (10.213.0.1 ↔ 10.213.0.2).
-func (n tunNet) expose(_ emu.Site, real netip.AddrPort) (netip.AddrPort, error) { return real, nil }
+func (n tunNet) expose(_ netem.Site, real netip.AddrPort) (netip.AddrPort, error) { return real, nil }
 
 func (n tunNet) planeOf(local, realB netip.AddrPort) int {
-	return n.te.PlaneOf(emu.AtoB, emu.ProtoUDP, local, realB)
+	return n.te.PlaneOf(netem.AtoB, netem.ProtoUDP, local, realB)
 }
 
-func (n tunNet) linkStats() (ab, ba emu.LinkStats, late emu.Lateness) {
+func (n tunNet) linkStats() (ab, ba netem.LinkStats, late netem.Lateness) {
 	st := n.te.Stats()
-	return st.Total(emu.AtoB), st.Total(emu.BtoA), emu.Lateness{} // tunemu does not measure lateness
+	return st.Total(netem.AtoB), st.Total(netem.BtoA), netem.Lateness{} // tunemu does not measure lateness
 }
 
 // check: the sealed datagram fits the TUN MTU by construction (mrgwMTU),

@@ -8,17 +8,17 @@ import (
 	"time"
 
 	"github.com/mrgw/mrgw/internal/ecn"
-	"github.com/mrgw/mrgw/loadtest/emu"
+	"github.com/mrgw/mrgw/netem"
 )
 
 // Per-flow delays: flows at different distances behind one shared
-// bottleneck, as emu.Config.PairDelays gives the UDP relay. Site A gets
+// bottleneck, as netem.Config.PairDelays gives the UDP relay. Site A gets
 // Config.ExtraAddrsA more addresses (ExtraAddrA), and a pair of addresses
 // (site A's, site B's) listed in Config.PairDelays travels with its own
 // one-way delay in both directions instead of the planes' Delay. The
 // planes' queues and rates stay shared; only propagation differs, and
 // each pair's packets keep their order on their own wire (the same model
-// as emu's: emu.Link.AdmitVia).
+// as emu's: netem.Link.AdmitVia).
 
 // MaxExtraAddrsA bounds Config.ExtraAddrsA.
 const MaxExtraAddrsA = 32
@@ -46,9 +46,9 @@ func (e *Emulator) AddrsA() []netip.Addr {
 // every pair must join an address of site A to site B's).
 func (c *Config) validateDelays() error {
 	if c.ExtraAddrsA < 0 || c.ExtraAddrsA > MaxExtraAddrsA {
-		return fmt.Errorf("%w: %d extra addresses at site A outside [0, %d]", emu.ErrInvalid, c.ExtraAddrsA, MaxExtraAddrsA)
+		return fmt.Errorf("%w: %d extra addresses at site A outside [0, %d]", netem.ErrInvalid, c.ExtraAddrsA, MaxExtraAddrsA)
 	}
-	if err := emu.ValidatePairDelays(c.PairDelays); err != nil {
+	if err := netem.ValidatePairDelays(c.PairDelays); err != nil {
 		return err
 	}
 	for i, p := range c.PairDelays {
@@ -59,7 +59,7 @@ func (c *Config) validateDelays() error {
 			own = n >= 1 && n <= c.ExtraAddrsA
 		}
 		if !own || b != AddrB {
-			return fmt.Errorf("%w: pair delay %d: %v-%v is not (an address of site A, %v)", emu.ErrInvalid, i, p.A, p.B, AddrB)
+			return fmt.Errorf("%w: pair delay %d: %v-%v is not (an address of site A, %v)", netem.ErrInvalid, i, p.A, p.B, AddrB)
 		}
 	}
 	return nil
@@ -106,7 +106,7 @@ func (e *Emulator) wireOf(d Dir, src, dst netip.Addr) int {
 // admit runs plane's model for one packet on its wire and returns the
 // event and the scheduler queue that must carry it (wire*planes+plane).
 // The caller holds d.sched.Mu.
-func (d *direction) admit(now time.Duration, plane, wire, size int, cp ecn.Codepoint, full bool) (emu.TraceEvent, int) {
+func (d *direction) admit(now time.Duration, plane, wire, size int, cp ecn.Codepoint, full bool) (netem.TraceEvent, int) {
 	l := d.links[plane]
 	if wire == 0 {
 		return l.Admit(now, size, cp, full, d.rng), plane

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mrgw/mrgw/loadtest/emu"
+	"github.com/mrgw/mrgw/netem"
 )
 
 // Bad per-flow delay settings are configuration errors (no root needed).
@@ -20,18 +20,18 @@ func TestPairDelaysValidation(t *testing.T) {
 	for _, c := range []Config{
 		{ExtraAddrsA: -1},
 		{ExtraAddrsA: MaxExtraAddrsA + 1},
-		{ExtraAddrsA: 1, PairDelays: []emu.PairDelay{{A: ExtraAddrA(1), B: AddrB, Delay: time.Millisecond}}}, // not configured
-		{PairDelays: []emu.PairDelay{{A: AddrB, B: AddrA}}},                                                  // reversed
-		{PairDelays: []emu.PairDelay{{A: netip.MustParseAddr("10.9.9.9"), B: AddrB}}},
-		{ExtraAddrsA: 1, PairDelays: []emu.PairDelay{{A: x0, B: AddrB}, {A: x0, B: AddrB}}},
-		{ExtraAddrsA: 1, PairDelays: []emu.PairDelay{{A: x0, B: AddrB, Delay: -time.Millisecond}}},
-		{ExtraAddrsA: 1, PairDelays: []emu.PairDelay{{A: x0, B: AddrB, Delay: emu.MaxDelay + 1}}},
+		{ExtraAddrsA: 1, PairDelays: []netem.PairDelay{{A: ExtraAddrA(1), B: AddrB, Delay: time.Millisecond}}}, // not configured
+		{PairDelays: []netem.PairDelay{{A: AddrB, B: AddrA}}},                                                  // reversed
+		{PairDelays: []netem.PairDelay{{A: netip.MustParseAddr("10.9.9.9"), B: AddrB}}},
+		{ExtraAddrsA: 1, PairDelays: []netem.PairDelay{{A: x0, B: AddrB}, {A: x0, B: AddrB}}},
+		{ExtraAddrsA: 1, PairDelays: []netem.PairDelay{{A: x0, B: AddrB, Delay: -time.Millisecond}}},
+		{ExtraAddrsA: 1, PairDelays: []netem.PairDelay{{A: x0, B: AddrB, Delay: netem.MaxDelay + 1}}},
 	} {
-		if err := c.validateDelays(); !errors.Is(err, emu.ErrInvalid) {
-			t.Errorf("%+v: %v, want an emu.ErrInvalid error", c, err)
+		if err := c.validateDelays(); !errors.Is(err, netem.ErrInvalid) {
+			t.Errorf("%+v: %v, want an netem.ErrInvalid error", c, err)
 		}
 	}
-	ok := Config{ExtraAddrsA: 2, PairDelays: []emu.PairDelay{{A: AddrA, B: AddrB, Delay: time.Millisecond}, {A: ExtraAddrA(1), B: AddrB}}}
+	ok := Config{ExtraAddrsA: 2, PairDelays: []netem.PairDelay{{A: AddrA, B: AddrB, Delay: time.Millisecond}, {A: ExtraAddrA(1), B: AddrB}}}
 	if err := ok.validateDelays(); err != nil {
 		t.Fatal(err)
 	}
@@ -49,15 +49,15 @@ func TestPairDelays(t *testing.T) {
 	const base = 2 * time.Millisecond
 	delays := []time.Duration{base, 10 * time.Millisecond, 40 * time.Millisecond}
 	var mu sync.Mutex
-	var events []emu.TraceEvent
+	var events []netem.TraceEvent
 	e := newEmu(t, Config{
 		Seed: 2, ExtraAddrsA: 2,
-		Link: emu.LinkConfig{Rate: 100e6, Delay: base, QueueBytes: 256 << 10},
-		PairDelays: []emu.PairDelay{
+		Link: netem.LinkConfig{Rate: 100e6, Delay: base, QueueBytes: 256 << 10},
+		PairDelays: []netem.PairDelay{
 			{A: ExtraAddrA(0), B: AddrB, Delay: delays[1]},
 			{A: ExtraAddrA(1), B: AddrB, Delay: delays[2]},
 		},
-		Trace: func(ev emu.TraceEvent) { mu.Lock(); events = append(events, ev); mu.Unlock() },
+		Trace: func(ev netem.TraceEvent) { mu.Lock(); events = append(events, ev); mu.Unlock() },
 	})
 	addrs := e.AddrsA()
 	if len(addrs) != 3 {
@@ -96,14 +96,14 @@ func TestPairDelays(t *testing.T) {
 		c.Close()
 	}
 	mu.Lock()
-	got := append([]emu.TraceEvent(nil), events...)
+	got := append([]netem.TraceEvent(nil), events...)
 	mu.Unlock()
 	if len(got) != 6 {
 		t.Fatalf("%d trace events, want 6", len(got))
 	}
 	for i, ev := range got {
 		want := delays[i/2]
-		if ev.Verdict != emu.Forwarded || ev.Deliver-ev.Depart != want || ev.Dir != Dir(i%2) {
+		if ev.Verdict != netem.Forwarded || ev.Deliver-ev.Depart != want || ev.Dir != Dir(i%2) {
 			t.Fatalf("event %d (%v, %v): propagation %v, want %v", i, ev.Dir, ev.Verdict, ev.Deliver-ev.Depart, want)
 		}
 	}

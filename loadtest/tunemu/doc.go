@@ -1,4 +1,4 @@
-// Package tunemu is the TUN + network-namespace twin of loadtest/emu: it
+// Package tunemu is the TUN + network-namespace twin of netem: it
 // carries any IPv4 traffic (kernel TCP with any congestion control, QUIC,
 // a child process's sockets) through the same emulated WAN model, so that
 // peers which cannot speak through a UDP relay are measured over the same
@@ -18,25 +18,25 @@
 //	                                  (root ns, this process)
 //
 // A reader goroutine per TUN reads IP packets, hashes the 5-tuple onto one
-// of P planes (emu.FlowHash, seeded, per direction) and runs that plane's
-// emu.Link, the very model of loadtest/emu (drop-tail queue, rate,
+// of P planes (netem.FlowHash, seeded, per direction) and runs that plane's
+// netem.Link, the very model of netem (drop-tail queue, rate,
 // delay+jitter without reordering, loss after the queue, ECN marking):
 // when a packet is ECT and the queue ahead of it is above the threshold, its
 // IPv4 header leaves with CE set and the header checksum recomputed. One
 // dispatcher per direction writes packets into the other TUN at their
-// delivery times: emu.Sched, the relay's own delivery scheduler. Planes
+// delivery times: netem.Sched, the relay's own delivery scheduler. Planes
 // can be re-tuned, failed and restored while traffic flows.
 //
 // Flows at different distances behind one bottleneck: Config.ExtraAddrsA
 // gives site A more addresses (10.213.1.1 onwards, ExtraAddrA) and
 // Config.PairDelays gives a pair (an address of site A, site B's) its own
-// one-way delay in both directions, as emu.Config.PairDelays does for the
-// UDP relay, with the same type, validation and model (emu.Link.AdmitVia):
+// one-way delay in both directions, as netem.Config.PairDelays does for the
+// UDP relay, with the same type, validation and model (netem.Link.AdmitVia):
 // the planes' queues and rates stay shared, each pair keeps its order on
 // its own wire.
 //
 // A packet costs the link its IP length minus 28 bytes: that is what
-// loadtest/emu charges for a UDP datagram (its payload; the relay never
+// netem charges for a UDP datagram (its payload; the relay never
 // sees the IPv4 and UDP headers), so the same datagram takes the same link
 // time in both emulators and rows measured through either are comparable.
 //

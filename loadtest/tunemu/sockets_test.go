@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/mrgw/mrgw/loadtest/emu"
+	"github.com/mrgw/mrgw/netem"
 )
 
 // TestUDPListener: a socket opened by UDPListener(SiteA) from an ordinary
@@ -20,7 +20,7 @@ import (
 // exists only there) and its datagram reaches a socket at site B through
 // the emulated link, which counts it.
 func TestUDPListener(t *testing.T) {
-	e := newEmu(t, Config{Seed: 3, Link: emu.LinkConfig{Rate: 10e6, Delay: 2 * time.Millisecond, QueueBytes: 1 << 20}})
+	e := newEmu(t, Config{Seed: 3, Link: netem.LinkConfig{Rate: 10e6, Delay: 2 * time.Millisecond, QueueBytes: 1 << 20}})
 	// B's address is not local to A's namespace: binding it there fails.
 	if c, err := e.UDPListener(SiteA)("udp4", &net.UDPAddr{IP: AddrB.AsSlice()}); err == nil {
 		c.Close()
@@ -66,7 +66,7 @@ func TestUDPListener(t *testing.T) {
 // segments are ECT and the emulator marks them CE like any other ECT
 // packet: the sender's TCP_INFO counts CE-echoed deliveries.
 func TestTCPSeesCE(t *testing.T) {
-	e := newEmu(t, Config{Seed: 4, Link: emu.LinkConfig{Rate: 10e6, Delay: 5 * time.Millisecond, ECNThreshold: 3000, QueueBytes: 1 << 20},
+	e := newEmu(t, Config{Seed: 4, Link: netem.LinkConfig{Rate: 10e6, Delay: 5 * time.Millisecond, ECNThreshold: 3000, QueueBytes: 1 << 20},
 		Sysctls: map[string]string{"net.ipv4.tcp_ecn": "1"}})
 	ln, err := e.Listen(SiteB, "tcp4", net.JoinHostPort(AddrB.String(), "0"))
 	if err != nil {

@@ -17,21 +17,21 @@ import (
 	"time"
 
 	"github.com/mrgw/mrgw/internal/ecn"
-	"github.com/mrgw/mrgw/loadtest/emu"
+	"github.com/mrgw/mrgw/netem"
 )
 
-// Site and direction names are loadtest/emu's.
+// Site and direction names are netem's.
 type (
-	Site = emu.Site
-	Dir  = emu.Dir
+	Site = netem.Site
+	Dir  = netem.Dir
 )
 
 // Sites and directions.
 const (
-	SiteA = emu.SiteA
-	SiteB = emu.SiteB
-	AtoB  = emu.AtoB
-	BtoA  = emu.BtoA
+	SiteA = netem.SiteA
+	SiteB = netem.SiteB
+	AtoB  = netem.AtoB
+	BtoA  = netem.BtoA
 )
 
 // Defaults for Config's zero values.
@@ -48,7 +48,7 @@ const (
 	// 200 Mbit/s.
 	DeviceQueueLen = 10000
 	// HeaderCharge is subtracted from an IP packet's length to get the
-	// bytes its link is charged for, as loadtest/emu charges a UDP
+	// bytes its link is charged for, as netem charges a UDP
 	// datagram's payload only (IPv4 20 + UDP 8).
 	HeaderCharge = 28
 )
@@ -60,11 +60,11 @@ var (
 )
 
 // Config configures an Emulator; Planes, Seed and Link mean exactly what
-// they mean in emu.Config.
+// they mean in netem.Config.
 type Config struct {
 	Planes int
 	Seed   uint64
-	Link   emu.LinkConfig
+	Link   netem.LinkConfig
 	// MTU of both TUN devices (default 1500).
 	MTU int
 	// MaxBuffered caps the packets queued in all planes (default 65536).
@@ -75,21 +75,21 @@ type Config struct {
 	Sysctls map[string]string
 	// Trace, if set, sees the model's decision for every packet; it runs
 	// on the readers and must be fast.
-	Trace func(emu.TraceEvent)
+	Trace func(netem.TraceEvent)
 	// ExtraAddrsA gives site A this many more addresses (ExtraAddrA, at
 	// most MaxExtraAddrsA), so that flows from one namespace can travel
 	// with different PairDelays (see delays.go).
 	ExtraAddrsA int
 	// PairDelays give pairs (an address of site A, AddrB) their own
 	// one-way delay in both directions instead of the planes' Delay,
-	// exactly as emu.Config.PairDelays does for the UDP relay.
-	PairDelays []emu.PairDelay
+	// exactly as netem.Config.PairDelays does for the UDP relay.
+	PairDelays []netem.PairDelay
 }
 
 // Stats are the emulator's counters.
 type Stats struct {
-	// Links is indexed [Dir][plane], as in emu.Stats.
-	Links [2][]emu.LinkStats
+	// Links is indexed [Dir][plane], as in netem.Stats.
+	Links [2][]netem.LinkStats
 	// NonIPv4: packets that were not IPv4 (dropped; IPv6 is disabled in
 	// the namespaces, so these are rare). Overflow: dropped at the
 	// MaxBuffered cap. WriteErrors: TUN writes that failed.
@@ -102,8 +102,8 @@ type Stats struct {
 }
 
 // Total sums one direction's planes.
-func (s Stats) Total(d Dir) emu.LinkStats {
-	return emu.Stats{Links: s.Links}.Total(d)
+func (s Stats) Total(d Dir) netem.LinkStats {
+	return netem.Stats{Links: s.Links}.Total(d)
 }
 
 // Emulator is a running TUN emulator. Its methods are safe for concurrent use.
@@ -126,7 +126,7 @@ type Emulator struct {
 }
 
 // packet is an IP packet waiting in a plane's FIFO (its delivery time and
-// epoch are in the emu.Item that holds it).
+// epoch are in the netem.Item that holds it).
 type packet struct {
 	buf     *[]byte
 	n       int
@@ -142,11 +142,11 @@ type direction struct {
 	em    *Emulator
 	dir   Dir
 	out   *os.File
-	sched *emu.Sched[packet]
-	links []*emu.Link
+	sched *netem.Sched[packet]
+	links []*netem.Link
 	rng   *rand.Rand
 	// pairLast is the last delivery per pair wire and plane
-	// ([wire-1][plane]), as in emu.
+	// ([wire-1][plane]), as in netem.
 	pairLast [][]time.Duration
 
 	minTransit atomic.Int64
@@ -164,8 +164,8 @@ func New(ctx context.Context, cfg Config) (*Emulator, error) {
 	if cfg.Planes == 0 {
 		cfg.Planes = 1
 	}
-	if cfg.Planes < 1 || cfg.Planes > emu.MaxPlanes {
-		return nil, fmt.Errorf("%w: planes %d outside [1, %d]", emu.ErrInvalid, cfg.Planes, emu.MaxPlanes)
+	if cfg.Planes < 1 || cfg.Planes > netem.MaxPlanes {
+		return nil, fmt.Errorf("%w: planes %d outside [1, %d]", netem.ErrInvalid, cfg.Planes, netem.MaxPlanes)
 	}
 	if err := cfg.Link.Validate(); err != nil {
 		return nil, err
@@ -174,7 +174,7 @@ func New(ctx context.Context, cfg Config) (*Emulator, error) {
 		cfg.MTU = DefaultMTU
 	}
 	if cfg.MTU < 576 || cfg.MTU > 65535 {
-		return nil, fmt.Errorf("%w: mtu %d outside [576, 65535]", emu.ErrInvalid, cfg.MTU)
+		return nil, fmt.Errorf("%w: mtu %d outside [576, 65535]", netem.ErrInvalid, cfg.MTU)
 	}
 	if cfg.MaxBuffered <= 0 {
 		cfg.MaxBuffered = DefaultMaxBuffered
@@ -196,12 +196,12 @@ func New(ctx context.Context, cfg Config) (*Emulator, error) {
 	for d := range e.dirs {
 		dd := &direction{
 			em: e, dir: Dir(d), out: e.tun[Site(d).Other()],
-			links: make([]*emu.Link, cfg.Planes),
+			links: make([]*netem.Link, cfg.Planes),
 			rng:   rand.New(rand.NewPCG(cfg.Seed, uint64(d)+0x7e57)),
 		}
 		dd.minTransit.Store(math.MaxInt64)
 		for i := range dd.links {
-			dd.links[i], _ = emu.NewLink(cfg.Link)
+			dd.links[i], _ = netem.NewLink(cfg.Link)
 		}
 		dd.pairLast = make([][]time.Duration, len(cfg.PairDelays))
 		for i := range dd.pairLast {
@@ -210,10 +210,10 @@ func New(ctx context.Context, cfg Config) (*Emulator, error) {
 		np := cfg.Planes
 		var err error
 		// Queue wire*np+plane holds one wire's packets of one plane.
-		dd.sched, err = emu.NewSched(emu.SchedConfig[packet]{
+		dd.sched, err = netem.NewSched(netem.SchedConfig[packet]{
 			Queues: np * (1 + len(cfg.PairDelays)), Now: e.now, Batch: 64,
-			Stale: func(q int, it *emu.Item[packet]) bool { return it.Epoch != dd.links[q%np].Epoch() },
-			Drop: func(q int, it emu.Item[packet]) {
+			Stale: func(q int, it *netem.Item[packet]) bool { return it.Epoch != dd.links[q%np].Epoch() },
+			Drop: func(q int, it netem.Item[packet]) {
 				dd.links[q%np].DroppedInFlight() // was in flight when the plane failed
 				e.buffered.Add(-1)
 				e.pool.Put(it.V.buf)
@@ -347,7 +347,7 @@ func flowOf(b []byte) (proto uint8, src, dst netip.AddrPort, ok bool) {
 	da := netip.AddrFrom4([4]byte(b[16:20]))
 	var sp, dp uint16
 	frag := binary.BigEndian.Uint16(b[6:8]) & 0x1fff
-	if frag == 0 && (proto == emu.ProtoTCP || proto == emu.ProtoUDP) && len(b) >= ihl+4 {
+	if frag == 0 && (proto == netem.ProtoTCP || proto == netem.ProtoUDP) && len(b) >= ihl+4 {
 		sp = binary.BigEndian.Uint16(b[ihl:])
 		dp = binary.BigEndian.Uint16(b[ihl+2:])
 	}
@@ -372,7 +372,7 @@ func setCE(b []byte) {
 // readLoop reads what site s sends and runs the model of its direction.
 func (e *Emulator) readLoop(s Site) {
 	defer e.wg.Done()
-	d := e.dirs[emu.From(s)]
+	d := e.dirs[netem.From(s)]
 	f := e.tun[s]
 	limit := int64(e.cfg.MaxBuffered)
 	for {
@@ -397,7 +397,7 @@ func (e *Emulator) readLoop(s Site) {
 			e.pool.Put(bp)
 			continue
 		}
-		plane := emu.PlaneFor(emu.FlowHash(e.cfg.Seed, d.dir, proto, src, dst), e.cfg.Planes)
+		plane := netem.PlaneFor(netem.FlowHash(e.cfg.Seed, d.dir, proto, src, dst), e.cfg.Planes)
 		size := max(n-HeaderCharge, 1)
 		now := e.now()
 		d.sched.Mu.Lock()
@@ -411,13 +411,13 @@ func (e *Emulator) readLoop(s Site) {
 		ev.Dir, ev.Plane = d.dir, plane
 		taken := false
 		switch ev.Verdict {
-		case emu.DroppedOverflow:
+		case netem.DroppedOverflow:
 			e.overflow.Add(1)
-		case emu.Forwarded:
+		case netem.Forwarded:
 			if ev.ECNOut == ecn.CE && ev.ECNIn != ecn.CE {
 				setCE(b)
 			}
-			d.sched.Push(q, emu.Item[packet]{Deliver: ev.Deliver, Epoch: l.Epoch(),
+			d.sched.Push(q, netem.Item[packet]{Deliver: ev.Deliver, Epoch: l.Epoch(),
 				V: packet{buf: bp, n: n, size: size, plane: plane, arrival: now}})
 			e.buffered.Add(1)
 			taken = true
@@ -441,7 +441,7 @@ func (d *direction) isClosed() bool {
 }
 
 // send writes due packets into the other TUN (on the dispatcher).
-func (d *direction) send(items []emu.Item[packet]) {
+func (d *direction) send(items []netem.Item[packet]) {
 	em := d.em
 	now := em.now()
 	for i := range items {
@@ -461,23 +461,23 @@ func (d *direction) send(items []emu.Item[packet]) {
 // PlaneOf returns the plane that carries packets of protocol proto from src
 // to dst in direction d.
 func (e *Emulator) PlaneOf(d Dir, proto uint8, src, dst netip.AddrPort) int {
-	return emu.PlaneFor(emu.FlowHash(e.cfg.Seed, d, proto, src, dst), e.cfg.Planes)
+	return netem.PlaneFor(netem.FlowHash(e.cfg.Seed, d, proto, src, dst), e.cfg.Planes)
 }
 
 func (e *Emulator) checkPlane(plane int) error {
 	if plane < 0 || plane >= e.cfg.Planes {
-		return fmt.Errorf("%w: plane %d outside [0, %d)", emu.ErrInvalid, plane, e.cfg.Planes)
+		return fmt.Errorf("%w: plane %d outside [0, %d)", netem.ErrInvalid, plane, e.cfg.Planes)
 	}
 	return nil
 }
 
 // SetLink re-tunes one plane in one direction while traffic flows.
-func (e *Emulator) SetLink(d Dir, plane int, l emu.LinkConfig) error {
+func (e *Emulator) SetLink(d Dir, plane int, l netem.LinkConfig) error {
 	if err := e.checkPlane(plane); err != nil {
 		return err
 	}
 	if d > BtoA {
-		return fmt.Errorf("%w: direction %d", emu.ErrInvalid, d)
+		return fmt.Errorf("%w: direction %d", netem.ErrInvalid, d)
 	}
 	dd := e.dirs[d]
 	dd.sched.Mu.Lock()
@@ -486,7 +486,7 @@ func (e *Emulator) SetLink(d Dir, plane int, l emu.LinkConfig) error {
 }
 
 // SetAllLinks re-tunes every plane in both directions.
-func (e *Emulator) SetAllLinks(l emu.LinkConfig) error {
+func (e *Emulator) SetAllLinks(l netem.LinkConfig) error {
 	if err := l.Validate(); err != nil {
 		return err
 	}
@@ -526,7 +526,7 @@ func (e *Emulator) setDown(plane int, down bool) error {
 func (e *Emulator) Stats() Stats {
 	var s Stats
 	for d, dd := range e.dirs {
-		s.Links[d] = make([]emu.LinkStats, len(dd.links))
+		s.Links[d] = make([]netem.LinkStats, len(dd.links))
 		for i, l := range dd.links {
 			s.Links[d][i] = l.Stats()
 		}
@@ -567,7 +567,7 @@ func (e *Emulator) shutdown() {
 		e.tun = [2]*os.File{}
 		for _, d := range e.dirs {
 			if d != nil {
-				d.sched.Drain(func(it emu.Item[packet]) { e.pool.Put(it.V.buf) })
+				d.sched.Drain(func(it netem.Item[packet]) { e.pool.Put(it.V.buf) })
 			}
 		}
 		e.buffered.Store(0)

@@ -20,7 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mrgw/mrgw/internal/ecn"
-	"github.com/mrgw/mrgw/loadtest/emu"
+	"github.com/mrgw/mrgw/netem"
 )
 
 // newEmu starts an emulator or skips the test with the reason it cannot run.
@@ -52,7 +52,7 @@ func newEmu(t *testing.T, cfg Config) *Emulator {
 // the losses, and the kernel's own RTT estimate is at least the round trip.
 func TestTCPThroughEmulator(t *testing.T) {
 	const oneWay = 20 * time.Millisecond
-	e := newEmu(t, Config{Seed: 1, Link: emu.LinkConfig{Rate: 50e6, Delay: oneWay, Loss: 0.01, QueueBytes: 256 << 10}})
+	e := newEmu(t, Config{Seed: 1, Link: netem.LinkConfig{Rate: 50e6, Delay: oneWay, Loss: 0.01, QueueBytes: 256 << 10}})
 	ln, err := e.Listen(SiteB, "tcp4", net.JoinHostPort(AddrB.String(), "0"))
 	if err != nil {
 		t.Fatal(err)
@@ -117,7 +117,7 @@ func TestTCPThroughEmulator(t *testing.T) {
 // arrive CE with a valid header checksum (the receiver's kernel drops
 // datagrams with bad ones); a failed plane delivers nothing.
 func TestECNMarkAndFail(t *testing.T) {
-	e := newEmu(t, Config{Seed: 2, Link: emu.LinkConfig{Rate: 10e6, Delay: time.Millisecond, ECNThreshold: 3000, QueueBytes: 1 << 20}})
+	e := newEmu(t, Config{Seed: 2, Link: netem.LinkConfig{Rate: 10e6, Delay: time.Millisecond, ECNThreshold: 3000, QueueBytes: 1 << 20}})
 	rx, err := e.ListenUDP(SiteB, &net.UDPAddr{IP: AddrB.AsSlice()})
 	if err != nil {
 		t.Fatal(err)

@@ -24,7 +24,7 @@
 //   - Drains gracefully: the peer stops opening new flows, acknowledges, and
 //     the connection closes.
 //
-// The data plane (tunnel/udp, tunnel/seal) never talks to this package's
+// The data plane (netio/udp, netio/seal) never talks to this package's
 // peer directly: it takes keys and epoch numbers from Session.Keys and the
 // events, and seals datagrams itself.
 //

@@ -1,4 +1,10 @@
-package tunnel
+// Package tunneltest holds the test doubles of tunnel/: control sessions
+// between two throwaway gateways on loopback, for tests, demos and load
+// tests that need an authenticated peer before they build tunnels. It lives
+// apart from tunnel/ so the daemon's package carries no test bench. It
+// imports only tunnel/control and tunnel/pki (never tunnel itself, whose own
+// tests use it), and it never touches an address outside 127.0.0.0/8.
+package tunneltest
 
 import (
 	"context"
@@ -9,13 +15,9 @@ import (
 )
 
 // SessionPair is two peer gateways' control sessions, established over
-// loopback with a throwaway CA: what demos, tests and load tests need before
-// they build tunnels. A is the dialer, B the listener; each Router is the
-// one its session reports key events to (pass it in the tunnel's Config).
+// loopback with a throwaway CA. A is the dialer, B the listener.
 type SessionPair struct {
 	A, B         *control.Session
-	RouterA      *Router
-	RouterB      *Router
 	NameA, NameB string
 	stops        []func()
 }
@@ -30,9 +32,11 @@ func (p *SessionPair) Close() {
 
 // LoopbackSessions mints a development CA and a certificate for nameA and
 // nameB, and runs the mutual-TLS control handshake between them on
-// 127.0.0.1. It never touches any other address.
-func LoopbackSessions(ctx context.Context, nameA, nameB string) (p *SessionPair, err error) {
-	p = &SessionPair{NameA: nameA, NameB: nameB, RouterA: NewRouter(), RouterB: NewRouter()}
+// 127.0.0.1. Each session reports its events to its callback (a
+// tunnel.Router's OnEvent, so key events reach the data plane). It never
+// touches any other address.
+func LoopbackSessions(ctx context.Context, nameA, nameB string, onEventA, onEventB func(control.Event)) (p *SessionPair, err error) {
+	p = &SessionPair{NameA: nameA, NameB: nameB}
 	defer func() {
 		if err != nil {
 			p.Close()
@@ -52,7 +56,7 @@ func LoopbackSessions(ctx context.Context, nameA, nameB string) (p *SessionPair,
 		return nil, err
 	}
 	l, err := control.Listen(ctx, "127.0.0.1:0", control.Config{Credentials: ca.Credentials(idB),
-		Local: control.LocalInfo{Name: nameB}, ExpectedPeers: []string{nameA}, OnEvent: p.RouterB.OnEvent})
+		Local: control.LocalInfo{Name: nameB}, ExpectedPeers: []string{nameA}, OnEvent: onEventB})
 	if err != nil {
 		return nil, err
 	}
@@ -67,7 +71,7 @@ func LoopbackSessions(ctx context.Context, nameA, nameB string) (p *SessionPair,
 		acc <- res{s, err}
 	}()
 	sa, err := control.Dial(ctx, l.Addr().String(), nameB, control.Config{Credentials: ca.Credentials(idA),
-		Local: control.LocalInfo{Name: nameA}, ExpectedPeers: []string{nameB}, OnEvent: p.RouterA.OnEvent})
+		Local: control.LocalInfo{Name: nameA}, ExpectedPeers: []string{nameB}, OnEvent: onEventA})
 	if err != nil {
 		<-acc
 		return nil, err

@@ -30,12 +30,12 @@
 // installing a new epoch.
 //
 // An Opener holds the current epoch and, during a rekey, the previous one,
-// each with its cached AEAD and its own replay window (tunnel/replay), so
+// each with its cached AEAD and its own replay window (netio/replay), so
 // datagrams still in flight under the old key are accepted until the
 // previous epoch is dropped.
 //
 // Sealer and Opener are safe for concurrent use and do not allocate per
-// datagram. This package imports tunnel/replay and nothing else from mrgw.
+// datagram. This package imports netio/replay and nothing else from mrgw.
 package seal
 
 import (

@@ -4,7 +4,7 @@
 // process, on loopback: two gateway pairs (eu-west: euw-gw1, euw-gw2;
 // us-east: use-gw1, use-gw2), a throwaway CA and certificates in a
 // temporary directory, fast gossip timings, and the link emulator
-// (loadtest/emu) between the regions, so that every WAN datagram crosses
+// (netem) between the regions, so that every WAN datagram crosses
 // emulated planes with delay, loss and a rate. `mrgw demo` and the
 // gateway's end-to-end tests run on it. Config.Regions builds other
 // layouts: any regions at either site of the emulator, each at its own
@@ -31,8 +31,8 @@ import (
 
 	"github.com/mrgw/mrgw/config"
 	"github.com/mrgw/mrgw/gateway"
-	"github.com/mrgw/mrgw/loadtest/emu"
 	"github.com/mrgw/mrgw/metaroce"
+	"github.com/mrgw/mrgw/netem"
 	"github.com/mrgw/mrgw/pathmgr"
 	"github.com/mrgw/mrgw/tunnel/pki"
 )
@@ -55,7 +55,7 @@ type Region struct {
 	// Site is the emulator side the region is on: every WAN datagram
 	// between regions of different sites crosses the emulated planes;
 	// regions of one site do not talk to each other.
-	Site emu.Site
+	Site netem.Site
 	// Gateways in the region [2], named Prefix-gw1, Prefix-gw2, ...
 	// (Prefix defaults to the name).
 	Gateways int
@@ -71,8 +71,8 @@ type Region struct {
 // (site B), two gateways each.
 func DefaultRegions() []Region {
 	return []Region{
-		{Name: RegionA, Site: emu.SiteA, Gateways: 2, Prefix: "euw"},
-		{Name: RegionB, Site: emu.SiteB, Gateways: 2, Prefix: "use"},
+		{Name: RegionA, Site: netem.SiteA, Gateways: 2, Prefix: "euw"},
+		{Name: RegionB, Site: netem.SiteB, Gateways: 2, Prefix: "use"},
 	}
 }
 
@@ -117,7 +117,7 @@ type Config struct {
 
 // Lab is the running deployment.
 type Lab struct {
-	Emu      *emu.Emulator
+	Emu      *netem.Emulator
 	Gateways map[string]*gateway.Gateway
 	Configs  map[string]*config.Config
 	// Names are the gateways of each region, in order.
@@ -168,7 +168,7 @@ func New(ctx context.Context, cfg Config) (_ *Lab, err error) {
 		return nil, err
 	}
 	l := &Lab{cfg: cfg, Gateways: map[string]*gateway.Gateway{}, Configs: map[string]*config.Config{}, Names: map[string][]string{}}
-	site := map[string]emu.Site{}
+	site := map[string]netem.Site{}
 	oneWay := map[string]time.Duration{}
 	for _, r := range cfg.Regions {
 		site[r.Name], oneWay[r.Name] = r.Site, r.OneWay
@@ -178,10 +178,10 @@ func New(ctx context.Context, cfg Config) (_ *Lab, err error) {
 	}
 	// The propagation delay of each pair of gateway IPs across the sites
 	// that differs from the planes'.
-	var pairs []emu.PairDelay
+	var pairs []netem.PairDelay
 	for _, ra := range cfg.Regions {
 		for _, rb := range cfg.Regions {
-			if ra.Site != emu.SiteA || rb.Site != emu.SiteB {
+			if ra.Site != netem.SiteA || rb.Site != netem.SiteB {
 				continue
 			}
 			d := ra.OneWay
@@ -193,7 +193,7 @@ func New(ctx context.Context, cfg Config) (_ *Lab, err error) {
 			}
 			for _, na := range l.Names[ra.Name] {
 				for _, nb := range l.Names[rb.Name] {
-					pairs = append(pairs, emu.PairDelay{A: ips[na], B: ips[nb], Delay: d})
+					pairs = append(pairs, netem.PairDelay{A: ips[na], B: ips[nb], Delay: d})
 				}
 			}
 		}
@@ -218,9 +218,9 @@ func New(ctx context.Context, cfg Config) (_ *Lab, err error) {
 	}
 	var ectx context.Context
 	ectx, l.cancel = context.WithCancel(context.Background())
-	l.Emu, err = emu.New(ectx, emu.Config{
+	l.Emu, err = netem.New(ectx, netem.Config{
 		Planes: cfg.Planes, Seed: cfg.Seed + 1,
-		Link:        emu.LinkConfig{Delay: cfg.OneWay, Loss: cfg.Loss, Rate: cfg.RateBps, QueueBytes: cfg.Queue, ECNThreshold: ecnThreshold(cfg)},
+		Link:        netem.LinkConfig{Delay: cfg.OneWay, Loss: cfg.Loss, Rate: cfg.RateBps, QueueBytes: cfg.Queue, ECNThreshold: ecnThreshold(cfg)},
 		Bind:        netip.MustParseAddr("127.0.0.200"),
 		MaxDatagram: cfg.MTU + 256,
 		MaxMappings: 8192,
@@ -391,12 +391,12 @@ func checkRegions(rs []Region) (map[string]netip.Addr, error) {
 		switch {
 		case r.Name == "" || seen[r.Name]:
 			return nil, fmt.Errorf("lab: region %d: empty or repeated name %q", k, r.Name)
-		case r.Site > emu.SiteB:
+		case r.Site > netem.SiteB:
 			return nil, fmt.Errorf("lab: region %s: site %d", r.Name, r.Site)
 		case r.Gateways < 1 || r.Gateways > MaxRegionGateways:
 			return nil, fmt.Errorf("lab: region %s: %d gateways outside 1..%d", r.Name, r.Gateways, MaxRegionGateways)
-		case r.OneWay < 0 || r.OneWay > emu.MaxDelay:
-			return nil, fmt.Errorf("lab: region %s: one-way delay %v outside 0..%v", r.Name, r.OneWay, emu.MaxDelay)
+		case r.OneWay < 0 || r.OneWay > netem.MaxDelay:
+			return nil, fmt.Errorf("lab: region %s: one-way delay %v outside 0..%v", r.Name, r.OneWay, netem.MaxDelay)
 		}
 		seen[r.Name] = true
 		sites[r.Site] = true
@@ -408,7 +408,7 @@ func checkRegions(rs []Region) (map[string]netip.Addr, error) {
 			ips[n] = netip.AddrFrom4([4]byte{127, 0, 0, byte(10*(k+1) + i + 1)})
 		}
 	}
-	if !sites[emu.SiteA] || !sites[emu.SiteB] {
+	if !sites[netem.SiteA] || !sites[netem.SiteB] {
 		return nil, errors.New("lab: the regions must cover both emulator sites")
 	}
 	return ips, nil

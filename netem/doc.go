@@ -1,4 +1,4 @@
-// Package emu is the link emulator under mrgw's tests, `mrgw demo` and
+// Package netem is the link emulator under mrgw's tests, `mrgw demo` and
 // `mrgw loadtest`: a user-space UDP relay on loopback that stands in for
 // the WAN between two sites, modelled as an ECMP fabric of P parallel
 // planes. This kernel has no netem, so the millisecond round trips, the
@@ -72,4 +72,4 @@
 //
 // Only IPv4 loopback is supported: the emulator never sends anywhere else.
 // The package is Linux-only (timerfd, IP_TOS control messages).
-package emu
+package netem

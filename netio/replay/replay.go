@@ -16,7 +16,7 @@
 //
 // Check must be called only after the datagram has been authenticated,
 // otherwise forged counters would slide the window. A Filter is not safe for
-// concurrent use; its owner (tunnel/seal.Opener) serializes access.
+// concurrent use; its owner (netio/seal.Opener) serializes access.
 //
 // This package imports nothing from mrgw.
 package replay

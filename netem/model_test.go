@@ -1,4 +1,4 @@
-package emu
+package netem
 
 import (
 	"math/rand/v2"

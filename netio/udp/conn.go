@@ -23,7 +23,7 @@
 //
 // A Conn is safe for concurrent use; concurrent ReadBatch calls (or
 // WriteBatch calls) are serialized. It is Linux only. It knows nothing of
-// encryption (tunnel/seal) or of paths' state (pathmgr).
+// encryption (netio/seal) or of paths' state (pathmgr).
 package udp
 
 import (

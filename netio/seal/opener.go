@@ -7,7 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/mrgw/mrgw/tunnel/replay"
+	"github.com/mrgw/mrgw/netio/replay"
 )
 
 // Opener authenticates and decrypts one direction's datagrams. It keeps the
