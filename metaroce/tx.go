@@ -471,4 +471,3 @@ func (c *Conn) failAll(now time.Duration, err error) {
 	}
 	c.active = c.active[:0]
 }
-
