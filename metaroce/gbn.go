@@ -10,20 +10,17 @@ import "time"
 // dropped and answered with one NAK per gap.
 func (c *Conn) onDataGBN(now time.Duration, r *rxPath, h *DataHeader, payload []byte, m RecvMeta) {
 	switch {
-	case h.Seq < r.cum:
+	case h.Seq < r.win.cum:
 		c.Stats.Duplicates++
 		r.immediate = true
 		c.owe(now, r)
-	case h.Seq > r.cum:
+	case h.Seq > r.win.cum:
 		c.Stats.OutOfOrderDropped++
 		if !r.nakSent {
 			r.nak, r.nakSent = true, true
 		}
 	default:
-		r.cum++
-		r.largest = h.Seq
-		r.lastTs = h.Timestamp
-		r.any = true
+		r.win.inOrder(h.Seq, h.Timestamp)
 		r.nakSent = false
 		r.count++
 		if m.CE {
