@@ -30,7 +30,8 @@ import (
 //	config [a|b] key=value...   before anything else (see scenario.config)
 //	connect                     a connects to b; shows the datagrams sent
 //	establish                   connect and run the handshake to the end
-//	write len=N [stream=S]      a WRITEs N bytes to b's region (key 1)
+//	write len=N [stream=S]      a WRITEs N bytes to b's region (key 1);
+//	                            with from=b, b WRITEs to a's (unchecked)
 //	send len=N tag=T [stream=S] a SENDs N bytes to b's buffer posted as T
 //	post tag=T len=N            b posts a receive buffer
 //	deliver [#id...|all]        hand datagrams on the wire to their
@@ -43,7 +44,11 @@ import (
 //	                            datagram from or to its current port is lost;
 //	                            with "forever", every datagram a sends on it
 //	tick DURATION               let time pass, running every timer on time
+//	                            (what is on the wire stays there)
+//	run DURATION                let time pass as tick, and deliver what is
+//	                            on the wire when it is due
 //	wire                        list the datagrams on the wire
+//	conns a|b                   the endpoint's connections and pacing rates
 //	paths a|b                   each path's state, port and bytes in flight
 //	stats a|b FIELD...          ConnStats fields
 //	check-memory                b's region holds what a wrote
@@ -113,6 +118,9 @@ func (s *scenario) start() {
 	s.region = make([]byte, 1<<20)
 	s.written = make([]byte, 1<<20)
 	if err := s.eps[1].Memory().Register(1, s.region); err != nil {
+		s.t.Fatal(err)
+	}
+	if err := s.eps[0].Memory().Register(1, make([]byte, 1<<20)); err != nil {
 		s.t.Fatal(err)
 	}
 }
@@ -367,7 +375,9 @@ func (s *scenario) run(cmd string, args []string) {
 		c := s.mustConn(0)
 		var seq uint64
 		var err error
-		if cmd == "write" {
+		if o["from"] == "b" { // to a's region, unchecked
+			seq, err = s.mustConn(1).Write(s.now, uint32(stream), 1, 0, data)
+		} else if cmd == "write" {
 			copy(s.written[s.woff:], data)
 			seq, err = c.Write(s.now, uint32(stream), 1, uint64(s.woff), data)
 			s.woff += n
@@ -435,6 +445,15 @@ func (s *scenario) run(cmd string, args []string) {
 	case "tick":
 		s.advance(s.now + dur(t, args[0]))
 		s.printf("now %v\n", s.now)
+	case "run":
+		until := s.now + dur(t, args[0])
+		for len(s.wire) > 0 && s.wire[0].sent+s.owd <= until {
+			d := s.wire[0]
+			s.wire = s.wire[1:]
+			s.deliver([]*wireDgram{d})
+		}
+		s.advance(until)
+		s.printf("now %v\n", s.now)
 	case "wire":
 		for _, d := range s.wire {
 			s.printf("#%d %s>%s %s (sent %v)\n", d.id, sides[d.from], sides[1-d.from], d.desc, d.sent)
@@ -444,6 +463,10 @@ func (s *scenario) run(cmd string, args []string) {
 		for i := range c.Paths().Paths {
 			p := &c.Paths().Paths[i]
 			s.printf("path %d %s port %d inflight %d timeouts %d\n", i, p.State, p.Entropy, p.InflightBytes, p.Timeouts)
+		}
+	case "conns":
+		for k, c := range s.eps[int(args[0][0]-'a')].Conns() {
+			s.printf("conn %d established %v pacing %.0f B/s\n", k, c.Established(), c.Controller().PacingRate())
 		}
 	case "stats":
 		c := s.mustConn(int(args[0][0] - 'a'))
