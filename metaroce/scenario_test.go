@@ -362,34 +362,7 @@ func (s *scenario) run(cmd string, args []string) {
 			t.Fatal("the handshake did not complete")
 		}
 	case "write", "send":
-		o := kv(t, args)
-		n := atoi(t, o["len"])
-		stream := 0
-		if v, ok := o["stream"]; ok {
-			stream = atoi(t, v)
-		}
-		data := make([]byte, n)
-		for j := range data {
-			data[j] = byte(s.woff + j*7 + 1)
-		}
-		c := s.mustConn(0)
-		var seq uint64
-		var err error
-		if o["from"] == "b" { // to a's region, unchecked
-			seq, err = s.mustConn(1).Write(s.now, uint32(stream), 1, 0, data)
-		} else if cmd == "write" {
-			copy(s.written[s.woff:], data)
-			seq, err = c.Write(s.now, uint32(stream), 1, uint64(s.woff), data)
-			s.woff += n
-		} else {
-			seq, err = c.Send(s.now, uint32(stream), uint64(atoi(t, o["tag"])), data)
-		}
-		if err != nil {
-			s.printf("error: %v\n", err)
-			return
-		}
-		s.printf("msg %d/%d\n", stream, seq)
-		s.pump()
+		s.write(cmd, args)
 	case "post":
 		o := kv(t, args)
 		if err := s.mustConn(1).PostRecv(uint64(atoi(t, o["tag"])), make([]byte, atoi(t, o["len"]))); err != nil {
@@ -487,6 +460,39 @@ func (s *scenario) run(cmd string, args []string) {
 	default:
 		t.Fatalf("unknown command %q", cmd)
 	}
+}
+
+// write queues a WRITE or SEND (the write and send commands).
+func (s *scenario) write(cmd string, args []string) {
+	t := s.t
+	o := kv(t, args)
+	n := atoi(t, o["len"])
+	stream := 0
+	if v, ok := o["stream"]; ok {
+		stream = atoi(t, v)
+	}
+	data := make([]byte, n)
+	for j := range data {
+		data[j] = byte(s.woff + j*7 + 1)
+	}
+	c := s.mustConn(0)
+	var seq uint64
+	var err error
+	if o["from"] == "b" { // to a's region, unchecked
+		seq, err = s.mustConn(1).Write(s.now, uint32(stream), 1, 0, data)
+	} else if cmd == "write" {
+		copy(s.written[s.woff:], data)
+		seq, err = c.Write(s.now, uint32(stream), 1, uint64(s.woff), data)
+		s.woff += n
+	} else {
+		seq, err = c.Send(s.now, uint32(stream), uint64(atoi(t, o["tag"])), data)
+	}
+	if err != nil {
+		s.printf("error: %v\n", err)
+		return
+	}
+	s.printf("msg %d/%d\n", stream, seq)
+	s.pump()
 }
 
 // scriptCase is one command of a script with its recorded output.
