@@ -60,7 +60,7 @@ type Conn struct {
 	rxHdr DataHeader
 
 	// sender
-	tx        []txPath
+	tx        []sentHistory // per path (sent.go)
 	streams   map[uint32]*txStream
 	active    []*txStream
 	activeCur int
@@ -139,7 +139,7 @@ func newConn(e *Endpoint, id uint64, peer PeerID, initiator bool, paths, mtu int
 	c.paths = pathmgr.NewSet(paths, cfg.Path, rand.New(rand.NewPCG(seed, id)))
 	c.ctl = factory(paths, mtu+DataHeaderLen)
 	c.windowFn = c.window
-	c.tx = make([]txPath, paths)
+	c.tx = make([]sentHistory, paths)
 	c.rx = make([]rxPath, paths)
 	for i := range c.rx {
 		c.rx[i].ackDeadline = -1

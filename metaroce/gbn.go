@@ -10,20 +10,17 @@ import "time"
 // dropped and answered with one NAK per gap.
 func (c *Conn) onDataGBN(now time.Duration, r *rxPath, h *DataHeader, payload []byte, m RecvMeta) {
 	switch {
-	case h.Seq < r.cum:
+	case h.Seq < r.win.cum:
 		c.Stats.Duplicates++
 		r.immediate = true
 		c.owe(now, r)
-	case h.Seq > r.cum:
+	case h.Seq > r.win.cum:
 		c.Stats.OutOfOrderDropped++
 		if !r.nakSent {
 			r.nak, r.nakSent = true, true
 		}
 	default:
-		r.cum++
-		r.largest = h.Seq
-		r.lastTs = h.Timestamp
-		r.any = true
+		r.win.inOrder(h.Seq, h.Timestamp)
 		r.nakSent = false
 		r.count++
 		if m.CE {
@@ -36,31 +33,19 @@ func (c *Conn) onDataGBN(now time.Duration, r *rxPath, h *DataHeader, payload []
 
 // onAckGBN processes a cumulative ACK or NAK.
 func (c *Conn) onAckGBN(now time.Duration, a *Ack) {
-	tp := &c.tx[0]
+	h := &c.tx[0]
 	ps := &c.paths.Paths[0]
-	acked := 0
-	for tp.floor < a.Cum {
-		r := tp.rec(tp.floor)
-		if r.state == recInflight {
-			ps.InflightBytes -= int(r.size)
-			ps.AckedPackets++
-			acked += int(r.size)
-			c.ackChunk(now, r.msg, int(r.idx))
-		}
-		*r = txRecord{}
-		tp.floor++
+	acked := h.ackBelow(now, a.Cum, ps, c)
+	if h.gbnResend < h.floor {
+		h.gbnResend = h.floor
 	}
-	if tp.gbnResend < tp.floor {
-		tp.gbnResend = tp.floor
-	}
-	if a.Flags&FlagAckNak != 0 && a.Cum < tp.next {
-		tp.gbnResend = a.Cum // go back N
+	if a.Flags&FlagAckNak != 0 && a.Cum < h.next {
+		h.gbnResend = a.Cum // go back N
 		c.Stats.PacketsLost++
-		c.ctl.OnLoss(now, 0, int(tp.rec(a.Cum).size))
+		c.ctl.OnLoss(now, 0, int(h.rec(a.Cum).size))
 	}
-	if a.EchoTimestamp > tp.lastEcho && a.EchoTimestamp-1 <= uint64(now) {
-		tp.lastEcho = a.EchoTimestamp
-		ps.OnRTTSample(now - time.Duration(a.EchoTimestamp-1))
+	if rtt, ok := h.rttSample(now, a); ok {
+		ps.OnRTTSample(rtt)
 	}
 	if a.RateHintBps > 0 {
 		c.ctl.OnRateHint(now, float64(a.RateHintBps)/8)
@@ -74,16 +59,16 @@ func (c *Conn) onAckGBN(now time.Duration, a *Ack) {
 
 // gbnResend resends, with its original sequence number, the next packet after a go-back.
 func (c *Conn) gbnResend(now time.Duration, buf []byte, rate float64) (Transmit, bool) {
-	tp := &c.tx[0]
-	seq := tp.gbnResend
-	r := tp.rec(seq)
+	h := &c.tx[0]
+	seq := h.gbnResend
+	r := h.rec(seq)
 	ref := chunkRef{msg: r.msg, idx: int(r.idx)}
 	payload := ref.msg.chunk(ref.idx, c.mtu)
-	p, err := c.encodeData(buf, 0, seq, tp.floor, ref, payload, true, now)
+	p, err := c.encodeData(buf, 0, seq, h.floor, ref, payload, true, now)
 	if err != nil {
 		return Transmit{}, false
 	}
-	tp.gbnResend++
+	h.gbnResend++
 	r.sent = now
 	c.Stats.DataSent++
 	c.Stats.Retransmits++

@@ -2,77 +2,17 @@ package metaroce
 
 import "time"
 
-// rxPath is the receiver's view of one path: which of its sequence numbers
-// arrived, and the acknowledgement it owes.
+// rxPath is the receiver's side of one path: which of its sequence numbers
+// arrived (the recvWindow), and the acknowledgement it owes.
 type rxPath struct {
-	cum, largest uint64
-	any          bool
-	bits         []uint64 // ring bitmap of received sequences in [cum, cum+len*64)
-	lastTs       uint64
-	ce, count    uint64
-	peerPort     uint16
-	pending      int
-	ackDeadline  time.Duration
-	immediate    bool
-	nak          bool // RoCEv2: a NAK is owed
-	nakSent      bool // RoCEv2: a NAK was sent for the current gap
-}
-
-func (r *rxPath) capBits() uint64 { return uint64(len(r.bits)) * 64 }
-
-func (r *rxPath) get(seq uint64) bool {
-	if seq < r.cum || seq-r.cum >= r.capBits() {
-		return false
-	}
-	i := seq & (r.capBits() - 1)
-	return r.bits[i/64]&(1<<(i%64)) != 0
-}
-
-func (r *rxPath) set(seq uint64) {
-	i := seq & (r.capBits() - 1)
-	r.bits[i/64] |= 1 << (i % 64)
-}
-
-func (r *rxPath) clearBit(seq uint64) {
-	i := seq & (r.capBits() - 1)
-	r.bits[i/64] &^= 1 << (i % 64)
-}
-
-// grow makes the bitmap cover seq.
-func (r *rxPath) grow(seq uint64) {
-	need := seq - r.cum + 1
-	n := uint64(512)
-	for n < need {
-		n *= 2
-	}
-	old := *r
-	r.bits = make([]uint64, n/64)
-	if old.bits != nil && old.any {
-		for s := r.cum; s <= old.largest; s++ {
-			if old.get(s) {
-				r.set(s)
-			}
-		}
-	}
-}
-
-// advanceTo moves the cumulative point to at least floor (the sender gave up
-// on everything below it), then over every contiguous received sequence.
-func (r *rxPath) advanceTo(floor uint64) {
-	if floor > r.cum {
-		if floor-r.cum >= r.capBits() {
-			clear(r.bits)
-		} else {
-			for s := r.cum; s < floor; s++ {
-				r.clearBit(s)
-			}
-		}
-		r.cum = floor
-	}
-	for r.capBits() > 0 && r.get(r.cum) {
-		r.clearBit(r.cum)
-		r.cum++
-	}
+	win         recvWindow
+	ce, count   uint64 // DATA packets received CE-marked, and in all
+	peerPort    uint16 // the source port of the path's DATA: where ACKs go
+	pending     int    // packets not yet acknowledged
+	ackDeadline time.Duration
+	immediate   bool
+	nak         bool // RoCEv2: a NAK is owed
+	nakSent     bool // RoCEv2: a NAK was sent for the current gap
 }
 
 type rxMessage struct {
@@ -145,35 +85,23 @@ func (c *Conn) onData(now time.Duration, h *DataHeader, payload []byte, m RecvMe
 		c.onDataGBN(now, r, h, payload, m)
 		return
 	}
-	r.advanceTo(h.Seq - uint64(h.FloorGap))
-	if h.Seq < r.cum || r.get(h.Seq) {
+	switch r.win.receive(h.Seq, h.Seq-uint64(h.FloorGap), h.Timestamp, uint64(c.ep.cfg.MaxPathInflight)) {
+	case rxDuplicate:
 		c.Stats.Duplicates++
 		r.immediate = true
 		c.owe(now, r)
 		return
-	}
-	if h.Seq-r.cum >= uint64(c.ep.cfg.MaxPathInflight) {
+	case rxTooFar:
 		c.Stats.WindowViolations++
 		return
-	}
-	if h.Seq-r.cum >= r.capBits() {
-		r.grow(h.Seq)
-	}
-	if r.any && h.Seq > r.largest+1 {
+	case rxGap:
 		r.immediate = true // a gap: tell the sender at once
 	}
-	r.set(h.Seq)
-	if !r.any || h.Seq > r.largest {
-		r.largest = h.Seq
-		r.lastTs = h.Timestamp
-	}
-	r.any = true
 	r.count++
 	if m.CE {
 		r.ce++
 		r.immediate = true
 	}
-	r.advanceTo(r.cum)
 	c.owe(now, r)
 	c.place(now, h, payload, r.peerPort)
 }
@@ -345,25 +273,13 @@ func (c *Conn) pollAck(now time.Duration, buf []byte) (Transmit, bool) {
 		var a Ack
 		a.Conn = c.id
 		a.Path = uint16(i)
-		a.Cum = r.cum
-		a.Largest = r.largest
-		a.EchoTimestamp = r.lastTs
+		r.win.fillAck(&a, c.mode != ModeRoCEv2)
 		a.CECount, a.RxCount = r.ce, r.count
 		a.RateHintBps = c.ep.rateHintBps(now, c)
 		c.lastHint = a.RateHintBps
-		if c.mode == ModeRoCEv2 {
-			if r.nak {
-				a.Flags = FlagAckNak
-				r.nak = false
-			}
-		} else {
-			base := a.SackBase()
-			for s := base; s <= r.largest && s-base < SackBits; s++ {
-				if r.get(s) {
-					j := s - base
-					a.Sack[j/8] |= 1 << (j % 8)
-				}
-			}
+		if c.mode == ModeRoCEv2 && r.nak {
+			a.Flags = FlagAckNak
+			r.nak = false
 		}
 		for len(c.dirty) > 0 && a.NStreams < MaxAckStreams {
 			id := c.dirty[len(c.dirty)-1]

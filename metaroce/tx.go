@@ -113,33 +113,6 @@ type chunkRef struct {
 	idx int
 }
 
-const (
-	recInflight uint8 = iota + 1
-	recAcked
-	recLost
-)
-
-type txRecord struct {
-	msg   *txMessage
-	idx   uint32
-	size  uint32 // bytes on the wire
-	sent  time.Duration
-	state uint8
-}
-
-// txPath is the sender's view of one path's sequence space.
-type txPath struct {
-	ring        []txRecord // indexed by seq & (len-1)
-	floor, next uint64     // records exist for [floor, next); floor is the oldest in flight
-	lastEcho    uint64
-	lastCE      uint64
-	lastRx      uint64
-	gbnResend   uint64 // RoCEv2: next sequence to resend after a NAK
-	lastSent    time.Duration
-}
-
-func (p *txPath) rec(seq uint64) *txRecord { return &p.ring[seq&uint64(len(p.ring)-1)] }
-
 // Write queues a WRITE of data to (key, addr) at the peer on stream. The
 // data must stay untouched until EventSendComplete for the returned sequence.
 func (c *Conn) Write(now time.Duration, stream uint32, key uint32, addr uint64, data []byte) (uint64, error) {
@@ -228,8 +201,7 @@ func (c *Conn) gbnPending() bool {
 // window is the room a path may use: the controller's window, unless the
 // path's sequence space is full.
 func (c *Conn) window(path int) int {
-	p := &c.tx[path]
-	if p.next-p.floor >= uint64(c.ep.cfg.MaxPathInflight) {
+	if c.tx[path].span() >= uint64(c.ep.cfg.MaxPathInflight) {
 		return 0
 	}
 	return c.ctl.Window(path)
@@ -324,34 +296,25 @@ func (c *Conn) pollData(now time.Duration, buf []byte) (Transmit, bool) {
 	} else {
 		c.consumed(ref)
 	}
-	tp := &c.tx[path]
-	seq := tp.next
-	if !c.ensureRing(tp) {
+	h := &c.tx[path]
+	if !h.reserve(c.ep.cfg.MaxPathInflight) {
 		c.cwndLimit = true
 		return Transmit{}, false
 	}
-	p, err := c.encodeData(buf, path, seq, tp.floor, ref, payload, retransmit, now)
+	p, err := c.encodeData(buf, path, h.next, h.floor, ref, payload, retransmit, now)
 	if err != nil {
 		return Transmit{}, false
 	}
-	tp.next++
+	h.add(now, &c.paths.Paths[path], ref.msg, ref.idx, size)
 	if c.mode == ModeRoCEv2 {
-		tp.gbnResend = tp.next // nothing to go back over
+		h.gbnResend = h.next // nothing to go back over
 	}
-	*tp.rec(seq) = txRecord{msg: ref.msg, idx: uint32(ref.idx), size: uint32(size), sent: now, state: recInflight}
 	return c.sent(now, path, size, len(payload), retransmit, rate, len(p)), true
 }
 
-// sent does the bookkeeping common to every DATA packet sent.
+// sent does the connection's bookkeeping of a DATA packet sent (the path's
+// is the sentHistory's).
 func (c *Conn) sent(now time.Duration, path, size, payload int, retransmit bool, rate float64, n int) Transmit {
-	tp := &c.tx[path]
-	ps := &c.paths.Paths[path]
-	if ps.InflightBytes == 0 {
-		ps.LastProgress = now // the PTO clock starts with the first packet in flight
-	}
-	ps.InflightBytes += size
-	ps.SentPackets++
-	tp.lastSent = now
 	c.ctl.OnSent(now, path, size)
 	c.Stats.DataSent++
 	c.Stats.PayloadBytesSent += uint64(payload)
@@ -426,127 +389,6 @@ func (c *Conn) encodeData(buf []byte, path int, seq, floor uint64, ref chunkRef,
 		h.Flags = FlagRetransmit
 	}
 	return AppendData(buf[:0], &h, payload)
-}
-
-// ensureRing makes room in the path's ring for sequence tp.next.
-func (c *Conn) ensureRing(tp *txPath) bool {
-	need := tp.next - tp.floor + 1
-	if need <= uint64(len(tp.ring)) {
-		return true
-	}
-	if need > uint64(c.ep.cfg.MaxPathInflight) {
-		return false
-	}
-	n := 64
-	for uint64(n) < need {
-		n *= 2
-	}
-	ring := make([]txRecord, n)
-	for s := tp.floor; s < tp.next; s++ {
-		ring[s&uint64(n-1)] = *tp.rec(s)
-	}
-	tp.ring = ring
-	return true
-}
-
-// onAck processes an ACK for one of our paths.
-func (c *Conn) onAck(now time.Duration, a *Ack) {
-	path := int(a.Path)
-	if path >= len(c.tx) {
-		c.Stats.Malformed++
-		return
-	}
-	tp := &c.tx[path]
-	if a.Largest >= tp.next || a.Cum > tp.next {
-		c.Stats.Malformed++ // acknowledges what we never sent
-		return
-	}
-	c.Stats.AcksReceived++
-	if c.mode == ModeRoCEv2 {
-		c.onAckGBN(now, a)
-		return
-	}
-	ps := &c.paths.Paths[path]
-	var s cc.AckSample
-	lostBytes := 0
-	end := a.Largest + 1
-	if a.Cum > end {
-		end = a.Cum
-	}
-	ackedPkts := 0
-	for seq := tp.floor; seq < end && seq < tp.next; seq++ {
-		r := tp.rec(seq)
-		if r.state != recInflight {
-			continue
-		}
-		if a.Acked(seq) {
-			r.state = recAcked
-			ps.InflightBytes -= int(r.size)
-			ps.AckedPackets++
-			ackedPkts++
-			s.AckedBytes += int(r.size)
-			c.ackChunk(now, r.msg, int(r.idx))
-		} else if seq < a.Largest {
-			c.lose(ps, r)
-			lostBytes += int(r.size)
-		}
-	}
-	c.advanceFloor(tp)
-	if a.EchoTimestamp > tp.lastEcho && a.EchoTimestamp-1 <= uint64(now) {
-		tp.lastEcho = a.EchoTimestamp
-		s.RTT = now - time.Duration(a.EchoTimestamp-1)
-		ps.OnRTTSample(s.RTT)
-		if c.minRTT == 0 || ps.MinRTT < c.minRTT {
-			c.minRTT = ps.MinRTT
-		}
-	}
-	// ECN: the ack carries cumulative counts of CE-marked and all packets.
-	if a.RxCount > tp.lastRx {
-		dRx := a.RxCount - tp.lastRx
-		dCE := uint64(0)
-		if a.CECount > tp.lastCE {
-			dCE = a.CECount - tp.lastCE
-		}
-		if dCE > dRx {
-			dCE = dRx
-		}
-		s.MarkedBytes = int(float64(s.AckedBytes) * float64(dCE) / float64(dRx))
-		ps.MarkedPackets += dCE
-		tp.lastRx, tp.lastCE = a.RxCount, a.CECount
-	}
-	if a.RateHintBps > 0 {
-		c.ctl.OnRateHint(now, float64(a.RateHintBps)/8)
-	}
-	if lostBytes > 0 {
-		c.ctl.OnLoss(now, path, lostBytes)
-	}
-	if s.AckedBytes > 0 {
-		s.SRTT, s.MinRTT, s.InflightBytes = ps.SRTT, ps.MinRTT, ps.InflightBytes
-		c.ctl.OnAck(now, path, s)
-		c.paths.OnProgress(now, path)
-		c.flushTransitions(now)
-	}
-	if s.AckedBytes > 0 || lostBytes > 0 {
-		c.cwndLimit = false
-	}
-}
-
-// lose declares a record lost and queues its chunk for retransmission.
-func (c *Conn) lose(ps *pathmgr.Path, r *txRecord) {
-	r.state = recLost
-	ps.InflightBytes -= int(r.size)
-	ps.LostPackets++
-	c.Stats.PacketsLost++
-	if r.msg.err == nil && r.msg.acked[r.idx/64]&(1<<(r.idx%64)) == 0 {
-		c.retx = append(c.retx, chunkRef{msg: r.msg, idx: int(r.idx)})
-	}
-}
-
-func (c *Conn) advanceFloor(tp *txPath) {
-	for tp.floor < tp.next && tp.rec(tp.floor).state != recInflight {
-		*tp.rec(tp.floor) = txRecord{}
-		tp.floor++
-	}
 }
 
 // ackChunk records that chunk idx of m is in the receiver's memory.
@@ -628,50 +470,4 @@ func (c *Conn) failAll(now time.Duration, err error) {
 		c.completeStream(now, s)
 	}
 	c.active = c.active[:0]
-}
-
-// ptoDeadline returns when path's oldest packet in flight times out.
-func (c *Conn) ptoDeadline(path int) (time.Duration, bool) {
-	tp := &c.tx[path]
-	ps := &c.paths.Paths[path]
-	if tp.floor >= tp.next || ps.InflightBytes <= 0 {
-		return 0, false
-	}
-	start := ps.LastProgress
-	if sent := tp.rec(tp.floor).sent; sent > start {
-		start = sent
-	}
-	return start + ps.PTO(c.paths.Config()), true
-}
-
-// onPTO handles a path whose data went unacknowledged for a probe timeout:
-// everything in flight on it is resent (on other paths if it is now down).
-func (c *Conn) onPTO(now time.Duration, path int) {
-	c.Stats.Timeouts++
-	if c.mode == ModeRoCEv2 {
-		tp := &c.tx[path]
-		tp.gbnResend = tp.floor // go back to the oldest unacknowledged packet
-		c.paths.Paths[path].LastProgress = now
-		return
-	}
-	c.loseAll(now, path)
-	c.paths.OnTimeout(now, path)
-}
-
-// loseAll declares everything in flight on path lost.
-func (c *Conn) loseAll(now time.Duration, path int) {
-	tp := &c.tx[path]
-	ps := &c.paths.Paths[path]
-	lost := 0
-	for seq := tp.floor; seq < tp.next; seq++ {
-		if r := tp.rec(seq); r.state == recInflight {
-			c.lose(ps, r)
-			lost += int(r.size)
-		}
-	}
-	c.advanceFloor(tp)
-	if lost > 0 {
-		c.ctl.OnLoss(now, path, lost)
-	}
-	c.cwndLimit = false
 }

@@ -1,0 +1,59 @@
+// Package metaroce implements the MetaRoCE transport (docs/PROTOCOL.md) as
+// a sans-I/O state machine: RDMA-style WRITEs and SENDs sprayed over many
+// paths of one connection, placed into the receiver's memory as they
+// arrive, acknowledged per path with SACK, and repaired by resending lost
+// chunks as new DATA on whichever path has room.
+//
+// The caller owns sockets, clocks and goroutines. It feeds an Endpoint the
+// datagrams it receives (Receive) and the time (every method takes now as
+// an argument), polls it for datagrams to send (Poll), events (PollEvent)
+// and the next deadline (NextTimeout, HandleTimeout), as raft's RawNode and
+// quic-go's connection are driven. An Endpoint is not safe for concurrent
+// use. Nothing in it reads the clock, sleeps, allocates per packet in the
+// steady state, or blocks.
+//
+// # Layout
+//
+//   - wire.go: the codecs, append-style encoders and decoders of every
+//     packet type (golden vectors in testdata/vectors.json, fuzzed).
+//   - config.go, errors.go, events.go: Config and its defaults, the typed
+//     errors, the events the application hears.
+//   - endpoint.go: Endpoint, demultiplexing by connection id, accepting
+//     connections, the receiver loop's rate hints; sched.go: which
+//     connections have something to send and when their timers fire.
+//   - conn.go: Conn, the handshake, close, probes and timers of one
+//     connection.
+//   - tx.go: the send side: messages, streams, the round robin over them,
+//     pacing, building DATA packets.
+//   - sent.go: sentHistory, one path's sent history and loss detection
+//     (what was sent on the path, what each ACK acknowledges or declares
+//     lost, the ack floor, the probe-timeout deadline); recovery.go: what
+//     the connection does with it (resends, completions, the controller
+//     and path manager told).
+//   - recvwin.go: recvWindow, one path's receive bitmap (the cumulative
+//     point, the ack floor, the SACK report); rx.go: placement of payloads
+//     into memory or posted buffers, in-order completions, and the
+//     acknowledgements each path owes.
+//   - gbn.go: the RoCEv2 go-back-N baseline, for measurement only.
+//   - relay.go: cut-through relaying for gateways (stream sinks, relayed
+//     messages supplied chunk by chunk); memory.go: the registry of memory
+//     regions WRITEs place into.
+//
+// Path health, entropy and the sprayer are package pathmgr's; congestion
+// control is package cc's, behind cc.Controller.
+//
+// Tests: unit tests per type (sent_test.go, recvwin_test.go, wire_test.go),
+// a small deterministic network for end-to-end transfers (harness_test.go,
+// conn_test.go), and scripted scenarios under testdata/scenarios, one per
+// recovery rule of PROTOCOL.md §2–§4, run by scenario_test.go (regenerate
+// their outputs with -rewrite and read the diff).
+//
+// # Imports
+//
+// metaroce is the protocol core that every adapter builds on, so it
+// imports only the standard library and mrgw's cc and pathmgr. It must
+// never import tunnel, gateway, region, config, netio, host, loadtest or
+// sim, nor any socket, metrics or configuration package (net, syscall,
+// golang.org/x/sys, prometheus, viper, memberlist): adapters above it do
+// that, and turn its events into metrics and logs.
+package metaroce

@@ -1,0 +1,105 @@
+package metaroce
+
+import (
+	"time"
+
+	"github.com/mrgw/mrgw/cc"
+)
+
+// This file is what the connection does with its paths' sent histories
+// (sent.go): it feeds them ACKs and probe timeouts, resends what they
+// declare lost, completes what they declare acknowledged, and tells the
+// congestion controller and the path manager.
+
+// onAck processes an ACK for one of our paths.
+func (c *Conn) onAck(now time.Duration, a *Ack) {
+	path := int(a.Path)
+	if path >= len(c.tx) {
+		c.Stats.Malformed++
+		return
+	}
+	h := &c.tx[path]
+	if !h.plausible(a) {
+		c.Stats.Malformed++ // acknowledges what we never sent
+		return
+	}
+	c.Stats.AcksReceived++
+	if c.mode == ModeRoCEv2 {
+		c.onAckGBN(now, a)
+		return
+	}
+	ps := &c.paths.Paths[path]
+	var s cc.AckSample
+	var lostBytes int
+	s.AckedBytes, lostBytes = h.onAck(now, a, ps, c)
+	if rtt, ok := h.rttSample(now, a); ok {
+		s.RTT = rtt
+		ps.OnRTTSample(rtt)
+		if c.minRTT == 0 || ps.MinRTT < c.minRTT {
+			c.minRTT = ps.MinRTT
+		}
+	}
+	// ECN: the ack carries cumulative counts of CE-marked and all packets.
+	if dRx, dCE, ok := h.ecn(a); ok {
+		s.MarkedBytes = int(float64(s.AckedBytes) * float64(dCE) / float64(dRx))
+		ps.MarkedPackets += dCE
+	}
+	if a.RateHintBps > 0 {
+		c.ctl.OnRateHint(now, float64(a.RateHintBps)/8)
+	}
+	if lostBytes > 0 {
+		c.ctl.OnLoss(now, path, lostBytes)
+	}
+	if s.AckedBytes > 0 {
+		s.SRTT, s.MinRTT, s.InflightBytes = ps.SRTT, ps.MinRTT, ps.InflightBytes
+		c.ctl.OnAck(now, path, s)
+		c.paths.OnProgress(now, path)
+		c.flushTransitions(now)
+	}
+	if s.AckedBytes > 0 || lostBytes > 0 {
+		c.cwndLimit = false
+	}
+}
+
+// packetAcked (sentHandler) records that a packet's chunk is in the
+// receiver's memory.
+func (c *Conn) packetAcked(now time.Duration, r *txRecord) {
+	c.ackChunk(now, r.msg, int(r.idx))
+}
+
+// packetLost (sentHandler) queues a lost packet's chunk to be sent again,
+// unless the chunk was acknowledged meanwhile (a copy sent on another path)
+// or its message failed.
+func (c *Conn) packetLost(r *txRecord) {
+	c.Stats.PacketsLost++
+	if r.msg.err == nil && r.msg.acked[r.idx/64]&(1<<(r.idx%64)) == 0 {
+		c.retx = append(c.retx, chunkRef{msg: r.msg, idx: int(r.idx)})
+	}
+}
+
+// ptoDeadline returns when path's oldest packet in flight times out.
+func (c *Conn) ptoDeadline(path int) (time.Duration, bool) {
+	return c.tx[path].ptoDeadline(&c.paths.Paths[path], c.paths.Config())
+}
+
+// onPTO handles a path whose data went unacknowledged for a probe timeout:
+// everything in flight on it is resent (on other paths if it is now down).
+func (c *Conn) onPTO(now time.Duration, path int) {
+	c.Stats.Timeouts++
+	if c.mode == ModeRoCEv2 {
+		h := &c.tx[path]
+		h.gbnResend = h.floor // go back to the oldest unacknowledged packet
+		c.paths.Paths[path].LastProgress = now
+		return
+	}
+	c.loseAll(now, path)
+	c.paths.OnTimeout(now, path)
+}
+
+// loseAll declares everything in flight on path lost.
+func (c *Conn) loseAll(now time.Duration, path int) {
+	if lost := c.tx[path].loseAll(&c.paths.Paths[path], c); lost > 0 {
+		c.ctl.OnLoss(now, path, lost)
+	}
+	c.cwndLimit = false
+}

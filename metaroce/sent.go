@@ -1,0 +1,233 @@
+package metaroce
+
+import (
+	"time"
+
+	"github.com/mrgw/mrgw/pathmgr"
+)
+
+// This file is the sender's per-path sent history and loss detection, kept
+// apart from the connection as quic-go keeps its ackhandler apart from its
+// connection: a sentHistory knows what was sent on one path and what each
+// ACK of that path says about it; what a lost or acknowledged packet means
+// for the connection (resending a chunk, completing a message) is the
+// connection's business, told through a sentHandler.
+
+// Record states.
+const (
+	recInflight uint8 = iota + 1
+	recAcked
+	recLost
+)
+
+// txRecord is one DATA packet sent on a path.
+type txRecord struct {
+	msg   *txMessage
+	idx   uint32
+	size  uint32 // bytes on the wire
+	sent  time.Duration
+	state uint8
+}
+
+// sentHandler is told what becomes of each packet of a sentHistory. The
+// record it gets is already in its new state; it is only valid during the
+// call.
+type sentHandler interface {
+	// packetAcked: the receiver has the packet (PROTOCOL.md §3, SACK).
+	packetAcked(now time.Duration, r *txRecord)
+	// packetLost: the packet is lost and its chunk must be sent again, as
+	// new DATA with a new sequence number (§3 "Loss", "Tail loss").
+	packetLost(r *txRecord)
+}
+
+// sentHistory is the sender's view of one path's sequence space: a record
+// of every DATA packet from the oldest still in flight (the path's ack
+// floor, carried in every DATA as the floor gap) to the next sequence to
+// send, and the per-path state of ACK processing (the newest RTT echo, the
+// ECN counts, the RoCEv2 go-back point).
+//
+// Loss detection is by sequence, not by time: the fabric keeps one path's
+// packets in order, so a sequence below an ACK's largest that the ACK does
+// not acknowledge is lost (PROTOCOL.md §3 "Loss"), and when nothing is
+// acknowledged for a probe timeout everything in flight is (§3 "Tail
+// loss"). Sequence numbers are never reused: a lost packet stays lost, and
+// the floor passes it.
+type sentHistory struct {
+	ring        []txRecord // indexed by seq & (len-1)
+	floor, next uint64     // records exist for [floor, next); floor is the oldest in flight
+	lastEcho    uint64     // newest echo timestamp taken as an RTT sample
+	lastCE      uint64     // CE count of the last ACK
+	lastRx      uint64     // RX count of the last ACK
+	gbnResend   uint64     // RoCEv2: next sequence to resend after a NAK
+}
+
+// rec returns the record of seq, which must lie in [floor, next).
+func (h *sentHistory) rec(seq uint64) *txRecord { return &h.ring[seq&uint64(len(h.ring)-1)] }
+
+// span is the number of sequences between the floor and the next: what
+// the receiver's window for the path must cover.
+func (h *sentHistory) span() uint64 { return h.next - h.floor }
+
+// reserve makes room in the ring for sequence next, growing it to a power
+// of two; it fails when the span would exceed limit (MaxPathInflight).
+func (h *sentHistory) reserve(limit int) bool {
+	need := h.next - h.floor + 1
+	if need <= uint64(len(h.ring)) {
+		return true
+	}
+	if need > uint64(limit) {
+		return false
+	}
+	n := 64
+	for uint64(n) < need {
+		n *= 2
+	}
+	ring := make([]txRecord, n)
+	for s := h.floor; s < h.next; s++ {
+		ring[s&uint64(n-1)] = *h.rec(s)
+	}
+	h.ring = ring
+	return true
+}
+
+// add records the packet sent as sequence next (reserve must have
+// succeeded) and returns its sequence. The path's bytes in flight grow by
+// its size; the probe-timeout clock starts with the first packet in flight.
+func (h *sentHistory) add(now time.Duration, ps *pathmgr.Path, m *txMessage, idx, size int) uint64 {
+	seq := h.next
+	h.next++
+	*h.rec(seq) = txRecord{msg: m, idx: uint32(idx), size: uint32(size), sent: now, state: recInflight}
+	if ps.InflightBytes == 0 {
+		ps.LastProgress = now
+	}
+	ps.InflightBytes += size
+	ps.SentPackets++
+	return seq
+}
+
+// plausible reports whether a only names sequences that were sent.
+func (h *sentHistory) plausible(a *Ack) bool {
+	return a.Largest < h.next && a.Cum <= h.next
+}
+
+// onAck applies ACK a (plausible) to the records in flight: each one it
+// acknowledges is acked; each one below a.Largest it does not acknowledge
+// is lost, whether its SACK bit is clear or it fell below the SACK window
+// unreported (PROTOCOL.md §3 "Loss"). Then the floor moves past every
+// record no longer in flight. It returns the bytes acknowledged and lost.
+func (h *sentHistory) onAck(now time.Duration, a *Ack, ps *pathmgr.Path, hd sentHandler) (acked, lost int) {
+	end := a.Largest + 1
+	if a.Cum > end {
+		end = a.Cum
+	}
+	for seq := h.floor; seq < end && seq < h.next; seq++ {
+		r := h.rec(seq)
+		if r.state != recInflight {
+			continue
+		}
+		if a.Acked(seq) {
+			r.state = recAcked
+			ps.InflightBytes -= int(r.size)
+			ps.AckedPackets++
+			acked += int(r.size)
+			hd.packetAcked(now, r)
+		} else if seq < a.Largest {
+			h.lose(r, ps, hd)
+			lost += int(r.size)
+		}
+	}
+	h.advanceFloor()
+	return acked, lost
+}
+
+// loseAll declares every record in flight lost (a probe timeout, or a path
+// taken down) and returns the bytes lost.
+func (h *sentHistory) loseAll(ps *pathmgr.Path, hd sentHandler) (lost int) {
+	for seq := h.floor; seq < h.next; seq++ {
+		if r := h.rec(seq); r.state == recInflight {
+			h.lose(r, ps, hd)
+			lost += int(r.size)
+		}
+	}
+	h.advanceFloor()
+	return lost
+}
+
+func (h *sentHistory) lose(r *txRecord, ps *pathmgr.Path, hd sentHandler) {
+	r.state = recLost
+	ps.InflightBytes -= int(r.size)
+	ps.LostPackets++
+	hd.packetLost(r)
+}
+
+// advanceFloor moves the floor over every record no longer in flight: the
+// sender has seen it acknowledged or given it up, and tells the receiver
+// so in the floor gap of its next DATA (PROTOCOL.md §3, "the cumulative
+// point").
+func (h *sentHistory) advanceFloor() {
+	for h.floor < h.next && h.rec(h.floor).state != recInflight {
+		*h.rec(h.floor) = txRecord{}
+		h.floor++
+	}
+}
+
+// ptoDeadline returns when the path's oldest packet in flight times out: a
+// probe timeout after it was sent or after the path last made progress,
+// whichever is later (PROTOCOL.md §3 "Tail loss and dead paths").
+func (h *sentHistory) ptoDeadline(ps *pathmgr.Path, cfg *pathmgr.Config) (time.Duration, bool) {
+	if h.floor >= h.next || ps.InflightBytes <= 0 {
+		return 0, false
+	}
+	start := ps.LastProgress
+	if sent := h.rec(h.floor).sent; sent > start {
+		start = sent
+	}
+	return start + ps.PTO(cfg), true
+}
+
+// rttSample returns the round trip an ACK's echo timestamp measures, if it
+// echoes a packet newer than any echo seen before and not from the future.
+func (h *sentHistory) rttSample(now time.Duration, a *Ack) (time.Duration, bool) {
+	if a.EchoTimestamp > h.lastEcho && a.EchoTimestamp-1 <= uint64(now) {
+		h.lastEcho = a.EchoTimestamp
+		return now - time.Duration(a.EchoTimestamp-1), true
+	}
+	return 0, false
+}
+
+// ecn returns the packets an ACK reports received and CE-marked since the
+// previous ACK (PROTOCOL.md §9): its counts are cumulative. Counts that go
+// backwards (a reordered ACK) report nothing.
+func (h *sentHistory) ecn(a *Ack) (dRx, dCE uint64, ok bool) {
+	if a.RxCount <= h.lastRx {
+		return 0, 0, false
+	}
+	dRx = a.RxCount - h.lastRx
+	if a.CECount > h.lastCE {
+		dCE = a.CECount - h.lastCE
+	}
+	if dCE > dRx {
+		dCE = dRx
+	}
+	h.lastRx, h.lastCE = a.RxCount, a.CECount
+	return dRx, dCE, true
+}
+
+// ackBelow (RoCEv2) acknowledges every record below cum, which the
+// receiver accepted in order, and moves the floor to cum. It returns the
+// bytes acknowledged.
+func (h *sentHistory) ackBelow(now time.Duration, cum uint64, ps *pathmgr.Path, hd sentHandler) (acked int) {
+	for h.floor < cum {
+		r := h.rec(h.floor)
+		if r.state == recInflight {
+			r.state = recAcked
+			ps.InflightBytes -= int(r.size)
+			ps.AckedPackets++
+			acked += int(r.size)
+			hd.packetAcked(now, r)
+		}
+		*r = txRecord{}
+		h.floor++
+	}
+	return acked
+}

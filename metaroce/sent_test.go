@@ -1,0 +1,329 @@
+package metaroce
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/mrgw/mrgw/pathmgr"
+)
+
+// sentLog is a sentHandler that records what it is told.
+type sentLog struct {
+	acked, lost []uint32 // chunk indexes (the tests send chunk i as sequence i)
+}
+
+func (l *sentLog) packetAcked(_ time.Duration, r *txRecord) {
+	if r.state != recAcked {
+		panic("packetAcked on a record not marked acked")
+	}
+	l.acked = append(l.acked, r.idx)
+}
+
+func (l *sentLog) packetLost(r *txRecord) {
+	if r.state != recLost {
+		panic("packetLost on a record not marked lost")
+	}
+	l.lost = append(l.lost, r.idx)
+}
+
+// sendN records n packets of size bytes, sent 1 µs apart from start;
+// packet i carries chunk i.
+func sendN(t *testing.T, h *sentHistory, ps *pathmgr.Path, m *txMessage, start time.Duration, n, size int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		if !h.reserve(1 << 16) {
+			t.Fatalf("reserve failed at %d", h.next)
+		}
+		idx := int(h.next)
+		if seq := h.add(start+time.Duration(i)*time.Microsecond, ps, m, idx, size); seq != uint64(idx) {
+			t.Fatalf("add returned seq %d, want %d", seq, idx)
+		}
+	}
+}
+
+// sackAck builds an ACK with cum and largest whose SACK vector marks seqs.
+func sackAck(cum, largest uint64, seqs ...uint64) *Ack {
+	a := &Ack{Cum: cum, Largest: largest}
+	base := a.SackBase()
+	for _, s := range seqs {
+		if s >= base && s-base < SackBits {
+			a.Sack[(s-base)/8] |= 1 << ((s - base) % 8)
+		}
+	}
+	return a
+}
+
+func TestSentHistoryAddCountsInflight(t *testing.T) {
+	var h sentHistory
+	ps := &pathmgr.Path{}
+	m := &txMessage{}
+	sendN(t, &h, ps, m, 5*time.Millisecond, 3, 100)
+	if h.floor != 0 || h.next != 3 || h.span() != 3 {
+		t.Fatalf("floor %d next %d span %d, want 0 3 3", h.floor, h.next, h.span())
+	}
+	if ps.InflightBytes != 300 || ps.SentPackets != 3 {
+		t.Fatalf("inflight %d sent %d, want 300 3", ps.InflightBytes, ps.SentPackets)
+	}
+	// The PTO clock starts with the first packet in flight, not the later ones.
+	if ps.LastProgress != 5*time.Millisecond {
+		t.Fatalf("LastProgress %v, want 5ms", ps.LastProgress)
+	}
+	if r := h.rec(2); r.state != recInflight || r.size != 100 || r.sent != 5*time.Millisecond+2*time.Microsecond || r.msg != m {
+		t.Fatalf("record 2 is %+v", *r)
+	}
+}
+
+func TestSentHistoryReserveGrowsKeepingRecordsAndStopsAtLimit(t *testing.T) {
+	var h sentHistory
+	ps := &pathmgr.Path{}
+	m := &txMessage{}
+	sendN(t, &h, ps, m, 0, 10, 1)
+	// Acknowledge 0..4 so the floor is not at 0 when the ring grows.
+	var log sentLog
+	h.onAck(0, &Ack{Cum: 5, Largest: 4}, ps, &log)
+	sendN(t, &h, ps, m, 0, 100, 1) // 5..109 in flight: past the first ring of 64
+	if len(h.ring) != 128 {
+		t.Fatalf("ring of %d, want 128", len(h.ring))
+	}
+	for s := h.floor; s < h.next; s++ {
+		if r := h.rec(s); r.state != recInflight || r.idx != uint32(s) {
+			t.Fatalf("record %d after growth: %+v", s, *r)
+		}
+	}
+	// The limit bounds growth: with the ring full, a span of 129 needs
+	// a larger ring, which a limit of 128 refuses.
+	sendN(t, &h, ps, m, 0, 128-int(h.span()), 1)
+	if h.span() != 128 {
+		t.Fatalf("span %d, want 128", h.span())
+	}
+	if h.reserve(128) {
+		t.Fatal("reserve beyond the limit succeeded")
+	}
+	if !h.reserve(129) || len(h.ring) != 256 {
+		t.Fatalf("reserve within the limit: ring of %d, want 256", len(h.ring))
+	}
+}
+
+func TestSentHistoryAckAcknowledgesAndLosesBelowLargest(t *testing.T) {
+	var h sentHistory
+	ps := &pathmgr.Path{}
+	sendN(t, &h, ps, &txMessage{}, 0, 8, 10)
+	var log sentLog
+	// 0 and 1 cumulatively, 4 and 6 selectively: 2, 3 and 5 lie below the
+	// largest unacknowledged and are lost; 7 is beyond the largest and
+	// stays in flight (it may still be on the wire).
+	acked, lost := h.onAck(0, sackAck(2, 6, 4, 6), ps, &log)
+	if !slices.Equal(log.acked, []uint32{0, 1, 4, 6}) || !slices.Equal(log.lost, []uint32{2, 3, 5}) {
+		t.Fatalf("acked %v lost %v", log.acked, log.lost)
+	}
+	if acked != 40 || lost != 30 {
+		t.Fatalf("acked %d lost %d bytes, want 40 30", acked, lost)
+	}
+	if ps.InflightBytes != 10 || ps.AckedPackets != 4 || ps.LostPackets != 3 {
+		t.Fatalf("inflight %d acked %d lost %d", ps.InflightBytes, ps.AckedPackets, ps.LostPackets)
+	}
+	if h.floor != 7 {
+		t.Fatalf("floor %d, want 7 (the oldest in flight)", h.floor)
+	}
+	// A repeat of the same ACK changes nothing: lost stays lost, acked stays acked.
+	log = sentLog{}
+	if a, l := h.onAck(0, sackAck(2, 6, 4, 6), ps, &log); a != 0 || l != 0 || len(log.acked)+len(log.lost) != 0 {
+		t.Fatalf("repeated ack: acked %d lost %d %+v", a, l, log)
+	}
+}
+
+func TestSentHistoryFloorWaitsForOldestInflight(t *testing.T) {
+	var h sentHistory
+	ps := &pathmgr.Path{}
+	sendN(t, &h, ps, &txMessage{}, 0, 4, 10)
+	var log sentLog
+	// Only 0 is acknowledged; 1..3 are beyond the largest: no loss.
+	h.onAck(0, &Ack{Cum: 1, Largest: 0}, ps, &log)
+	if h.floor != 1 || len(log.lost) != 0 {
+		t.Fatalf("floor %d lost %v, want 1 and none", h.floor, log.lost)
+	}
+	// 3 acknowledged selectively: 1 and 2 lost; the floor passes all three.
+	h.onAck(0, sackAck(1, 3, 3), ps, &log)
+	if h.floor != 4 || !slices.Equal(log.lost, []uint32{1, 2}) {
+		t.Fatalf("floor %d lost %v, want 4 and [1 2]", h.floor, log.lost)
+	}
+	if h.span() != 0 || ps.InflightBytes != 0 {
+		t.Fatalf("span %d inflight %d, want 0 0", h.span(), ps.InflightBytes)
+	}
+}
+
+func TestSentHistoryBelowSackWindowIsLost(t *testing.T) {
+	var h sentHistory
+	ps := &pathmgr.Path{}
+	sendN(t, &h, ps, &txMessage{}, 0, 300, 1)
+	// The receiver has 0 and 50..299; its SACK covers only 44..299, so 0 is
+	// not reported and 1..49 are missing: all of 0..49 count as lost.
+	seqs := make([]uint64, 0, 250)
+	for s := uint64(50); s < 300; s++ {
+		seqs = append(seqs, s)
+	}
+	a := sackAck(0, 299, seqs...)
+	if a.SackBase() != 44 {
+		t.Fatalf("SACK base %d, want 44", a.SackBase())
+	}
+	var log sentLog
+	acked, lost := h.onAck(0, a, ps, &log)
+	if acked != 250 || lost != 50 || log.lost[0] != 0 || log.lost[49] != 49 {
+		t.Fatalf("acked %d lost %d (first lost %d, last %d)", acked, lost, log.lost[0], log.lost[len(log.lost)-1])
+	}
+	if h.floor != 300 {
+		t.Fatalf("floor %d, want 300", h.floor)
+	}
+}
+
+func TestSentHistoryCumBeyondLargestAcknowledges(t *testing.T) {
+	// The receiver's cumulative point may pass its largest when the floor
+	// moved it: everything below cum is acknowledged.
+	var h sentHistory
+	ps := &pathmgr.Path{}
+	sendN(t, &h, ps, &txMessage{}, 0, 5, 1)
+	var log sentLog
+	h.onAck(0, &Ack{Cum: 4, Largest: 1}, ps, &log)
+	if !slices.Equal(log.acked, []uint32{0, 1, 2, 3}) || h.floor != 4 {
+		t.Fatalf("acked %v floor %d", log.acked, h.floor)
+	}
+}
+
+func TestSentHistoryPlausible(t *testing.T) {
+	var h sentHistory
+	sendN(t, &h, &pathmgr.Path{}, &txMessage{}, 0, 3, 1)
+	for _, tc := range []struct {
+		cum, largest uint64
+		want         bool
+	}{{0, 0, true}, {3, 2, true}, {0, 3, false}, {4, 2, false}} {
+		if got := h.plausible(&Ack{Cum: tc.cum, Largest: tc.largest}); got != tc.want {
+			t.Errorf("cum %d largest %d: plausible %v, want %v", tc.cum, tc.largest, got, tc.want)
+		}
+	}
+}
+
+func TestSentHistoryLoseAll(t *testing.T) {
+	var h sentHistory
+	ps := &pathmgr.Path{}
+	sendN(t, &h, ps, &txMessage{}, 0, 4, 10)
+	var log sentLog
+	h.onAck(0, sackAck(0, 2, 2), ps, &log) // 0, 1 lost; 2 acked; 3 in flight
+	log = sentLog{}
+	if lost := h.loseAll(ps, &log); lost != 10 || !slices.Equal(log.lost, []uint32{3}) {
+		t.Fatalf("loseAll lost %d bytes %v, want 10 [3]", lost, log.lost)
+	}
+	if h.floor != 4 || ps.InflightBytes != 0 || ps.LostPackets != 3 {
+		t.Fatalf("floor %d inflight %d lost %d", h.floor, ps.InflightBytes, ps.LostPackets)
+	}
+	if lost := h.loseAll(ps, &log); lost != 0 {
+		t.Fatalf("second loseAll lost %d", lost)
+	}
+}
+
+func TestSentHistoryPTODeadline(t *testing.T) {
+	cfg := pathmgr.DefaultConfig() // no RTT sample: PTO = 100 + 4·50 + 10 µs
+	const pto = 310 * time.Microsecond
+	var h sentHistory
+	ps := &pathmgr.Path{}
+	if _, ok := h.ptoDeadline(ps, &cfg); ok {
+		t.Fatal("deadline with nothing in flight")
+	}
+	sendN(t, &h, ps, &txMessage{}, time.Millisecond, 3, 10) // sent at 1000, 1001, 1002 µs
+	if d, ok := h.ptoDeadline(ps, &cfg); !ok || d != time.Millisecond+pto {
+		t.Fatalf("deadline %v %v, want %v", d, ok, time.Millisecond+pto)
+	}
+	// Packet 0 acknowledged: the clock runs from the oldest still in flight.
+	var log sentLog
+	h.onAck(0, &Ack{Cum: 1, Largest: 0}, ps, &log)
+	if d, _ := h.ptoDeadline(ps, &cfg); d != time.Millisecond+time.Microsecond+pto {
+		t.Fatalf("deadline %v, want %v", d, time.Millisecond+time.Microsecond+pto)
+	}
+	// Progress after that packet was sent restarts the clock.
+	ps.LastProgress = 2 * time.Millisecond
+	if d, _ := h.ptoDeadline(ps, &cfg); d != 2*time.Millisecond+pto {
+		t.Fatalf("deadline %v, want %v", d, 2*time.Millisecond+pto)
+	}
+	// With an RTT sample the PTO is srtt + 4·rttvar + max ack delay.
+	ps.OnRTTSample(400 * time.Microsecond) // srtt 400, rttvar 200
+	if d, _ := h.ptoDeadline(ps, &cfg); d != 2*time.Millisecond+(400+800+10)*time.Microsecond {
+		t.Fatalf("deadline %v with an RTT sample", d)
+	}
+}
+
+func TestSentHistoryRTTSampleOnlyFromNewerEchoes(t *testing.T) {
+	var h sentHistory
+	now := 10 * time.Millisecond
+	if rtt, ok := h.rttSample(now, &Ack{EchoTimestamp: uint64(7*time.Millisecond) + 1}); !ok || rtt != 3*time.Millisecond {
+		t.Fatalf("rtt %v %v, want 3ms", rtt, ok)
+	}
+	if _, ok := h.rttSample(now, &Ack{EchoTimestamp: uint64(6*time.Millisecond) + 1}); ok {
+		t.Fatal("an older echo gave a sample")
+	}
+	if _, ok := h.rttSample(now, &Ack{EchoTimestamp: uint64(11*time.Millisecond) + 1}); ok {
+		t.Fatal("an echo from the future gave a sample")
+	}
+	if _, ok := h.rttSample(now, &Ack{}); ok {
+		t.Fatal("no echo gave a sample")
+	}
+}
+
+func TestSentHistoryECNDeltas(t *testing.T) {
+	var h sentHistory
+	for i, tc := range []struct {
+		rx, ce   uint64
+		dRx, dCE uint64
+		ok       bool
+	}{
+		{rx: 10, ce: 2, dRx: 10, dCE: 2, ok: true},
+		{rx: 10, ce: 3, ok: false},                // no new packets: nothing to say
+		{rx: 8, ce: 1, ok: false},                 // a reordered, older ACK
+		{rx: 14, ce: 9, dRx: 4, dCE: 4, ok: true}, // more marks than packets is capped
+		{rx: 20, ce: 9, dRx: 6, dCE: 0, ok: true},
+	} {
+		dRx, dCE, ok := h.ecn(&Ack{RxCount: tc.rx, CECount: tc.ce})
+		if dRx != tc.dRx || dCE != tc.dCE || ok != tc.ok {
+			t.Errorf("ack %d (rx %d ce %d): %d %d %v, want %d %d %v", i, tc.rx, tc.ce, dRx, dCE, ok, tc.dRx, tc.dCE, tc.ok)
+		}
+	}
+}
+
+func TestSentHistoryAckBelowGoBackN(t *testing.T) {
+	var h sentHistory
+	ps := &pathmgr.Path{}
+	sendN(t, &h, ps, &txMessage{}, 0, 5, 10)
+	var log sentLog
+	if acked := h.ackBelow(0, 3, ps, &log); acked != 30 || !slices.Equal(log.acked, []uint32{0, 1, 2}) {
+		t.Fatalf("acked %d %v", acked, log.acked)
+	}
+	if h.floor != 3 || ps.InflightBytes != 20 {
+		t.Fatalf("floor %d inflight %d", h.floor, ps.InflightBytes)
+	}
+}
+
+// nopHandler is a sentHandler that does nothing (for allocation counts).
+type nopHandler struct{}
+
+func (nopHandler) packetAcked(time.Duration, *txRecord) {}
+func (nopHandler) packetLost(*txRecord)                 {}
+
+func TestSentHistoryAllocs(t *testing.T) {
+	var h sentHistory
+	ps := &pathmgr.Path{}
+	m := &txMessage{}
+	var hd sentHandler = nopHandler{}
+	cfg := pathmgr.DefaultConfig()
+	sendN(t, &h, ps, m, 0, 64, 10) // grow the ring once
+	a := &Ack{}
+	allocs := testing.AllocsPerRun(1000, func() {
+		h.reserve(1 << 16)
+		seq := h.add(0, ps, m, 0, 10)
+		*a = Ack{Cum: seq, Largest: seq}
+		a.Sack[0] = 1
+		h.onAck(0, a, ps, hd)
+		h.ptoDeadline(ps, &cfg)
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per packet sent and acknowledged, want 0", allocs)
+	}
+}
