@@ -147,7 +147,7 @@ type Gossip struct {
 // Limits bounds what a gateway holds, so a slow receiver pushes back through
 // credits instead of growing the gateway's memory.
 type Limits struct {
-	MemoryBytes     int64 `mapstructure:"memory_bytes" doc:"bytes of buffered data the gateway may hold in total, at least 1 MiB"`
+	MemoryBytes     int64 `mapstructure:"memory_bytes" doc:"bytes of buffered data the gateway may hold in total, 1 MiB..1 TiB"`
 	MaxFlows        int   `mapstructure:"max_flows" doc:"concurrent host flows admitted, 1..1000000"`
 	FlowCreditBytes int64 `mapstructure:"flow_credit_bytes" doc:"credit granted to one flow, wan.mtu..limits.memory_bytes"`
 }
