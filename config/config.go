@@ -110,7 +110,8 @@ type Control struct {
 
 // TLS names the files for mutual TLS on the control channel. The files are
 // checked for existence and readability here; their contents are parsed by
-// the tunnel package.
+// the tunnel package (tunnel/pki: LoadCredentials at start, CheckFiles in
+// `mrgw config check`).
 type TLS struct {
 	CAFile   string `mapstructure:"ca_file" doc:"PEM file of the CA that signs every gateway's certificate"`
 	CertFile string `mapstructure:"cert_file" doc:"PEM certificate of this gateway"`

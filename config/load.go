@@ -88,7 +88,9 @@ func Parse(data []byte, format, baseDir string, opts ...Option) (*Config, error)
 
 // Check loads the file at path and reports every problem in it, or nil. It is
 // what `mrgw config check FILE` runs; like the daemon, it applies MRGW_*
-// environment variables.
+// environment variables. The command also prints [Config.Warnings] and
+// parses the control.tls.* files with tunnel/pki (CheckFiles), which this
+// package must not import.
 func Check(path string, opts ...Option) error {
 	_, err := Load(path, opts...)
 	return err
