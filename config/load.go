@@ -375,6 +375,12 @@ func unknownEnv(environ []string) []*FieldError {
 	names = slices.Compact(names)
 	var out []*FieldError
 	for _, name := range names {
+		if !plainEnv.MatchString(name) {
+			// A name with spaces or stranger things: never a key's, and
+			// quoted so the message stays on one line.
+			out = append(out, fieldErr(strconv.Quote(name), "unknown environment variable: it sets no key"))
+			continue
+		}
 		if key, ok := fileOnly[name]; ok {
 			out = append(out, fieldErr(name, "%s is a list of tables and can only be set in the file", key))
 			continue
@@ -387,6 +393,8 @@ func unknownEnv(environ []string) []*FieldError {
 	}
 	return out
 }
+
+var plainEnv = regexp.MustCompile(`^[A-Za-z0-9_]+$`)
 
 // suggestEnv returns the known variable closest to an unknown one: at most
 // two edits away, or else the only one that ends like it (MRGW_MTU →
