@@ -110,7 +110,8 @@ type Control struct {
 
 // TLS names the files for mutual TLS on the control channel. The files are
 // checked for existence and readability here; their contents are parsed by
-// the tunnel package.
+// the tunnel package (tunnel/pki: LoadCredentials at start, CheckFiles in
+// `mrgw config check`).
 type TLS struct {
 	CAFile   string `mapstructure:"ca_file" doc:"PEM file of the CA that signs every gateway's certificate"`
 	CertFile string `mapstructure:"cert_file" doc:"PEM certificate of this gateway"`
@@ -147,7 +148,7 @@ type Gossip struct {
 // Limits bounds what a gateway holds, so a slow receiver pushes back through
 // credits instead of growing the gateway's memory.
 type Limits struct {
-	MemoryBytes     int64 `mapstructure:"memory_bytes" doc:"bytes of buffered data the gateway may hold in total, at least 1 MiB"`
+	MemoryBytes     int64 `mapstructure:"memory_bytes" doc:"bytes of buffered data the gateway may hold in total, 1 MiB..1 TiB"`
 	MaxFlows        int   `mapstructure:"max_flows" doc:"concurrent host flows admitted, 1..1000000"`
 	FlowCreditBytes int64 `mapstructure:"flow_credit_bytes" doc:"credit granted to one flow, wan.mtu..limits.memory_bytes"`
 }

@@ -116,9 +116,13 @@ const (
 	maxKeyRotation  = 24 * time.Hour
 	maxRTTHint      = 10 * time.Second
 	minMemoryBytes  = 1 << 20
-	maxFlows        = 1_000_000
-	maxWeight       = 1_000_000
-	maxSuspicion    = 100
+	// 1 TiB is far beyond any bandwidth-delay product a gateway buffers
+	// (400 Gbit/s at 200 ms is 10 GB); more is a typo, and it keeps
+	// products of limits well inside int64.
+	maxMemoryBytes = 1 << 40
+	maxFlows       = 1_000_000
+	maxWeight      = 1_000_000
+	maxSuspicion   = 100
 )
 
 // GossipTimings are the failure-detection timings memberlist is given.

@@ -36,6 +36,13 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("node: ~\nwan: {planes: [~, {}]}\n"))
 	f.Add([]byte("regions: [{gateways: [{wan: ['[::1]:1', ':', '1.2.3.4:99999']}]}]\n"))
 	f.Add([]byte("gossip: {keyring: ['', '=', 'AAAA'], profile: custom, probe_interval: -1s}\n"))
+	// Issue 13 item 7: numbers that integer keys used to truncate or wrap,
+	// lists with empty items, a remote with fewer addresses than planes.
+	f.Add([]byte("wan: {mtu: 4096.5, max_rate_bps: 1.5, paths_per_peer: .inf}\nlan: {max_rate_bps: true}\n"))
+	f.Add([]byte("limits: {memory_bytes: 99999999999999999999, max_flows: -1e300, flow_credit_bytes: 18446744073709551615}\n"))
+	f.Add([]byte("limits: {memory_bytes: 1e12, max_flows: 1000000, flow_credit_bytes: 9223372036854775807}\n"))
+	f.Add([]byte("gossip: {seeds: ',,,', keyring: ' , '}\ncontrol: {peer_names: 'a,,b,'}\n"))
+	f.Add([]byte("wan: {planes: [{name: a, local: '127.0.0.1:1'}, {name: b, local: '127.0.0.1:2'}]}\nregions: [{name: r, gateways: [{name: g, control: 'h:1', wan: ['h:2']}]}]\n"))
 
 	// Certificates for every gateway a seed names, relative to dir.
 	dir := f.TempDir()
@@ -74,6 +81,64 @@ func FuzzParse(f *testing.F) {
 		}
 		if changed, err := Reloadable(c, c); len(changed) != 0 || err != nil {
 			t.Fatalf("Reloadable(c, c) = %v, %v", changed, err)
+		}
+	})
+}
+
+// FuzzEnv sets one MRGW_ variable to an arbitrary value over a valid file:
+// whatever the variable and value, Parse must not panic, every problem must
+// name a key (or the variable), and a configuration it accepts must validate.
+// The seeds run with every plain `go test`.
+func FuzzEnv(f *testing.F) {
+	for _, s := range [][2]string{
+		{"WAN_MTU", "1400"},
+		{"WAN_MTU", "4096.5"},
+		{"WAN_MTU", "01400"},
+		{"WAN_MTU", "0x600"},
+		{"WAN_MAX_RATE_BPS", "1.5"},
+		{"LIMITS_MEMORY_BYTES", "99999999999999999999"},
+		{"LIMITS_MEMORY_BYTES", "-9223372036854775809"},
+		{"LIMITS_MAX_FLOWS", "1e3"},
+		{"GOSSIP_SEEDS", ",,,"},
+		{"GOSSIP_SEEDS", "10.0.0.1:7946,"},
+		{"GOSSIP_KEYRING", " , ,"},
+		{"CONTROL_PEER_NAMES", "gw2"},
+		{"WAN_KEY_ROTATION", "5"},
+		{"WAN_ECN", "maybe"},
+		{"WAN_MTUU", "9000"},
+		{"WAN_PLANES", "127.0.0.1:1"},
+		{"REGIONS", "x"},
+		{"", "x"},
+		{"TEST_LOG", "1"},
+	} {
+		f.Add(s[0], s[1])
+	}
+	base, err := os.ReadFile(filepath.Join("testdata", "minimal.yaml"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	dir := f.TempDir()
+	writeCerts(f, dir, "gw1")
+	f.Fuzz(func(t *testing.T, name, value string) {
+		if strings.ContainsAny(name, "=\x00") || strings.Contains(value, "\x00") {
+			t.Skip("not a possible environment variable")
+		}
+		t.Setenv("MRGW_"+name, value)
+		c, err := Parse(base, "yaml", dir)
+		if (c == nil) == (err == nil) {
+			t.Fatalf("Parse returned config %v and error %v", c != nil, err)
+		}
+		if err != nil {
+			for _, p := range Problems(err) {
+				var fe *FieldError
+				if !errors.As(p, &fe) || fe.Key == "" || fe.Msg == "" || strings.Contains(fe.Key, "\n") {
+					t.Errorf("problem without a clear key: %q", p.Error())
+				}
+			}
+			return
+		}
+		if err := c.Validate(); err != nil {
+			t.Fatalf("Parse accepted a config that Validate refuses: %v", err)
 		}
 	})
 }

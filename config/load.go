@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -86,7 +88,9 @@ func Parse(data []byte, format, baseDir string, opts ...Option) (*Config, error)
 
 // Check loads the file at path and reports every problem in it, or nil. It is
 // what `mrgw config check FILE` runs; like the daemon, it applies MRGW_*
-// environment variables.
+// environment variables. The command also prints [Config.Warnings] and
+// parses the control.tls.* files with tunnel/pki (CheckFiles), which this
+// package must not import.
 func Check(path string, opts ...Option) error {
 	_, err := Load(path, opts...)
 	return err
@@ -153,10 +157,12 @@ func parse(data []byte, format, baseDir string, opts []Option) (*Config, *Error)
 
 	// Every key gets its default and its environment binding. The binding is
 	// what lets MRGW_X override a key the file does not mention: viper only
-	// consults the environment for keys it knows about.
+	// consults the environment for keys it knows about. Only those bindings
+	// read the environment (no AutomaticEnv): a variable such as
+	// MRGW_WAN_PLANES, which names a list of tables, is reported by
+	// unknownEnv below instead of being decoded into the list.
 	v.SetEnvPrefix(envPrefix)
 	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
-	v.AutomaticEnv()
 	def := reflect.ValueOf(Default()).Elem()
 	for _, l := range leaves() {
 		if l.inList {
@@ -175,6 +181,9 @@ func parse(data []byte, format, baseDir string, opts []Option) (*Config, *Error)
 
 	c := new(Config)
 	var problems []error
+	for _, fe := range unknownEnv(os.Environ()) {
+		problems = append(problems, fe)
+	}
 	var badKeys []string // keys whose value could not be decoded
 	if err := v.UnmarshalExact(c, viper.DecodeHook(decodeHook)); err != nil {
 		fes, bad := decodeProblems(v, err)
@@ -201,8 +210,19 @@ func parse(data []byte, format, baseDir string, opts []Option) (*Config, *Error)
 // types of Config. It replaces viper's default hooks with stricter ones.
 var decodeHook = mapstructure.ComposeDecodeHookFunc(
 	durationHook,
+	intHook,
 	stringListHook,
 )
+
+// valueError is a decode hook's complaint about a value. Its message is the
+// whole reason, value included, and is reported as it is after the key.
+type valueError struct{ msg string }
+
+func (e *valueError) Error() string { return e.msg }
+
+func badValue(format string, args ...any) error {
+	return &valueError{fmt.Sprintf(format, args...)}
+}
 
 // durationHook parses "1m30s" into a time.Duration and refuses a bare number
 // other than 0: YAML "key_rotation: 5" would otherwise mean 5 nanoseconds.
@@ -226,19 +246,175 @@ func durationHook(from, to reflect.Type, data any) (any, error) {
 	return nil, errors.New("a number without a unit")
 }
 
-// stringListHook splits a comma-separated string (from the environment or a
-// flag) into a list of strings, trimming spaces and dropping empty items.
+// intHook checks a value for an integer key before mapstructure converts it,
+// because mapstructure converts by truncating or wrapping: a fraction
+// (mtu: 4096.5 became 4096), a number beyond int64 (1e20 became
+// -9223372036854775808, 18446744073709551615 became -1), a boolean (true
+// became 1), and a string read in base 0 (MRGW_WAN_MTU=01400 became 768, in
+// octal). It accepts integers, floats without a fraction (1e9, which YAML
+// reads as a float) and decimal strings (the environment and flags); it
+// refuses everything else with the value and the reason.
+func intHook(from, to reflect.Type, data any) (any, error) {
+	if to.Kind() < reflect.Int || to.Kind() > reflect.Int64 || to == reflect.TypeFor[time.Duration]() {
+		return data, nil
+	}
+	tooLarge := func(v string) error {
+		if strings.HasPrefix(strings.Trim(v, `"`), "-") {
+			return badValue("%s is too small for an integer (the smallest is %d)", v, int64(math.MinInt64))
+		}
+		return badValue("%s is too large for an integer (the largest is %d)", v, int64(math.MaxInt64))
+	}
+	rv := reflect.ValueOf(data)
+	var n int64
+	switch {
+	case !rv.IsValid():
+		return data, nil
+	case rv.CanInt():
+		n = rv.Int()
+	case rv.CanUint():
+		u := rv.Uint()
+		if u > math.MaxInt64 {
+			return nil, tooLarge(strconv.FormatUint(u, 10))
+		}
+		n = int64(u)
+	case rv.CanFloat():
+		f := rv.Float()
+		s := strconv.FormatFloat(f, 'g', -1, 64)
+		switch {
+		case math.IsNaN(f) || math.IsInf(f, 0) || f != math.Trunc(f):
+			return nil, badValue("%s is not an integer", s)
+		// -2^63 is exact as a float64 and fits; 2^63 is the first that
+		// does not.
+		case f < math.MinInt64 || f >= math.MaxInt64:
+			return nil, tooLarge(s)
+		}
+		n = int64(f)
+	case rv.Kind() == reflect.String:
+		s := strings.TrimSpace(rv.String())
+		var err error
+		n, err = strconv.ParseInt(s, 10, 64)
+		switch {
+		case errors.Is(err, strconv.ErrRange):
+			return nil, tooLarge(strconv.Quote(s))
+		case err != nil:
+			return nil, badValue("%s is not an integer (write it in decimal digits)", strconv.Quote(rv.String()))
+		}
+	case rv.Kind() == reflect.Bool:
+		return nil, badValue("%v is not an integer", rv.Bool())
+	default:
+		return data, nil // a table or a list: mapstructure reports the type
+	}
+	if bits := to.Bits(); bits < 64 && (n < -1<<(bits-1) || n > 1<<(bits-1)-1) {
+		return nil, badValue("%d does not fit in a %d-bit integer", n, bits)
+	}
+	return n, nil
+}
+
+// stringListHook splits a comma-separated string (from the environment, a
+// flag or a file that wrote a string where a list goes) into a list of
+// strings, trimming spaces around items. A string of only spaces is the
+// empty list and one trailing comma is allowed ("a,b,"); any other empty
+// item is refused, because dropping it would turn MRGW_GOSSIP_SEEDS=",,,"
+// into an empty list that silently replaces the file's seeds. The value is
+// not quoted: the list may be the gossip keyring.
 func stringListHook(from, to reflect.Type, data any) (any, error) {
 	if from.Kind() != reflect.String || to != reflect.TypeFor[[]string]() {
 		return data, nil
 	}
-	var out []string
-	for item := range strings.SplitSeq(data.(string), ",") {
-		if item = strings.TrimSpace(item); item != "" {
-			out = append(out, item)
+	s := reflect.ValueOf(data).String()
+	if strings.TrimSpace(s) == "" {
+		return []string{}, nil
+	}
+	items := strings.Split(s, ",")
+	if n := len(items); n > 1 && strings.TrimSpace(items[n-1]) == "" && strings.TrimSpace(items[n-2]) != "" {
+		items = items[:n-1] // "a,b,"
+	}
+	out := make([]string, 0, len(items))
+	for i, item := range items {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			return nil, badValue("item %d of the %d comma-separated items is empty", i+1, len(items))
 		}
+		out = append(out, item)
 	}
 	return out, nil
+}
+
+// toolEnv are the prefixes of MRGW_ variables that are not configuration:
+// the test and report harnesses read them (MRGW_TEST_LOG, MRGW_PEERS_REPORT,
+// MRGW_DATAPATH_MTU, MRGW_GEN_RESULTS). No configuration section has one
+// of these names; TestEveryMRGWVariableIsKnown keeps the list complete.
+var toolEnv = []string{"MRGW_TEST_", "MRGW_PEERS_", "MRGW_DATAPATH_", "MRGW_GEN_"}
+
+// unknownEnv reports every variable of environ ("NAME=value" strings) that
+// starts with MRGW_ but sets no key, as a misspelt key in a file is: the
+// variable is the key of its problem. Variables of the harnesses (toolEnv)
+// are left alone.
+func unknownEnv(environ []string) []*FieldError {
+	known := map[string]bool{}
+	fileOnly := map[string]string{} // variable → key that only a file can set
+	for _, l := range leaves() {
+		switch {
+		case l.Env != "":
+			known[l.Env] = true
+		case !l.inList:
+			fileOnly[envName(l.Name)] = l.Name
+		}
+	}
+	var names []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, envPrefix+"_") || known[name] || slices.ContainsFunc(toolEnv, func(p string) bool {
+			return strings.HasPrefix(name, p)
+		}) {
+			continue
+		}
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	var out []*FieldError
+	for _, name := range names {
+		if !plainEnv.MatchString(name) {
+			// A name with spaces or stranger things: never a key's, and
+			// quoted so the message stays on one line.
+			out = append(out, fieldErr(strconv.Quote(name), "unknown environment variable: it sets no key"))
+			continue
+		}
+		if key, ok := fileOnly[name]; ok {
+			out = append(out, fieldErr(name, "%s is a list of tables and can only be set in the file", key))
+			continue
+		}
+		fe := fieldErr(name, "unknown environment variable: it sets no key")
+		if s := suggestEnv(name, known); s != "" {
+			fe.Msg += fmt.Sprintf(" (did you mean %s?)", s)
+		}
+		out = append(out, fe)
+	}
+	return out
+}
+
+var plainEnv = regexp.MustCompile(`^[A-Za-z0-9_]+$`)
+
+// suggestEnv returns the known variable closest to an unknown one: at most
+// two edits away, or else the only one that ends like it (MRGW_MTU →
+// MRGW_WAN_MTU); "" when none is a likely intent.
+func suggestEnv(name string, known map[string]bool) string {
+	best, bestDist := "", 3
+	var suffix []string
+	rest := strings.TrimPrefix(name, envPrefix)
+	for k := range known {
+		if d := editDistance(name, k); d < bestDist || d == bestDist && k < best {
+			best, bestDist = k, d
+		}
+		if strings.HasSuffix(k, rest) {
+			suffix = append(suffix, k)
+		}
+	}
+	if best == "" && len(suffix) == 1 {
+		best = suffix[0]
+	}
+	return best
 }
 
 // applyFlags copies the flags the user set onto viper, above every other
@@ -366,7 +542,10 @@ func describeDecodeError(v *viper.Viper, d *mapstructure.DecodeError) (fes []*Fi
 	}
 	var pe *mapstructure.ParseError
 	var ue *mapstructure.UnconvertibleTypeError
+	var ve *valueError
 	switch {
+	case errors.As(inner, &ve):
+		return []*FieldError{fieldErr(name, "%s", ve.msg)}, true
 	case errors.As(inner, &pe):
 		return []*FieldError{fieldErr(name, "%s is not %s", describeValue(pe.Value), want)}, true
 	case errors.As(inner, &ue):

@@ -148,6 +148,14 @@ func TestBadConfigs(t *testing.T) {
 		{"own-region.yaml", []string{`regions[0].name: "r1" is this gateway's own region`}},
 		{"bad-log-level.yaml", []string{`log.level: "verbose" is not one of debug, info, warn, error`}},
 		{"bad-type.yaml", []string{`wan.mtu: "big" is not an integer`}},
+		{"fraction.yaml", []string{"wan.mtu: 4096.5 is not an integer", "wan.max_rate_bps: 1.5 is not an integer"}},
+		{"overflow.yaml", []string{
+			"limits.memory_bytes: 1e+20 is too large for an integer",
+			"limits.flow_credit_bytes: 18446744073709551615 is too large for an integer",
+		}},
+		{"memory-too-large.yaml", []string{"limits.memory_bytes: 9223372036854775807 is more than the maximum 1099511627776 (1 TiB)"}},
+		{"remote-wan-short.yaml", []string{"regions[0].gateways[0].wan: has 1 address but wan.planes has 2"}},
+		{"empty-list-items.yaml", []string{"gossip.seeds: item 1 of the 4 comma-separated items is empty"}},
 		{"malformed.yaml", []string{"line 5: did not find expected key"}},
 		{"malformed.toml", []string{"line 5, column"}},
 	}

@@ -93,14 +93,17 @@ func (c *Config) check(files bool) []*FieldError {
 	c.checkGossip(v)
 
 	// Limits
-	if c.Limits.MemoryBytes < minMemoryBytes {
-		v.add("limits.memory_bytes", "%d is less than the minimum %d (1 MiB)", c.Limits.MemoryBytes, minMemoryBytes)
+	switch mb := c.Limits.MemoryBytes; {
+	case mb < minMemoryBytes:
+		v.add("limits.memory_bytes", "%d is less than the minimum %d (1 MiB)", mb, minMemoryBytes)
+	case mb > maxMemoryBytes:
+		v.add("limits.memory_bytes", "%d is more than the maximum %d (1 TiB)", mb, maxMemoryBytes)
 	}
 	v.intRange("limits.max_flows", int64(c.Limits.MaxFlows), 1, maxFlows)
 	switch fc := c.Limits.FlowCreditBytes; {
 	case fc < int64(c.WAN.MTU):
 		v.add("limits.flow_credit_bytes", "%d is less than wan.mtu (%d): a flow could never send a full datagram", fc, c.WAN.MTU)
-	case fc > c.Limits.MemoryBytes && c.Limits.MemoryBytes >= minMemoryBytes:
+	case fc > c.Limits.MemoryBytes && c.Limits.MemoryBytes >= minMemoryBytes && c.Limits.MemoryBytes <= maxMemoryBytes:
 		v.add("limits.flow_credit_bytes", "%d is more than limits.memory_bytes (%d)", fc, c.Limits.MemoryBytes)
 	}
 
@@ -187,8 +190,13 @@ func (c *Config) checkRegions(v *checker, peers map[string]bool) {
 				}
 			}
 			v.remote(gkey+".control", g.Control)
-			if len(g.WAN) == 0 {
+			switch planes := len(c.WAN.Planes); {
+			case len(g.WAN) == 0:
 				v.add(gkey+".wan", "needs at least one address")
+			case planes > 0 && len(g.WAN) != planes:
+				// Path i leaves from wan.planes[i mod n] and goes to
+				// wan[i mod m]: with m != n paths cross planes.
+				v.add(gkey+".wan", "has %s but wan.planes has %d: list one per plane, in the order of wan.planes, or paths cross from one plane to another", plural(len(g.WAN), "address", "addresses"), planes)
 			}
 			for k, a := range g.WAN {
 				v.remote(fmt.Sprintf("%s.wan[%d]", gkey, k), a)
@@ -265,6 +273,13 @@ func (c *Config) checkGossip(v *checker) {
 		v.add("gossip.probe_timeout", "%s is not less than gossip.probe_interval (%s)", fmtDur(g.ProbeTimeout), fmtDur(g.ProbeInterval))
 	}
 	v.intRange("gossip.suspicion_mult", int64(g.SuspicionMult), 1, maxSuspicion)
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
 }
 
 // fmtDur writes a duration as a person would: 24h, not 24h0m0s.

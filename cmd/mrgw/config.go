@@ -3,20 +3,28 @@ package main
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/mrgw/mrgw/config"
+	"github.com/mrgw/mrgw/tunnel/pki"
 	"github.com/spf13/cobra"
 )
 
 func newConfigCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "config", Short: "Work with gateway configuration files"}
-	var skipFiles bool
+	var (
+		skipFiles bool
+		expiry    time.Duration
+	)
 	check := &cobra.Command{
 		Use:   "check FILE...",
 		Short: "Validate configuration files and print every problem found",
 		Long: `check loads each file as the daemon would (YAML or TOML, MRGW_* environment overrides
-included), validates it strictly and prints every problem with the key it concerns.
-It exits non-zero if any file has a problem.`,
+included), validates it strictly and prints every problem with the key it concerns. It
+also parses the control.tls.* files as the daemon does at start: the certificate must
+chain to the CA, match the key, name node.name and be valid now. It exits non-zero if
+any file has a problem. Warnings (a certificate that expires soon, a limits.max_flows
+that limits.memory_bytes cannot hold) are printed but do not fail the check.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var opts []config.Option
@@ -25,19 +33,34 @@ It exits non-zero if any file has a problem.`,
 			}
 			bad := 0
 			for _, path := range args {
-				err := config.Check(path, opts...)
-				if err == nil {
-					fmt.Fprintf(cmd.OutOrStdout(), "%s: ok\n", path)
-					continue
+				var probs, warns []error
+				c, err := config.Load(path, opts...)
+				if err != nil {
+					if probs = config.Problems(err); len(probs) == 0 {
+						probs = []error{err}
+					}
+				} else {
+					for _, w := range c.Warnings() {
+						warns = append(warns, w)
+					}
+					if !skipFiles {
+						p, w := checkCertFiles(c, time.Now(), expiry)
+						probs, warns = append(probs, p...), append(warns, w...)
+					}
 				}
-				bad++
-				probs := config.Problems(err)
-				if len(probs) == 0 {
-					probs = []error{err}
+				out := cmd.OutOrStdout()
+				if len(probs) > 0 {
+					bad++
+					out = cmd.ErrOrStderr()
+					fmt.Fprintf(out, "%s: %d problem(s)\n", path, len(probs))
+				} else {
+					fmt.Fprintf(out, "%s: ok\n", path)
 				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "%s: %d problem(s)\n", path, len(probs))
 				for _, p := range probs {
-					fmt.Fprintf(cmd.ErrOrStderr(), "  - %v\n", p)
+					fmt.Fprintf(out, "  - %v\n", p)
+				}
+				for _, w := range warns {
+					fmt.Fprintf(out, "  - warning: %v\n", w)
 				}
 			}
 			if bad > 0 {
@@ -46,9 +69,35 @@ It exits non-zero if any file has a problem.`,
 			return nil
 		},
 	}
-	check.Flags().BoolVar(&skipFiles, "skip-file-checks", false, "do not check that certificate files exist and are readable")
+	check.Flags().BoolVar(&skipFiles, "skip-file-checks", false, "do not check the certificate files (existence, contents, names, expiry)")
+	check.Flags().DurationVar(&expiry, "expiry-warning", 14*24*time.Hour, "warn about a certificate or CA that expires within this time")
 	cmd.AddCommand(check)
 	return cmd
 }
 
 var errSilentConfig = errors.New("see above")
+
+// checkCertFiles parses the control.tls.* files of c as the gateway does at
+// start (pki.CheckFiles) and returns its problems and warnings, each naming
+// the key of the file.
+func checkCertFiles(c *config.Config, now time.Time, soon time.Duration) (problems, warnings []error) {
+	tls := c.Control.TLS
+	ps, ws := pki.CheckFiles(tls.CAFile, tls.CertFile, tls.KeyFile, c.Node.Name, now, soon)
+	keyed := func(fe *pki.FileError) error {
+		key := "control.tls.key_file"
+		switch fe.Role {
+		case pki.RoleCA:
+			key = "control.tls.ca_file"
+		case pki.RoleCert:
+			key = "control.tls.cert_file"
+		}
+		return &config.FieldError{Key: key, Msg: fmt.Sprintf("%s: %v", fe.Path, fe.Err)}
+	}
+	for _, p := range ps {
+		problems = append(problems, keyed(p))
+	}
+	for _, w := range ws {
+		warnings = append(warnings, keyed(w))
+	}
+	return problems, warnings
+}
