@@ -44,8 +44,11 @@ func Default() *Config {
 			// 1 GiB holds the bandwidth-delay product of 10 Gbit/s at
 			// 100 ms (125 MB) several times over.
 			MemoryBytes: 1 << 30,
-			// The published MetaRoCE results ran 4,000 connections.
-			MaxFlows:        4096,
+			// Every open flow reserves its credit from memory_bytes, so
+			// memory / credit flows can be open at once (relay.open):
+			// the default admits exactly what the default memory holds.
+			// Raise memory_bytes, or lower flow_credit_bytes, for more.
+			MaxFlows:        256,
 			FlowCreditBytes: 4 << 20,
 		},
 		Scheduler: Scheduler{

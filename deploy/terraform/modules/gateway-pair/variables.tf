@@ -205,7 +205,7 @@ variable "limits" {
   description = "Bounds on what each gateway holds: buffered bytes, concurrent host flows, credit per flow."
   type = object({
     memory_bytes      = optional(number, 1073741824)
-    max_flows         = optional(number, 4096)
+    max_flows         = optional(number, 256)
     flow_credit_bytes = optional(number, 4194304)
   })
   default = {}
