@@ -58,7 +58,7 @@ const maxStreams = 1 << 16
 // arriving on each stream, the buffers posted for SENDs, and which streams
 // have completions the next ACK must report.
 type placer struct {
-	mtu      int    // the connection's negotiated payload size
+	mtu      int    // the connection's payload size: Conn.mtu, lowered with it by the ACCEPT
 	maxAhead uint64 // Config.MaxMessagesAhead
 	mem      *Memory
 	bound    *map[uint32]Sink // sinks a new stream starts bound to (Endpoint.BindSinkAll)
