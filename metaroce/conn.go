@@ -74,10 +74,8 @@ type Conn struct {
 	cwndLimit bool          // the last attempt to send found no path with room
 
 	// receiver
-	rx       []rxPath
-	rstreams map[uint32]*rxStream
-	dirty    []uint32
-	posted   map[uint64][]byte
+	rx     []rxPath // per path (rx.go)
+	placer placer   // streams, messages, posted buffers (placement.go)
 
 	// control packets owed
 	needInit, needAccept, needClose, needCloseAck bool
@@ -129,8 +127,6 @@ func newConn(e *Endpoint, id uint64, peer PeerID, initiator bool, paths, mtu int
 		mode:      cfg.Mode,
 		mtu:       mtu,
 		streams:   make(map[uint32]*txStream),
-		rstreams:  make(map[uint32]*rxStream),
-		posted:    make(map[uint64][]byte),
 		hsRTO:     3 * cfg.Path.InitialRTT,
 	}
 	c.allDownSince = -1
@@ -139,6 +135,7 @@ func newConn(e *Endpoint, id uint64, peer PeerID, initiator bool, paths, mtu int
 	c.paths = pathmgr.NewSet(paths, cfg.Path, rand.New(rand.NewPCG(seed, id)))
 	c.ctl = factory(paths, mtu+DataHeaderLen)
 	c.windowFn = c.window
+	c.placer = newPlacer(mtu, cfg.MaxMessagesAhead, e.mem, &e.sinks, &c.Stats, c)
 	c.tx = make([]sentHistory, paths)
 	c.rx = make([]rxPath, paths)
 	for i := range c.rx {
@@ -339,6 +336,7 @@ func (c *Conn) onAccept(now time.Duration, h *Handshake) {
 	}
 	if int(h.MTU) < c.mtu {
 		c.mtu = int(h.MTU)
+		c.placer.mtu = c.mtu
 	}
 	if n := int(h.Paths); n < len(c.tx) {
 		c.paths.Paths = c.paths.Paths[:n]

@@ -31,9 +31,15 @@
 //     the connection does with it (resends, completions, the controller
 //     and path manager told).
 //   - recvwin.go: recvWindow, one path's receive bitmap (the cumulative
-//     point, the ack floor, the SACK report); rx.go: placement of payloads
-//     into memory or posted buffers, in-order completions, and the
-//     acknowledgements each path owes.
+//     point, the ack floor, the SACK report); rx.go: what the connection
+//     does with a DATA packet (path bookkeeping, then placement), the
+//     acknowledgements each path owes, and the events and ERRORs that
+//     placement's refusals and completions become.
+//   - placement.go: placer, the receive streams, the messages arriving on
+//     them and the buffers posted for SENDs: payloads placed into memory,
+//     posted buffers or a stream's Sink as they arrive, refusals,
+//     completions in order per stream, and the streams the next ACK
+//     reports; it tells the connection through a placeHandler.
 //   - gbn.go: the RoCEv2 go-back-N baseline, for measurement only.
 //   - relay.go: cut-through relaying for gateways (stream sinks, relayed
 //     messages supplied chunk by chunk); memory.go: the registry of memory
@@ -42,8 +48,9 @@
 // Path health, entropy and the sprayer are package pathmgr's; congestion
 // control is package cc's, behind cc.Controller.
 //
-// Tests: unit tests per type (sent_test.go, recvwin_test.go, wire_test.go),
-// a small deterministic network for end-to-end transfers (harness_test.go,
+// Tests: unit tests per type, driving it without a connection
+// (sent_test.go, recvwin_test.go, placement_test.go, wire_test.go), a
+// small deterministic network for end-to-end transfers (harness_test.go,
 // conn_test.go), and scripted scenarios under testdata/scenarios, one per
 // recovery rule of PROTOCOL.md §2–§4, run by scenario_test.go (regenerate
 // their outputs with -rewrite and read the diff).

@@ -27,7 +27,7 @@ func (c *Conn) onDataGBN(now time.Duration, r *rxPath, h *DataHeader, payload []
 			r.ce++
 		}
 		c.owe(now, r)
-		c.place(now, h, payload, r.peerPort)
+		c.placer.place(now, h, payload, r.peerPort)
 	}
 }
 

@@ -28,25 +28,14 @@ type Sink interface {
 // keys and posted buffers are not consulted for that stream: the sink
 // decides. Completion events are reported as for any stream.
 func (c *Conn) BindSink(stream uint32, sink Sink) {
-	rs := c.rxStream(stream)
-	if rs != nil {
-		rs.sink = sink
-	}
+	c.placer.bind(stream, sink)
 }
 
 // ResumeStream makes receive stream start at message sequence next, as if the
 // messages before it had completed. It only works on a stream that has seen
 // no data yet.
 func (c *Conn) ResumeStream(stream uint32, next uint64) error {
-	rs := c.rxStream(stream)
-	if rs == nil {
-		return ErrQueueFull
-	}
-	if len(rs.msgs) > 0 || rs.next > next {
-		return errors.New("metaroce: stream already receiving")
-	}
-	rs.next = next
-	return nil
+	return c.placer.resume(stream, next)
 }
 
 // BindSinkAll binds stream on every connection, present and future, to
@@ -60,19 +49,6 @@ func (e *Endpoint) BindSinkAll(stream uint32, sink Sink) {
 	for _, c := range e.list {
 		c.BindSink(stream, sink)
 	}
-}
-
-// rxStream returns the receive state of stream id, creating it.
-func (c *Conn) rxStream(id uint32) *rxStream {
-	rs := c.rstreams[id]
-	if rs == nil {
-		if len(c.rstreams) >= maxStreams {
-			return nil
-		}
-		rs = &rxStream{id: id, msgs: make(map[uint64]*rxMessage), sink: c.ep.sinks[id]}
-		c.rstreams[id] = rs
-	}
-	return rs
 }
 
 // RelayMessage is a message sent as its chunks become available.
@@ -178,23 +154,13 @@ func (m *txMessage) releaseAll() {
 	m.supplied, m.supHead = nil, 0
 }
 
-// newSinkMessage tracks a message of a sink-bound stream: the sink, not
-// memory, decides where its bytes go.
-func (c *Conn) newSinkMessage(h *DataHeader) *rxMessage {
-	n := int((h.MsgLen + uint64(c.mtu) - 1) / uint64(c.mtu))
-	if n == 0 {
-		n = 1
-	}
-	return &rxMessage{op: h.Op, len: h.MsgLen, key: h.Key, addr: h.Addr, chunks: n, got: make([]uint64, (n+63)/64)}
-}
-
 // ForgetRecvStream drops the receive state of stream (its sink binding, its
 // completion point) once the flow it carried has ended, so that a
 // long-lived connection carrying many flows over time keeps state only for
 // the live ones. A packet arriving later for the stream starts it afresh,
 // unbound.
 func (c *Conn) ForgetRecvStream(stream uint32) {
-	delete(c.rstreams, stream)
+	c.placer.forget(stream)
 }
 
 // ForgetSendStream drops the send state of stream if none of its messages
