@@ -137,6 +137,9 @@ type Config struct {
 	// UDP configures every socket (ECN default, GSO/GRO switches, batch
 	// size, socket buffers).
 	UDP udp.Options
+	// Bind opens every socket [BindUDP: real UDP sockets]. Tests of the
+	// driver's logic use netio/netiotest's in-memory network.
+	Bind Bind
 	// Peers are registered at start; more can be added with AddPeer.
 	Peers []Peer
 	// AcceptPeer, if set, is asked (on the owner goroutine) about a
