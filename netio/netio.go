@@ -20,6 +20,11 @@
 // from the listening socket to the port the answered datagram came from,
 // so they follow the path they answer.
 //
+// The Endpoint uses its sockets through the Socket interface, opened by
+// Config.Bind: real UDP sockets (BindUDP, package netio/udp) by default,
+// or netio/netiotest's in-memory network, on which the driver's logic
+// (peers, sealing, drops, admission) is tested without the kernel.
+//
 // # Goroutines
 //
 // One goroutine owns the Endpoint (the state machine is not thread-safe):

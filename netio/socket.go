@@ -50,4 +50,16 @@ func BindUDP(local netip.AddrPort, o udp.Options) (Socket, error) {
 	return c, nil
 }
 
+// BindOf adapts a function that opens sockets of a concrete type (such as
+// netiotest.Network.Listen) to a Bind.
+func BindOf[S Socket](listen func(local netip.AddrPort, o udp.Options) (S, error)) Bind {
+	return func(local netip.AddrPort, o udp.Options) (Socket, error) {
+		s, err := listen(local, o)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	}
+}
+
 var _ Socket = (*udp.Conn)(nil)
