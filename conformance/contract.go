@@ -31,7 +31,9 @@ const (
 	MaxRead = 1024
 )
 
-// Request and report layouts (big-endian).
+// Request and report layouts (big-endian). The kinds, spaces and status
+// values are exported for implementations of the contract (the responder in
+// conformance/responder is one).
 const (
 	reqMagic  = "MRCQ" // request magic
 	repMagic  = "MRCR" // report magic
@@ -39,23 +41,23 @@ const (
 	repHdrLen = 72
 
 	// Request kinds.
-	reqRead = 1
+	ReqRead = 1
 
 	// Report kinds.
-	repComplete = 1 // a message completed (or failed) on a data stream
-	repRead     = 2 // the answer to a READ
+	RepComplete = 1 // a message completed (or failed) on a data stream
+	RepRead     = 2 // the answer to a READ
 
 	// READ spaces.
-	spaceRegion = 1 // (key, region offset)
-	spaceTag    = 2 // (tag, buffer offset) of a posted receive buffer
+	SpaceRegion = 1 // (key, region offset)
+	SpaceTag    = 2 // (tag, buffer offset) of a posted receive buffer
 
 	// Report status values other than the ERROR codes 1..5 of PROTOCOL.md §8.
-	statusOK       = 0
-	statusBadReq   = 0xFFFE // a READ the target could not serve
-	statusOtherErr = 0xFFFF
+	StatusOK       = 0
+	StatusBadReq   = 0xFFFE // a READ the target could not serve
+	StatusOtherErr = 0xFFFF
 )
 
-// request is a control request, sent as a SEND of reqLen bytes on CtlStream
+// Request is a control request, sent as a SEND of reqLen bytes on CtlStream
 // to CtlTag:
 //
 //	0  4 "MRCQ"
@@ -67,7 +69,7 @@ const (
 //	20 4 offset in the posted buffer (space 2)
 //	24 4 length (≤ MaxRead)
 //	28 4 request id, echoed
-type request struct {
+type Request struct {
 	Kind, Space uint8
 	Key         uint32
 	Addr        uint64
@@ -76,7 +78,8 @@ type request struct {
 	ID          uint32
 }
 
-func (r *request) encode() []byte {
+// Encode returns the request's reqLen bytes.
+func (r *Request) Encode() []byte {
 	b := make([]byte, reqLen)
 	copy(b, reqMagic)
 	b[4], b[5] = r.Kind, r.Space
@@ -88,15 +91,16 @@ func (r *request) encode() []byte {
 	return b
 }
 
-func decodeRequest(b []byte) (*request, error) {
+// DecodeRequest parses a control request.
+func DecodeRequest(b []byte) (*Request, error) {
 	if len(b) != reqLen || string(b[:4]) != reqMagic {
 		return nil, fmt.Errorf("not a control request (%d bytes)", len(b))
 	}
-	return &request{Kind: b[4], Space: b[5], Key: be.Uint32(b[8:]), Addr: be.Uint64(b[12:]),
+	return &Request{Kind: b[4], Space: b[5], Key: be.Uint32(b[8:]), Addr: be.Uint64(b[12:]),
 		BufOff: be.Uint32(b[20:]), Len: be.Uint32(b[24:]), ID: be.Uint32(b[28:])}, nil
 }
 
-// report is what the target sends back, as a SEND on CtlStream to CtlTag:
+// Report is what the target sends back, as a SEND on CtlStream to CtlTag:
 //
 //	0  4 "MRCR"
 //	4  1 kind (1 COMPLETE, 2 READ answer)
@@ -110,7 +114,7 @@ func decodeRequest(b []byte) (*request, error) {
 //	40 32 COMPLETE with status 0: SHA-256 of the message's bytes as they now
 //	      stand at their destination; otherwise zero
 //	72 n READ: the bytes read
-type report struct {
+type Report struct {
 	Kind, Op uint8
 	Status   uint16
 	Stream   uint32
@@ -122,7 +126,8 @@ type report struct {
 	Data     []byte
 }
 
-func (r *report) encode() []byte {
+// Encode returns the report's bytes.
+func (r *Report) Encode() []byte {
 	b := make([]byte, repHdrLen+len(r.Data))
 	copy(b, repMagic)
 	b[4], b[5] = r.Kind, r.Op
@@ -137,17 +142,19 @@ func (r *report) encode() []byte {
 	return b
 }
 
-func decodeReport(b []byte) (*report, error) {
+// DecodeReport parses a report; Data aliases b.
+func DecodeReport(b []byte) (*Report, error) {
 	if len(b) < repHdrLen || string(b[:4]) != repMagic {
 		return nil, fmt.Errorf("not a contract report (%d bytes, starts %x)", len(b), b[:min(4, len(b))])
 	}
-	r := &report{Kind: b[4], Op: b[5], Status: be.Uint16(b[6:]), Stream: be.Uint32(b[8:]), MsgSeq: be.Uint64(b[12:]),
+	r := &Report{Kind: b[4], Op: b[5], Status: be.Uint16(b[6:]), Stream: be.Uint32(b[8:]), MsgSeq: be.Uint64(b[12:]),
 		Key: be.Uint32(b[20:]), Addr: be.Uint64(b[24:]), Len: be.Uint64(b[32:]), Data: b[repHdrLen:]}
 	copy(r.Digest[:], b[40:72])
-	if r.Kind == repRead && uint64(len(r.Data)) != r.Len {
+	if r.Kind == RepRead && uint64(len(r.Data)) != r.Len {
 		return nil, fmt.Errorf("READ answer says %d bytes and carries %d", r.Len, len(r.Data))
 	}
 	return r, nil
 }
 
-func digest(b []byte) [32]byte { return sha256.Sum256(b) }
+// Digest is the SHA-256 a COMPLETE report carries.
+func Digest(b []byte) [32]byte { return sha256.Sum256(b) }

@@ -1,7 +1,7 @@
 // Package conformance is MetaRoCE's conformance suite: wire-level scenarios
 // that drive any implementation over real UDP and check every answer
-// against docs/PROTOCOL.md, plus a responder that implements the suite's
-// test contract on mrgw's own metaroce.Endpoint.
+// against docs/PROTOCOL.md. mrgw's own implementation of the suite's test
+// contract, on metaroce.Endpoint, is package conformance/responder.
 //
 // The suite (Run) sees the target only through the wire. It opens
 // connections from several local UDP sockets (one source port per path, so
@@ -15,11 +15,11 @@
 // buffers, completion reports and READ requests carried as ordinary
 // MetaRoCE SENDs on a reserved stream.
 //
-// The responder (Serve, NewResponder) runs one metaroce.Endpoint on one UDP
-// socket in a single goroutine and implements that contract; the tests run
-// the suite against it and against deliberately broken variants of it, to
-// prove that every case can fail.
+// The responder (package conformance/responder) runs one metaroce.Endpoint
+// on one UDP socket in a single goroutine and implements that contract; its
+// tests run the suite against it and against deliberately broken variants of
+// it, to prove that every case can fail.
 //
-// This package imports metaroce only for the responder; the suite's
-// judgement never uses metaroce's codec or state machine.
+// This package does not import metaroce: the suite's judgement never uses
+// metaroce's codec or state machine.
 package conformance

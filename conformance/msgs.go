@@ -188,7 +188,7 @@ func compactSeqs(s []uint64) string {
 }
 
 // findReport returns the COMPLETE report of (stream, seq), or nil.
-func (c *client) findReport(stream uint32, seq uint64) *report {
+func (c *client) findReport(stream uint32, seq uint64) *Report {
 	for _, r := range c.reports {
 		if r.Stream == stream && r.MsgSeq == seq {
 			return r
@@ -210,22 +210,22 @@ func (c *client) countReports(stream uint32, seq uint64) int {
 // waitComplete waits for m's COMPLETE report and checks it: status 0, the
 // message's fields, and the digest of the bytes at the destination.
 func (c *client) waitComplete(m *msg) error {
-	var r *report
+	var r *Report
 	if !c.pump(c.r.opts.Timeout, func() bool { r = c.findReport(m.stream, m.seq); return r != nil }) {
 		return fmt.Errorf("no completion report for %v within %v (contract §2.4)", m, c.r.opts.Timeout)
 	}
 	switch {
-	case r.Status != statusOK:
+	case r.Status != StatusOK:
 		return fmt.Errorf("%v completed with status %d, want 0", m, r.Status)
 	case r.Op != m.op || r.Len != uint64(len(m.data)) || r.Addr != m.addr || (m.op == opWrite && r.Key != m.key):
 		return fmt.Errorf("completion report for %v names op %d key %d addr %#x len %d", m, r.Op, r.Key, r.Addr, r.Len)
-	case r.Digest != digest(m.data):
+	case r.Digest != Digest(m.data):
 		return fmt.Errorf("%v completed but its destination holds other bytes (SHA-256 %x, want %x)", m, r.Digest[:8], digestPrefix(m.data))
 	}
 	return nil
 }
 
-func digestPrefix(b []byte) []byte { d := digest(b); return d[:8] }
+func digestPrefix(b []byte) []byte { d := Digest(b); return d[:8] }
 
 // read returns n bytes read back from the target (region RegionKey at addr
 // when tag is 0, else the buffer posted with tag at offset addr).
@@ -233,13 +233,13 @@ func (c *client) read(tag uint64, addr uint64, n int) ([]byte, error) {
 	var out []byte
 	for len(out) < n {
 		k := min(n-len(out), MaxRead)
-		req := request{Kind: reqRead, Space: spaceRegion, Key: RegionKey, Addr: addr + uint64(len(out)), Len: uint32(k), ID: c.nextReq}
+		req := Request{Kind: ReqRead, Space: SpaceRegion, Key: RegionKey, Addr: addr + uint64(len(out)), Len: uint32(k), ID: c.nextReq}
 		if tag != 0 {
-			req.Space, req.Key, req.Addr, req.BufOff = spaceTag, 0, tag, uint32(addr)+uint32(len(out))
+			req.Space, req.Key, req.Addr, req.BufOff = SpaceTag, 0, tag, uint32(addr)+uint32(len(out))
 		}
 		c.nextReq++
-		m := c.sendTo(CtlStream, CtlTag, req.encode())
-		var rep *report
+		m := c.sendTo(CtlStream, CtlTag, req.Encode())
+		var rep *Report
 		for try := 0; try < 3 && rep == nil; try++ {
 			c.send(0, c.chunk(m, 0))
 			c.pump(c.r.opts.Timeout, func() bool { rep = c.reads[req.ID]; return rep != nil })
@@ -247,7 +247,7 @@ func (c *client) read(tag uint64, addr uint64, n int) ([]byte, error) {
 		if rep == nil {
 			return nil, fmt.Errorf("no answer to READ request %d (contract §2.5) within %v", req.ID, 3*c.r.opts.Timeout)
 		}
-		if rep.Status != statusOK || len(rep.Data) != k {
+		if rep.Status != StatusOK || len(rep.Data) != k {
 			return nil, fmt.Errorf("READ request %d answered with status %#x and %d bytes, want status 0 and %d", req.ID, rep.Status, len(rep.Data), k)
 		}
 		out = append(out, rep.Data...)

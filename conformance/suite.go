@@ -281,8 +281,8 @@ type client struct {
 	closes     []*closePkt
 	accepts    []*hsPkt
 	probeAcks  []*probePkt
-	reports    []*report // COMPLETE reports in the order the target sent them
-	reads      map[uint32]*report
+	reports    []*Report // COMPLETE reports in the order the target sent them
+	reads      map[uint32]*Report
 	others     []string // other packets for this connection, described
 	strangers  []rxd    // packets for other connection ids
 	violations []string
@@ -297,7 +297,7 @@ type client struct {
 func (s *session) newClient() (*client, error) {
 	r := s.r
 	c := &client{r: r, target: r.target, in: make(chan rxd, 4096), done: make(chan struct{}),
-		streamNext: map[uint32]uint64{}, reads: map[uint32]*report{}, rx: map[uint16]*rxPath{},
+		streamNext: map[uint32]uint64{}, reads: map[uint32]*Report{}, rx: map[uint16]*rxPath{},
 		msgs: map[uint64]*partial{}, done2: map[uint64][]byte{}}
 	for c.id == 0 {
 		c.id = r.rng.Uint64()
@@ -648,15 +648,15 @@ func (c *client) onData(x *dataPkt, d rxd) {
 		}
 		delete(c.done2, c.nextRep)
 		c.nextRep++
-		rep, err := decodeReport(b)
+		rep, err := DecodeReport(b)
 		if err != nil {
 			c.violate("report message: %v", err)
 			continue
 		}
 		switch rep.Kind {
-		case repComplete:
+		case RepComplete:
 			c.reports = append(c.reports, rep)
-		case repRead:
+		case RepRead:
 			c.reads[rep.Stream] = rep
 		default:
 			c.violate("report of unknown kind %d", rep.Kind)

@@ -171,9 +171,33 @@ func New(cfg *config.Config, opts Options) (g *Gateway, err error) {
 			}
 		}
 	}()
+	onClose := func(f func()) { closers = append(closers, f) }
+	planeAddrs, err := g.newWANPeers(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := g.newEndpoint(cfg, planeAddrs, onClose); err != nil {
+		return nil, err
+	}
+	if err := g.newControl(cfg, creds, onClose); err != nil {
+		return nil, err
+	}
+	if err := g.newRegion(cfg, onClose); err != nil {
+		return nil, err
+	}
+	if err := g.newAdmin(cfg, onClose); err != nil {
+		return nil, err
+	}
+	g.metrics.MemoryLimitBytes.Set(float64(cfg.Limits.MemoryBytes))
+	g.metrics.HostFlowsLimit.Set(float64(cfg.Limits.MaxFlows))
+	g.status.Store(&Status{Node: cfg.Node.Name, Region: cfg.Node.Region})
+	return g, nil
+}
 
-	// Peers: every gateway of every remote region, with a stable id.
-	lanAddr := netip.MustParseAddrPort(cfg.LAN.Listen)
+// newWANPeers indexes the WAN planes and makes a peer of every gateway of
+// every remote region, with a stable id; it returns the planes' local
+// addresses.
+func (g *Gateway) newWANPeers(cfg *config.Config) ([]netip.AddrPort, error) {
 	var planeAddrs []netip.AddrPort
 	for _, p := range cfg.WAN.Planes {
 		a := netip.MustParseAddrPort(p.Local)
@@ -203,11 +227,16 @@ func New(cfg *config.Config, opts Options) (g *Gateway, err error) {
 		g.byName[p.name] = p
 		g.byID[p.id] = p
 	}
+	return planeAddrs, nil
+}
 
-	// The endpoint: LAN listen plus one socket per plane.
+// newEndpoint binds the endpoint: LAN listen plus one socket per plane.
+func (g *Gateway) newEndpoint(cfg *config.Config, planeAddrs []netip.AddrPort, onClose func(func())) error {
+	lanAddr := netip.MustParseAddrPort(cfg.LAN.Listen)
 	proto := g.protocol(cfg)
 	g.relay = newRelay(g, cfg)
 	nextHost := metaroce.PeerID(hostPeerBase)
+	var err error
 	g.ep, err = netio.New(netio.Config{
 		Protocol:    proto,
 		Listen:      lanAddr,
@@ -225,16 +254,19 @@ func New(cfg *config.Config, opts Options) (g *Gateway, err error) {
 		UDP:     udpOptions(cfg),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: lan/wan sockets: %w", ErrBind, err)
+		return fmt.Errorf("%w: lan/wan sockets: %w", ErrBind, err)
 	}
-	closers = append(closers, func() { g.ep.Close() })
+	onClose(func() { g.ep.Close() })
 	if err = g.ep.Call(context.Background(), func(now time.Duration, ep *metaroce.Endpoint) {
 		ep.BindSinkAll(flowctl.ControlStream, g.relay)
 	}); err != nil {
-		return nil, err
+		return err
 	}
+	return nil
+}
 
-	// Control channel.
+// newControl sets up the control channel and binds its listener.
+func (g *Gateway) newControl(cfg *config.Config, creds *pki.Credentials, onClose func(func())) error {
 	g.router = tunnel.NewRouter()
 	peerNames := cfg.Control.PeerNames
 	if len(peerNames) == 0 {
@@ -247,8 +279,8 @@ func New(cfg *config.Config, opts Options) (g *Gateway, err error) {
 		Credentials:       creds,
 		Local:             control.LocalInfo{Name: cfg.Node.Name, Region: cfg.Node.Region, Planes: local, NumPaths: uint16(cfg.WAN.PathsPerPeer)},
 		ExpectedPeers:     peerNames,
-		KeepaliveInterval: opts.ControlKeepalive,
-		KeepaliveMisses:   opts.ControlMisses,
+		KeepaliveInterval: g.opts.ControlKeepalive,
+		KeepaliveMisses:   g.opts.ControlMisses,
 		// The gateway rotates keys itself (maybeRotate) so that a reloaded
 		// wan.key_rotation reaches the sessions already up.
 		KeyLifetime: -1,
@@ -260,39 +292,44 @@ func New(cfg *config.Config, opts Options) (g *Gateway, err error) {
 	}
 	if len(g.peers) > 0 || cfg.Control.Listen != "" {
 		lctx, lcancel := context.WithCancel(context.Background())
+		var err error
 		g.listener, err = control.Listen(lctx, cfg.Control.Listen, g.ctlCfg)
 		if err != nil {
 			lcancel()
-			return nil, fmt.Errorf("%w: control.listen %s: %w", ErrBind, cfg.Control.Listen, err)
+			return fmt.Errorf("%w: control.listen %s: %w", ErrBind, cfg.Control.Listen, err)
 		}
-		closers = append(closers, func() { g.listener.Close(); lcancel() })
+		onClose(func() { g.listener.Close(); lcancel() })
 		g.cancelListener = lcancel
 	}
+	return nil
+}
 
-	// Gossip.
+// newRegion sets up gossip: the cluster of every region's gateways.
+func (g *Gateway) newRegion(cfg *config.Config, onClose func(func())) error {
 	rc, err := g.regionConfig(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("%w: gossip: %w", ErrInvalidConfig, err)
+		return fmt.Errorf("%w: gossip: %w", ErrInvalidConfig, err)
 	}
 	g.cluster, err = region.New(rc, g.log.With("part", "gossip"))
 	if err != nil {
-		return nil, fmt.Errorf("%w: gossip.bind %s: %w", ErrBind, cfg.Gossip.Bind, err)
+		return fmt.Errorf("%w: gossip.bind %s: %w", ErrBind, cfg.Gossip.Bind, err)
 	}
-	closers = append(closers, func() { g.cluster.Shutdown() })
+	onClose(func() { g.cluster.Shutdown() })
+	return nil
+}
 
-	// Admin.
+// newAdmin binds the admin listener, if configured.
+func (g *Gateway) newAdmin(cfg *config.Config, onClose func(func())) error {
 	if cfg.Admin.Listen != "" {
+		var err error
 		g.adminLn, err = net.Listen("tcp", cfg.Admin.Listen)
 		if err != nil {
-			return nil, fmt.Errorf("%w: admin.listen %s: %w", ErrBind, cfg.Admin.Listen, err)
+			return fmt.Errorf("%w: admin.listen %s: %w", ErrBind, cfg.Admin.Listen, err)
 		}
-		closers = append(closers, func() { g.adminLn.Close() })
+		onClose(func() { g.adminLn.Close() })
 		g.admin = &http.Server{Handler: g.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
 	}
-	g.metrics.MemoryLimitBytes.Set(float64(cfg.Limits.MemoryBytes))
-	g.metrics.HostFlowsLimit.Set(float64(cfg.Limits.MaxFlows))
-	g.status.Store(&Status{Node: cfg.Node.Name, Region: cfg.Node.Region})
-	return g, nil
+	return nil
 }
 
 // Config returns the configuration the gateway runs with.

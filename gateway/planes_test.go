@@ -82,11 +82,7 @@ func newPlaneLab(t *testing.T, pc planeLabConfig) *planeLab {
 		}
 		pl.emus = append(pl.emus, e)
 	}
-	type addrs struct {
-		lan, ctl, gossip, admin netip.AddrPort
-		wan, standIn            []netip.AddrPort
-	}
-	all := map[string]*addrs{}
+	all := map[string]*planeLabAddrs{}
 	var held []io.Closer
 	var names []string
 	for reg, ns := range pc.gws {
@@ -98,7 +94,7 @@ func newPlaneLab(t *testing.T, pc planeLabConfig) *planeLab {
 			names = append(names, n)
 			pl.regionOf[n] = reg
 			ip := netip.MustParseAddr(planeLabIPs[n])
-			a := &addrs{}
+			a := &planeLabAddrs{}
 			for _, p := range []*netip.AddrPort{&a.lan, &a.ctl, &a.gossip, &a.admin} {
 				ap, hold := freePort(t, ip)
 				*p, held = ap, append(held, hold...)
@@ -124,59 +120,7 @@ func newPlaneLab(t *testing.T, pc planeLabConfig) *planeLab {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		reg := pl.regionOf[n]
-		other := "east"
-		if reg == "east" {
-			other = "west"
-		}
-		a := all[n]
-		c := config.Default()
-		c.Node = config.Node{Name: n, Region: reg}
-		c.LAN.Listen = a.lan.String()
-		c.WAN.Planes = nil
-		for k, w := range a.wan {
-			c.WAN.Planes = append(c.WAN.Planes, config.Plane{Name: fmt.Sprintf("p%d", k), Local: w.String()})
-		}
-		c.WAN.MTU = 1400
-		c.WAN.PathsPerPeer = pc.paths
-		if pc.rateBps > 0 {
-			c.WAN.MaxRateBps = int64(pc.rateBps) * int64(pc.planes)
-		}
-		c.WAN.KeyRotation = 10 * time.Minute
-		c.Control.Listen = a.ctl.String()
-		c.Control.TLS = config.TLS{CAFile: filepath.Join(dir, "ca.pem"), CertFile: filepath.Join(dir, n+".pem"), KeyFile: filepath.Join(dir, n+"-key.pem")}
-		r := config.Region{Name: other, RTTHint: 2 * pc.oneWay}
-		for _, pn := range pc.gws[other] {
-			rg := config.RemoteGateway{Name: pn, Control: all[pn].ctl.String()}
-			for _, si := range all[pn].standIn {
-				rg.WAN = append(rg.WAN, si.String())
-			}
-			r.Gateways = append(r.Gateways, rg)
-		}
-		c.Regions = []config.Region{r}
-		c.Gossip.Bind = a.gossip.String()
-		for _, m := range names {
-			if m != n {
-				c.Gossip.Seeds = append(c.Gossip.Seeds, all[m].gossip.String())
-			}
-		}
-		c.Gossip.Profile = config.GossipProfileCustom
-		c.Gossip.ProbeInterval = 200 * time.Millisecond
-		c.Gossip.ProbeTimeout = 100 * time.Millisecond
-		c.Gossip.SuspicionMult = 2
-		c.Gossip.GossipInterval = 50 * time.Millisecond
-		c.Limits.MemoryBytes = 256 << 20
-		c.Limits.FlowCreditBytes = 4 << 20
-		for cn, w := range pc.classes {
-			c.Scheduler.Classes = append(c.Scheduler.Classes, config.Class{Name: cn, Weight: w})
-		}
-		c.Admin.Listen = ""
-		if pc.admin {
-			c.Admin.Listen = a.admin.String()
-		}
-		if pc.tweak != nil {
-			pc.tweak(n, c)
-		}
+		c := pc.gatewayConfig(n, pl.regionOf[n], names, all, dir)
 		if err := c.Validate(); err != nil {
 			t.Fatalf("config of %s: %v", n, err)
 		}
@@ -185,6 +129,77 @@ func newPlaneLab(t *testing.T, pc planeLabConfig) *planeLab {
 	for _, c := range held {
 		c.Close()
 	}
+	pl.start(t, pc, names)
+	return pl
+}
+
+// planeLabAddrs are one gateway's addresses: WAN and stand-in per plane.
+type planeLabAddrs struct {
+	lan, ctl, gossip, admin netip.AddrPort
+	wan, standIn            []netip.AddrPort
+}
+
+// gatewayConfig is the configuration of gateway n of region reg, its
+// certificates in dir.
+func (pc planeLabConfig) gatewayConfig(n, reg string, names []string, all map[string]*planeLabAddrs, dir string) *config.Config {
+	other := "east"
+	if reg == "east" {
+		other = "west"
+	}
+	a := all[n]
+	c := config.Default()
+	c.Node = config.Node{Name: n, Region: reg}
+	c.LAN.Listen = a.lan.String()
+	c.WAN.Planes = nil
+	for k, w := range a.wan {
+		c.WAN.Planes = append(c.WAN.Planes, config.Plane{Name: fmt.Sprintf("p%d", k), Local: w.String()})
+	}
+	c.WAN.MTU = 1400
+	c.WAN.PathsPerPeer = pc.paths
+	if pc.rateBps > 0 {
+		c.WAN.MaxRateBps = int64(pc.rateBps) * int64(pc.planes)
+	}
+	c.WAN.KeyRotation = 10 * time.Minute
+	c.Control.Listen = a.ctl.String()
+	c.Control.TLS = config.TLS{CAFile: filepath.Join(dir, "ca.pem"), CertFile: filepath.Join(dir, n+".pem"), KeyFile: filepath.Join(dir, n+"-key.pem")}
+	r := config.Region{Name: other, RTTHint: 2 * pc.oneWay}
+	for _, pn := range pc.gws[other] {
+		rg := config.RemoteGateway{Name: pn, Control: all[pn].ctl.String()}
+		for _, si := range all[pn].standIn {
+			rg.WAN = append(rg.WAN, si.String())
+		}
+		r.Gateways = append(r.Gateways, rg)
+	}
+	c.Regions = []config.Region{r}
+	c.Gossip.Bind = a.gossip.String()
+	for _, m := range names {
+		if m != n {
+			c.Gossip.Seeds = append(c.Gossip.Seeds, all[m].gossip.String())
+		}
+	}
+	c.Gossip.Profile = config.GossipProfileCustom
+	c.Gossip.ProbeInterval = 200 * time.Millisecond
+	c.Gossip.ProbeTimeout = 100 * time.Millisecond
+	c.Gossip.SuspicionMult = 2
+	c.Gossip.GossipInterval = 50 * time.Millisecond
+	c.Limits.MemoryBytes = 256 << 20
+	c.Limits.FlowCreditBytes = 4 << 20
+	for cn, w := range pc.classes {
+		c.Scheduler.Classes = append(c.Scheduler.Classes, config.Class{Name: cn, Weight: w})
+	}
+	c.Admin.Listen = ""
+	if pc.admin {
+		c.Admin.Listen = a.admin.String()
+	}
+	if pc.tweak != nil {
+		pc.tweak(n, c)
+	}
+	return c
+}
+
+// start creates and runs every gateway.
+func (pl *planeLab) start(t *testing.T, pc planeLabConfig, names []string) {
+	t.Helper()
 	rtt := 2 * pc.oneWay
 	for _, n := range names {
 		g, err := gateway.New(pl.cfgs[n], gateway.Options{
@@ -208,7 +223,6 @@ func newPlaneLab(t *testing.T, pc planeLabConfig) *planeLab {
 		pl.gws[n] = g
 		go func() { _ = g.Run(context.Background()) }()
 	}
-	return pl
 }
 
 func freePort(t *testing.T, ip netip.Addr) (netip.AddrPort, []io.Closer) {

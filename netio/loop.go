@@ -15,7 +15,7 @@ import (
 
 // sock is one UDP socket with its reader.
 type sock struct {
-	c       *udp.Conn
+	c       Socket
 	listen  bool
 	primary bool // the Config.Listen socket
 	key     pathKey
@@ -150,7 +150,11 @@ func (e *Endpoint) openSock(local netip.AddrPort, listen, primary bool, peer Pee
 		// a single GRO buffer, short tunnel runs under load moved nothing).
 		batch = min(batch, pathSockBatch)
 	}
-	c, err := udp.Listen(local, uo)
+	bind := e.cfg.Bind
+	if bind == nil {
+		bind = BindUDP
+	}
+	c, err := bind(local, uo)
 	if err != nil {
 		return nil, err
 	}

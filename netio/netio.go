@@ -20,6 +20,11 @@
 // from the listening socket to the port the answered datagram came from,
 // so they follow the path they answer.
 //
+// The Endpoint uses its sockets through the Socket interface, opened by
+// Config.Bind: real UDP sockets (BindUDP, package netio/udp) by default,
+// or netio/netiotest's in-memory network, on which the driver's logic
+// (peers, sealing, drops, admission) is tested without the kernel.
+//
 // # Goroutines
 //
 // One goroutine owns the Endpoint (the state machine is not thread-safe):
@@ -137,6 +142,9 @@ type Config struct {
 	// UDP configures every socket (ECN default, GSO/GRO switches, batch
 	// size, socket buffers).
 	UDP udp.Options
+	// Bind opens every socket [BindUDP: real UDP sockets]. Tests of the
+	// driver's logic use netio/netiotest's in-memory network.
+	Bind Bind
 	// Peers are registered at start; more can be added with AddPeer.
 	Peers []Peer
 	// AcceptPeer, if set, is asked (on the owner goroutine) about a

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mrgw/mrgw/conformance"
+	"github.com/mrgw/mrgw/conformance/responder"
 	"github.com/spf13/cobra"
 )
 
@@ -36,7 +37,7 @@ It exits non-zero if any case fails.`,
 			var addr netip.AddrPort
 			switch {
 			case self:
-				r, err := conformance.NewResponder("127.0.0.1:0", conformance.ServeOptions{})
+				r, err := responder.New("127.0.0.1:0", responder.Options{})
 				if err != nil {
 					return err
 				}
@@ -89,7 +90,7 @@ It exits non-zero if any case fails.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return conformance.Serve(ctx, listen, conformance.ServeOptions{
+			return responder.Serve(ctx, listen, responder.Options{
 				OnListen: func(a netip.AddrPort) { fmt.Fprintf(cmd.OutOrStdout(), "conformance responder listening on %s\n", a) },
 				Logf:     func(format string, args ...any) { fmt.Fprintf(cmd.ErrOrStderr(), format+"\n", args...) },
 			})

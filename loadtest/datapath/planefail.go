@@ -12,6 +12,7 @@ import (
 
 	"github.com/mrgw/mrgw/cc"
 	"github.com/mrgw/mrgw/internal/report"
+	"github.com/mrgw/mrgw/loadtest/bulk"
 	"github.com/mrgw/mrgw/loadtest/recovery"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/netem"
@@ -80,99 +81,24 @@ func PlaneFailure(ctx context.Context, o PlaneFailureOptions) (report.Row, error
 		return row, err
 	}
 	defer em.Close()
-	routerA, routerB := tunnel.NewRouter(), tunnel.NewRouter()
-	sp, err := tunneltest.LoopbackSessions(ctx, "pf-a", "pf-b", routerA.OnEvent, routerB.OnEvent)
-	if err != nil {
-		return row, err
-	}
-	defer sp.Close()
-	proto := func(listen bool) metaroce.Config {
-		return metaroce.Config{
-			MTU: 1400, Paths: row.Paths, Listen: listen, Seed: 11,
-			CC:          cc.NewFixed(48<<10, float64(o.Planes)*float64(o.RateBps)/8),
-			MaxAckDelay: 2 * time.Millisecond,
-			Path: pathmgr.Config{
-				InitialRTT: 2 * o.OneWay, MinPTO: 10 * time.Millisecond, MaxAckDelay: 2 * time.Millisecond,
-				DownAfter: o.DownAfter, ProbeInterval: 20 * time.Millisecond, MaxProbeInterval: time.Second, UpAfter: 2,
-			},
-		}
-	}
 
 	// The sender keeps 8 messages of 256 KiB queued until told to stop.
 	src := make([]byte, 256<<10)
 	dst := make([]byte, 256<<10)
 	var (
-		mu         sync.Mutex
-		stopped    bool
-		written    uint64
-		sent, recv recovery.Seq
-		failed     int // completions with an error
-		completed  recovery.Series
+		mu        sync.Mutex
+		completed recovery.Series
 	)
-	var sender *metaroce.Conn
-	write := func(now time.Duration) {
-		if _, err := sender.Write(now, 0, 1, 0, src); err == nil {
-			written++
-		}
-	}
-	onA := func(now time.Duration, ev metaroce.Event) {
+	tr := bulk.New(src, bulk.Options{Outstanding: 8, OnComplete: func(_ metaroce.Event, n uint64) {
 		mu.Lock()
 		defer mu.Unlock()
-		switch ev.Kind {
-		case metaroce.EventConnected:
-			sender = ev.Conn
-			for range 8 {
-				write(now)
-			}
-		case metaroce.EventSendComplete:
-			if ev.Err != nil {
-				failed++
-			}
-			if sent.See(ev.Seq) && !stopped {
-				write(now)
-			}
-		}
-	}
-	onB := func(_ time.Duration, ev metaroce.Event) {
-		if ev.Kind != metaroce.EventRecvComplete {
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if ev.Err != nil {
-			failed++
-		}
-		if recv.See(ev.Seq) {
-			completed.Add(time.Now(), recv.Next()*uint64(len(src)))
-		}
-	}
-	var realB netip.AddrPort
-	a, err := tunnel.New(sp.A, tunnel.Config{Protocol: proto(false), Listen: loop4, Router: routerA, OnEvent: onA,
-		PlaneOf: func(_ int, local netip.AddrPort) int { return em.PlaneOf(netem.AtoB, local, realB) }})
+		completed.Add(time.Now(), n*uint64(len(src)))
+	}})
+	a, b, closeTunnels, err := pfTunnels(ctx, em, o, row.Paths, tr)
 	if err != nil {
 		return row, err
 	}
-	defer a.Close()
-	b, err := tunnel.New(sp.B, tunnel.Config{Protocol: proto(true), Listen: loop4, Router: routerB, OnEvent: onB})
-	if err != nil {
-		return row, err
-	}
-	defer b.Close()
-	realB = b.LocalAddr()
-	standA, err := em.Expose(netem.SiteA, a.LocalAddr())
-	if err != nil {
-		return row, err
-	}
-	standB, err := em.Expose(netem.SiteB, realB)
-	if err != nil {
-		return row, err
-	}
-	if err := a.SetPeerAddr(standB); err != nil {
-		return row, err
-	}
-	if err := b.SetPeerAddr(standA); err != nil {
-		return row, err
-	}
+	defer closeTunnels()
 	var regErr error
 	if err := b.Endpoint().Call(ctx, func(_ time.Duration, ep *metaroce.Endpoint) { regErr = ep.Memory().Register(1, dst) }); err != nil {
 		return row, err
@@ -209,47 +135,102 @@ func PlaneFailure(ctx context.Context, o PlaneFailureOptions) (report.Row, error
 		return row, err
 	}
 	end := time.Now()
-	mu.Lock()
-	stopped = true
-	mu.Unlock()
+	tr.Stop()
 	samp.Stop()
 	placed := samp.Series()
 
 	// Every message written must complete at both ends.
-	drain, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	for {
-		mu.Lock()
-		done := sent.Next() == written && recv.Next() == written
-		mu.Unlock()
-		if done {
-			break
-		}
-		if err := sleep(drain, 10*time.Millisecond); err != nil {
-			mu.Lock()
-			lost := int64(written - recv.Next())
-			mu.Unlock()
-			row.MessagesLost = &lost
-			return row, errors.New("messages still incomplete 30 s after the measurement")
-		}
+	counts, err := tr.Drain(ctx, 30*time.Second)
+	if err != nil {
+		lost := counts.Incomplete()
+		row.MessagesLost = &lost
+		return row, errors.New("messages still incomplete 30 s after the measurement")
 	}
 	st := em.Stats()
 	if st.Links[netem.AtoB][0].DownDrops == 0 && st.Links[netem.BtoA][0].DownDrops == 0 {
 		return row, errors.New("the failed plane dropped nothing: the failure was not exercised")
 	}
+	mu.Lock()
+	defer mu.Unlock()
+	pfMeasure(&row, o, counts, placed, completed, tFail, end)
+	return row, nil
+}
 
+// pfTunnels makes the two tunnels of PlaneFailure through em, a (site A)
+// sending and b (site B) receiving, with tr's event handlers; closeTunnels
+// closes both and their control sessions.
+func pfTunnels(ctx context.Context, em *netem.Emulator, o PlaneFailureOptions, paths int, tr *bulk.Transfer) (a, b *tunnel.Tunnel, closeTunnels func(), err error) {
+	routerA, routerB := tunnel.NewRouter(), tunnel.NewRouter()
+	sp, err := tunneltest.LoopbackSessions(ctx, "pf-a", "pf-b", routerA.OnEvent, routerB.OnEvent)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var closers []func()
+	closeTunnels = func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	closers = append(closers, sp.Close)
+	defer func() {
+		if err != nil {
+			closeTunnels()
+		}
+	}()
+	proto := func(listen bool) metaroce.Config {
+		return metaroce.Config{
+			MTU: 1400, Paths: paths, Listen: listen, Seed: 11,
+			CC:          cc.NewFixed(48<<10, float64(o.Planes)*float64(o.RateBps)/8),
+			MaxAckDelay: 2 * time.Millisecond,
+			Path: pathmgr.Config{
+				InitialRTT: 2 * o.OneWay, MinPTO: 10 * time.Millisecond, MaxAckDelay: 2 * time.Millisecond,
+				DownAfter: o.DownAfter, ProbeInterval: 20 * time.Millisecond, MaxProbeInterval: time.Second, UpAfter: 2,
+			},
+		}
+	}
+	var realB netip.AddrPort
+	a, err = tunnel.New(sp.A, tunnel.Config{Protocol: proto(false), Listen: loop4, Router: routerA, OnEvent: tr.Sender,
+		PlaneOf: func(_ int, local netip.AddrPort) int { return em.PlaneOf(netem.AtoB, local, realB) }})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	closers = append(closers, func() { a.Close() })
+	b, err = tunnel.New(sp.B, tunnel.Config{Protocol: proto(true), Listen: loop4, Router: routerB, OnEvent: tr.Receiver})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	closers = append(closers, func() { b.Close() })
+	realB = b.LocalAddr()
+	standA, err := em.Expose(netem.SiteA, a.LocalAddr())
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	standB, err := em.Expose(netem.SiteB, realB)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := a.SetPeerAddr(standB); err != nil {
+		return nil, nil, nil, err
+	}
+	if err := b.SetPeerAddr(standA); err != nil {
+		return nil, nil, nil, err
+	}
+	return a, b, closeTunnels, nil
+}
+
+// pfMeasure fills in the row of a plane failure at tFail measured until
+// end: recovery from the bytes placed, and from the messages completed.
+func pfMeasure(row *report.Row, o PlaneFailureOptions, counts bulk.Counts, placed, completed recovery.Series, tFail, end time.Time) {
 	rtt := 2 * o.OneWay
 	target := float64(o.Planes-1) / float64(o.Planes)
 	rp := placed.Measure(tFail, end, rtt, target)
-	mu.Lock()
 	rc := completed.Measure(tFail, end, rtt, target)
 	// A gap is a message never delivered in its place; written - recv
 	// counts those that never completed at all (none, after the drain).
-	lost := int64(written-recv.Next()) + int64(sent.Gaps+recv.Gaps)
-	dup := int64(sent.Dups + recv.Dups)
-	row.MessagesFailed = failed
-	row.Messages = int(written)
-	mu.Unlock()
+	lost := counts.Lost()
+	dup := int64(counts.Dups)
+	row.MessagesFailed = counts.Failed
+	row.Messages = int(counts.Written)
 	row.MessagesLost, row.MessagesDuplicated = &lost, &dup
 	row.Fault = fmt.Sprintf("plane 0 fails after %v", time.Second+o.Before)
 	row.GoodputBps = rp.After
@@ -263,5 +244,4 @@ func PlaneFailure(ctx context.Context, o PlaneFailureOptions) (report.Row, error
 		"%.0f%% of %v windows below target; completed messages: recovered after %.1f RTTs, %.1f Mbit/s after (%.2f of before)",
 		rp.Before/1e6, rp.After/1e6, rp.After/rp.Before, target, 100*rp.Below, rp.Window,
 		rc.RTTs, rc.After/1e6, rc.After/rc.Before)
-	return row, nil
 }

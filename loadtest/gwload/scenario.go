@@ -232,38 +232,55 @@ func (s Scenario) Normalize() (Scenario, error) {
 }
 
 func (s Scenario) resolve() (*resolved, error) {
-	bad := func(format string, args ...any) (*resolved, error) {
-		return nil, fmt.Errorf("gwload: scenario %q: %s", s.Name, fmt.Sprintf(format, args...))
-	}
 	if s.Name == "" {
 		s.Name = "custom"
 	}
+	r := &resolved{}
+	for _, step := range []func(*Scenario, *resolved) error{
+		(*Scenario).resolveRun, (*Scenario).resolveLinks, (*Scenario).resolveSources,
+		(*Scenario).resolveWorkload, (*Scenario).resolveLimits, (*Scenario).resolveFaults,
+	} {
+		if err := step(&s, r); err != nil {
+			return nil, fmt.Errorf("gwload: scenario %q: %s", s.Name, err)
+		}
+	}
+	r.Scenario = s
+	return r, nil
+}
+
+// resolveRun checks the run's duration, planes and seed.
+func (s *Scenario) resolveRun(*resolved) error {
 	if s.Duration == 0 {
 		s.Duration = 10 * time.Second
 	}
 	if s.Duration < MinDuration || s.Duration > MaxDuration {
-		return bad("duration %v outside %v..%v", s.Duration, MinDuration, MaxDuration)
+		return fmt.Errorf("duration %v outside %v..%v", s.Duration, MinDuration, MaxDuration)
 	}
 	if s.Planes == 0 {
 		s.Planes = 4
 	}
 	if s.Planes < 1 || s.Planes > MaxLabPlanes {
-		return bad("planes %d outside 1..%d", s.Planes, MaxLabPlanes)
+		return fmt.Errorf("planes %d outside 1..%d", s.Planes, MaxLabPlanes)
 	}
 	if s.Seed == 0 {
 		s.Seed = 1
 	}
+	return nil
+}
+
+// resolveLinks parses the planes' links and their overrides.
+func (s *Scenario) resolveLinks(r *resolved) error {
 	base, err := s.Link.apply(netem.LinkConfig{Rate: 50e6, Delay: 20 * time.Millisecond})
 	if err != nil {
-		return bad("link: %v", err)
+		return fmt.Errorf("link: %v", err)
 	}
 	if base.QueueBytes == 0 && base.Rate > 0 {
 		base.QueueBytes = max(int(base.Rate/8/50), 16<<10) // 20 ms at the rate
 	}
 	if base.Rate > 10e9 {
-		return bad("link rate above 10 Gbit/s (this is a loopback lab)")
+		return errors.New("link rate above 10 Gbit/s (this is a loopback lab)")
 	}
-	r := &resolved{base: base}
+	r.base = base
 	for d := range 2 {
 		r.links[d] = make([]netem.LinkConfig, s.Planes)
 		for p := range r.links[d] {
@@ -271,11 +288,11 @@ func (s Scenario) resolve() (*resolved, error) {
 		}
 	}
 	if len(s.Links) > 2*s.Planes {
-		return bad("%d link overrides for %d planes", len(s.Links), s.Planes)
+		return fmt.Errorf("%d link overrides for %d planes", len(s.Links), s.Planes)
 	}
 	for i, pl := range s.Links {
 		if pl.Plane < 0 || pl.Plane >= s.Planes {
-			return bad("links[%d]: plane %d outside 0..%d", i, pl.Plane, s.Planes-1)
+			return fmt.Errorf("links[%d]: plane %d outside 0..%d", i, pl.Plane, s.Planes-1)
 		}
 		var dirs []int
 		switch strings.ToLower(pl.Dir) {
@@ -286,38 +303,86 @@ func (s Scenario) resolve() (*resolved, error) {
 		case "b-a":
 			dirs = []int{1}
 		default:
-			return bad("links[%d]: dir %q (want a-b, b-a or both)", i, pl.Dir)
+			return fmt.Errorf("links[%d]: dir %q (want a-b, b-a or both)", i, pl.Dir)
 		}
 		for _, d := range dirs {
 			lc, err := pl.Link.apply(r.links[d][pl.Plane])
 			if err != nil {
-				return bad("links[%d]: %v", i, err)
+				return fmt.Errorf("links[%d]: %v", i, err)
 			}
 			r.links[d][pl.Plane] = lc
 		}
 	}
+	return nil
+}
+
+// resolveSources checks the source regions and names them.
+func (s *Scenario) resolveSources(*resolved) error {
 	if len(s.Sources) > MaxSources {
-		return bad("%d sources (at most %d)", len(s.Sources), MaxSources)
+		return fmt.Errorf("%d sources (at most %d)", len(s.Sources), MaxSources)
 	}
 	seenSrc := map[string]bool{DestRegion: true}
 	for i := range s.Sources {
 		src := &s.Sources[i]
 		if src.RTT < 2*time.Millisecond || src.RTT > 2*netem.MaxDelay {
-			return bad("sources[%d]: rtt %v outside 2ms..%v", i, src.RTT, 2*netem.MaxDelay)
+			return fmt.Errorf("sources[%d]: rtt %v outside 2ms..%v", i, src.RTT, 2*netem.MaxDelay)
 		}
 		if src.Name == "" {
 			src.Name = "src-" + src.RTT.String()
 		}
 		if len(src.Name) > 32 || seenSrc[src.Name] {
-			return bad("sources[%d]: name %q repeated, reserved or longer than 32 bytes", i, src.Name)
+			return fmt.Errorf("sources[%d]: name %q repeated, reserved or longer than 32 bytes", i, src.Name)
 		}
 		seenSrc[src.Name] = true
 	}
+	return nil
+}
+
+// resolveWorkload fills in and checks the workload's pattern, flows,
+// hosts, steps, window and message size.
+func (s *Scenario) resolveWorkload(r *resolved) error {
 	w := &s.Workload
 	if w.Pattern == "" {
 		w.Pattern = PatternBulk
 	}
-	defSize := "256KiB"
+	defSize, err := s.resolvePattern()
+	if err != nil {
+		return err
+	}
+	if len(s.Sources) > 0 && w.Pattern != PatternBulk {
+		return errors.New("sources need the bulk pattern")
+	}
+	if w.Pattern != PatternBulk {
+		if w.Steps == 0 {
+			w.Steps = 5
+		}
+		if w.Steps < 1 || w.Steps > MaxSteps {
+			return fmt.Errorf("steps %d outside 1..%d", w.Steps, MaxSteps)
+		}
+	}
+	if w.Window == 0 {
+		w.Window = 4
+	}
+	if w.Window < 1 || w.Window > MaxWindow {
+		return fmt.Errorf("window %d outside 1..%d", w.Window, MaxWindow)
+	}
+	if w.MessageSize == "" {
+		w.MessageSize = defSize
+	}
+	if r.msgSize, err = parseSize(w.MessageSize); err != nil {
+		return fmt.Errorf("message_size: %v", err)
+	}
+	if r.msgSize < 1 || r.msgSize > MaxMessageSize {
+		return fmt.Errorf("message_size %d outside 1..%d bytes", r.msgSize, MaxMessageSize)
+	}
+	return nil
+}
+
+// resolvePattern fills in and checks the pattern's flows and hosts; it
+// returns the pattern's default message size.
+func (s *Scenario) resolvePattern() (defSize string, err error) {
+	w := &s.Workload
+	defSize = "256KiB"
 	switch w.Pattern {
 	case PatternBulk:
 		if w.Flows == 0 {
@@ -327,13 +392,13 @@ func (s Scenario) resolve() (*resolved, error) {
 			w.Hosts = 1
 		}
 		if w.Flows < 1 || w.Flows > MaxFlows {
-			return bad("flows %d outside 1..%d", w.Flows, MaxFlows)
+			return "", fmt.Errorf("flows %d outside 1..%d", w.Flows, MaxFlows)
 		}
 		if w.Hosts < 1 || w.Hosts > MaxHosts || w.Hosts > w.Flows {
-			return bad("hosts %d outside 1..min(flows, %d)", w.Hosts, MaxHosts)
+			return "", fmt.Errorf("hosts %d outside 1..min(flows, %d)", w.Hosts, MaxHosts)
 		}
 		if n := len(s.Sources); n > 0 && (w.Flows%n != 0 || w.Hosts*n > MaxHosts) {
-			return bad("flows %d must be a multiple of the %d sources, and hosts × sources at most %d", w.Flows, n, MaxHosts)
+			return "", fmt.Errorf("flows %d must be a multiple of the %d sources, and hosts × sources at most %d", w.Flows, n, MaxHosts)
 		}
 	case PatternIncast:
 		defSize = "1MiB"
@@ -341,7 +406,7 @@ func (s Scenario) resolve() (*resolved, error) {
 			w.Flows = 16
 		}
 		if w.Flows < 1 || w.Flows > MaxHosts {
-			return bad("incast senders %d outside 1..%d", w.Flows, MaxHosts)
+			return "", fmt.Errorf("incast senders %d outside 1..%d", w.Flows, MaxHosts)
 		}
 		w.Hosts = w.Flows
 	case PatternAllreduce:
@@ -350,76 +415,60 @@ func (s Scenario) resolve() (*resolved, error) {
 			w.Hosts = 2
 		}
 		if w.Hosts < 1 || w.Hosts > MaxHosts/2 {
-			return bad("allreduce hosts per region %d outside 1..%d", w.Hosts, MaxHosts/2)
+			return "", fmt.Errorf("allreduce hosts per region %d outside 1..%d", w.Hosts, MaxHosts/2)
 		}
 		w.Flows = 2 * w.Hosts
 	default:
-		return bad("workload pattern %q (want bulk, incast or allreduce)", w.Pattern)
+		return "", fmt.Errorf("workload pattern %q (want bulk, incast or allreduce)", w.Pattern)
 	}
-	if len(s.Sources) > 0 && w.Pattern != PatternBulk {
-		return bad("sources need the bulk pattern")
-	}
-	if w.Pattern != PatternBulk {
-		if w.Steps == 0 {
-			w.Steps = 5
-		}
-		if w.Steps < 1 || w.Steps > MaxSteps {
-			return bad("steps %d outside 1..%d", w.Steps, MaxSteps)
-		}
-	}
-	if w.Window == 0 {
-		w.Window = 4
-	}
-	if w.Window < 1 || w.Window > MaxWindow {
-		return bad("window %d outside 1..%d", w.Window, MaxWindow)
-	}
-	if w.MessageSize == "" {
-		w.MessageSize = defSize
-	}
-	if r.msgSize, err = parseSize(w.MessageSize); err != nil {
-		return bad("message_size: %v", err)
-	}
-	if r.msgSize < 1 || r.msgSize > MaxMessageSize {
-		return bad("message_size %d outside 1..%d bytes", r.msgSize, MaxMessageSize)
-	}
+	return defSize, nil
+}
+
+// resolveLimits parses the flow credit and checks the class name.
+func (s *Scenario) resolveLimits(r *resolved) error {
 	if s.FlowCredit != "" {
+		var err error
 		if r.flowCredit, err = parseSize(s.FlowCredit); err != nil {
-			return bad("flow_credit: %v", err)
+			return fmt.Errorf("flow_credit: %v", err)
 		}
 		if r.flowCredit < 4096 || r.flowCredit > 256<<20 {
-			return bad("flow_credit %d outside 4096..%d bytes", r.flowCredit, 256<<20)
+			return fmt.Errorf("flow_credit %d outside 4096..%d bytes", r.flowCredit, 256<<20)
 		}
 	}
-	if len(w.Class) > 64 {
-		return bad("class name longer than 64 bytes")
+	if len(s.Workload.Class) > 64 {
+		return errors.New("class name longer than 64 bytes")
 	}
+	return nil
+}
+
+// resolveFaults checks the faults and sorts them by time.
+func (s *Scenario) resolveFaults(*resolved) error {
 	if len(s.Faults) > MaxFaults {
-		return bad("%d faults (at most %d)", len(s.Faults), MaxFaults)
+		return fmt.Errorf("%d faults (at most %d)", len(s.Faults), MaxFaults)
 	}
 	for i, f := range s.Faults {
 		if f.At < 0 || f.At >= s.Duration {
-			return bad("faults[%d]: at %v outside the run (0..%v)", i, f.At, s.Duration)
+			return fmt.Errorf("faults[%d]: at %v outside the run (0..%v)", i, f.At, s.Duration)
 		}
 		switch f.Kind {
 		case FaultPlaneFail, FaultPlaneRestore:
 			p, err := strconv.Atoi(f.Target)
 			if err != nil || p < 0 || p >= s.Planes {
-				return bad("faults[%d]: target %q is not a plane 0..%d", i, f.Target, s.Planes-1)
+				return fmt.Errorf("faults[%d]: target %q is not a plane 0..%d", i, f.Target, s.Planes-1)
 			}
 		case FaultGatewayKill:
 			if len(s.Sources) > 0 {
-				return bad("faults[%d]: gateway-kill in a scenario with sources (its gateways are not the lab's four)", i)
+				return fmt.Errorf("faults[%d]: gateway-kill in a scenario with sources (its gateways are not the lab's four)", i)
 			}
 			if !validGatewayTarget(f.Target) {
-				return bad("faults[%d]: target %q (want a gateway name, %s or %s)", i, f.Target, TargetBusiestSrc, TargetBusiestDst)
+				return fmt.Errorf("faults[%d]: target %q (want a gateway name, %s or %s)", i, f.Target, TargetBusiestSrc, TargetBusiestDst)
 			}
 		default:
-			return bad("faults[%d]: kind %q (want %s, %s or %s)", i, f.Kind, FaultPlaneFail, FaultPlaneRestore, FaultGatewayKill)
+			return fmt.Errorf("faults[%d]: kind %q (want %s, %s or %s)", i, f.Kind, FaultPlaneFail, FaultPlaneRestore, FaultGatewayKill)
 		}
 	}
 	sort.SliceStable(s.Faults, func(i, j int) bool { return s.Faults[i].At < s.Faults[j].At })
-	r.Scenario = s
-	return r, nil
+	return nil
 }
 
 // gatewayNames are the lab's gateways (loadtest/lab.Names), repeated here so

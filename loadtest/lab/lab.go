@@ -133,6 +133,67 @@ type Lab struct {
 // New creates the emulator, the certificates and the gateways (bound,
 // not running: see Start).
 func New(ctx context.Context, cfg Config) (_ *Lab, err error) {
+	cfg.fill()
+	ips, err := checkRegions(cfg.Regions)
+	if err != nil {
+		return nil, err
+	}
+	l := &Lab{cfg: cfg, Gateways: map[string]*gateway.Gateway{}, Configs: map[string]*config.Config{}, Names: map[string][]string{}}
+	for _, r := range cfg.Regions {
+		for i := range r.Gateways {
+			l.Names[r.Name] = append(l.Names[r.Name], fmt.Sprintf("%s-gw%d", r.Prefix, i+1))
+		}
+	}
+	pairs := l.pairDelays(ips)
+	var held []io.Closer // probe sockets, kept open so no port is chosen twice
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	defer func() {
+		if err != nil {
+			l.Close()
+		}
+	}()
+	l.dir = cfg.Dir
+	if l.dir == "" {
+		if l.dir, err = os.MkdirTemp("", "mrgw-lab-"); err != nil {
+			return nil, err
+		}
+		l.ownDir = true
+	}
+	if err := l.startEmulator(pairs); err != nil {
+		return nil, err
+	}
+	if err := l.certs(ips); err != nil {
+		return nil, err
+	}
+	all, err := l.ports(ips, &held)
+	if err != nil {
+		return nil, err
+	}
+	for reg, names := range l.Names {
+		for _, n := range names {
+			c, err := l.gatewayConfig(reg, n, all)
+			if err != nil {
+				return nil, err
+			}
+			l.Configs[n] = c
+		}
+	}
+	for _, c := range held {
+		c.Close()
+	}
+	held = nil
+	if err := l.newGateways(); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// fill fills in the defaults.
+func (cfg *Config) fill() {
 	if cfg.Planes == 0 {
 		cfg.Planes = 4
 	}
@@ -163,24 +224,24 @@ func New(ctx context.Context, cfg Config) (_ *Lab, err error) {
 		cfg.Regions = DefaultRegions()
 	}
 	cfg.Regions = append([]Region(nil), cfg.Regions...) // defaults are filled in
-	ips, err := checkRegions(cfg.Regions)
-	if err != nil {
-		return nil, err
-	}
-	l := &Lab{cfg: cfg, Gateways: map[string]*gateway.Gateway{}, Configs: map[string]*config.Config{}, Names: map[string][]string{}}
-	site := map[string]netem.Site{}
-	oneWay := map[string]time.Duration{}
-	for _, r := range cfg.Regions {
-		site[r.Name], oneWay[r.Name] = r.Site, r.OneWay
-		for i := range r.Gateways {
-			l.Names[r.Name] = append(l.Names[r.Name], fmt.Sprintf("%s-gw%d", r.Prefix, i+1))
+}
+
+// region returns the region called name.
+func (l *Lab) region(name string) Region {
+	for _, r := range l.cfg.Regions {
+		if r.Name == name {
+			return r
 		}
 	}
-	// The propagation delay of each pair of gateway IPs across the sites
-	// that differs from the planes'.
+	return Region{}
+}
+
+// pairDelays returns the propagation delay of each pair of gateway IPs
+// across the sites that differs from the planes'.
+func (l *Lab) pairDelays(ips map[string]netip.Addr) []netem.PairDelay {
 	var pairs []netem.PairDelay
-	for _, ra := range cfg.Regions {
-		for _, rb := range cfg.Regions {
+	for _, ra := range l.cfg.Regions {
+		for _, rb := range l.cfg.Regions {
 			if ra.Site != netem.SiteA || rb.Site != netem.SiteB {
 				continue
 			}
@@ -198,152 +259,150 @@ func New(ctx context.Context, cfg Config) (_ *Lab, err error) {
 			}
 		}
 	}
-	var held []io.Closer // probe sockets, kept open so no port is chosen twice
-	defer func() {
-		for _, c := range held {
-			c.Close()
-		}
-	}()
-	defer func() {
-		if err != nil {
-			l.Close()
-		}
-	}()
-	l.dir = cfg.Dir
-	if l.dir == "" {
-		if l.dir, err = os.MkdirTemp("", "mrgw-lab-"); err != nil {
-			return nil, err
-		}
-		l.ownDir = true
-	}
+	return pairs
+}
+
+// startEmulator starts the emulator between the sites.
+func (l *Lab) startEmulator(pairs []netem.PairDelay) error {
+	cfg := &l.cfg
 	var ectx context.Context
 	ectx, l.cancel = context.WithCancel(context.Background())
+	var err error
 	l.Emu, err = netem.New(ectx, netem.Config{
 		Planes: cfg.Planes, Seed: cfg.Seed + 1,
-		Link:        netem.LinkConfig{Delay: cfg.OneWay, Loss: cfg.Loss, Rate: cfg.RateBps, QueueBytes: cfg.Queue, ECNThreshold: ecnThreshold(cfg)},
+		Link:        netem.LinkConfig{Delay: cfg.OneWay, Loss: cfg.Loss, Rate: cfg.RateBps, QueueBytes: cfg.Queue, ECNThreshold: ecnThreshold(*cfg)},
 		Bind:        netip.MustParseAddr("127.0.0.200"),
 		MaxDatagram: cfg.MTU + 256,
 		MaxMappings: 8192,
 		PairDelays:  pairs,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("lab: emulator: %w", err)
+		return fmt.Errorf("lab: emulator: %w", err)
 	}
-	if err := l.certs(ips); err != nil {
-		return nil, err
-	}
-	type addrs struct {
-		lan, wan, ctl, gossip, admin netip.AddrPort
-		standIn                      netip.AddrPort
-	}
-	all := map[string]*addrs{}
+	return nil
+}
+
+// gatewayAddrs are the addresses of one gateway of the lab.
+type gatewayAddrs struct {
+	lan, wan, ctl, gossip, admin netip.AddrPort
+	standIn                      netip.AddrPort // its WAN address as the other site sees it
+}
+
+// ports chooses every gateway's ports and exposes its WAN address through
+// the emulator. The sockets that prove the ports free are added to held.
+func (l *Lab) ports(ips map[string]netip.Addr, held *[]io.Closer) (map[string]*gatewayAddrs, error) {
+	all := map[string]*gatewayAddrs{}
 	for reg, names := range l.Names {
 		for _, n := range names {
 			ip := ips[n]
-			a := &addrs{}
-			var perr error
+			a := &gatewayAddrs{}
 			for _, p := range []*netip.AddrPort{&a.lan, &a.wan, &a.ctl, &a.gossip, &a.admin} {
 				var hold []io.Closer
+				var perr error
 				if *p, hold, perr = freePort(ip); perr != nil {
 					return nil, perr
 				}
-				held = append(held, hold...)
+				*held = append(*held, hold...)
 			}
-			if a.standIn, err = l.Emu.Expose(site[reg], a.wan); err != nil {
+			var err error
+			if a.standIn, err = l.Emu.Expose(l.region(reg).Site, a.wan); err != nil {
 				return nil, fmt.Errorf("lab: expose %s: %w", n, err)
 			}
 			all[n] = a
 		}
 	}
-	for reg, names := range l.Names {
-		for _, n := range names {
-			a := all[n]
-			c := config.Default()
-			c.Node = config.Node{Name: n, Region: reg}
-			c.LAN.Listen = a.lan.String()
-			c.WAN.Planes = []config.Plane{{Name: "wan", Local: a.wan.String()}}
-			c.WAN.MTU = cfg.MTU
-			c.WAN.PathsPerPeer = cfg.Paths
-			c.WAN.CongestionControl = cfg.WANControl
-			c.WAN.MaxRateBps = cfg.WANRateBps
-			c.WAN.KeyRotation = 10 * time.Minute
-			c.Control.Listen = a.ctl.String()
-			c.Control.TLS = config.TLS{
-				CAFile:   filepath.Join(l.dir, "ca.pem"),
-				CertFile: filepath.Join(l.dir, n+".pem"),
-				KeyFile:  filepath.Join(l.dir, n+"-key.pem"),
-			}
-			// Every region at the other site; regions of one site do not
-			// talk to each other (the emulator only joins the sites).
-			c.Regions = nil
-			for _, or := range cfg.Regions {
-				if or.Site == site[reg] {
-					continue
-				}
-				d := oneWay[reg]
-				if d == 0 {
-					d = or.OneWay
-				}
-				if d == 0 {
-					d = cfg.OneWay
-				}
-				r := config.Region{Name: or.Name, RTTHint: 2 * d}
-				for _, pn := range l.Names[or.Name] {
-					r.Gateways = append(r.Gateways, config.RemoteGateway{Name: pn, Control: all[pn].ctl.String(), WAN: []string{all[pn].standIn.String()}})
-				}
-				c.Regions = append(c.Regions, r)
-			}
-			c.Gossip.Bind = a.gossip.String()
-			for m, b := range all {
-				if m != n {
-					c.Gossip.Seeds = append(c.Gossip.Seeds, b.gossip.String())
-				}
-			}
-			c.Gossip.Profile = config.GossipProfileCustom
-			// Fast, but not so fast that a loaded machine's scheduling
-			// stalls read as deaths: with a 100 ms probe timeout and
-			// suspicion ×2, and 4 control keepalives 250 ms apart, the
-			// gateways declared each other dead under load (load average
-			// 10-15 on 2 cores: route lost: gossip: dead, control: peer
-			// dead), which failed 7,374 of 10,000 flows of mrgw loadtest
-			// connections. A real gateway death is still seen within
-			// about two seconds; hosts see theirs within DeadAfter.
-			c.Gossip.ProbeInterval = 500 * time.Millisecond
-			c.Gossip.ProbeTimeout = 400 * time.Millisecond
-			c.Gossip.SuspicionMult = 3
-			c.Gossip.GossipInterval = 50 * time.Millisecond
-			c.Limits.MemoryBytes = 256 << 20
-			c.Limits.FlowCreditBytes = 4 << 20
-			if cfg.MemoryBytes > 0 {
-				c.Limits.MemoryBytes = cfg.MemoryBytes
-			}
-			if cfg.FlowCreditBytes > 0 {
-				c.Limits.FlowCreditBytes = cfg.FlowCreditBytes
-			}
-			if cfg.MaxFlows > 0 {
-				c.Limits.MaxFlows = cfg.MaxFlows
-			}
-			for cn, w := range cfg.Classes {
-				c.Scheduler.Classes = append(c.Scheduler.Classes, config.Class{Name: cn, Weight: w})
-			}
-			c.Admin.Listen = ""
-			if cfg.Admin {
-				c.Admin.Listen = a.admin.String()
-			}
-			c.Log.Level = cfg.LogLevel
-			if err := c.Validate(); err != nil {
-				return nil, fmt.Errorf("lab: config of %s: %w", n, err)
-			}
-			l.Configs[n] = c
+	return all, nil
+}
+
+// gatewayConfig is the configuration of gateway n of region reg.
+func (l *Lab) gatewayConfig(reg, n string, all map[string]*gatewayAddrs) (*config.Config, error) {
+	cfg := &l.cfg
+	a := all[n]
+	c := config.Default()
+	c.Node = config.Node{Name: n, Region: reg}
+	c.LAN.Listen = a.lan.String()
+	c.WAN.Planes = []config.Plane{{Name: "wan", Local: a.wan.String()}}
+	c.WAN.MTU = cfg.MTU
+	c.WAN.PathsPerPeer = cfg.Paths
+	c.WAN.CongestionControl = cfg.WANControl
+	c.WAN.MaxRateBps = cfg.WANRateBps
+	c.WAN.KeyRotation = 10 * time.Minute
+	c.Control.Listen = a.ctl.String()
+	c.Control.TLS = config.TLS{
+		CAFile:   filepath.Join(l.dir, "ca.pem"),
+		CertFile: filepath.Join(l.dir, n+".pem"),
+		KeyFile:  filepath.Join(l.dir, n+"-key.pem"),
+	}
+	// Every region at the other site; regions of one site do not
+	// talk to each other (the emulator only joins the sites).
+	self := l.region(reg)
+	c.Regions = nil
+	for _, or := range cfg.Regions {
+		if or.Site == self.Site {
+			continue
+		}
+		d := self.OneWay
+		if d == 0 {
+			d = or.OneWay
+		}
+		if d == 0 {
+			d = cfg.OneWay
+		}
+		r := config.Region{Name: or.Name, RTTHint: 2 * d}
+		for _, pn := range l.Names[or.Name] {
+			r.Gateways = append(r.Gateways, config.RemoteGateway{Name: pn, Control: all[pn].ctl.String(), WAN: []string{all[pn].standIn.String()}})
+		}
+		c.Regions = append(c.Regions, r)
+	}
+	c.Gossip.Bind = a.gossip.String()
+	for m, b := range all {
+		if m != n {
+			c.Gossip.Seeds = append(c.Gossip.Seeds, b.gossip.String())
 		}
 	}
-	for _, c := range held {
-		c.Close()
+	c.Gossip.Profile = config.GossipProfileCustom
+	// Fast, but not so fast that a loaded machine's scheduling
+	// stalls read as deaths: with a 100 ms probe timeout and
+	// suspicion ×2, and 4 control keepalives 250 ms apart, the
+	// gateways declared each other dead under load (load average
+	// 10-15 on 2 cores: route lost: gossip: dead, control: peer
+	// dead), which failed 7,374 of 10,000 flows of mrgw loadtest
+	// connections. A real gateway death is still seen within
+	// about two seconds; hosts see theirs within DeadAfter.
+	c.Gossip.ProbeInterval = 500 * time.Millisecond
+	c.Gossip.ProbeTimeout = 400 * time.Millisecond
+	c.Gossip.SuspicionMult = 3
+	c.Gossip.GossipInterval = 50 * time.Millisecond
+	c.Limits.MemoryBytes = 256 << 20
+	c.Limits.FlowCreditBytes = 4 << 20
+	if cfg.MemoryBytes > 0 {
+		c.Limits.MemoryBytes = cfg.MemoryBytes
 	}
-	held = nil
+	if cfg.FlowCreditBytes > 0 {
+		c.Limits.FlowCreditBytes = cfg.FlowCreditBytes
+	}
+	if cfg.MaxFlows > 0 {
+		c.Limits.MaxFlows = cfg.MaxFlows
+	}
+	for cn, w := range cfg.Classes {
+		c.Scheduler.Classes = append(c.Scheduler.Classes, config.Class{Name: cn, Weight: w})
+	}
+	c.Admin.Listen = ""
+	if cfg.Admin {
+		c.Admin.Listen = a.admin.String()
+	}
+	c.Log.Level = cfg.LogLevel
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("lab: config of %s: %w", n, err)
+	}
+	return c, nil
+}
+
+// newGateways creates a gateway of every configuration.
+func (l *Lab) newGateways() error {
 	for n, c := range l.Configs {
 		g, err := gateway.New(c, gateway.Options{
-			Logger:           cfg.Logger,
+			Logger:           l.cfg.Logger,
 			Protocol:         l.tune,
 			ControlKeepalive: 500 * time.Millisecond,
 			ControlMisses:    6,
@@ -351,11 +410,11 @@ func New(ctx context.Context, cfg Config) (_ *Lab, err error) {
 			DrainTimeout:     2 * time.Second,
 		})
 		if err != nil {
-			return nil, fmt.Errorf("lab: gateway %s: %w", n, err)
+			return fmt.Errorf("lab: gateway %s: %w", n, err)
 		}
 		l.Gateways[n] = g
 	}
-	return l, nil
+	return nil
 }
 
 // LANMinPTO is the smallest probe timeout of every path in the lab, the

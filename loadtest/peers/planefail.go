@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/mrgw/mrgw/internal/report"
-	"github.com/mrgw/mrgw/loadtest/recovery"
+	"github.com/mrgw/mrgw/loadtest/bulk"
 	"github.com/mrgw/mrgw/loadtest/tunemu"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/netem"
@@ -406,56 +406,12 @@ func pfMRGW(ctx context.Context, l Link, o Options, tl timeline) (pfResult, erro
 	if err != nil {
 		return pfResult{}, err
 	}
-	outstanding := bulkOutstanding(l)
 	src := make([]byte, bulkMsg)
 	dst := make([]byte, bulkMsg)
-	var (
-		mu         sync.Mutex
-		stopped    bool
-		written    uint64
-		sent, recv recovery.Seq
-		failed     int
-		sender     *metaroce.Conn
-		got        atomic.Uint64
-	)
-	write := func(now time.Duration) {
-		if _, err := sender.Write(now, 0, 1, 0, src); err == nil {
-			written++
-		}
-	}
-	onA := func(now time.Duration, ev metaroce.Event) {
-		mu.Lock()
-		defer mu.Unlock()
-		switch ev.Kind {
-		case metaroce.EventConnected:
-			sender = ev.Conn
-			for range outstanding {
-				write(now)
-			}
-		case metaroce.EventSendComplete:
-			if ev.Err != nil {
-				failed++
-			}
-			if sent.See(ev.Seq) && !stopped {
-				write(now)
-			}
-		}
-	}
-	onB := func(_ time.Duration, ev metaroce.Event) {
-		if ev.Kind != metaroce.EventRecvComplete {
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if ev.Err != nil {
-			failed++
-			return
-		}
-		if recv.See(ev.Seq) {
-			got.Add(ev.Len)
-		}
-	}
-	p, err := newTunnelPair(ctx, emuNet{em}, protoA, protoB, onA, onB)
+	var got atomic.Uint64
+	tr := bulk.New(src, bulk.Options{Outstanding: bulkOutstanding(l), FailedOutOfOrder: true,
+		OnComplete: func(ev metaroce.Event, _ uint64) { got.Add(ev.Len) }})
+	p, err := newTunnelPair(ctx, emuNet{em}, protoA, protoB, tr.Sender, tr.Receiver)
 	if err != nil {
 		return pfResult{}, err
 	}
@@ -471,44 +427,25 @@ func pfMRGW(ctx context.Context, l Link, o Options, tl timeline) (pfResult, erro
 		return pfResult{}, err
 	}
 	r := pfResult{plane: plane, cc: ccName, emulator: EmuUDP, flows: 1, onPlane: 1, stalled: -1, paths: o.Paths}
-	setPathProbe(ctx, pathProbe(p.a, func() *metaroce.Conn {
-		mu.Lock()
-		defer mu.Unlock()
-		return sender
-	}))
+	setPathProbe(ctx, pathProbe(p.a, tr.SenderConn))
 	r.bps, _, _, err = tl.run(ctx, []*atomic.Uint64{&got}, nil, func() error { return em.Fail(plane) })
 	if err != nil {
 		return r, err
 	}
-	mu.Lock()
-	stopped = true
-	mu.Unlock()
+	tr.Stop()
 	// Every message written must complete at both ends.
-	drain, cancel := context.WithTimeout(ctx, pfDrain)
-	defer cancel()
-	for {
-		mu.Lock()
-		done := sent.Next() == written && recv.Next() == written
-		lost := int64(written-recv.Next()) + int64(sent.Gaps+recv.Gaps)
-		mu.Unlock()
-		if done {
-			break
-		}
-		if err := sleep(drain, 10*time.Millisecond); err != nil {
-			r.lost = &lost
-			return r, fmt.Errorf("%d messages still incomplete %v after the measurement", lost, pfDrain)
-		}
+	counts, err := tr.Drain(ctx, pfDrain)
+	if err != nil {
+		lost := counts.Lost()
+		r.lost = &lost
+		return r, fmt.Errorf("%d messages still incomplete %v after the measurement", lost, pfDrain)
 	}
-	mu.Lock()
-	lost := int64(written-recv.Next()) + int64(sent.Gaps+recv.Gaps)
-	dup := int64(sent.Dups + recv.Dups)
-	r.failed = failed
-	mu.Unlock()
+	lost := counts.Lost()
+	dup := int64(counts.Dups)
+	r.failed = counts.Failed
 	r.lost, r.dup = &lost, &dup
 	_ = p.a.Endpoint().Call(ctx, func(_ time.Duration, _ *metaroce.Endpoint) {
-		mu.Lock()
-		defer mu.Unlock()
-		if sender != nil {
+		if sender := tr.SenderConn(); sender != nil {
 			r.retransmits = sender.Stats.Retransmits
 		}
 	})

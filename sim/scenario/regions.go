@@ -119,6 +119,30 @@ type RegionsResult struct {
 
 // RunRegions executes a regions setup.
 func RunRegions(s RegionsSetup) (RegionsResult, error) {
+	fault, err := s.check()
+	if err != nil {
+		return RegionsResult{}, err
+	}
+	r := &regionsRun{s: s, nreg: len(s.SegmentDelays) + 1, pktSize: s.MTU + metaroce.DataHeaderLen}
+	r.buildNetwork()
+	if err := r.addGateways(); err != nil {
+		return RegionsResult{}, err
+	}
+	if err := r.connectPairs(); err != nil {
+		return RegionsResult{}, err
+	}
+	r.sample()
+	r.scheduleWindows(fault)
+	start := time.Now()
+	r.sm.Run(s.Duration)
+	r.res.Wall = time.Since(start)
+	r.summarize()
+	return r.res, nil
+}
+
+// check fills in the defaults and validates the setup; fault reports
+// whether the run has a fault window.
+func (s *RegionsSetup) check() (fault bool, err error) {
 	if s.MTU == 0 {
 		s.MTU = 4096
 	}
@@ -127,19 +151,65 @@ func RunRegions(s RegionsSetup) (RegionsResult, error) {
 	}
 	nreg := len(s.SegmentDelays) + 1
 	if nreg < 2 || s.Gateways < 1 || s.Planes < 1 || s.RateBps <= 0 || s.Paths < 1 || len(s.Pairs) == 0 || s.Warmup <= 0 || s.Duration <= s.Warmup {
-		return RegionsResult{}, fmt.Errorf("scenario: regions setup incomplete: %+v", s)
+		return false, fmt.Errorf("scenario: regions setup incomplete: %+v", *s)
 	}
 	for _, p := range s.Pairs {
 		// Segments are measured in one direction, so every pair runs that way.
 		if p.From < 0 || p.From >= p.To || p.To >= nreg {
-			return RegionsResult{}, fmt.Errorf("scenario: region pair %v: want 0 <= From < To < %d", p, nreg)
+			return false, fmt.Errorf("scenario: region pair %v: want 0 <= From < To < %d", p, nreg)
 		}
 	}
-	fault := s.FaultAt > s.Warmup && s.FaultAt < s.Duration
+	fault = s.FaultAt > s.Warmup && s.FaultAt < s.Duration
 	if fault && (s.FaultAt+s.Settle >= s.Duration || s.FaultSegment < 0 || s.FaultSegment >= nreg-1 || s.FaultPlane < 0 || s.FaultPlane >= s.Planes) {
-		return RegionsResult{}, fmt.Errorf("scenario: regions fault at %v (+%v settle) on segment %d plane %d does not fit", s.FaultAt, s.Settle, s.FaultSegment, s.FaultPlane)
+		return false, fmt.Errorf("scenario: regions fault at %v (+%v settle) on segment %d plane %d does not fit", s.FaultAt, s.Settle, s.FaultSegment, s.FaultPlane)
 	}
-	pktSize := s.MTU + metaroce.DataHeaderLen
+	return fault, nil
+}
+
+// regionsRun is one regions run being built and run.
+type regionsRun struct {
+	s       RegionsSetup
+	nreg    int
+	pktSize int
+	sm      *sim.Sim
+	net     *sim.Network
+	// fwd[k][p] carries segment k on plane p from region k to k+1; rev back.
+	fwd, rev   [][]*sim.Link
+	gwCapacity float64
+	gws        [][]*regionGateway
+	// conns[i][g] is pair i's connection from gateway g.
+	conns   [][]*metaroce.Conn
+	windowQ []int // peak queue per segment in the current window
+	windows []*regionsSpan
+	res     RegionsResult
+}
+
+// regionGateway is one gateway of a regions run: one endpoint.
+type regionGateway struct {
+	node  *Node
+	host  *sim.Host
+	bulks map[*metaroce.Conn]*bulk
+}
+
+// regionsSnap is what the counters said at one instant.
+type regionsSnap struct {
+	at         time.Duration
+	placed     map[uint64]uint64
+	seg, drops []uint64
+}
+
+// regionsSpan is one measurement window being recorded.
+type regionsSpan struct {
+	name       string
+	start, end regionsSnap
+	peakQ      []int
+	down       bool // the faulty plane is down
+}
+
+// buildNetwork makes the simulator, the segments' plane links and the
+// routes between every two regions.
+func (r *regionsRun) buildNetwork() {
+	s, nreg := &r.s, r.nreg
 	var longest time.Duration
 	for _, p := range s.Pairs {
 		longest = max(longest, s.rtt(p))
@@ -149,19 +219,18 @@ func RunRegions(s RegionsSetup) (RegionsResult, error) {
 	link := sim.LinkConfig{Rate: int64(s.RateBps), QueueLimit: int(s.RateBps / 8 * longest.Seconds()), ECNThreshold: ecnThreshold(s.RateBps, longest)}
 	inflight := 0
 	for _, d := range s.SegmentDelays {
-		inflight += 2 * s.Planes * (int(s.RateBps/8*d.Seconds()) + link.QueueLimit) / pktSize
+		inflight += 2 * s.Planes * (int(s.RateBps/8*d.Seconds()) + link.QueueLimit) / r.pktSize
 	}
-	sm := sim.New(sim.Config{Seed: s.Seed, MaxDatagramSize: pktSize + 64, MaxDatagrams: inflight + 100_000})
-	net := sim.NewTopology(sm, sim.TopologyConfig{Sites: nreg, Planes: s.Planes})
-	// fwd[k][p] carries segment k on plane p from region k to k+1; rev back.
-	fwd := make([][]*sim.Link, nreg-1)
-	rev := make([][]*sim.Link, nreg-1)
+	r.sm = sim.New(sim.Config{Seed: s.Seed, MaxDatagramSize: r.pktSize + 64, MaxDatagrams: inflight + 100_000})
+	r.net = sim.NewTopology(r.sm, sim.TopologyConfig{Sites: nreg, Planes: s.Planes})
+	r.fwd = make([][]*sim.Link, nreg-1)
+	r.rev = make([][]*sim.Link, nreg-1)
 	for k, d := range s.SegmentDelays {
 		lc := link
 		lc.Delay = d
 		for p := 0; p < s.Planes; p++ {
-			fwd[k] = append(fwd[k], net.AddLink(p, fmt.Sprintf("plane%d:%s>%s", p, regionName(k), regionName(k+1)), lc))
-			rev[k] = append(rev[k], net.AddLink(p, fmt.Sprintf("plane%d:%s>%s", p, regionName(k+1), regionName(k)), lc))
+			r.fwd[k] = append(r.fwd[k], r.net.AddLink(p, fmt.Sprintf("plane%d:%s>%s", p, regionName(k), regionName(k+1)), lc))
+			r.rev[k] = append(r.rev[k], r.net.AddLink(p, fmt.Sprintf("plane%d:%s>%s", p, regionName(k+1), regionName(k)), lc))
 		}
 	}
 	for a := 0; a < nreg; a++ {
@@ -173,63 +242,60 @@ func RunRegions(s RegionsSetup) (RegionsResult, error) {
 				var route []*sim.Link
 				if a < b {
 					for k := a; k < b; k++ {
-						route = append(route, fwd[k][p])
+						route = append(route, r.fwd[k][p])
 					}
 				} else {
 					for k := a - 1; k >= b; k-- {
-						route = append(route, rev[k][p])
+						route = append(route, r.rev[k][p])
 					}
 				}
-				net.SetRoute(sim.Site(a), sim.Site(b), p, route...)
+				r.net.SetRoute(sim.Site(a), sim.Site(b), p, route...)
 			}
 		}
 	}
+}
 
-	// One endpoint per gateway. Its failure detection is tuned to the
-	// shortest round trip it has (sending or receiving); its receiver loop
-	// divides the gateway's share of its region's long-haul capacity.
-	gwCapacity := s.segmentCapacity() / float64(s.Gateways)
+// regionBytes is the smallest registered region of a regions gateway.
+const regionBytes = 16 << 20
+
+// addGateways makes one endpoint per gateway. Its failure detection is
+// tuned to the shortest round trip it has (sending or receiving); its
+// receiver loop divides the gateway's share of its region's long-haul
+// capacity.
+func (r *regionsRun) addGateways() error {
+	s, nreg := &r.s, r.nreg
+	r.gwCapacity = s.segmentCapacity() / float64(s.Gateways)
 	shortest := make([]time.Duration, nreg)
 	for _, p := range s.Pairs {
-		for _, r := range []int{p.From, p.To} {
-			if shortest[r] == 0 || s.rtt(p) < shortest[r] {
-				shortest[r] = s.rtt(p)
+		for _, rg := range []int{p.From, p.To} {
+			if shortest[rg] == 0 || s.rtt(p) < shortest[rg] {
+				shortest[rg] = s.rtt(p)
 			}
 		}
 	}
-	type gateway struct {
-		node  *Node
-		host  *sim.Host
-		bulks map[*metaroce.Conn]*bulk
-	}
-	gws := make([][]*gateway, nreg)
-	src := make([]byte, s.MsgSize)
-	for i := range src {
-		src[i] = byte(i*7 + i>>8)
-	}
-	const regionBytes = 16 << 20
+	r.gws = make([][]*regionGateway, nreg)
 	regionSize := max(regionBytes, s.MsgSize)
-	for r := 0; r < nreg; r++ {
-		if shortest[r] == 0 {
+	for rg := 0; rg < nreg; rg++ {
+		if shortest[rg] == 0 {
 			continue // a region with no traffic
 		}
 		for g := 0; g < s.Gateways; g++ {
 			cfg := metaroce.Config{
-				MTU: s.MTU, Paths: s.Paths, Path: PathConfig(shortest[r]), Listen: true,
+				MTU: s.MTU, Paths: s.Paths, Path: PathConfig(shortest[rg]), Listen: true,
 				MaxPathInflight: 1 << 20, MaxMessagesAhead: 1 << 16,
-				Seed: s.Seed + uint64(r*s.Gateways+g)*7919,
+				Seed: s.Seed + uint64(rg*s.Gateways+g)*7919,
 			}
 			if !s.NoHints {
-				cfg.ReceiveCapacityBps = gwCapacity
+				cfg.ReceiveCapacityBps = r.gwCapacity
 			}
 			node, err := NewNode(cfg)
 			if err != nil {
-				return RegionsResult{}, err
+				return err
 			}
 			if err := node.EP.Memory().Register(bulkKey, make([]byte, regionSize)); err != nil {
-				return RegionsResult{}, err
+				return err
 			}
-			gw := &gateway{node: node, bulks: make(map[*metaroce.Conn]*bulk)}
+			gw := &regionGateway{node: node, bulks: make(map[*metaroce.Conn]*bulk)}
 			node.OnEvent = func(now time.Duration, ev metaroce.Event) {
 				if ev.Kind == metaroce.EventConnected || ev.Kind == metaroce.EventSendComplete {
 					if b := gw.bulks[ev.Conn]; b != nil {
@@ -237,190 +303,202 @@ func RunRegions(s RegionsSetup) (RegionsResult, error) {
 					}
 				}
 			}
-			gw.host = net.AddHost(sim.Site(r), node, sim.HostConfig{})
+			gw.host = r.net.AddHost(sim.Site(rg), node, sim.HostConfig{})
 			node.Host = gw.host
-			gws[r] = append(gws[r], gw)
+			r.gws[rg] = append(r.gws[rg], gw)
 		}
 	}
-	// conns[i][g] is pair i's connection from gateway g.
-	conns := make([][]*metaroce.Conn, len(s.Pairs))
-	var res RegionsResult
-	res.Segments = nreg - 1
+	return nil
+}
+
+// connectPairs opens every pair's connections, one per gateway, each
+// driven by a bulk sender.
+func (r *regionsRun) connectPairs() error {
+	s := &r.s
+	src := make([]byte, s.MsgSize)
+	for i := range src {
+		src[i] = byte(i*7 + i>>8)
+	}
+	regionSize := max(regionBytes, s.MsgSize)
+	r.conns = make([][]*metaroce.Conn, len(s.Pairs))
+	r.res.Segments = r.nreg - 1
 	for i, p := range s.Pairs {
 		rtt := s.rtt(p)
-		f, err := factory(s.CC, gwCapacity, rtt)
+		f, err := factory(s.CC, r.gwCapacity, rtt)
 		if err != nil {
-			return RegionsResult{}, err
+			return err
 		}
 		// Enough messages outstanding that the application never limits:
 		// twice the gateway's capacity over the round trip.
-		outstanding := int(2*gwCapacity/8*rtt.Seconds())/s.MsgSize + 4
+		outstanding := int(2*r.gwCapacity/8*rtt.Seconds())/s.MsgSize + 4
 		for g := 0; g < s.Gateways; g++ {
-			from, to := gws[p.From][g], gws[p.To][g]
+			from, to := r.gws[p.From][g], r.gws[p.To][g]
 			c, err := from.node.EP.ConnectWith(0, metaroce.PeerID(to.host.ID()), metaroce.ConnOptions{CC: f, Paths: s.Paths})
 			if err != nil {
-				return RegionsResult{}, err
+				return err
 			}
 			from.bulks[c] = &bulk{conn: c, msgSize: s.MsgSize, outstanding: outstanding, src: src, key: bulkKey, regionSize: regionSize, stream: uint32(i)}
-			conns[i] = append(conns[i], c)
-			res.CCName = c.Controller().Name()
+			r.conns[i] = append(r.conns[i], c)
+			r.res.CCName = c.Controller().Name()
 		}
 	}
-	// Goodput is payload placed at the receiving gateway; connection IDs
-	// are shared by both ends.
-	placed := func() map[uint64]uint64 {
-		out := make(map[uint64]uint64)
-		for _, rg := range gws {
-			for _, gw := range rg {
-				for _, c := range gw.node.EP.Conns() {
-					out[c.ID()] += c.Stats.PayloadBytesPlaced
-				}
+	return nil
+}
+
+// placed is the payload placed per connection so far. Goodput is payload
+// placed at the receiving gateway; connection IDs are shared by both ends.
+func (r *regionsRun) placed() map[uint64]uint64 {
+	out := make(map[uint64]uint64)
+	for _, rg := range r.gws {
+		for _, gw := range rg {
+			for _, c := range gw.node.EP.Conns() {
+				out[c.ID()] += c.Stats.PayloadBytesPlaced
 			}
 		}
-		return out
 	}
-	segBytes := func() (bytes, drops []uint64) {
-		bytes, drops = make([]uint64, nreg-1), make([]uint64, nreg-1)
-		for k := range fwd {
-			for _, l := range fwd[k] {
-				bytes[k] += l.Stats().BytesDelivered
-				drops[k] += l.Stats().DroppedQueue
-			}
+	return out
+}
+
+// take snapshots the counters.
+func (r *regionsRun) take() regionsSnap {
+	bytes, drops := make([]uint64, r.nreg-1), make([]uint64, r.nreg-1)
+	for k := range r.fwd {
+		for _, l := range r.fwd[k] {
+			bytes[k] += l.Stats().BytesDelivered
+			drops[k] += l.Stats().DroppedQueue
 		}
-		return bytes, drops
 	}
-	type snap struct {
-		at         time.Duration
-		placed     map[uint64]uint64
-		seg, drops []uint64
-	}
-	take := func() snap {
-		b, d := segBytes()
-		return snap{sm.Now(), placed(), b, d}
-	}
-	// Peak queue per segment per window: sampled every millisecond.
-	windowQ := make([]int, nreg-1)
-	sm.Every(time.Millisecond, time.Millisecond, func(now time.Duration) bool {
-		for k := range fwd {
-			for _, l := range fwd[k] {
-				windowQ[k] = max(windowQ[k], l.QueueBytes())
+	return regionsSnap{r.sm.Now(), r.placed(), bytes, drops}
+}
+
+// sample records each segment's peak queue every millisecond and each
+// pair's goodput every 100 ms (plots, and the docs' description of the run).
+func (r *regionsRun) sample() {
+	s := &r.s
+	r.windowQ = make([]int, r.nreg-1)
+	r.sm.Every(time.Millisecond, time.Millisecond, func(now time.Duration) bool {
+		for k := range r.fwd {
+			for _, l := range r.fwd[k] {
+				r.windowQ[k] = max(r.windowQ[k], l.QueueBytes())
 			}
 		}
 		return now < s.Duration
 	})
-	// Pair goodput every 100 ms (plots, and the docs' description of the run).
 	const sampleEvery = 100 * time.Millisecond
-	res.Goodput = make([][]float64, len(s.Pairs))
+	r.res.Goodput = make([][]float64, len(s.Pairs))
 	prev := map[uint64]uint64{}
-	sm.Every(sampleEvery, sampleEvery, func(now time.Duration) bool {
-		cur := placed()
-		res.Times = append(res.Times, now)
+	r.sm.Every(sampleEvery, sampleEvery, func(now time.Duration) bool {
+		cur := r.placed()
+		r.res.Times = append(r.res.Times, now)
 		for i := range s.Pairs {
 			var b uint64
-			for _, c := range conns[i] {
+			for _, c := range r.conns[i] {
 				b += cur[c.ID()] - prev[c.ID()]
 			}
-			res.Goodput[i] = append(res.Goodput[i], float64(b)*8/sampleEvery.Seconds())
+			r.res.Goodput[i] = append(r.res.Goodput[i], float64(b)*8/sampleEvery.Seconds())
 		}
 		prev = cur
 		return now < s.Duration
 	})
+}
 
-	type window struct {
-		name       string
-		start, end snap
-		peakQ      []int
-		down       bool // the faulty plane is down
-	}
-	var windows []*window
-	open := func(name string, down bool) *window {
-		w := &window{name: name, down: down}
-		windows = append(windows, w)
+// scheduleWindows schedules the steady window and, with a fault, the fault
+// and the window after it.
+func (r *regionsRun) scheduleWindows(fault bool) {
+	s := &r.s
+	open := func(name string, down bool) *regionsSpan {
+		w := &regionsSpan{name: name, down: down}
+		r.windows = append(r.windows, w)
 		return w
 	}
 	steady := open("steady", false)
-	sm.At(s.Warmup, func() {
-		steady.start = take()
-		clear(windowQ)
+	r.sm.At(s.Warmup, func() {
+		steady.start = r.take()
+		clear(r.windowQ)
 	})
 	if fault {
 		faulty := open(fmt.Sprintf("%s–%s plane %d down", regionName(s.FaultSegment), regionName(s.FaultSegment+1), s.FaultPlane), true)
-		sm.At(s.FaultAt, func() {
-			steady.end = take()
-			steady.peakQ = append([]int(nil), windowQ...)
-			fwd[s.FaultSegment][s.FaultPlane].SetDown(true)
-			rev[s.FaultSegment][s.FaultPlane].SetDown(true)
+		r.sm.At(s.FaultAt, func() {
+			steady.end = r.take()
+			steady.peakQ = append([]int(nil), r.windowQ...)
+			r.fwd[s.FaultSegment][s.FaultPlane].SetDown(true)
+			r.rev[s.FaultSegment][s.FaultPlane].SetDown(true)
 		})
-		sm.At(s.FaultAt+s.Settle, func() {
-			faulty.start = take()
-			clear(windowQ)
+		r.sm.At(s.FaultAt+s.Settle, func() {
+			faulty.start = r.take()
+			clear(r.windowQ)
 		})
-		sm.At(s.Duration, func() {
-			faulty.end = take()
-			faulty.peakQ = append([]int(nil), windowQ...)
+		r.sm.At(s.Duration, func() {
+			faulty.end = r.take()
+			faulty.peakQ = append([]int(nil), r.windowQ...)
 		})
 	} else {
-		sm.At(s.Duration, func() {
-			steady.end = take()
-			steady.peakQ = append([]int(nil), windowQ...)
+		r.sm.At(s.Duration, func() {
+			steady.end = r.take()
+			steady.peakQ = append([]int(nil), r.windowQ...)
 		})
 	}
-	start := time.Now()
-	sm.Run(s.Duration)
-	res.Wall = time.Since(start)
-	res.SimPkts = sm.Stats().DatagramsSent
-	res.Unroute = sm.Stats().Unroutable
-	for k := range fwd {
+}
+
+// summarize fills in the result after the run.
+func (r *regionsRun) summarize() {
+	r.res.SimPkts = r.sm.Stats().DatagramsSent
+	r.res.Unroute = r.sm.Stats().Unroutable
+	for k := range r.fwd {
 		q := 0
-		for _, l := range fwd[k] {
+		for _, l := range r.fwd[k] {
 			q = max(q, l.Stats().MaxQueueBytes)
 		}
-		res.PeakQ = append(res.PeakQ, q)
+		r.res.PeakQ = append(r.res.PeakQ, q)
 	}
+	for _, w := range r.windows {
+		r.res.Windows = append(r.res.Windows, r.window(w))
+	}
+}
 
-	payload := float64(s.MTU) / float64(pktSize)
-	for _, w := range windows {
-		secs := (w.end.at - w.start.at).Seconds()
-		rw := RegionsWindow{Name: w.name, PairBps: make([]float64, len(s.Pairs)), ConnBps: make([][]float64, len(s.Pairs))}
-		// Capacities in this window, as payload rates: the segments (less
-		// a plane that is down) and every receiving gateway's hint.
-		segCap := make([]float64, nreg-1)
-		for k := range segCap {
-			up := s.Planes
-			if w.down && k == s.FaultSegment {
-				up--
-			}
-			segCap[k] = float64(up) * s.RateBps
-			rw.SegCapacity = append(rw.SegCapacity, segCap[k])
+// window is what window w saw.
+func (r *regionsRun) window(w *regionsSpan) RegionsWindow {
+	s := &r.s
+	payload := float64(s.MTU) / float64(r.pktSize)
+	secs := (w.end.at - w.start.at).Seconds()
+	rw := RegionsWindow{Name: w.name, PairBps: make([]float64, len(s.Pairs)), ConnBps: make([][]float64, len(s.Pairs))}
+	// Capacities in this window, as payload rates: the segments (less
+	// a plane that is down) and every receiving gateway's hint.
+	segCap := make([]float64, r.nreg-1)
+	for k := range segCap {
+		up := s.Planes
+		if w.down && k == s.FaultSegment {
+			up--
 		}
-		rw.FairBps = s.maxMinShares(segCap, payload)
-		for i := range s.Pairs {
-			for _, c := range conns[i] {
-				bps := float64(w.end.placed[c.ID()]-w.start.placed[c.ID()]) * 8 / secs
-				rw.ConnBps[i] = append(rw.ConnBps[i], bps)
-				rw.PairBps[i] += bps
-			}
-		}
-		for k := range segCap {
-			rw.SegUtil = append(rw.SegUtil, float64(w.end.seg[k]-w.start.seg[k])*8/secs/segCap[k])
-			rw.SegPeakQ = append(rw.SegPeakQ, w.peakQ[k])
-			rw.SegDrops = append(rw.SegDrops, w.end.drops[k]-w.start.drops[k])
-			var norm, raw []float64
-			for i, p := range s.Pairs {
-				if !crosses(p, k) {
-					continue
-				}
-				for _, b := range rw.ConnBps[i] {
-					raw = append(raw, b)
-					norm = append(norm, b/(rw.FairBps[i]/float64(s.Gateways)))
-				}
-			}
-			rw.SegJain = append(rw.SegJain, jainOrZero(norm))
-			rw.SegRawJain = append(rw.SegRawJain, jainOrZero(raw))
-		}
-		res.Windows = append(res.Windows, rw)
+		segCap[k] = float64(up) * s.RateBps
+		rw.SegCapacity = append(rw.SegCapacity, segCap[k])
 	}
-	return res, nil
+	rw.FairBps = s.maxMinShares(segCap, payload)
+	for i := range s.Pairs {
+		for _, c := range r.conns[i] {
+			bps := float64(w.end.placed[c.ID()]-w.start.placed[c.ID()]) * 8 / secs
+			rw.ConnBps[i] = append(rw.ConnBps[i], bps)
+			rw.PairBps[i] += bps
+		}
+	}
+	for k := range segCap {
+		rw.SegUtil = append(rw.SegUtil, float64(w.end.seg[k]-w.start.seg[k])*8/secs/segCap[k])
+		rw.SegPeakQ = append(rw.SegPeakQ, w.peakQ[k])
+		rw.SegDrops = append(rw.SegDrops, w.end.drops[k]-w.start.drops[k])
+		var norm, raw []float64
+		for i, p := range s.Pairs {
+			if !crosses(p, k) {
+				continue
+			}
+			for _, b := range rw.ConnBps[i] {
+				raw = append(raw, b)
+				norm = append(norm, b/(rw.FairBps[i]/float64(s.Gateways)))
+			}
+		}
+		rw.SegJain = append(rw.SegJain, jainOrZero(norm))
+		rw.SegRawJain = append(rw.SegRawJain, jainOrZero(raw))
+	}
+	return rw
 }
 
 func jainOrZero(x []float64) float64 {

@@ -243,90 +243,19 @@ func Run(in Setup) (Result, error) {
 		MaxMessagesAhead: 1 << 16,
 		PacingCatchUp:    s.PacingCatchUp,
 	}
-	rcfg := mcfg
-	rcfg.Listen = true
-	rcfg.ReceiveCapacityBps = s.ReceiverCapacityBps
-	if s.NoHints {
-		rcfg.ReceiveCapacityBps = 0
-	}
-	for f := 0; f < s.Flows; f++ {
-		rcfg.Paths = max(rcfg.Paths, s.flowPaths(f))
-	}
-	rcfg.Seed = s.Seed ^ 0xabcdef
-	recv, err := NewNode(rcfg)
+	recv, region, err := s.newReceiver(sm, net, mcfg)
 	if err != nil {
 		return Result{}, err
 	}
-	region := make([]byte, 64<<20)
-	if s.MsgSize > len(region) {
-		region = make([]byte, s.MsgSize)
-	}
-	if err := recv.EP.Memory().Register(bulkKey, region); err != nil {
-		return Result{}, err
-	}
-	recvHost := net.AddHost(sim.SiteB, recv, sim.HostConfig{})
-	recv.Host = recvHost
-	s.HostStalls.schedule(sm, recvHost, s.Seed, s.Duration)
 
 	src := make([]byte, s.MsgSize)
 	rng := rand.New(rand.NewPCG(s.Seed, 1))
 	for i := range src {
 		src[i] = byte(rng.Uint32())
 	}
-	outstanding := int(6*s.WindowBDPs*bdp/float64(s.Flows)/float64(s.MsgSize)) + 4
 	var res Result
-	res.Senders = make([]*metaroce.Conn, s.Flows)
-	res.ConnectedAt = make([]time.Duration, s.Flows)
-	for f := 0; f < s.Flows; f++ {
-		cfg := mcfg
-		cfg.Seed = s.Seed + uint64(f)*7919
-		cfg.Paths = s.flowPaths(f)
-		cfg.Path = PathConfig(s.flowRTT(f))
-		if f < len(s.FlowCC) && s.FlowCC[f] != nil {
-			cfg.CC = s.FlowCC[f]
-		}
-		node, err := NewNode(cfg)
-		if err != nil {
-			return Result{}, err
-		}
-		res.ConnectedAt[f] = -1
-		b := &bulk{msgSize: s.MsgSize, outstanding: outstanding, src: src, key: bulkKey, regionSize: len(region), stream: uint32(f)}
-		node.OnEvent = func(now time.Duration, ev metaroce.Event) {
-			switch ev.Kind {
-			case metaroce.EventConnected:
-				res.ConnectedAt[f] = now
-				b.fill(now)
-			case metaroce.EventSendComplete:
-				b.fill(now)
-			}
-		}
-		hc := sim.HostConfig{}
-		if extra := s.flowRTT(f) - s.RTT; extra > 0 {
-			hc.Uplink = sim.LinkConfig{Delay: extra}
-		}
-		h := net.AddHost(sim.SiteA, node, hc)
-		node.Host = h
-		s.HostStalls.schedule(sm, h, s.Seed, s.Duration)
-		connect := func(now time.Duration) error {
-			conn, err := node.EP.Connect(now, metaroce.PeerID(recvHost.ID()))
-			if err != nil {
-				return err
-			}
-			b.conn = conn
-			res.Senders[f] = conn
-			res.CCName = conn.Controller().Name()
-			h.Kick()
-			return nil
-		}
-		if f < len(s.FlowStart) && s.FlowStart[f] > 0 {
-			sm.At(s.FlowStart[f], func() {
-				if err := connect(s.FlowStart[f]); err != nil {
-					panic(err) // cannot happen: the endpoint is fresh
-				}
-			})
-		} else if err := connect(0); err != nil {
-			return Result{}, err
-		}
+	if err := s.addSenders(sm, net, mcfg, recv.Host, src, len(region), bdp, &res); err != nil {
+		return Result{}, err
 	}
 	if s.Sample > 0 {
 		sampler(sm, net, &s, &res, recv)
@@ -364,6 +293,105 @@ func Run(in Setup) (Result, error) {
 		atEnd = placedAt()
 	}
 
+	s.measure(&res, net, atWarmup, atEnd)
+	res.SimPackets = sm.Stats().DatagramsSent
+	return res, nil
+}
+
+// newReceiver makes the receiving endpoint at site B, with its registered
+// region, wide enough for every flow's paths.
+func (s *Setup) newReceiver(sm *sim.Sim, net *sim.Network, mcfg metaroce.Config) (*Node, []byte, error) {
+	rcfg := mcfg
+	rcfg.Listen = true
+	rcfg.ReceiveCapacityBps = s.ReceiverCapacityBps
+	if s.NoHints {
+		rcfg.ReceiveCapacityBps = 0
+	}
+	for f := 0; f < s.Flows; f++ {
+		rcfg.Paths = max(rcfg.Paths, s.flowPaths(f))
+	}
+	rcfg.Seed = s.Seed ^ 0xabcdef
+	recv, err := NewNode(rcfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	region := make([]byte, 64<<20)
+	if s.MsgSize > len(region) {
+		region = make([]byte, s.MsgSize)
+	}
+	if err := recv.EP.Memory().Register(bulkKey, region); err != nil {
+		return nil, nil, err
+	}
+	recvHost := net.AddHost(sim.SiteB, recv, sim.HostConfig{})
+	recv.Host = recvHost
+	s.HostStalls.schedule(sm, recvHost, s.Seed, s.Duration)
+	return recv, region, nil
+}
+
+// addSenders makes one sending endpoint per flow at site A, each with a
+// bulk sender (messages of src, into a region of regionSize bytes),
+// connected to the receiver now or at the flow's start time.
+func (s *Setup) addSenders(sm *sim.Sim, net *sim.Network, mcfg metaroce.Config, recvHost *sim.Host, src []byte, regionSize int, bdp float64, res *Result) error {
+	outstanding := int(6*s.WindowBDPs*bdp/float64(s.Flows)/float64(s.MsgSize)) + 4
+	res.Senders = make([]*metaroce.Conn, s.Flows)
+	res.ConnectedAt = make([]time.Duration, s.Flows)
+	for f := 0; f < s.Flows; f++ {
+		cfg := mcfg
+		cfg.Seed = s.Seed + uint64(f)*7919
+		cfg.Paths = s.flowPaths(f)
+		cfg.Path = PathConfig(s.flowRTT(f))
+		if f < len(s.FlowCC) && s.FlowCC[f] != nil {
+			cfg.CC = s.FlowCC[f]
+		}
+		node, err := NewNode(cfg)
+		if err != nil {
+			return err
+		}
+		res.ConnectedAt[f] = -1
+		b := &bulk{msgSize: s.MsgSize, outstanding: outstanding, src: src, key: bulkKey, regionSize: regionSize, stream: uint32(f)}
+		node.OnEvent = func(now time.Duration, ev metaroce.Event) {
+			switch ev.Kind {
+			case metaroce.EventConnected:
+				res.ConnectedAt[f] = now
+				b.fill(now)
+			case metaroce.EventSendComplete:
+				b.fill(now)
+			}
+		}
+		hc := sim.HostConfig{}
+		if extra := s.flowRTT(f) - s.RTT; extra > 0 {
+			hc.Uplink = sim.LinkConfig{Delay: extra}
+		}
+		h := net.AddHost(sim.SiteA, node, hc)
+		node.Host = h
+		s.HostStalls.schedule(sm, h, s.Seed, s.Duration)
+		connect := func(now time.Duration) error {
+			conn, err := node.EP.Connect(now, metaroce.PeerID(recvHost.ID()))
+			if err != nil {
+				return err
+			}
+			b.conn = conn
+			res.Senders[f] = conn
+			res.CCName = conn.Controller().Name()
+			h.Kick()
+			return nil
+		}
+		if f < len(s.FlowStart) && s.FlowStart[f] > 0 {
+			sm.At(s.FlowStart[f], func() {
+				if err := connect(s.FlowStart[f]); err != nil {
+					panic(err) // cannot happen: the endpoint is fresh
+				}
+			})
+		} else if err := connect(0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// measure fills in the result from the counters at the end of the warm-up
+// and of the run.
+func (s *Setup) measure(res *Result, net *sim.Network, atWarmup, atEnd map[uint64]uint64) {
 	res.CapacityBps = s.capacity()
 	secs := (s.Duration - s.Warmup).Seconds()
 	for _, c := range res.Senders {
@@ -385,8 +413,6 @@ func Run(in Setup) (Result, error) {
 		res.QueueDrops += st.DroppedQueue
 		res.PlaneBytes = append(res.PlaneBytes, st.BytesDelivered)
 	}
-	res.SimPackets = sm.Stats().DatagramsSent
-	return res, nil
 }
 
 // heapInUse returns the live heap after a full collection.

@@ -1,4 +1,4 @@
-package conformance
+package responder
 
 import (
 	"testing"
@@ -17,7 +17,7 @@ import (
 //
 // It is skipped while the bug is present (conformance/ must not edit
 // metaroce/); once fixed it passes, and knownFailures in
-// conformance_test.go must lose its entry.
+// responder_test.go must lose its entry.
 func TestMetaroceRefusedHeadStall(t *testing.T) {
 	mem := metaroce.NewMemory()
 	if err := mem.Register(1, make([]byte, 4096)); err != nil {

@@ -1,4 +1,9 @@
-package conformance
+// Package responder is mrgw's own implementation of the conformance suite's
+// test contract (docs/CONFORMANCE.md §2): one metaroce.Endpoint on one UDP
+// socket, driven by a single goroutine. The suite (package conformance) runs
+// against it in CI; the suite itself never imports metaroce, so its
+// judgement cannot borrow the codec or state machine it judges.
+package responder
 
 import (
 	"context"
@@ -8,15 +13,16 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/mrgw/mrgw/conformance"
 	"github.com/mrgw/mrgw/internal/ecn"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/pathmgr"
 )
 
-// ServeOptions configures the responder.
-type ServeOptions struct {
+// Options configures the responder.
+type Options struct {
 	// Config is the endpoint configuration. The zero value selects the
-	// responder's defaults (see DefaultServeConfig); Listen is always set.
+	// responder's defaults (see DefaultConfig); Listen is always set.
 	Config *metaroce.Config
 	// OnListen, if set, is called once with the bound address before serving.
 	OnListen func(netip.AddrPort)
@@ -41,10 +47,10 @@ type breakage struct {
 	out func(r *Responder, b []byte, tx *metaroce.Transmit) []byte
 }
 
-// DefaultServeConfig is the endpoint configuration of the responder: the
+// DefaultConfig is the endpoint configuration of the responder: the
 // protocol's defaults, with timers suited to a user-space loop over real
 // sockets, and a receive capacity so that every ACK carries a rate hint.
-func DefaultServeConfig() metaroce.Config {
+func DefaultConfig() metaroce.Config {
 	p := pathmgr.DefaultConfig()
 	p.InitialRTT = 2 * time.Millisecond
 	p.MinPTO = 20 * time.Millisecond
@@ -67,7 +73,7 @@ func DefaultServeConfig() metaroce.Config {
 type Responder struct {
 	pc   *net.UDPConn
 	addr netip.AddrPort
-	opts ServeOptions
+	opts Options
 	ep   *metaroce.Endpoint
 
 	region []byte
@@ -86,9 +92,9 @@ type Responder struct {
 // maxReportsQueued bounds the reports a connection may have unacknowledged.
 const maxReportsQueued = 4096
 
-// NewResponder binds addr (for example "127.0.0.1:0") and prepares the
-// endpoint; Run serves it.
-func NewResponder(addr string, opts ServeOptions) (*Responder, error) {
+// New binds addr (for example "127.0.0.1:0") and prepares the endpoint;
+// Run serves it.
+func New(addr string, opts Options) (*Responder, error) {
 	ua, err := net.ResolveUDPAddr("udp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("conformance: %w", err)
@@ -102,7 +108,7 @@ func NewResponder(addr string, opts ServeOptions) (*Responder, error) {
 		pc.Close()
 		return nil, fmt.Errorf("conformance: %w", err)
 	}
-	cfg := DefaultServeConfig()
+	cfg := DefaultConfig()
 	if opts.Config != nil {
 		cfg = *opts.Config
 	}
@@ -111,8 +117,8 @@ func NewResponder(addr string, opts ServeOptions) (*Responder, error) {
 		cfg.Seed = uint64(time.Now().UnixNano())
 	}
 	mem := metaroce.NewMemory()
-	region := make([]byte, RegionSize)
-	if err := mem.Register(RegionKey, region); err != nil {
+	region := make([]byte, conformance.RegionSize)
+	if err := mem.Register(conformance.RegionKey, region); err != nil {
 		pc.Close()
 		return nil, err
 	}
@@ -135,8 +141,8 @@ func NewResponder(addr string, opts ServeOptions) (*Responder, error) {
 func (r *Responder) Addr() netip.AddrPort { return r.addr }
 
 // Serve runs a responder on addr until ctx ends.
-func Serve(ctx context.Context, addr string, opts ServeOptions) error {
-	r, err := NewResponder(addr, opts)
+func Serve(ctx context.Context, addr string, opts Options) error {
+	r, err := New(addr, opts)
 	if err != nil {
 		return err
 	}
@@ -279,7 +285,7 @@ func (r *Responder) events(now time.Duration) {
 		case metaroce.EventRecvComplete:
 			r.completed(now, ev)
 		case metaroce.EventSendComplete:
-			if ev.Stream == CtlStream && r.inFlight[ev.Conn.ID()] > 0 {
+			if ev.Stream == conformance.CtlStream && r.inFlight[ev.Conn.ID()] > 0 {
 				r.inFlight[ev.Conn.ID()]--
 			}
 		case metaroce.EventClosed:
@@ -294,9 +300,9 @@ func (r *Responder) events(now time.Duration) {
 // initiator listens and post the receive buffers.
 func (r *Responder) connected(c *metaroce.Conn) {
 	r.homes[c.ID()] = r.lastSrc
-	bufs := make(map[uint64][]byte, LastTag-FirstTag+2)
-	for tag := FirstTag; tag <= LastTag; tag++ {
-		b := make([]byte, TagBufSize)
+	bufs := make(map[uint64][]byte, conformance.LastTag-conformance.FirstTag+2)
+	for tag := conformance.FirstTag; tag <= conformance.LastTag; tag++ {
+		b := make([]byte, conformance.TagBufSize)
 		if c.PostRecv(tag, b) == nil {
 			bufs[tag] = b
 		}
@@ -306,16 +312,16 @@ func (r *Responder) connected(c *metaroce.Conn) {
 }
 
 func (r *Responder) postCtl(c *metaroce.Conn) {
-	b := make([]byte, CtlBufSize)
-	if c.PostRecv(CtlTag, b) == nil {
-		r.bufs[c.ID()][CtlTag] = b
+	b := make([]byte, conformance.CtlBufSize)
+	if c.PostRecv(conformance.CtlTag, b) == nil {
+		r.bufs[c.ID()][conformance.CtlTag] = b
 	}
 }
 
 func statusOf(err error) uint16 {
 	switch {
 	case err == nil:
-		return statusOK
+		return conformance.StatusOK
 	case errors.Is(err, metaroce.ErrUnknownKey):
 		return uint16(metaroce.ErrCodeUnknownKey)
 	case errors.Is(err, metaroce.ErrOutOfBounds):
@@ -327,7 +333,7 @@ func statusOf(err error) uint16 {
 	case errors.Is(err, metaroce.ErrTooFarAhead):
 		return uint16(metaroce.ErrCodeTooFarAhead)
 	}
-	return statusOtherErr
+	return conformance.StatusOtherErr
 }
 
 // completed answers a control request, or reports a data message.
@@ -337,9 +343,9 @@ func (r *Responder) completed(now time.Duration, ev metaroce.Event) {
 	if bufs == nil {
 		return
 	}
-	if ev.Stream == CtlStream && ev.Op == metaroce.OpSend && ev.Addr == CtlTag {
-		req := bufs[CtlTag]
-		delete(bufs, CtlTag)
+	if ev.Stream == conformance.CtlStream && ev.Op == metaroce.OpSend && ev.Addr == conformance.CtlTag {
+		req := bufs[conformance.CtlTag]
+		delete(bufs, conformance.CtlTag)
 		r.postCtl(c)
 		if ev.Err != nil || uint64(len(req)) < ev.Len {
 			return
@@ -347,17 +353,17 @@ func (r *Responder) completed(now time.Duration, ev metaroce.Event) {
 		r.answer(now, c, req[:ev.Len])
 		return
 	}
-	rep := report{Kind: repComplete, Op: uint8(ev.Op), Status: statusOf(ev.Err), Stream: ev.Stream, MsgSeq: ev.Seq,
+	rep := conformance.Report{Kind: conformance.RepComplete, Op: uint8(ev.Op), Status: statusOf(ev.Err), Stream: ev.Stream, MsgSeq: ev.Seq,
 		Key: ev.Key, Addr: ev.Addr, Len: ev.Len}
 	if ev.Err == nil {
 		switch ev.Op {
 		case metaroce.OpWrite:
 			if reg, ok := r.ep.Memory().Region(ev.Key); ok && ev.Addr <= uint64(len(reg)) && ev.Len <= uint64(len(reg))-ev.Addr {
-				rep.Digest = digest(reg[ev.Addr : ev.Addr+ev.Len])
+				rep.Digest = conformance.Digest(reg[ev.Addr : ev.Addr+ev.Len])
 			}
 		case metaroce.OpSend:
 			if b, ok := bufs[ev.Addr]; ok && ev.Len <= uint64(len(b)) {
-				rep.Digest = digest(b[:ev.Len])
+				rep.Digest = conformance.Digest(b[:ev.Len])
 			}
 		}
 	}
@@ -366,37 +372,37 @@ func (r *Responder) completed(now time.Duration, ev metaroce.Event) {
 
 // answer serves one control request.
 func (r *Responder) answer(now time.Duration, c *metaroce.Conn, b []byte) {
-	req, err := decodeRequest(b)
+	req, err := conformance.DecodeRequest(b)
 	if err != nil {
 		r.logf("conformance responder: conn %x: %v", c.ID(), err)
 		return
 	}
-	rep := report{Kind: repRead, Op: req.Space, Stream: req.ID, Key: req.Key, Addr: req.Addr, Status: statusBadReq}
-	if req.Kind == reqRead && req.Len <= MaxRead {
+	rep := conformance.Report{Kind: conformance.RepRead, Op: req.Space, Stream: req.ID, Key: req.Key, Addr: req.Addr, Status: conformance.StatusBadReq}
+	if req.Kind == conformance.ReqRead && req.Len <= conformance.MaxRead {
 		var src []byte
 		switch req.Space {
-		case spaceRegion:
+		case conformance.SpaceRegion:
 			if reg, ok := r.ep.Memory().Region(req.Key); ok && req.Addr <= uint64(len(reg)) && uint64(req.Len) <= uint64(len(reg))-req.Addr {
 				src = reg[req.Addr : req.Addr+uint64(req.Len)]
 			}
-		case spaceTag:
-			if buf, ok := r.bufs[c.ID()][req.Addr]; ok && req.Addr != CtlTag && uint64(req.BufOff)+uint64(req.Len) <= uint64(len(buf)) {
+		case conformance.SpaceTag:
+			if buf, ok := r.bufs[c.ID()][req.Addr]; ok && req.Addr != conformance.CtlTag && uint64(req.BufOff)+uint64(req.Len) <= uint64(len(buf)) {
 				src = buf[req.BufOff : req.BufOff+req.Len]
 			}
 		}
 		if src != nil {
-			rep.Status, rep.Data, rep.Len = statusOK, append([]byte(nil), src...), uint64(len(src))
+			rep.Status, rep.Data, rep.Len = conformance.StatusOK, append([]byte(nil), src...), uint64(len(src))
 		}
 	}
 	r.reply(now, c, &rep)
 }
 
-func (r *Responder) reply(now time.Duration, c *metaroce.Conn, rep *report) {
+func (r *Responder) reply(now time.Duration, c *metaroce.Conn, rep *conformance.Report) {
 	if r.inFlight[c.ID()] >= maxReportsQueued {
 		r.logf("conformance responder: conn %x: report dropped, %d unacknowledged", c.ID(), maxReportsQueued)
 		return
 	}
-	if _, err := c.Send(now, CtlStream, CtlTag, rep.encode()); err != nil {
+	if _, err := c.Send(now, conformance.CtlStream, conformance.CtlTag, rep.Encode()); err != nil {
 		r.logf("conformance responder: conn %x: report: %v", c.ID(), err)
 		return
 	}
