@@ -56,9 +56,11 @@ var rank = map[string]int{
 	// 4: the daemon.
 	"gateway": 4,
 
-	// 5-6: the lab: the in-process two-region lab, then the load tests.
-	"loadtest/lab": 5,
-	"loadtest/":    6,
+	// 5-6: the lab: the in-process two-region lab and the shared bulk
+	// transfer loop, then the load tests.
+	"loadtest/lab":  5,
+	"loadtest/bulk": 5,
+	"loadtest/":     6,
 
 	// 7: binaries.
 	"cmd/": 7,
