@@ -24,7 +24,7 @@ import (
 	"github.com/mrgw/mrgw/netem"
 )
 
-// demoOptions are the flags of `mrgw demo`.
+// demoOptions are the flags of `mrgw-lab demo`.
 type demoOptions struct {
 	duration time.Duration
 	planes   int
@@ -37,7 +37,7 @@ type demoOptions struct {
 	logLevel string
 }
 
-// newDemoCmd is `mrgw demo`: two regions, two gateway pairs, hosts on both
+// newDemoCmd is `mrgw-lab demo`: two regions, two gateway pairs, hosts on both
 // sides and the emulated WAN, in this process, with no configuration.
 func newDemoCmd() *cobra.Command {
 	var o demoOptions
@@ -137,7 +137,7 @@ func runDemo(parent context.Context, out io.Writer, o demoOptions) error {
 			fmt.Fprintf(out, format, args...)
 		}
 	}
-	say("mrgw demo: 2 regions (eu-west, us-east) x 2 gateways, 1 host each side, %d planes, RTT %v, loss %.2g%%,\n", o.planes, o.rtt, o.loss*100)
+	say("mrgw-lab demo: 2 regions (eu-west, us-east) x 2 gateways, 1 host each side, %d planes, RTT %v, loss %.2g%%,\n", o.planes, o.rtt, o.loss*100)
 	say("           %.0f Mbit/s per plane and direction (chosen so this machine's CPU is not the bottleneck)\n", o.rateMbit)
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
