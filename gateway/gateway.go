@@ -55,6 +55,9 @@ type Options struct {
 	// before it RESETs the remaining flows (default 5 s, or the context's
 	// deadline if sooner).
 	DrainTimeout time.Duration
+	// Pprof serves the Go runtime profiles on the admin listener
+	// (/debug/pprof/); off unless asked for (mrgw run --pprof).
+	Pprof bool
 }
 
 // hostHintScale: see Config.AcceptOptions in protocol.

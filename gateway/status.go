@@ -331,6 +331,7 @@ func (g *Gateway) adminHandler() http.Handler {
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(g.Status())
 	})
+	g.adminExtras(mux)
 	return mux
 }
 

@@ -64,7 +64,7 @@ const (
 	LabelResult     = "result"      // how an attempt ended
 	LabelDirection  = "direction"   // in (towards local hosts) or out (from local hosts)
 	LabelVersion    = "version"
-	LabelRevision   = "revision"    // the VCS commit the binary was built from
+	LabelRevision   = "revision" // the VCS commit the binary was built from
 	LabelGoVersion  = "goversion"
 	LabelCert       = "certificate" // which certificate: gateway or ca
 )
