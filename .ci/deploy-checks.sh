@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Deployment checks, called from .ci/run:
+# Deployment checks, called from scripts/test.sh:
+#   promtool check rules, test rules (deploy/prometheus/alerts_test.yml: each
+#   alert fires on the series it is written for) and check config
 #   terraform fmt -check -recursive deploy/terraform
 #   terraform init -backend=false && terraform validate, for each module and the example
 #   terraform plan of the two-region example (render only: deploy = false, no host contacted)
@@ -18,6 +20,37 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root=$PWD
 fallback_version=1.5.7
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/mrgw/terraform-$fallback_version"
+
+# promtool: $PROMTOOL, else `promtool` on PATH, else Debian's prometheus
+# package is installed (it ships /usr/bin/promtool; the service it also
+# ships is not started: policy-rc.d refuses it during the install).
+promtool="${PROMTOOL:-}"
+if [[ -z "$promtool" ]]; then
+  if command -v promtool >/dev/null 2>&1; then
+    promtool=$(command -v promtool)
+  else
+    echo "deploy-checks: promtool not found; installing Debian's prometheus package" >&2
+    sudo=""
+    if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
+    policy=""
+    if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+      printf '#!/bin/sh\nexit 101\n' | $sudo tee /usr/sbin/policy-rc.d >/dev/null
+      $sudo chmod 0755 /usr/sbin/policy-rc.d
+      policy=/usr/sbin/policy-rc.d
+    fi
+    $sudo apt-get update -qq
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+    if [[ -n "$policy" ]]; then $sudo rm -f "$policy"; fi
+    promtool=/usr/bin/promtool
+  fi
+fi
+export PROMTOOL="$promtool"
+echo "deploy-checks: $("$promtool" --version 2>&1 | head -n1)"
+echo "deploy-checks: promtool check rules, test rules, check config (deploy/prometheus)"
+(cd "$root/deploy/prometheus" &&
+  "$promtool" check rules alerts.yml &&
+  "$promtool" test rules alerts_test.yml &&
+  "$promtool" check config --syntax-only prometheus.yml)
 
 tf="${TERRAFORM:-}"
 if [[ -z "$tf" ]]; then

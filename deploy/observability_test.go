@@ -151,19 +151,69 @@ func TestAlertRules(t *testing.T) {
 	}
 }
 
-// TestPromtool runs promtool on the rules and the scrape configuration when
-// it is installed (apt-get install prometheus provides it).
+// TestPromtool runs promtool on the rules, their unit tests and the scrape
+// configuration when it is installed (apt-get install prometheus provides
+// it; .ci/deploy-checks.sh installs it when missing and runs the same).
 func TestPromtool(t *testing.T) {
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Skip("promtool not installed")
+	promtool := os.Getenv("PROMTOOL") // set by .ci/deploy-checks.sh, which installs it
+	if promtool == "" {
+		var err error
+		if promtool, err = exec.LookPath("promtool"); err != nil {
+			t.Skip("promtool not installed (bash .ci/deploy-checks.sh installs it)")
+		}
 	}
 	for _, args := range [][]string{
-		{"check", "rules", filepath.Join("prometheus", "alerts.yml")},
-		{"check", "config", "--syntax-only", filepath.Join("prometheus", "prometheus.yml")},
+		{"check", "rules", "alerts.yml"},
+		{"check", "config", "--syntax-only", "prometheus.yml"},
+		{"test", "rules", "alerts_test.yml"},
 	} {
-		if out, err := exec.Command(promtool, args...).CombinedOutput(); err != nil {
+		cmd := exec.Command(promtool, args...)
+		cmd.Dir = "prometheus"
+		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+}
+
+// TestEveryAlertHasARuleTest: prometheus/alerts_test.yml (promtool test
+// rules) has, for every alert of alerts.yml, a case where it fires and one
+// where it does not.
+func TestEveryAlertHasARuleTest(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("prometheus", "alerts_test.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		RuleFiles []string `yaml:"rule_files"`
+		Tests     []struct {
+			AlertRuleTest []struct {
+				Alertname string           `yaml:"alertname"`
+				ExpAlerts []map[string]any `yaml:"exp_alerts"`
+			} `yaml:"alert_rule_test"`
+		} `yaml:"tests"`
+	}
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(doc.RuleFiles, "alerts.yml") {
+		t.Errorf("alerts_test.yml tests %v, not alerts.yml", doc.RuleFiles)
+	}
+	fires, quiet := map[string]bool{}, map[string]bool{}
+	for _, tc := range doc.Tests {
+		for _, at := range tc.AlertRuleTest {
+			if len(at.ExpAlerts) > 0 {
+				fires[at.Alertname] = true
+			} else {
+				quiet[at.Alertname] = true
+			}
+		}
+	}
+	for _, r := range loadAlerts(t) {
+		if !fires[r.Alert] {
+			t.Errorf("%s: no rule test where it fires", r.Alert)
+		}
+		if !quiet[r.Alert] && r.For != "" {
+			t.Errorf("%s: no rule test where it does not fire yet (for: %s)", r.Alert, r.For)
 		}
 	}
 }

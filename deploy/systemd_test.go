@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // unit parses a systemd unit into section → key → values (repeated keys
@@ -61,7 +62,7 @@ func TestSystemdUnitHardening(t *testing.T) {
 		"PrivateDevices":   "yes",
 		"Restart":          "on-failure",
 		"ExecReload":       "/bin/kill -HUP $MAINPID",
-		"ExecStart":        "/usr/local/bin/mrgw run --config /etc/mrgw/mrgw.yaml",
+		"ExecStart":        "/usr/local/bin/mrgw run --config /etc/mrgw/mrgw.yaml --drain-timeout 30s",
 		"ExecStartPre":     "/usr/local/bin/mrgw config check /etc/mrgw/mrgw.yaml",
 		"ReadOnlyPaths":    "/etc/mrgw",
 		"RestrictSUIDSGID": "yes",
@@ -127,5 +128,39 @@ func TestSystemdAnalyzeVerify(t *testing.T) {
 	}
 	if out, _ := exec.Command(sa, "verify", bad).CombinedOutput(); !strings.Contains(string(out), "NoNewPrivilege") {
 		t.Errorf("systemd-analyze verify does not report a misspelt key:\n%s", out)
+	}
+}
+
+// TestSystemdStopOutlastsTheDrain: systemd sends SIGKILL TimeoutStopSec
+// after SIGTERM; the daemon drains for up to --drain-timeout and then needs
+// a moment to close sockets and leave gossip. With the two equal, SIGKILL
+// races the end of the drain and flows still draining are cut.
+func TestSystemdStopOutlastsTheDrain(t *testing.T) {
+	svc := unit(t, filepath.Join("systemd", "mrgw.service"))["Service"]
+	last := func(k string) string {
+		if v := svc[k]; len(v) > 0 {
+			return v[len(v)-1]
+		}
+		return ""
+	}
+	f := strings.Fields(last("ExecStart"))
+	i := slices.Index(f, "--drain-timeout")
+	if i < 0 || i+1 >= len(f) {
+		t.Fatalf("ExecStart %q does not set --drain-timeout (the stop timeout is checked against it)", last("ExecStart"))
+	}
+	drain, err := time.ParseDuration(f[i+1])
+	if err != nil {
+		t.Fatalf("--drain-timeout %q: %v", f[i+1], err)
+	}
+	stop, err := time.ParseDuration(last("TimeoutStopSec"))
+	if err != nil {
+		t.Fatalf("TimeoutStopSec %q: %v", last("TimeoutStopSec"), err)
+	}
+	const margin = 10 * time.Second
+	if stop < drain+margin {
+		t.Errorf("TimeoutStopSec=%v, want at least --drain-timeout %v + %v", stop, drain, margin)
+	}
+	if ks := last("KillSignal"); ks != "" && ks != "SIGTERM" && ks != "SIGINT" {
+		t.Errorf("KillSignal=%s: the daemon drains on SIGTERM or SIGINT", ks)
 	}
 }

@@ -132,6 +132,37 @@ func TestTerraformExampleRendersValidConfigs(t *testing.T) {
 	if err := json.Unmarshal([]byte(tf(t, bin, ex, false, "output", "-json", "gateways")), &endpoints); err != nil {
 		t.Fatal(err)
 	}
+	// metrics_targets is a Prometheus file_sd document as it is: a list of
+	// target groups, each gateway's admin address in its region's group.
+	var groups []struct {
+		Targets []string          `json:"targets"`
+		Labels  map[string]string `json:"labels"`
+	}
+	dec := json.NewDecoder(strings.NewReader(tf(t, bin, ex, false, "output", "-json", "metrics_targets")))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&groups); err != nil {
+		t.Fatalf("metrics_targets is not a file_sd target group list: %v", err)
+	}
+	scraped := 0
+	for _, g := range groups {
+		if len(g.Labels) != 1 || g.Labels["pair"] == "" {
+			t.Errorf("metrics_targets group labels %v, want only pair", g.Labels)
+		}
+		for _, tg := range g.Targets {
+			scraped++
+			found := false
+			for _, e := range endpoints {
+				found = found || (e.Region == g.Labels["pair"] && e.Metrics == "http://"+tg+"/metrics")
+			}
+			if !found {
+				t.Errorf("metrics_targets: %s in group %v is no admin address of that region", tg, g.Labels)
+			}
+		}
+	}
+	if scraped != 4 {
+		t.Errorf("metrics_targets has %d targets, want the 4 gateways: %+v", scraped, groups)
+	}
+
 	want := []string{"euw-gw1", "euw-gw2", "use-gw1", "use-gw2"}
 	var names []string
 	for n := range configs {

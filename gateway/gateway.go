@@ -55,6 +55,9 @@ type Options struct {
 	// before it RESETs the remaining flows (default 5 s, or the context's
 	// deadline if sooner).
 	DrainTimeout time.Duration
+	// Pprof serves the Go runtime profiles on the admin listener
+	// (/debug/pprof/); off unless asked for (mrgw run --pprof).
+	Pprof bool
 }
 
 // hostHintScale: see Config.AcceptOptions in protocol.
@@ -146,7 +149,7 @@ func New(cfg *config.Config, opts Options) (g *Gateway, err error) {
 		}
 	}
 	g.log = g.log.With("gateway", cfg.Node.Name)
-	g.metrics = metrics.New(metrics.WithIdentity(cfg.Node.Name, cfg.Node.Region), metrics.WithMaxPaths(cfg.WAN.PathsPerPeer))
+	g.metrics = newMetrics(cfg)
 	if g.suite, err = suiteOf(cfg.WAN.Cipher); err != nil {
 		return nil, fmt.Errorf("%w: wan.cipher: %w", ErrInvalidConfig, err)
 	}
@@ -163,6 +166,7 @@ func New(cfg *config.Config, opts Options) (g *Gateway, err error) {
 	if creds.Identity.Name != cfg.Node.Name {
 		return nil, fmt.Errorf("%w: certificate %s names %q, node.name is %q", ErrCredentials, cfg.Control.TLS.CertFile, creds.Identity.Name, cfg.Node.Name)
 	}
+	setCertMetrics(g.metrics, creds)
 	var closers []func()
 	defer func() {
 		if err != nil {

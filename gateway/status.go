@@ -110,12 +110,7 @@ type MemoryStatus struct {
 // Status returns the latest snapshot.
 func (g *Gateway) Status() Status { return *g.status.Load() }
 
-func (g *Gateway) planeName(path int) string {
-	if len(g.planes) == 0 {
-		return "default"
-	}
-	return g.planes[path%len(g.planes)]
-}
+func (g *Gateway) planeName(path int) string { return planeNameOf(g.planes, path) }
 
 type rateState struct {
 	at                 time.Time
@@ -247,6 +242,7 @@ func (g *Gateway) snapshot(prev *rateState) {
 			}
 		}
 	}
+	g.syncLANDrops()
 	view := g.cluster.View()
 	reach := map[string]bool{}
 	for reg, gws := range view.Regions {
@@ -335,6 +331,7 @@ func (g *Gateway) adminHandler() http.Handler {
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(g.Status())
 	})
+	g.adminExtras(mux)
 	return mux
 }
 

@@ -1,7 +1,6 @@
 package metrics
 
 import (
-	"runtime/debug"
 	"strconv"
 	"time"
 
@@ -10,14 +9,6 @@ import (
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/pathmgr"
 )
-
-// buildVersion is the main module's version, "(devel)" in a work tree.
-func buildVersion() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
-	}
-	return "(devel)"
-}
 
 // DatagramDropped counts one WAN datagram dropped on plane; a reason outside
 // [DropReasons] is counted as "other".

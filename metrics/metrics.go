@@ -38,13 +38,14 @@ package metrics
 
 import (
 	"fmt"
-	"runtime"
 	"slices"
 	"sort"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/mrgw/mrgw/internal/buildinfo"
 )
 
 // Namespace prefixes every family of the catalogue.
@@ -63,7 +64,9 @@ const (
 	LabelResult     = "result"      // how an attempt ended
 	LabelDirection  = "direction"   // in (towards local hosts) or out (from local hosts)
 	LabelVersion    = "version"
+	LabelRevision   = "revision" // the VCS commit the binary was built from
 	LabelGoVersion  = "goversion"
+	LabelCert       = "certificate" // which certificate: gateway or ca
 )
 
 // DefaultMaxPaths is the largest wan.paths_per_peer the configuration
@@ -109,6 +112,38 @@ const (
 var DropReasons = []string{string(DropAuth), string(DropReplay), string(DropMalformed),
 	string(DropQueue), string(DropTruncated), string(DropUnknownPeer), Other}
 
+// LANDropReason says why a datagram that reached the LAN socket (from
+// hosts) was dropped before the protocol saw it.
+type LANDropReason string
+
+// Reasons for dropping a LAN datagram.
+const (
+	// LANDropBuffer: the kernel dropped it because the socket's receive
+	// buffer was full (the gateway did not read fast enough; the drops
+	// column of /proc/net/udp for the socket).
+	LANDropBuffer LANDropReason = "buffer"
+	// LANDropTruncated: longer than the receive buffer (a host's MTU above
+	// the gateway's).
+	LANDropTruncated LANDropReason = "truncated"
+	// LANDropUnknownSource: from a source that is not a registered host
+	// and was not admitted as one (not an INIT, or the host table is full).
+	LANDropUnknownSource LANDropReason = "unknown_source"
+	LANDropOther         LANDropReason = Other
+)
+
+// LANDropReasons lists the values of mrgw_lan_datagrams_dropped_total's
+// reason label.
+var LANDropReasons = []string{string(LANDropBuffer), string(LANDropTruncated), string(LANDropUnknownSource), Other}
+
+// Certificates whose expiry mrgw_certificate_expiry_timestamp_seconds shows.
+const (
+	CertGateway = "gateway" // control.tls.cert_file, this gateway's own
+	CertCA      = "ca"      // control.tls.ca_file (the earliest expiry of the bundle)
+)
+
+// Certs lists the values of the certificate label.
+var Certs = []string{CertGateway, CertCA}
+
 // Reasons a host flow is refused.
 const (
 	RefuseLimit      = "limit"       // limits.max_flows or limits.memory_bytes reached
@@ -133,7 +168,7 @@ const (
 var (
 	SessionResults  = []string{ResultEstablished, ResultRefused, ResultFailed, Other}
 	RotationResults = []string{ResultOK, ResultFailed, Other}
-	ReloadResults   = []string{ResultOK, ResultRefused, ResultInvalid, Other}
+	ReloadResults   = []string{ResultOK, ResultRefused, ResultInvalid, ResultFailed, Other}
 )
 
 // Type is a family's Prometheus type.
@@ -170,7 +205,8 @@ type Metrics struct {
 	vecs     []*prometheus.MetricVec // every vector with a peer label, for ForgetPeer
 
 	// Gateway.
-	BuildInfo           *prometheus.GaugeVec   // version, goversion
+	BuildInfo           *prometheus.GaugeVec   // version, revision, goversion
+	CertExpiry          *prometheus.GaugeVec   // certificate
 	MemoryBufferedBytes prometheus.Gauge       //
 	MemoryLimitBytes    prometheus.Gauge       //
 	HostFlowsActive     prometheus.Gauge       //
@@ -197,6 +233,9 @@ type Metrics struct {
 	WANSentBytes         *prometheus.CounterVec // peer, peer_region, plane
 	WANReceivedBytes     *prometheus.CounterVec // peer, peer_region, plane
 	WANDatagramsDropped  *prometheus.CounterVec // plane, reason
+
+	// LAN datagrams.
+	LANDatagramsDropped *prometheus.CounterVec // reason
 
 	// WAN connection to each peer gateway.
 	PeerConnected        *prometheus.GaugeVec   // peer, peer_region
@@ -232,6 +271,7 @@ type Metrics struct {
 	peers  map[peerKey]*PeerMetrics
 	wan    map[wanKey]*wanSync
 	drops  map[dropKey]*counterSync
+	lan    map[LANDropReason]*counterSync
 }
 
 // Option changes what New builds.
@@ -294,13 +334,17 @@ func New(opts ...Option) *Metrics {
 		peers:    map[peerKey]*PeerMetrics{},
 		wan:      map[wanKey]*wanSync{},
 		drops:    map[dropKey]*counterSync{},
+		lan:      map[LANDropReason]*counterSync{},
 	}
 	b := &builder{m: m, r: r}
 
 	// Gateway.
 	m.BuildInfo = b.gaugeVec("mrgw_build_info",
-		"Always 1; the labels say which mrgw version and Go version this gateway runs.",
-		LabelVersion, LabelGoVersion)
+		"Always 1; the labels say which mrgw build this gateway runs: version, VCS revision (unknown if the binary was built without VCS information) and Go version, as `mrgw version` prints them.",
+		LabelVersion, LabelRevision, LabelGoVersion)
+	m.CertExpiry = b.gaugeVec("mrgw_certificate_expiry_timestamp_seconds",
+		"When the control channel's certificates expire, in Unix seconds: certificate=gateway is this gateway's own (control.tls.cert_file), certificate=ca the earliest-expiring CA of control.tls.ca_file. Read at start (certificates are replaced with a restart).",
+		LabelCert)
 	m.MemoryBufferedBytes = b.gauge("mrgw_memory_buffered_bytes",
 		"Bytes of host and tunnel data the gateway holds now (queued, in flight or awaiting acknowledgement), counted against limits.memory_bytes.")
 	m.MemoryLimitBytes = b.gauge("mrgw_memory_limit_bytes",
@@ -325,7 +369,7 @@ func New(opts ...Option) *Metrics {
 		"Time from a host message's first byte reaching this gateway to its end-to-end completion in the remote region, for messages sent out (direction=out).",
 		MessageBuckets, LabelPeerRegion)
 	m.ConfigReloads = b.counterVec("mrgw_config_reloads_total",
-		"Configuration reloads (SIGHUP), by result: ok, refused (a restart-only key changed), invalid (the file did not load or validate).",
+		"Configuration reloads (SIGHUP), by result: ok, refused (a restart-only key changed), invalid (the file did not load or validate), failed (a valid change could not be applied: the gossip keyring).",
 		LabelResult)
 
 	// Regions and gossip.
@@ -363,6 +407,11 @@ func New(opts ...Option) *Metrics {
 	m.WANDatagramsDropped = b.counterVec("mrgw_wan_datagrams_dropped_total",
 		"Tunnel datagrams received on a plane and dropped before reaching a connection, by reason: auth, replay, malformed, queue, truncated, unknown_peer.",
 		LabelPlane, LabelReason)
+
+	// LAN datagrams.
+	m.LANDatagramsDropped = b.counterVec("mrgw_lan_datagrams_dropped_total",
+		"Datagrams from hosts dropped at the LAN socket before the protocol saw them, by reason: buffer (the kernel's receive buffer was full), truncated (longer than the receive buffer), unknown_source (not a registered host and not admitted as one).",
+		LabelReason)
 
 	// Peer connections.
 	m.PeerConnected = b.gaugeVec("mrgw_peer_connected",
@@ -444,7 +493,25 @@ func New(opts ...Option) *Metrics {
 			collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		)
 	}
-	m.BuildInfo.WithLabelValues(buildVersion(), runtime.Version()).Set(1)
+	bi := buildinfo.Get()
+	m.BuildInfo.WithLabelValues(bi.Version, bi.Revision, bi.GoVersion).Set(1)
+	// The fixed label sets exist from the start, so that a dashboard and
+	// increase() see a zero before the first event (see also Init).
+	for _, r := range RefuseReasons {
+		m.HostFlowsRefused.WithLabelValues(r)
+	}
+	for _, r := range ReloadResults {
+		m.ConfigReloads.WithLabelValues(r)
+	}
+	for _, r := range SessionResults {
+		m.ControlSessions.WithLabelValues(r)
+	}
+	for _, d := range Directions {
+		m.LANGoodputBytes.WithLabelValues(d)
+	}
+	for _, r := range LANDropReasons {
+		m.LANDatagramsDropped.WithLabelValues(r)
+	}
 	return m
 }
 

@@ -46,6 +46,85 @@ func touchAll(m *Metrics) {
 	pm.Sync(metaroce.ConnStats{DataSent: 10, Retransmits: 1, PacketsLost: 1, PayloadBytesSent: 4096, PayloadBytesPlaced: 2048, Timeouts: 1, Duplicates: 1})
 	m.Path("use-gw1", "us-east", "plane-a", 0).Sync(PathSnapshot{State: pathmgr.Up, SRTT: 80 * time.Millisecond, MinRTT: 79 * time.Millisecond, WindowBytes: 1 << 20, InflightBytes: 1 << 19, Sent: 10, Acked: 9, Lost: 1, Marked: 2, Timeouts: 1, AckedBytes: 9 * 4096})
 	m.Path("use-gw1", "us-east", "plane-a", 0).SetState(pathmgr.Down)
+	m.SetCertExpiry(CertGateway, time.Now().Add(90*24*time.Hour))
+	m.SyncLANDropped(LANDropBuffer, 3)
+}
+
+// TestInitServesEveryFamily: after New and Init, before any event, every
+// family of the catalogue has its series (the certificate expiry aside,
+// which the gateway sets from its files), at zero for the counters, with
+// every fixed label value and every label set the topology makes known.
+func TestInitServesEveryFamily(t *testing.T) {
+	m := New(WithIdentity("euw-gw1", "eu-west"), WithMaxPaths(16))
+	planes := []string{"p0", "p1"}
+	m.Init(Topology{Region: "eu-west", Peers: []PeerName{{"use-gw1", "us-east"}, {"use-gw2", "us-east"}, {"apn-gw1", "ap-north"}},
+		Planes: planes, Paths: 4, PlaneOfPath: func(i int) string { return planes[i%len(planes)] }})
+	mfs, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]*dto.MetricFamily{}
+	for _, mf := range mfs {
+		got[mf.GetName()] = mf
+	}
+	for _, f := range m.Families() {
+		if f.Name == "mrgw_certificate_expiry_timestamp_seconds" {
+			continue
+		}
+		if _, ok := got[f.Name]; !ok {
+			t.Errorf("%s: not served before its first event", f.Name)
+		}
+	}
+	count := func(name string, want map[string]string) int {
+		n := 0
+		for _, mt := range got[name].GetMetric() {
+			ok := true
+			for k, v := range want {
+				if !slices.ContainsFunc(mt.GetLabel(), func(lp *dto.LabelPair) bool { return lp.GetName() == k && lp.GetValue() == v }) {
+					ok = false
+				}
+			}
+			if ok {
+				n++
+			}
+		}
+		return n
+	}
+	for _, c := range []struct {
+		name  string
+		label map[string]string
+		want  int
+	}{
+		{"mrgw_config_reloads_total", nil, len(ReloadResults)},
+		{"mrgw_config_reloads_total", map[string]string{"result": ResultFailed}, 1},
+		{"mrgw_host_flows_refused_total", nil, len(RefuseReasons)},
+		{"mrgw_control_sessions_total", nil, len(SessionResults)},
+		{"mrgw_lan_datagrams_dropped_total", nil, len(LANDropReasons)},
+		{"mrgw_messages_failed_total", nil, 2 * 2}, // 2 remote regions x 2 directions
+		{"mrgw_messages_failed_total", map[string]string{"peer_region": "ap-north", "direction": DirOut}, 1},
+		{"mrgw_region_reachable", nil, 2},        // remote regions only
+		{"mrgw_peers_alive", nil, 3},             // and this gateway's own
+		{"mrgw_paths_avoided_total", nil, 3 * 2}, // peers x planes
+		{"mrgw_wan_datagrams_dropped_total", nil, 2 * len(DropReasons)},
+		{"mrgw_wan_datagrams_sent_total", nil, 3 * 2},
+		{"mrgw_path_state", nil, 3 * 4 * len(PathStates)}, // peers x paths x states
+		{"mrgw_path_state", map[string]string{"path": "3", "plane": "p1"}, 3 * len(PathStates)},
+		{"mrgw_key_rotations_total", map[string]string{"result": ResultFailed}, 3},
+	} {
+		if n := count(c.name, c.label); n != c.want {
+			t.Errorf("%s%v: %d series, want %d", c.name, c.label, n, c.want)
+		}
+	}
+	for _, mf := range mfs {
+		if !strings.HasPrefix(mf.GetName(), "mrgw_") || mf.GetName() == "mrgw_build_info" {
+			continue
+		}
+		for _, mt := range mf.GetMetric() {
+			if v := mt.GetCounter().GetValue() + mt.GetGauge().GetValue() + float64(mt.GetHistogram().GetSampleCount()); v != 0 {
+				t.Errorf("%s: %v before any event", mf.GetName(), v)
+			}
+		}
+	}
 }
 
 func TestGatherEveryFamily(t *testing.T) {
@@ -146,7 +225,7 @@ func TestNamingConventions(t *testing.T) {
 			}
 		}
 		for _, l := range f.Labels {
-			if !slices.Contains([]string{LabelPeer, LabelPeerRegion, LabelPlane, LabelPath, LabelState, LabelReason, LabelResult, LabelDirection, LabelVersion, LabelGoVersion}, l) {
+			if !slices.Contains([]string{LabelPeer, LabelPeerRegion, LabelPlane, LabelPath, LabelState, LabelReason, LabelResult, LabelDirection, LabelVersion, LabelRevision, LabelGoVersion, LabelCert}, l) {
 				t.Errorf("%s: label %q is not one of the bounded labels", f.Name, l)
 			}
 		}

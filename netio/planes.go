@@ -3,6 +3,7 @@
 package netio
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 
@@ -137,3 +138,37 @@ func (e *Endpoint) PlaneDrops() []PlaneDrops {
 func (s *sock) countOpenError(err error) {
 	s.drops.open[openErrorIndex(err)].Add(1)
 }
+
+// ListenDrops are the datagrams the primary listening socket (Config.Listen:
+// a gateway's LAN socket) dropped before the protocol saw them.
+type ListenDrops struct {
+	// UnknownSource: from no known peer, and not admitted by AcceptPeer.
+	UnknownSource uint64
+	// Truncated: longer than the receive buffer.
+	Truncated uint64
+	// Kernel: dropped by the kernel because the socket's receive buffer
+	// was full; KernelErr says why Kernel could not be read (it is then 0).
+	Kernel    uint64
+	KernelErr error
+}
+
+// ListenDrops returns the drop counters of the primary listening socket.
+// It reads /proc (for the kernel's count): call it about once a second,
+// not per datagram. Safe for concurrent use.
+func (e *Endpoint) ListenDrops() ListenDrops {
+	d := ListenDrops{UnknownSource: e.listen.drops.unknown.Load(), Truncated: e.listen.c.Stats().Truncated}
+	if k, ok := e.listen.c.(kernelDropper); ok {
+		d.Kernel, d.KernelErr = k.KernelDrops()
+	} else {
+		d.KernelErr = errNoKernelDrops
+	}
+	return d
+}
+
+// kernelDropper is the optional Socket method that reads the kernel's drop
+// count (udp.Conn has it; in-memory test sockets do not).
+type kernelDropper interface {
+	KernelDrops() (uint64, error)
+}
+
+var errNoKernelDrops = errors.New("netio: this socket has no kernel drop count")

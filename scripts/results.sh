@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Regenerates docs/RESULTS.md from docs/results/RESULTS.tmpl.md: every line of
-# the form `<!-- run: mrgw ARGS -->` is replaced by the command line and its
-# output (the tables), produced by a freshly built mrgw on this machine.
+# the form `<!-- run: mrgw-lab ARGS -->` is replaced by the command line and its
+# output (the tables), produced by a freshly built mrgw-lab (the lab binary:
+# sim, loadtest) on this machine.
 # Usage: bash scripts/results.sh            (everything; tens of minutes)
 #        ONLY='sim planes' bash scripts/results.sh   (re-run matching commands only; others keep their old output)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tmpl=docs/results/RESULTS.tmpl.md
 out=docs/RESULTS.md
-bin=$(mktemp -d)/mrgw
-go build -o "$bin" ./cmd/mrgw
+bin=$(mktemp -d)/mrgw-lab
+go build -o "$bin" ./cmd/mrgw-lab
 cache=docs/results/.cache
 mkdir -p "$cache"
 
@@ -17,14 +18,14 @@ machine="$(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /pro
 
 {
   while IFS= read -r line; do
-    if [[ $line =~ ^\<\!--\ run:\ mrgw\ (.*)\ --\>$ ]]; then
+    if [[ $line =~ ^\<\!--\ run:\ mrgw-lab\ (.*)\ --\>$ ]]; then
       args=${BASH_REMATCH[1]}
       key=$(echo "$args" | tr -c 'a-zA-Z0-9' '_')
       if [ -z "${ONLY:-}" ] || [[ "$args" == *"${ONLY}"* ]] || [ ! -f "$cache/$key" ]; then
-        echo "running: mrgw $args" >&2
+        echo "running: mrgw-lab $args" >&2
         "$bin" $args --quiet > "$cache/$key.tmp" && mv "$cache/$key.tmp" "$cache/$key"
       fi
-      echo "Command: \`mrgw $args\`"
+      echo "Command: \`mrgw-lab $args\`"
       echo
       sed "/^## /d" "$cache/$key"
     elif [[ $line == '<!-- machine -->' ]]; then

@@ -26,8 +26,9 @@ all=$(go list ./...)
 race=$(echo "$all" | grep -E "$race_re" || true)
 plain=$(echo "$all" | grep -vE "$race_re" || true)
 
-# The deployment checks come first: they install Terraform when it is
-# missing, and the Go tests of deploy/ render the Terraform example with it.
+# The deployment checks come first: they install Terraform and promtool when
+# they are missing (promtool checks the Prometheus rules and runs their unit
+# tests), and the Go tests of deploy/ use both.
 echo "== deploy checks"
 bash .ci/deploy-checks.sh
 

@@ -120,8 +120,9 @@ func newHostRecvCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "recv",
 		Short: "Register memory and report every message that lands in it",
-		Example: `  mrgw host recv --gateway 127.0.0.10:7000,127.0.0.11:7000 --region us-east \
-      --name trainer-0 --memory 256MiB --duration 60s`,
+		Example: `  # us-east of config/examples/two-region (the gateways' lan.listen):
+  mrgw host recv --gateway 127.0.0.21:14793,127.0.0.22:14794 --region us-east \
+      --name trainer-0 --listen 127.0.0.31:0 --memory 256MiB --duration 60s`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			memBytes, err := hostParseBytes(memory)
@@ -213,8 +214,9 @@ func newHostSendCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "send",
 		Short: "WRITE random data to an endpoint in another region and measure it",
-		Example: `  mrgw host send --gateway 127.0.0.20:7000,127.0.0.21:7000 --region eu-west \
-      --name loader-0 --to us-east/trainer-0 --size 1MiB --count 1000 --key 1`,
+		Example: `  # eu-west of config/examples/two-region (the gateways' lan.listen):
+  mrgw host send --gateway 127.0.0.11:14791,127.0.0.12:14792 --region eu-west \
+      --name loader-0 --listen 127.0.0.32:0 --to us-east/trainer-0 --size 1MiB --count 100`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			region, endpoint, ok := strings.Cut(to, "/")

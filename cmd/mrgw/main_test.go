@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/mrgw/mrgw/internal/buildinfo"
+	"github.com/mrgw/mrgw/internal/cli"
 )
 
 // run executes the mrgw command tree with args and returns its output.
@@ -20,10 +23,18 @@ func run(t *testing.T, args ...string) (string, string, error) {
 	return out.String(), errOut.String(), err
 }
 
+// TestVersion: `mrgw version` and `mrgw --version` print the same line,
+// made from the build information mrgw_build_info is labelled with.
 func TestVersion(t *testing.T) {
-	out, _, err := run(t, "version")
-	if err != nil || !strings.HasPrefix(out, "mrgw ") || !strings.Contains(out, "wire protocol v1") {
-		t.Fatalf("version: %q %v", out, err)
+	bi := buildinfo.Get()
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		out, _, err := run(t, args...)
+		if err != nil || !strings.HasPrefix(out, "mrgw "+bi.Version+" (revision "+bi.ShortRevision()) || !strings.Contains(out, "wire protocol v1") {
+			t.Fatalf("%v: %q %v", args, out, err)
+		}
+		if strings.TrimSpace(out) != cli.VersionLine("mrgw") {
+			t.Errorf("%v: %q, want %q", args, out, cli.VersionLine("mrgw"))
+		}
 	}
 }
 
@@ -74,8 +85,12 @@ func TestCertThenConfigCheckExamples(t *testing.T) {
 	}
 }
 
-func TestSimUnknownScenario(t *testing.T) {
-	if _, _, err := run(t, "sim", "no-such"); err == nil || !strings.Contains(err.Error(), "unknown scenario") {
-		t.Fatalf("err = %v", err)
+// TestNoLabCommands: the daemon binary has no lab commands (they are in
+// cmd/mrgw-lab).
+func TestNoLabCommands(t *testing.T) {
+	for _, c := range []string{"demo", "sim", "loadtest", "conformance"} {
+		if _, _, err := run(t, c); err == nil || !strings.Contains(err.Error(), "unknown command") {
+			t.Errorf("mrgw %s: err = %v, want unknown command", c, err)
+		}
 	}
 }

@@ -24,6 +24,7 @@ func newRunCmd() *cobra.Command {
 	var (
 		path    string
 		drainIn time.Duration
+		pprofOn bool
 	)
 	cmd := &cobra.Command{
 		Use:   "run --config FILE",
@@ -46,7 +47,7 @@ pair member, peers told) and exits; a second signal exits at once.`,
 				printProblems(cmd, err)
 				return errSilent
 			}
-			g, err := gateway.New(cfg, gateway.Options{LogOutput: cmd.ErrOrStderr()})
+			g, err := gateway.New(cfg, gateway.Options{LogOutput: cmd.ErrOrStderr(), Pprof: pprofOn})
 			if err != nil {
 				return err
 			}
@@ -92,7 +93,8 @@ pair member, peers told) and exits; a second signal exits at once.`,
 		},
 	}
 	cmd.Flags().StringVar(&path, "config", "", "configuration file (.yaml, .yml or .toml)")
-	cmd.Flags().DurationVar(&drainIn, "drain-timeout", 30*time.Second, "longest graceful shutdown before exiting")
+	cmd.Flags().DurationVar(&drainIn, "drain-timeout", 30*time.Second, "longest graceful shutdown before exiting (keep the service manager's stop timeout above it)")
+	cmd.Flags().BoolVar(&pprofOn, "pprof", false, "serve Go runtime profiles at /debug/pprof/ on the admin listener (admin.listen)")
 	config.BindFlags(cmd.Flags())
 	return cmd
 }

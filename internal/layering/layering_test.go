@@ -62,8 +62,9 @@ var rank = map[string]int{
 	"loadtest/bulk": 5,
 	"loadtest/":     6,
 
-	// 7: binaries.
-	"cmd/": 7,
+	// 7: binaries, and the command-line helpers they share.
+	"internal/cli": 7,
+	"cmd/":         8,
 }
 
 // forbidden are the named rules the package docs state, checked on the

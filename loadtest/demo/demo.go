@@ -1,6 +1,6 @@
 //go:build linux
 
-// Package demo is `mrgw demo`: two regions of gateways over the loopback
+// Package demo is `mrgw-lab demo`: two regions of gateways over the loopback
 // link emulator, in one process, with hosts on both sides moving messages
 // both ways while one plane fails halfway. It is a load-test scenario like
 // the others under loadtest/ (the command only parses flags); it builds on
@@ -25,7 +25,7 @@ import (
 	"github.com/mrgw/mrgw/netem"
 )
 
-// Options are the demo's knobs (the flags of `mrgw demo`).
+// Options are the demo's knobs (the flags of `mrgw-lab demo`).
 type Options struct {
 	Duration time.Duration
 	Planes   int
@@ -162,7 +162,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	r := &rig{o: o, hosts: map[string]*host.Host{}, stopWriting: make(chan struct{})}
-	r.say("mrgw demo: 2 regions (eu-west, us-east) x 2 gateways, 1 host each side, %d planes, RTT %v, loss %.2g%%,\n", o.Planes, o.RTT, o.Loss*100)
+	r.say("mrgw-lab demo: 2 regions (eu-west, us-east) x 2 gateways, 1 host each side, %d planes, RTT %v, loss %.2g%%,\n", o.Planes, o.RTT, o.Loss*100)
 	r.say("           %.0f Mbit/s per plane and direction (chosen so this machine's CPU is not the bottleneck)\n", o.RateMbit)
 	if err := r.build(ctx); err != nil {
 		return nil, err

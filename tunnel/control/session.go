@@ -265,7 +265,7 @@ func (s *Session) startRotation() (*rotation, error) {
 	if err := s.send(wire.KeyUpdate{Epoch: r.epoch}); err != nil {
 		return nil, err
 	}
-	s.log.Debug("control: key update sent", "peer", s.peer.Name, "epoch", r.epoch)
+	s.log.Debug("control: key update sent", "epoch", r.epoch)
 	return r, nil
 }
 
@@ -317,7 +317,7 @@ func (s *Session) Drain(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	s.log.Info("control: session drained", "peer", s.peer.Name)
+	s.log.Info("control: session drained")
 	s.closeWith(fmt.Errorf("%w: by us", ErrDrained))
 	s.wg.Wait()
 	return nil
@@ -360,9 +360,9 @@ func (s *Session) readLoop() {
 			// Drop a stale keepalive's effect etc.: from here on only the
 			// recorded reason matters.
 			if !errors.Is(s.closeErr, ErrClosed) && !errors.Is(s.closeErr, ErrDrained) {
-				s.log.Warn("control: session ended", "peer", s.peer.Name, "err", s.closeErr)
+				s.log.Warn("control: session ended", "err", s.closeErr)
 			} else {
-				s.log.Info("control: session ended", "peer", s.peer.Name, "err", s.closeErr)
+				s.log.Info("control: session ended", "err", s.closeErr)
 			}
 			close(s.done)
 			s.emit(Event{Kind: EventClosed, Err: s.closeErr})
@@ -414,7 +414,7 @@ func (s *Session) handle(m wire.Message) error {
 		}
 		_, recv := s.Keys(m.Epoch)
 		s.emit(Event{Kind: EventRecvKey, Epoch: m.Epoch, RecvKey: recv})
-		s.log.Debug("control: receive key installed", "peer", s.peer.Name, "epoch", m.Epoch)
+		s.log.Debug("control: receive key installed", "epoch", m.Epoch)
 		return s.send(wire.KeyUpdateAck(m))
 	case wire.KeyUpdateAck:
 		s.mu.Lock()
@@ -431,7 +431,7 @@ func (s *Session) handle(m wire.Message) error {
 		}
 		send, _ := s.Keys(m.Epoch)
 		s.emit(Event{Kind: EventSendKey, Epoch: m.Epoch, SendKey: send})
-		s.log.Debug("control: sending key switched", "peer", s.peer.Name, "epoch", m.Epoch)
+		s.log.Debug("control: sending key switched", "epoch", m.Epoch)
 		close(r.done)
 		return nil
 	case wire.PathSetup:
@@ -463,7 +463,7 @@ func (s *Session) handle(m wire.Message) error {
 		s.mu.Lock()
 		s.draining = true
 		s.mu.Unlock()
-		s.log.Info("control: peer requested drain", "peer", s.peer.Name)
+		s.log.Info("control: peer requested drain")
 		s.emit(Event{Kind: EventDrainRequested})
 		return s.send(wire.DrainAck{})
 	case wire.DrainAck:
@@ -503,7 +503,7 @@ func (s *Session) tickLoop() {
 			s.mu.Unlock()
 			if missed >= uint64(s.cfg.KeepaliveMisses) {
 				err := fmt.Errorf("%w: %d keepalives unanswered (interval %v)", ErrPeerDead, missed, s.cfg.KeepaliveInterval)
-				s.log.Warn("control: peer dead", "peer", s.peer.Name, "missed", missed)
+				s.log.Warn("control: peer dead", "missed", missed)
 				s.closeWith(err)
 				return
 			}
@@ -512,7 +512,7 @@ func (s *Session) tickLoop() {
 			}
 			if rotate {
 				if _, err := s.startRotation(); err != nil {
-					s.log.Warn("control: timed key rotation failed", "peer", s.peer.Name, "err", err)
+					s.log.Warn("control: timed key rotation failed", "err", err)
 				}
 			}
 		}

@@ -4,8 +4,11 @@ output "gateways" {
 }
 
 output "metrics_targets" {
-  description = "admin addresses to scrape (deploy/prometheus/prometheus.yml), by region."
-  value       = { for region, p in module.pair : region => [for name, g in p.gateways : g.admin] }
+  description = "The admin addresses to scrape, in Prometheus file_sd format (one target group per region, labelled pair): terraform output -json metrics_targets > deploy/prometheus/targets/mrgw.yml (JSON is YAML)."
+  value = [for region, p in module.pair : {
+    targets = [for name, g in p.gateways : g.admin if g.admin != ""]
+    labels  = { pair = region }
+  }]
 }
 
 output "configs" {

@@ -90,7 +90,7 @@ type gwFlags struct {
 
 func (f *gwFlags) add(cmd *cobra.Command, quick bool) {
 	fl := cmd.Flags()
-	fl.BoolVar(&f.asJSON, "json", false, "print JSON rows (the fields of mrgw sim)")
+	fl.BoolVar(&f.asJSON, "json", false, "print JSON rows (the fields of mrgw-lab sim)")
 	fl.BoolVar(&f.quiet, "quiet", false, "no progress bar")
 	if quick {
 		fl.BoolVar(&f.quick, "quick", false, "short runs and fewer points (a smoke test, not a measurement)")

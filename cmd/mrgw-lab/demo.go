@@ -14,14 +14,14 @@ import (
 	"github.com/mrgw/mrgw/loadtest/demo"
 )
 
-// demoOptions are the flags of `mrgw demo`.
+// demoOptions are the flags of `mrgw-lab demo`.
 type demoOptions struct {
 	demo.Options
 	asJSON   bool
 	logLevel string
 }
 
-// newDemoCmd is `mrgw demo`: two regions, two gateway pairs, hosts on both
+// newDemoCmd is `mrgw-lab demo`: two regions, two gateway pairs, hosts on both
 // sides and the emulated WAN, in this process, with no configuration.
 func newDemoCmd() *cobra.Command {
 	o := demoOptions{Options: demo.Defaults()}

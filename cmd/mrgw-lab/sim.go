@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// simScenario is one `mrgw sim` scenario and how its table is laid out.
+// simScenario is one `mrgw-lab sim` scenario and how its table is laid out.
 type simScenario struct {
 	run  func(scenario.Options) ([]report.Row, error)
 	cols []report.Column
