@@ -55,7 +55,24 @@ type Options struct {
 	// before it RESETs the remaining flows (default 5 s, or the context's
 	// deadline if sooner).
 	DrainTimeout time.Duration
+	// AdminIdleTimeout and AdminMaxConns bound the admin HTTP server: an
+	// idle keep-alive connection is closed after AdminIdleTimeout (default
+	// 30 s) and at most AdminMaxConns connections are open at once
+	// (default 64; more wait in the kernel's accept queue).
+	AdminIdleTimeout time.Duration
+	AdminMaxConns    int
 }
+
+// Admin HTTP server bounds (see Options.AdminIdleTimeout).
+const (
+	defaultAdminIdleTimeout = 30 * time.Second
+	defaultAdminMaxConns    = 64
+	adminReadHeaderTimeout  = 5 * time.Second
+	adminReadTimeout        = 10 * time.Second
+	// adminWriteTimeout bounds one response; /metrics of a gateway with
+	// thousands of hosts is the largest.
+	adminWriteTimeout = 30 * time.Second
+)
 
 // hostHintScale: see Config.AcceptOptions in protocol.
 const hostHintScale = 8
@@ -287,7 +304,7 @@ func New(cfg *config.Config, opts Options) (g *Gateway, err error) {
 			return nil, fmt.Errorf("%w: admin.listen %s: %w", ErrBind, cfg.Admin.Listen, err)
 		}
 		closers = append(closers, func() { g.adminLn.Close() })
-		g.admin = &http.Server{Handler: g.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
+		g.admin = g.adminServer()
 	}
 	g.metrics.MemoryLimitBytes.Set(float64(cfg.Limits.MemoryBytes))
 	g.metrics.HostFlowsLimit.Set(float64(cfg.Limits.MaxFlows))
