@@ -23,6 +23,7 @@ import (
 	_ "github.com/mrgw/mrgw/cc/longrtt" // registers the long-RTT controllers by name
 	"github.com/mrgw/mrgw/config"
 	"github.com/mrgw/mrgw/flowctl"
+	"github.com/mrgw/mrgw/internal/ratelog"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/metrics"
 	"github.com/mrgw/mrgw/netio"
@@ -271,9 +272,11 @@ func New(cfg *config.Config, opts Options) (g *Gateway, err error) {
 		KeyLifetime: -1,
 		Logger:      g.log.With("part", "control"),
 		OnEvent:     g.onControlEvent,
+		// Every refusal, by the listener or a dial, inside TLS or after.
 		OnRefused: func(remote net.Addr, err error) {
-			g.metrics.ControlSession(metrics.ResultRefused)
+			g.metrics.ControlRefused(control.RefusalReason(err))
 		},
+		Refusals: ratelog.New(g.log.With("part", "control"), time.Second),
 	}
 	if len(g.peers) > 0 || cfg.Control.Listen != "" {
 		lctx, lcancel := context.WithCancel(context.Background())

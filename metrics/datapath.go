@@ -37,6 +37,13 @@ func (m *Metrics) ControlSession(result string) {
 	m.ControlSessions.WithLabelValues(oneOf(result, SessionResults)).Inc()
 }
 
+// ControlRefused counts one control handshake this gateway refused, as a
+// refused session and under its reason ([ControlRefusalReasons]).
+func (m *Metrics) ControlRefused(reason string) {
+	m.ControlSession(ResultRefused)
+	m.ControlRefusals.WithLabelValues(oneOf(reason, ControlRefusalReasons)).Inc()
+}
+
 // ConfigReload counts one reload by its result ([ReloadResults]).
 func (m *Metrics) ConfigReload(result string) {
 	m.ConfigReloads.WithLabelValues(oneOf(result, ReloadResults)).Inc()

@@ -119,6 +119,10 @@ const (
 // RefuseReasons lists the values of mrgw_host_flows_refused_total's reason label.
 var RefuseReasons = []string{RefuseLimit, RefuseNoRoute, RefuseBadRequest, Other}
 
+// ControlRefusalReasons lists the values of mrgw_control_refusals_total's
+// reason label (tunnel/control's RefusalReasons).
+var ControlRefusalReasons = []string{"no_certificate", "expired", "unknown_ca", "bad_name", "unknown_peer", "version", "protocol", Other}
+
 // Results of control sessions, key rotations and reloads.
 const (
 	ResultOK          = "ok"          // key rotation or reload done
@@ -189,6 +193,7 @@ type Metrics struct {
 	// Control channel.
 	ControlSessionsActive *prometheus.GaugeVec   // peer_region
 	ControlSessions       *prometheus.CounterVec // result
+	ControlRefusals       *prometheus.CounterVec // reason
 	KeyRotations          *prometheus.CounterVec // peer, peer_region, result
 
 	// WAN datagrams.
@@ -343,6 +348,9 @@ func New(opts ...Option) *Metrics {
 	m.ControlSessions = b.counterVec("mrgw_control_sessions_total",
 		"Control session attempts, dialled and accepted, by result: established, refused (certificate or name not accepted), failed (handshake or network).",
 		LabelResult)
+	m.ControlRefusals = b.counterVec("mrgw_control_refusals_total",
+		"Control session handshakes this gateway refused, as listener or dialer, by reason: no_certificate, expired, unknown_ca, bad_name, unknown_peer, version, protocol, other (each is also a result=\"refused\" of mrgw_control_sessions_total).",
+		LabelReason)
 	m.KeyRotations = b.counterVec("mrgw_key_rotations_total",
 		"Datagram key rotations with a peer gateway (every wan.key_rotation), by result: ok or failed.",
 		LabelPeer, LabelPeerRegion, LabelResult)

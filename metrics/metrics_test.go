@@ -33,6 +33,7 @@ func touchAll(m *Metrics) {
 	m.PeersAlive.WithLabelValues("us-east").Set(2)
 	m.ControlSessionsActive.WithLabelValues("us-east").Set(2)
 	m.ControlSession(ResultEstablished)
+	m.ControlRefused("expired")
 	m.WANDatagramsSent.WithLabelValues("use-gw1", "us-east", "plane-a").Add(10)
 	m.WANDatagramsReceived.WithLabelValues("use-gw1", "us-east", "plane-a").Add(9)
 	m.WANSentBytes.WithLabelValues("use-gw1", "us-east", "plane-a").Add(1e4)
