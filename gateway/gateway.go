@@ -62,6 +62,15 @@ type Options struct {
 	// (default 64; more wait in the kernel's accept queue).
 	AdminIdleTimeout time.Duration
 	AdminMaxConns    int
+	// HostRegisterTimeout: a LAN peer that has not registered this long
+	// after its INIT was admitted is closed and its slot reclaimed
+	// (default 10 s). HostIdleTimeout: so is a host whose connections
+	// have carried no control message for this long (default 30 s; hosts
+	// PING every DeadAfter/4, 0.5 s by default). MaxHostPeers bounds the
+	// LAN peers admitted at once (default limits.max_flows + 1024).
+	HostRegisterTimeout time.Duration
+	HostIdleTimeout     time.Duration
+	MaxHostPeers        int
 }
 
 // Admin HTTP server bounds (see Options.AdminIdleTimeout).
@@ -144,6 +153,12 @@ func New(cfg *config.Config, opts Options) (g *Gateway, err error) {
 	if opts.DrainTimeout <= 0 {
 		opts.DrainTimeout = 5 * time.Second
 	}
+	if opts.HostRegisterTimeout <= 0 {
+		opts.HostRegisterTimeout = defaultHostRegisterTimeout
+	}
+	if opts.HostIdleTimeout <= 0 {
+		opts.HostIdleTimeout = defaultHostIdleTimeout
+	}
 	g = &Gateway{opts: opts, stopped: make(chan struct{}), byName: map[string]*wanPeer{}, byID: map[metaroce.PeerID]*wanPeer{},
 		planeIndex: map[string]int{}, healthOut: make(chan region.HealthReport, healthQueue)}
 	g.cfgv.Store(cfg)
@@ -225,20 +240,15 @@ func New(cfg *config.Config, opts Options) (g *Gateway, err error) {
 	// The endpoint: LAN listen plus one socket per plane.
 	proto := g.protocol(cfg)
 	g.relay = newRelay(g, cfg)
-	nextHost := metaroce.PeerID(hostPeerBase)
 	g.ep, err = netio.New(netio.Config{
 		Protocol:    proto,
 		Listen:      lanAddr,
 		ExtraListen: planeAddrs,
-		AcceptPeer: func(src netip.AddrPort) (metaroce.PeerID, bool) {
-			if g.relay.hostPeers >= cfg.Limits.MaxFlows+1024 {
-				return 0, false // bounded: a flood of sources cannot grow the peer table
-			}
-			nextHost++
-			g.relay.hostPeers++
-			return nextHost, true
-		},
-		OnEvent: g.relay.onEvent,
+		// LAN admission: cookies under load, rate limits, bounds (admission.go).
+		AcceptPeer:    g.relay.adm.accept,
+		Cookies:       netio.NewCookies(nil),
+		RequireCookie: g.relay.adm.requireCookie,
+		OnEvent:       g.relay.onEvent,
 		Logger:  g.log,
 		UDP:     udpOptions(cfg),
 	})

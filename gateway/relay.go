@@ -106,6 +106,7 @@ type relay struct {
 	hosts     map[string]*connInfo   // registered endpoints
 	flows     map[uint64]*flow
 	hostPeers int
+	adm       *admission // LAN admission (admission.go)
 	draining  bool
 
 	// Limits and weights (reloadable).
@@ -134,6 +135,7 @@ func newRelay(g *Gateway, cfg *config.Config) *relay {
 		ownRegion: cfg.Node.Region, bufSize: cfg.WAN.MTU,
 		health: newHealthState(region.DefaultHealthTTL),
 	}
+	r.adm = newAdmission(g)
 	r.apply(cfg)
 	return r
 }
@@ -303,7 +305,7 @@ func (r *relay) dropConn(now time.Duration, ci *connInfo, reason string) {
 		}
 		if !still {
 			r.g.ep.RemovePeer(ci.c.Peer())
-			r.hostPeers--
+			r.adm.forget(ci.c.Peer())
 		}
 	}
 	// ci stays in conns, marked dead, until its EventClosed: what still
@@ -394,6 +396,9 @@ func (r *relay) Chunk(c *metaroce.Conn, h *metaroce.DataHeader, payload []byte) 
 	if h.Offset != 0 || h.MsgLen != uint64(len(payload)) {
 		return metaroce.ErrCodeBufferTooSmall
 	}
+	if c.Peer() >= hostPeerBase {
+		r.adm.heard(c.Peer(), r.g.ep.Now())
+	}
 	m, err := flowctl.Decode(payload)
 	if err != nil {
 		r.g.log.Debug("bad control message", "peer", c.Peer(), "err", err)
@@ -414,6 +419,7 @@ func (r *relay) handle(ci *connInfo, m *flowctl.Msg) {
 		}
 		ci.endpoint = m.Endpoint
 		r.hosts[m.Endpoint] = ci
+		r.adm.registered(ci.c.Peer())
 		r.sendCtl(ci, &flowctl.Msg{Type: flowctl.RegisterOK})
 		r.g.log.Debug("host registered", "endpoint", m.Endpoint, "peer", ci.c.Peer())
 	case flowctl.Open:

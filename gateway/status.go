@@ -39,6 +39,8 @@ type Status struct {
 	// PathsAvoided counts WAN paths taken out of service because another
 	// gateway reported their plane down (path-health gossip).
 	PathsAvoided uint64 `json:"paths_avoided"`
+	// Admission is the LAN admission state (admission.go).
+	Admission AdmissionStatus `json:"admission"`
 }
 
 // HostLinkStatus is the connection to one registered host: what this
@@ -161,6 +163,8 @@ func (g *Gateway) snapshot(prev *rateState) {
 	r := g.relay
 	err := g.ep.Call(g.ctx, func(epNow time.Duration, _ *metaroce.Endpoint) {
 		st.Draining = r.draining
+		r.adm.reclaim(epNow)
+		st.Admission = r.adm.status(epNow)
 		st.Flows = FlowStatus{Active: len(r.flows), Refused: r.refused, Resets: r.resets, Completed: r.completed}
 		st.Memory = MemoryStatus{InUse: r.inUse, Reserved: r.reserved, Limit: r.memLimit}
 		st.LANOutBps = float64(r.fromHosts-prev.fromHosts) / dt
@@ -277,7 +281,7 @@ func (g *Gateway) snapshot(prev *rateState) {
 // one peer gateway (when there are peers). A gateway that is not ready
 // still answers hosts: with OPEN_ERR, at once.
 func (g *Gateway) ready(st *Status) bool {
-	if !g.joined.Load() || st.Draining {
+	if !g.joined.Load() || st.Draining || st.Admission.Saturated {
 		return false
 	}
 	if len(g.peers) == 0 {
@@ -367,6 +371,8 @@ func (g *Gateway) adminHandler() http.Handler {
 
 func (g *Gateway) notReadyReason(st *Status) string {
 	switch {
+	case st.Admission.Saturated:
+		return fmt.Sprintf("admission saturated (%d of %d LAN peers, %d not registered)", st.Admission.Peers, st.Admission.Limit, st.Admission.Pending)
 	case st.Draining:
 		return "draining"
 	case !g.joined.Load():

@@ -520,6 +520,18 @@ func (h *Host) ReadMemory(ctx context.Context, key uint32, off uint64, dst []byt
 	return err
 }
 
+// Kill stops the host at once, as kill -9 would as far as its gateways can
+// tell: no CLOSE leaves, its connections just fall silent. Tests use it;
+// applications use Close.
+func (h *Host) Kill() {
+	h.closeOnce.Do(func() {
+		close(h.quit)
+		h.wg.Wait()
+		h.ep.Close()
+		close(h.recv)
+	})
+}
+
 // Close closes every flow (pending messages fail with ErrClosed), closes
 // the gateway connections and stops the host. Received is closed.
 func (h *Host) Close() error {

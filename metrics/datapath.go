@@ -44,6 +44,21 @@ func (m *Metrics) ControlRefused(reason string) {
 	m.ControlRefusals.WithLabelValues(oneOf(reason, ControlRefusalReasons)).Inc()
 }
 
+// AdmissionRefused counts one LAN INIT not admitted ([AdmitReasons]).
+func (m *Metrics) AdmissionRefused(reason string) { m.AdmissionRefusedN(reason, 1) }
+
+// AdmissionRefusedN counts n LAN INITs not admitted for one reason.
+func (m *Metrics) AdmissionRefusedN(reason string, n float64) {
+	if n > 0 {
+		m.LANAdmissionRefused.WithLabelValues(oneOf(reason, AdmitReasons)).Add(n)
+	}
+}
+
+// HostPeerReclaimed counts one LAN peer reclaimed ([ReclaimReasons]).
+func (m *Metrics) HostPeerReclaimed(reason string) {
+	m.LANPeersReclaimed.WithLabelValues(oneOf(reason, ReclaimReasons)).Inc()
+}
+
 // ConfigReload counts one reload by its result ([ReloadResults]).
 func (m *Metrics) ConfigReload(result string) {
 	m.ConfigReloads.WithLabelValues(oneOf(result, ReloadResults)).Inc()

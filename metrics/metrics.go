@@ -123,6 +123,27 @@ var RefuseReasons = []string{RefuseLimit, RefuseNoRoute, RefuseBadRequest, Other
 // reason label (tunnel/control's RefusalReasons).
 var ControlRefusalReasons = []string{"no_certificate", "expired", "unknown_ca", "bad_name", "unknown_peer", "version", "protocol", Other}
 
+// Reasons a LAN peer is not admitted (mrgw_lan_admissions_refused_total).
+const (
+	AdmitRetry        = "retry"         // under load: answered with a cookie challenge (RETRY)
+	AdmitBadCookie    = "bad_cookie"    // the INIT echoed an invalid or expired cookie
+	AdmitRateLimited  = "rate_limited"  // its source IP exceeded its admission rate
+	AdmitPendingLimit = "pending_limit" // too many peers not yet registered (its IP's or all)
+	AdmitFull         = "full"          // the peer table is full
+)
+
+// AdmitReasons lists the values of mrgw_lan_admissions_refused_total's reason label.
+var AdmitReasons = []string{AdmitRetry, AdmitBadCookie, AdmitRateLimited, AdmitPendingLimit, AdmitFull, Other}
+
+// Why a LAN peer's slot was reclaimed (mrgw_lan_peers_reclaimed_total).
+const (
+	ReclaimUnregistered = "unregistered" // admitted but never registered in time
+	ReclaimIdle         = "idle"         // no control message for the idle timeout
+)
+
+// ReclaimReasons lists the values of mrgw_lan_peers_reclaimed_total's reason label.
+var ReclaimReasons = []string{ReclaimUnregistered, ReclaimIdle, Other}
+
 // Results of control sessions, key rotations and reloads.
 const (
 	ResultOK          = "ok"          // key rotation or reload done
@@ -180,6 +201,11 @@ type Metrics struct {
 	HostFlowsActive     prometheus.Gauge       //
 	HostFlowsLimit      prometheus.Gauge       //
 	HostFlowsRefused    *prometheus.CounterVec // reason
+	LANAdmissionRefused *prometheus.CounterVec // reason
+	LANPeersReclaimed   *prometheus.CounterVec // reason
+	LANPeers            prometheus.Gauge       //
+	LANPeersPending     prometheus.Gauge       //
+	AdmissionSaturated  prometheus.Gauge       //
 	LANGoodputBytes     *prometheus.CounterVec // direction
 	MessagesCompleted   *prometheus.CounterVec // peer_region, direction
 	MessagesFailed      *prometheus.CounterVec // peer_region, direction
@@ -317,6 +343,18 @@ func New(opts ...Option) *Metrics {
 	m.HostFlowsRefused = b.counterVec("mrgw_host_flows_refused_total",
 		"Host flows refused at admission, by reason: limit (max_flows or memory reached), no_route (no reachable gateway of the destination region), bad_request.",
 		LabelReason)
+	m.LANAdmissionRefused = b.counterVec("mrgw_lan_admissions_refused_total",
+		"INITs from new LAN sources not admitted, by reason: retry (under load, answered with a cookie challenge), bad_cookie, rate_limited (per source IP), pending_limit (too many peers not yet registered), full (the LAN peer table is full).",
+		LabelReason)
+	m.LANPeersReclaimed = b.counterVec("mrgw_lan_peers_reclaimed_total",
+		"LAN peers closed and their slot reclaimed, by reason: unregistered (no REGISTER in time after the INIT), idle (no control message for the idle timeout: a host killed without closing).",
+		LabelReason)
+	m.LANPeers = b.gauge("mrgw_lan_peers",
+		"LAN peers (host sockets) admitted now.")
+	m.LANPeersPending = b.gauge("mrgw_lan_peers_pending",
+		"LAN peers admitted that have not registered an endpoint yet.")
+	m.AdmissionSaturated = b.gauge("mrgw_lan_admission_saturated",
+		"1 while LAN admission refuses hosts for want of room (the peer table full or the pending bound hit in the last 5 s); /readyz then says \"admission saturated\".")
 	m.LANGoodputBytes = b.counterVec("mrgw_lan_goodput_bytes_total",
 		"Payload bytes relayed for hosts of this region, each byte once as it passes the gateway: direction=out received from hosts for remote regions, direction=in received from remote regions for hosts.",
 		LabelDirection)
