@@ -249,8 +249,8 @@ func New(cfg *config.Config, opts Options) (g *Gateway, err error) {
 		Cookies:       netio.NewCookies(nil),
 		RequireCookie: g.relay.adm.requireCookie,
 		OnEvent:       g.relay.onEvent,
-		Logger:  g.log,
-		UDP:     udpOptions(cfg),
+		Logger:        g.log,
+		UDP:           udpOptions(cfg),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: lan/wan sockets: %w", ErrBind, err)

@@ -37,14 +37,14 @@ import (
 // with a VERSION packet, which the acceptor drops). The cookie is
 // stripped before the INIT reaches the state machine.
 const (
-	RetryLen        = 24
-	CookieLen       = 24
-	retryType       = 0xC0
-	cookieMAC       = 16
-	cookieMagic     = "MRCK"
-	cookieBucket    = 8 * time.Second // a cookie is valid in its bucket and the next
-	secretBuckets   = 16              // the secret rotates every 16 buckets (128 s)
-	initWithCookie  = metaroce.InitLen + CookieLen
+	RetryLen       = 24
+	CookieLen      = 24
+	retryType      = 0xC0
+	cookieMAC      = 16
+	cookieMagic    = "MRCK"
+	cookieBucket   = 8 * time.Second // a cookie is valid in its bucket and the next
+	secretBuckets  = 16              // the secret rotates every 16 buckets (128 s)
+	initWithCookie = metaroce.InitLen + CookieLen
 )
 
 // Cookies mints and checks admission cookies. It is safe for concurrent
