@@ -173,6 +173,14 @@ func (a *admission) heard(peer metaroce.PeerID, now time.Duration) {
 	}
 }
 
+// lastHeard is when a host peer last sent a control message (0 if unknown).
+func (a *admission) lastHeard(peer metaroce.PeerID) time.Duration {
+	if p := a.peers[peer]; p != nil {
+		return p.heard
+	}
+	return 0
+}
+
 // registered notes that a host peer registered an endpoint: it no longer
 // counts as pending.
 func (a *admission) registered(peer metaroce.PeerID) {

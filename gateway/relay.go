@@ -32,9 +32,13 @@ type connInfo struct {
 	c        *metaroce.Conn
 	wan      *wanPeer // nil for a host connection
 	endpoint string   // host connections: the registered endpoint name
-	up       bool     // established
-	dead     bool     // torn down by the relay; later events are ignored
-	next     uint32   // next stream id we allocate for sending on c
+	instance uint64   // the registering host process (flowctl.Msg.Instance)
+	// takenOver: another host took the endpoint over; this connection's
+	// pings are not answered with "not registered".
+	takenOver bool
+	up        bool   // established
+	dead      bool   // torn down by the relay; later events are ignored
+	next      uint32 // next stream id we allocate for sending on c
 	// flows by the stream they use on this connection: in (we receive
 	// their data on it) and out (we send their data on it).
 	in, out map[uint32]*flow
@@ -417,11 +421,7 @@ func (r *relay) handle(ci *connInfo, m *flowctl.Msg) {
 		if ci.wan != nil {
 			return
 		}
-		ci.endpoint = m.Endpoint
-		r.hosts[m.Endpoint] = ci
-		r.adm.registered(ci.c.Peer())
-		r.sendCtl(ci, &flowctl.Msg{Type: flowctl.RegisterOK})
-		r.g.log.Debug("host registered", "endpoint", m.Endpoint, "peer", ci.c.Peer())
+		r.register(ci, m)
 	case flowctl.Open:
 		r.open(ci, m)
 	case flowctl.OpenOK:
@@ -477,7 +477,7 @@ func (r *relay) handle(ci *connInfo, m *flowctl.Msg) {
 			r.teardown(f)
 		}
 	case flowctl.Ping:
-		r.sendCtl(ci, &flowctl.Msg{Type: flowctl.Pong, Seq: m.Seq})
+		r.ping(ci, m)
 	}
 }
 

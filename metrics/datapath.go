@@ -54,6 +54,11 @@ func (m *Metrics) AdmissionRefusedN(reason string, n float64) {
 	}
 }
 
+// RegistrationRefused counts one refused REGISTER ([RegisterReasons]).
+func (m *Metrics) RegistrationRefused(reason string) {
+	m.RegistrationsRefused.WithLabelValues(oneOf(reason, RegisterReasons)).Inc()
+}
+
 // HostPeerReclaimed counts one LAN peer reclaimed ([ReclaimReasons]).
 func (m *Metrics) HostPeerReclaimed(reason string) {
 	m.LANPeersReclaimed.WithLabelValues(oneOf(reason, ReclaimReasons)).Inc()

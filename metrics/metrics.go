@@ -144,6 +144,18 @@ const (
 // ReclaimReasons lists the values of mrgw_lan_peers_reclaimed_total's reason label.
 var ReclaimReasons = []string{ReclaimUnregistered, ReclaimIdle, Other}
 
+// Reasons a host registration is refused (mrgw_host_registrations_refused_total).
+const (
+	RegisterDuplicate       = "duplicate"       // another live host holds the endpoint name
+	RegisterUnauthenticated = "unauthenticated" // no credential while lan.host_keys is set
+	RegisterBadMAC          = "bad_mac"         // a credential that does not verify (wrong secret, altered)
+	RegisterUnknownKey      = "unknown_key"     // a key id not in lan.host_keys
+	RegisterStale           = "stale"           // its time is outside the window (a replay, or a clock off)
+)
+
+// RegisterReasons lists the values of mrgw_host_registrations_refused_total's reason label.
+var RegisterReasons = []string{RegisterDuplicate, RegisterUnauthenticated, RegisterBadMAC, RegisterUnknownKey, RegisterStale, Other}
+
 // Results of control sessions, key rotations and reloads.
 const (
 	ResultOK          = "ok"          // key rotation or reload done
@@ -195,22 +207,23 @@ type Metrics struct {
 	vecs     []*prometheus.MetricVec // every vector with a peer label, for ForgetPeer
 
 	// Gateway.
-	BuildInfo           *prometheus.GaugeVec   // version, goversion
-	MemoryBufferedBytes prometheus.Gauge       //
-	MemoryLimitBytes    prometheus.Gauge       //
-	HostFlowsActive     prometheus.Gauge       //
-	HostFlowsLimit      prometheus.Gauge       //
-	HostFlowsRefused    *prometheus.CounterVec // reason
-	LANAdmissionRefused *prometheus.CounterVec // reason
-	LANPeersReclaimed   *prometheus.CounterVec // reason
-	LANPeers            prometheus.Gauge       //
-	LANPeersPending     prometheus.Gauge       //
-	AdmissionSaturated  prometheus.Gauge       //
-	LANGoodputBytes     *prometheus.CounterVec // direction
-	MessagesCompleted   *prometheus.CounterVec // peer_region, direction
-	MessagesFailed      *prometheus.CounterVec // peer_region, direction
-	MessageCompletion   *prometheus.HistogramVec
-	ConfigReloads       *prometheus.CounterVec // result
+	BuildInfo            *prometheus.GaugeVec   // version, goversion
+	MemoryBufferedBytes  prometheus.Gauge       //
+	MemoryLimitBytes     prometheus.Gauge       //
+	HostFlowsActive      prometheus.Gauge       //
+	HostFlowsLimit       prometheus.Gauge       //
+	HostFlowsRefused     *prometheus.CounterVec // reason
+	LANAdmissionRefused  *prometheus.CounterVec // reason
+	RegistrationsRefused *prometheus.CounterVec // reason
+	LANPeersReclaimed    *prometheus.CounterVec // reason
+	LANPeers             prometheus.Gauge       //
+	LANPeersPending      prometheus.Gauge       //
+	AdmissionSaturated   prometheus.Gauge       //
+	LANGoodputBytes      *prometheus.CounterVec // direction
+	MessagesCompleted    *prometheus.CounterVec // peer_region, direction
+	MessagesFailed       *prometheus.CounterVec // peer_region, direction
+	MessageCompletion    *prometheus.HistogramVec
+	ConfigReloads        *prometheus.CounterVec // result
 
 	// Regions and gossip.
 	RegionReachable *prometheus.GaugeVec // peer_region
@@ -345,6 +358,9 @@ func New(opts ...Option) *Metrics {
 		LabelReason)
 	m.LANAdmissionRefused = b.counterVec("mrgw_lan_admissions_refused_total",
 		"INITs from new LAN sources not admitted, by reason: retry (under load, answered with a cookie challenge), bad_cookie, rate_limited (per source IP), pending_limit (too many peers not yet registered), full (the LAN peer table is full).",
+		LabelReason)
+	m.RegistrationsRefused = b.counterVec("mrgw_host_registrations_refused_total",
+		"Host registrations (REGISTER) refused, by reason: duplicate (another live host holds the name), unauthenticated (no credential while lan.host_keys is set), bad_mac, unknown_key, stale (time outside the window).",
 		LabelReason)
 	m.LANPeersReclaimed = b.counterVec("mrgw_lan_peers_reclaimed_total",
 		"LAN peers closed and their slot reclaimed, by reason: unregistered (no REGISTER in time after the INIT), idle (no control message for the idle timeout: a host killed without closing).",

@@ -36,6 +36,7 @@ func touchAll(m *Metrics) {
 	m.ControlRefused("expired")
 	m.AdmissionRefused(AdmitFull)
 	m.HostPeerReclaimed(ReclaimIdle)
+	m.RegistrationRefused(RegisterDuplicate)
 	m.LANPeers.Set(3)
 	m.LANPeersPending.Set(1)
 	m.AdmissionSaturated.Set(0)
