@@ -340,11 +340,11 @@ func New(cfg Config) (*Host, error) {
 		return nil, err
 	}
 	h := &Host{
-		cfg:  cfg,
-		log:  cfg.Logger,
-		mem:  metaroce.NewMemory(),
-		recv: make(chan Delivery, cfg.DeliveryQueue),
-		quit: make(chan struct{}),
+		cfg:      cfg,
+		log:      cfg.Logger,
+		mem:      metaroce.NewMemory(),
+		recv:     make(chan Delivery, cfg.DeliveryQueue),
+		quit:     make(chan struct{}),
 		instance: rand.Uint64() | 1,
 	}
 	if h.log == nil {
