@@ -21,7 +21,7 @@ import (
 
 // soloGateway runs euw-gw1 of a lab configuration alone (its peers never
 // come up: enough for LAN admission and registration).
-func soloGateway(t *testing.T, ctx context.Context, opts gateway.Options, edit func(*gateway.Options)) *gateway.Gateway {
+func soloGateway(t *testing.T, ctx context.Context, opts gateway.Options, edit func(*gateway.Options)) (*gateway.Gateway, *host.Key) {
 	t.Helper()
 	l, err := lab.New(context.Background(), lab.Config{Dir: t.TempDir(), Admin: true})
 	if err != nil {
@@ -39,7 +39,7 @@ func soloGateway(t *testing.T, ctx context.Context, opts gateway.Options, edit f
 	}
 	go g.Run(ctx)
 	t.Cleanup(func() { g.Close() })
-	return g
+	return g, l.HostKey
 }
 
 // waitStatus waits until pred holds for the gateway's status.
@@ -73,7 +73,7 @@ func bareInit(conn uint64) []byte {
 func TestLANAdmissionSurvivesFlood(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
-	g := soloGateway(t, ctx, gateway.Options{HostRegisterTimeout: time.Second, HostIdleTimeout: 2 * time.Second}, nil)
+	g, key := soloGateway(t, ctx, gateway.Options{HostRegisterTimeout: time.Second, HostIdleTimeout: 2 * time.Second}, nil)
 	lan := net.UDPAddrFromAddrPort(g.LANAddr())
 	flood := g.Config().Limits.MaxFlows + 1024 + 200
 	for i := range flood {
@@ -89,7 +89,7 @@ func TestLANAdmissionSurvivesFlood(t *testing.T) {
 	}
 	// A host that arrives after the flood gets in.
 	h, err := host.New(host.Config{Name: "late", Region: g.Config().Node.Region, Gateways: []netip.AddrPort{g.LANAddr()},
-		OpenTimeout: patience / 4, Logger: testLogger(t)})
+		Key: key, OpenTimeout: patience / 4, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatalf("a host after a flood of %d bare INITs: %v", flood, err)
 	}
@@ -105,7 +105,7 @@ func TestLANAdmissionSurvivesFlood(t *testing.T) {
 	}
 	// A registered host killed without a CLOSE (kill -9) is reclaimed.
 	v, err := host.New(host.Config{Name: "victim", Region: g.Config().Node.Region, Gateways: []netip.AddrPort{g.LANAddr()},
-		OpenTimeout: patience / 4, Logger: testLogger(t)})
+		Key: key, OpenTimeout: patience / 4, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func readyz(t *testing.T, g *gateway.Gateway) string {
 func TestLANAdmissionSaturatedIsVisible(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
-	g := soloGateway(t, ctx, gateway.Options{HostRegisterTimeout: time.Second, MaxHostPeers: 4}, nil)
+	g, _ := soloGateway(t, ctx, gateway.Options{HostRegisterTimeout: time.Second, MaxHostPeers: 4}, nil)
 	lan := net.UDPAddrFromAddrPort(g.LANAddr())
 	for i := range 4 {
 		if ok, _ := rawPeer(t, lan, uint64(i)+1); !ok {

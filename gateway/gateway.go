@@ -322,6 +322,9 @@ func New(cfg *config.Config, opts Options) (g *Gateway, err error) {
 	g.metrics.MemoryLimitBytes.Set(float64(cfg.Limits.MemoryBytes))
 	g.metrics.HostFlowsLimit.Set(float64(cfg.Limits.MaxFlows))
 	g.status.Store(&Status{Node: cfg.Node.Name, Region: cfg.Node.Region})
+	if len(cfg.LAN.HostKeys) == 0 {
+		g.log.Warn("lan.host_keys is empty: LAN hosts are not authenticated; anyone who reaches lan.listen can register any endpoint name")
+	}
 	return g, nil
 }
 

@@ -76,7 +76,36 @@ func (r *relay) ping(ci *connInfo, m *flowctl.Msg) {
 	r.sendCtl(ci, &flowctl.Msg{Type: flowctl.RegisterErr, Code: flowctl.CodeNotRegistered, Reason: "this connection has no registration: register again"})
 }
 
-// authenticate checks a REGISTER's credential (item 3); true: go on.
-func (r *relay) authenticate(ci *connInfo, m *flowctl.Msg, now time.Duration) bool {
-	return true
+// registerWindow bounds how far a REGISTER's time may be from the
+// gateway's clock: a captured REGISTER is bound to its connection id (the
+// MAC covers it) and stale after this.
+const registerWindow = 2 * time.Minute
+
+// authenticate checks a REGISTER's credential against lan.host_keys (issue
+// 13 item 3): with keys configured, a REGISTER must name one (KeyID), be
+// recent (Time) and carry its MAC over the registration and this
+// connection's id. A refusal is answered with REGISTER_ERR not
+// authenticated, counted and logged. No keys: hosts are not authenticated
+// (the gateway warned at start).
+func (r *relay) authenticate(ci *connInfo, m *flowctl.Msg, _ time.Duration) bool {
+	if len(r.hostKeys) == 0 {
+		return true
+	}
+	var reason, why string
+	key := r.hostKeys[m.KeyID]
+	wall := time.Now().Unix()
+	switch {
+	case m.KeyID == "" || len(m.MAC) == 0:
+		reason, why = metrics.RegisterUnauthenticated, "no host credential; this gateway requires one (lan.host_keys)"
+	case key == nil:
+		reason, why = metrics.RegisterUnknownKey, fmt.Sprintf("host key %q is not in lan.host_keys", m.KeyID)
+	case m.Time > uint64(wall)+uint64(registerWindow/time.Second) || m.Time+uint64(registerWindow/time.Second) < uint64(wall):
+		reason, why = metrics.RegisterStale, fmt.Sprintf("registration time is %d s off the gateway's clock (check NTP)", int64(m.Time)-wall)
+	case !flowctl.CheckRegisterMAC(key, m, ci.c.ID()):
+		reason, why = metrics.RegisterBadMAC, fmt.Sprintf("the MAC does not verify under host key %q (wrong secret?)", m.KeyID)
+	default:
+		return true
+	}
+	r.refuseRegister(ci, m, flowctl.CodeUnauthenticated, reason, why)
+	return false
 }

@@ -23,11 +23,11 @@ import (
 func TestDuplicateEndpointRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
-	g := soloGateway(t, ctx, gateway.Options{}, nil)
+	g, key := soloGateway(t, ctx, gateway.Options{}, nil)
 	reg := g.Config().Node.Region
 	newHost := func(name string, takeover bool, open time.Duration) (*host.Host, error) {
 		h, err := host.New(host.Config{Name: name, Region: reg, Gateways: []netip.AddrPort{g.LANAddr()},
-			Takeover: takeover, OpenTimeout: open, Logger: testLogger(t)})
+			Key: key, Takeover: takeover, OpenTimeout: open, Logger: testLogger(t)})
 		if err == nil {
 			t.Cleanup(func() { h.Close() })
 		}

@@ -117,6 +117,7 @@ type relay struct {
 	memLimit, flowCredit int64
 	maxFlows             int
 	weights              map[string]int
+	hostKeys             map[string][]byte // lan.host_keys by id; empty: no host authentication
 	defaultClass         string
 	ownRegion            string
 
@@ -149,6 +150,7 @@ func (r *relay) apply(cfg *config.Config) {
 	r.memLimit = cfg.Limits.MemoryBytes
 	r.flowCredit = cfg.Limits.FlowCreditBytes
 	r.maxFlows = cfg.Limits.MaxFlows
+	r.hostKeys = config.ParseHostKeys(cfg.LAN.HostKeys)
 	r.weights = map[string]int{}
 	for _, c := range cfg.Scheduler.Classes {
 		r.weights[c.Name] = c.Weight

@@ -162,7 +162,7 @@ func runDemo(parent context.Context, out io.Writer, o demoOptions) error {
 
 	hosts := map[string]*host.Host{}
 	for reg, name := range map[string]string{lab.RegionA: "trainer-a", lab.RegionB: "trainer-b"} {
-		h, err := host.New(host.Config{Name: name, Region: reg, Gateways: l.HostGateways(reg), DeadAfter: time.Second, Logger: demoLogger(o.logLevel)})
+		h, err := host.New(host.Config{Name: name, Region: reg, Gateways: l.HostGateways(reg), Key: l.HostKey, DeadAfter: time.Second, Logger: demoLogger(o.logLevel)})
 		if err != nil {
 			return err
 		}
