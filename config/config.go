@@ -79,6 +79,8 @@ type LAN struct {
 	Listen            string `mapstructure:"listen" doc:"UDP ip:port where hosts send MetaRoCE traffic"`
 	CongestionControl string `mapstructure:"congestion_control" doc:"data-center controller for host connections: dc-aimd or fixed"`
 	MaxRateBps        int64  `mapstructure:"max_rate_bps" reload:"live" doc:"pacing ceiling per host connection in bit/s; 0 means none; required by the fixed controller"`
+	// HostKeys are the host credentials (hostkeys.go).
+	HostKeys []string `mapstructure:"host_keys" reload:"live" doc:"host credentials, each ID:BASE64 (a secret of 16 to 64 bytes); a host's REGISTER must carry a MAC under one of them; empty: hosts are not authenticated"`
 }
 
 // WAN is the inter-region side: encrypted multipath tunnels to peer gateways.

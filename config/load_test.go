@@ -118,7 +118,7 @@ func TestMinimalTakesDefaults(t *testing.T) {
 		t.Errorf("wan defaults not applied: %+v", c.WAN)
 	}
 	if !reflect.DeepEqual(c.Scheduler, d.Scheduler) || !reflect.DeepEqual(c.Limits, d.Limits) ||
-		c.Log != d.Log || c.Admin != d.Admin || c.LAN != d.LAN {
+		c.Log != d.Log || c.Admin != d.Admin || !reflect.DeepEqual(c.LAN, d.LAN) {
 		t.Errorf("defaults not applied:\ngot  %+v\nwant %+v", c, d)
 	}
 	if got := c.Gossip.Timings(); got.ProbeInterval != 5*time.Second || got.SuspicionMult != 6 {

@@ -47,6 +47,7 @@ func (c *Config) check(files bool) []*FieldError {
 	v.listen("lan.listen", c.LAN.Listen, protoUDP, false)
 	v.oneOf("lan.congestion_control", c.LAN.CongestionControl, lanControllers)
 	v.rate("lan.max_rate_bps", c.LAN.MaxRateBps, c.LAN.CongestionControl == LANControllerFixed, "lan.congestion_control")
+	v.hostKeys("lan.host_keys", c.LAN.HostKeys)
 
 	// WAN
 	c.checkPlanes(v)

@@ -14,6 +14,8 @@
 package flowctl
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -59,6 +61,17 @@ const (
 	// Ping and Pong (either way): liveness of the control stream.
 	Ping Type = 9
 	Pong Type = 10
+	// RegisterErr (gateway → host): the registration was refused or is
+	// gone (Code, Reason): a duplicate name, no valid credential, taken
+	// over by another host, or not registered (the host re-registers).
+	RegisterErr Type = 11
+)
+
+// Register flags.
+const (
+	// FlagTakeover: replace a live registration of the same name (the
+	// operator said so); without it a duplicate is refused.
+	FlagTakeover uint8 = 1 << 0
 )
 
 func (t Type) String() string {
@@ -83,6 +96,8 @@ func (t Type) String() string {
 		return "PING"
 	case Pong:
 		return "PONG"
+	case RegisterErr:
+		return "REGISTER_ERR"
 	}
 	return fmt.Sprintf("type(%d)", uint8(t))
 }
@@ -99,6 +114,10 @@ const (
 	CodeRouteLost         Code = 5 // a hop of the flow failed
 	CodeDraining          Code = 6 // the gateway is shutting down
 	CodeBadRequest        Code = 7
+	CodeDuplicate         Code = 8  // REGISTER: another live host holds the endpoint name
+	CodeUnauthenticated   Code = 9  // REGISTER: no valid credential (lan.host_keys)
+	CodeNotRegistered     Code = 10 // the connection has no registration: register again
+	CodeTakenOver         Code = 11 // another host took the name over explicitly
 )
 
 func (c Code) String() string {
@@ -117,14 +136,23 @@ func (c Code) String() string {
 		return "gateway draining"
 	case CodeBadRequest:
 		return "bad request"
+	case CodeDuplicate:
+		return "endpoint name in use"
+	case CodeUnauthenticated:
+		return "not authenticated"
+	case CodeNotRegistered:
+		return "not registered"
+	case CodeTakenOver:
+		return "taken over"
 	}
 	return fmt.Sprintf("code %d", uint16(c))
 }
 
 // Msg is one control message; which fields are on the wire depends on Type:
 //
-//	Register:   Endpoint, Region
+//	Register:   Endpoint, Region [, Instance, Flags, KeyID, Time, MAC]
 //	RegisterOK: (none)
+//	RegisterErr: Code, Reason
 //	Open:       Flow, Stream, Resume, SrcRegion, SrcEndpoint, DstRegion, DstEndpoint, Class
 //	OpenOK:     Flow, Credit
 //	OpenErr:    Flow, Code, Reason
@@ -143,7 +171,20 @@ type Msg struct {
 	SrcRegion, SrcEndpoint string
 	DstRegion, DstEndpoint string
 	Class, Reason          string
+	// Register's optional tail (a REGISTER without it is a v1 host's):
+	// Instance is random per host process (a registration from the same
+	// instance replaces its own), Flags (FlagTakeover), and the
+	// credential: KeyID names the lan.host_keys entry, Time is Unix
+	// seconds, MAC is RegisterMAC's.
+	Instance uint64
+	Flags    uint8
+	KeyID    string
+	Time     uint64
+	MAC      []byte
 }
+
+// MACLen is the length of a REGISTER's MAC.
+const MACLen = 32
 
 // Errors.
 var (
@@ -153,7 +194,34 @@ var (
 	ErrTrailing  = errors.New("flowctl: bytes after the message")
 	ErrString    = errors.New("flowctl: string too long or not UTF-8")
 	ErrTooLong   = errors.New("flowctl: message longer than MaxLen")
+	ErrMAC       = errors.New("flowctl: REGISTER MAC of the wrong length")
 )
+
+// RegisterMAC is the MAC a host puts in its REGISTER: HMAC-SHA256 under
+// its lan.host_keys secret over the registration (endpoint, region,
+// instance, flags, key id, time) and the MetaRoCE connection id it is
+// sent on, so that a captured REGISTER is worth nothing on another
+// connection, and stale after the gateway's time window.
+func RegisterMAC(key []byte, m *Msg, conn uint64) []byte {
+	h := hmac.New(sha256.New, key)
+	h.Write([]byte("mrgw register v1\x00"))
+	for _, s := range []string{m.Endpoint, m.Region, m.KeyID} {
+		h.Write([]byte{byte(len(s))})
+		h.Write([]byte(s))
+	}
+	var t [25]byte
+	be.PutUint64(t[0:], m.Instance)
+	t[8] = m.Flags
+	be.PutUint64(t[9:], m.Time)
+	be.PutUint64(t[17:], conn)
+	h.Write(t[:])
+	return h.Sum(nil)
+}
+
+// CheckRegisterMAC reports whether m's MAC is RegisterMAC's under key.
+func CheckRegisterMAC(key []byte, m *Msg, conn uint64) bool {
+	return len(m.MAC) == MACLen && hmac.Equal(m.MAC, RegisterMAC(key, m, conn))
+}
 
 var be = binary.BigEndian
 
@@ -177,7 +245,21 @@ func Append(b []byte, m *Msg) ([]byte, error) {
 	case Register:
 		str(m.Endpoint)
 		str(m.Region)
+		if m.Instance != 0 || m.Flags != 0 || m.KeyID != "" || len(m.MAC) != 0 {
+			b = be.AppendUint64(b, m.Instance)
+			b = append(b, m.Flags)
+			str(m.KeyID)
+			b = be.AppendUint64(b, m.Time)
+			if len(m.MAC) != 0 && len(m.MAC) != MACLen {
+				return b[:start], ErrMAC
+			}
+			b = append(b, byte(len(m.MAC)))
+			b = append(b, m.MAC...)
+		}
 	case RegisterOK:
+	case RegisterErr:
+		b = be.AppendUint16(b, uint16(m.Code))
+		str(m.Reason)
 	case Open:
 		b = be.AppendUint64(b, m.Flow)
 		b = be.AppendUint32(b, m.Stream)
@@ -286,7 +368,26 @@ func Decode(b []byte) (Msg, error) {
 	case Register:
 		m.Endpoint = r.str()
 		m.Region = r.str()
+		if r.err == nil && len(r.b) > 0 {
+			m.Instance = r.u64()
+			if f := r.take(1); f != nil {
+				m.Flags = f[0]
+			}
+			m.KeyID = r.str()
+			m.Time = r.u64()
+			if n := r.take(1); n != nil {
+				if int(n[0]) != 0 && int(n[0]) != MACLen {
+					return Msg{}, ErrMAC
+				}
+				if v := r.take(int(n[0])); len(v) > 0 {
+					m.MAC = append([]byte(nil), v...)
+				}
+			}
+		}
 	case RegisterOK:
+	case RegisterErr:
+		m.Code = Code(r.u16())
+		m.Reason = r.str()
 	case Open:
 		m.Flow = r.u64()
 		m.Stream = r.u32()

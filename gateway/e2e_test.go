@@ -48,7 +48,7 @@ func startLab(t *testing.T, ctx context.Context, cfg lab.Config) *lab.Lab {
 
 func newHost(t *testing.T, l *lab.Lab, name, reg string) *host.Host {
 	t.Helper()
-	h, err := host.New(host.Config{Name: name, Region: reg, Gateways: l.HostGateways(reg), DeadAfter: time.Second,
+	h, err := host.New(host.Config{Name: name, Region: reg, Gateways: l.HostGateways(reg), Key: l.HostKey, DeadAfter: time.Second,
 		Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)

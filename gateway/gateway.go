@@ -23,6 +23,7 @@ import (
 	_ "github.com/mrgw/mrgw/cc/longrtt" // registers the long-RTT controllers by name
 	"github.com/mrgw/mrgw/config"
 	"github.com/mrgw/mrgw/flowctl"
+	"github.com/mrgw/mrgw/internal/ratelog"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/metrics"
 	"github.com/mrgw/mrgw/netio"
@@ -58,7 +59,33 @@ type Options struct {
 	// Pprof serves the Go runtime profiles on the admin listener
 	// (/debug/pprof/); off unless asked for (mrgw run --pprof).
 	Pprof bool
+	// AdminIdleTimeout and AdminMaxConns bound the admin HTTP server: an
+	// idle keep-alive connection is closed after AdminIdleTimeout (default
+	// 30 s) and at most AdminMaxConns connections are open at once
+	// (default 64; more wait in the kernel's accept queue).
+	AdminIdleTimeout time.Duration
+	AdminMaxConns    int
+	// HostRegisterTimeout: a LAN peer that has not registered this long
+	// after its INIT was admitted is closed and its slot reclaimed
+	// (default 10 s). HostIdleTimeout: so is a host whose connections
+	// have carried no control message for this long (default 30 s; hosts
+	// PING every DeadAfter/4, 0.5 s by default). MaxHostPeers bounds the
+	// LAN peers admitted at once (default limits.max_flows + 1024).
+	HostRegisterTimeout time.Duration
+	HostIdleTimeout     time.Duration
+	MaxHostPeers        int
 }
+
+// Admin HTTP server bounds (see Options.AdminIdleTimeout).
+const (
+	defaultAdminIdleTimeout = 30 * time.Second
+	defaultAdminMaxConns    = 64
+	adminReadHeaderTimeout  = 5 * time.Second
+	adminReadTimeout        = 10 * time.Second
+	// adminWriteTimeout bounds one response; /metrics of a gateway with
+	// thousands of hosts is the largest.
+	adminWriteTimeout = 30 * time.Second
+)
 
 // hostHintScale: see Config.AcceptOptions in protocol.
 const hostHintScale = 8
@@ -129,6 +156,12 @@ func New(cfg *config.Config, opts Options) (g *Gateway, err error) {
 	if opts.DrainTimeout <= 0 {
 		opts.DrainTimeout = 5 * time.Second
 	}
+	if opts.HostRegisterTimeout <= 0 {
+		opts.HostRegisterTimeout = defaultHostRegisterTimeout
+	}
+	if opts.HostIdleTimeout <= 0 {
+		opts.HostIdleTimeout = defaultHostIdleTimeout
+	}
 	g = &Gateway{opts: opts, stopped: make(chan struct{}), byName: map[string]*wanPeer{}, byID: map[metaroce.PeerID]*wanPeer{},
 		planeIndex: map[string]int{}, healthOut: make(chan region.HealthReport, healthQueue)}
 	g.cfgv.Store(cfg)
@@ -195,6 +228,9 @@ func New(cfg *config.Config, opts Options) (g *Gateway, err error) {
 	g.metrics.MemoryLimitBytes.Set(float64(cfg.Limits.MemoryBytes))
 	g.metrics.HostFlowsLimit.Set(float64(cfg.Limits.MaxFlows))
 	g.status.Store(&Status{Node: cfg.Node.Name, Region: cfg.Node.Region})
+	if len(cfg.LAN.HostKeys) == 0 {
+		g.log.Warn("lan.host_keys is empty: LAN hosts are not authenticated; anyone who reaches lan.listen can register any endpoint name")
+	}
 	return g, nil
 }
 
@@ -239,23 +275,18 @@ func (g *Gateway) newEndpoint(cfg *config.Config, planeAddrs []netip.AddrPort, o
 	lanAddr := netip.MustParseAddrPort(cfg.LAN.Listen)
 	proto := g.protocol(cfg)
 	g.relay = newRelay(g, cfg)
-	nextHost := metaroce.PeerID(hostPeerBase)
 	var err error
 	g.ep, err = netio.New(netio.Config{
 		Protocol:    proto,
 		Listen:      lanAddr,
 		ExtraListen: planeAddrs,
-		AcceptPeer: func(src netip.AddrPort) (metaroce.PeerID, bool) {
-			if g.relay.hostPeers >= cfg.Limits.MaxFlows+1024 {
-				return 0, false // bounded: a flood of sources cannot grow the peer table
-			}
-			nextHost++
-			g.relay.hostPeers++
-			return nextHost, true
-		},
-		OnEvent: g.relay.onEvent,
-		Logger:  g.log,
-		UDP:     udpOptions(cfg),
+		// LAN admission: cookies under load, rate limits, bounds (admission.go).
+		AcceptPeer:    g.relay.adm.accept,
+		Cookies:       netio.NewCookies(nil),
+		RequireCookie: g.relay.adm.requireCookie,
+		OnEvent:       g.relay.onEvent,
+		Logger:        g.log,
+		UDP:           udpOptions(cfg),
 	})
 	if err != nil {
 		return fmt.Errorf("%w: lan/wan sockets: %w", ErrBind, err)
@@ -290,9 +321,11 @@ func (g *Gateway) newControl(cfg *config.Config, creds *pki.Credentials, onClose
 		KeyLifetime: -1,
 		Logger:      g.log.With("part", "control"),
 		OnEvent:     g.onControlEvent,
+		// Every refusal, by the listener or a dial, inside TLS or after.
 		OnRefused: func(remote net.Addr, err error) {
-			g.metrics.ControlSession(metrics.ResultRefused)
+			g.metrics.ControlRefused(control.RefusalReason(err))
 		},
+		Refusals: ratelog.New(g.log.With("part", "control"), time.Second),
 	}
 	if len(g.peers) > 0 || cfg.Control.Listen != "" {
 		lctx, lcancel := context.WithCancel(context.Background())
@@ -331,7 +364,7 @@ func (g *Gateway) newAdmin(cfg *config.Config, onClose func(func())) error {
 			return fmt.Errorf("%w: admin.listen %s: %w", ErrBind, cfg.Admin.Listen, err)
 		}
 		onClose(func() { g.adminLn.Close() })
-		g.admin = &http.Server{Handler: g.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
+		g.admin = g.adminServer()
 	}
 	return nil
 }

@@ -25,7 +25,7 @@ func TestHostReceiveCapacityBoundsGatewayRate(t *testing.T) {
 	l := startLab(t, ctx, lab.Config{OneWay: 5 * time.Millisecond})
 	const capBps = 400e6
 	src := newHost(t, l, "src", lab.RegionA)
-	dst, err := host.New(host.Config{Name: "dst", Region: lab.RegionB, Gateways: l.HostGateways(lab.RegionB),
+	dst, err := host.New(host.Config{Name: "dst", Region: lab.RegionB, Gateways: l.HostGateways(lab.RegionB), Key: l.HostKey,
 		DeadAfter: time.Second, Logger: testLogger(t), Protocol: metaroce.Config{ReceiveCapacityBps: capBps}})
 	if err != nil {
 		t.Fatal(err)

@@ -32,9 +32,13 @@ type connInfo struct {
 	c        *metaroce.Conn
 	wan      *wanPeer // nil for a host connection
 	endpoint string   // host connections: the registered endpoint name
-	up       bool     // established
-	dead     bool     // torn down by the relay; later events are ignored
-	next     uint32   // next stream id we allocate for sending on c
+	instance uint64   // the registering host process (flowctl.Msg.Instance)
+	// takenOver: another host took the endpoint over; this connection's
+	// pings are not answered with "not registered".
+	takenOver bool
+	up        bool   // established
+	dead      bool   // torn down by the relay; later events are ignored
+	next      uint32 // next stream id we allocate for sending on c
 	// flows by the stream they use on this connection: in (we receive
 	// their data on it) and out (we send their data on it).
 	in, out map[uint32]*flow
@@ -106,12 +110,14 @@ type relay struct {
 	hosts     map[string]*connInfo   // registered endpoints
 	flows     map[uint64]*flow
 	hostPeers int
+	adm       *admission // LAN admission (admission.go)
 	draining  bool
 
 	// Limits and weights (reloadable).
 	memLimit, flowCredit int64
 	maxFlows             int
 	weights              map[string]int
+	hostKeys             map[string][]byte // lan.host_keys by id; empty: no host authentication
 	defaultClass         string
 	ownRegion            string
 
@@ -134,6 +140,7 @@ func newRelay(g *Gateway, cfg *config.Config) *relay {
 		ownRegion: cfg.Node.Region, bufSize: cfg.WAN.MTU,
 		health: newHealthState(region.DefaultHealthTTL),
 	}
+	r.adm = newAdmission(g)
 	r.apply(cfg)
 	return r
 }
@@ -143,6 +150,7 @@ func (r *relay) apply(cfg *config.Config) {
 	r.memLimit = cfg.Limits.MemoryBytes
 	r.flowCredit = cfg.Limits.FlowCreditBytes
 	r.maxFlows = cfg.Limits.MaxFlows
+	r.hostKeys = config.ParseHostKeys(cfg.LAN.HostKeys)
 	r.weights = map[string]int{}
 	for _, c := range cfg.Scheduler.Classes {
 		r.weights[c.Name] = c.Weight
@@ -303,7 +311,7 @@ func (r *relay) dropConn(now time.Duration, ci *connInfo, reason string) {
 		}
 		if !still {
 			r.g.ep.RemovePeer(ci.c.Peer())
-			r.hostPeers--
+			r.adm.forget(ci.c.Peer())
 		}
 	}
 	// ci stays in conns, marked dead, until its EventClosed: what still
@@ -394,6 +402,9 @@ func (r *relay) Chunk(c *metaroce.Conn, h *metaroce.DataHeader, payload []byte) 
 	if h.Offset != 0 || h.MsgLen != uint64(len(payload)) {
 		return metaroce.ErrCodeBufferTooSmall
 	}
+	if c.Peer() >= hostPeerBase {
+		r.adm.heard(c.Peer(), r.g.ep.Now())
+	}
 	m, err := flowctl.Decode(payload)
 	if err != nil {
 		r.g.log.Debug("bad control message", "peer", c.Peer(), "err", err)
@@ -412,10 +423,7 @@ func (r *relay) handle(ci *connInfo, m *flowctl.Msg) {
 		if ci.wan != nil {
 			return
 		}
-		ci.endpoint = m.Endpoint
-		r.hosts[m.Endpoint] = ci
-		r.sendCtl(ci, &flowctl.Msg{Type: flowctl.RegisterOK})
-		r.g.log.Debug("host registered", "endpoint", m.Endpoint, "peer", ci.c.Peer())
+		r.register(ci, m)
 	case flowctl.Open:
 		r.open(ci, m)
 	case flowctl.OpenOK:
@@ -471,7 +479,7 @@ func (r *relay) handle(ci *connInfo, m *flowctl.Msg) {
 			r.teardown(f)
 		}
 	case flowctl.Ping:
-		r.sendCtl(ci, &flowctl.Msg{Type: flowctl.Pong, Seq: m.Seq})
+		r.ping(ci, m)
 	}
 }
 

@@ -99,7 +99,7 @@ func TestReloadReachesExistingConnections(t *testing.T) {
 	}
 	// Traffic through euw-gw1 brings the receivers' new hints back in
 	// acks; the existing connections then pace above the old ceiling.
-	src, err := host.New(host.Config{Name: "src", Region: lab.RegionA, Gateways: []netip.AddrPort{netip.MustParseAddrPort(l.Configs["euw-gw1"].LAN.Listen)},
+	src, err := host.New(host.Config{Name: "src", Region: lab.RegionA, Gateways: []netip.AddrPort{netip.MustParseAddrPort(l.Configs["euw-gw1"].LAN.Listen)}, Key: l.HostKey,
 		DeadAfter: time.Second, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)

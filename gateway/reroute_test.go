@@ -25,7 +25,7 @@ func TestOpenReachesHostRegisteredAtOneGateway(t *testing.T) {
 	l := startLab(t, ctx, lab.Config{OneWay: 5 * time.Millisecond})
 	src := newHost(t, l, "src", lab.RegionA)
 	only := l.HostGateways(lab.RegionB)[1:] // use-gw2 alone
-	dst, err := host.New(host.Config{Name: "dst", Region: lab.RegionB, Gateways: only, DeadAfter: time.Second, Logger: testLogger(t)})
+	dst, err := host.New(host.Config{Name: "dst", Region: lab.RegionB, Gateways: only, Key: l.HostKey, DeadAfter: time.Second, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,10 +5,12 @@ package gateway
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/net/netutil"
 
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/metrics"
@@ -37,6 +39,8 @@ type Status struct {
 	// PathsAvoided counts WAN paths taken out of service because another
 	// gateway reported their plane down (path-health gossip).
 	PathsAvoided uint64 `json:"paths_avoided"`
+	// Admission is the LAN admission state (admission.go).
+	Admission AdmissionStatus `json:"admission"`
 }
 
 // HostLinkStatus is the connection to one registered host: what this
@@ -154,6 +158,8 @@ func (g *Gateway) snapshot(prev *rateState) {
 	r := g.relay
 	err := g.ep.Call(g.ctx, func(epNow time.Duration, _ *metaroce.Endpoint) {
 		st.Draining = r.draining
+		r.adm.reclaim(epNow)
+		st.Admission = r.adm.status(epNow)
 		st.Flows = FlowStatus{Active: len(r.flows), Refused: r.refused, Resets: r.resets, Completed: r.completed}
 		st.Memory = MemoryStatus{InUse: r.inUse, Reserved: r.reserved, Limit: r.memLimit}
 		st.LANOutBps = float64(r.fromHosts-prev.fromHosts) / dt
@@ -271,7 +277,7 @@ func (g *Gateway) snapshot(prev *rateState) {
 // one peer gateway (when there are peers). A gateway that is not ready
 // still answers hosts: with OPEN_ERR, at once.
 func (g *Gateway) ready(st *Status) bool {
-	if !g.joined.Load() || st.Draining {
+	if !g.joined.Load() || st.Draining || st.Admission.Saturated {
 		return false
 	}
 	if len(g.peers) == 0 {
@@ -306,6 +312,31 @@ func dropReasonIndex(e int) int {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
+// adminServer builds the admin HTTP server on g.adminLn, which it wraps in
+// a connection cap: every timeout is set, so an idle or slow client holds a
+// connection (and its goroutine) for a bounded time, and at most
+// Options.AdminMaxConns are open at once (3,000 idle keep-alive connections
+// stayed open, with 3,054 goroutines, when nothing was set).
+func (g *Gateway) adminServer() *http.Server {
+	idle, maxConns := g.opts.AdminIdleTimeout, g.opts.AdminMaxConns
+	if idle <= 0 {
+		idle = defaultAdminIdleTimeout
+	}
+	if maxConns <= 0 {
+		maxConns = defaultAdminMaxConns
+	}
+	g.adminLn = netutil.LimitListener(g.adminLn, maxConns)
+	return &http.Server{
+		Handler:           g.adminHandler(),
+		ReadHeaderTimeout: min(adminReadHeaderTimeout, idle),
+		ReadTimeout:       adminReadTimeout,
+		WriteTimeout:      adminWriteTimeout,
+		IdleTimeout:       idle,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
+	}
+}
+
 func (g *Gateway) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.metrics.Registry, promhttp.HandlerOpts{}))
@@ -337,6 +368,8 @@ func (g *Gateway) adminHandler() http.Handler {
 
 func (g *Gateway) notReadyReason(st *Status) string {
 	switch {
+	case st.Admission.Saturated:
+		return fmt.Sprintf("admission saturated (%d of %d LAN peers, %d not registered)", st.Admission.Peers, st.Admission.Limit, st.Admission.Pending)
 	case st.Draining:
 		return "draining"
 	case !g.joined.Load():

@@ -146,7 +146,9 @@ func (g *Gateway) peerLoop(p *wanPeer) {
 					if g.ctx.Err() != nil {
 						return
 					}
-					g.metrics.ControlSession(metrics.ResultFailed)
+					if !errors.Is(err, control.ErrRefusedLocally) { // a refusal is counted by OnRefused
+						g.metrics.ControlSession(metrics.ResultFailed)
+					}
 					p.setState("down", err.Error())
 					g.log.Debug("control dial failed", "peer", p.name, "err", err)
 					if !sleepCtx(g.ctx, backoff) {

@@ -4,6 +4,7 @@ package host
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"time"
 
@@ -34,6 +35,10 @@ type gateway struct {
 	nextStream uint32 // next flow stream on conn (0 is the control stream)
 	lastPing   time.Duration
 	pingSeq    uint64
+	// refusal: this gateway refused the registration (ErrRefused); the
+	// host keeps retrying with backoff unless final says not to.
+	refusal error
+	final   bool
 }
 
 // maxStreams: a peer keeps receive state for at most 65536 streams per
@@ -112,7 +117,7 @@ func (h *Host) onEvent(now time.Duration, ev metaroce.Event) {
 		g.since = now
 		g.lastPing = now
 		h.postAll(ev.Conn)
-		h.sendCtl(ev.Conn, &flowctl.Msg{Type: flowctl.Register, Endpoint: h.cfg.Name, Region: h.cfg.Region})
+		h.register(ev.Conn)
 	case metaroce.EventClosed:
 		h.connClosed(now, ev.Conn, ev.Err)
 	case metaroce.EventRecvComplete:
@@ -151,7 +156,12 @@ func (h *Host) connClosed(now time.Duration, c *metaroce.Conn, err error) {
 		if g.state == gwConnecting {
 			h.ctr.connFails.Add(1)
 		}
-		h.log.Info("host: gateway connection closed", "gateway", g.addr, "err", err)
+		if g.state == gwReady {
+			h.log.Warn("host: lost the gateway; reconnecting (flows fail over to the pair member). If it persists, check the gateway runs and its lan.listen is reachable",
+				"gateway", g.addr, "err", err)
+		} else {
+			h.log.Info("host: gateway connection closed", "gateway", g.addr, "err", err)
+		}
 		h.gwDown(now, g)
 	}
 	for _, f := range flows {
@@ -205,6 +215,7 @@ func (h *Host) dispatch(now time.Duration, c *metaroce.Conn, m *flowctl.Msg) {
 		g.state = gwReady
 		g.since = now
 		g.backoff = h.cfg.ReconnectMin
+		g.refusal = nil
 		h.ctr.registrations.Add(1)
 		h.o.regSig.fire()
 		h.log.Info("host: registered", "gateway", g.addr, "endpoint", h.cfg.Name, "region", h.cfg.Region)
@@ -232,6 +243,8 @@ func (h *Host) dispatch(now time.Duration, c *metaroce.Conn, m *flowctl.Msg) {
 		h.rxClose(m.Flow)
 	case flowctl.Ping:
 		h.sendCtl(c, &flowctl.Msg{Type: flowctl.Pong, Seq: m.Seq})
+	case flowctl.RegisterErr:
+		h.registerErr(now, c, m)
 	case flowctl.Pong, flowctl.Register:
 	}
 }
@@ -263,6 +276,9 @@ func (h *Host) tick(now time.Duration) {
 	for _, g := range h.o.gws {
 		switch g.state {
 		case gwDown:
+			if g.final {
+				continue
+			}
 			if now >= g.retryAt {
 				h.connect(now, g)
 			}
@@ -316,4 +332,60 @@ func (h *Host) pickGateway(id uint64, attempt int, avoid *gateway) *gateway {
 		return nil
 	}
 	return live[(id+uint64(attempt))%uint64(len(live))]
+}
+
+// register sends REGISTER on c: the name, this process's instance, the
+// takeover flag and, with a Key, the MAC that authenticates it.
+func (h *Host) register(c *metaroce.Conn) {
+	m := &flowctl.Msg{Type: flowctl.Register, Endpoint: h.cfg.Name, Region: h.cfg.Region, Instance: h.instance}
+	if h.cfg.Takeover {
+		m.Flags |= flowctl.FlagTakeover
+	}
+	if k := h.cfg.Key; k != nil {
+		m.KeyID = k.ID
+		m.Time = uint64(time.Now().Unix())
+		m.MAC = flowctl.RegisterMAC(k.Secret, m, c.ID())
+	}
+	h.sendCtl(c, m)
+}
+
+// registerErr handles REGISTER_ERR: a refused registration, a name taken
+// over, or a registration the gateway no longer has.
+func (h *Host) registerErr(now time.Duration, c *metaroce.Conn, m *flowctl.Msg) {
+	g := h.o.byConn[c]
+	if g == nil || g.conn != c {
+		return
+	}
+	who := h.cfg.Region + "/" + h.cfg.Name
+	var what string
+	switch m.Code {
+	case flowctl.CodeNotRegistered:
+		// The gateway lost our registration: register again.
+		h.log.Warn("host: the gateway lost this host's registration; registering again", "gateway", g.addr, "endpoint", who)
+		wasReady := g.state == gwReady
+		g.state = gwRegistering
+		g.since = now
+		h.register(c)
+		if wasReady {
+			h.o.regSig.fire()
+		}
+		return
+	case flowctl.CodeDuplicate:
+		what = "the name is in use by another running host: stop that host, choose another name (--name), or take the name over (--takeover)"
+	case flowctl.CodeUnauthenticated:
+		what = "the gateway requires a host credential: give this host a key from the gateways' lan.host_keys (--key-file)"
+		g.final = true
+	case flowctl.CodeTakenOver:
+		what = "another host took this name over: this host no longer receives for it; restart it under another name if both must run"
+		g.final = true
+	default:
+		what = "see the gateway's log"
+	}
+	g.refusal = fmt.Errorf("%w: gateway %v refused %s: %s (%s); %s", ErrRefused, g.addr, who, m.Code, m.Reason, what)
+	h.log.Error(g.refusal.Error())
+	h.ctr.connFails.Add(1)
+	c.Close(now) // EventClosed: gwDown, and a retry with backoff unless final
+	h.gwDown(now, g)
+	delete(h.o.byConn, c)
+	h.o.regSig.fire()
 }

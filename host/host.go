@@ -119,8 +119,22 @@ type Config struct {
 	// host of an incast dropped the two gateways' bursts, its paths were
 	// declared down and the gateways' controllers started over.
 	SocketBuffer int
+	// Takeover makes this host's registration replace a live host's that
+	// holds the same Name (the other is told it was taken over). Without
+	// it a duplicate name is refused (ErrRefused) unless the holder has
+	// fallen silent (crashed) or is this same process.
+	Takeover bool
+	// Key is the host's credential when the gateways require one
+	// (lan.host_keys): its REGISTER carries a MAC under it.
+	Key *Key
 	// Logger: nil discards.
 	Logger *slog.Logger
+}
+
+// Key is a host credential: an entry of the gateways' lan.host_keys.
+type Key struct {
+	ID     string
+	Secret []byte
 }
 
 // DefaultSocketBuffer is Config.SocketBuffer's default.
@@ -204,6 +218,10 @@ var (
 	ErrClosed = errors.New("host: closed")
 	// ErrNoGateway: no gateway of the pair registered the host in time.
 	ErrNoGateway = errors.New("host: no gateway available")
+	// ErrRefused: a gateway refused the registration (a duplicate name, a
+	// missing or wrong credential) or another host took the name over;
+	// the error says which and what to do.
+	ErrRefused = errors.New("host: registration refused")
 	// ErrNoRoute: a flow had no working route for Config.FailAfter; it
 	// wraps the last cause (a *flowctl.Error or a connection error).
 	ErrNoRoute = errors.New("host: flow has no route")
@@ -259,6 +277,9 @@ type Host struct {
 	ctr  counters
 
 	closeOnce sync.Once
+	// instance identifies this host process in its REGISTERs: a gateway
+	// lets a registration of the same instance replace its own.
+	instance uint64
 
 	o owner // owner goroutine only
 }
@@ -319,11 +340,12 @@ func New(cfg Config) (*Host, error) {
 		return nil, err
 	}
 	h := &Host{
-		cfg:  cfg,
-		log:  cfg.Logger,
-		mem:  metaroce.NewMemory(),
-		recv: make(chan Delivery, cfg.DeliveryQueue),
-		quit: make(chan struct{}),
+		cfg:      cfg,
+		log:      cfg.Logger,
+		mem:      metaroce.NewMemory(),
+		recv:     make(chan Delivery, cfg.DeliveryQueue),
+		quit:     make(chan struct{}),
+		instance: rand.Uint64() | 1,
 	}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
@@ -382,10 +404,19 @@ func New(cfg Config) (*Host, error) {
 // ctx ends with at least one.
 func (h *Host) waitRegistered(ctx context.Context) error {
 	for {
-		var ready int
+		var ready, refused int
+		var refusal error
 		var ch <-chan struct{}
 		if err := h.call(ctx, func(time.Duration) {
 			ready = h.readyCount()
+			for _, g := range h.o.gws {
+				if g.refusal != nil {
+					refusal = g.refusal
+					if g.final {
+						refused++
+					}
+				}
+			}
 			ch = h.o.regSig.wait()
 		}); err != nil {
 			if ready > 0 {
@@ -396,13 +427,20 @@ func (h *Host) waitRegistered(ctx context.Context) error {
 		if ready == len(h.o.gws) {
 			return nil
 		}
+		if ready == 0 && refused == len(h.o.gws) {
+			return refusal
+		}
 		select {
 		case <-ch:
 		case <-ctx.Done():
 			if h.readyNow() > 0 {
 				return nil
 			}
-			return fmt.Errorf("%w: none of %v registered %s/%s within %v", ErrNoGateway, h.cfg.Gateways, h.cfg.Region, h.cfg.Name, h.cfg.OpenTimeout)
+			if refusal != nil {
+				return refusal
+			}
+			return fmt.Errorf("%w: none of %v registered %s/%s within %v: check that the gateways run (mrgw status --admin ...) and that their lan.listen is reachable from here",
+				ErrNoGateway, h.cfg.Gateways, h.cfg.Region, h.cfg.Name, h.cfg.OpenTimeout)
 		}
 	}
 }
@@ -518,6 +556,18 @@ func (h *Host) ReadMemory(ctx context.Context, key uint32, off uint64, dst []byt
 		return cerr
 	}
 	return err
+}
+
+// Kill stops the host at once, as kill -9 would as far as its gateways can
+// tell: no CLOSE leaves, its connections just fall silent. Tests use it;
+// applications use Close.
+func (h *Host) Kill() {
+	h.closeOnce.Do(func() {
+		close(h.quit)
+		h.wg.Wait()
+		h.ep.Close()
+		close(h.recv)
+	})
 }
 
 // Close closes every flow (pending messages fail with ErrClosed), closes

@@ -28,6 +28,33 @@ func (m *Metrics) ControlSession(result string) {
 	m.ControlSessions.WithLabelValues(oneOf(result, SessionResults)).Inc()
 }
 
+// ControlRefused counts one control handshake this gateway refused, as a
+// refused session and under its reason ([ControlRefusalReasons]).
+func (m *Metrics) ControlRefused(reason string) {
+	m.ControlSession(ResultRefused)
+	m.ControlRefusals.WithLabelValues(oneOf(reason, ControlRefusalReasons)).Inc()
+}
+
+// AdmissionRefused counts one LAN INIT not admitted ([AdmitReasons]).
+func (m *Metrics) AdmissionRefused(reason string) { m.AdmissionRefusedN(reason, 1) }
+
+// AdmissionRefusedN counts n LAN INITs not admitted for one reason.
+func (m *Metrics) AdmissionRefusedN(reason string, n float64) {
+	if n > 0 {
+		m.LANAdmissionRefused.WithLabelValues(oneOf(reason, AdmitReasons)).Add(n)
+	}
+}
+
+// RegistrationRefused counts one refused REGISTER ([RegisterReasons]).
+func (m *Metrics) RegistrationRefused(reason string) {
+	m.RegistrationsRefused.WithLabelValues(oneOf(reason, RegisterReasons)).Inc()
+}
+
+// HostPeerReclaimed counts one LAN peer reclaimed ([ReclaimReasons]).
+func (m *Metrics) HostPeerReclaimed(reason string) {
+	m.LANPeersReclaimed.WithLabelValues(oneOf(reason, ReclaimReasons)).Inc()
+}
+
 // ConfigReload counts one reload by its result ([ReloadResults]).
 func (m *Metrics) ConfigReload(result string) {
 	m.ConfigReloads.WithLabelValues(oneOf(result, ReloadResults)).Inc()

@@ -154,6 +154,43 @@ const (
 // RefuseReasons lists the values of mrgw_host_flows_refused_total's reason label.
 var RefuseReasons = []string{RefuseLimit, RefuseNoRoute, RefuseBadRequest, Other}
 
+// ControlRefusalReasons lists the values of mrgw_control_refusals_total's
+// reason label (tunnel/control's RefusalReasons).
+var ControlRefusalReasons = []string{"no_certificate", "expired", "unknown_ca", "bad_name", "unknown_peer", "version", "protocol", Other}
+
+// Reasons a LAN peer is not admitted (mrgw_lan_admissions_refused_total).
+const (
+	AdmitRetry        = "retry"         // under load: answered with a cookie challenge (RETRY)
+	AdmitBadCookie    = "bad_cookie"    // the INIT echoed an invalid or expired cookie
+	AdmitRateLimited  = "rate_limited"  // its source IP exceeded its admission rate
+	AdmitPendingLimit = "pending_limit" // too many peers not yet registered (its IP's or all)
+	AdmitFull         = "full"          // the peer table is full
+)
+
+// AdmitReasons lists the values of mrgw_lan_admissions_refused_total's reason label.
+var AdmitReasons = []string{AdmitRetry, AdmitBadCookie, AdmitRateLimited, AdmitPendingLimit, AdmitFull, Other}
+
+// Why a LAN peer's slot was reclaimed (mrgw_lan_peers_reclaimed_total).
+const (
+	ReclaimUnregistered = "unregistered" // admitted but never registered in time
+	ReclaimIdle         = "idle"         // no control message for the idle timeout
+)
+
+// ReclaimReasons lists the values of mrgw_lan_peers_reclaimed_total's reason label.
+var ReclaimReasons = []string{ReclaimUnregistered, ReclaimIdle, Other}
+
+// Reasons a host registration is refused (mrgw_host_registrations_refused_total).
+const (
+	RegisterDuplicate       = "duplicate"       // another live host holds the endpoint name
+	RegisterUnauthenticated = "unauthenticated" // no credential while lan.host_keys is set
+	RegisterBadMAC          = "bad_mac"         // a credential that does not verify (wrong secret, altered)
+	RegisterUnknownKey      = "unknown_key"     // a key id not in lan.host_keys
+	RegisterStale           = "stale"           // its time is outside the window (a replay, or a clock off)
+)
+
+// RegisterReasons lists the values of mrgw_host_registrations_refused_total's reason label.
+var RegisterReasons = []string{RegisterDuplicate, RegisterUnauthenticated, RegisterBadMAC, RegisterUnknownKey, RegisterStale, Other}
+
 // Results of control sessions, key rotations and reloads.
 const (
 	ResultOK          = "ok"          // key rotation or reload done
@@ -205,18 +242,24 @@ type Metrics struct {
 	vecs     []*prometheus.MetricVec // every vector with a peer label, for ForgetPeer
 
 	// Gateway.
-	BuildInfo           *prometheus.GaugeVec   // version, revision, goversion
-	CertExpiry          *prometheus.GaugeVec   // certificate
-	MemoryBufferedBytes prometheus.Gauge       //
-	MemoryLimitBytes    prometheus.Gauge       //
-	HostFlowsActive     prometheus.Gauge       //
-	HostFlowsLimit      prometheus.Gauge       //
-	HostFlowsRefused    *prometheus.CounterVec // reason
-	LANGoodputBytes     *prometheus.CounterVec // direction
-	MessagesCompleted   *prometheus.CounterVec // peer_region, direction
-	MessagesFailed      *prometheus.CounterVec // peer_region, direction
-	MessageCompletion   *prometheus.HistogramVec
-	ConfigReloads       *prometheus.CounterVec // result
+	BuildInfo            *prometheus.GaugeVec   // version, revision, goversion
+	CertExpiry           *prometheus.GaugeVec   // certificate
+	MemoryBufferedBytes  prometheus.Gauge       //
+	MemoryLimitBytes     prometheus.Gauge       //
+	HostFlowsActive      prometheus.Gauge       //
+	HostFlowsLimit       prometheus.Gauge       //
+	HostFlowsRefused     *prometheus.CounterVec // reason
+	LANAdmissionRefused  *prometheus.CounterVec // reason
+	RegistrationsRefused *prometheus.CounterVec // reason
+	LANPeersReclaimed    *prometheus.CounterVec // reason
+	LANPeers             prometheus.Gauge       //
+	LANPeersPending      prometheus.Gauge       //
+	AdmissionSaturated   prometheus.Gauge       //
+	LANGoodputBytes      *prometheus.CounterVec // direction
+	MessagesCompleted    *prometheus.CounterVec // peer_region, direction
+	MessagesFailed       *prometheus.CounterVec // peer_region, direction
+	MessageCompletion    *prometheus.HistogramVec
+	ConfigReloads        *prometheus.CounterVec // result
 
 	// Regions and gossip.
 	RegionReachable *prometheus.GaugeVec // peer_region
@@ -225,6 +268,7 @@ type Metrics struct {
 	// Control channel.
 	ControlSessionsActive *prometheus.GaugeVec   // peer_region
 	ControlSessions       *prometheus.CounterVec // result
+	ControlRefusals       *prometheus.CounterVec // reason
 	KeyRotations          *prometheus.CounterVec // peer, peer_region, result
 
 	// WAN datagrams.
@@ -356,6 +400,21 @@ func New(opts ...Option) *Metrics {
 	m.HostFlowsRefused = b.counterVec("mrgw_host_flows_refused_total",
 		"Host flows refused at admission, by reason: limit (max_flows or memory reached), no_route (no reachable gateway of the destination region), bad_request.",
 		LabelReason)
+	m.LANAdmissionRefused = b.counterVec("mrgw_lan_admissions_refused_total",
+		"INITs from new LAN sources not admitted, by reason: retry (under load, answered with a cookie challenge), bad_cookie, rate_limited (per source IP), pending_limit (too many peers not yet registered), full (the LAN peer table is full).",
+		LabelReason)
+	m.RegistrationsRefused = b.counterVec("mrgw_host_registrations_refused_total",
+		"Host registrations (REGISTER) refused, by reason: duplicate (another live host holds the name), unauthenticated (no credential while lan.host_keys is set), bad_mac, unknown_key, stale (time outside the window).",
+		LabelReason)
+	m.LANPeersReclaimed = b.counterVec("mrgw_lan_peers_reclaimed_total",
+		"LAN peers closed and their slot reclaimed, by reason: unregistered (no REGISTER in time after the INIT), idle (no control message for the idle timeout: a host killed without closing).",
+		LabelReason)
+	m.LANPeers = b.gauge("mrgw_lan_peers",
+		"LAN peers (host sockets) admitted now.")
+	m.LANPeersPending = b.gauge("mrgw_lan_peers_pending",
+		"LAN peers admitted that have not registered an endpoint yet.")
+	m.AdmissionSaturated = b.gauge("mrgw_lan_admission_saturated",
+		"1 while LAN admission refuses hosts for want of room (the peer table full or the pending bound hit in the last 5 s); /readyz then says \"admission saturated\".")
 	m.LANGoodputBytes = b.counterVec("mrgw_lan_goodput_bytes_total",
 		"Payload bytes relayed for hosts of this region, each byte once as it passes the gateway: direction=out received from hosts for remote regions, direction=in received from remote regions for hosts.",
 		LabelDirection)
@@ -387,6 +446,9 @@ func New(opts ...Option) *Metrics {
 	m.ControlSessions = b.counterVec("mrgw_control_sessions_total",
 		"Control session attempts, dialled and accepted, by result: established, refused (certificate or name not accepted), failed (handshake or network).",
 		LabelResult)
+	m.ControlRefusals = b.counterVec("mrgw_control_refusals_total",
+		"Control session handshakes this gateway refused, as listener or dialer, by reason: no_certificate, expired, unknown_ca, bad_name, unknown_peer, version, protocol, other (each is also a result=\"refused\" of mrgw_control_sessions_total).",
+		LabelReason)
 	m.KeyRotations = b.counterVec("mrgw_key_rotations_total",
 		"Datagram key rotations with a peer gateway (every wan.key_rotation), by result: ok or failed.",
 		LabelPeer, LabelPeerRegion, LabelResult)
@@ -511,6 +573,18 @@ func New(opts ...Option) *Metrics {
 	}
 	for _, r := range LANDropReasons {
 		m.LANDatagramsDropped.WithLabelValues(r)
+	}
+	for _, r := range ControlRefusalReasons {
+		m.ControlRefusals.WithLabelValues(r)
+	}
+	for _, r := range AdmitReasons {
+		m.LANAdmissionRefused.WithLabelValues(r)
+	}
+	for _, r := range ReclaimReasons {
+		m.LANPeersReclaimed.WithLabelValues(r)
+	}
+	for _, r := range RegisterReasons {
+		m.RegistrationsRefused.WithLabelValues(r)
 	}
 	return m
 }

@@ -82,6 +82,10 @@ type ownerState struct {
 	conns    map[uint64]*connPaths
 	replyIP  map[PeerID]map[uint16]replyDst
 	admitted map[PeerID]bool // peers AcceptPeer admitted: their address is learned
+	// Initiator side of admission cookies (cookie.go): the cookie each
+	// unsealed peer last sent us in a RETRY, and the INIT last sent to it.
+	cookies  map[PeerID][CookieLen]byte
+	lastInit map[PeerID]sentInit
 	tx       txState
 	room     int // bytes Poll may write
 	deadline time.Duration
@@ -91,6 +95,13 @@ type ownerState struct {
 	// (see run); -1 when none.
 	graceFor, graceUntil time.Duration
 	shards               int // sockets opened so far, to spread them over the senders
+}
+
+// sentInit is an INIT as it left: its bytes, socket and destination.
+type sentInit struct {
+	pkt [metaroce.InitLen]byte
+	s   *sock
+	dst netip.AddrPort
 }
 
 // replyDst is where replies to one (peer, port) go: the IP the port was
@@ -119,6 +130,8 @@ func (o *ownerState) init(e *Endpoint) {
 	o.conns = map[uint64]*connPaths{}
 	o.replyIP = map[PeerID]map[uint16]replyDst{}
 	o.admitted = map[PeerID]bool{}
+	o.cookies = map[PeerID][CookieLen]byte{}
+	o.lastInit = map[PeerID]sentInit{}
 	o.planes = map[PeerID]*peerPlanes{}
 	o.room = e.ep.Config().MTU + metaroce.DataHeaderLen
 	e.initTx(txBufLen(e.ep.Config()))
@@ -533,8 +546,9 @@ func (e *Endpoint) receiveBatch(now time.Duration, b *rxBatch) {
 	var rx, bytes uint64
 	for i := range b.ents[:b.n] {
 		ent := &b.ents[i]
+		m := &b.msgs[ent.idx]
 		if ent.unknown {
-			id, ok := e.admit(ent.src)
+			id, ok := e.admit(b.s, ent.src, m.Buf[ent.off:ent.off+ent.n])
 			if !ok {
 				e.ctr.unknown.Add(1)
 				b.s.drops.unknown.Add(1)
@@ -543,9 +557,8 @@ func (e *Endpoint) receiveBatch(now time.Duration, b *rxBatch) {
 			ent.peer = id
 			table = e.peers.Load()
 		}
-		m := &b.msgs[ent.idx]
 		if ent.resolve {
-			id, ok := e.resolve(ent.src, m.Buf[ent.off:ent.off+ent.n], b.s.primary)
+			id, ok := e.resolve(b.s, ent.src, m.Buf[ent.off:ent.off+ent.n], b.s.primary)
 			if !ok {
 				e.ctr.unknown.Add(1)
 				b.s.drops.unknown.Add(1)
@@ -574,7 +587,17 @@ func (e *Endpoint) receiveBatch(now time.Duration, b *rxBatch) {
 				table = e.peers.Load()
 			}
 		}
-		e.ep.Receive(now, m.Buf[ent.off:ent.off+ent.n], metaroce.RecvMeta{Peer: ent.peer, Entropy: ent.src.Port(), CE: ent.ce})
+		pkt := m.Buf[ent.off : ent.off+ent.n]
+		if p.Sealer == nil {
+			if isRetry(pkt) {
+				e.onRetry(p, pkt)
+				continue
+			}
+			// An admission cookie is netio's, not the protocol's.
+			n, _ := splitCookie(pkt)
+			pkt = pkt[:n]
+		}
+		e.ep.Receive(now, pkt, metaroce.RecvMeta{Peer: ent.peer, Entropy: ent.src.Port(), CE: ent.ce})
 		e.countRx(ent.peer, b.s.plane, ent.n)
 		rx++
 		bytes += uint64(ent.n)
@@ -589,7 +612,7 @@ func (e *Endpoint) receiveBatch(now time.Duration, b *rxBatch) {
 // to the peer of its connection if the state machine knows the connection,
 // else, for an INIT that arrived on Listen, to a new peer if AcceptPeer
 // admits the source, else to the peer that owns the IP.
-func (e *Endpoint) resolve(src netip.AddrPort, pkt []byte, primary bool) (PeerID, bool) {
+func (e *Endpoint) resolve(s *sock, src netip.AddrPort, pkt []byte, primary bool) (PeerID, bool) {
 	table := e.peers.Load()
 	fallback := table.byIP[src.Addr()]
 	if fallback != nil && fallback.Sealer != nil {
@@ -609,8 +632,13 @@ func (e *Endpoint) resolve(src netip.AddrPort, pkt []byte, primary bool) (PeerID
 			}
 		}
 		if t == metaroce.TypeInit && primary && e.cfg.AcceptPeer != nil {
-			if id, ok := e.admit(src); ok {
+			if id, ok := e.admit(s, src, pkt); ok {
 				return id, true
+			}
+			if e.cfg.Cookies != nil {
+				// Answered with a RETRY, or refused: not the IP's
+				// other peer's either.
+				return 0, false
 			}
 		}
 	}
@@ -620,11 +648,33 @@ func (e *Endpoint) resolve(src netip.AddrPort, pkt []byte, primary bool) (PeerID
 	return fallback.ID, true
 }
 
-// admit asks Config.AcceptPeer about an unknown, unsealed source.
-func (e *Endpoint) admit(src netip.AddrPort) (PeerID, bool) {
+// admit asks Config.AcceptPeer about an INIT from an unknown, unsealed
+// source, after its cookie when cookies are on (cookie.go); pkt is the
+// datagram. Anything but an INIT is not admitted.
+func (e *Endpoint) admit(s *sock, src netip.AddrPort, pkt []byte) (PeerID, bool) {
 	if p := e.peers.Load().byAddr[src]; p != nil {
 		// Registered meanwhile; if it seals, this datagram was not opened.
 		return p.ID, p.Sealer == nil
+	}
+	_, t, conn, err := metaroce.Peek(pkt)
+	if err != nil || t != metaroce.TypeInit {
+		return 0, false
+	}
+	if c := e.cfg.Cookies; c != nil {
+		_, cookie := splitCookie(pkt)
+		switch {
+		case cookie != nil && c.valid(cookie, src.Addr(), conn):
+		case cookie == nil && e.cfg.RequireCookie != nil && !e.cfg.RequireCookie():
+		default:
+			if cookie != nil {
+				e.ctr.badCookies.Add(1)
+			}
+			var buf [RetryLen]byte
+			if e.sendRaw(s, src, c.appendRetry(buf[:0], src.Addr(), conn)) {
+				e.ctr.retriesSent.Add(1)
+			}
+			return 0, false
+		}
 	}
 	id, ok := e.cfg.AcceptPeer(src)
 	if !ok {
@@ -794,6 +844,16 @@ func (e *Endpoint) PathAddr(peer PeerID, entropy uint16) (netip.AddrPort, bool) 
 // forgetRemoved drops the owner's records of peers no longer registered.
 func (e *Endpoint) forgetRemoved() {
 	table := e.peers.Load()
+	for id := range e.owner.cookies {
+		if table.byID[id] == nil {
+			delete(e.owner.cookies, id)
+		}
+	}
+	for id := range e.owner.lastInit {
+		if table.byID[id] == nil {
+			delete(e.owner.lastInit, id)
+		}
+	}
 	for id := range e.owner.admitted {
 		if table.byID[id] == nil {
 			delete(e.owner.admitted, id)
@@ -804,4 +864,41 @@ func (e *Endpoint) forgetRemoved() {
 			delete(e.owner.replyIP, id)
 		}
 	}
+}
+
+// onRetry takes a peer's RETRY: its cookie goes on every INIT to the peer
+// from now on, and the last INIT is sent again with it at once (else it
+// would wait for the handshake's retransmission timer).
+func (e *Endpoint) onRetry(p *Peer, pkt []byte) {
+	e.ctr.retriesReceived.Add(1)
+	ck := cookieOf(pkt)
+	e.owner.cookies[p.ID] = ck
+	in, ok := e.owner.lastInit[p.ID]
+	if !ok {
+		return
+	}
+	select {
+	case <-in.s.stop:
+		return // its socket is gone; the retransmission carries the cookie
+	default:
+	}
+	var d [initWithCookie]byte
+	copy(d[:], in.pkt[:])
+	copy(d[metaroce.InitLen:], ck[:])
+	e.sendRaw(in.s, in.dst, d[:])
+}
+
+// sendRaw queues a datagram that is not the state machine's (a RETRY, an
+// INIT sent again with its cookie) on socket s to dst, unsealed. It
+// reports false, and drops it, when no send buffer is free.
+func (e *Endpoint) sendRaw(s *sock, dst netip.AddrPort, pkt []byte) bool {
+	if !e.room() {
+		return false
+	}
+	t := &e.owner.tx
+	buf := t.spare[len(t.spare)-1]
+	t.spare = t.spare[:len(t.spare)-1]
+	n := copy(buf[maxOverhead:], pkt)
+	e.queue(txItem{buf: buf, n: n, s: s, dst: dst})
+	return true
 }

@@ -155,6 +155,16 @@ type Config struct {
 	// host) is asked about too: unsealed peers that share an IP are told
 	// apart by their connection ids.
 	AcceptPeer func(src netip.AddrPort) (PeerID, bool)
+	// Only an INIT from an unknown source is offered to AcceptPeer; any
+	// other datagram from one is dropped (UnknownSource).
+	//
+	// Cookies, if set with AcceptPeer, guards admission with stateless
+	// cookies (cookie.go): while RequireCookie returns true (nil: always),
+	// an INIT from an unknown source that does not carry a valid cookie is
+	// answered with a RETRY and not offered to AcceptPeer. RequireCookie
+	// runs on the owner goroutine.
+	Cookies       *Cookies
+	RequireCookie func() bool
 	// OnEvent receives every protocol event, on the owner goroutine: it
 	// must not block and must not wait for Call.
 	OnEvent func(now time.Duration, ev metaroce.Event)
@@ -209,6 +219,11 @@ type Stats struct {
 	TxErrors, NoSocket uint64
 	// ReadErrors: failed receive calls.
 	ReadErrors uint64
+	// RetriesSent: INITs from unknown sources answered with a RETRY (no
+	// cookie, or an invalid one; BadCookies counts the latter);
+	// RetriesReceived: RETRYs this endpoint received and answered by
+	// sending its INIT again with the cookie.
+	RetriesSent, BadCookies, RetriesReceived uint64
 	// PathSockets is the number of path sockets open now; SocketsOpened
 	// the number ever opened.
 	PathSockets, SocketsOpened uint64
@@ -230,6 +245,7 @@ type counters struct {
 	unknown                                    atomic.Uint64
 	open                                       [seal.NumErrors]atomic.Uint64
 	sealErr, txErr, noSocket, readErr          atomic.Uint64
+	retriesSent, badCookies, retriesReceived   atomic.Uint64
 	pathSockets, opened                        atomic.Uint64
 }
 
@@ -549,6 +565,7 @@ func (e *Endpoint) Stats() Stats {
 		UnknownSource: c.unknown.Load(),
 		SealErrors:    c.sealErr.Load(), TxErrors: c.txErr.Load(), NoSocket: c.noSocket.Load(),
 		ReadErrors:  c.readErr.Load(),
+		RetriesSent: c.retriesSent.Load(), BadCookies: c.badCookies.Load(), RetriesReceived: c.retriesReceived.Load(),
 		PathSockets: c.pathSockets.Load(), SocketsOpened: c.opened.Load(),
 	}
 	for i := range c.open {

@@ -263,6 +263,9 @@ func (e *Endpoint) flush(now time.Duration) bool {
 			}
 		}
 		t.spare = t.spare[:len(t.spare)-1]
+		if p.Sealer == nil && tx.Len == metaroce.InitLen && !tx.Reply {
+			tx.Len = e.noteInit(p.ID, buf[maxOverhead:], s, dst)
+		}
 		e.queue(txItem{buf: buf, n: tx.Len, sealer: p.Sealer, s: s, dst: dst})
 		// Counted per plane here, by the owner (whose cache of the
 		// counters needs no lock), when the datagram is handed to its
@@ -277,4 +280,22 @@ func (e *Endpoint) flush(now time.Duration) bool {
 // front of the packet and behind it.
 func txBufLen(cfg metaroce.Config) int {
 	return maxOverhead + cfg.MTU + metaroce.DataHeaderLen + maxOverhead
+}
+
+// noteInit records an INIT to an unsealed peer (pkt: its buffer, the INIT
+// at its start) and appends the peer's admission cookie, if it sent one
+// (cookie.go). It returns the datagram's length.
+func (e *Endpoint) noteInit(peer PeerID, pkt []byte, s *sock, dst netip.AddrPort) int {
+	if metaroce.PacketType(pkt[1]) != metaroce.TypeInit {
+		return metaroce.InitLen
+	}
+	in := sentInit{s: s, dst: dst}
+	copy(in.pkt[:], pkt)
+	e.owner.lastInit[peer] = in
+	ck, ok := e.owner.cookies[peer]
+	if !ok || len(pkt) < initWithCookie {
+		return metaroce.InitLen
+	}
+	copy(pkt[metaroce.InitLen:], ck[:])
+	return initWithCookie
 }

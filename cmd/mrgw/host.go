@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mrgw/mrgw/cc"
+	"github.com/mrgw/mrgw/config"
 	"github.com/mrgw/mrgw/host"
 	"github.com/mrgw/mrgw/metaroce"
 )
@@ -36,6 +37,8 @@ type hostFlags struct {
 	deadAfter   time.Duration
 	openTimeout time.Duration
 	verbose     bool
+	keyFile     string
+	takeover    bool
 }
 
 func (f *hostFlags) add(cmd *cobra.Command) {
@@ -50,13 +53,26 @@ func (f *hostFlags) add(cmd *cobra.Command) {
 	fl.DurationVar(&f.deadAfter, "dead-after", 2*time.Second, "declare a gateway dead after its paths are down this long")
 	fl.DurationVar(&f.openTimeout, "open-timeout", 5*time.Second, "bound on registering with the gateways and opening a flow")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "log connection and flow events")
+	fl.StringVar(&f.keyFile, "key-file", "", "file holding this host's credential, ID:BASE64 (an entry of the gateways' lan.host_keys)")
+	fl.BoolVar(&f.takeover, "takeover", false, "take the endpoint name over from a live host that holds it")
 	_ = cmd.MarkFlagRequired("gateway")
 	_ = cmd.MarkFlagRequired("region")
 	_ = cmd.MarkFlagRequired("name")
 }
 
 func (f *hostFlags) config(stderr io.Writer) (host.Config, error) {
-	cfg := host.Config{Name: f.name, Region: f.region, DeadAfter: f.deadAfter, OpenTimeout: f.openTimeout}
+	cfg := host.Config{Name: f.name, Region: f.region, DeadAfter: f.deadAfter, OpenTimeout: f.openTimeout, Takeover: f.takeover}
+	if f.keyFile != "" {
+		b, err := os.ReadFile(f.keyFile)
+		if err != nil {
+			return cfg, fmt.Errorf("--key-file: %w", err)
+		}
+		k, err := config.ParseHostKey(string(b))
+		if err != nil {
+			return cfg, fmt.Errorf("--key-file %s: %v", f.keyFile, err)
+		}
+		cfg.Key = &host.Key{ID: k.ID, Secret: k.Secret}
+	}
 	cfg.Protocol.MTU = f.mtu
 	cfg.Protocol.Paths = f.paths
 	ctl, err := cc.Lookup(f.ccName, cc.Params{})

@@ -36,7 +36,7 @@ func (e *env) hosts() error {
 	}
 	// Only hosts that receive register memory (allreduce: all of them).
 	mk := func(region, name string) (*host.Host, error) {
-		h, err := host.New(host.Config{Name: name, Region: region, Gateways: e.l.HostGateways(region),
+		h, err := host.New(host.Config{Name: name, Region: region, Gateways: e.l.HostGateways(region), Key: e.l.HostKey,
 			DeadAfter: time.Second, Logger: e.o.Logger, MaxFlowMessages: 1024, Protocol: labHostProtocol()})
 		if err != nil {
 			return nil, fmt.Errorf("gwload: host %s: %w", name, err)

@@ -18,6 +18,8 @@ package lab
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -31,6 +33,7 @@ import (
 
 	"github.com/mrgw/mrgw/config"
 	"github.com/mrgw/mrgw/gateway"
+	"github.com/mrgw/mrgw/host"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/netem"
 	"github.com/mrgw/mrgw/pathmgr"
@@ -121,13 +124,16 @@ type Lab struct {
 	Gateways map[string]*gateway.Gateway
 	Configs  map[string]*config.Config
 	// Names are the gateways of each region, in order.
-	Names  map[string][]string
-	cfg    Config
-	dir    string
-	ownDir bool
-	wg     sync.WaitGroup
-	cancel context.CancelFunc
-	closed sync.Once
+	Names map[string][]string
+	// HostKey is the host credential every gateway's lan.host_keys holds:
+	// hosts of the lab register with it.
+	HostKey *host.Key
+	cfg     Config
+	dir     string
+	ownDir  bool
+	wg      sync.WaitGroup
+	cancel  context.CancelFunc
+	closed  sync.Once
 }
 
 // New creates the emulator, the certificates and the gateways (bound,
@@ -139,6 +145,9 @@ func New(ctx context.Context, cfg Config) (_ *Lab, err error) {
 		return nil, err
 	}
 	l := &Lab{cfg: cfg, Gateways: map[string]*gateway.Gateway{}, Configs: map[string]*config.Config{}, Names: map[string][]string{}}
+	secret := make([]byte, 32)
+	_, _ = rand.Read(secret)
+	l.HostKey = &host.Key{ID: "lab", Secret: secret}
 	for _, r := range cfg.Regions {
 		for i := range r.Gateways {
 			l.Names[r.Name] = append(l.Names[r.Name], fmt.Sprintf("%s-gw%d", r.Prefix, i+1))
@@ -321,6 +330,7 @@ func (l *Lab) gatewayConfig(reg, n string, all map[string]*gatewayAddrs) (*confi
 	c := config.Default()
 	c.Node = config.Node{Name: n, Region: reg}
 	c.LAN.Listen = a.lan.String()
+	c.LAN.HostKeys = []string{l.HostKey.ID + ":" + base64.StdEncoding.EncodeToString(l.HostKey.Secret)}
 	c.WAN.Planes = []config.Plane{{Name: "wan", Local: a.wan.String()}}
 	c.WAN.MTU = cfg.MTU
 	c.WAN.PathsPerPeer = cfg.Paths

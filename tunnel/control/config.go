@@ -5,10 +5,13 @@
 //
 // What it does for the gateway:
 //
-//   - Authenticates the peer. After the QUIC handshake the peer's certificate
-//     is checked again against the CA and its gateway name (the certificate's
-//     DNS SAN) against Config.ExpectedPeers; anything else is refused with a
-//     log line and ErrBadCertificate or ErrUnknownPeer. The dialer's QUIC dial
+//   - Authenticates the peer. Inside the TLS handshake each side checks the
+//     other's certificate itself (VerifyConnection, not crypto/tls's own
+//     check, which refused unseen), after it the gateway name (the
+//     certificate's DNS SAN) against Config.ExpectedPeers; anything else is
+//     refused with ErrBadCertificate or ErrUnknownPeer, a warn line (one per
+//     reason per second) and a call to Config.OnRefused, on whichever side
+//     refused. The dialer's QUIC dial
 //     completes even when the listener rejects its certificate (TLS 1.3 sends
 //     the verdict after the client's Finished), so Dial only returns a Session
 //     after the listener has answered Hello: the rejection surfaces there, as
@@ -47,6 +50,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/mrgw/mrgw/internal/ratelog"
 	"github.com/mrgw/mrgw/tunnel/control/wire"
 	"github.com/mrgw/mrgw/tunnel/pki"
 )
@@ -112,9 +116,18 @@ type Config struct {
 	Logger *slog.Logger // nil: discard
 	// OnEvent receives session events; see the package doc for the rules.
 	OnEvent func(Event)
-	// OnRefused is told about every peer the listener refuses after the
-	// TLS handshake (it is also logged). Optional.
+	// OnRefused is told about every peer this side refuses, inside the TLS
+	// handshake (no certificate, an expired one, another CA: checked by
+	// our own VerifyConnection, so that crypto/tls does not refuse it
+	// unseen) or after it (a name not expected, a bad Hello), on the
+	// listener and on the dialer alike. RefusalReason(err) names the
+	// reason. Every refusal is also logged at warn, at most one line per
+	// reason per second (Refusals). Optional; it must not block.
 	OnRefused func(remote net.Addr, err error)
+	// Refusals rate-limits the refusal log lines; nil: one built from
+	// Logger for each Dial and Listen. A gateway shares one between its
+	// listener and its dials, so a peer retrying does not flood the log.
+	Refusals *ratelog.Logger
 	// Now gives the time for certificate validity checks; nil: time.Now.
 	Now func() time.Time
 }
@@ -159,6 +172,9 @@ func (c Config) withDefaults() (*Config, error) {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Refusals == nil {
+		c.Refusals = ratelog.New(c.Logger, time.Second)
 	}
 	if c.Now == nil {
 		c.Now = time.Now

@@ -88,15 +88,25 @@ func Dial(ctx context.Context, addr, peer string, cfg Config) (*Session, error) 
 func dial(ctx context.Context, addr, peer string, c *Config, tlsConf *tls.Config, log *slog.Logger) (*Session, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.HandshakeTimeout)
 	defer cancel()
+	tlsConf, verdict := c.clientTLS(tlsConf, addr, peer)
 	conn, err := quic.DialAddr(ctx, addr, tlsConf, c.quicConfig(false))
 	if err != nil {
+		if rerr := verdict(); rerr != nil {
+			// We refused the listener's certificate inside TLS: logged
+			// and reported by the hook already.
+			return nil, fmt.Errorf("%w: %w", ErrRefusedLocally, rerr)
+		}
 		err = classify(err)
 		log.Warn("control: dial failed", "err", err)
 		return nil, err
 	}
 	fail := func(err error) (*Session, error) {
-		log.Warn("control: refused peer", "err", err)
 		_ = conn.CloseWithError(codeFor(err), err.Error())
+		if isRefusal(err) {
+			c.refused("dialer", conn.RemoteAddr(), err)
+			return nil, fmt.Errorf("%w: %w", ErrRefusedLocally, err)
+		}
+		log.Warn("control: dial failed", "err", err)
 		return nil, err
 	}
 	name, err := c.verifyPeer(conn, x509.ExtKeyUsageServerAuth)
@@ -126,7 +136,7 @@ func dial(ctx context.Context, addr, peer string, c *Config, tlsConf *tls.Config
 	if err != nil {
 		err = classify(err)
 		if errors.Is(err, ErrBadCertificate) || errors.Is(err, ErrUnknownPeer) {
-			log.Warn("control: peer refused us", "err", err)
+			c.Refusals.Warn("peer_refused_us", "control: peer refused us", "peer", peer, "addr", addr, "err", err)
 			_ = conn.CloseWithError(CodeNoError, "")
 			return nil, err
 		}
@@ -169,7 +179,7 @@ func Listen(ctx context.Context, addr string, cfg Config) (*Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	ql, err := quic.ListenAddr(addr, c.Credentials.ServerTLS(), c.quicConfig(true))
+	ql, err := quic.ListenAddr(addr, c.serverTLS(), c.quicConfig(true))
 	if err != nil {
 		return nil, fmt.Errorf("control: listen %s: %w", addr, err)
 	}
@@ -250,11 +260,105 @@ func (l *Listener) acceptLoop() {
 }
 
 func (l *Listener) refuse(conn *quic.Conn, err error) {
-	c := l.cfg
-	c.Logger.Warn("control: refused peer", "remote", conn.RemoteAddr().String(), "err", err)
 	_ = conn.CloseWithError(codeFor(err), err.Error())
+	l.cfg.refused("listener", conn.RemoteAddr(), err)
+}
+
+// isRefusal: err is a verdict on the peer (its certificate, name, version),
+// not a network failure.
+func isRefusal(err error) bool {
+	return errors.Is(err, ErrBadCertificate) || errors.Is(err, ErrUnknownPeer) || errors.Is(err, ErrVersionMismatch)
+}
+
+// refused logs a refusal by this side (role: listener or dialer) at warn,
+// at most one line per reason per second, and reports it to OnRefused.
+func (c *Config) refused(role string, remote net.Addr, err error) {
+	reason := RefusalReason(err)
+	addr := ""
+	if remote != nil {
+		addr = remote.String()
+	}
+	c.Refusals.Warn(reason, "control: refused peer", "role", role, "remote", addr, "err", err)
 	if c.OnRefused != nil {
-		c.OnRefused(conn.RemoteAddr(), err)
+		c.OnRefused(remote, err)
+	}
+}
+
+// verifyChain is the check both sides run inside the TLS handshake
+// (VerifyConnection): the peer's chain must lead to our CA, for the role
+// it plays, and be valid now.
+func (c *Config) verifyChain(cs tls.ConnectionState, usage x509.ExtKeyUsage) (string, error) {
+	name, err := pki.PeerName(cs.PeerCertificates, c.Credentials.Pool, usage, c.Now())
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrBadCertificate, err)
+	}
+	return name, nil
+}
+
+// serverTLS is the listener's TLS configuration. crypto/tls, left to
+// verify client certificates itself (RequireAndVerifyClientCert), refuses a
+// missing, expired or foreign one inside the handshake, where quic-go never
+// hands the connection to Accept: the refusal went unlogged and uncounted.
+// So the certificate is requested but checked by our VerifyConnection,
+// which refuses it just the same (a bad_certificate alert) and reports it
+// with the dialer's address (quic-go fills ClientHelloInfo.Conn).
+func (c *Config) serverTLS() *tls.Config {
+	tmpl := c.Credentials.ServerTLS()
+	tmpl.ClientAuth = tls.RequestClientCert
+	tmpl.ClientCAs = nil
+	verify := func(remote net.Addr) func(tls.ConnectionState) error {
+		return func(cs tls.ConnectionState) error {
+			if _, err := c.verifyChain(cs, x509.ExtKeyUsageClientAuth); err != nil {
+				c.refused("listener", remote, err)
+				return err
+			}
+			return nil
+		}
+	}
+	base := tmpl.Clone()
+	base.VerifyConnection = verify(nil)
+	base.GetConfigForClient = func(info *tls.ClientHelloInfo) (*tls.Config, error) {
+		var remote net.Addr
+		if info.Conn != nil {
+			remote = info.Conn.RemoteAddr()
+		}
+		conf := tmpl.Clone()
+		conf.VerifyConnection = verify(remote)
+		return conf, nil
+	}
+	return base
+}
+
+// clientTLS makes the dialer's TLS configuration check the listener's
+// certificate in our own VerifyConnection (chain, validity, the name
+// dialed) instead of crypto/tls's, so that a refusal is logged and
+// reported; verdict returns the refusal, if the hook made one.
+func (c *Config) clientTLS(conf *tls.Config, addr, peer string) (*tls.Config, func() error) {
+	conf = conf.Clone()
+	var mu sync.Mutex
+	var refusal error
+	remote, _ := net.ResolveUDPAddr("udp", addr)
+	// InsecureSkipVerify only turns crypto/tls's own chain check off:
+	// VerifyConnection below runs on every handshake and refuses exactly
+	// what it refused (and an expired certificate by name).
+	conf.InsecureSkipVerify = true
+	conf.VerifyConnection = func(cs tls.ConnectionState) error {
+		name, err := c.verifyChain(cs, x509.ExtKeyUsageServerAuth)
+		if err == nil && name != peer {
+			err = fmt.Errorf("%w: %w: dialed %q but the certificate is %q", ErrBadCertificate, ErrUnknownPeer, peer, name)
+		}
+		if err != nil {
+			mu.Lock()
+			refusal = err
+			mu.Unlock()
+			c.refused("dialer", remote, err)
+		}
+		return err
+	}
+	return conf, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		return refusal
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/mrgw/mrgw/tunnel/control/wire"
+	"github.com/mrgw/mrgw/tunnel/pki"
 )
 
 // Typed errors: every error from Dial, Accept, the Session methods and
@@ -104,4 +105,46 @@ func classify(err error) error {
 		return fmt.Errorf("%w: peer closed the control stream", ErrClosed)
 	}
 	return err
+}
+
+// ErrRefusedLocally is wrapped, with ErrBadCertificate, by a Dial error
+// when this side refused the listener's certificate (Config.OnRefused has
+// been told): the caller counts it as a refusal, not as a failure.
+var ErrRefusedLocally = errors.New("control: refused by this side")
+
+// Refusal reasons, as RefusalReason names them (metric label values).
+const (
+	ReasonNoCertificate = "no_certificate" // the peer presented none
+	ReasonExpired       = "expired"        // expired or not yet valid
+	ReasonUnknownCA     = "unknown_ca"     // not signed by a CA we trust (or wrong key usage)
+	ReasonBadName       = "bad_name"       // not exactly one valid gateway name
+	ReasonUnknownPeer   = "unknown_peer"   // a valid certificate for a name we do not expect
+	ReasonVersion       = "version"        // another control protocol version
+	ReasonProtocol      = "protocol"       // a malformed or out-of-place Hello
+	ReasonOther         = "other"
+)
+
+// RefusalReasons lists every value RefusalReason returns.
+var RefusalReasons = []string{ReasonNoCertificate, ReasonExpired, ReasonUnknownCA, ReasonBadName,
+	ReasonUnknownPeer, ReasonVersion, ReasonProtocol, ReasonOther}
+
+// RefusalReason names why err refused a peer (one of RefusalReasons).
+func RefusalReason(err error) string {
+	switch {
+	case errors.Is(err, pki.ErrNoCertificate):
+		return ReasonNoCertificate
+	case errors.Is(err, pki.ErrExpired), errors.Is(err, pki.ErrNotYetValid):
+		return ReasonExpired
+	case errors.Is(err, pki.ErrNotSignedByCA):
+		return ReasonUnknownCA
+	case errors.Is(err, pki.ErrBadName):
+		return ReasonBadName
+	case errors.Is(err, ErrUnknownPeer):
+		return ReasonUnknownPeer
+	case errors.Is(err, ErrVersionMismatch):
+		return ReasonVersion
+	case errors.Is(err, ErrProtocol):
+		return ReasonProtocol
+	}
+	return ReasonOther
 }

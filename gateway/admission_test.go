@@ -1,0 +1,193 @@
+//go:build linux
+
+package gateway_test
+
+import (
+	"context"
+	"encoding/binary"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mrgw/mrgw/gateway"
+	"github.com/mrgw/mrgw/host"
+	"github.com/mrgw/mrgw/loadtest/lab"
+	"github.com/mrgw/mrgw/metaroce"
+)
+
+// soloGateway runs euw-gw1 of a lab configuration alone (its peers never
+// come up: enough for LAN admission and registration).
+func soloGateway(t *testing.T, ctx context.Context, opts gateway.Options, edit func(*gateway.Options)) (*gateway.Gateway, *host.Key) {
+	t.Helper()
+	l, err := lab.New(context.Background(), lab.Config{Dir: t.TempDir(), Admin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := *l.Configs["euw-gw1"]
+	l.Close()
+	opts.Logger = testLogger(t)
+	if opts.StatsEvery == 0 {
+		opts.StatsEvery = 50 * time.Millisecond
+	}
+	g, err := gateway.New(&cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go g.Run(ctx)
+	t.Cleanup(func() { g.Close() })
+	return g, l.HostKey
+}
+
+// waitStatus waits until pred holds for the gateway's status.
+func waitStatus(t *testing.T, ctx context.Context, g *gateway.Gateway, what string, pred func(gateway.Status) bool) gateway.Status {
+	t.Helper()
+	for {
+		st := g.Status()
+		if pred(st) {
+			return st
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("waiting for %s: %v; admission %+v, hosts %d", what, ctx.Err(), st.Admission, st.Hosts)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func bareInit(conn uint64) []byte {
+	b, _ := metaroce.AppendInit(make([]byte, 0, metaroce.InitLen), &metaroce.Handshake{Conn: conn, MTU: 1200, Paths: 1, Timestamp: 1})
+	return b
+}
+
+// TestLANAdmissionSurvivesFlood (issue 13 item 1): bare INITs from
+// thousands of source ports used to take every LAN peer slot for good
+// (limits.max_flows + 1024 of them), and every new host was refused ("no
+// gateway available") until a restart. Now a flood gets cookie challenges
+// once the gateway is under load and costs no slot; the few peers it got
+// before are reclaimed when they do not register; a new host still gets
+// in; and a registered host killed without a CLOSE is reclaimed too.
+func TestLANAdmissionSurvivesFlood(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	g, key := soloGateway(t, ctx, gateway.Options{HostRegisterTimeout: time.Second, HostIdleTimeout: 2 * time.Second}, nil)
+	lan := net.UDPAddrFromAddrPort(g.LANAddr())
+	flood := g.Config().Limits.MaxFlows + 1024 + 200
+	for i := range flood {
+		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 251)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.WriteToUDP(bareInit(uint64(i)+1000), lan)
+		c.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A host that arrives after the flood gets in.
+	h, err := host.New(host.Config{Name: "late", Region: g.Config().Node.Region, Gateways: []netip.AddrPort{g.LANAddr()},
+		Key: key, OpenTimeout: patience / 4, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatalf("a host after a flood of %d bare INITs: %v", flood, err)
+	}
+	defer h.Close()
+	st := g.Status()
+	t.Logf("after the flood: admission %+v", st.Admission)
+	// The flood's admitted peers never register: reclaimed.
+	st = waitStatus(t, ctx, g, "the flood's peers reclaimed", func(st gateway.Status) bool {
+		return st.Admission.Pending == 0 && st.Admission.Peers == 1 && st.Hosts == 1
+	})
+	if st.Admission.Reclaimed["unregistered"] == 0 {
+		t.Errorf("no peer reclaimed as unregistered: %+v", st.Admission)
+	}
+	// A registered host killed without a CLOSE (kill -9) is reclaimed.
+	v, err := host.New(host.Config{Name: "victim", Region: g.Config().Node.Region, Gateways: []netip.AddrPort{g.LANAddr()},
+		Key: key, OpenTimeout: patience / 4, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, ctx, g, "the victim registered", func(st gateway.Status) bool { return st.Hosts == 2 })
+	v.Kill()
+	st = waitStatus(t, ctx, g, "the killed host reclaimed", func(st gateway.Status) bool {
+		return st.Hosts == 1 && st.Admission.Peers == 1 && st.Admission.Reclaimed["idle"] >= 1
+	})
+	t.Logf("end: admission %+v", st.Admission)
+}
+
+// rawPeer admits one LAN peer from a plain socket, answering a cookie
+// challenge if one comes; it reports whether the gateway accepted.
+func rawPeer(t *testing.T, lan *net.UDPAddr, conn uint64) (accepted bool, c *net.UDPConn) {
+	t.Helper()
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 252)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	pkt := bareInit(conn)
+	buf := make([]byte, 2048)
+	for range 2 {
+		if _, err := c.WriteToUDP(pkt, lan); err != nil {
+			t.Fatal(err)
+		}
+		// A refused INIT gets no answer; a bounded read tells "no
+		// answer" from a slow one only as a failure of the caller's
+		// next check, never of this one.
+		_ = c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+		n, _, err := c.ReadFromUDP(buf)
+		if err != nil {
+			return false, c
+		}
+		switch {
+		case n == 24 && buf[0] == 0: // RETRY: echo its cookie
+			ck := append([]byte("MRCK"), buf[4:24]...)
+			pkt = append(bareInit(conn), ck...)
+		case n >= 2 && metaroce.PacketType(buf[1]) == metaroce.TypeAccept && binary.BigEndian.Uint64(buf[4:]) == conn:
+			return true, c
+		default:
+			return false, c
+		}
+	}
+	return false, c
+}
+
+func readyz(t *testing.T, g *gateway.Gateway) string {
+	resp, err := http.Get("http://" + g.AdminAddr() + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+// TestLANAdmissionSaturatedIsVisible: when the LAN peer table is full,
+// the refusal is counted and /readyz says "admission saturated"; once the
+// peers that never registered are reclaimed, it no longer does.
+func TestLANAdmissionSaturatedIsVisible(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	g, _ := soloGateway(t, ctx, gateway.Options{HostRegisterTimeout: time.Second, MaxHostPeers: 4}, nil)
+	lan := net.UDPAddrFromAddrPort(g.LANAddr())
+	for i := range 4 {
+		if ok, _ := rawPeer(t, lan, uint64(i)+1); !ok {
+			t.Fatalf("peer %d not admitted below the limit", i)
+		}
+	}
+	// The fifth is refused (it may also be answered with a cookie
+	// challenge first: the gateway is under load).
+	rawPeer(t, lan, 99)
+	st := waitStatus(t, ctx, g, "saturation seen", func(st gateway.Status) bool { return st.Admission.Saturated })
+	if st.Admission.Refused["full"] == 0 {
+		t.Errorf("refusal not counted as full: %+v", st.Admission)
+	}
+	if body := readyz(t, g); !strings.Contains(body, "admission saturated") {
+		t.Fatalf("/readyz while saturated: %q", body)
+	}
+	waitStatus(t, ctx, g, "saturation over", func(st gateway.Status) bool { return !st.Admission.Saturated && st.Admission.Peers == 0 })
+	if body := readyz(t, g); strings.Contains(body, "admission saturated") {
+		t.Fatalf("/readyz after the reclaim: %q", body)
+	}
+}
