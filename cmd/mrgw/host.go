@@ -138,7 +138,8 @@ func newHostRecvCmd() *cobra.Command {
 		Short: "Register memory and report every message that lands in it",
 		Example: `  # us-east of config/examples/two-region (the gateways' lan.listen):
   mrgw host recv --gateway 127.0.0.21:14793,127.0.0.22:14794 --region us-east \
-      --name trainer-0 --listen 127.0.0.31:0 --memory 256MiB --duration 60s`,
+      --name trainer-0 --listen 127.0.0.31:0 --memory 256MiB --duration 60s \
+      --key-file config/examples/two-region/host.key`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			memBytes, err := hostParseBytes(memory)
@@ -232,7 +233,8 @@ func newHostSendCmd() *cobra.Command {
 		Short: "WRITE random data to an endpoint in another region and measure it",
 		Example: `  # eu-west of config/examples/two-region (the gateways' lan.listen):
   mrgw host send --gateway 127.0.0.11:14791,127.0.0.12:14792 --region eu-west \
-      --name loader-0 --listen 127.0.0.32:0 --to us-east/trainer-0 --size 1MiB --count 100`,
+      --name loader-0 --listen 127.0.0.32:0 --to us-east/trainer-0 --size 1MiB --count 100 \
+      --key-file config/examples/two-region/host.key`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			region, endpoint, ok := strings.Cut(to, "/")
