@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	_ "github.com/mrgw/mrgw/cc/longrtt" // registers the long-RTT controllers by name
+	"github.com/mrgw/mrgw/internal/cli"
 	"github.com/mrgw/mrgw/internal/report"
 	"github.com/mrgw/mrgw/sim/scenario"
 	"github.com/spf13/cobra"
@@ -148,7 +149,7 @@ The same seed gives the same numbers, bit for bit. With no scenario named it lis
 	f.BoolVar(&asJSON, "json", false, "print one JSON object per result row instead of a table")
 	f.Uint64Var(&opts.Seed, "seed", 1, "random seed (same seed, same result)")
 	f.Float64Var(&opts.Scale, "scale", 1, "multiply every simulated duration (use <1 for a quick look)")
-	f.Float64Var(&opts.RateBps, "rate", 100e9, "link rate per plane in bits/s")
+	cli.RateVar(f, &opts.RateBps, "rate", 100e9, "link rate per plane, e.g. 100gbit, 10gbit")
 	f.BoolVar(&quiet, "quiet", false, "no progress line")
 	f.StringVar(&opts.PlotDir, "plots", "", "write SVG plots of the congestion-control scenarios into this directory")
 	return cmd
