@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/mrgw/mrgw/internal/cli"
 	"github.com/mrgw/mrgw/internal/plot"
@@ -108,9 +109,13 @@ error naming the reason; nothing is estimated in their place.`,
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			var bar *progressbar.ProgressBar
-			if !quiet && !asJSON {
+			if !quiet {
+				// On stderr, also with --json: stdout keeps only the rows.
 				o.Progress = func(i, n int, what string) {
 					if bar == nil {
+						per := peersRunTime(name, o)
+						fmt.Fprintf(cmd.ErrOrStderr(), "%s: %d runs of about %s each (warm-up, measurement, setup): about %s\n",
+							name, n, roundDur(per), roundDur(time.Duration(n)*per))
 						bar = progressbar.NewOptions(n, progressbar.OptionSetWriter(cmd.ErrOrStderr()),
 							progressbar.OptionSetWidth(30), progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
 					}
@@ -163,7 +168,7 @@ error naming the reason; nothing is estimated in their place.`,
 	f.Uint64Var(&o.Seed, "seed", 1, "seed of the emulators")
 	f.BoolVar(&o.Quick, "quick", false, "short runs (a smoke test, not a measurement)")
 	f.BoolVar(&asJSON, "json", false, "print JSON rows")
-	f.BoolVar(&quiet, "quiet", false, "no progress bar")
+	f.BoolVar(&quiet, "quiet", false, "no estimate and no progress bar on stderr")
 	f.StringVar(&jsonOut, "json-out", "", "also write the JSON rows to this file (for docs/results)")
 	f.Float64Var(&o.QueueBDP, "queue-bdp", 0, "drop-tail queue per plane in BDPs (default 1)")
 	f.Float64Var(&o.ECNBDP, "ecn-bdp", 0, "ECN marking threshold in BDPs (default 0.1; negative: no marking)")
@@ -176,6 +181,26 @@ error naming the reason; nothing is estimated in their place.`,
 		x(f, &o)
 	}
 	return cmd
+}
+
+// peersRunTime is about how long one run of a peers scenario takes with
+// o: its warm-up and measured time (the scenario's defaults where o has
+// none) and a second to set it up and tear it down.
+func peersRunTime(name string, o peers.Options) time.Duration {
+	warm, dur := peers.DefaultWarmup, peers.DefaultDuration
+	switch {
+	case o.Quick:
+		warm, dur = 500*time.Millisecond, time.Second
+	case name == "coexistence":
+		warm, dur = peers.DefaultCoexistWarmup, peers.DefaultCoexistDuration
+	}
+	if o.Warmup > 0 {
+		warm = o.Warmup
+	}
+	if o.Duration > 0 {
+		dur = o.Duration
+	}
+	return warm + dur + time.Second
 }
 
 func newDatapathCmd() *cobra.Command {
