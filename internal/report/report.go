@@ -153,7 +153,7 @@ var (
 	ColSystem   = Column{"system", func(r *Row) string { return r.System }}
 	ColCC       = Column{"cc", func(r *Row) string { return r.CC }}
 	ColPlanes   = Column{"planes", func(r *Row) string { return fmt.Sprint(r.Planes) }}
-	ColRTT      = Column{"rtt", func(r *Row) string { return FormatRTT(r.RTTms) }}
+	ColRTT      = Column{"rtt", func(r *Row) string { return orDash(r.RTTms, FormatRTT) }}
 	ColLoss     = Column{"loss", func(r *Row) string { return FormatPercent(r.Loss) }}
 	ColFlows    = Column{"flows", func(r *Row) string { return fmt.Sprint(r.Flows) }}
 	ColCapacity = Column{"capacity", func(r *Row) string { return FormatBps(r.CapacityBps) }}
@@ -224,6 +224,15 @@ func FormatRTT(ms float64) string {
 		return FormatNumber(ms*1000) + "µs"
 	}
 	return FormatNumber(ms) + "ms"
+}
+
+// orDash prints 0 as "-": a row with no single value (rtt-fairness rows
+// mix several round trips and say which in their note).
+func orDash(x float64, f func(float64) string) string {
+	if x == 0 {
+		return "-"
+	}
+	return f(x)
 }
 
 // FormatNumber prints x for people: three significant digits at most,

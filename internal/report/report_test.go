@@ -98,4 +98,11 @@ func TestFormatForPeople(t *testing.T) {
 	if !strings.Contains(b.String(), "| 7%   |") {
 		t.Errorf("loss column:\n%s", b.String())
 	}
+	b.Reset()
+	if err := WriteTable(&b, []Row{{RTTms: 0}}, ColRTT); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "| -   |") {
+		t.Errorf("rtt column of a row of several round trips:\n%s", b.String())
+	}
 }
