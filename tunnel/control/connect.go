@@ -111,6 +111,13 @@ func dial(ctx context.Context, addr, peer string, c *Config, tlsConf *tls.Config
 		return nil, err
 	}
 	fail := func(err error) (*Session, error) {
+		if refusedByPeer(err) && (errors.Is(err, ErrBadCertificate) || errors.Is(err, ErrUnknownPeer)) {
+			// The listener's verdict on us can arrive at any step after
+			// the handshake (TLS 1.3): it is the listener's refusal.
+			c.Refusals.Warn("peer_refused_us", "control: peer refused us", "peer", peer, "addr", addr, "err", err)
+			_ = conn.CloseWithError(CodeNoError, "")
+			return nil, err
+		}
 		_ = conn.CloseWithError(codeFor(err), err.Error())
 		if isRefusal(err) {
 			c.refused("dialer", conn.RemoteAddr(), err)
