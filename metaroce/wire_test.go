@@ -15,19 +15,19 @@ var update = flag.Bool("update", false, "rewrite testdata/vectors.json from the 
 // Vector is one golden packet: its bytes and their decoded meaning. The
 // conformance suite reads the same file.
 type Vector struct {
-	Name string         `json:"name"`
-	Type string         `json:"type"`
-	Hex  string         `json:"hex"`
-	Data *DataHeader    `json:"data,omitempty"`
+	Name string      `json:"name"`
+	Type string      `json:"type"`
+	Hex  string      `json:"hex"`
+	Data *DataHeader `json:"data,omitempty"`
 	// Data2 is a version-2 DATA (type "DATA2", vectors_v2.json).
-	Data2 *DataHeaderV2 `json:"data2,omitempty"`
-	Pay  string         `json:"payload_hex,omitempty"`
-	Ack  *Ack           `json:"ack,omitempty"`
-	Hs   *Handshake     `json:"handshake,omitempty"`
-	Cl   *closeFields   `json:"close,omitempty"`
-	Pr   *probeFields   `json:"probe,omitempty"`
-	Err  *MessageError  `json:"error,omitempty"`
-	Ver  *versionFields `json:"version,omitempty"`
+	Data2 *DataHeaderV2  `json:"data2,omitempty"`
+	Pay   string         `json:"payload_hex,omitempty"`
+	Ack   *Ack           `json:"ack,omitempty"`
+	Hs    *Handshake     `json:"handshake,omitempty"`
+	Cl    *closeFields   `json:"close,omitempty"`
+	Pr    *probeFields   `json:"probe,omitempty"`
+	Err   *MessageError  `json:"error,omitempty"`
+	Ver   *versionFields `json:"version,omitempty"`
 }
 
 type closeFields struct {
