@@ -27,7 +27,9 @@ import (
 // a comment line "# rules: x, y" names the rules of PROTOCOL.md the script
 // tests (TestScenarioRulesCovered checks every rule has one). Commands:
 //
-//	config [a|b] key=value...   before anything else (see scenario.config)
+//	config [a|b] key=value...   before anything else (see scenario.config);
+//	                            wire=1+2 lets the side speak version 2 too
+//	                            (the scripts speak version 1 by default)
 //	connect                     a connects to b; shows the datagrams sent
 //	establish                   connect and run the handshake to the end
 //	write len=N [stream=S]      a WRITEs N bytes to b's region (key 1);
@@ -95,8 +97,12 @@ func newScenario(t *testing.T) *scenario {
 	s := &scenario{t: t, owd: 5 * time.Millisecond, cut: map[uint16]bool{}, cutPath: map[int]bool{}, scratch: make([]byte, 0, 70000)}
 	path := pathmgrScenarioConfig()
 	for i := range s.cfg {
+		// Wire version 1 unless a script says "config wire=...": the
+		// recorded datagram ids of the version-1 scripts would shift
+		// under version 2's descriptor-only DATA.
 		s.cfg[i] = Config{Paths: 2, MTU: 256, CC: cc.NewFixed(1<<20, 0), Path: path,
-			MaxAckDelay: 2 * time.Millisecond, HandshakeRetries: 4, Seed: uint64(11 + i)}
+			MaxAckDelay: 2 * time.Millisecond, HandshakeRetries: 4, Seed: uint64(11 + i),
+			WireVersions: []uint8{Version1}}
 	}
 	s.cfg[1].Listen = true
 	return s
@@ -319,6 +325,11 @@ func (s *scenario) config(args []string) {
 				c.Path.DownAfter = atoi(s.t, v)
 			case "upafter":
 				c.Path.UpAfter = atoi(s.t, v)
+			case "wire": // the wire versions spoken: 1, 2 or 1+2
+				c.WireVersions = nil
+				for _, w := range strings.Split(v, "+") {
+					c.WireVersions = append(c.WireVersions, uint8(atoi(s.t, w)))
+				}
 			default:
 				s.t.Fatalf("unknown config key %q", k)
 			}
