@@ -39,8 +39,7 @@ func describe(b []byte, tx Transmit) string {
 		}
 		s = fmt.Sprintf("DATA2 p%d seq=%d floor=%d msg=%d/%d", h.Path, h.Seq, int64(h.Seq)-int64(h.FloorGap), h.Stream, h.MsgSeq)
 		if h.DescriptorOnly(len(p)) {
-			s += fmt.Sprintf(" descriptor-only len=%d", h.MsgLen)
-			break
+			return fmt.Sprintf("%s descriptor-only len=%d port=%d", s, h.MsgLen, tx.Entropy)
 		}
 		s += fmt.Sprintf(" off=%d len=%d", uint64(h.Chunk)*uint64(tx.Conn.MTU()), len(p))
 		if h.Desc {

@@ -1,6 +1,7 @@
 package metaroce
 
 import (
+	"math/bits"
 	"time"
 
 	"github.com/mrgw/mrgw/cc"
@@ -306,7 +307,14 @@ func (c *Conn) pollData(now time.Duration, buf []byte) (Transmit, bool) {
 	if c.wire == Version2 {
 		size = DataHeaderLenV2 + len(payload)
 	}
-	path := c.paths.Pick(size, c.windowFn)
+	path := -1
+	if c.descNext.ref == ref && ref.msg != nil && c.paths.Paths[c.descNext.path].State.Usable() {
+		// The chunk whose descriptor just went alone follows it on its path.
+		path = c.descNext.path
+	} else {
+		path = c.paths.Pick(size, c.windowFn)
+	}
+	c.descNext = descNext{}
 	if path < 0 {
 		c.cwndLimit = true
 		c.paceWait = false // window-limited, not pacing-limited
@@ -316,9 +324,14 @@ func (c *Conn) pollData(now time.Duration, buf []byte) (Transmit, bool) {
 	if c.wire == Version2 && ref.msg.needsDesc(path) {
 		desc = recDesc
 		if len(payload)+DataDescLen > c.mtu {
-			// No room beside a full chunk: the descriptor goes alone,
-			// ahead of it on the same path (PROTOCOL.md §12).
-			return c.sendDescriptor(now, buf, path, ref, rate)
+			if q := c.descPathWithRoom(ref.msg, size); q >= 0 {
+				path, desc = q, 0
+			} else {
+				// No room beside a full chunk: the descriptor goes
+				// alone, ahead of it on the same path (PROTOCOL.md §12).
+				c.descNext = descNext{ref: ref, path: path}
+				return c.sendDescriptor(now, buf, path, ref, rate)
+			}
 		}
 	}
 	retransmit := false
@@ -347,6 +360,39 @@ func (c *Conn) pollData(now time.Duration, buf []byte) (Transmit, bool) {
 		h.gbnResend = h.next // nothing to go back over
 	}
 	return c.sent(now, path, size, len(payload), retransmit, rate, len(p)), true
+}
+
+// descNext is a chunk whose descriptor went alone on path: the chunk goes
+// next, on the same path.
+type descNext struct {
+	ref  chunkRef
+	path int
+}
+
+// descPathWithRoom returns a usable path with room for size bytes that has
+// m's descriptor on its way, when m has no more chunks left than the
+// connection has usable paths (-1 otherwise, or if there is none): the last
+// chunks of a message, and all of a small one, then cost no more
+// descriptor-only DATA, while the chunks of a large message still spread
+// over every path (PROTOCOL.md §12).
+func (c *Conn) descPathWithRoom(m *txMessage, size int) int {
+	if m.nChunks-m.ackedChunks > c.paths.UsableCount() {
+		return -1
+	}
+	for w, word := range m.descPaths {
+		for word != 0 {
+			i := w*64 + bits.TrailingZeros64(word)
+			word &= word - 1
+			if i >= len(c.paths.Paths) {
+				break
+			}
+			p := &c.paths.Paths[i]
+			if p.State.Usable() && p.InflightBytes+size <= c.window(i) {
+				return i
+			}
+		}
+	}
+	return -1
 }
 
 // sendDescriptor sends a version-2 descriptor-only DATA of ref's message on
