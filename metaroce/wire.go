@@ -105,13 +105,13 @@ var be = binary.BigEndian
 
 // Peek reads the common header: version, type and connection id. It checks
 // the length only, so a VERSION packet can be built for any version. For a
-// version-2 DATA (version 2, PROTOCOL.md §12) conn is its 32-bit connection
-// tag, which is all the packet carries of the id.
+// version-2 DATA (version 2, type DATA, PROTOCOL.md §12) conn is its 32-bit
+// connection tag, which is all the packet carries of the id.
 func Peek(b []byte) (version uint8, t PacketType, conn uint64, err error) {
 	if len(b) < CommonHeaderLen {
 		return 0, 0, 0, ErrTruncated
 	}
-	if b[0] == Version2 {
+	if b[0] == Version2 && PacketType(b[1]) == TypeData {
 		return b[0], PacketType(b[1]), uint64(be.Uint32(b[8:12])), nil
 	}
 	return b[0], PacketType(b[1]), be.Uint64(b[4:12]), nil

@@ -171,6 +171,12 @@ func TestPeekV2(t *testing.T) {
 	if err != nil || v != Version2 || typ != TypeData || id != 0xdeadbeef {
 		t.Fatalf("Peek = %d %v %#x %v", v, typ, id, err)
 	}
+	// Any other packet of version 2 (none is defined) has a 64-bit id.
+	init, _ := AppendInit(make([]byte, 0, 64), &Handshake{Conn: 0x0102030405060708, MTU: 256, Paths: 1})
+	init[0] = Version2
+	if _, _, id, _ := Peek(init); id != 0x0102030405060708 {
+		t.Fatalf("Peek of a version-2 INIT: id %#x", id)
+	}
 }
 
 // TestHandshakeVersions: the offer and the choice, and what 0 means.
