@@ -139,7 +139,7 @@ func TestBadInputDroppedAndCounted(t *testing.T) {
 }
 
 func TestVersionNegotiationRefusesUnknownVersion(t *testing.T) {
-	n := newTestNet(t, Config{}, Config{}, 1, 1)
+	n := newTestNet(t, Config{}, Config{WireVersions: []uint8{Version1, Version2}}, 1, 1)
 	// An INIT of version 7 is answered with VERSION listing 1 and 2.
 	init, _ := AppendInit(make([]byte, 0, 64), &Handshake{Conn: 5, MTU: 4096, Paths: 1, Timestamp: 1})
 	init[0] = 7

@@ -95,8 +95,11 @@ type Config struct {
 	PacingCatchUp float64
 	// WireVersions are the wire versions (PROTOCOL.md §4, §12) the
 	// endpoint speaks, offers in INIT and accepts; a connection uses the
-	// highest both ends speak. Default: 1 and 2; the RoCEv2 mode speaks 1
-	// only. []uint8{1} makes a version-1-only peer.
+	// highest both ends speak. []uint8{1, 2} offers version 2; the RoCEv2
+	// mode speaks 1 only. Default: version 1 only, for now: with version 2
+	// the simulator's sim/scenario TestRegionsSharedLongHaul falls below
+	// its fairness thresholds when a plane fails (pair A→C at 0.378 of its
+	// fair share, want 0.5; 0.571 with version 1), not yet understood.
 	WireVersions []uint8
 	// AcceptOptions, if set, chooses the options of a connection accepted
 	// from peer (its controller, fewer paths); nil fields keep the
@@ -146,10 +149,7 @@ func (c Config) withDefaults() Config {
 		c.DeadAfter = 2 * time.Second
 	}
 	if len(c.WireVersions) == 0 {
-		c.WireVersions = []uint8{Version1, Version2}
-		if c.Mode == ModeRoCEv2 {
-			c.WireVersions = []uint8{Version1}
-		}
+		c.WireVersions = []uint8{Version1}
 	}
 	return c
 }

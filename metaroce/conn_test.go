@@ -30,14 +30,18 @@ type transferCase struct {
 	limit      time.Duration
 	// rate paces the sender (bytes/s; 0 = unpaced).
 	rate float64
-	// wire is Config.WireVersions of both ends (nil: the default, which
-	// agrees on version 2 in the MetaRoCE mode).
+	// wire is Config.WireVersions of both ends (nil: 1 and 2, which agree
+	// on version 2 in the MetaRoCE mode; the RoCEv2 mode speaks 1).
 	wire []uint8
 }
 
 func runTransfer(t *testing.T, tc transferCase, seed uint64) *testNet {
 	t.Helper()
-	cfg := Config{Mode: tc.mode, Paths: tc.paths, MTU: 1024, CC: cc.NewFixed(64<<10, tc.rate), Seed: seed, WireVersions: tc.wire}
+	wire := tc.wire
+	if wire == nil && tc.mode == ModeMetaRoCE {
+		wire = []uint8{Version1, Version2}
+	}
+	cfg := Config{Mode: tc.mode, Paths: tc.paths, MTU: 1024, CC: cc.NewFixed(64<<10, tc.rate), Seed: seed, WireVersions: wire}
 	n := newTestNet(t, cfg, cfg, tc.planes, seed)
 	n.loss, n.dup = tc.loss, tc.dup
 	rng := rand.New(rand.NewPCG(seed, 99))

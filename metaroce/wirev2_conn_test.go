@@ -102,7 +102,8 @@ func TestV2Negotiation(t *testing.T) {
 		wantErr error // a's close error when refused
 	}{
 		{"both-speak-2", both, both, 2, nil},
-		{"default-config", nil, nil, 2, nil},
+		{"default-config-speaks-1", nil, nil, 1, nil},
+		{"default-initiator-v2-responder", nil, both, 1, nil},
 		{"v1-only-initiator", v1, both, 1, nil},
 		{"v1-only-responder", both, v1, 1, nil},
 		{"v1-only-both", v1, v1, 1, nil},
@@ -236,7 +237,7 @@ func TestV2DatagramSize(t *testing.T) {
 		moveMessage(t, n, c, data)
 		return tally
 	}
-	v1, v2 := run([]uint8{1}), run(nil)
+	v1, v2 := run([]uint8{1}), run([]uint8{Version1, Version2})
 	chunks := (len(data) + mtu - 1) / mtu
 	if v1.maxLen != mtu+DataHeaderLen || v2.maxLen != mtu+DataHeaderLenV2 {
 		t.Fatalf("largest DATA: version 1 %d, version 2 %d; want %d and %d", v1.maxLen, v2.maxLen, mtu+DataHeaderLen, mtu+DataHeaderLenV2)
@@ -265,7 +266,7 @@ func TestV2DatagramSize(t *testing.T) {
 func TestV2SeqWrap(t *testing.T) {
 	const start = 1<<32 - 40
 	const msgStart = 1<<32 - 3
-	cfg := Config{MTU: 512, Paths: 4, CC: cc.NewFixed(64<<10, 0), Seed: 4}
+	cfg := Config{MTU: 512, Paths: 4, CC: cc.NewFixed(64<<10, 0), Seed: 4, WireVersions: []uint8{Version1, Version2}}
 	n, c, s := establish(t, cfg)
 	if c.WireVersion() != 2 {
 		t.Fatalf("version %d", c.WireVersion())
@@ -355,7 +356,7 @@ func TestV2RTTFromSendTimes(t *testing.T) {
 		moveMessage(t, n, c, make([]byte, 100000))
 		return c.Paths().Paths[0].SRTT
 	}
-	v1, v2 := rtt([]uint8{1}), rtt(nil)
+	v1, v2 := rtt([]uint8{1}), rtt([]uint8{Version1, Version2})
 	if v2 <= 0 || v1 != v2 {
 		t.Fatalf("smoothed RTT: version 1 %v, version 2 %v", v1, v2)
 	}
@@ -366,7 +367,7 @@ func TestV2RTTFromSendTimes(t *testing.T) {
 // acknowledgement is owed for it); nothing is written.
 // rules: v2-orphan-resent
 func TestBadInputV2(t *testing.T) {
-	n, c, s := establish(t, Config{MTU: 1024, Paths: 4})
+	n, c, s := establish(t, Config{MTU: 1024, Paths: 4, WireVersions: []uint8{Version1, Version2}})
 	rx := n.eps[1]
 	region := make([]byte, 4096)
 	if err := rx.Memory().Register(5, region); err != nil {
@@ -452,7 +453,7 @@ func mustV1(t *testing.T, h *DataHeader, n int) []byte {
 // with an INIT's tag gives the new connection version 1, and both carry
 // data.
 func TestV2TagCollision(t *testing.T) {
-	n := newTestNet(t, Config{MTU: 1024, Seed: 1}, Config{MTU: 1024, Seed: 2}, 2, 1)
+	n := newTestNet(t, Config{MTU: 1024, Seed: 1, WireVersions: []uint8{Version1, Version2}}, Config{MTU: 1024, Seed: 2, WireVersions: []uint8{Version1, Version2}}, 2, 1)
 	b := n.eps[1]
 	first, _ := AppendInit(make([]byte, 0, 64), &Handshake{Conn: 0xaaaa_0000_1234_5678, MTU: 1024, Paths: 2, Timestamp: 1, Offer: 3})
 	second, _ := AppendInit(make([]byte, 0, 64), &Handshake{Conn: 0xbbbb_0000_1234_5678, MTU: 1024, Paths: 2, Timestamp: 1, Offer: 3})
@@ -484,7 +485,7 @@ func TestV2TagCollision(t *testing.T) {
 // datagram in either endpoint (what a message allocates, it allocates at
 // Write).
 func TestV2SteadyStateAllocs(t *testing.T) {
-	cfg := Config{MTU: 1024, Paths: 4, CC: cc.NewFixed(1<<20, 0), Seed: 8}
+	cfg := Config{MTU: 1024, Paths: 4, CC: cc.NewFixed(1<<20, 0), Seed: 8, WireVersions: []uint8{Version1, Version2}}
 	n, c, _ := establish(t, cfg)
 	if err := n.eps[1].Memory().Register(1, make([]byte, 64<<20)); err != nil {
 		t.Fatal(err)
