@@ -32,6 +32,8 @@ type ConnStats struct {
 	DataReceived, Duplicates, PayloadBytesPlaced, AcksSent, MessagesReceived uint64
 	OutOfOrderDropped                                                        uint64 // RoCEv2 mode only
 	PlacementErrors, Malformed, WindowViolations                             uint64
+	// Path MTU discovery (pmtu_conn.go): probes sent and answered.
+	PMTUProbesSent, PMTUProbesAcked uint64
 }
 
 // maxControl bounds each queue of control packets a connection owes
@@ -93,6 +95,7 @@ type Conn struct {
 	lastHint                                      uint64        // rate hint (bits/s) last sent to the peer
 	noHint                                        bool          // ConnOptions.NoRateHint
 	hintScale                                     float64       // ConnOptions.RateHintScale
+	pmtu                                          *pmtuConn     // path MTU discovery (pmtu_conn.go); nil: off
 
 	// Scheduler state (sched.go).
 	inReady  bool
@@ -300,6 +303,10 @@ func (c *Conn) receive(now time.Duration, t PacketType, b []byte, m RecvMeta) {
 		if len(c.probeAcks) < maxControl {
 			c.probeAcks = append(c.probeAcks, probeAck{path: path, port: m.Entropy, ts: ts})
 		}
+	case TypePMTUProbe:
+		c.onPMTUProbe(b, m)
+	case TypePMTUAck:
+		c.onPMTUAck(now, b)
 	case TypeProbeAck:
 		_, path, ts, err := DecodeProbe(b, TypeProbeAck)
 		if err != nil || int(path) >= len(c.tx) || ts == 0 || ts-1 > uint64(now) {
@@ -390,6 +397,9 @@ func (c *Conn) poll(now time.Duration, buf []byte) (Transmit, bool) {
 		return Transmit{}, false
 	}
 	if tx, ok := c.pollProbe(now, buf); ok {
+		return tx, true
+	}
+	if tx, ok := c.pollPMTU(now, buf); ok {
 		return tx, true
 	}
 	return c.pollData(now, buf)
@@ -496,6 +506,7 @@ func (c *Conn) nextTimeout() time.Duration {
 		}
 	}
 	min(c.paths.NextProbe())
+	min(c.pmtuDeadline())
 	if c.allDownSince >= 0 {
 		min(c.allDownSince + c.ep.cfg.DeadAfter)
 	}

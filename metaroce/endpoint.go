@@ -175,6 +175,9 @@ type ConnOptions struct {
 	// weighs classes, while the hosts stay paced well below their LAN
 	// rate (an incast of hosts is still held back).
 	RateHintScale float64
+	// PMTU turns on path MTU discovery per group of paths (Groups > 0;
+	// see PMTUSearch and pmtu_conn.go).
+	PMTU PMTUConfig
 }
 
 // ConnectWith is Connect with per-connection options.
@@ -191,6 +194,7 @@ func (e *Endpoint) ConnectWith(now time.Duration, peer PeerID, o ConnOptions) (*
 		id = e.rng.Uint64()
 	}
 	c := newConn(e, id, peer, true, paths, e.cfg.MTU, now, o.CC)
+	c.setPMTU(o.PMTU)
 	e.add(c)
 	return c, nil
 }
@@ -280,7 +284,7 @@ func (e *Endpoint) Receive(now time.Duration, b []byte, m RecvMeta) {
 		}
 		return
 	}
-	if t < TypeData || t > TypeError {
+	if (t < TypeData || t > TypeError) && t != TypePMTUProbe && t != TypePMTUAck {
 		e.Stats.BadType++
 		return
 	}
@@ -336,6 +340,7 @@ func (e *Endpoint) accept(now time.Duration, b []byte, m RecvMeta) {
 	c := newConn(e, h.Conn, m.Peer, false, paths, mtu, now, o.CC)
 	c.noHint = o.NoRateHint
 	c.hintScale = o.RateHintScale
+	c.setPMTU(o.PMTU)
 	c.rx[0].peerPort = m.Entropy
 	c.state = stateEstablished
 	c.needAccept = true

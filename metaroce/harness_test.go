@@ -23,6 +23,8 @@ type testNet struct {
 	loss  float64
 	dup   float64
 	black []bool
+	// drop, if set, drops what it returns true for (from: the sender).
+	drop func(from int, tx Transmit, b []byte) bool
 
 	sent, lost, delivered int
 }
@@ -96,7 +98,7 @@ func (n *testNet) flush(from int) {
 		}
 		n.sent++
 		pl := n.plane(src, dst)
-		if n.black[pl] || n.rng.Float64() < n.loss {
+		if n.black[pl] || n.rng.Float64() < n.loss || n.drop != nil && n.drop(from, tx, buf) {
 			n.lost++
 			continue
 		}

@@ -394,6 +394,9 @@ func (s *PMTUSearch) OnAck(now time.Duration, size int) {
 			// What failed was lost, not too big.
 			s.hi, s.hiStrikes = s.cfg.Max+1, 0
 		}
+		if s.state == PMTUComplete && !s.done() {
+			s.state = PMTUSearching // a late answer reopened the interval
+		}
 	}
 	if all {
 		s.endRound(now)
