@@ -28,10 +28,13 @@ import (
 //   - The search is complete when the interval in doubt is at most Step.
 //     Then every ConfirmInterval (unless data of the validated size was
 //     acknowledged meanwhile) one probe confirms the validated size;
-//     MaxProbes confirmations lost in a row, like BlackHole probe
-//     timeouts of data larger than Base in a row (OnDataTimeout), is a
-//     black hole: back to Base and search again below the size that
-//     failed. Every RaiseInterval the search starts again above the
+//     MaxProbes confirmations lost in a row is a black hole: back to Base
+//     and search again below the size that failed. BlackHole probe
+//     timeouts in a row of data larger than Base (OnDataTimeout) start
+//     the confirmation at once. Every round carries a control probe of a
+//     size known to cross; a round whose control is lost (the plane
+//     failed, or lost a burst) judges no size: a dead plane is not a
+//     small one. Every RaiseInterval the search starts again above the
 //     validated size, so that a path that grew is used.
 //   - OnTooBig (the local stack refused a datagram: EMSGSIZE) bounds the
 //     search at once.
@@ -42,8 +45,9 @@ type PMTUSearch struct {
 	// suspicion until it failed MaxProbes times: hiStrikes), or Max+1.
 	lo, hi    int
 	hiStrikes int
-	loStrikes int // confirmations of lo lost in a row
-	timeouts  int // data probe timeouts in a row (black-hole detection)
+	loStrikes int  // confirmations of lo lost in a row
+	timeouts  int  // data probe timeouts in a row (black-hole detection)
+	check     bool // confirm lo at once (data timed out)
 
 	round    []pmtuProbe // probes of the round in flight
 	roundEnd time.Duration
@@ -66,7 +70,8 @@ type PMTUStats struct {
 type pmtuProbe struct {
 	size    int
 	acked   bool
-	confirm bool
+	confirm bool // of the validated size, still crossing?
+	control bool // a size known to cross: did anything cross?
 }
 
 // PMTUState is the state of a PMTUSearch.
@@ -229,7 +234,7 @@ func (s *PMTUSearch) Deadline() time.Duration {
 		return -1
 	case s.inRound:
 		return s.roundEnd
-	case s.state == PMTUSearching || s.loStrikes > 0:
+	case s.state == PMTUSearching || s.loStrikes > 0 || s.check:
 		return 0
 	}
 	d := time.Duration(-1)
@@ -256,21 +261,26 @@ func (s *PMTUSearch) Next(now, pto time.Duration, dst []int) []int {
 		}
 		s.endRound(now)
 	}
-	if s.state == PMTUComplete {
-		switch {
-		case now >= s.raiseAt && s.lo < s.cfg.Max:
-			// Try larger sizes again: forget the upper bound.
-			s.Stats.Raises++
-			s.state = PMTUSearching
-			s.hi, s.hiStrikes = s.cfg.Max+1, 0
-		case s.lo > s.cfg.Base && (s.loStrikes > 0 || now >= s.confirmAt):
-			s.round = append(s.round[:0], pmtuProbe{size: s.lo, confirm: true})
-			return s.start(now, pto, dst)
-		default:
+	confirm := s.lo > s.cfg.Base && (s.check || s.loStrikes > 0 || s.state == PMTUComplete && now >= s.confirmAt)
+	if s.state == PMTUComplete && !confirm {
+		if now < s.raiseAt || s.lo >= s.cfg.Max {
 			return dst
 		}
+		// Try larger sizes again: forget the upper bound.
+		s.Stats.Raises++
+		s.state = PMTUSearching
+		s.hi, s.hiStrikes = s.cfg.Max+1, 0
 	}
-	s.round = s.round[:0]
+	if confirm {
+		// The validated size again, with a Base probe as the control: a
+		// plane that carries nothing at all (failed) is not a black hole.
+		s.check = false
+		s.round = append(s.round[:0], pmtuProbe{size: s.lo, confirm: true}, pmtuProbe{size: s.cfg.Base, control: true})
+		return s.start(now, pto, dst)
+	}
+	// The control of a search round is the validated size: when it is
+	// lost too, the round says nothing about the larger sizes.
+	s.round = append(s.round[:0], pmtuProbe{size: s.lo, control: true})
 	if !s.hiConfirmed() {
 		s.round = append(s.round, pmtuProbe{size: s.hi})
 	}
@@ -279,7 +289,7 @@ func (s *PMTUSearch) Next(now, pto time.Duration, dst []int) []int {
 		top = s.cfg.Max
 		s.round = append(s.round, pmtuProbe{size: top})
 	}
-	k := s.cfg.ProbesPerRound - len(s.round)
+	k := s.cfg.ProbesPerRound + 1 - len(s.round) // the control is extra
 	for j := 1; j <= k; j++ {
 		v := s.lo + (top-s.lo)*j/(k+1)
 		v -= v % s.cfg.Step
@@ -287,10 +297,10 @@ func (s *PMTUSearch) Next(now, pto time.Duration, dst []int) []int {
 			s.round = append(s.round, pmtuProbe{size: v})
 		}
 	}
-	if len(s.round) == 0 && top-s.lo > 1 {
+	if len(s.round) == 1 && top-s.lo > 1 {
 		s.round = append(s.round, pmtuProbe{size: s.lo + (top-s.lo)/2})
 	}
-	if len(s.round) == 0 {
+	if len(s.round) == 1 {
 		s.settle(now)
 		return dst
 	}
@@ -320,11 +330,20 @@ func (s *PMTUSearch) start(now, pto time.Duration, dst []int) []int {
 func (s *PMTUSearch) endRound(now time.Duration) {
 	s.inRound = false
 	fail := 0
+	void := false
+	for _, p := range s.round {
+		if p.control && !p.acked {
+			void = true // nothing crossed: the plane failed, not a size
+		}
+	}
 	for _, p := range s.round {
 		if p.acked {
 			continue
 		}
 		s.Stats.ProbesLost++
+		if void {
+			continue
+		}
 		if p.confirm {
 			if p.size == s.lo {
 				s.loStrikes++
@@ -359,7 +378,7 @@ func (s *PMTUSearch) blackHole(now time.Duration, size int) {
 	if size > s.lo && size < s.hi {
 		s.hi, s.hiStrikes = size, s.cfg.MaxProbes
 	}
-	s.loStrikes, s.timeouts = 0, 0
+	s.loStrikes, s.timeouts, s.check = 0, 0, false
 	s.inRound = false
 	s.round = s.round[:0]
 	s.state = PMTUSearching
@@ -442,6 +461,9 @@ func (s *PMTUSearch) OnDataTimeout(now time.Duration, size int) {
 	}
 	s.timeouts++
 	if s.timeouts >= s.cfg.BlackHole {
-		s.blackHole(now, min(size, s.lo))
+		// Confirm the validated size (with a control) before dropping it:
+		// timeouts of a plane that failed outright are no black hole.
+		s.timeouts = 0
+		s.check = s.lo > s.cfg.Base
 	}
 }

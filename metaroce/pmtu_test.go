@@ -191,11 +191,22 @@ func TestPMTUDataTimeouts(t *testing.T) {
 		t.Fatalf("size %d after interrupted timeouts", s.Size())
 	}
 	s.OnDataTimeout(time.Second, 4000)
-	if s.Size() != 1200 || s.Stats.BlackHoles != 1 {
-		t.Fatalf("size %d, black holes %d after 3 timeouts", s.Size(), s.Stats.BlackHoles)
+	if s.Deadline() != 0 {
+		t.Fatalf("3 timeouts in a row: no confirmation due (deadline %v)", s.Deadline())
 	}
-	if _, hi := s.Bounds(); hi != 4000 {
-		t.Fatalf("hi %d, want the size that timed out", hi)
+	// The plane failed outright: the control is lost too, no black hole.
+	dead := &pmtuPlane{limit: 0, rtt: time.Millisecond}
+	at := dead.run(t, s, time.Second, 1500*time.Millisecond, false)
+	if s.Size() != 9000 || s.Stats.BlackHoles != 0 {
+		t.Fatalf("dead plane: size %d, black holes %d", s.Size(), s.Stats.BlackHoles)
+	}
+	// The plane shrank to 3000: confirmations fail, controls cross.
+	for range 3 {
+		s.OnDataTimeout(at, 4000)
+	}
+	(&pmtuPlane{limit: 3000, rtt: time.Millisecond}).run(t, s, at, at+200*time.Millisecond, false)
+	if s.Size() > 3000 || s.Size() < 3000-16 || s.Stats.BlackHoles != 1 {
+		t.Fatalf("size %d, black holes %d after the plane shrank", s.Size(), s.Stats.BlackHoles)
 	}
 }
 
@@ -215,11 +226,11 @@ func TestPMTUNothingToSearch(t *testing.T) {
 func TestPMTURoundSizes(t *testing.T) {
 	s := NewPMTUSearch(testPMTUConfig(), 0)
 	got := s.Next(0, time.Second, nil)
-	if len(got) != 8 || !slices.Contains(got, 9000) {
-		t.Fatalf("first round %v", got)
+	if len(got) != 9 || got[0] != 1200 || !slices.Contains(got, 9000) {
+		t.Fatalf("first round %v: want the control (1200), 9000 and 7 more", got)
 	}
 	seen := map[int]bool{}
-	for _, v := range got {
+	for _, v := range got[1:] {
 		if v <= 1200 || v > 9000 || seen[v] || v != 9000 && v%16 != 0 {
 			t.Fatalf("first round %v", got)
 		}
