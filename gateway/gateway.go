@@ -55,6 +55,9 @@ type Options struct {
 	// before it RESETs the remaining flows (default 5 s, or the context's
 	// deadline if sooner).
 	DrainTimeout time.Duration
+	// PMTU tunes the timings of WAN path MTU discovery (ConfirmInterval,
+	// RaiseInterval, ...; see pmtu.go); the gateway sets the rest.
+	PMTU metaroce.PMTUConfig
 }
 
 // hostHintScale: see Config.AcceptOptions in protocol.
@@ -377,7 +380,7 @@ func (g *Gateway) protocol(cfg *config.Config) metaroce.Config {
 		ReceiveCapacityBps: float64(cfg.WAN.MaxRateBps),
 		AcceptOptions: func(peer metaroce.PeerID) metaroce.ConnOptions {
 			if peer < hostPeerBase {
-				return metaroce.ConnOptions{CC: g.wanCC, Paths: cfg.WAN.PathsPerPeer}
+				return metaroce.ConnOptions{CC: g.wanCC, Paths: cfg.WAN.PathsPerPeer, PMTU: g.wanPMTU(cfg)}
 			}
 			// Hosts are told hostHintScale times their share of the WAN
 			// capacity: enough that the queue forms here, where the WAN

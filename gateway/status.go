@@ -77,6 +77,8 @@ type PeerStatus struct {
 	Lost       uint64       `json:"packets_lost"`
 	Flows      int          `json:"flows"`
 	Paths      []PathStatus `json:"paths"`
+	// PMTU is the path MTU discovery of each plane (pmtu.go).
+	PMTU []PlaneMTUStatus `json:"pmtu,omitempty"`
 }
 
 // PathStatus is one path of a WAN connection.
@@ -213,6 +215,7 @@ func (g *Gateway) snapshot(prev *rateState) {
 					Sent: pp.SentPackets, Lost: pp.LostPackets})
 				g.metrics.Path(p.name, p.region, g.planeName(i), i).Sync(metrics.SnapshotOf(pp, w, 0))
 			}
+			ps.PMTU = g.pmtuStatus(p, ci.c)
 			r.publishPlanes(ci, now, true)
 			r.markActivity(ci)
 		}

@@ -288,7 +288,9 @@ func (g *Gateway) maybeRotate(p *wanPeer, sess *control.Session) {
 }
 
 func udpOptions(cfg *config.Config) udp.Options {
-	o := udp.Options{DisableGSO: !cfg.WAN.GSO, DisableGRO: !cfg.WAN.GRO, ReadBuffer: socketBufferBytes, WriteBuffer: socketBufferBytes}
+	// DontFragment: never fragmented, so that path MTU discovery sees
+	// what does not fit as lost (pmtu.go).
+	o := udp.Options{DisableGSO: !cfg.WAN.GSO, DisableGRO: !cfg.WAN.GRO, ReadBuffer: socketBufferBytes, WriteBuffer: socketBufferBytes, DontFragment: true}
 	if !cfg.WAN.ECN {
 		o.NotECT = true
 	}

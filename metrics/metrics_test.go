@@ -46,6 +46,7 @@ func touchAll(m *Metrics) {
 	pm.Sync(metaroce.ConnStats{DataSent: 10, Retransmits: 1, PacketsLost: 1, PayloadBytesSent: 4096, PayloadBytesPlaced: 2048, Timeouts: 1, Duplicates: 1})
 	m.Path("use-gw1", "us-east", "plane-a", 0).Sync(PathSnapshot{State: pathmgr.Up, SRTT: 80 * time.Millisecond, MinRTT: 79 * time.Millisecond, WindowBytes: 1 << 20, InflightBytes: 1 << 19, Sent: 10, Acked: 9, Lost: 1, Marked: 2, Timeouts: 1, AckedBytes: 9 * 4096})
 	m.Path("use-gw1", "us-east", "plane-a", 0).SetState(pathmgr.Down)
+	m.SetPathMTU("use-gw1", "us-east", "plane-a", 1500)
 }
 
 func TestGatherEveryFamily(t *testing.T) {
