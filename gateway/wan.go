@@ -140,7 +140,9 @@ func (g *Gateway) peerLoop(p *wanPeer) {
 			p.setState("connecting", "")
 			if p.dialer {
 				dctx, cancel := context.WithTimeout(g.ctx, 10*time.Second)
-				s, err := control.Dial(dctx, p.control, p.name, g.ctlCfg)
+				// From control.listen's socket: the peer's ACLs see the
+				// address it knows (control.Dial would use a wildcard one).
+				s, err := g.listener.Dial(dctx, p.control, p.name)
 				cancel()
 				if err != nil {
 					if g.ctx.Err() != nil {

@@ -39,6 +39,8 @@
 package control
 
 import (
+	"github.com/quic-go/quic-go"
+
 	"errors"
 	"fmt"
 	"log/slog"
@@ -117,6 +119,10 @@ type Config struct {
 	OnRefused func(remote net.Addr, err error)
 	// Now gives the time for certificate validity checks; nil: time.Now.
 	Now func() time.Time
+
+	// via is the transport dials go through (Listener.Dial: the
+	// listener's socket); nil: a socket of their own (transport.go).
+	via *quic.Transport
 }
 
 // ErrConfig is wrapped by every configuration error.
