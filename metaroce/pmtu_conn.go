@@ -19,6 +19,7 @@ type pmtuConn struct {
 	out    []pmtuOut     // probes of the rounds started, to send
 	acks   []pmtuAckOwed // answers owed to the peer's probes
 	sizes  []int         // scratch
+	meas   *measure      // measurement in progress (measure.go)
 }
 
 type pmtuOut struct {
@@ -26,9 +27,9 @@ type pmtuOut struct {
 }
 
 type pmtuAckOwed struct {
-	path, port uint16
-	ts         uint64
-	n          int
+	path, port, flags uint16
+	ts                uint64
+	n                 int
 }
 
 // PMTUGroup is the state of one path group's search, for status.
@@ -112,7 +113,7 @@ func (c *Conn) pollPMTU(now time.Duration, buf []byte) (Transmit, bool) {
 		if len(p.acks) == 0 {
 			p.acks = p.acks[:0:cap(p.acks)]
 		}
-		b := AppendPMTUAck(buf[:0], c.id, a.path, a.ts, a.n)
+		b := AppendPMTUAck(buf[:0], c.id, a.path, a.flags, a.ts, a.n)
 		return Transmit{Peer: c.peer, Conn: c, Path: int(a.path), Entropy: a.port, Reply: true, Len: len(b)}, true
 	}
 	if c.state != stateEstablished {
@@ -120,6 +121,9 @@ func (c *Conn) pollPMTU(now time.Duration, buf []byte) (Transmit, bool) {
 	}
 	if p.groups == nil {
 		p.start(c, now)
+	}
+	if tx, ok := c.pollMeasure(now, buf); ok {
+		return tx, true
 	}
 	if len(p.out) == 0 {
 		for g := range p.groups {
@@ -145,13 +149,13 @@ func (c *Conn) pollPMTU(now time.Duration, buf []byte) (Transmit, bool) {
 			continue // lost, as the round will tell
 		}
 		n := o.size - p.cfg.Overhead
-		b, err := AppendPMTUProbe(buf[:0], c.id, uint16(path), uint64(now)+1, n)
+		b, err := AppendPMTUProbe(buf[:0], c.id, uint16(path), 0, uint64(now)+1, n)
 		if err != nil {
 			p.groups[o.group].OnTooBig(now, o.size)
 			continue
 		}
 		c.Stats.PMTUProbesSent++
-		return Transmit{Peer: c.peer, Conn: c, Path: path, Entropy: c.paths.Paths[path].Entropy, Len: len(b)}, true
+		return Transmit{Peer: c.peer, Conn: c, Path: path, Entropy: c.paths.Paths[path].Entropy, ECT: true, Len: len(b)}, true
 	}
 	return Transmit{}, false
 }
@@ -187,6 +191,9 @@ func (c *Conn) pmtuDeadline() time.Duration {
 		return 0
 	}
 	t := time.Duration(-1)
+	if p.meas != nil && p.meas.round < p.meas.count {
+		t = p.meas.next
+	}
 	for g := range p.groups {
 		if c.pmtuProbePath(g) < 0 {
 			continue
@@ -201,7 +208,7 @@ func (c *Conn) pmtuDeadline() time.Duration {
 // onPMTUProbe answers a peer's probe with the length that arrived, on the
 // path it came by. Answering keeps no state beyond the bounded queue.
 func (c *Conn) onPMTUProbe(b []byte, m RecvMeta) {
-	_, path, ts, err := DecodePMTUProbe(b)
+	_, path, flags, ts, err := DecodePMTUProbe(b)
 	if err != nil {
 		c.Stats.Malformed++
 		return
@@ -209,14 +216,18 @@ func (c *Conn) onPMTUProbe(b []byte, m RecvMeta) {
 	if c.pmtu == nil {
 		c.pmtu = &pmtuConn{} // answers only: Groups 0 searches nothing
 	}
+	flags &= PMTUFlagMeasure
+	if m.CE {
+		flags |= PMTUFlagCE
+	}
 	if len(c.pmtu.acks) < maxControl {
-		c.pmtu.acks = append(c.pmtu.acks, pmtuAckOwed{path: path, port: m.Entropy, ts: ts, n: len(b)})
+		c.pmtu.acks = append(c.pmtu.acks, pmtuAckOwed{path: path, port: m.Entropy, flags: flags, ts: ts, n: len(b)})
 	}
 }
 
 // onPMTUAck feeds an answer to its group's search.
 func (c *Conn) onPMTUAck(now time.Duration, b []byte) {
-	_, path, ts, n, err := DecodePMTUAck(b)
+	_, path, flags, ts, n, err := DecodePMTUAck(b)
 	if err != nil || int(path) >= len(c.tx) || ts == 0 || ts-1 > uint64(now) {
 		c.Stats.Malformed++
 		return
@@ -225,14 +236,22 @@ func (c *Conn) onPMTUAck(now time.Duration, b []byte) {
 	if p == nil || p.groups == nil {
 		return
 	}
+	rtt := now - time.Duration(ts-1)
+	c.paths.Paths[path].OnRTTSample(rtt)
+	if flags&PMTUFlagMeasure != 0 {
+		c.onMeasureAck(int(path), rtt, flags&PMTUFlagCE != 0)
+		return
+	}
+	if len(p.groups) == 0 {
+		return
+	}
 	c.Stats.PMTUProbesAcked++
-	c.paths.Paths[path].OnRTTSample(now - time.Duration(ts-1))
 	p.groups[int(path)%len(p.groups)].OnAck(now, n+p.cfg.Overhead)
 }
 
 // pmtuProgress tells path's group that data was acknowledged on it.
 func (c *Conn) pmtuProgress(now time.Duration, path int) {
-	if p := c.pmtu; p != nil && p.groups != nil {
+	if p := c.pmtu; p != nil && len(p.groups) > 0 {
 		p.groups[path%len(p.groups)].OnDataAcked(now, c.pmtuDataSize())
 	}
 }
@@ -240,7 +259,7 @@ func (c *Conn) pmtuProgress(now time.Duration, path int) {
 // pmtuTimeout tells path's group that its data timed out. Only a path
 // with a round-trip sample counts: before it, its timeout is a guess.
 func (c *Conn) pmtuTimeout(now time.Duration, path int) {
-	if p := c.pmtu; p != nil && p.groups != nil && c.paths.Paths[path].HasRTT() {
+	if p := c.pmtu; p != nil && len(p.groups) > 0 && c.paths.Paths[path].HasRTT() {
 		p.groups[path%len(p.groups)].OnDataTimeout(now, c.pmtuDataSize())
 	}
 }
@@ -250,7 +269,7 @@ func (c *Conn) pmtuTimeout(now time.Duration, path int) {
 // stack refused it (EMSGSIZE). The path's group stops searching above it
 // and, if data of that size was allowed, goes back to its base.
 func (c *Conn) OnTooBig(now time.Duration, path, size int) {
-	if p := c.pmtu; p != nil && p.groups != nil && path >= 0 && path < len(c.tx) {
+	if p := c.pmtu; p != nil && len(p.groups) > 0 && path >= 0 && path < len(c.tx) {
 		p.groups[path%len(p.groups)].OnTooBig(now, size)
 		c.touch()
 	}
@@ -260,7 +279,7 @@ func (c *Conn) OnTooBig(now time.Duration, path, size int) {
 // is off or the connection is not established yet).
 func (c *Conn) PMTU() []PMTUGroup {
 	p := c.pmtu
-	if p == nil || p.groups == nil {
+	if p == nil || len(p.groups) == 0 {
 		return nil
 	}
 	out := make([]PMTUGroup, len(p.groups))

@@ -120,3 +120,46 @@ func TestConnPMTUDataFollows(t *testing.T) {
 		}
 	}
 }
+
+// TestConnMeasure: a measurement probes every usable path once per round;
+// answers give the RTT; probes lost on a path show as unanswered there.
+func TestConnMeasure(t *testing.T) {
+	cfg := Config{MTU: 1000, Paths: 4}
+	n := newTestNet(t, cfg, cfg, 1, 1)
+	n.delay[0] = 5 * time.Millisecond
+	n.drop = func(from int, tx Transmit, b []byte) bool {
+		return from == 0 && tx.Path == 3 && PacketType(b[1]) == TypePMTUProbe
+	}
+	c, err := n.eps[0].Connect(0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !n.run(time.Second, func() bool { return c.state == stateEstablished }) {
+		t.Fatal("not connected")
+	}
+	c.Measure(n.now, 5, 20*time.Millisecond, 100)
+	var got []PathMeasure
+	done := false
+	n.run(n.now+time.Second, func() bool {
+		got, done = c.Measurement()
+		return done && got[0].Acked == 5
+	})
+	if !done {
+		t.Fatalf("measurement not done: %+v", got)
+	}
+	for _, p := range got {
+		wantAcked := uint64(5)
+		if p.Path == 3 {
+			wantAcked = 0
+		}
+		if p.Sent != 5 || p.Acked != wantAcked {
+			t.Fatalf("path %d: %d sent, %d answered; want 5 and %d", p.Path, p.Sent, p.Acked, wantAcked)
+		}
+		if p.Acked > 0 && (p.MinRTT < 10*time.Millisecond || p.MinRTT > 11*time.Millisecond) {
+			t.Fatalf("path %d: min RTT %v, want 10 ms", p.Path, p.MinRTT)
+		}
+	}
+	if c.PMTU() != nil {
+		t.Fatal("a connection without discovery reports PMTU groups")
+	}
+}

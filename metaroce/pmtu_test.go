@@ -257,21 +257,21 @@ func TestPMTUConfigValidate(t *testing.T) {
 // PROBE, which is why the probe is a type of its own.
 func TestPMTUWire(t *testing.T) {
 	buf := make([]byte, 0, 2000)
-	p, err := AppendPMTUProbe(buf, 7, 3, 99, 1500)
+	p, err := AppendPMTUProbe(buf, 7, 3, PMTUFlagMeasure, 99, 1500)
 	if err != nil || len(p) != 1500 {
 		t.Fatalf("probe: %d bytes, %v", len(p), err)
 	}
-	conn, path, ts, err := DecodePMTUProbe(p)
-	if err != nil || conn != 7 || path != 3 || ts != 99 {
-		t.Fatalf("decode probe: %d %d %d %v", conn, path, ts, err)
+	conn, path, flags, ts, err := DecodePMTUProbe(p)
+	if err != nil || conn != 7 || path != 3 || ts != 99 || flags != PMTUFlagMeasure {
+		t.Fatalf("decode probe: %d %d %d %d %v", conn, path, flags, ts, err)
 	}
-	if _, err := AppendPMTUProbe(buf[:0:100], 7, 3, 99, 1500); !errors.Is(err, ErrShortBuffer) {
+	if _, err := AppendPMTUProbe(buf[:0:100], 7, 3, 0, 99, 1500); !errors.Is(err, ErrShortBuffer) {
 		t.Fatalf("short buffer: %v", err)
 	}
-	a := AppendPMTUAck(nil, 7, 3, 99, len(p))
-	conn, path, ts, n, err := DecodePMTUAck(a)
-	if err != nil || conn != 7 || path != 3 || ts != 99 || n != 1500 || len(a) != PMTUAckLen {
-		t.Fatalf("decode ack: %d %d %d %d %v", conn, path, ts, n, err)
+	a := AppendPMTUAck(nil, 7, 3, PMTUFlagCE, 99, len(p))
+	conn, path, flags, ts, n, err := DecodePMTUAck(a)
+	if err != nil || conn != 7 || path != 3 || ts != 99 || n != 1500 || flags != PMTUFlagCE || len(a) != PMTUAckLen {
+		t.Fatalf("decode ack: %d %d %d %d %d %v", conn, path, flags, ts, n, err)
 	}
 	pr, _ := AppendProbe(make([]byte, 0, ProbeLen), TypeProbe, 7, 3, 99)
 	padded := append(pr, make([]byte, 100)...)
