@@ -58,6 +58,11 @@ type Options struct {
 	// PMTU tunes the timings of WAN path MTU discovery (ConfirmInterval,
 	// RaiseInterval, ...; see pmtu.go); the gateway sets the rest.
 	PMTU metaroce.PMTUConfig
+	// ECMPLane, if set, tells which ECMP path of the fabric a datagram
+	// from src (a local path socket) to dst (a peer's plane address)
+	// takes, where that is knowable: the loopback emulator's hash. Probe
+	// counts ECMP paths with it; nil (production): see probe.go.
+	ECMPLane ECMPLaneOf
 }
 
 // hostHintScale: see Config.AcceptOptions in protocol.

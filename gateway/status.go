@@ -333,11 +333,9 @@ func (g *Gateway) adminHandler() http.Handler {
 		fmt.Fprintln(w, "ready")
 	})
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(g.Status())
+		writeJSON(w, g.Status())
 	})
+	mux.HandleFunc("GET /probe", g.probeHandler) // probe.go
 	return mux
 }
 
@@ -349,4 +347,11 @@ func (g *Gateway) notReadyReason(st *Status) string {
 		return "gossip not joined"
 	}
 	return "no WAN connection to any peer gateway"
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
 }

@@ -34,6 +34,6 @@ with congestion control built for millisecond round trips.`,
 		SilenceErrors: true,
 	}
 	root.AddCommand(newVersionCmd(), newSimCmd(), newConfigCmd(), newCertCmd(), newLoadtestCmd(), newConformanceCmd(),
-		newRunCmd(), newDemoCmd(), newStatusCmd(), newHostCmd())
+		newRunCmd(), newDemoCmd(), newStatusCmd(), newHostCmd(), newProbeCmd())
 	return root
 }

@@ -121,8 +121,11 @@ type Lab struct {
 	Gateways map[string]*gateway.Gateway
 	Configs  map[string]*config.Config
 	// Names are the gateways of each region, in order.
-	Names  map[string][]string
-	cfg    Config
+	Names map[string][]string
+	cfg   Config
+	// realOf maps each gateway's WAN stand-in to its real address (for
+	// the gateways' ECMPLane).
+	realOf map[netip.AddrPort]netip.AddrPort
 	dir    string
 	ownDir bool
 	wg     sync.WaitGroup
@@ -308,6 +311,10 @@ func (l *Lab) ports(ips map[string]netip.Addr, held *[]io.Closer) (map[string]*g
 			if a.standIn, err = l.Emu.Expose(l.region(reg).Site, a.wan); err != nil {
 				return nil, fmt.Errorf("lab: expose %s: %w", n, err)
 			}
+			if l.realOf == nil {
+				l.realOf = map[netip.AddrPort]netip.AddrPort{}
+			}
+			l.realOf[a.standIn] = a.wan
 			all[n] = a
 		}
 	}
@@ -401,7 +408,16 @@ func (l *Lab) gatewayConfig(reg, n string, all map[string]*gatewayAddrs) (*confi
 // newGateways creates a gateway of every configuration.
 func (l *Lab) newGateways() error {
 	for n, c := range l.Configs {
+		dir := netem.From(l.region(c.Node.Region).Site)
 		g, err := gateway.New(c, gateway.Options{
+			// Which emulated plane a WAN datagram takes (mrgw probe).
+			ECMPLane: func(src, dst netip.AddrPort) int {
+				real, ok := l.realOf[dst]
+				if !ok {
+					return -1
+				}
+				return l.Emu.PlaneOf(dir, src, real)
+			},
 			Logger:           l.cfg.Logger,
 			Protocol:         l.tune,
 			ControlKeepalive: 500 * time.Millisecond,
