@@ -186,6 +186,7 @@ type Injection struct {
 	Err      string  `json:"error,omitempty"`
 
 	t0, tClear, tEnd time.Time
+	region           string // of the gateway killed
 }
 
 // Report is a run's result.
@@ -470,7 +471,22 @@ func (r *run) measure(in *Injection) {
 			in.Worst = r.writerName(id)
 		}
 	}
-	in.StallMs = float64(worst.Microseconds()) / 1000
+	in.StallMs = ms(worst)
+	if in.Fault == FaultGatewayKill {
+		// Flows entering the killed gateway (their source host is in its
+		// region) see it die through the host's DeadAfter; flows leaving
+		// through it, through the source gateway's timers and gossip.
+		var src, dst time.Duration
+		for _, id := range ids {
+			s, _ := r.ck.stall(id, in.t0, in.tEnd)
+			if r.writerRegion(id) == in.region {
+				src = max(src, s)
+			} else {
+				dst = max(dst, s)
+			}
+		}
+		in.Note = fmt.Sprintf("flows from %s's region %.0f ms, flows to it %.0f ms", in.Target, ms(src), ms(dst))
+	}
 	in.AtS = in.t0.Sub(r.start).Seconds()
 	in.ClearS = in.tClear.Sub(r.start).Seconds()
 	in.EndS = in.tEnd.Sub(r.start).Seconds()
@@ -479,6 +495,16 @@ func (r *run) measure(in *Injection) {
 	in.Corrupt, _ = countIn(r.ck.corrupt, in.t0, in.tEnd)
 	in.Failed, _ = countIn(r.ck.failed, in.t0, in.tEnd)
 	r.ck.mu.Unlock()
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// writerRegion is the region of writer id's source host.
+func (r *run) writerRegion(id int) string {
+	if id >= r.o.Flows && id < 2*r.o.Flows {
+		return RegionB
+	}
+	return RegionA
 }
 
 func (r *run) writerName(id int) string {

@@ -73,7 +73,7 @@ func (r *run) inject(ctx context.Context, kind string) Injection {
 			fail("restore: %v", err)
 		}
 	case FaultGatewayKill:
-		in.Target = gw.name
+		in.Target, in.region = gw.name, gw.region
 		if err := r.cl.kill9(gw); err != nil {
 			fail("%v", err)
 		}
@@ -241,8 +241,11 @@ func (r *run) recover(ctx context.Context, in *Injection) {
 		now := time.Now()
 		done := now.Sub(in.tClear) >= r.o.Settle
 		if done {
+			// Every flow delivers again: a delivery after the fault was
+			// cleared and in the last half second.
 			for _, id := range r.liveWriters(in.t0) {
-				if r.ck.firstAfter(id, in.tClear).IsZero() {
+				last := r.ck.lastDelivery(id)
+				if !last.After(in.tClear) || now.Sub(last) > 500*time.Millisecond {
 					done = false
 					break
 				}

@@ -403,9 +403,9 @@ func countIn(evs []event, from, to time.Time) (n int64, first string) {
 }
 
 // stall returns writer id's longest time without a delivery in [from, to]:
-// from the fault (or the last delivery after it) to the next delivery; if
-// nothing was delivered after the last gap's start, the gap runs to to and
-// recovered is false.
+// from the fault (or the last delivery after it) to the next delivery, and
+// from the last delivery to to. recovered is whether the writer delivered
+// after from and within the last second before to.
 func (c *checker) stall(id int, from, to time.Time) (worst time.Duration, recovered bool) {
 	c.mu.Lock()
 	ts := c.times[id]
@@ -415,12 +415,19 @@ func (c *checker) stall(id int, from, to time.Time) (worst time.Duration, recove
 	for ; i < len(ts) && !ts[i].After(to); i++ {
 		worst = max(worst, ts[i].Sub(prev))
 		prev = ts[i]
-		recovered = true
 	}
-	if !recovered {
-		return to.Sub(from), false
+	tail := to.Sub(prev)
+	return max(worst, tail), prev.After(from) && tail < time.Second
+}
+
+// lastDelivery returns writer id's latest delivery (zero if none).
+func (c *checker) lastDelivery(id int) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ts := c.times[id]; len(ts) > 0 {
+		return ts[len(ts)-1]
 	}
-	return worst, true
+	return time.Time{}
 }
 
 // firstAfter returns writer id's first delivery after t (zero if none).
