@@ -29,6 +29,7 @@ func newChaosCmd() *cobra.Command {
 		verbose   bool
 		binary    string
 		keep      bool
+		quiet     bool
 		deadAfter time.Duration
 	)
 	cmd := &cobra.Command{
@@ -48,7 +49,9 @@ failed, a flow did not recover, or a check failed.`,
 			if faults != "" {
 				o.Faults = strings.Split(faults, ",")
 			}
-			o.Progress = cmd.ErrOrStderr()
+			if !quiet {
+				o.Progress = cmd.ErrOrStderr()
+			}
 			o.KeepDir = keep
 			o.HostDeadAfter = deadAfter
 			o.Binary = binary
@@ -96,6 +99,7 @@ failed, a flow did not recover, or a check failed.`,
 	fl.BoolVarP(&verbose, "verbose", "v", false, "also print every injection")
 	fl.DurationVar(&deadAfter, "host-dead-after", 0, "hosts declare a gateway dead after its paths are down this long (0: the host library's default)")
 	fl.StringVar(&binary, "mrgw-bin", "", "mrgw binary that runs the gateways and host processes (default: this one)")
+	fl.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
 	fl.BoolVar(&keep, "keep", false, "keep the directory of configurations and logs (kept anyway when the run fails)")
 	child := &cobra.Command{
 		Use:                "host-child",

@@ -237,43 +237,75 @@ func (r *run) recover(ctx context.Context, in *Injection) {
 			_ = r.cl.start(p)
 		}
 	}
+	var waiting string // what the last check waited for
 	for ctx.Err() == nil {
 		now := time.Now()
-		done := now.Sub(in.tClear) >= r.o.Settle
-		if done {
-			// Every flow delivers again: a delivery after the fault was
-			// cleared and in the last half second.
-			for _, id := range r.liveWriters(in.t0) {
-				last := r.ck.lastDelivery(id)
-				if !last.After(in.tClear) || now.Sub(last) > 500*time.Millisecond {
-					done = false
-					break
-				}
+		waiting = ""
+		if now.Sub(in.tClear) < r.o.Settle {
+			waiting = "settle"
+		}
+		// Every flow delivers again: a delivery after the fault was
+		// cleared and in the last second.
+		for _, id := range r.liveWriters(in.t0) {
+			if waiting != "" {
+				break
+			}
+			last := r.ck.lastDelivery(id)
+			if !last.After(in.tClear) || now.Sub(last) > time.Second {
+				waiting = "flow " + r.writerName(id)
 			}
 		}
-		if done {
-			for _, p := range r.cl.gws {
-				if !p.running() || !p.ready(ctx) {
-					done = false
-					break
-				}
+		for _, p := range r.cl.gws {
+			if waiting != "" {
+				break
+			}
+			if !p.running() || !p.ready(ctx) {
+				waiting = p.name + " ready"
 			}
 		}
-		if done || now.After(bound) {
+		if waiting == "" || now.After(bound) {
 			break
 		}
 		sleepCtx(ctx, 100*time.Millisecond)
 	}
-	in.tEnd = time.Now()
-	if in.tEnd.After(bound) {
-		var not []string
-		for _, p := range r.cl.gws {
-			if !p.running() || !p.ready(ctx) {
-				not = append(not, p.name)
-			}
+	if d := time.Since(in.tClear); d > r.o.Settle+5*time.Second {
+		w := fmt.Sprintf("recovery took %.1f s after clearing (last waited for: %s)", d.Seconds(), waiting)
+		if waiting == "" {
+			w = fmt.Sprintf("recovery took %.1f s after clearing", d.Seconds())
 		}
-		if len(not) > 0 {
-			in.Err = fmt.Sprintf("gateways not ready %v after the fault was cleared: %v", r.o.RecoverBound, not)
+		if in.Note != "" {
+			in.Note += "; "
+		}
+		in.Note += w
+	}
+	in.tEnd = time.Now()
+	if !in.tEnd.After(bound) {
+		return
+	}
+	var not []*gwProc
+	var names []string
+	for _, p := range r.cl.gws {
+		if !p.running() || !p.ready(ctx) {
+			not = append(not, p)
+			names = append(names, p.name)
 		}
 	}
+	if len(not) == 0 {
+		return
+	}
+	in.Err = fmt.Sprintf("gateways not ready %v after the fault was cleared: %v; restarted them so that the next fault starts from a healthy deployment", r.o.RecoverBound, names)
+	// Repair, so that one fault's damage is not counted against the
+	// next: restart what is not ready, and wait for it.
+	for _, p := range not {
+		if p.running() {
+			_ = r.cl.kill9(p)
+		}
+		if err := r.cl.start(p); err != nil {
+			r.addErr("restart %s: %v", p.name, err)
+		}
+	}
+	if err := r.cl.waitReady(ctx, r.o.RecoverBound); err != nil {
+		r.addErr("after restarting %v: %v", names, err)
+	}
+	r.say("restarted %v: not ready %v after the fault was cleared", names, r.o.RecoverBound)
 }
