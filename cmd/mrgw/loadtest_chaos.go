@@ -98,6 +98,7 @@ failed, a flow did not recover, or a check failed.`,
 	fl.BoolVar(&asJSON, "json", false, "print a JSON object per fault type (fault, recovery_ms, messages_lost, messages_duplicated, messages_corrupted, ...)")
 	fl.BoolVarP(&verbose, "verbose", "v", false, "also print every injection")
 	fl.DurationVar(&deadAfter, "host-dead-after", 0, "hosts declare a gateway dead after its paths are down this long (0: the host library's default)")
+	fl.DurationVar(&o.GossipProbe, "gossip-probe", 500*time.Millisecond, "gossip.probe_interval of the gateways (probe_timeout 4/5 of it, suspicion_mult 3)")
 	fl.StringVar(&binary, "mrgw-bin", "", "mrgw binary that runs the gateways and host processes (default: this one)")
 	fl.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
 	fl.BoolVar(&keep, "keep", false, "keep the directory of configurations and logs (kept anyway when the run fails)")

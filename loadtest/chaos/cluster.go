@@ -446,15 +446,25 @@ func (p *gwProc) metric(ctx context.Context, name string, labels ...string) (flo
 	return sum, sc.Err()
 }
 
-// ready reports whether p answers /status with gossip joined and WAN
-// connections up to both gateways of the other region.
-func (p *gwProc) ready(ctx context.Context) bool {
+// ready reports whether p answers /status with gossip joined, WAN
+// connections up to both gateways of the other region and gossip seeing
+// both alive (routing follows gossip: a WAN connection is not enough).
+func (c *cluster) ready(ctx context.Context, p *gwProc) bool {
 	st, err := p.status(ctx)
 	if err != nil || !st.Ready || len(st.Peers) < 2 {
 		return false
 	}
 	for _, q := range st.Peers {
 		if q.State != "up" {
+			return false
+		}
+	}
+	alive := map[string]bool{}
+	for _, m := range st.Members {
+		alive[m.Name] = m.State == "alive"
+	}
+	for _, q := range c.gws {
+		if q.region != p.region && !alive[q.name] {
 			return false
 		}
 	}
@@ -471,7 +481,7 @@ func (c *cluster) waitReady(ctx context.Context, d time.Duration) error {
 				notReady = append(notReady, p.name+" (not running)")
 				continue
 			}
-			if !p.ready(ctx) {
+			if !c.ready(ctx, p) {
 				notReady = append(notReady, p.name)
 			}
 		}

@@ -259,7 +259,7 @@ func (r *run) recover(ctx context.Context, in *Injection) {
 			if waiting != "" {
 				break
 			}
-			if !p.running() || !p.ready(ctx) {
+			if !p.running() || !r.cl.ready(ctx, p) {
 				waiting = p.name + " ready"
 			}
 		}
@@ -282,30 +282,44 @@ func (r *run) recover(ctx context.Context, in *Injection) {
 	if !in.tEnd.After(bound) {
 		return
 	}
-	var not []*gwProc
 	var names []string
 	for _, p := range r.cl.gws {
-		if !p.running() || !p.ready(ctx) {
-			not = append(not, p)
+		if !p.running() || !r.cl.ready(ctx, p) {
 			names = append(names, p.name)
 		}
 	}
-	if len(not) == 0 {
+	if len(names) == 0 {
 		return
 	}
-	in.Err = fmt.Sprintf("gateways not ready %v after the fault was cleared: %v; restarted them so that the next fault starts from a healthy deployment", r.o.RecoverBound, names)
+	in.Err = fmt.Sprintf("gateways not ready %v after the fault was cleared: %v; the harness restarts gateways so that the next fault starts from a healthy deployment", r.o.RecoverBound, names)
 	// Repair, so that one fault's damage is not counted against the
-	// next: restart what is not ready, and wait for it.
-	for _, p := range not {
+	// next: restart the first gateway not ready (a restarted gateway joins
+	// its seeds, which may be all the others need), wait, and again.
+	var restarted []string
+	for range len(r.cl.gws) {
+		var p *gwProc
+		for _, q := range r.cl.gws {
+			if !q.running() || !r.cl.ready(ctx, q) {
+				p = q
+				break
+			}
+		}
+		if p == nil {
+			break
+		}
 		if p.running() {
 			_ = r.cl.kill9(p)
 		}
 		if err := r.cl.start(p); err != nil {
 			r.addErr("restart %s: %v", p.name, err)
 		}
+		restarted = append(restarted, p.name)
+		if r.cl.waitReady(ctx, 10*time.Second) == nil {
+			break
+		}
 	}
 	if err := r.cl.waitReady(ctx, r.o.RecoverBound); err != nil {
-		r.addErr("after restarting %v: %v", names, err)
+		r.addErr("after restarting %v: %v", restarted, err)
 	}
-	r.say("restarted %v: not ready %v after the fault was cleared", names, r.o.RecoverBound)
+	r.say("restarted %v: the deployment was not ready %v after the fault was cleared", restarted, r.o.RecoverBound)
 }
