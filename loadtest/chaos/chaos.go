@@ -186,7 +186,7 @@ type Injection struct {
 	Err      string  `json:"error,omitempty"`
 
 	t0, tClear, tEnd time.Time
-	region           string // of the gateway killed
+	entering         map[int]bool // gateway-kill: writers whose flow entered at the killed gateway
 }
 
 // Report is a run's result.
@@ -225,16 +225,17 @@ func (r *Report) OK() bool {
 
 // run is one scenario run.
 type run struct {
-	o     Options
-	rng   *rand.Rand
-	start time.Time
-	dir   string
-	cl    *cluster
-	ck    *checker
-	lay   layout
-	hosts map[string]*host.Host // by region
-	names map[string]string     // region -> the in-process host's endpoint name
-	child *hostProc
+	o      Options
+	rng    *rand.Rand
+	start  time.Time
+	dir    string
+	cl     *cluster
+	ck     *checker
+	lay    layout
+	hosts  map[string]*host.Host // by region
+	names  map[string]string     // region -> the in-process host's endpoint name
+	child  *hostProc
+	inproc []*writer
 
 	writersStop chan struct{}
 	writersWG   sync.WaitGroup
@@ -418,6 +419,7 @@ func (r *run) startHosts(ctx context.Context) error {
 		for f := range r.o.Flows {
 			w := &writer{id: i*r.o.Flows + f, lay: r.lay, h: r.hosts[reg], region: other, dst: r.names[other],
 				onFlow: func(int, uint64) {}, onDone: r.ck.completed, onFail: r.ck.fail}
+			r.inproc = append(r.inproc, w)
 			r.writersWG.Add(1)
 			go func() { defer r.writersWG.Done(); w.run(ctx, r.writersStop) }()
 		}
@@ -473,39 +475,51 @@ func (r *run) measure(in *Injection) {
 	}
 	in.StallMs = ms(worst)
 	if in.Fault == FaultGatewayKill {
-		// Flows entering the killed gateway (their source host is in its
-		// region) see it die through the host's DeadAfter; flows leaving
-		// through it, through the source gateway's timers and gossip.
-		var src, dst time.Duration
+		// Flows entering the killed gateway from their source host see it
+		// die through the host's DeadAfter; the others through the source
+		// gateway's timers and gossip (flows to the killed gateway), or
+		// not at all.
+		var enter, other time.Duration
+		n := 0
 		for _, id := range ids {
 			s, _ := r.ck.stall(id, in.t0, in.tEnd)
-			if r.writerRegion(id) == in.region {
-				src = max(src, s)
+			if in.entering[id] {
+				enter = max(enter, s)
+				n++
 			} else {
-				dst = max(dst, s)
+				other = max(other, s)
 			}
 		}
-		in.Note = fmt.Sprintf("flows from %s's region %.0f ms, flows to it %.0f ms", in.Target, ms(src), ms(dst))
+		in.Note = fmt.Sprintf("%d flows entering at %s: worst %.0f ms; the others (leaving through it or not using it): %.0f ms", n, in.Target, ms(enter), ms(other))
 	}
 	in.AtS = in.t0.Sub(r.start).Seconds()
 	in.ClearS = in.tClear.Sub(r.start).Seconds()
 	in.EndS = in.tEnd.Sub(r.start).Seconds()
 	r.ck.mu.Lock()
-	in.Dup, _ = countIn(r.ck.dups, in.t0, in.tEnd)
-	in.Corrupt, _ = countIn(r.ck.corrupt, in.t0, in.tEnd)
-	in.Failed, _ = countIn(r.ck.failed, in.t0, in.tEnd)
+	in.Dup = countIn(r.ck.dups, in.t0, in.tEnd)
+	in.Corrupt = countIn(r.ck.corrupt, in.t0, in.tEnd)
+	in.Failed = countIn(r.ck.failed, in.t0, in.tEnd)
 	r.ck.mu.Unlock()
 }
 
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-// writerRegion is the region of writer id's source host.
-func (r *run) writerRegion(id int) string {
-	if id >= r.o.Flows && id < 2*r.o.Flows {
-		return RegionB
+// entering returns the writers whose flow enters the deployment at the
+// gateway with LAN address lan.
+func (r *run) entering(lan netip.AddrPort) map[int]bool {
+	m := map[int]bool{}
+	for _, w := range r.inproc {
+		if w.gateway() == lan {
+			m[w.id] = true
+		}
 	}
-	return RegionA
+	if id, _, ok := r.child.current(); ok {
+		r.child.mu.Lock()
+		m[id] = r.child.gw == lan
+		r.child.mu.Unlock()
+	}
+	return m
 }
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func (r *run) writerName(id int) string {
 	switch {
@@ -528,6 +542,7 @@ type hostProc struct {
 	incarnation int
 	since       time.Time
 	stderr      *os.File
+	gw          netip.AddrPort // the gateway its flow went through, as it last said
 }
 
 func (h *hostProc) start(incarnation int) error {
@@ -573,6 +588,13 @@ func (h *hostProc) start(incarnation int) error {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			f := strings.Fields(sc.Text())
+			if len(f) == 2 && f[0] == "gateway" {
+				if a, err := netip.ParseAddrPort(f[1]); err == nil {
+					h.mu.Lock()
+					h.gw = a
+					h.mu.Unlock()
+				}
+			}
 			if len(f) == 5 && f[0] == "done" {
 				var v [4]uint64
 				ok := true

@@ -73,7 +73,7 @@ func (r *run) inject(ctx context.Context, kind string) Injection {
 			fail("restore: %v", err)
 		}
 	case FaultGatewayKill:
-		in.Target, in.region = gw.name, gw.region
+		in.Target, in.entering = gw.name, r.entering(gw.lan)
 		if err := r.cl.kill9(gw); err != nil {
 			fail("%v", err)
 		}

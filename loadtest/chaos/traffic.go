@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mrgw/mrgw/host"
@@ -121,6 +122,21 @@ type writer struct {
 	onFlow func(id int, flow uint64)
 	onDone func(id int, flow, seq, n uint64)
 	onFail func(id int, flow, n uint64, err error)
+	// onGateway, if set, is told the flow's gateway whenever it changes
+	// (checked at every completion).
+	onGateway func(id int, gw netip.AddrPort)
+
+	cur atomic.Pointer[host.Flow]
+	gw  netip.AddrPort // last reported to onGateway
+}
+
+// gateway returns the LAN address of the gateway the writer's flow goes
+// through now (zero if none is open).
+func (w *writer) gateway() netip.AddrPort {
+	if f := w.cur.Load(); f != nil {
+		return f.Gateway()
+	}
+	return netip.AddrPort{}
 }
 
 type inflight struct {
@@ -148,6 +164,12 @@ func (w *writer) run(ctx context.Context, stop <-chan struct{}) {
 		seq, k := it.p.Seqs()
 		for s := range k {
 			w.onDone(w.id, it.flow, seq+uint64(s), it.n)
+		}
+		if w.onGateway != nil {
+			if g := w.gateway(); g != w.gw {
+				w.gw = g
+				w.onGateway(w.id, g)
+			}
 		}
 	}
 	defer func() {
@@ -183,6 +205,7 @@ func (w *writer) run(ctx context.Context, stop <-chan struct{}) {
 				continue
 			}
 			f = nf
+			w.cur.Store(f)
 			w.onFlow(w.id, f.ID())
 		}
 		if len(q) == w.lay.window {
@@ -210,6 +233,7 @@ func (w *writer) run(ctx context.Context, stop <-chan struct{}) {
 			q = q[:0]
 			f.Close()
 			f = nil
+			w.cur.Store(nil)
 		}
 		n++
 	}
@@ -389,17 +413,14 @@ func (c *checker) lost() []time.Time {
 	return out
 }
 
-// counts returns the events in [from, to).
-func countIn(evs []event, from, to time.Time) (n int64, first string) {
+// countIn counts the events in [from, to).
+func countIn(evs []event, from, to time.Time) (n int64) {
 	for _, e := range evs {
 		if !e.at.Before(from) && e.at.Before(to) {
-			if n == 0 {
-				first = e.what
-			}
 			n++
 		}
 	}
-	return n, first
+	return n
 }
 
 // stall returns writer id's longest time without a delivery in [from, to]:
