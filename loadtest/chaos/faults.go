@@ -255,6 +255,9 @@ func (r *run) recover(ctx context.Context, in *Injection) {
 				waiting = "flow " + r.writerName(id)
 			}
 		}
+		if id, since, ok := r.child.current(); ok && waiting == "" && in.Fault == FaultHostKill && r.ck.firstAfter(id, since).IsZero() {
+			waiting = "the restarted host process's first delivery"
+		}
 		for _, p := range r.cl.gws {
 			if waiting != "" {
 				break
