@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -531,15 +530,6 @@ func (p *gwProc) logTail(n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
-}
-
-// logCount counts the lines of p's log matching re.
-func (p *gwProc) logCount(re *regexp.Regexp) int {
-	b, err := os.ReadFile(p.logPath)
-	if err != nil {
-		return 0
-	}
-	return len(re.FindAll(b, -1))
 }
 
 func (c *cluster) close() {
