@@ -72,6 +72,7 @@ failed, a flow did not recover, or a check failed.`,
 			out := cmd.OutOrStdout()
 			if asJSON {
 				enc := json.NewEncoder(out)
+				enc.SetEscapeHTML(false)
 				for _, r := range rep.Rows {
 					if err := enc.Encode(r); err != nil {
 						return err

@@ -273,6 +273,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := o.defaults(); err != nil {
 		return nil, err
 	}
+	// A hard bound on the whole run, whatever hangs: the fault phase, a
+	// recovery bound per fault, the drain.
+	ctx, cancel := context.WithTimeout(ctx, o.Duration+10*time.Minute)
+	defer cancel()
 	r := &run{o: o, rng: rand.New(rand.NewPCG(o.Seed, o.Seed^0x636861)), start: time.Now(),
 		lay: layout{size: o.MessageSize, slots: max(64, 8*o.Window), window: o.Window}, hosts: map[string]*host.Host{},
 		names: map[string]string{RegionA: "a-host", RegionB: "b-host"}, writersStop: make(chan struct{})}

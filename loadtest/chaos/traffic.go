@@ -241,6 +241,9 @@ func (w *writer) run(ctx context.Context, stop <-chan struct{}) {
 
 type fkey struct{ flow, seq uint64 }
 
+// corruptMsg stands in checker.seen for a delivery that failed its check.
+const corruptMsg = ^uint64(0)
+
 type doneRec struct {
 	id int
 	n  uint64
@@ -295,53 +298,64 @@ func (c *checker) receive(ctx context.Context, h *host.Host) {
 		case <-ctx.Done():
 			return
 		}
-		now := time.Now()
-		id := int(d.Addr / c.lay.areaSize())
-		var perr error
-		var n uint64
-		switch {
-		case d.Len != uint64(c.lay.size) || d.Key != memoryKey || d.Op != metaroce.OpWrite:
-			perr = fmt.Errorf("op %v key %d len %d", d.Op, d.Key, d.Len)
-		default:
-			if err := h.ReadMemory(ctx, memoryKey, d.Addr, buf); err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				perr = fmt.Errorf("read back: %w", err)
-				break
-			}
-			var hid int
-			var hflow uint64
-			hid, n, hflow, perr = parse(buf)
-			switch {
-			case perr != nil:
-			case hid != id:
-				perr = fmt.Errorf("writer %d's message in writer %d's area", hid, id)
-			case hflow != d.Flow:
-				perr = fmt.Errorf("message of flow %x delivered on flow %x", hflow, d.Flow)
-			case c.lay.addr(hid, n) != d.Addr:
-				perr = fmt.Errorf("message %d at the wrong address %d", n, d.Addr)
+		var rerr error
+		if d.Len == uint64(len(buf)) && d.Key == memoryKey {
+			rerr = h.ReadMemory(ctx, memoryKey, d.Addr, buf)
+			if rerr != nil && ctx.Err() != nil {
+				return
 			}
 		}
-		k := fkey{d.Flow, d.Seq}
-		c.mu.Lock()
-		c.messages++
-		c.bytes += d.Len
-		if _, dup := c.seen[k]; dup {
-			c.dups = append(c.dups, event{now, fmt.Sprintf("flow %x seq %d delivered twice", d.Flow, d.Seq)})
-		}
-		if perr != nil {
-			c.corrupt = append(c.corrupt, event{now, fmt.Sprintf("flow %x seq %d (writer %d): %v", d.Flow, d.Seq, id, perr)})
-		} else {
-			c.seen[k] = n
-			c.times[id] = append(c.times[id], now)
-			if r, ok := c.done[k]; ok {
-				c.match(k, r, n, now)
-			}
-		}
-		delete(c.lostCand, k)
-		c.mu.Unlock()
+		c.check(d, buf, rerr, time.Now())
 	}
+}
+
+// check accounts one delivery whose message was read back into buf
+// (readErr: the read failed).
+func (c *checker) check(d host.Delivery, buf []byte, readErr error, now time.Time) {
+	id := int(d.Addr / c.lay.areaSize())
+	var perr error
+	var n uint64
+	switch {
+	case d.Len != uint64(c.lay.size) || d.Key != memoryKey || d.Op != metaroce.OpWrite:
+		perr = fmt.Errorf("op %v key %d len %d", d.Op, d.Key, d.Len)
+	case readErr != nil:
+		perr = fmt.Errorf("read back: %w", readErr)
+	default:
+		var hid int
+		var hflow uint64
+		hid, n, hflow, perr = parse(buf)
+		switch {
+		case perr != nil:
+		case hid != id:
+			perr = fmt.Errorf("writer %d's message in writer %d's area", hid, id)
+		case hflow != d.Flow:
+			perr = fmt.Errorf("message of flow %x delivered on flow %x", hflow, d.Flow)
+		case c.lay.addr(hid, n) != d.Addr:
+			perr = fmt.Errorf("message %d at the wrong address %d", n, d.Addr)
+		}
+	}
+	k := fkey{d.Flow, d.Seq}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.messages++
+	c.bytes += d.Len
+	if _, dup := c.seen[k]; dup {
+		c.dups = append(c.dups, event{now, fmt.Sprintf("flow %x seq %d delivered twice", d.Flow, d.Seq)})
+	}
+	if perr != nil {
+		c.corrupt = append(c.corrupt, event{now, fmt.Sprintf("flow %x seq %d (writer %d): %v", d.Flow, d.Seq, id, perr)})
+		// Delivered, not intact: counted as corrupted, not also as lost.
+		if _, dup := c.seen[k]; !dup {
+			c.seen[k] = corruptMsg
+		}
+	} else {
+		c.seen[k] = n
+		c.times[id] = append(c.times[id], now)
+		if r, ok := c.done[k]; ok {
+			c.match(k, r, n, now)
+		}
+	}
+	delete(c.lostCand, k)
 }
 
 // match compares the message the source completed as (flow, seq) with the
@@ -349,6 +363,7 @@ func (c *checker) receive(ctx context.Context, h *host.Host) {
 // was rewritten before it was read back).
 func (c *checker) match(k fkey, r doneRec, got uint64, now time.Time) {
 	switch {
+	case got == corruptMsg: // counted already
 	case got == r.n:
 	case got > r.n && (got-r.n)%uint64(c.lay.slots) == 0:
 		c.overwrote++
