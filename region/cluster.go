@@ -96,6 +96,9 @@ func New(cfg Config, logger *slog.Logger) (*Cluster, error) {
 		return nil, fmt.Errorf("region: starting memberlist on %s: %w", cfg.Bind, err)
 	}
 	mc.Transport = c.guard
+	if cfg.wrapTransport != nil {
+		mc.Transport = cfg.wrapTransport(c.guard)
+	}
 	// The guard drops datagrams longer than maxDatagram: memberlist must
 	// never send one (it is 1400 in both presets; set it to be sure).
 	mc.UDPBufferSize = udpBufferSize
@@ -160,7 +163,7 @@ func (c *Cluster) Join(ctx context.Context, seeds []string) (int, error) {
 	c.joinMu.Lock()
 	c.joinErr = je
 	c.joinMu.Unlock()
-	args := []any{"seeds", seeds, "attempts", attempts, "err", err}
+	args := []any{"seeds", seeds, "attempts", attempts, "err", strings.Join(strings.Fields(err.Error()), " ")}
 	if je.Hint != "" {
 		args = append(args, "hint", je.Hint)
 	}
@@ -193,7 +196,10 @@ type JoinError struct {
 }
 
 func (e *JoinError) Error() string {
-	msg := fmt.Sprintf("region: cannot join gossip through %v after %d attempts: %v", e.Seeds, e.Attempts, e.Err)
+	// memberlist's errors span lines (go-multierror); /readyz and logs
+	// want one.
+	msg := fmt.Sprintf("region: cannot join gossip through %v after %d attempts: %s",
+		e.Seeds, e.Attempts, strings.Join(strings.Fields(e.Err.Error()), " "))
 	if e.Hint != "" {
 		msg += " (" + e.Hint + ")"
 	}

@@ -90,7 +90,7 @@ const (
 	// builds); with every overhead it stays under maxDatagram.
 	udpBufferSize = 1400
 	// readBatch datagrams are read per system call.
-	readBatch = 16
+	readBatch = 32
 	// udpRecvBuf is asked of the kernel for the socket's receive buffer
 	// (it grants at most net.core.rmem_max); a larger buffer rides out a
 	// longer pause of the reader.
@@ -178,10 +178,11 @@ type guardTransport struct {
 	windowBy  map[netip.Addr]int           // the same per source address
 	scratch   []byte                       // decryption output, discarded
 	overflow  uint32                       // last SO_RXQ_OVFL value seen
-	noLimit   bool                         // tests: decrypt every datagram
+	noLimit   atomic.Bool                  // tests: no rate limit, decrypt every datagram
 
 	accepted atomic.Uint64
 	dropped  [len(dropIndex)]atomic.Uint64
+	dropLog  [len(dropIndex)]logGate
 	refused  [len(refuseIndex)]atomic.Uint64
 }
 
@@ -498,7 +499,7 @@ func (t *guardTransport) check(b []byte, src netip.AddrPort, now time.Time) int 
 }
 
 func (t *guardTransport) isTrusted(src netip.AddrPort, now time.Time) bool {
-	if t.noLimit {
+	if t.noLimit.Load() {
 		return true
 	}
 	if _, ok := (*t.members.Load())[src]; ok {
@@ -550,14 +551,25 @@ func (t *guardTransport) spend(ip netip.Addr, now time.Time) bool {
 
 func (t *guardTransport) drop(d int, src netip.AddrPort, now time.Time) {
 	total := t.dropped[d].Add(1)
-	reason := dropIndex[d]
-	if ok, n := t.warns.allow(reason, now); ok {
-		args := []any{"reason", reason, "from", src.String(), "total", total}
-		if n > 0 {
-			args = append(args, "suppressed", n)
-		}
-		t.log.Warn("dropping gossip datagrams", args...)
+	// The flood path: one atomic load when no line is due.
+	g := &t.dropLog[d]
+	next := g.next.Load()
+	if now.UnixNano() < next || !g.next.CompareAndSwap(next, now.Add(refusalLogEvery).UnixNano()) {
+		g.suppressed.Add(1)
+		return
 	}
+	args := []any{"reason", dropIndex[d], "from", src.String(), "total", total}
+	if n := g.suppressed.Swap(0); n > 0 {
+		args = append(args, "suppressed", n)
+	}
+	t.log.Warn("dropping gossip datagrams", args...)
+}
+
+// logGate lets one line through per interval; the lines it holds back are
+// counted and reported with the next.
+type logGate struct {
+	next       atomic.Int64 // unix nanoseconds
+	suppressed atomic.Uint64
 }
 
 // refuse counts and logs (rate-limited, at warn) a refusal.
