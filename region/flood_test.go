@@ -203,16 +203,25 @@ func (w wanDial) DialAddressTimeout(a memberlist.Address, timeout time.Duration)
 	return w.NodeAwareTransport.DialAddressTimeout(a, timeout)
 }
 
+// The flood: 400,000 junk datagrams at 50,000 a second (8 s). Before the
+// guard it killed the flooded gateway in every run (7 of 7), within 3 s
+// (at 25,000 a second in 4 of 4 runs, within 2-8 s).
+const floodCount, floodRate = 400_000, 50_000
+
 // A flood of junk at one gateway's gossip port must not make it look dead
 // to the others (issue 13 item 4): three gateways with the example's tuned
-// timings, TCP with a WAN's round trips (wanDial), and a flood of 400,000
-// junk datagrams at 50,000 a second at one of them. Before the guard every
-// run declared the flooded gateway dead within 3 s.
+// timings, TCP with a WAN's round trips (wanDial), and the flood at one of
+// them.
 //
 // "rate limited" is the flood as it comes from strangers; "every datagram
-// decrypted" switches the per-address limit off, as if the junk came from
-// members' addresses (spoofed), so that the reader must try the keys on
-// every datagram.
+// decrypted" switches the per-address limit off, so that the reader must
+// try the keys on every datagram.
+//
+// Under the race detector on a loaded 2-core machine, the reader of the
+// flooded port gets a small share of a core and stalls for tens of
+// milliseconds at a time; the kernel then drops some of the flood
+// (socket_overflow). The members' gossip does not suffer: it arrives on
+// sockets of its own (openMemberSocket).
 func TestGossipFloodDoesNotFakeDeath(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -243,13 +252,19 @@ func testFlood(t *testing.T, noLimit bool) {
 	}
 	victim := cs[0]
 	victim.guard.noLimit.Store(noLimit)
+	if memberSockets {
+		if n := victim.Stats().MemberSockets; n != 2 {
+			t.Fatalf("the flooded gateway has %d member sockets, want 2", n)
+		}
+	}
+	viaMembers := victim.guard.acceptedMember.Load()
 	deaths := watchDeaths(t, victim.Name(), cs[1:]...)
 	before := victim.Stats()
 
 	// Bounded by count and by time; at least 100,000 must go out for the
 	// test to mean anything (a second or two on any machine).
 	begin := time.Now()
-	sent := flood(t, floodSpec{Target: victim.Addr(), Sources: 4, Limit: 400_000, Rate: 50_000, For: 30 * time.Second})
+	sent := flood(t, floodSpec{Target: victim.Addr(), Sources: 4, Limit: floodCount, Rate: floodRate, For: 30 * time.Second})
 	took := time.Since(begin)
 	t.Logf("sent %d junk datagrams in %s (%.0f/s)", sent, took.Round(time.Millisecond), float64(sent)/took.Seconds())
 	if sent < 100_000 {
@@ -285,6 +300,9 @@ func testFlood(t *testing.T, noLimit bool) {
 	}
 	for _, c := range cs[1:] {
 		waitFor(t, c.Name()+" to hear from the flooded gateway", func() bool { _, ok := c.Health("b1", "p0"); return ok })
+	}
+	if memberSockets && victim.guard.acceptedMember.Load() == viaMembers {
+		t.Error("no gossip arrived on the members' own sockets")
 	}
 	// A probe failed during the flood ends in a death at most the
 	// suspicion timeout later (at most 2.4 s with these timings): watch

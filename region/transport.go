@@ -1,6 +1,7 @@
 package region
 
 import (
+	"context"
 	"crypto/aes"
 	"crypto/cipher"
 	"encoding/binary"
@@ -115,6 +116,11 @@ const (
 	maxStreamsPerIP  = 16
 	maxStreamMessage = 4 << 20
 	maxStreamWait    = 10 * time.Second
+	// Members get sockets of their own (openMemberSocket), at most
+	// maxMemberSockets (beyond, they share the port's socket), each with
+	// a smaller buffer: only one member's gossip lands in it.
+	maxMemberSockets = 512
+	memberRecvBuf    = 1 << 20
 	// refusalLogEvery: at most one warn line per drop or refusal reason
 	// per interval, with the count of those suppressed.
 	refusalLogEvery = 10 * time.Second
@@ -146,10 +152,10 @@ type guardTransport struct {
 	log   *slog.Logger
 	warns *rateLog
 
-	tcp   *net.TCPListener
-	udp   *net.UDPConn
-	batch *ipv4.PacketConn // the UDP socket, read a batch at a time
-	port  int
+	tcp      *net.TCPListener
+	udp      *net.UDPConn // the gossip port: everything but known members
+	bindAddr netip.Addr
+	port     int
 
 	packetCh chan *memberlist.Packet
 	streamCh chan net.Conn
@@ -162,28 +168,24 @@ type guardTransport struct {
 	keys atomic.Pointer[[]cipher.AEAD]
 	// members are the gossip addresses of the members memberlist knows:
 	// their datagrams are never rate-limited (they are still
-	// authenticated).
-	membersMu sync.Mutex
-	members   atomic.Pointer[map[netip.AddrPort]struct{}]
+	// authenticated). memberSocks are their own sockets (see
+	// openMemberSocket).
+	membersMu   sync.Mutex
+	members     atomic.Pointer[map[netip.AddrPort]struct{}]
+	memberSocks map[netip.AddrPort]*udpReader
 
 	streamWait time.Duration
 	streamMu   sync.Mutex
 	streams    int
 	streamsBy  map[netip.Addr]int
 
-	// Owned by the reading goroutine.
-	trusted   map[netip.AddrPort]time.Time // authenticated lately, by source
-	window    time.Time                    // start of the current rate window
-	windowAll int                          // untrusted datagrams let through in it
-	windowBy  map[netip.Addr]int           // the same per source address
-	scratch   []byte                       // decryption output, discarded
-	overflow  uint32                       // last SO_RXQ_OVFL value seen
-	noLimit   atomic.Bool                  // tests: no rate limit, decrypt every datagram
+	noLimit atomic.Bool // tests: no rate limit, decrypt every datagram
 
-	accepted atomic.Uint64
-	dropped  [len(dropIndex)]atomic.Uint64
-	dropLog  [len(dropIndex)]logGate
-	refused  [len(refuseIndex)]atomic.Uint64
+	accepted       atomic.Uint64
+	acceptedMember atomic.Uint64 // of accepted, read from a member's own socket
+	dropped        [len(dropIndex)]atomic.Uint64
+	dropLog        [len(dropIndex)]logGate
+	refused        [len(refuseIndex)]atomic.Uint64
 }
 
 // Indexes of the reasons in guardTransport's counters.
@@ -231,8 +233,9 @@ func newGuardTransport(bind netip.AddrPort, keys [][]byte, streamWait time.Durat
 		done:       make(chan struct{}),
 		streamWait: min(streamWait, maxStreamWait),
 		streamsBy:  map[netip.Addr]int{},
-		trusted:    map[netip.AddrPort]time.Time{},
-		windowBy:   map[netip.Addr]int{},
+		bindAddr:   bind.Addr(),
+
+		memberSocks: map[netip.AddrPort]*udpReader{},
 	}
 	if t.streamWait <= 0 {
 		t.streamWait = maxStreamWait
@@ -248,18 +251,29 @@ func newGuardTransport(bind netip.AddrPort, keys [][]byte, streamWait time.Durat
 		return nil, err
 	}
 	t.port = t.tcp.Addr().(*net.TCPAddr).Port
-	// Best effort: the kernel caps it at net.core.rmem_max.
-	for size := udpRecvBuf; size >= 64<<10; size /= 2 {
-		if t.udp.SetReadBuffer(size) == nil {
+	main := t.newReader(t.udp, udpRecvBuf, false)
+	t.wg.Add(2)
+	go main.loop()
+	go t.acceptLoop()
+	return t, nil
+}
+
+// newReader prepares a socket for reading: its receive buffer (best
+// effort: the kernel caps it at net.core.rmem_max) and the kernel's count
+// of what it dropped.
+func (t *guardTransport) newReader(c *net.UDPConn, rcvbuf int, member bool) *udpReader {
+	for size := rcvbuf; size >= 64<<10; size /= 2 {
+		if c.SetReadBuffer(size) == nil {
 			break
 		}
 	}
-	enableOverflowCount(t.udp)
-	t.batch = ipv4.NewPacketConn(t.udp)
-	t.wg.Add(2)
-	go t.readLoop()
-	go t.acceptLoop()
-	return t, nil
+	enableOverflowCount(c)
+	r := &udpReader{t: t, conn: c, batch: ipv4.NewPacketConn(c), member: member}
+	if !member {
+		r.trusted = map[netip.AddrPort]time.Time{}
+		r.windowBy = map[netip.Addr]int{}
+	}
+	return r
 }
 
 // listenGossip binds TCP and UDP on one port; with port 0 it retries when
@@ -271,9 +285,12 @@ func listenGossip(bind netip.AddrPort) (*net.TCPListener, *net.UDPConn, error) {
 			return nil, nil, err
 		}
 		port := tcp.Addr().(*net.TCPAddr).Port
-		udp, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(bind.Addr(), uint16(port))))
+		// SO_REUSEPORT so that members' own sockets can share the port
+		// (TCP, without it, still stops a second gateway on one port).
+		lc := net.ListenConfig{Control: reusePort}
+		pc, err := lc.ListenPacket(context.Background(), "udp", netip.AddrPortFrom(bind.Addr(), uint16(port)).String())
 		if err == nil {
-			return tcp, udp, nil
+			return tcp, pc.(*net.UDPConn), nil
 		}
 		_ = tcp.Close()
 		if bind.Port() != 0 || attempt == 10 || !errors.Is(err, syscall.EADDRINUSE) {
@@ -301,28 +318,76 @@ func (t *guardTransport) setKeys(keys [][]byte) error {
 }
 
 // setMember records that a member's gossip address is addr (or, with
-// present false, that it is gone).
-func (t *guardTransport) setMember(addr netip.AddrPort, present bool) {
+// present false, that it is gone), and opens (closes) the member's own
+// socket. self is this gateway.
+func (t *guardTransport) setMember(addr netip.AddrPort, present, self bool) {
 	if !addr.IsValid() {
 		return
 	}
 	addr = netip.AddrPortFrom(addr.Addr().Unmap(), addr.Port())
 	t.membersMu.Lock()
 	defer t.membersMu.Unlock()
-	old := *t.members.Load()
-	if _, ok := old[addr]; ok == present {
+	if t.closed.Load() {
 		return
 	}
-	m := make(map[netip.AddrPort]struct{}, len(old)+1)
-	for a := range old {
-		m[a] = struct{}{}
+	old := *t.members.Load()
+	if _, ok := old[addr]; ok != present {
+		m := make(map[netip.AddrPort]struct{}, len(old)+1)
+		for a := range old {
+			m[a] = struct{}{}
+		}
+		if present {
+			m[addr] = struct{}{}
+		} else {
+			delete(m, addr)
+		}
+		t.members.Store(&m)
 	}
-	if present {
-		m[addr] = struct{}{}
-	} else {
-		delete(m, addr)
+	if self {
+		return
 	}
-	t.members.Store(&m)
+	r, open := t.memberSocks[addr]
+	switch {
+	case present && !open && len(t.memberSocks) < maxMemberSockets:
+		r, err := t.openMemberSocket(addr)
+		if err != nil {
+			t.warns.logf("member-socket", time.Now(), "gossip from a member shares the flooded port: no socket of its own",
+				"member", addr.String(), "err", err)
+			return
+		}
+		t.memberSocks[addr] = r
+		t.wg.Add(1)
+		go r.loop()
+	case !present && open:
+		delete(t.memberSocks, addr)
+		_ = r.conn.Close()
+	}
+}
+
+// openMemberSocket opens a socket on the gossip port connected to a
+// member's gossip address. Linux delivers a datagram to the connected
+// socket whose remote address matches its source before the port's
+// listening socket, so a member's probes and acks never queue behind junk
+// sent to the port: a flood fills the listening socket's buffer, not
+// this one (unless it comes from the member's own address, spoofed: then
+// that member alone is muffled, and the others still vouch for this
+// gateway).
+func (t *guardTransport) openMemberSocket(addr netip.AddrPort) (*udpReader, error) {
+	if !memberSockets {
+		return nil, errors.New("not supported on this system")
+	}
+	if t.bindAddr.Is4() != addr.Addr().Is4() && !t.bindAddr.IsUnspecified() {
+		return nil, errors.New("address family differs from the gossip bind address")
+	}
+	d := net.Dialer{
+		LocalAddr: net.UDPAddrFromAddrPort(netip.AddrPortFrom(t.bindAddr, uint16(t.port))),
+		Control:   reusePort,
+	}
+	c, err := d.Dial("udp", addr.String())
+	if err != nil {
+		return nil, err
+	}
+	return t.newReader(c.(*net.UDPConn), memberRecvBuf, true), nil
 }
 
 // FinalAdvertiseAddr implements memberlist.Transport.
@@ -387,13 +452,37 @@ func (t *guardTransport) Shutdown() error {
 	close(t.done)
 	_ = t.tcp.Close()
 	_ = t.udp.Close()
+	t.membersMu.Lock()
+	for a, r := range t.memberSocks {
+		_ = r.conn.Close()
+		delete(t.memberSocks, a)
+	}
+	t.membersMu.Unlock()
 	t.wg.Wait()
 	return nil
 }
 
-// readLoop reads the UDP socket a batch at a time and checks every
-// datagram before it is queued for memberlist.
-func (t *guardTransport) readLoop() {
+// udpReader is one socket's reading goroutine and the state only it
+// touches: the gossip port's listening socket, or a member's own.
+type udpReader struct {
+	t        *guardTransport
+	conn     *net.UDPConn
+	batch    *ipv4.PacketConn // conn, read a batch at a time
+	member   bool             // a member's own socket
+	scratch  []byte           // decryption output, discarded
+	overflow uint32           // last SO_RXQ_OVFL value seen
+
+	// The listening socket only.
+	trusted   map[netip.AddrPort]time.Time // authenticated lately, by source
+	window    time.Time                    // start of the current rate window
+	windowAll int                          // untrusted datagrams let through in it
+	windowBy  map[netip.Addr]int           // the same per source address
+}
+
+// loop reads the socket a batch at a time and checks every datagram
+// before it is queued for memberlist.
+func (r *udpReader) loop() {
+	t := r.t
 	defer t.wg.Done()
 	msgs := make([]ipv4.Message, readBatch)
 	for i := range msgs {
@@ -402,11 +491,14 @@ func (t *guardTransport) readLoop() {
 	}
 	var errPause time.Duration
 	for {
-		n, err := t.batch.ReadBatch(msgs, 0)
+		n, err := r.batch.ReadBatch(msgs, 0)
 		now := time.Now()
 		if err != nil {
-			if t.closed.Load() {
+			if t.closed.Load() || errors.Is(err, net.ErrClosed) {
 				return
+			}
+			if errors.Is(err, syscall.ECONNREFUSED) {
+				continue // a member's socket, after an ICMP error
 			}
 			t.warns.logf("read", now, "reading gossip datagrams", "err", err)
 			// A persistent error must not spin a core.
@@ -421,22 +513,23 @@ func (t *guardTransport) readLoop() {
 		errPause = 0
 		if n > 0 {
 			if v, ok := parseOverflow(msgs[n-1].OOB[:msgs[n-1].NN]); ok {
-				if d := v - t.overflow; d > 0 {
-					t.dropped[dSocketOverflow].Add(uint64(d))
+				if d := v - r.overflow; d > 0 {
+					total := t.dropped[dSocketOverflow].Add(uint64(d))
 					t.warns.logf(DropSocketOverflow, now, "gossip datagrams dropped by the kernel: the receive buffer was full",
-						"reason", DropSocketOverflow, "total", t.dropped[dSocketOverflow].Load())
+						"reason", DropSocketOverflow, "member_socket", r.member, "total", total)
 				}
-				t.overflow = v
+				r.overflow = v
 			}
 		}
 		for i := range n {
-			t.handle(&msgs[i], now)
+			r.handle(&msgs[i], now)
 		}
 	}
 }
 
 // handle checks one datagram and queues it for memberlist or drops it.
-func (t *guardTransport) handle(m *ipv4.Message, now time.Time) {
+func (r *udpReader) handle(m *ipv4.Message, now time.Time) {
+	t := r.t
 	from, ok := m.Addr.(*net.UDPAddr)
 	if !ok {
 		return
@@ -448,7 +541,7 @@ func (t *guardTransport) handle(m *ipv4.Message, now time.Time) {
 	if m.Flags&msgTrunc != 0 || m.N >= maxDatagram {
 		d = dTooLong
 	} else {
-		d = t.check(b, src, now)
+		d = r.check(b, src, now)
 	}
 	if d >= 0 {
 		t.drop(d, src, now)
@@ -458,14 +551,17 @@ func (t *guardTransport) handle(m *ipv4.Message, now time.Time) {
 	select {
 	case t.packetCh <- p:
 		t.accepted.Add(1)
+		if r.member {
+			t.acceptedMember.Add(1)
+		}
 	default:
 		t.drop(dQueueFull, src, now)
 	}
 }
 
 // check returns the drop reason of datagram b from src, or -1 to accept it.
-func (t *guardTransport) check(b []byte, src netip.AddrPort, now time.Time) int {
-	keys := t.keys.Load()
+func (r *udpReader) check(b []byte, src netip.AddrPort, now time.Time) int {
+	keys := r.t.keys.Load()
 	if keys == nil {
 		// Clear gossip cannot be authenticated: check the shape and
 		// limit strangers.
@@ -474,7 +570,7 @@ func (t *guardTransport) check(b []byte, src netip.AddrPort, now time.Time) int 
 			return dTooShort
 		case b[0] > mlMaxMsgType || b[0] == mlEncryptMsg:
 			return dFormat
-		case !t.isTrusted(src, now) && !t.spend(src.Addr(), now):
+		case !r.isTrusted(src, now) && !r.spend(src.Addr(), now):
 			return dRate
 		}
 		return -1
@@ -484,68 +580,71 @@ func (t *guardTransport) check(b []byte, src netip.AddrPort, now time.Time) int 
 		return dTooShort
 	case b[0] > 1: // memberlist's encryption versions are 0 and 1
 		return dFormat
-	case !t.isTrusted(src, now) && !t.spend(src.Addr(), now):
+	case !r.isTrusted(src, now) && !r.spend(src.Addr(), now):
 		return dRate
 	}
 	nonce, sealed := b[1:1+mlNonceSize], b[1+mlNonceSize:]
 	for _, k := range *keys {
 		var err error
-		if t.scratch, err = k.Open(t.scratch[:0], nonce, sealed, nil); err == nil {
-			t.trust(src, now)
+		if r.scratch, err = k.Open(r.scratch[:0], nonce, sealed, nil); err == nil {
+			r.trust(src, now)
 			return -1
 		}
 	}
 	return dDecrypt
 }
 
-func (t *guardTransport) isTrusted(src netip.AddrPort, now time.Time) bool {
-	if t.noLimit.Load() {
+func (r *udpReader) isTrusted(src netip.AddrPort, now time.Time) bool {
+	if r.member || r.t.noLimit.Load() {
 		return true
 	}
-	if _, ok := (*t.members.Load())[src]; ok {
+	if _, ok := (*r.t.members.Load())[src]; ok {
 		return true
 	}
-	at, ok := t.trusted[src]
+	at, ok := r.trusted[src]
 	return ok && now.Sub(at) < trustTTL
 }
 
 // trust records that src just sent an authenticated datagram.
-func (t *guardTransport) trust(src netip.AddrPort, now time.Time) {
-	if at, ok := t.trusted[src]; ok {
+func (r *udpReader) trust(src netip.AddrPort, now time.Time) {
+	if r.member {
+		return
+	}
+	if at, ok := r.trusted[src]; ok {
 		if now.Sub(at) > time.Second {
-			t.trusted[src] = now
+			r.trusted[src] = now
 		}
 		return
 	}
-	if len(t.trusted) >= maxTrusted {
-		for a, at := range t.trusted {
+	if len(r.trusted) >= maxTrusted {
+		for a, at := range r.trusted {
 			if now.Sub(at) >= trustTTL {
-				delete(t.trusted, a)
+				delete(r.trusted, a)
 			}
 		}
-		if len(t.trusted) >= maxTrusted {
+		if len(r.trusted) >= maxTrusted {
 			return
 		}
 	}
-	t.trusted[src] = now
+	r.trusted[src] = now
 }
 
 // spend takes one datagram from the budgets of untrusted sources; false
 // when the datagram is over budget.
-func (t *guardTransport) spend(ip netip.Addr, now time.Time) bool {
-	if now.Sub(t.window) >= time.Second || now.Before(t.window) {
-		t.window, t.windowAll = now, 0
-		clear(t.windowBy)
+func (r *udpReader) spend(ip netip.Addr, now time.Time) bool {
+	if now.Sub(r.window) >= time.Second || now.Before(r.window) {
+		r.window, r.windowAll = now, 0
+		clear(r.windowBy)
 	}
-	if t.windowAll >= untrustedTotal {
+	if r.windowAll >= untrustedTotal {
 		return false
 	}
-	n := t.windowBy[ip]
+	n := r.windowBy[ip]
 	if n >= untrustedPerIP {
 		return false
 	}
-	t.windowBy[ip] = n + 1
-	t.windowAll++
+	r.windowBy[ip] = n + 1
+	r.windowAll++
 	return true
 }
 
@@ -738,6 +837,13 @@ func (c *streamConn) Close() error {
 	err := c.TCPConn.Close()
 	c.once.Do(func() { c.t.closeStream(c.ip) })
 	return err
+}
+
+// memberSocketCount is how many members have a socket of their own.
+func (t *guardTransport) memberSocketCount() int {
+	t.membersMu.Lock()
+	defer t.membersMu.Unlock()
+	return len(t.memberSocks)
 }
 
 // stats returns the guard's counters, every reason present.

@@ -142,6 +142,9 @@ type Stats struct {
 	// DatagramsAccepted counts gossip datagrams the guard passed to
 	// memberlist (authenticated, when gossip is encrypted).
 	DatagramsAccepted uint64
+	// MemberSockets is how many members have a socket of their own on the
+	// gossip port, out of reach of junk sent to the port (a gauge).
+	MemberSockets int
 	// DatagramsDropped counts gossip datagrams dropped before memberlist
 	// saw them, by reason: every one of [DropReasons] is present.
 	DatagramsDropped map[string]uint64

@@ -5,6 +5,7 @@ package region
 import (
 	"encoding/binary"
 	"net"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -45,3 +46,19 @@ func parseOverflow(oob []byte) (uint32, bool) {
 
 // msgTrunc is recvmsg's flag for a datagram longer than the buffer.
 const msgTrunc = unix.MSG_TRUNC
+
+// memberSockets: members get sockets of their own (openMemberSocket).
+const memberSockets = true
+
+// reusePort sets SO_REUSEPORT before bind: the gossip port's listening
+// socket and the members' connected sockets share the port.
+func reusePort(_, _ string, rc syscall.RawConn) error {
+	var serr error
+	err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+	})
+	if err != nil {
+		return err
+	}
+	return serr
+}
