@@ -119,6 +119,15 @@ const (
 // RefuseReasons lists the values of mrgw_host_flows_refused_total's reason label.
 var RefuseReasons = []string{RefuseLimit, RefuseNoRoute, RefuseBadRequest, Other}
 
+// GossipDropReasons lists the values of mrgw_gossip_datagrams_dropped_total's
+// reason label: region.DropReasons, and other.
+var GossipDropReasons = []string{"too_short", "too_long", "format", "decrypt", "rate", "queue_full", "socket_overflow", Other}
+
+// GossipRefuseReasons lists the values of mrgw_gossip_refused_total's reason
+// label: region.RefuseReasons, and other.
+var GossipRefuseReasons = []string{"stream_limit", "stream_timeout", "stream_size", "keyring", "unencrypted",
+	"not_gateway", "name_conflict", Other}
+
 // Results of control sessions, key rotations and reloads.
 const (
 	ResultOK          = "ok"          // key rotation or reload done
@@ -183,8 +192,10 @@ type Metrics struct {
 	ConfigReloads       *prometheus.CounterVec // result
 
 	// Regions and gossip.
-	RegionReachable *prometheus.GaugeVec // peer_region
-	PeersAlive      *prometheus.GaugeVec // peer_region
+	RegionReachable        *prometheus.GaugeVec   // peer_region
+	PeersAlive             *prometheus.GaugeVec   // peer_region
+	GossipDatagramsDropped *prometheus.CounterVec // reason
+	GossipRefused          *prometheus.CounterVec // reason
 
 	// Control channel.
 	ControlSessionsActive *prometheus.GaugeVec   // peer_region
@@ -232,6 +243,7 @@ type Metrics struct {
 	peers  map[peerKey]*PeerMetrics
 	wan    map[wanKey]*wanSync
 	drops  map[dropKey]*counterSync
+	gossip map[gossipKey]*counterSync
 }
 
 // Option changes what New builds.
@@ -294,6 +306,7 @@ func New(opts ...Option) *Metrics {
 		peers:    map[peerKey]*PeerMetrics{},
 		wan:      map[wanKey]*wanSync{},
 		drops:    map[dropKey]*counterSync{},
+		gossip:   map[gossipKey]*counterSync{},
 	}
 	b := &builder{m: m, r: r}
 
@@ -335,6 +348,12 @@ func New(opts ...Option) *Metrics {
 	m.PeersAlive = b.gaugeVec("mrgw_peers_alive",
 		"Gateways gossip reports alive, per region (this gateway's own region included, this gateway excluded).",
 		LabelPeerRegion)
+	m.GossipDatagramsDropped = b.counterVec("mrgw_gossip_datagrams_dropped_total",
+		"Datagrams at the gossip port dropped before gossip processed them, by reason: too_short, too_long, format (not a gossip packet), decrypt (no installed key authenticates it), rate (from an unknown address beyond its budget), queue_full, socket_overflow (dropped by the kernel: the reader fell behind).",
+		LabelReason)
+	m.GossipRefused = b.counterVec("mrgw_gossip_refused_total",
+		"Gossip refused, by reason: stream_limit, stream_timeout, stream_size (streams beyond the bounds), keyring (a gateway with another keyring), unencrypted (a gateway without one), not_gateway, name_conflict.",
+		LabelReason)
 
 	// Control channel.
 	m.ControlSessionsActive = b.gaugeVec("mrgw_control_sessions_active",

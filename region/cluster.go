@@ -665,12 +665,12 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 }
 
 func (d *delegate) NotifyJoin(n *memberlist.Node) {
-	d.c.guard.setMember(nodeAddr(n), true, n.Name == d.c.cfg.Name)
+	d.c.guard.setMember(n.Name, nodeAddr(n), true, n.Name == d.c.cfg.Name)
 	d.c.core.setMember(n.Name, nodeAddr(n), n.Meta, Alive)
 }
 
 func (d *delegate) NotifyUpdate(n *memberlist.Node) {
-	d.c.guard.setMember(nodeAddr(n), true, n.Name == d.c.cfg.Name)
+	d.c.guard.setMember(n.Name, nodeAddr(n), true, n.Name == d.c.cfg.Name)
 	d.c.core.setMember(n.Name, nodeAddr(n), n.Meta, Alive)
 }
 
@@ -678,7 +678,7 @@ func (d *delegate) NotifyUpdate(n *memberlist.Node) {
 // sets n.State (its real state field shadows it). Dead it is, unless the
 // member said goodbye.
 func (d *delegate) NotifyLeave(n *memberlist.Node) {
-	d.c.guard.setMember(nodeAddr(n), false, n.Name == d.c.cfg.Name)
+	d.c.guard.setMember(n.Name, nodeAddr(n), false, n.Name == d.c.cfg.Name)
 	d.c.core.setMember(n.Name, nodeAddr(n), nil, Dead)
 }
 

@@ -173,6 +173,7 @@ type guardTransport struct {
 	membersMu   sync.Mutex
 	members     atomic.Pointer[map[netip.AddrPort]struct{}]
 	memberSocks map[netip.AddrPort]*udpReader
+	byName      map[string]netip.AddrPort
 
 	streamWait time.Duration
 	streamMu   sync.Mutex
@@ -236,6 +237,7 @@ func newGuardTransport(bind netip.AddrPort, keys [][]byte, streamWait time.Durat
 		bindAddr:   bind.Addr(),
 
 		memberSocks: map[netip.AddrPort]*udpReader{},
+		byName:      map[string]netip.AddrPort{},
 	}
 	if t.streamWait <= 0 {
 		t.streamWait = maxStreamWait
@@ -317,10 +319,11 @@ func (t *guardTransport) setKeys(keys [][]byte) error {
 	return nil
 }
 
-// setMember records that a member's gossip address is addr (or, with
+// setMember records that member name's gossip address is addr (or, with
 // present false, that it is gone), and opens (closes) the member's own
-// socket. self is this gateway.
-func (t *guardTransport) setMember(addr netip.AddrPort, present, self bool) {
+// socket. self is this gateway. A member that comes back at another
+// address gives up the old one.
+func (t *guardTransport) setMember(name string, addr netip.AddrPort, present, self bool) {
 	if !addr.IsValid() {
 		return
 	}
@@ -330,6 +333,18 @@ func (t *guardTransport) setMember(addr netip.AddrPort, present, self bool) {
 	if t.closed.Load() {
 		return
 	}
+	if prev, ok := t.byName[name]; ok && prev != addr {
+		t.setMemberLocked(prev, false, self)
+	}
+	if present {
+		t.byName[name] = addr
+	} else {
+		delete(t.byName, name)
+	}
+	t.setMemberLocked(addr, present, self)
+}
+
+func (t *guardTransport) setMemberLocked(addr netip.AddrPort, present, self bool) {
 	old := *t.members.Load()
 	if _, ok := old[addr]; ok != present {
 		m := make(map[netip.AddrPort]struct{}, len(old)+1)

@@ -135,7 +135,9 @@ func TestGuardMemberSocket(t *testing.T) {
 	key := bytes.Repeat([]byte{3}, 16)
 	g, _ := newTestGuard(t, [][]byte{key}, time.Second)
 	member, stranger := udpFrom(t), udpFrom(t)
-	g.setMember(member.LocalAddr().(*net.UDPAddr).AddrPort(), true, false)
+	// A member first seen elsewhere, then at member's address.
+	g.setMember("m", stranger.LocalAddr().(*net.UDPAddr).AddrPort(), true, false)
+	g.setMember("m", member.LocalAddr().(*net.UDPAddr).AddrPort(), true, false)
 	if n := g.memberSocketCount(); n != 1 {
 		t.Fatalf("%d member sockets", n)
 	}
@@ -153,7 +155,7 @@ func TestGuardMemberSocket(t *testing.T) {
 	if got := g.acceptedMember.Load(); got != 1 {
 		t.Errorf("%d datagrams came through a member socket, want 1 (the member's)", got)
 	}
-	g.setMember(member.LocalAddr().(*net.UDPAddr).AddrPort(), false, false)
+	g.setMember("m", member.LocalAddr().(*net.UDPAddr).AddrPort(), false, false)
 	if n := g.memberSocketCount(); n != 0 {
 		t.Fatalf("%d member sockets after the member left", n)
 	}
