@@ -41,6 +41,10 @@
 // Every piece of state lives on the netio owner goroutine; the exported
 // methods reach it with netio's Call and wait on channels, so a Host is
 // safe for concurrent use.
+//
+// It imports the protocol and the driver (metaroce, netio, flowctl, pathmgr)
+// and never the tunnel, gossip, configuration or gateway packages
+// (internal/layering checks it).
 package host
 
 import (

@@ -34,6 +34,9 @@
 // peers and paths through [Metrics.Peer] and [Metrics.Path], whose Sync
 // methods turn the cumulative counters of metaroce.ConnStats and pathmgr.Path
 // into Prometheus counter increments.
+//
+// It reads metaroce and pathmgr counters and never imports the gateway, the
+// driver or the lab (internal/layering checks it).
 package metrics
 
 import (

@@ -14,6 +14,8 @@
 // Each gateway gets its own loopback address (127.0.0.11, .12, .21, .22)
 // and the emulator 127.0.0.200, so that hosts on 127.0.0.1 never share an
 // address with a gateway or a stand-in.
+//
+// It is lab code: the daemon never imports it (internal/layering checks it).
 package lab
 
 import (
