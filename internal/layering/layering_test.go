@@ -83,6 +83,10 @@ var forbidden = []struct {
 	{"region", []string{"gateway", "config"}, "gossip knows nothing of the daemon or its configuration"},
 	{"config", []string{"gateway"}, "configuration is validated without the daemon"},
 	{"conformance", []string{"metaroce", "pathmgr"}, "the suite judges any implementation by its wire bytes only"},
+	{"host", []string{"tunnel", "tunnel/", "region", "config", "gateway"}, "a host speaks MetaRoCE to its gateways: no tunnel, gossip or daemon configuration"},
+	{"metrics", []string{"gateway", "netio", "netio/", "tunnel", "tunnel/"}, "the catalogue reads counters; the daemon feeds it"},
+	{"netem", []string{"netio", "netio/", "metaroce", "tunnel", "tunnel/", "gateway"}, "the emulator models links; it knows no protocol"},
+	{"cc/longrtt", []string{"metaroce"}, "controllers know nothing of the transport that drives them"},
 }
 
 // external are third-party imports that the sans-I/O packages never pull
