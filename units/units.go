@@ -55,13 +55,13 @@ func (r ByteRate) BytesIn(d time.Duration) float64 { return float64(r) * d.Secon
 // least 1: "10Gbit/s", "1.5Gbit/s", "200Mbit/s", "999bit/s"; "0" for 0.
 // internal/units.ParseRate reads it back.
 func (r BitRate) String() string {
-	return format(float64(r), []unit{{"Tbit/s", 1e12}, {"Gbit/s", 1e9}, {"Mbit/s", 1e6}, {"kbit/s", 1e3}}, "bit/s")
+	return formatRate(float64(r), []unit{{"Tbit/s", 1e12}, {"Gbit/s", 1e9}, {"Mbit/s", 1e6}, {"kbit/s", 1e3}}, "bit/s")
 }
 
 // String prints r for people in decimal byte units: "1.25GB/s",
 // "12.5MB/s", "100B/s"; "0" for 0.
 func (r ByteRate) String() string {
-	return format(float64(r), []unit{{"TB/s", 1e12}, {"GB/s", 1e9}, {"MB/s", 1e6}, {"kB/s", 1e3}}, "B/s")
+	return formatRate(float64(r), []unit{{"TB/s", 1e12}, {"GB/s", 1e9}, {"MB/s", 1e6}, {"kB/s", 1e3}}, "B/s")
 }
 
 type unit struct {
@@ -69,7 +69,7 @@ type unit struct {
 	mult float64
 }
 
-func format(v float64, us []unit, base string) string {
+func formatRate(v float64, us []unit, base string) string {
 	if v == 0 {
 		return "0"
 	}
@@ -80,3 +80,7 @@ func format(v float64, us []unit, base string) string {
 	}
 	return strconv.FormatFloat(v, 'f', -1, 64) + base
 }
+
+// Throughput is the bit rate at which bytes were delivered in seconds (a
+// measured goodput), unrounded.
+func Throughput(bytes, seconds float64) BitRate { return ByteRate(bytes / seconds).Bits() }
