@@ -33,6 +33,7 @@ import (
 	"github.com/mrgw/mrgw/tunnel"
 	"github.com/mrgw/mrgw/tunnel/control"
 	"github.com/mrgw/mrgw/tunnel/pki"
+	"github.com/mrgw/mrgw/units"
 )
 
 // Options are what a Gateway takes besides its configuration: things that
@@ -194,10 +195,10 @@ func New(cfg *config.Config, opts Options) (g *Gateway, err error) {
 	if g.suite, err = suiteOf(cfg.WAN.Cipher); err != nil {
 		return nil, fmt.Errorf("%w: wan.cipher: %w", ErrInvalidConfig, err)
 	}
-	if g.wanCC, err = controller(cfg.WAN.CongestionControl, cfg.WAN.MaxRateBps, slowestHint(cfg)); err != nil {
+	if g.wanCC, err = controller(cfg.WAN.CongestionControl, cfg.WAN.MaxRate(), slowestHint(cfg)); err != nil {
 		return nil, fmt.Errorf("%w: wan.congestion_control: %w", ErrInvalidConfig, err)
 	}
-	if g.lanCC, err = controller(cfg.LAN.CongestionControl, cfg.LAN.MaxRateBps, 0); err != nil {
+	if g.lanCC, err = controller(cfg.LAN.CongestionControl, cfg.LAN.MaxRate(), 0); err != nil {
 		return nil, fmt.Errorf("%w: lan.congestion_control: %w", ErrInvalidConfig, err)
 	}
 	creds, err := pki.LoadCredentials(cfg.Control.TLS.CAFile, cfg.Control.TLS.CertFile, cfg.Control.TLS.KeyFile, time.Now())
@@ -425,7 +426,7 @@ func (g *Gateway) protocol(cfg *config.Config) metaroce.Config {
 		// among the senders it serves (peer gateways and hosts), and tells
 		// each its share in every ack: senders start there instead of
 		// searching, and never exceed it. 0 (not configured): no hints.
-		ReceiveCapacityBps: float64(cfg.WAN.MaxRateBps),
+		ReceiveCapacity: cfg.WAN.MaxRate(),
 		AcceptOptions: func(peer metaroce.PeerID) metaroce.ConnOptions {
 			if peer < hostPeerBase {
 				return metaroce.ConnOptions{CC: g.wanCC, Paths: cfg.WAN.PathsPerPeer, PMTU: g.wanPMTU(cfg)}
@@ -808,15 +809,15 @@ func (g *Gateway) Reload(next *config.Config) error {
 
 // lineRater is a controller whose ceiling can change while it runs (the
 // cc.AIMD family and cc.Fixed).
-type lineRater interface{ SetLineRate(bytesPerSecond float64) }
+type lineRater interface{ SetLineRate(rate units.ByteRate) }
 
 // applyRates applies reloaded pacing ceilings (wan.max_rate_bps,
 // lan.max_rate_bps) to the connections already open, to the receiver's
 // capacity (its rate hints) and to the controllers of new connections. It
 // runs on the endpoint's goroutine.
 func (g *Gateway) applyRates(ep *metaroce.Endpoint, running, next *config.Config) {
-	wan, lan := next.WAN.MaxRateBps, next.LAN.MaxRateBps
-	if wan == running.WAN.MaxRateBps && lan == running.LAN.MaxRateBps {
+	wan, lan := next.WAN.MaxRate(), next.LAN.MaxRate()
+	if wan == running.WAN.MaxRate() && lan == running.LAN.MaxRate() {
 		return
 	}
 	if f, err := controller(next.WAN.CongestionControl, wan, slowestHint(next)); err == nil {
@@ -825,7 +826,7 @@ func (g *Gateway) applyRates(ep *metaroce.Endpoint, running, next *config.Config
 	if f, err := controller(next.LAN.CongestionControl, lan, 0); err == nil {
 		g.lanCC = f
 	}
-	ep.SetReceiveCapacity(float64(wan))
+	ep.SetReceiveCapacity(wan)
 	n, missed := 0, 0
 	for _, c := range ep.Conns() {
 		bps := lan
@@ -833,7 +834,7 @@ func (g *Gateway) applyRates(ep *metaroce.Endpoint, running, next *config.Config
 			bps = wan
 		}
 		if lr, ok := c.Controller().(lineRater); ok {
-			lr.SetLineRate(float64(bps) / 8)
+			lr.SetLineRate(bps.Bytes())
 			n++
 		} else {
 			missed++
@@ -864,8 +865,8 @@ func suiteOf(name string) (seal.Suite, error) {
 
 // controller looks a congestion controller up by name (package cc's
 // registry; cc/longrtt registers the long-RTT ones).
-func controller(name string, maxRate int64, rtt time.Duration) (cc.Factory, error) {
-	return cc.Lookup(name, cc.Params{LineRateBps: float64(maxRate), BaseRTT: rtt})
+func controller(name string, maxRate units.BitRate, rtt time.Duration) (cc.Factory, error) {
+	return cc.Lookup(name, cc.Params{LineRate: maxRate, BaseRTT: rtt})
 }
 
 // slowestHint is the longest regions[].rtt_hint: it seeds the path timers

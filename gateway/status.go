@@ -15,6 +15,8 @@ import (
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/metrics"
 	"github.com/mrgw/mrgw/netio/seal"
+
+	"github.com/mrgw/mrgw/units"
 )
 
 // Status is the gateway's state as /status serves it (JSON) and `mrgw
@@ -31,9 +33,9 @@ type Status struct {
 	Memory   MemoryStatus   `json:"memory"`
 	// LAN goodput through the gateway, bytes per second: towards remote
 	// regions (out) and towards local hosts (in).
-	LANOutBps float64 `json:"lan_out_bytes_per_second"`
-	LANInBps  float64 `json:"lan_in_bytes_per_second"`
-	Hosts     int     `json:"hosts"`
+	LANOutBps units.ByteRate `json:"lan_out_bytes_per_second"`
+	LANInBps  units.ByteRate `json:"lan_in_bytes_per_second"`
+	Hosts     int            `json:"hosts"`
 	// HostLinks are the connections to registered hosts (the LAN hop).
 	HostLinks []HostLinkStatus `json:"host_links,omitempty"`
 	// PathsAvoided counts WAN paths taken out of service because another
@@ -46,15 +48,15 @@ type Status struct {
 // HostLinkStatus is the connection to one registered host: what this
 // gateway's controller allows on it and what is in flight.
 type HostLinkStatus struct {
-	Endpoint  string  `json:"endpoint"`
-	PacingBps float64 `json:"pacing_bytes_per_second"`
-	Cwnd      int     `json:"cwnd_bytes"`
-	Inflight  int     `json:"inflight_bytes"`
-	PathsUp   int     `json:"paths_up"`
-	Sent      uint64  `json:"payload_bytes_sent"`
-	Lost      uint64  `json:"packets_lost"`
-	Retrans   uint64  `json:"retransmits"`
-	FlowsOut  int     `json:"flows_out"`
+	Endpoint  string         `json:"endpoint"`
+	PacingBps units.ByteRate `json:"pacing_bytes_per_second"`
+	Cwnd      int            `json:"cwnd_bytes"`
+	Inflight  int            `json:"inflight_bytes"`
+	PathsUp   int            `json:"paths_up"`
+	Sent      uint64         `json:"payload_bytes_sent"`
+	Lost      uint64         `json:"packets_lost"`
+	Retrans   uint64         `json:"retransmits"`
+	FlowsOut  int            `json:"flows_out"`
 }
 
 // MemberStatus is one gateway as gossip sees it.
@@ -66,21 +68,21 @@ type MemberStatus struct {
 
 // PeerStatus is a peer gateway: its control session and WAN connection.
 type PeerStatus struct {
-	Name       string       `json:"name"`
-	Region     string       `json:"region"`
-	State      string       `json:"state"` // down, connecting, session, up
-	Since      time.Time    `json:"since"`
-	LastError  string       `json:"last_error,omitempty"`
-	ControlRTT float64      `json:"control_rtt_ms,omitempty"` // omitted until measured
-	TxBps      float64      `json:"tx_payload_bytes_per_second"`
-	PacingBps  float64      `json:"pacing_bytes_per_second"` // the controller's pacing rate
-	RxBps      float64      `json:"rx_payload_bytes_per_second"`
-	Sent       uint64       `json:"payload_bytes_sent"`
-	Received   uint64       `json:"payload_bytes_received"`
-	Retrans    uint64       `json:"retransmits"`
-	Lost       uint64       `json:"packets_lost"`
-	Flows      int          `json:"flows"`
-	Paths      []PathStatus `json:"paths"`
+	Name       string         `json:"name"`
+	Region     string         `json:"region"`
+	State      string         `json:"state"` // down, connecting, session, up
+	Since      time.Time      `json:"since"`
+	LastError  string         `json:"last_error,omitempty"`
+	ControlRTT float64        `json:"control_rtt_ms,omitempty"` // omitted until measured
+	TxBps      units.ByteRate `json:"tx_payload_bytes_per_second"`
+	PacingBps  units.ByteRate `json:"pacing_bytes_per_second"` // the controller's pacing rate
+	RxBps      units.ByteRate `json:"rx_payload_bytes_per_second"`
+	Sent       uint64         `json:"payload_bytes_sent"`
+	Received   uint64         `json:"payload_bytes_received"`
+	Retrans    uint64         `json:"retransmits"`
+	Lost       uint64         `json:"packets_lost"`
+	Flows      int            `json:"flows"`
+	Paths      []PathStatus   `json:"paths"`
 	// PMTU is the path MTU discovery of each plane (pmtu.go).
 	PMTU []PlaneMTUStatus `json:"pmtu,omitempty"`
 }
@@ -164,8 +166,8 @@ func (g *Gateway) snapshot(prev *rateState) {
 		st.Admission = r.adm.status(epNow)
 		st.Flows = FlowStatus{Active: len(r.flows), Refused: r.refused, Resets: r.resets, Completed: r.completed}
 		st.Memory = MemoryStatus{InUse: r.inUse, Reserved: r.reserved, Limit: r.memLimit}
-		st.LANOutBps = float64(r.fromHosts-prev.fromHosts) / dt
-		st.LANInBps = float64(r.toHosts-prev.toHosts) / dt
+		st.LANOutBps = units.ByteRate(float64(r.fromHosts-prev.fromHosts) / dt)
+		st.LANInBps = units.ByteRate(float64(r.toHosts-prev.toHosts) / dt)
 		g.metrics.LANGoodputBytes.WithLabelValues(metrics.DirOut).Add(float64(r.fromHosts - prev.fromHosts))
 		g.metrics.LANGoodputBytes.WithLabelValues(metrics.DirIn).Add(float64(r.toHosts - prev.toHosts))
 		prev.fromHosts, prev.toHosts = r.fromHosts, r.toHosts
@@ -199,10 +201,10 @@ func (g *Gateway) snapshot(prev *rateState) {
 			ps.Retrans, ps.Lost = s.Retransmits, s.PacketsLost
 			ps.Flows = len(ci.in) + len(ci.out)
 			if old, ok := prev.sent[p.name]; ok && s.PayloadBytesSent >= old {
-				ps.TxBps = float64(s.PayloadBytesSent-old) / dt
+				ps.TxBps = units.ByteRate(float64(s.PayloadBytesSent-old) / dt)
 			}
 			if old, ok := prev.received[p.name]; ok && s.PayloadBytesPlaced >= old {
-				ps.RxBps = float64(s.PayloadBytesPlaced-old) / dt
+				ps.RxBps = units.ByteRate(float64(s.PayloadBytesPlaced-old) / dt)
 			}
 			prev.sent[p.name], prev.received[p.name] = s.PayloadBytesSent, s.PayloadBytesPlaced
 			p.metrics.Sync(s)

@@ -16,7 +16,11 @@ const module = "github.com/mrgw/mrgw/"
 // package it does not know, so that placing it is a decision, not an
 // accident. Prefix entries (ending in "/") give a default to a whole tree.
 var rank = map[string]int{
-	// 0: leaves. They import nothing of the project.
+	// -1: the unit types (bits and bytes per second), under everything:
+	// the leaves' boundaries carry them.
+	"units": -1,
+
+	// 0: leaves. They import nothing of the project but the unit types.
 	"internal/":           0,
 	"flowctl":             0,
 	"pathmgr":             0,

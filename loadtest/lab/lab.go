@@ -40,6 +40,8 @@ import (
 	"github.com/mrgw/mrgw/netem"
 	"github.com/mrgw/mrgw/pathmgr"
 	"github.com/mrgw/mrgw/tunnel/pki"
+
+	"github.com/mrgw/mrgw/units"
 )
 
 // Regions of the lab and the emulator site of each.
@@ -636,7 +638,7 @@ func ecnThreshold(cfg Config) int {
 	if cfg.RateBps == 0 {
 		return 0
 	}
-	t := int(cfg.RateBps / 8 * 2 / 1000)
+	t := int(uint64(units.BitRate(cfg.RateBps).Bytes()) * 2 / 1000)
 	if q := cfg.Queue / 4; q > 0 && q < t {
 		t = q
 	}
