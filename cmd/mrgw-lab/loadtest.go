@@ -34,6 +34,7 @@ func newLoadtestCmd() *cobra.Command {
 	)
 	cmd.AddCommand(newPeersFairnessCmds()...)
 	cmd.AddCommand(NewGatewayLoadCmds()...)
+	cmd.AddCommand(newFloodCmd())
 	return cmd
 }
 
