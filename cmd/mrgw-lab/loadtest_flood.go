@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
@@ -24,6 +25,7 @@ func newFloodCmd() *cobra.Command {
 		asJSON  bool
 		quiet   bool
 		noRaw   bool
+		newIP   string
 	)
 	cmd := &cobra.Command{
 		Use:   "flood",
@@ -43,6 +45,13 @@ checked byte for byte. Loopback only (127.0.0.0/8). Progress goes to stderr.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Targets = targets
+			if newIP != "" {
+				a, err := netip.ParseAddr(newIP)
+				if err != nil {
+					return fmt.Errorf("--newcomer-ip: %w", err)
+				}
+				o.NewcomerIP = a
+			}
 			if noRaw {
 				f := false
 				o.Raw = &f
@@ -76,12 +85,13 @@ checked byte for byte. Loopback only (127.0.0.0/8). Progress goes to stderr.`,
 	fl.DurationVar(&o.Duration, "duration", 10*time.Second, "each flood's length (a flood stops at --count or here, whichever comes first)")
 	fl.IntVar(&o.Conns, "conns", 1000, "connection floods: connections held open at once")
 	fl.IntVar(&o.ConnTotal, "conn-total", 10_000, "connection floods: connections opened in all, at most")
-	fl.IntVar(&o.Workers, "workers", 2, "sending goroutines per datagram flood")
+	fl.IntVar(&o.Workers, "workers", 4, "sending goroutines per datagram flood")
 	fl.DurationVar(&o.Before, "before", 3*time.Second, "transfer goodput window before each flood")
 	fl.DurationVar(&o.After, "after", 5*time.Second, "window after each flood (goodput, counters)")
 	fl.Float64Var(&o.RateMbit, "rate", 10, "emulated WAN rate per plane (4 planes), Mbit/s: the transfer's ceiling")
 	fl.Float64Var(&o.MaxRSSMB, "max-rss", 4096, "stop a flood early when the process's RSS passes this many MiB")
 	fl.IntVar(&o.MaxGoroutines, "max-goroutines", 200_000, "stop a flood early past this many goroutines")
+	fl.StringVar(&newIP, "newcomer-ip", "127.0.0.2", "address of the hosts that register during each flood (the transfer's hosts are on 127.0.0.1)")
 	fl.BoolVar(&noRaw, "no-raw", false, "lan-init from 512 UDP source ports instead of raw sockets")
 	fl.BoolVar(&asJSON, "json", false, "print one JSON object per target")
 	fl.BoolVar(&quiet, "quiet", false, "no progress on stderr")

@@ -64,6 +64,9 @@ func WriteTable(w io.Writer, rows []Row) error {
 	for i := range rows {
 		r := &rows[i]
 		fmt.Fprintf(w, "* **%s** (%s on %s): %s\n", r.Target, r.Socket, r.Gateway, countersLine(r.DroppedCounted))
+		if r.Admitted > 0 {
+			fmt.Fprintf(w, "  admitted as LAN peers (not dropped; reclaimed unregistered after 10 s): %d\n", r.Admitted)
+		}
 		if len(r.ProtocolDrops) > 0 {
 			fmt.Fprintf(w, "  not exported: MetaRoCE endpoint drops %v\n", r.ProtocolDrops)
 		}
