@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"reflect"
 	"regexp"
 	"runtime"
 	"sort"
@@ -123,6 +124,44 @@ func protoDelta(a, b metaroce.EndpointStats) map[string]uint64 {
 	add("unknown_conn", a.UnknownConn, b.UnknownConn)
 	add("malformed", a.Malformed, b.Malformed)
 	add("refused", a.Refused, b.Refused)
+	return out
+}
+
+// regionStats flattens the gossip cluster's counters of what it dropped or
+// refused (region.Stats: uint64 fields and maps by reason whose name says
+// Dropped, Refused or Bad), read by reflection so that counters the
+// region package adds later are picked up too. The gateway keeps them
+// but, unless a metric family carries them, does not export them.
+func regionStats(g *gateway.Gateway) map[string]uint64 {
+	out := map[string]uint64{}
+	v := reflect.ValueOf(g.Cluster().Stats())
+	for i := range v.NumField() {
+		f, name := v.Field(i), v.Type().Field(i).Name
+		if !strings.Contains(name, "Dropped") && !strings.Contains(name, "Refused") && !strings.HasPrefix(name, "Bad") {
+			continue
+		}
+		switch f.Kind() {
+		case reflect.Uint64:
+			out[name] = f.Uint()
+		case reflect.Map:
+			if f.Type().Key().Kind() != reflect.String || f.Type().Elem().Kind() != reflect.Uint64 {
+				continue
+			}
+			for _, k := range f.MapKeys() {
+				out[name+"{"+k.String()+"}"] = f.MapIndex(k).Uint()
+			}
+		}
+	}
+	return out
+}
+
+func mapDelta(a, b map[string]uint64) map[string]uint64 {
+	out := map[string]uint64{}
+	for k, v := range b {
+		if v > a[k] {
+			out[k] = v - a[k]
+		}
+	}
 	return out
 }
 

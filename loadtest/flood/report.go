@@ -26,7 +26,7 @@ func WriteJSON(w io.Writer, rows []Row) error {
 // by reason and whatever went wrong.
 func WriteTable(w io.Writer, rows []Row) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
-	fmt.Fprintln(tw, "| target\t socket\t sent\t rate_pps\t counted\t uncounted\t of which kernel / protocol / nowhere\t byte_exact\t stall_ms (before)\t goodput Mbit/s before/during/after\t lockout\t register_ms\t admin_ok\t false_deaths\t wan_losses\t rss_peak_mb (base)\t goroutines_peak (base)\t |")
+	fmt.Fprintln(tw, "| target\t socket\t sent\t rate_pps\t counted\t uncounted\t of which kernel / state machines / nowhere\t byte_exact\t stall_ms (before)\t goodput Mbit/s before/during/after\t lockout\t register_ms\t admin_ok\t false_deaths\t wan_losses\t rss_peak_mb (base)\t goroutines_peak (base)\t |")
 	fmt.Fprintln(tw, "| ---\t ---\t ---\t ---\t ---\t ---\t ---\t ---\t ---\t ---\t ---\t ---\t ---\t ---\t ---\t ---\t ---\t |")
 	for i := range rows {
 		r := &rows[i]
@@ -50,7 +50,7 @@ func WriteTable(w io.Writer, rows []Row) error {
 		case r.KernelDropsExported:
 			where = fmt.Sprintf("(%s counted) / %d / %d", kernel, proto, r.Unaccounted)
 		default:
-			where = fmt.Sprintf("%s / %d / %d", kernel, proto, r.Unaccounted)
+			where = fmt.Sprintf("%s / %d / %d", kernel, proto+gossipDropped(r), r.Unaccounted)
 		}
 		fmt.Fprintf(tw, "| %s\t %s\t %s\t %.0f\t %d\t %d\t %s\t %v\t %.0f (%.0f)\t %.1f / %.1f / %.1f\t %v\t %.0f\t %v\t %d\t %d\t %.0f (%.0f)\t %d (%d)\t |\n",
 			r.Target, r.Socket, sent, r.RatePPS, r.Counted, r.Uncounted, where, r.TransferByteExact, r.StallMs, r.StallBeforeMs,
@@ -69,6 +69,9 @@ func WriteTable(w io.Writer, rows []Row) error {
 		}
 		if len(r.ProtocolDrops) > 0 {
 			fmt.Fprintf(w, "  not exported: MetaRoCE endpoint drops %v\n", r.ProtocolDrops)
+		}
+		if len(r.GossipDrops) > 0 {
+			fmt.Fprintf(w, "  gossip (region.Stats, not exported): %v\n", r.GossipDrops)
 		}
 		if r.Unit != "datagrams" {
 			fmt.Fprintf(w, "  connections: %d opened, at most %d held at once, %d closed by the gateway, %d dials failed\n",
@@ -99,6 +102,20 @@ func WriteTable(w io.Writer, rows []Row) error {
 		}
 	}
 	return nil
+}
+
+// gossipDropped sums the region's unexported datagram drops.
+func gossipDropped(r *Row) uint64 {
+	var n uint64
+	if gossipExported(r.DroppedCounted) {
+		return 0
+	}
+	for k, v := range r.GossipDrops {
+		if strings.HasPrefix(k, "DatagramsDropped") || k == "BadMessages" {
+			n += v
+		}
+	}
+	return n
 }
 
 var labelRe = regexp.MustCompile(`([a-z_]+)="([^"]*)"`)
