@@ -3,6 +3,7 @@ module github.com/mrgw/mrgw
 go 1.26.2
 
 require (
+	github.com/dustin/go-humanize v1.1.0
 	github.com/go-viper/mapstructure/v2 v2.4.0
 	github.com/hashicorp/memberlist v0.7.0
 	github.com/pelletier/go-toml/v2 v2.2.4

@@ -144,6 +144,9 @@ type AIMD struct {
 	// capped it, less its own back-offs since: when the receiver releases
 	// its hold-back, the connection returns to it (never above the hint).
 	held float64
+	// use tells whether the connection delivers what its rate allows; while
+	// it does not (application-limited), the rate does not grow (RFC 7661).
+	use useMeter
 }
 
 // NewAIMD returns a Factory for the AIMD engine with cfg.
@@ -209,6 +212,16 @@ func (a *AIMD) Alpha(path int) float64 { return a.paths[path].alpha }
 // LossFloor returns a path's running loss floor.
 func (a *AIMD) LossFloor(path int) float64 { return a.paths[path].lossFloor }
 
+// AppLimited reports whether the connection's last measured round delivered
+// less than UseFraction of what its rate allowed: the sender does not use
+// its rate (it has less to send, or something other than this controller
+// holds it back), so the rate does not grow.
+func (a *AIMD) AppLimited() bool { return a.use.limited }
+
+// DeliveryRate returns the highest delivery rate (acked bytes per second over
+// one round) the connection has measured.
+func (a *AIMD) DeliveryRate() float64 { return a.use.bestDelivery }
+
 func (a *AIMD) minRate() float64 {
 	return 2 * float64(a.pkt) / a.cfg.RefRTT.Seconds() / float64(len(a.paths))
 }
@@ -224,11 +237,7 @@ func (a *AIMD) Window(path int) int {
 	if p.rttHi > rtt {
 		rtt = p.rttHi
 	}
-	w := int(p.rate * rtt.Seconds() * a.cfg.WindowGain)
-	if m := 4 * a.pkt; w < m {
-		w = m
-	}
-	return w
+	return windowBytes(p.rate*rtt.Seconds()*a.cfg.WindowGain, 4*a.pkt)
 }
 
 // PacingRate implements Controller: the sum of the path rates, capped by the
@@ -241,11 +250,15 @@ func (a *AIMD) PacingRate() float64 {
 	if lr := a.cfg.Params.LineRateBps / 8; lr > 0 && r > lr {
 		r = lr
 	}
-	return r
+	return min(r, MaxRate)
 }
 
-// OnSent implements Controller.
-func (a *AIMD) OnSent(time.Duration, int, int) {}
+// OnSent implements Controller: the bytes sent tell whether the sender uses
+// its rate (useMeter).
+func (a *AIMD) OnSent(now time.Duration, _ int, bytes int) {
+	a.use.advance(now, a.PacingRate())
+	a.use.onSent(bytes)
+}
 
 func (a *AIMD) retotal() {
 	t := 0.0
@@ -294,6 +307,7 @@ func (a *AIMD) setTotal(r float64) {
 
 // OnAck implements Controller.
 func (a *AIMD) OnAck(now time.Duration, path int, s AckSample) {
+	clampRTTs(&s)
 	p := &a.paths[path]
 	if s.SRTT > 0 {
 		p.srtt = s.SRTT
@@ -307,6 +321,8 @@ func (a *AIMD) OnAck(now time.Duration, path int, s AckSample) {
 			p.minRTT = b
 		}
 	}
+	a.use.advance(now, a.PacingRate())
+	a.use.onAck(now, s.AckedBytes, a.maxSRTT())
 	a.grow(now, path)
 	if p.roundPkts == 0 {
 		p.roundStart = now
@@ -334,7 +350,9 @@ func (a *AIMD) OnAck(now time.Duration, path int, s AckSample) {
 	}
 	p.roundAcked += s.AckedBytes
 	p.roundMarked += s.MarkedBytes
-	p.roundPkts += (s.AckedBytes + a.pkt - 1) / a.pkt
+	if s.AckedBytes > 0 {
+		p.roundPkts += (s.AckedBytes-1)/a.pkt + 1 // rounded up, without overflow
+	}
 	if s.MarkedBytes > 0 {
 		p.everMarked = true
 		if a.cfg.RTTFair && !a.searching && !a.steering() {
@@ -426,12 +444,13 @@ func (a *AIMD) equilibrium(now time.Duration) {
 	}
 	a.eqW = math.Max(a.eqW, a.minRate()*float64(len(a.paths))*rtt)
 	r := a.eqW / rtt
-	ceiling := a.hint
-	if lr := a.cfg.Params.LineRateBps / 8; lr > 0 && (ceiling == 0 || lr < ceiling) {
-		ceiling = lr
-	}
-	if ceiling > 0 && r > ceiling {
+	if ceiling := a.ceiling(); r > ceiling {
 		r = ceiling
+		a.eqW = r * rtt
+	}
+	if a.use.limited && r > a.total {
+		// The equilibrium, too, raises only a rate the sender uses.
+		r = a.total
 		a.eqW = r * rtt
 	}
 	if r < a.total {
@@ -529,7 +548,11 @@ func (a *AIMD) grow(now time.Duration, path int) {
 	if a.total > 0 {
 		share = p.rate / a.total
 	}
-	if a.steering() {
+	if a.steering() || a.use.limited {
+		// Not while the equilibrium steers; and not while the sender does
+		// not use the rate it has (RFC 7661): nothing would test the
+		// higher rate, and without a ceiling it grew without bound
+		// (issue 16).
 		return
 	}
 	var inc float64
@@ -545,10 +568,7 @@ func (a *AIMD) grow(now time.Duration, path int) {
 	}
 	// Never grow beyond what the receiver allows: rate above the hint would
 	// only be stored, not used, and would make the next back-off meaningless.
-	ceiling := a.hint
-	if lr := a.cfg.Params.LineRateBps / 8; lr > 0 && (ceiling == 0 || lr < ceiling) {
-		ceiling = lr
-	}
+	ceiling := a.ceiling()
 	p.rate += inc
 	a.total += inc
 	if ceiling > 0 && a.total > ceiling {
@@ -712,6 +732,8 @@ func (a *AIMD) OnRateHint(now time.Duration, bps float64) {
 	if bps <= 0 {
 		return
 	}
+	a.use.advance(now, a.PacingRate())
+	bps = min(bps, MaxRate)
 	prev := a.hint
 	a.hint = bps
 	calm := now-a.lastCongestion > 2*a.maxSRTT()
@@ -721,7 +743,7 @@ func (a *AIMD) OnRateHint(now time.Duration, bps float64) {
 			a.setTotal(bps)
 		}
 		a.lastHintRise = now
-	} else if calm && !a.searching && a.total < 0.9*bps && now-a.lastHintRise > a.maxSRTT() {
+	} else if calm && !a.searching && !a.use.limited && a.total < 0.9*bps && now-a.lastHintRise > a.maxSRTT() {
 		// Well below the receiver's share with no congestion for two round
 		// trips (our own back-offs left us there, and the queue behind them
 		// has drained): close half the gap per round trip. Binary increase
@@ -751,6 +773,19 @@ func (a *AIMD) OnRateHint(now time.Duration, bps float64) {
 	}
 }
 
+// ceiling is the highest rate the connection may hold: the receiver's hint
+// or the line rate, whichever is lower and known, and never above MaxRate.
+func (a *AIMD) ceiling() float64 {
+	c := MaxRate
+	if a.hint > 0 && a.hint < c {
+		c = a.hint
+	}
+	if lr := a.cfg.Params.LineRateBps / 8; lr > 0 && lr < c {
+		c = lr
+	}
+	return c
+}
+
 func (a *AIMD) maxSRTT() time.Duration {
 	m := time.Duration(0)
 	for i := range a.paths {
@@ -770,6 +805,7 @@ func (a *AIMD) OnPathState(now time.Duration, path int, usable bool) {
 	if p.usable == usable {
 		return
 	}
+	a.use.advance(now, a.PacingRate())
 	total := a.total
 	p.usable = usable
 	n := 0

@@ -42,7 +42,7 @@ const (
 // NewDCQCN returns a Factory for the DCQCN-like baseline. Without a line rate
 // it assumes 100 Gbit/s.
 func NewDCQCN(p Params) Factory {
-	line := p.LineRateBps / 8
+	line := min(p.LineRateBps/8, MaxRate)
 	if line <= 0 {
 		line = 100e9 / 8
 	}
@@ -70,11 +70,7 @@ func (d *DCQCN) Window(path int) int {
 	if !d.usable[path] || d.nUsable == 0 {
 		return 0
 	}
-	w := int(2 * d.line * d.srtt.Seconds() / float64(d.nUsable))
-	if m := 16 * d.pkt; w < m {
-		w = m
-	}
-	return w
+	return windowBytes(2*d.line*d.srtt.Seconds()/float64(d.nUsable), 16*d.pkt)
 }
 
 // PacingRate implements Controller.
@@ -128,6 +124,7 @@ func (d *DCQCN) increase() {
 
 // OnAck implements Controller.
 func (d *DCQCN) OnAck(now time.Duration, _ int, s AckSample) {
+	clampRTTs(&s)
 	if s.SRTT > 0 {
 		d.srtt = s.SRTT
 	}

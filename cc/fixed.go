@@ -34,9 +34,9 @@ func (f *Fixed) Window(path int) int { return f.window[path] }
 func (f *Fixed) PacingRate() float64 {
 	switch {
 	case f.hint > 0 && (f.rate == 0 || f.hint < f.rate):
-		return f.hint
+		return min(f.hint, MaxRate)
 	default:
-		return f.rate
+		return min(f.rate, MaxRate)
 	}
 }
 

@@ -21,6 +21,9 @@ type Reno struct {
 	// would, at most once per round trip.
 	ecnBeta float64
 	name    string
+	// use tells whether the sender fills its window; while it does not
+	// (application-limited), the window does not grow (RFC 7661).
+	use useMeter
 }
 
 // NewReno returns a Factory for the Reno baseline.
@@ -59,11 +62,7 @@ func (r *Reno) Window(path int) int {
 	if !r.usable[path] || r.nUsable == 0 {
 		return 0
 	}
-	w := int(r.cwnd) / r.nUsable
-	if w < r.pkt {
-		w = r.pkt
-	}
-	return w
+	return windowBytes(r.cwnd/float64(r.nUsable), r.pkt)
 }
 
 // PacingRate implements Controller: twice the window per round trip in slow
@@ -73,17 +72,29 @@ func (r *Reno) PacingRate() float64 {
 	if r.cwnd < r.ssthresh {
 		g = 2
 	}
-	return g * r.cwnd / r.srtt.Seconds()
+	return min(g*r.cwnd/r.srtt.Seconds(), MaxRate)
 }
 
-// OnSent implements Controller.
-func (r *Reno) OnSent(time.Duration, int, int) {}
+// AppLimited reports whether the last measured round trip delivered less
+// than UseFraction of the window (RFC 7661's pipeACK test): the window is
+// not validated and does not grow.
+func (r *Reno) AppLimited() bool { return r.use.limited }
+
+// OnSent implements Controller: the bytes sent tell whether the sender fills
+// its window (useMeter).
+func (r *Reno) OnSent(now time.Duration, _ int, bytes int) {
+	r.use.advance(now, r.cwnd/r.srtt.Seconds())
+	r.use.onSent(bytes)
+}
 
 // OnAck implements Controller.
 func (r *Reno) OnAck(now time.Duration, path int, s AckSample) {
+	clampRTTs(&s)
+	r.use.advance(now, r.cwnd/r.srtt.Seconds())
 	if s.SRTT > 0 {
 		r.srtt = s.SRTT
 	}
+	r.use.onAck(now, s.AckedBytes, r.srtt)
 	if r.ecnBeta > 0 && s.MarkedBytes > 0 {
 		if now >= r.recoverTill {
 			r.recoverTill = now + r.srtt
@@ -95,15 +106,22 @@ func (r *Reno) OnAck(now time.Duration, path int, s AckSample) {
 		}
 		return
 	}
-	if r.cwnd < r.ssthresh {
-		r.cwnd += float64(s.AckedBytes)
+	if r.use.limited {
+		// The window is not used: growing it would test nothing, and in
+		// slow start it grew by every acked byte for ever (issue 16).
 		return
 	}
-	r.cwnd += float64(r.pkt) * float64(s.AckedBytes) / r.cwnd
+	if r.cwnd < r.ssthresh {
+		r.cwnd += float64(s.AckedBytes)
+	} else {
+		r.cwnd += float64(r.pkt) * float64(s.AckedBytes) / r.cwnd
+	}
+	r.cwnd = min(r.cwnd, MaxWindow)
 }
 
 // OnLoss implements Controller.
 func (r *Reno) OnLoss(now time.Duration, path int, bytes int) {
+	r.use.advance(now, r.cwnd/r.srtt.Seconds())
 	if now < r.recoverTill {
 		return
 	}

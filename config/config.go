@@ -80,7 +80,11 @@ type LAN struct {
 	CongestionControl string `mapstructure:"congestion_control" doc:"data-center controller for host connections: dc-aimd or fixed"`
 	MaxRateBps        int64  `mapstructure:"max_rate_bps" reload:"live" doc:"pacing ceiling per host connection in bit/s; 0 means none; required by the fixed controller"`
 	// HostKeys are the host credentials (hostkeys.go).
-	HostKeys []string `mapstructure:"host_keys" reload:"live" doc:"host credentials, each ID:BASE64 (a secret of 16 to 64 bytes); a host's REGISTER must carry a MAC under one of them; empty: hosts are not authenticated"`
+	HostKeys []string `mapstructure:"host_keys" reload:"live" doc:"host credentials, each ID:BASE64 (a secret of 16 to 64 bytes); a host's REGISTER must carry a MAC under one of them; required unless allow_unauthenticated_hosts"`
+	// AllowUnauthenticatedHosts is the explicit opt-out of host
+	// authentication: without it an empty host_keys is a configuration
+	// error, so that a gateway never admits anyone by omission.
+	AllowUnauthenticatedHosts bool `mapstructure:"allow_unauthenticated_hosts" reload:"live" doc:"accept host registrations without a credential when host_keys is empty (a lab on one machine only: anyone who reaches lan.listen can then register any endpoint name)"`
 }
 
 // WAN is the inter-region side: encrypted multipath tunnels to peer gateways.

@@ -17,6 +17,7 @@ wan:
 control:
   tls: {ca_file: ca.pem, cert_file: gw1.pem, key_file: gw1-key.pem}
 log: {level: verbose}
+lan: {allow_unauthenticated_hosts: true}
 `)
 	_, err := config.Parse(yaml, "yaml", "", config.SkipFileChecks())
 	fmt.Println(err)

@@ -118,7 +118,8 @@ func TestMinimalTakesDefaults(t *testing.T) {
 		t.Errorf("wan defaults not applied: %+v", c.WAN)
 	}
 	if !reflect.DeepEqual(c.Scheduler, d.Scheduler) || !reflect.DeepEqual(c.Limits, d.Limits) ||
-		c.Log != d.Log || c.Admin != d.Admin || !reflect.DeepEqual(c.LAN, d.LAN) {
+		c.Log != d.Log || c.Admin != d.Admin || c.LAN.Listen != d.LAN.Listen || c.LAN.CongestionControl != d.LAN.CongestionControl ||
+		c.LAN.MaxRateBps != d.LAN.MaxRateBps || c.LAN.AllowUnauthenticatedHosts {
 		t.Errorf("defaults not applied:\ngot  %+v\nwant %+v", c, d)
 	}
 	if got := c.Gossip.Timings(); got.ProbeInterval != 5*time.Second || got.SuspicionMult != 6 {

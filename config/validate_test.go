@@ -23,6 +23,10 @@ func TestValidateCases(t *testing.T) {
 		want   []string // the exact problems, in order
 	}{
 		{"valid", func(*Config) {}, nil},
+		{"no host credential", func(c *Config) { c.LAN.HostKeys = nil }, []string{
+			`lan.host_keys: is empty: hosts would register unauthenticated; give each host a credential (docs/OPERATIONS.md, "Authenticating hosts") or set lan.allow_unauthenticated_hosts: true`,
+		}},
+		{"unauthenticated hosts by choice", func(c *Config) { c.LAN.HostKeys = nil; c.LAN.AllowUnauthenticatedHosts = true }, nil},
 		{"missing node", func(c *Config) { c.Node = Node{} }, []string{
 			"node.name: is required", "node.region: is required",
 		}},

@@ -38,8 +38,15 @@ func cases() []caseDef {
 		{"refused-head-no-stall", "§2", caseRefusedHead},
 		{"entropy-change", "§3 §1", caseEntropyChange},
 		{"probe-answered", "§6", caseProbe},
+		{"version-v1-only-client", "§4", caseV1OnlyClient},
+		{"version-v2-offered", "§4 §12", caseV2Offered},
+		{"v2-orphan-not-acked", "§12", caseV2Orphan},
 	}
 }
+
+// unspokenVersion is a wire version no implementation speaks (PROTOCOL.md
+// defines 1 and 2): what the version cases send to be refused.
+const unspokenVersion = 9
 
 // connect opens a connection for a case.
 func (s *session) connect() (*client, error) {
@@ -180,12 +187,12 @@ func caseVersion(s *session) error {
 		return err
 	}
 	o := s.r.opts
-	c.sendRaw(0, (&hsPkt{Version: 2, Type: tInit, Conn: c.id, MTU: uint16(o.MTU), Paths: uint16(o.Paths), TS: c.ts()}).encode(), ecn.NotECT)
+	c.sendRaw(0, (&hsPkt{Version: unspokenVersion, Type: tInit, Conn: c.id, MTU: uint16(o.MTU), Paths: uint16(o.Paths), TS: c.ts()}).encode(), ecn.NotECT)
 	if !c.pump(o.Timeout, func() bool { return len(c.versions) > 0 || len(c.accepts) > 0 }) {
-		return fmt.Errorf("INIT of version 2 not answered with VERSION within %v", o.Timeout)
+		return fmt.Errorf("INIT of version 9 not answered with VERSION within %v", o.Timeout)
 	}
 	if len(c.accepts) > 0 {
-		return fmt.Errorf("INIT of version 2 was answered with ACCEPT, want VERSION")
+		return fmt.Errorf("INIT of version 9 was answered with ACCEPT, want VERSION")
 	}
 	v := c.versions[0]
 	switch {
@@ -193,20 +200,20 @@ func caseVersion(s *session) error {
 		return fmt.Errorf("VERSION names conn %#x, want the INIT's %#x", v.Conn, c.id)
 	case !slices.Contains(v.Versions, 1):
 		return fmt.Errorf("VERSION lists %v, which lacks version 1", v.Versions)
-	case slices.Contains(v.Versions, 2):
-		return fmt.Errorf("VERSION lists %v, which claims the refused version 2", v.Versions)
+	case slices.Contains(v.Versions, unspokenVersion):
+		return fmt.Errorf("VERSION lists %v, which claims the refused version 9", v.Versions)
 	case v.sock != 0:
 		return fmt.Errorf("VERSION arrived on suite socket %d, want the INIT's source port", v.sock)
 	}
 	c.settle(o.Quiet)
 	if len(c.accepts) > 0 {
-		return fmt.Errorf("INIT of version 2 was also accepted")
+		return fmt.Errorf("INIT of version 9 was also accepted")
 	}
 	// Negotiation: retry with a version from the list.
 	if err := c.connect(); err != nil {
 		return fmt.Errorf("after VERSION %v, INIT of version 1: %w", v.Versions, err)
 	}
-	s.passf("INIT v2 refused with VERSION %v; INIT v1 then accepted", v.Versions)
+	s.passf("INIT v9 refused with VERSION %v; INIT v1 then accepted", v.Versions)
 	return nil
 }
 
@@ -998,19 +1005,19 @@ func caseWrongVersion(s *session) error {
 	p := c.pathOf(1)
 	m := c.write(1, addr, invert(base))
 	mark := len(c.versions)
-	err = badInput(s, c, p, addr, base, []string{"DATA of version 2"}, func(int) uint64 {
-		return c.send(p, c.chunk(m, 0), withMangle(func(b []byte) []byte { b[0] = 2; return b }))
+	err = badInput(s, c, p, addr, base, []string{"DATA of version 9"}, func(int) uint64 {
+		return c.send(p, c.chunk(m, 0), withMangle(func(b []byte) []byte { b[0] = unspokenVersion; return b }))
 	})
 	if err != nil {
 		return err
 	}
 	if len(c.versions) <= mark {
-		return fmt.Errorf("DATA of version 2 not answered with VERSION")
+		return fmt.Errorf("DATA of version 9 not answered with VERSION")
 	}
 	if v := c.versions[mark]; v.Conn != c.id || !slices.Contains(v.Versions, 1) {
 		return fmt.Errorf("VERSION for conn %#x lists %v, want conn %#x and version 1", v.Conn, v.Versions, c.id)
 	}
-	s.passf("DATA of version 2 answered with VERSION, unacknowledged, nothing written; connection healthy")
+	s.passf("DATA of version 9 answered with VERSION, unacknowledged, nothing written; connection healthy")
 	return nil
 }
 

@@ -106,3 +106,42 @@ func TestRunRejectsUnknownCase(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// TestVectorsV2CopyIdentical keeps the suite's copy of the version-2 golden
+// vectors equal to metaroce's, and its codec in agreement with them.
+func TestVectorsV2CopyIdentical(t *testing.T) {
+	ours, err := os.ReadFile("testdata/vectors_v2.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs, err := os.ReadFile("../metaroce/testdata/vectors_v2.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(ours, theirs) || !bytes.Equal(goldenV2JSON, ours) {
+		t.Fatal("conformance/testdata/vectors_v2.json differs from metaroce/testdata/vectors_v2.json: copy it over after a deliberate format change")
+	}
+	bad, n, err := checkVectorsV2(goldenV2JSON)
+	if err != nil || len(bad) > 0 || n < 8 {
+		t.Fatalf("%d vectors: %v %v", n, err, bad)
+	}
+	// A one-bit change to a version-2 DATA vector is caught.
+	i := bytes.Index(goldenV2JSON, []byte(`"hex": "0201`))
+	if i < 0 {
+		t.Fatal("no version-2 DATA vector")
+	}
+	broken := append([]byte(nil), goldenV2JSON...)
+	broken[i+len(`"hex": "0201`)+3] ^= 1
+	if bad, _, _ := checkVectorsV2(broken); len(bad) == 0 {
+		t.Fatal("a changed version-2 vector went unnoticed")
+	}
+}
+
+// TestUnwrap32 checks the suite's own unwrapping against §12's examples.
+func TestUnwrap32(t *testing.T) {
+	for _, c := range [][3]uint64{{0, 5, 5}, {1<<32 - 2, 1, 1<<32 + 1}, {1<<32 + 1, 0xfffffffe, 1<<32 - 2}, {10, 3, 3}} {
+		if got := unwrap32(c[0], uint32(c[1])); got != c[2] {
+			t.Errorf("unwrap32(%#x, %#x) = %#x, want %#x", c[0], c[1], got, c[2])
+		}
+	}
+}

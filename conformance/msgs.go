@@ -86,7 +86,12 @@ func (c *client) send(path int, d dataPkt, opts ...sendOpt) uint64 {
 		d.Timestamp = c.ts()
 	}
 	p.next++
-	b := d.encode()
+	var b []byte
+	if c.wire == 2 {
+		b, d.Seq = c.encodeV2(&d, cfg.sock, cfg.cp)
+	} else {
+		b = d.encode()
+	}
 	if cfg.mangle != nil {
 		b = cfg.mangle(b)
 	}

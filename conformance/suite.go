@@ -126,16 +126,22 @@ func Run(ctx context.Context, target netip.AddrPort, opts Options) ([]Result, er
 	// The suite's own codec must match the golden vectors before it can
 	// judge anyone else's bytes.
 	bad, n, err := checkVectors(goldenJSON)
+	if err == nil {
+		var bad2 []string
+		var n2 int
+		bad2, n2, err = checkVectorsV2(goldenV2JSON)
+		bad, n = append(bad, bad2...), n+n2
+	}
 	if err != nil || len(bad) > 0 {
 		detail := fmt.Sprint(err)
 		if err == nil {
 			detail = fmt.Sprintf("%d mismatches: %v", len(bad), bad)
 		}
-		emit(Result{vectorCase, "§1-8", Fail, detail})
+		emit(Result{vectorCase, "§1-8 §12", Fail, detail})
 		return results, fmt.Errorf("conformance: suite codec disagrees with the golden vectors: %s", detail)
 	}
 	if want(vectorCase) {
-		emit(Result{vectorCase, "§1-8", Pass, fmt.Sprintf("suite codec matches all %d golden vectors", n)})
+		emit(Result{vectorCase, "§1-8 §12", Pass, fmt.Sprintf("suite codec matches all %d golden vectors", n)})
 	}
 	for _, c := range all {
 		if !want(c.id) {
@@ -287,6 +293,14 @@ type client struct {
 	strangers  []rxd    // packets for other connection ids
 	violations []string
 
+	// wire version: offered in the INIT (bit i = version i+1; 0 = 1
+	// only) and chosen by the ACCEPT; per-message descriptor state of
+	// version 2 (wirev2.go), and the target's orphans dropped
+	offer, wire uint8
+	sentDesc    map[[2]uint64]*v2desc
+	rxDesc      map[[2]uint64]*v2desc
+	orphans     int
+
 	// receiver state for the target's DATA (its reports)
 	rx      map[uint16]*rxPath
 	msgs    map[uint64]*partial
@@ -298,7 +312,8 @@ func (s *session) newClient() (*client, error) {
 	r := s.r
 	c := &client{r: r, target: r.target, in: make(chan rxd, 4096), done: make(chan struct{}),
 		streamNext: map[uint32]uint64{}, reads: map[uint32]*Report{}, rx: map[uint16]*rxPath{},
-		msgs: map[uint64]*partial{}, done2: map[uint64][]byte{}}
+		msgs: map[uint64]*partial{}, done2: map[uint64][]byte{},
+		sentDesc: map[[2]uint64]*v2desc{}, rxDesc: map[[2]uint64]*v2desc{}}
 	for c.id == 0 {
 		c.id = r.rng.Uint64()
 	}
@@ -397,7 +412,7 @@ func (c *client) connect() error {
 	if c.r.silent {
 		return fmt.Errorf("target %v answered no INIT earlier in this run; not trying again", c.target)
 	}
-	init := (&hsPkt{Type: tInit, Conn: c.id, MTU: uint16(o.MTU), Paths: uint16(o.Paths)})
+	init := (&hsPkt{Type: tInit, Conn: c.id, MTU: uint16(o.MTU), Paths: uint16(o.Paths), Offer: c.offer})
 	for try := 0; try < 3 && len(c.accepts) == 0; try++ {
 		init.TS = c.ts()
 		nv, nc := len(c.versions), len(c.closes)
@@ -419,6 +434,10 @@ func (c *client) connect() error {
 		return fmt.Errorf("ACCEPT with 0 paths")
 	}
 	c.accept = a
+	c.wire = max(a.Choice, 1)
+	if offered := c.offer; (offered == 0 && c.wire != 1) || (offered != 0 && (c.wire > 8 || offered&(1<<(c.wire-1)) == 0)) {
+		return fmt.Errorf("ACCEPT chose wire version %d, which the INIT (offer %#b) did not offer", c.wire, c.offer)
+	}
 	c.mtu = min(o.MTU, int(a.MTU))
 	n := min(o.Paths, int(a.Paths))
 	for i := 0; i < n; i++ {
@@ -479,8 +498,22 @@ func (c *client) handle(d rxd) {
 		c.versions = append(c.versions, v)
 		return
 	}
+	if b[0] == 2 && b[1] == tData && c.wire == 2 {
+		if len(b) >= data2HdrLen && be.Uint32(b[8:]) != uint32(c.id) {
+			if len(c.strangers) < 64 {
+				c.strangers = append(c.strangers, d)
+			}
+			return
+		}
+		c.onData2(b, d)
+		return
+	}
 	if b[0] != 1 {
 		c.violate("datagram of version %d from the target", b[0])
+		return
+	}
+	if b[1] == tData && c.wire == 2 {
+		c.violate("version-1 DATA on a connection that agreed version 2")
 		return
 	}
 	if conn != c.id {
@@ -612,6 +645,9 @@ func (c *client) onData(x *dataPkt, d rxd) {
 	}
 	if x.Stream != CtlStream || x.Op != opSend {
 		c.violate("target sent DATA op %d on stream %#x; the contract has it SEND only on stream %#x", x.Op, x.Stream, CtlStream)
+		return
+	}
+	if x.descOnly {
 		return
 	}
 	if x.MsgSeq < c.nextRep || c.done2[x.MsgSeq] != nil {

@@ -76,6 +76,7 @@ type dataPkt struct {
 	Addr      uint64
 	Timestamp uint64
 	Payload   []byte
+	descOnly  bool // a version-2 descriptor-only DATA taken apart (wirev2.go)
 }
 
 func putHdr(b []byte, ver, typ, flags, spare uint8, conn uint64) {
@@ -244,6 +245,8 @@ type hsPkt struct {
 	TS       uint64
 	EchoTS   uint64 // ACCEPT only
 	RateHint uint64 // ACCEPT only
+	Offer    uint8  // INIT only (flags): versions offered, bit i = version i+1; 0 = version 1 only
+	Choice   uint8  // ACCEPT only (byte 3): the version chosen; 0 = version 1
 	sock     int
 }
 
@@ -253,7 +256,11 @@ func (h *hsPkt) encode() []byte {
 		n = acceptLen
 	}
 	b := make([]byte, n)
-	putHdr(b, h.Version, h.Type, 0, 0, h.Conn)
+	if h.Type == tAccept {
+		putHdr(b, h.Version, h.Type, 0, h.Choice, h.Conn)
+	} else {
+		putHdr(b, h.Version, h.Type, h.Offer, 0, h.Conn)
+	}
 	be.PutUint16(b[12:], h.MTU)
 	be.PutUint16(b[14:], h.Paths)
 	be.PutUint64(b[16:], h.TS)
@@ -279,6 +286,9 @@ func decodeHandshake(b []byte) (*hsPkt, error) {
 	h.MTU, h.Paths, h.TS = be.Uint16(b[12:]), be.Uint16(b[14:]), be.Uint64(b[16:])
 	if h.Type == tAccept {
 		h.EchoTS, h.RateHint = be.Uint64(b[24:]), be.Uint64(b[32:])
+		h.Choice = b[3]
+	} else {
+		h.Offer = b[2]
 	}
 	return h, nil
 }

@@ -67,6 +67,12 @@ func served(t *testing.T, url string) map[string]bool {
 	return out
 }
 
+// measuredOnly are the gauges of a measurement that have no series until
+// there is one (a path's RTT: unknown is absent, not 0, see
+// docs/OPERATIONS.md): an idle gateway need not serve them. The gateway's
+// end-to-end metrics test checks them under traffic.
+var measuredOnly = map[string]bool{"mrgw_path_rtt_seconds": true, "mrgw_path_min_rtt_seconds": true}
+
 // TestHealthyGatewayServesEveryMetricTheDashboardAndAlertsUse starts the
 // two-region lab (two gateways per region, real sockets over the loopback
 // emulator), waits until it is ready, sends no traffic, and scrapes each
@@ -104,7 +110,7 @@ func TestHealthyGatewayServesEveryMetricTheDashboardAndAlertsUse(t *testing.T) {
 			got := served(t, url)
 			missing = missing[:0]
 			for n := range used {
-				if !got[n] {
+				if !got[n] && !measuredOnly[n] {
 					missing = append(missing, n)
 				}
 			}

@@ -329,6 +329,7 @@ module "pair" {
     { name = "use-gw1", control = {{rctl}}, wan = ["203.0.113.1:7500"] },
   ] }]
   gossip_keyring = [{{key}}]
+  host_keys      = ["demo:bXJndy1kZW1vLWhvc3Qta2V5LW5ldmVyLXJldXNlLWl0IQ=="]
   wan            = { mtu = {{mtu}} }
 }
 output "n" { value = length(module.pair.gateways) }

@@ -59,6 +59,7 @@ func (g *Gateway) adminExtras(mux *http.ServeMux) {
 // process: /config shows how many there are, not what they are.
 var secretKeys = map[string]bool{
 	"gossip.keyring": true,
+	"lan.host_keys":  true,
 }
 
 // Redacted replaces a secret value in EffectiveConfig.

@@ -136,11 +136,25 @@ func TestEffectiveConfigRedactsEverySecret(t *testing.T) {
 			if path != "" {
 				p = path + "." + tag
 			}
-			if p == "gossip.keyring" {
-				continue // redacted
+			if p == "gossip.keyring" || p == "lan.host_keys" {
+				continue // redacted: checked below
 			}
 			walk(f.Type, p)
 		}
 	}
 	walk(reflect.TypeFor[config.Config](), "")
+
+	cfg := validConfig(t)
+	cfg.Gossip.Keyring = []string{demoKey}
+	const hostSecret = "c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0"
+	cfg.LAN.HostKeys = []string{"trainers:" + hostSecret}
+	out, err := json.Marshal(gateway.EffectiveConfig(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, secret := range []string{demoKey, hostSecret} {
+		if strings.Contains(string(out), secret) {
+			t.Errorf("EffectiveConfig shows a secret: %s", out)
+		}
+	}
 }

@@ -150,6 +150,7 @@ func (pc planeLabConfig) gatewayConfig(n, reg string, names []string, all map[st
 	c := config.Default()
 	c.Node = config.Node{Name: n, Region: reg}
 	c.LAN.Listen = a.lan.String()
+	c.LAN.AllowUnauthenticatedHosts = true // planes are the point here, not host credentials
 	c.WAN.Planes = nil
 	for k, w := range a.wan {
 		c.WAN.Planes = append(c.WAN.Planes, config.Plane{Name: fmt.Sprintf("p%d", k), Local: w.String()})

@@ -71,7 +71,7 @@ type PeerStatus struct {
 	State      string       `json:"state"` // down, connecting, session, up
 	Since      time.Time    `json:"since"`
 	LastError  string       `json:"last_error,omitempty"`
-	ControlRTT float64      `json:"control_rtt_ms"`
+	ControlRTT float64      `json:"control_rtt_ms,omitempty"` // omitted until measured
 	TxBps      float64      `json:"tx_payload_bytes_per_second"`
 	PacingBps  float64      `json:"pacing_bytes_per_second"` // the controller's pacing rate
 	RxBps      float64      `json:"rx_payload_bytes_per_second"`
@@ -88,8 +88,8 @@ type PathStatus struct {
 	ID       int     `json:"id"`
 	Plane    string  `json:"plane"`
 	State    string  `json:"state"`
-	RTT      float64 `json:"rtt_ms"`
-	MinRTT   float64 `json:"min_rtt_ms"`
+	RTT      float64 `json:"rtt_ms,omitempty"` // omitted until the path has measured one
+	MinRTT   float64 `json:"min_rtt_ms,omitempty"`
 	Cwnd     int     `json:"cwnd_bytes"`
 	Inflight int     `json:"inflight_bytes"`
 	Sent     uint64  `json:"packets_sent"`

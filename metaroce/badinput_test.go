@@ -34,9 +34,11 @@ func establish(t testing.TB, cfg Config) (*testNet, *Conn, *Conn) {
 
 // TestBadInputDroppedAndCounted feeds the receiver every kind of bad packet
 // and checks that each is dropped and counted, nothing is written, nothing
-// panics, and the connection still carries data afterwards.
+// panics, and the connection still carries data afterwards. The packets
+// are version 1's (TestBadInputV2 has version 2's), so the connection
+// speaks version 1.
 func TestBadInputDroppedAndCounted(t *testing.T) {
-	n, c, s := establish(t, Config{MTU: 1024, Paths: 4})
+	n, c, s := establish(t, Config{MTU: 1024, Paths: 4, WireVersions: []uint8{Version1}})
 	rx := n.eps[1]
 	region := make([]byte, 4096)
 	if err := rx.Memory().Register(5, region); err != nil {
@@ -137,8 +139,8 @@ func TestBadInputDroppedAndCounted(t *testing.T) {
 }
 
 func TestVersionNegotiationRefusesUnknownVersion(t *testing.T) {
-	n := newTestNet(t, Config{}, Config{}, 1, 1)
-	// An INIT of version 7 is answered with VERSION listing 1.
+	n := newTestNet(t, Config{}, Config{WireVersions: []uint8{Version1, Version2}}, 1, 1)
+	// An INIT of version 7 is answered with VERSION listing 1 and 2.
 	init, _ := AppendInit(make([]byte, 0, 64), &Handshake{Conn: 5, MTU: 4096, Paths: 1, Timestamp: 1})
 	init[0] = 7
 	n.eps[1].Receive(0, init, RecvMeta{Peer: 0, Entropy: 1234})
@@ -148,7 +150,7 @@ func TestVersionNegotiationRefusesUnknownVersion(t *testing.T) {
 		t.Fatal("no VERSION answer")
 	}
 	_, vers, err := DecodeVersion(buf[:tx.Len])
-	if err != nil || len(vers) != 1 || vers[0] != Version || !tx.Reply || tx.Entropy != 1234 {
+	if err != nil || len(vers) != 2 || vers[0] != Version1 || vers[1] != Version2 || !tx.Reply || tx.Entropy != 1234 {
 		t.Fatalf("VERSION answer %v %v %+v", vers, err, tx)
 	}
 	if len(n.eps[1].Conns()) != 0 {

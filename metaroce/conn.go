@@ -32,6 +32,11 @@ type ConnStats struct {
 	DataReceived, Duplicates, PayloadBytesPlaced, AcksSent, MessagesReceived uint64
 	OutOfOrderDropped                                                        uint64 // RoCEv2 mode only
 	PlacementErrors, Malformed, WindowViolations                             uint64
+	// Wire version 2 (PROTOCOL.md §12): DATA packets that carried a
+	// message descriptor (DescriptorsSent, of which DescriptorOnlySent had
+	// no payload), and DATA of a message whose descriptor had not arrived,
+	// dropped unrecorded so that the sender resends them (Orphans).
+	DescriptorsSent, DescriptorOnlySent, Orphans uint64
 }
 
 // maxControl bounds each queue of control packets a connection owes
@@ -50,14 +55,20 @@ type Conn struct {
 	mode      Mode
 	mtu       int
 	closeErr  error
+	// wire is the DATA wire version the connection agreed (PROTOCOL.md
+	// §4); 0 while an initiator waits for the ACCEPT. offer is what an
+	// initiator offered (bit i = version i+1).
+	wire, offer uint8
 
 	paths    *pathmgr.Set
 	ctl      cc.Controller
 	windowFn func(int) int
 	// rxHdr is the header of the DATA packet being received: a field
 	// rather than a local, because a stream Sink is handed a pointer to it
-	// and a local would then escape, one allocation per packet.
-	rxHdr DataHeader
+	// and a local would then escape, one allocation per packet. rxHdr2 is
+	// a version-2 DATA as decoded, before rx.go widens it into rxHdr.
+	rxHdr  DataHeader
+	rxHdr2 DataHeaderV2
 
 	// sender
 	tx        []sentHistory // per path (sent.go)
@@ -72,6 +83,7 @@ type Conn struct {
 	paceWait  bool          // stopped for the pacer, and not out of data or window since: a late driver may catch up
 	minRTT    time.Duration // smallest RTT sample of any path (0: none yet); sizes the pacer's slack
 	cwndLimit bool          // the last attempt to send found no path with room
+	descNext  descNext      // version 2: the chunk whose descriptor just went alone, and its path
 
 	// receiver
 	rx     []rxPath // per path (rx.go)
@@ -160,6 +172,10 @@ func (c *Conn) Established() bool { return c.state == stateEstablished }
 // Closed reports whether the connection is closed.
 func (c *Conn) Closed() bool { return c.state == stateClosed }
 
+// WireVersion returns the wire version the connection agreed (1 or 2), or
+// 0 while the handshake has not decided it.
+func (c *Conn) WireVersion() int { return int(c.wire) }
+
 // MTU returns the negotiated payload size.
 func (c *Conn) MTU() int { return c.mtu }
 
@@ -237,6 +253,23 @@ func (c *Conn) hasControl() bool {
 func (c *Conn) receive(now time.Duration, t PacketType, b []byte, m RecvMeta) {
 	switch t {
 	case TypeData:
+		if !c.dataVersion(b[0]) {
+			c.Stats.Malformed++
+			return
+		}
+		if b[0] == Version2 {
+			h := &c.rxHdr2
+			payload, err := DecodeDataV2(b, h)
+			if err != nil {
+				c.Stats.Malformed++
+				return
+			}
+			if c.state == stateClosed {
+				return
+			}
+			c.onDataV2(now, h, payload, m)
+			return
+		}
 		h := &c.rxHdr
 		*h = DataHeader{}
 		payload, err := DecodeData(b, h)
@@ -267,7 +300,7 @@ func (c *Conn) receive(now time.Duration, t PacketType, b []byte, m RecvMeta) {
 			c.Stats.Malformed++
 			return
 		}
-		c.onAccept(now, &h)
+		c.onAccept(now, &h, m)
 	case TypeClose:
 		_, reason, ack, err := DecodeClose(b)
 		if err != nil {
@@ -318,7 +351,26 @@ func (c *Conn) receive(now time.Duration, t PacketType, b []byte, m RecvMeta) {
 	}
 }
 
-func (c *Conn) onAccept(now time.Duration, h *Handshake) {
+// dataVersion reports whether a DATA of wire version v belongs on this
+// connection: the version it agreed, or, before the ACCEPT came (it was
+// lost), one the initiator offered, which then is the version
+// (PROTOCOL.md §4 "Version").
+func (c *Conn) dataVersion(v uint8) bool {
+	if c.wire == 0 && c.initiator && c.state == stateConnecting && v >= 1 && v <= MaxVersion && c.offer&(1<<(v-1)) != 0 {
+		c.setWire(v)
+	}
+	return v == c.wire
+}
+
+// setWire records the version the handshake agreed.
+func (c *Conn) setWire(v uint8) {
+	c.wire = v
+	if v != Version2 {
+		c.ep.untag(c)
+	}
+}
+
+func (c *Conn) onAccept(now time.Duration, h *Handshake, m RecvMeta) {
 	if c.initiator && c.state == stateEstablished {
 		// A repeated ACCEPT: the receiver re-announces our share.
 		if h.RateHintBps > 0 {
@@ -334,6 +386,16 @@ func (c *Conn) onAccept(now time.Duration, h *Handshake) {
 	if !c.initiator || c.state != stateConnecting {
 		return
 	}
+	if v := h.Chosen(); v > MaxVersion || c.offer&(1<<(v-1)) == 0 {
+		// The responder chose a version we did not offer.
+		var tmp [CloseLen]byte
+		if p, err := AppendClose(tmp[:0], c.id, CloseProtocol, false); err == nil {
+			c.ep.queueReply(c.peer, m.Entropy, p)
+		}
+		c.fail(now, ErrNoCommonVersion)
+		return
+	}
+	c.setWire(h.Chosen())
 	if int(h.MTU) < c.mtu {
 		c.mtu = int(h.MTU)
 		c.placer.mtu = c.mtu
@@ -412,6 +474,9 @@ func (c *Conn) pollControl(now time.Duration, buf []byte) (Transmit, bool) {
 	case c.needInit && c.state == stateConnecting:
 		c.needInit = false
 		h := Handshake{Conn: c.id, MTU: uint16(c.mtu), Paths: uint16(len(c.tx)), Timestamp: uint64(now) + 1}
+		if c.offer != 1<<(Version1-1) {
+			h.Offer = c.offer // version 1 only is sent as 0, as a version-1 initiator does
+		}
 		p, err = AppendInit(buf[:0], &h)
 		t.Entropy = c.paths.Paths[0].Entropy
 		c.hsDeadline = now + c.hsRTO
@@ -419,6 +484,9 @@ func (c *Conn) pollControl(now time.Duration, buf []byte) (Transmit, bool) {
 		c.needAccept = false
 		h := Handshake{Conn: c.id, MTU: uint16(c.mtu), Paths: uint16(len(c.tx)), Timestamp: uint64(now) + 1,
 			EchoTimestamp: c.acceptEcho, RateHintBps: c.ep.rateHintBps(now, c)}
+		if c.wire != Version1 {
+			h.Version = c.wire // version 1 is sent as 0, as a version-1 responder does
+		}
 		c.lastHint = h.RateHintBps
 		p, err = AppendAccept(buf[:0], &h)
 		t.Reply, t.Entropy = true, c.rx[0].peerPort

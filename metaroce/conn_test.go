@@ -30,11 +30,18 @@ type transferCase struct {
 	limit      time.Duration
 	// rate paces the sender (bytes/s; 0 = unpaced).
 	rate float64
+	// wire is Config.WireVersions of both ends (nil: 1 and 2, which agree
+	// on version 2 in the MetaRoCE mode; the RoCEv2 mode speaks 1).
+	wire []uint8
 }
 
 func runTransfer(t *testing.T, tc transferCase, seed uint64) *testNet {
 	t.Helper()
-	cfg := Config{Mode: tc.mode, Paths: tc.paths, MTU: 1024, CC: cc.NewFixed(64<<10, tc.rate), Seed: seed}
+	wire := tc.wire
+	if wire == nil && tc.mode == ModeMetaRoCE {
+		wire = []uint8{Version1, Version2}
+	}
+	cfg := Config{Mode: tc.mode, Paths: tc.paths, MTU: 1024, CC: cc.NewFixed(64<<10, tc.rate), Seed: seed, WireVersions: wire}
 	n := newTestNet(t, cfg, cfg, tc.planes, seed)
 	n.loss, n.dup = tc.loss, tc.dup
 	rng := rand.New(rand.NewPCG(seed, 99))
@@ -56,6 +63,13 @@ func runTransfer(t *testing.T, tc transferCase, seed uint64) *testNet {
 		t.Fatal("server saw no connection")
 	}
 	drain(n.eps[0])
+	want := Version2
+	if tc.mode == ModeRoCEv2 || (len(tc.wire) == 1 && tc.wire[0] == Version1) {
+		want = Version1
+	}
+	if c.WireVersion() != want || server.WireVersion() != want {
+		t.Fatalf("wire versions %d and %d, want %d", c.WireVersion(), server.WireVersion(), want)
+	}
 
 	// Lay out the receiver's memory: one region for WRITEs; a posted buffer per SEND.
 	type msg struct {
@@ -177,6 +191,11 @@ func TestTransferByteExact(t *testing.T) {
 		{name: "plane-black-loss1", paths: 16, planes: 8, blackAt: 200 * time.Microsecond, blackPlane: 5, rate: 1e9, loss: 0.01},
 		{name: "64paths-loss1", paths: 64, planes: 8, loss: 0.01},
 		{name: "rocev2-loss1", mode: ModeRoCEv2, paths: 1, planes: 1, loss: 0.01},
+		// The cases above speak wire version 2; these pin version 1.
+		{name: "v1-reorder-8paths", paths: 8, planes: 8, wire: []uint8{Version1}},
+		{name: "v1-loss10", paths: 8, planes: 4, loss: 0.10, wire: []uint8{Version1}},
+		{name: "v1-duplication", paths: 8, planes: 4, dup: 0.05, loss: 0.01, wire: []uint8{Version1}},
+		{name: "v1-plane-black-loss1", paths: 16, planes: 8, blackAt: 200 * time.Microsecond, blackPlane: 5, rate: 1e9, loss: 0.01, wire: []uint8{Version1}},
 	}
 	for _, tc := range cases {
 		tc := tc

@@ -15,7 +15,14 @@
 // # Layout
 //
 //   - wire.go: the codecs, append-style encoders and decoders of every
-//     packet type (golden vectors in testdata/vectors.json, fuzzed).
+//     packet type (golden vectors in testdata/vectors.json, fuzzed);
+//     wirev2.go: wire version 2's compact DATA and the unwrapping of its
+//     32-bit sequences (testdata/vectors_v2.json). Which version a
+//     connection speaks is agreed in the handshake (Config.WireVersions;
+//     endpoint.go, conn.go); tx.go sends each DATA in its connection's
+//     version and attaches the message descriptor where version 2 needs
+//     it, rx.go widens a version-2 DATA into the version-1 header that
+//     the rest of the receiver works with.
 //   - config.go, errors.go, events.go: Config and its defaults, the typed
 //     errors, the events the application hears.
 //   - endpoint.go: Endpoint, demultiplexing by connection id, accepting
@@ -49,7 +56,8 @@
 // control is package cc's, behind cc.Controller.
 //
 // Tests: unit tests per type, driving it without a connection
-// (sent_test.go, recvwin_test.go, placement_test.go, wire_test.go), a
+// (sent_test.go, recvwin_test.go, placement_test.go, wire_test.go,
+// wirev2_test.go), version 2 between connections (wirev2_conn_test.go), a
 // small deterministic network for end-to-end transfers (harness_test.go,
 // conn_test.go), and scripted scenarios under testdata/scenarios, one per
 // recovery rule of PROTOCOL.md §2–§4, run by scenario_test.go (regenerate

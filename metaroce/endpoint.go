@@ -57,7 +57,12 @@ type Endpoint struct {
 	rng   *rand.Rand
 
 	conns map[uint64]*Conn
-	list  []*Conn
+	// tags holds the connections that speak, or offered, wire version 2 by
+	// their connection tag (the low 32 bits of the id), which is all a
+	// version-2 DATA carries of the id (PROTOCOL.md §12).
+	tags     map[uint32]*Conn
+	versions uint8 // Config.WireVersions, bit i = version i+1
+	list     []*Conn
 	// ready and timers are the scheduler (sched.go); closing counts closed
 	// connections not yet reaped.
 	ready     []*Conn
@@ -104,7 +109,9 @@ func NewEndpoint(cfg Config, mem *Memory) (*Endpoint, error) {
 		mem:   mem,
 		rng:   rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 		conns: make(map[uint64]*Conn),
+		tags:  make(map[uint32]*Conn),
 	}
+	e.versions = cfg.versionSet()
 	if cfg.ReceiveCapacityBps > 0 {
 		e.share = cc.NewFairShare(cfg.ReceiveCapacityBps, 100*cfg.Path.InitialRTT+10*time.Millisecond)
 		// Measure demand and marks over a couple of round trips, so that
@@ -138,13 +145,23 @@ func (e *Endpoint) Memory() *Memory { return e.mem }
 
 // ConnPeer returns the peer of connection id, if the Endpoint has it. A
 // driver that cannot tell two peers apart by address (several hosts behind
-// one IP) uses it to attribute a datagram by its connection id.
+// one IP) uses it to attribute a datagram by its connection id, as Peek
+// returns it: for a version-2 DATA that is its 32-bit tag, which ConnPeer
+// looks up among the version-2 connections when no connection has the id.
 func (e *Endpoint) ConnPeer(id uint64) (PeerID, bool) {
 	if c := e.conns[id]; c != nil {
 		return c.peer, true
 	}
+	if id <= 0xffffffff {
+		if c := e.tags[uint32(id)]; c != nil {
+			return c.peer, true
+		}
+	}
 	return 0, false
 }
+
+// speaks reports whether the endpoint speaks wire version v.
+func (e *Endpoint) speaks(v uint8) bool { return v >= 1 && v <= 8 && e.versions&(1<<(v-1)) != 0 }
 
 // Conns returns the endpoint's connections (do not modify the slice).
 func (e *Endpoint) Conns() []*Conn { return e.list }
@@ -186,11 +203,18 @@ func (e *Endpoint) ConnectWith(now time.Duration, peer PeerID, o ConnOptions) (*
 	if len(e.conns) >= e.cfg.MaxConns {
 		return nil, ErrQueueFull
 	}
+	// An initiator that offers version 2 needs a connection tag no other
+	// connection of its endpoint uses (PROTOCOL.md §12).
+	v2 := e.speaks(Version2)
 	var id uint64
-	for id == 0 || e.conns[id] != nil {
+	for id == 0 || e.conns[id] != nil || (v2 && e.tags[uint32(id)] != nil) {
 		id = e.rng.Uint64()
 	}
 	c := newConn(e, id, peer, true, paths, e.cfg.MTU, now, o.CC)
+	c.offer = e.versions
+	if v2 {
+		e.tags[uint32(id)] = c
+	}
 	e.add(c)
 	return c, nil
 }
@@ -206,6 +230,7 @@ func (e *Endpoint) remove(c *Conn) {
 	c.removed = true
 	c.timerGen++
 	delete(e.conns, c.id)
+	e.untag(c)
 	for i, x := range e.list {
 		if x == c {
 			e.list = append(e.list[:i], e.list[i+1:]...)
@@ -214,6 +239,13 @@ func (e *Endpoint) remove(c *Conn) {
 	}
 	if e.share != nil {
 		e.share.Forget(c.id)
+	}
+}
+
+// untag takes c out of the version-2 table (it agreed version 1, or is gone).
+func (e *Endpoint) untag(c *Conn) {
+	if e.tags[uint32(c.id)] == c {
+		delete(e.tags, uint32(c.id))
 	}
 }
 
@@ -271,10 +303,29 @@ func (e *Endpoint) Receive(now time.Duration, b []byte, m RecvMeta) {
 		}
 		return
 	}
+	if ver == Version2 && t == TypeData && e.speaks(Version2) {
+		// A version-2 DATA names its connection by tag only.
+		c := e.tags[uint32(id)]
+		if c == nil || c.peer != m.Peer {
+			e.Stats.UnknownConn++
+			return
+		}
+		c.receive(now, t, b, m)
+		c.touch()
+		return
+	}
 	if ver != Version {
 		e.Stats.BadVersion++
-		var tmp [CommonHeaderLen + 2]byte
-		if p, err := AppendVersion(tmp[:0], id, []uint8{Version}); err == nil {
+		var tmp [CommonHeaderLen + 1 + MaxVersion]byte
+		var vers [MaxVersion]uint8
+		n := 0
+		for v := uint8(1); v <= MaxVersion; v++ {
+			if e.speaks(v) {
+				vers[n] = v
+				n++
+			}
+		}
+		if p, err := AppendVersion(tmp[:0], id, vers[:n]); err == nil {
 			e.Stats.VersionSent++
 			e.queueReply(m.Peer, m.Entropy, p)
 		}
@@ -311,7 +362,8 @@ func (e *Endpoint) accept(now time.Duration, b []byte, m RecvMeta) {
 		e.Stats.Malformed++
 		return
 	}
-	if !e.cfg.Listen || len(e.conns) >= e.cfg.MaxConns || e.conns[h.Conn] != nil {
+	wire := e.chooseVersion(&h)
+	if !e.cfg.Listen || len(e.conns) >= e.cfg.MaxConns || e.conns[h.Conn] != nil || wire == 0 {
 		e.Stats.Refused++
 		var tmp [CloseLen]byte
 		p, _ := AppendClose(tmp[:0], h.Conn, CloseRefused, false)
@@ -334,6 +386,10 @@ func (e *Endpoint) accept(now time.Duration, b []byte, m RecvMeta) {
 		paths = o.Paths
 	}
 	c := newConn(e, h.Conn, m.Peer, false, paths, mtu, now, o.CC)
+	c.wire = wire
+	if wire == Version2 {
+		e.tags[uint32(h.Conn)] = c
+	}
 	c.noHint = o.NoRateHint
 	c.hintScale = o.RateHintScale
 	c.rx[0].peerPort = m.Entropy
@@ -346,6 +402,20 @@ func (e *Endpoint) accept(now time.Duration, b []byte, m RecvMeta) {
 		e.share.Observe(now, c.id)
 		e.pushHints(now, c)
 	}
+}
+
+// chooseVersion picks the wire version of a connection an INIT opens: the
+// highest both sides speak, but version 1 when the initiator's connection
+// tag is already in use here (PROTOCOL.md §4 "Version"); 0 when there is
+// no common version.
+func (e *Endpoint) chooseVersion(h *Handshake) uint8 {
+	if h.Offers(Version2) && e.speaks(Version2) && e.tags[uint32(h.Conn)] == nil {
+		return Version2
+	}
+	if h.Offers(Version1) && e.speaks(Version1) {
+		return Version1
+	}
+	return 0
 }
 
 // Poll writes the next datagram to send into buf (which must have room for

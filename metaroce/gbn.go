@@ -44,7 +44,7 @@ func (c *Conn) onAckGBN(now time.Duration, a *Ack) {
 		c.Stats.PacketsLost++
 		c.ctl.OnLoss(now, 0, int(h.rec(a.Cum).size))
 	}
-	if rtt, ok := h.rttSample(now, a); ok {
+	if rtt, ok := h.rttSample(now, a.EchoTimestamp); ok {
 		ps.OnRTTSample(rtt)
 	}
 	if a.RateHintBps > 0 {
@@ -64,7 +64,7 @@ func (c *Conn) gbnResend(now time.Duration, buf []byte, rate float64) (Transmit,
 	r := h.rec(seq)
 	ref := chunkRef{msg: r.msg, idx: int(r.idx)}
 	payload := ref.msg.chunk(ref.idx, c.mtu)
-	p, err := c.encodeData(buf, 0, seq, h.floor, ref, payload, true, now)
+	p, err := c.encodeData(buf, 0, seq, h.floor, ref, payload, true, false, now)
 	if err != nil {
 		return Transmit{}, false
 	}

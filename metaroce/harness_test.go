@@ -23,6 +23,8 @@ type testNet struct {
 	loss  float64
 	dup   float64
 	black []bool
+	// tap, if set, sees every datagram an endpoint sends (before loss).
+	tap func(from int, b []byte)
 
 	sent, lost, delivered int
 }
@@ -90,6 +92,9 @@ func (n *testNet) flush(from int) {
 			return
 		}
 		buf := append([]byte(nil), scratch[:tx.Len]...)
+		if n.tap != nil {
+			n.tap(from, buf)
+		}
 		src, dst := tx.Entropy, uint16(listenPort)
 		if tx.Reply {
 			src, dst = listenPort, tx.Entropy

@@ -152,37 +152,8 @@ func (p *placer) forget(stream uint32) { delete(p.streams, stream) }
 // chunk (validChunk) that its path accepted; port is the entropy it came
 // with, where a refusal is answered.
 func (p *placer) place(now time.Duration, h *DataHeader, payload []byte, port uint16) {
-	rs := p.stream(h.Stream)
-	if rs == nil {
-		p.stats.PlacementErrors++
-		return
-	}
-	if h.MsgSeq < rs.next {
-		p.stats.Duplicates++ // a late copy of a completed message: its buffer is the application's again
-		return
-	}
-	if h.MsgSeq-rs.next >= p.maxAhead {
-		p.refuse(now, h, port, ErrCodeTooFarAhead)
-		return
-	}
-	m := rs.msgs[h.MsgSeq]
-	if m == nil && rs.sink != nil {
-		m = p.newSinkMessage(h)
-		rs.msgs[h.MsgSeq] = m
-	} else if m == nil {
-		m = p.newRxMessage(h)
-		rs.msgs[h.MsgSeq] = m
-		if m.err != nil {
-			p.refuse(now, h, port, errCode(m.err))
-			// A refused message completes (with its error) like any other,
-			// so it never stalls the messages behind it on the stream.
-			p.complete(now, rs)
-		}
-	} else if m.len != h.MsgLen || m.op != h.Op || m.key != h.Key || m.addr != h.Addr {
-		p.stats.Malformed++
-		return
-	}
-	if m.err != nil {
+	rs, m := p.message(now, h, port)
+	if m == nil {
 		return
 	}
 	idx := int(h.Offset / uint64(p.mtu))
@@ -214,6 +185,78 @@ func (p *placer) place(now time.Duration, h *DataHeader, payload []byte, port ui
 	if m.gotChunks == m.chunks && h.MsgSeq == rs.next {
 		p.complete(now, rs)
 	}
+}
+
+// announce records the message a version-2 descriptor-only DATA describes
+// (PROTOCOL.md §12): checked and refused as its first chunk would be,
+// nothing placed.
+func (p *placer) announce(now time.Duration, h *DataHeader, port uint16) {
+	p.message(now, h, port)
+}
+
+// completionPoint is the oldest message of stream not yet complete (0 for
+// a stream never heard of): what a version-2 message sequence is unwrapped
+// against.
+func (p *placer) completionPoint(stream uint32) uint64 {
+	if rs := p.streams[stream]; rs != nil {
+		return rs.next
+	}
+	return 0
+}
+
+// known returns the message (stream, seq) the receiver holds, and whether
+// it completed already (dup). A version-2 DATA without descriptor can be
+// placed only if one of the two is true (PROTOCOL.md §12 "Orphans").
+func (p *placer) known(stream uint32, seq uint64) (m *rxMessage, dup bool) {
+	rs := p.streams[stream]
+	if rs == nil {
+		return nil, false
+	}
+	if seq < rs.next {
+		return nil, true
+	}
+	return rs.msgs[seq], false
+}
+
+// message returns the message h belongs to, recording it (its destination
+// checked once for the whole message) at its first packet. It returns nil
+// when the packet goes no further: a late duplicate, a refusal, a header
+// that disagrees with the message.
+func (p *placer) message(now time.Duration, h *DataHeader, port uint16) (*rxStream, *rxMessage) {
+	rs := p.stream(h.Stream)
+	if rs == nil {
+		p.stats.PlacementErrors++
+		return nil, nil
+	}
+	if h.MsgSeq < rs.next {
+		p.stats.Duplicates++ // a late copy of a completed message: its buffer is the application's again
+		return nil, nil
+	}
+	if h.MsgSeq-rs.next >= p.maxAhead {
+		p.refuse(now, h, port, ErrCodeTooFarAhead)
+		return nil, nil
+	}
+	m := rs.msgs[h.MsgSeq]
+	if m == nil && rs.sink != nil {
+		m = p.newSinkMessage(h)
+		rs.msgs[h.MsgSeq] = m
+	} else if m == nil {
+		m = p.newRxMessage(h)
+		rs.msgs[h.MsgSeq] = m
+		if m.err != nil {
+			p.refuse(now, h, port, errCode(m.err))
+			// A refused message completes (with its error) like any other,
+			// so it never stalls the messages behind it on the stream.
+			p.complete(now, rs)
+		}
+	} else if m.len != h.MsgLen || m.op != h.Op || m.key != h.Key || m.addr != h.Addr {
+		p.stats.Malformed++
+		return nil, nil
+	}
+	if m.err != nil {
+		return nil, nil
+	}
+	return rs, m
 }
 
 // fail refuses a chunk of a message already under way, which fails the

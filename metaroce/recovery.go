@@ -29,10 +29,14 @@ func (c *Conn) onAck(now time.Duration, a *Ack) {
 		return
 	}
 	ps := &c.paths.Paths[path]
+	echo := a.EchoTimestamp
+	if c.wire == Version2 {
+		echo = h.sentStamp(a.Largest) // no timestamps in version-2 DATA
+	}
 	var s cc.AckSample
 	var lostBytes int
 	s.AckedBytes, lostBytes = h.onAck(now, a, ps, c)
-	if rtt, ok := h.rttSample(now, a); ok {
+	if rtt, ok := h.rttSample(now, echo); ok {
 		s.RTT = rtt
 		ps.OnRTTSample(rtt)
 		if c.minRTT == 0 || ps.MinRTT < c.minRTT {
@@ -64,6 +68,12 @@ func (c *Conn) onAck(now time.Duration, a *Ack) {
 // packetAcked (sentHandler) records that a packet's chunk is in the
 // receiver's memory.
 func (c *Conn) packetAcked(now time.Duration, r *txRecord) {
+	if r.desc != 0 {
+		r.msg.descAcked = true // the receiver holds the descriptor (PROTOCOL.md §12)
+		if r.desc&recDescOnly != 0 {
+			return
+		}
+	}
 	c.ackChunk(now, r.msg, int(r.idx))
 }
 
@@ -72,6 +82,14 @@ func (c *Conn) packetAcked(now time.Duration, r *txRecord) {
 // or its message failed.
 func (c *Conn) packetLost(r *txRecord) {
 	c.Stats.PacketsLost++
+	if r.desc != 0 {
+		// The path no longer has the descriptor in flight: its next DATA
+		// of the message carries it again (PROTOCOL.md §12).
+		r.msg.clearDescPath(int(r.path))
+		if r.desc&recDescOnly != 0 {
+			return
+		}
+	}
 	if r.msg.err == nil && r.msg.acked[r.idx/64]&(1<<(r.idx%64)) == 0 {
 		c.retx = append(c.retx, chunkRef{msg: r.msg, idx: int(r.idx)})
 	}

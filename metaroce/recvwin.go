@@ -96,6 +96,16 @@ func (w *recvWindow) advanceTo(floor uint64) {
 	}
 }
 
+// expected is the sequence the path expects next: one past the largest
+// received, or the cumulative point before anything arrived. A version-2
+// DATA's 32-bit sequence is unwrapped against it (PROTOCOL.md §12).
+func (w *recvWindow) expected() uint64 {
+	if w.any {
+		return w.largest + 1
+	}
+	return w.cum
+}
+
 // receive records the arrival of DATA seq, sent when the path's ack floor
 // was floor and stamped ts; limit is the most sequences a sender may have
 // in flight on a path. The floor moves the cumulative point first, even if

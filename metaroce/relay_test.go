@@ -187,9 +187,8 @@ func TestStreamWeights(t *testing.T) {
 			}
 			continue
 		}
-		var h DataHeader
-		if _, err := DecodeData(buf[:tx.Len], &h); err == nil {
-			sent[h.Stream]++
+		if stream, ok := chunkStream(buf[:tx.Len]); ok {
+			sent[stream]++
 		}
 	}
 	ratio := float64(sent[2]) / float64(sent[1])
@@ -225,4 +224,17 @@ func TestResumeStream(t *testing.T) {
 	if err := s.ResumeStream(4, 50); err == nil {
 		t.Fatal("resuming a stream backwards must fail")
 	}
+}
+
+// chunkStream returns the stream of a DATA packet of either wire version
+// that carries a chunk (not a version-2 descriptor-only DATA).
+func chunkStream(b []byte) (uint32, bool) {
+	if len(b) > 0 && b[0] == Version2 {
+		var h DataHeaderV2
+		p, err := DecodeDataV2(b, &h)
+		return h.Stream, err == nil && !h.DescriptorOnly(len(p))
+	}
+	var h DataHeader
+	_, err := DecodeData(b, &h)
+	return h.Stream, err == nil
 }

@@ -20,13 +20,73 @@ func (c *Conn) PostRecv(tag uint64, buf []byte) error {
 	return c.placer.post(tag, buf)
 }
 
-// onData processes one DATA packet: path bookkeeping, then placement.
+// onData processes one version-1 DATA packet: path bookkeeping, then
+// placement.
 func (c *Conn) onData(now time.Duration, h *DataHeader, payload []byte, m RecvMeta) {
 	path := int(h.Path)
 	if path >= len(c.rx) || !c.placer.validChunk(h, len(payload)) {
 		c.Stats.Malformed++
 		return
 	}
+	c.dataArrived(now, h, payload, m, DataHeaderLen+len(payload), false)
+}
+
+// onDataV2 processes one version-2 DATA packet (PROTOCOL.md §12): it
+// unwraps the sequences against what the path and the stream expect,
+// completes the header from the descriptor the packet carries or the one
+// the receiver holds for its message, drops an orphan before its path
+// records it, and goes on as for version 1.
+func (c *Conn) onDataV2(now time.Duration, d *DataHeaderV2, payload []byte, m RecvMeta) {
+	path := int(d.Path)
+	if path >= len(c.rx) {
+		c.Stats.Malformed++
+		return
+	}
+	seq := Unwrap32(c.rx[path].win.expected(), d.Seq)
+	if uint64(d.FloorGap) > seq {
+		c.Stats.Malformed++
+		return
+	}
+	h := &c.rxHdr
+	*h = DataHeader{Flags: d.Flags & FlagRetransmit, Op: d.Op, Conn: c.id, Path: d.Path, Stream: d.Stream,
+		Seq: seq, FloorGap: d.FloorGap, Offset: uint64(d.Chunk) * uint64(c.mtu)}
+	h.MsgSeq = Unwrap32(c.placer.completionPoint(d.Stream), d.MsgSeq)
+	descOnly := d.DescriptorOnly(len(payload))
+	if d.Desc {
+		h.Key, h.Addr, h.MsgLen = d.Key, d.Addr, d.MsgLen
+		if !descOnly && !c.placer.validChunk(h, len(payload)) {
+			c.Stats.Malformed++
+			return
+		}
+	} else {
+		switch rm, dup := c.placer.known(h.Stream, h.MsgSeq); {
+		case dup:
+			// A late copy of a completed message: recorded on its path
+			// and dropped by placement, as in version 1.
+		case rm == nil:
+			c.Stats.Orphans++ // unrecorded: the sender sees it lost and resends it
+			return
+		default:
+			if rm.op != h.Op {
+				c.Stats.Malformed++
+				return
+			}
+			h.Key, h.Addr, h.MsgLen = rm.key, rm.addr, rm.len
+			if !c.placer.validChunk(h, len(payload)) {
+				c.Stats.Malformed++
+				return
+			}
+		}
+	}
+	c.dataArrived(now, h, payload, m, d.Len()+len(payload), descOnly)
+}
+
+// dataArrived does the bookkeeping of a DATA packet whose header is valid:
+// the connection established if it was waiting for its ACCEPT, the
+// receiver loop's demand, the path's window and owed acknowledgement, then
+// placement (or, for a descriptor-only DATA, the message recorded).
+func (c *Conn) dataArrived(now time.Duration, h *DataHeader, payload []byte, m RecvMeta, wireLen int, descOnly bool) {
+	path := int(h.Path)
 	if c.state == stateConnecting {
 		// Data before our ACCEPT arrived: the ACCEPT was lost or reordered.
 		c.state = stateEstablished
@@ -36,7 +96,7 @@ func (c *Conn) onData(now time.Duration, h *DataHeader, payload []byte, m RecvMe
 	c.Stats.DataReceived++
 	if c.ep.share != nil && !c.noHint {
 		// The receiver loop measures each sender's demand (max-min shares).
-		c.ep.share.Account(now, c.id, DataHeaderLen+len(payload), m.CE)
+		c.ep.share.Account(now, c.id, wireLen, m.CE)
 	}
 	r := &c.rx[path]
 	r.peerPort = m.Entropy
@@ -62,6 +122,10 @@ func (c *Conn) onData(now time.Duration, h *DataHeader, payload []byte, m RecvMe
 		r.immediate = true
 	}
 	c.owe(now, r)
+	if descOnly {
+		c.placer.announce(now, h, r.peerPort)
+		return
+	}
 	c.placer.place(now, h, payload, r.peerPort)
 }
 

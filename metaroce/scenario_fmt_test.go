@@ -30,6 +30,26 @@ func describe(b []byte, tx Transmit) string {
 		return "garbage"
 	}
 	var s string
+	switch {
+	case t == TypeData && b[0] == Version2:
+		var h DataHeaderV2
+		p, err := DecodeDataV2(b, &h)
+		if err != nil || tx.Conn == nil {
+			return "bad DATA2"
+		}
+		s = fmt.Sprintf("DATA2 p%d seq=%d floor=%d msg=%d/%d", h.Path, h.Seq, int64(h.Seq)-int64(h.FloorGap), h.Stream, h.MsgSeq)
+		if h.DescriptorOnly(len(p)) {
+			return fmt.Sprintf("%s descriptor-only len=%d port=%d", s, h.MsgLen, tx.Entropy)
+		}
+		s += fmt.Sprintf(" off=%d len=%d", uint64(h.Chunk)*uint64(tx.Conn.MTU()), len(p))
+		if h.Desc {
+			s += " desc"
+		}
+		if h.Flags&FlagRetransmit != 0 {
+			s += " retx"
+		}
+		return fmt.Sprintf("%s port=%d", s, tx.Entropy)
+	}
 	switch t {
 	case TypeData:
 		var h DataHeader
@@ -69,6 +89,12 @@ func describe(b []byte, tx Transmit) string {
 			return "bad handshake"
 		}
 		s = fmt.Sprintf("%v mtu=%d paths=%d", t, h.MTU, h.Paths)
+		if h.Offer != 0 {
+			s += fmt.Sprintf(" offer=%#b", h.Offer)
+		}
+		if h.Version != 0 {
+			s += fmt.Sprintf(" version=%d", h.Version)
+		}
 		if h.RateHintBps > 0 {
 			s += fmt.Sprintf(" hint=%d", h.RateHintBps)
 		}

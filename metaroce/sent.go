@@ -27,7 +27,17 @@ type txRecord struct {
 	size  uint32 // bytes on the wire
 	sent  time.Duration
 	state uint8
+	desc  uint8  // version 2: recDesc, recDescOnly (PROTOCOL.md §12)
+	path  uint16 // the path it was sent on
 }
+
+// Version-2 record flags.
+const (
+	// recDesc: the packet carried its message's descriptor.
+	recDesc uint8 = 1 << iota
+	// recDescOnly: it carried nothing else (a descriptor-only DATA).
+	recDescOnly
+)
 
 // sentHandler is told what becomes of each packet of a sentHistory. The
 // record it gets is already in its new state; it is only valid during the
@@ -83,7 +93,9 @@ func (h *sentHistory) reserve(limit int) bool {
 		n *= 2
 	}
 	ring := make([]txRecord, n)
-	for s := h.floor; s < h.next; s++ {
+	// Copy every slot, not only those in flight: a slot below the floor
+	// still holds its send time (sentStamp).
+	for s := h.next - min(h.next, uint64(len(h.ring))); s < h.next; s++ {
 		ring[s&uint64(n-1)] = *h.rec(s)
 	}
 	h.ring = ring
@@ -166,9 +178,21 @@ func (h *sentHistory) lose(r *txRecord, ps *pathmgr.Path, hd sentHandler) {
 // point").
 func (h *sentHistory) advanceFloor() {
 	for h.floor < h.next && h.rec(h.floor).state != recInflight {
-		*h.rec(h.floor) = txRecord{}
+		r := h.rec(h.floor)
+		*r = txRecord{sent: r.sent} // the send time stays for sentStamp
 		h.floor++
 	}
+}
+
+// sentStamp returns when sequence seq (< next) was sent, as a version-1
+// DATA's timestamp would have said it (ns + 1), or 0 when the ring no
+// longer holds it. A version-2 DATA carries no timestamp: the sender times
+// the ACK's largest from its own history (PROTOCOL.md §12).
+func (h *sentHistory) sentStamp(seq uint64) uint64 {
+	if seq >= h.next || h.next-seq > uint64(len(h.ring)) {
+		return 0
+	}
+	return uint64(h.rec(seq).sent) + 1
 }
 
 // ptoDeadline returns when the path's oldest packet in flight times out: a
@@ -185,12 +209,13 @@ func (h *sentHistory) ptoDeadline(ps *pathmgr.Path, cfg *pathmgr.Config) (time.D
 	return start + ps.PTO(cfg), true
 }
 
-// rttSample returns the round trip an ACK's echo timestamp measures, if it
-// echoes a packet newer than any echo seen before and not from the future.
-func (h *sentHistory) rttSample(now time.Duration, a *Ack) (time.Duration, bool) {
-	if a.EchoTimestamp > h.lastEcho && a.EchoTimestamp-1 <= uint64(now) {
-		h.lastEcho = a.EchoTimestamp
-		return now - time.Duration(a.EchoTimestamp-1), true
+// rttSample returns the round trip an echo timestamp measures (the ACK's,
+// or in version 2 sentStamp of its largest), if it echoes a packet newer
+// than any echo seen before and not from the future.
+func (h *sentHistory) rttSample(now time.Duration, echo uint64) (time.Duration, bool) {
+	if echo > h.lastEcho && echo-1 <= uint64(now) {
+		h.lastEcho = echo
+		return now - time.Duration(echo-1), true
 	}
 	return 0, false
 }
@@ -226,7 +251,7 @@ func (h *sentHistory) ackBelow(now time.Duration, cum uint64, ps *pathmgr.Path, 
 			acked += int(r.size)
 			hd.packetAcked(now, r)
 		}
-		*r = txRecord{}
+		*r = txRecord{sent: r.sent}
 		h.floor++
 	}
 	return acked

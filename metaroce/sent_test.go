@@ -254,16 +254,16 @@ func TestSentHistoryPTODeadline(t *testing.T) {
 func TestSentHistoryRTTSampleOnlyFromNewerEchoes(t *testing.T) {
 	var h sentHistory
 	now := 10 * time.Millisecond
-	if rtt, ok := h.rttSample(now, &Ack{EchoTimestamp: uint64(7*time.Millisecond) + 1}); !ok || rtt != 3*time.Millisecond {
+	if rtt, ok := h.rttSample(now, uint64(7*time.Millisecond)+1); !ok || rtt != 3*time.Millisecond {
 		t.Fatalf("rtt %v %v, want 3ms", rtt, ok)
 	}
-	if _, ok := h.rttSample(now, &Ack{EchoTimestamp: uint64(6*time.Millisecond) + 1}); ok {
+	if _, ok := h.rttSample(now, uint64(6*time.Millisecond)+1); ok {
 		t.Fatal("an older echo gave a sample")
 	}
-	if _, ok := h.rttSample(now, &Ack{EchoTimestamp: uint64(11*time.Millisecond) + 1}); ok {
+	if _, ok := h.rttSample(now, uint64(11*time.Millisecond)+1); ok {
 		t.Fatal("an echo from the future gave a sample")
 	}
-	if _, ok := h.rttSample(now, &Ack{}); ok {
+	if _, ok := h.rttSample(now, 0); ok {
 		t.Fatal("no echo gave a sample")
 	}
 }

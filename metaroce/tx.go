@@ -1,6 +1,7 @@
 package metaroce
 
 import (
+	"math/bits"
 	"time"
 
 	"github.com/mrgw/mrgw/cc"
@@ -24,6 +25,12 @@ type txMessage struct {
 	err         error
 	inSendable  bool // queued in its stream's sendable list
 
+	// Version 2 (PROTOCOL.md §12 "The descriptor rule"): descAcked once a
+	// DATA that carried the descriptor was acknowledged; descPaths, the
+	// paths with such a DATA sent and not declared lost.
+	descAcked bool
+	descPaths []uint64
+
 	// Relayed messages (WriteRelay) get their chunks one by one through
 	// Supply: bufs holds each supplied chunk until it is acknowledged,
 	// supplied lists chunks ready to send, in the order they came.
@@ -35,6 +42,16 @@ type txMessage struct {
 }
 
 func (m *txMessage) done() bool { return m.ackedChunks == m.nChunks }
+
+// needsDesc reports whether a version-2 DATA of m sent on path must carry
+// the descriptor: the receiver may not have it yet, and no DATA that
+// carries it is on its way on that path, ahead of this one.
+func (m *txMessage) needsDesc(path int) bool {
+	return !m.descAcked && m.descPaths[path/64]&(1<<(path%64)) == 0
+}
+
+func (m *txMessage) setDescPath(path int)   { m.descPaths[path/64] |= 1 << (path % 64) }
+func (m *txMessage) clearDescPath(path int) { m.descPaths[path/64] &^= 1 << (path % 64) }
 
 // hasReady reports whether the message has a chunk ready that was never sent.
 func (m *txMessage) hasReady() bool {
@@ -163,7 +180,12 @@ func (c *Conn) newTxMessage(s *txStream, seq uint64, op Op, key uint32, addr, le
 	if n == 0 {
 		n = 1
 	}
-	return &txMessage{stream: s, seq: seq, op: op, key: key, addr: addr, length: length, nChunks: n, acked: make([]uint64, (n+63)/64)}
+	// One allocation for the acked chunks and the paths with a descriptor
+	// in flight (version 2).
+	aw := (n + 63) / 64
+	words := make([]uint64, aw+(len(c.tx)+63)/64)
+	return &txMessage{stream: s, seq: seq, op: op, key: key, addr: addr, length: length, nChunks: n,
+		acked: words[:aw:aw], descPaths: words[aw:]}
 }
 
 // activate puts a stream with something to send into the round robin.
@@ -282,11 +304,35 @@ func (c *Conn) pollData(now time.Duration, buf []byte) (Transmit, bool) {
 	}
 	payload := ref.msg.chunk(ref.idx, c.mtu)
 	size := DataHeaderLen + len(payload)
-	path := c.paths.Pick(size, c.windowFn)
+	if c.wire == Version2 {
+		size = DataHeaderLenV2 + len(payload)
+	}
+	path := -1
+	if c.descNext.ref == ref && ref.msg != nil && c.paths.Paths[c.descNext.path].State.Usable() {
+		// The chunk whose descriptor just went alone follows it on its path.
+		path = c.descNext.path
+	} else {
+		path = c.paths.Pick(size, c.windowFn)
+	}
+	c.descNext = descNext{}
 	if path < 0 {
 		c.cwndLimit = true
 		c.paceWait = false // window-limited, not pacing-limited
 		return Transmit{}, false
+	}
+	var desc uint8
+	if c.wire == Version2 && ref.msg.needsDesc(path) {
+		desc = recDesc
+		if len(payload)+DataDescLen > c.mtu {
+			if q := c.descPathWithRoom(ref.msg, size); q >= 0 {
+				path, desc = q, 0
+			} else {
+				// No room beside a full chunk: the descriptor goes
+				// alone, ahead of it on the same path (PROTOCOL.md §12).
+				c.descNext = descNext{ref: ref, path: path}
+				return c.sendDescriptor(now, buf, path, ref, rate)
+			}
+		}
 	}
 	retransmit := false
 	if c.retxHead < len(c.retx) && c.retx[c.retxHead] == ref {
@@ -301,15 +347,78 @@ func (c *Conn) pollData(now time.Duration, buf []byte) (Transmit, bool) {
 		c.cwndLimit = true
 		return Transmit{}, false
 	}
-	p, err := c.encodeData(buf, path, h.next, h.floor, ref, payload, retransmit, now)
+	p, err := c.encodeData(buf, path, h.next, h.floor, ref, payload, retransmit, desc != 0, now)
 	if err != nil {
 		return Transmit{}, false
 	}
-	h.add(now, &c.paths.Paths[path], ref.msg, ref.idx, size)
+	size = len(p)
+	seq := h.add(now, &c.paths.Paths[path], ref.msg, ref.idx, size)
+	if desc != 0 {
+		c.descSent(h.rec(seq), path, desc)
+	}
 	if c.mode == ModeRoCEv2 {
 		h.gbnResend = h.next // nothing to go back over
 	}
 	return c.sent(now, path, size, len(payload), retransmit, rate, len(p)), true
+}
+
+// descNext is a chunk whose descriptor went alone on path: the chunk goes
+// next, on the same path.
+type descNext struct {
+	ref  chunkRef
+	path int
+}
+
+// descPathWithRoom returns a usable path with room for size bytes that has
+// m's descriptor on its way, when m has no more chunks left than the
+// connection has usable paths (-1 otherwise, or if there is none): the last
+// chunks of a message, and all of a small one, then cost no more
+// descriptor-only DATA, while the chunks of a large message still spread
+// over every path (PROTOCOL.md §12).
+func (c *Conn) descPathWithRoom(m *txMessage, size int) int {
+	if m.nChunks-m.ackedChunks > c.paths.UsableCount() {
+		return -1
+	}
+	for w, word := range m.descPaths {
+		for word != 0 {
+			i := w*64 + bits.TrailingZeros64(word)
+			word &= word - 1
+			if i >= len(c.paths.Paths) {
+				break
+			}
+			p := &c.paths.Paths[i]
+			if p.State.Usable() && p.InflightBytes+size <= c.window(i) {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
+// sendDescriptor sends a version-2 descriptor-only DATA of ref's message on
+// path; the chunk itself goes next (PROTOCOL.md §12).
+func (c *Conn) sendDescriptor(now time.Duration, buf []byte, path int, ref chunkRef, rate float64) (Transmit, bool) {
+	h := &c.tx[path]
+	if !h.reserve(c.ep.cfg.MaxPathInflight) {
+		c.cwndLimit = true
+		return Transmit{}, false
+	}
+	p, err := c.encodeDataV2(buf, path, h.next, h.floor, chunkRef{msg: ref.msg}, nil, false, true)
+	if err != nil {
+		return Transmit{}, false
+	}
+	seq := h.add(now, &c.paths.Paths[path], ref.msg, ref.idx, len(p))
+	c.descSent(h.rec(seq), path, recDesc|recDescOnly)
+	c.Stats.DescriptorOnlySent++
+	return c.sent(now, path, len(p), 0, false, rate, len(p)), true
+}
+
+// descSent records that the packet r, sent on path, carries its message's
+// descriptor.
+func (c *Conn) descSent(r *txRecord, path int, desc uint8) {
+	r.path, r.desc = uint16(path), desc
+	r.msg.setDescPath(path)
+	c.Stats.DescriptorsSent++
 }
 
 // sent does the connection's bookkeeping of a DATA packet sent (the path's
@@ -369,7 +478,10 @@ func ackSample(acked int, ps *pathmgr.Path) cc.AckSample {
 	return cc.AckSample{AckedBytes: acked, RTT: ps.LatestRTT, SRTT: ps.SRTT, MinRTT: ps.MinRTT, InflightBytes: ps.InflightBytes}
 }
 
-func (c *Conn) encodeData(buf []byte, path int, seq, floor uint64, ref chunkRef, payload []byte, retransmit bool, now time.Duration) ([]byte, error) {
+func (c *Conn) encodeData(buf []byte, path int, seq, floor uint64, ref chunkRef, payload []byte, retransmit, desc bool, now time.Duration) ([]byte, error) {
+	if c.wire == Version2 {
+		return c.encodeDataV2(buf, path, seq, floor, ref, payload, retransmit, desc)
+	}
 	m := ref.msg
 	h := DataHeader{
 		Op:        m.op,
@@ -389,6 +501,30 @@ func (c *Conn) encodeData(buf []byte, path int, seq, floor uint64, ref chunkRef,
 		h.Flags = FlagRetransmit
 	}
 	return AppendData(buf[:0], &h, payload)
+}
+
+// encodeDataV2 builds a version-2 DATA (PROTOCOL.md §12): the low 32 bits
+// of the sequences, the chunk index, the descriptor if desc.
+func (c *Conn) encodeDataV2(buf []byte, path int, seq, floor uint64, ref chunkRef, payload []byte, retransmit, desc bool) ([]byte, error) {
+	m := ref.msg
+	h := DataHeaderV2{
+		Op:       m.op,
+		Tag:      uint32(c.id),
+		Path:     uint16(path),
+		Seq:      uint32(seq),
+		FloorGap: uint32(seq - floor), // < MaxPathInflight ≤ 2^24
+		Stream:   m.stream.id,
+		MsgSeq:   uint32(m.seq),
+		Chunk:    uint32(ref.idx),
+		Desc:     desc,
+	}
+	if desc {
+		h.Key, h.Addr, h.MsgLen = m.key, m.addr, m.length
+	}
+	if retransmit {
+		h.Flags = FlagRetransmit
+	}
+	return AppendDataV2(buf[:0], &h, payload)
 }
 
 // ackChunk records that chunk idx of m is in the receiver's memory.

@@ -5,7 +5,9 @@ import (
 	"errors"
 )
 
-// Version is the wire-format version this package speaks.
+// Version is the version byte of every packet but a version-2 DATA: the
+// handshake and control packets are the same in both wire versions
+// (PROTOCOL.md §12; wirev2.go).
 const Version = 1
 
 // PacketType is the second byte of every packet.
@@ -102,10 +104,15 @@ var (
 var be = binary.BigEndian
 
 // Peek reads the common header: version, type and connection id. It checks
-// the length only, so a VERSION packet can be built for any version.
+// the length only, so a VERSION packet can be built for any version. For a
+// version-2 DATA (version 2, type DATA, PROTOCOL.md §12) conn is its 32-bit
+// connection tag, which is all the packet carries of the id.
 func Peek(b []byte) (version uint8, t PacketType, conn uint64, err error) {
 	if len(b) < CommonHeaderLen {
 		return 0, 0, 0, ErrTruncated
+	}
+	if b[0] == Version2 && PacketType(b[1]) == TypeData {
+		return b[0], PacketType(b[1]), uint64(be.Uint32(b[8:12])), nil
 	}
 	return b[0], PacketType(b[1]), be.Uint64(b[4:12]), nil
 }
@@ -331,9 +338,31 @@ type Handshake struct {
 	MTU       uint16 // largest DATA payload the sender of this packet accepts
 	Paths     uint16
 	Timestamp uint64
+	// INIT only: the wire versions the initiator speaks, bit i = version
+	// i+1 (the INIT's flags byte); 0 means version 1 only.
+	Offer uint8 `json:",omitempty"`
 	// ACCEPT only:
 	EchoTimestamp uint64
 	RateHintBps   uint64
+	// Version is the wire version the responder chose (ACCEPT byte 3); 0
+	// means 1. See Chosen.
+	Version uint8 `json:",omitempty"`
+}
+
+// Offers reports whether an INIT offers wire version v.
+func (h *Handshake) Offers(v uint8) bool {
+	if h.Offer == 0 {
+		return v == Version1
+	}
+	return v >= 1 && v <= 8 && h.Offer&(1<<(v-1)) != 0
+}
+
+// Chosen returns the wire version an ACCEPT chose (1 when it says 0).
+func (h *Handshake) Chosen() uint8 {
+	if h.Version == 0 {
+		return Version1
+	}
+	return h.Version
 }
 
 // AppendInit encodes an INIT.
@@ -342,7 +371,7 @@ func AppendInit(b []byte, h *Handshake) ([]byte, error) {
 		return b, ErrShortBuffer
 	}
 	b = b[:InitLen]
-	putCommon(b, TypeInit, 0, 0, h.Conn)
+	putCommon(b, TypeInit, h.Offer, 0, h.Conn)
 	be.PutUint16(b[12:], h.MTU)
 	be.PutUint16(b[14:], h.Paths)
 	be.PutUint64(b[16:], h.Timestamp)
@@ -355,7 +384,7 @@ func AppendAccept(b []byte, h *Handshake) ([]byte, error) {
 		return b, ErrShortBuffer
 	}
 	b = b[:AcceptLen]
-	putCommon(b, TypeAccept, 0, 0, h.Conn)
+	putCommon(b, TypeAccept, 0, h.Version, h.Conn)
 	be.PutUint16(b[12:], h.MTU)
 	be.PutUint16(b[14:], h.Paths)
 	be.PutUint64(b[16:], h.Timestamp)
@@ -382,10 +411,13 @@ func DecodeHandshake(b []byte, t PacketType, h *Handshake) error {
 	h.MTU = be.Uint16(b[12:])
 	h.Paths = be.Uint16(b[14:])
 	h.Timestamp = be.Uint64(b[16:])
-	h.EchoTimestamp, h.RateHintBps = 0, 0
+	h.EchoTimestamp, h.RateHintBps, h.Offer, h.Version = 0, 0, 0, 0
 	if t == TypeAccept {
 		h.EchoTimestamp = be.Uint64(b[24:])
 		h.RateHintBps = be.Uint64(b[32:])
+		h.Version = b[3]
+	} else {
+		h.Offer = b[2]
 	}
 	if h.Paths == 0 || h.MTU < MinMTU {
 		return ErrBadField

@@ -209,12 +209,14 @@ type pathKey struct {
 
 // PathMetrics are the series of one path to a peer gateway.
 type PathMetrics struct {
-	peer       *PeerMetrics
-	state      [4]prometheus.Gauge // indexed by pathmgr.State
-	entered    [4]prometheus.Counter
-	current    pathmgr.State
-	known      bool // current is set
-	rtt, minRT prometheus.Gauge
+	peer    *PeerMetrics
+	state   [4]prometheus.Gauge // indexed by pathmgr.State
+	entered [4]prometheus.Counter
+	current pathmgr.State
+	known   bool // current is set
+	// rtt and minRT exist only while the path has a measurement: a path
+	// never measured has no RTT series rather than a 0 (see Sync).
+	rtt, minRT rttGauge
 	cwnd, infl prometheus.Gauge
 	sent       counterSync
 	acked      counterSync
@@ -254,8 +256,8 @@ func (m *Metrics) Path(peer, region, plane string, id int) *PathMetrics {
 		p.state[s] = m.PathState.WithLabelValues(append(lv, name)...)
 		p.entered[s] = m.PathTransitions.WithLabelValues(append(lv, name)...)
 	}
-	p.rtt = m.PathRTT.WithLabelValues(lv...)
-	p.minRT = m.PathMinRTT.WithLabelValues(lv...)
+	p.rtt = rttGauge{vec: m.PathRTT, lv: lv}
+	p.minRT = rttGauge{vec: m.PathMinRTT, lv: lv}
 	p.cwnd = m.PathCwnd.WithLabelValues(lv...)
 	p.infl = m.PathInflight.WithLabelValues(lv...)
 	p.sent = counterSync{c: m.PathPacketsSent.WithLabelValues(lv...)}
@@ -297,12 +299,8 @@ func SnapshotOf(p *pathmgr.Path, window int, ackedBytes uint64) PathSnapshot {
 // goodput (direction=out) too.
 func (p *PathMetrics) Sync(s PathSnapshot) {
 	p.SetState(s.State)
-	if s.SRTT > 0 {
-		p.rtt.Set(s.SRTT.Seconds())
-	}
-	if s.MinRTT > 0 {
-		p.minRT.Set(s.MinRTT.Seconds())
-	}
+	p.rtt.set(s.SRTT)
+	p.minRT.set(s.MinRTT)
 	p.cwnd.Set(float64(s.WindowBytes))
 	p.infl.Set(float64(s.InflightBytes))
 	p.sent.set(s.Sent)
@@ -318,6 +316,31 @@ func (p *PathMetrics) Sync(s PathSnapshot) {
 	case s.AckedBytes < before:
 		p.peer.goodputOut.Add(float64(s.AckedBytes))
 	}
+}
+
+// rttGauge is one path's series of an RTT family, created at its first
+// measurement and deleted when the path has none (a new connection): an
+// unknown RTT is an absent series, as Prometheus users expect, not a 0
+// that min() and avg() would take for a measurement.
+type rttGauge struct {
+	vec *prometheus.GaugeVec
+	lv  []string
+	g   prometheus.Gauge
+}
+
+// set exports d, or no series when d is 0 (not measured).
+func (r *rttGauge) set(d time.Duration) {
+	if d <= 0 {
+		if r.g != nil {
+			r.vec.DeleteLabelValues(r.lv...)
+			r.g = nil
+		}
+		return
+	}
+	if r.g == nil {
+		r.g = r.vec.WithLabelValues(r.lv...)
+	}
+	r.g.Set(d.Seconds())
 }
 
 // SetState sets mrgw_path_state: 1 for st, 0 for the other states; a change

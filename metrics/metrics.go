@@ -515,10 +515,10 @@ func New(opts ...Option) *Metrics {
 		"Path state changes, by the state entered; entering down also re-rolls the path's entropy (UDP source port).",
 		with(pathLabels, LabelState)...)
 	m.PathRTT = b.gaugeVec("mrgw_path_rtt_seconds",
-		"The path's smoothed round-trip time.",
+		"The path's smoothed round-trip time; no series until the path has measured one (an unknown RTT is absent, not 0).",
 		pathLabels...)
 	m.PathMinRTT = b.gaugeVec("mrgw_path_min_rtt_seconds",
-		"The smallest round-trip time the path has measured.",
+		"The smallest round-trip time the path has measured; no series until it has measured one.",
 		pathLabels...)
 	m.PathCwnd = b.gaugeVec("mrgw_path_cwnd_bytes",
 		"The congestion window the controller gives the path, in bytes.",

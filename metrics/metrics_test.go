@@ -75,7 +75,14 @@ func TestInitServesEveryFamily(t *testing.T) {
 		got[mf.GetName()] = mf
 	}
 	for _, f := range m.Families() {
-		if f.Name == "mrgw_certificate_expiry_timestamp_seconds" {
+		switch f.Name {
+		case "mrgw_certificate_expiry_timestamp_seconds":
+			continue
+		case "mrgw_path_rtt_seconds", "mrgw_path_min_rtt_seconds":
+			// No path has measured an RTT yet: unknown is absent, not 0.
+			if _, ok := got[f.Name]; ok {
+				t.Errorf("%s: served before any path measured an RTT", f.Name)
+			}
 			continue
 		}
 		if _, ok := got[f.Name]; !ok {
@@ -319,6 +326,34 @@ func TestPeerSyncCounts(t *testing.T) {
 	check(m.KeyRotations.WithLabelValues("use-gw1", "us-east", ResultFailed), 1)
 }
 
+// A path that has not measured an RTT has no RTT series (Prometheus'
+// way of saying unknown), not a 0 that min() would pick; the series
+// appears with the first sample and goes when a new connection has none.
+func TestPathRTTUnknownIsAbsent(t *testing.T) {
+	m := New(WithoutStandardCollectors())
+	pp := m.Path("use-gw1", "us-east", "plane-b", 2)
+	lv := []string{"use-gw1", "us-east", "plane-b", "2"}
+	var path pathmgr.Path
+	path.SentPackets = 3
+	pp.Sync(SnapshotOf(&path, 65536, 0))
+	if n, k := count(m.PathRTT), count(m.PathMinRTT); n != 0 || k != 0 {
+		t.Fatalf("unmeasured path: %d rtt and %d min rtt series, want none", n, k)
+	}
+	if n := count(m.PathCwnd); n != 1 {
+		t.Fatalf("cwnd series %d, want 1", n)
+	}
+	path.OnRTTSample(40 * time.Millisecond)
+	pp.Sync(SnapshotOf(&path, 65536, 0))
+	if n := count(m.PathRTT); n != 1 || value(m.PathRTT.WithLabelValues(lv...)) != 0.04 || value(m.PathMinRTT.WithLabelValues(lv...)) != 0.04 {
+		t.Fatalf("measured path: %d series, rtt %v", n, value(m.PathRTT.WithLabelValues(lv...)))
+	}
+	// The connection is re-established: its paths start unmeasured.
+	pp.Sync(SnapshotOf(&pathmgr.Path{}, 65536, 0))
+	if n, k := count(m.PathRTT), count(m.PathMinRTT); n != 0 || k != 0 {
+		t.Fatalf("new connection: %d rtt and %d min rtt series, want none", n, k)
+	}
+}
+
 func TestPathSync(t *testing.T) {
 	m := New(WithoutStandardCollectors())
 	pp := m.Path("use-gw1", "us-east", "plane-b", 2)
@@ -490,7 +525,7 @@ func TestConcurrentUse(t *testing.T) {
 	if got := value(m.WANDatagramsDropped.WithLabelValues("plane-a", "queue")); got != 800 {
 		t.Errorf("queue drops %v, want 800", got)
 	}
-	if n := count(m.PathRTT); n != 8 {
+	if n := count(m.PathCwnd); n != 8 {
 		t.Errorf("%d path series, want 8", n)
 	}
 }

@@ -91,8 +91,17 @@ func (s *Set) OnTimeout(now time.Duration, path int) bool {
 		return true
 	}
 	s.move(p, Suspect, now, "timeout")
+	// Should the path carry nothing from now on (the sprayer prefers up
+	// paths), a probe tests it after one more PTO (ProbeDue).
+	p.ProbeOutstanding = false
+	p.NextProbe = now + p.PTO(&s.cfg)
 	return false
 }
+
+// suspectIdle reports whether p is suspect with nothing in flight: the
+// sprayer prefers up paths, so without a probe such a path would never be
+// acked back up nor time out to down.
+func suspectIdle(p *Path) bool { return p.State == Suspect && p.InflightBytes == 0 }
 
 // MarkDown takes a path out of service at once (for example when a peer
 // gateway reported its plane dead), re-rolling its entropy.
@@ -113,6 +122,9 @@ func (s *Set) MarkDown(now time.Duration, path int, reason string) {
 // records it as sent.
 func (s *Set) ProbeDue(now time.Duration, path int) bool {
 	p := &s.Paths[path]
+	if suspectIdle(p) {
+		return s.probeSuspect(now, path)
+	}
 	if p.State.Usable() || now < p.NextProbe {
 		return false
 	}
@@ -138,10 +150,37 @@ func (s *Set) ProbeDue(now time.Duration, path int) bool {
 	return true
 }
 
-// OnProbeAck records a probe's answer. The path comes back up after UpAfter
-// consecutive answers.
+// probeSuspect is ProbeDue for a suspect path with nothing in flight: a
+// probe every max(PTO, probe interval); an unanswered one counts as a
+// timeout, so the path goes down after DownAfter of them in a row, as it
+// would had it carried data.
+func (s *Set) probeSuspect(now time.Duration, path int) bool {
+	p := &s.Paths[path]
+	if now < p.NextProbe {
+		return false
+	}
+	if p.ProbeOutstanding {
+		p.ProbeOutstanding = false
+		if s.OnTimeout(now, path) {
+			return false // down: probed as down paths are, from now on
+		}
+	}
+	p.ProbeOutstanding = true
+	p.NextProbe = now + max(p.probeInterval, p.PTO(&s.cfg))
+	return true
+}
+
+// OnProbeAck records a probe's answer. A down path comes back up after
+// UpAfter consecutive answers; a suspect one at the first (as an ack of
+// its data would bring it back).
 func (s *Set) OnProbeAck(now time.Duration, path int, rtt time.Duration) {
 	p := &s.Paths[path]
+	if p.State == Suspect && p.ProbeOutstanding {
+		p.ProbeOutstanding = false
+		p.OnRTTSample(rtt)
+		s.OnProgress(now, path)
+		return
+	}
 	if p.State.Usable() || !p.ProbeOutstanding {
 		return
 	}
@@ -158,13 +197,13 @@ func (s *Set) OnProbeAck(now time.Duration, path int, rtt time.Duration) {
 	p.NextProbe = now // probe again at once; hysteresis is the answer count
 }
 
-// NextProbe returns the earliest probe deadline of any down or probing path,
-// or -1 if none.
+// NextProbe returns the earliest probe deadline of any down or probing
+// path, or suspect path with nothing in flight, or -1 if none.
 func (s *Set) NextProbe() time.Duration {
 	t := time.Duration(-1)
 	for i := range s.Paths {
 		p := &s.Paths[i]
-		if p.State.Usable() {
+		if p.State.Usable() && !suspectIdle(p) {
 			continue
 		}
 		if t < 0 || p.NextProbe < t {

@@ -160,3 +160,52 @@ func TestRTTEstimator(t *testing.T) {
 		t.Fatalf("PTO = %v", got)
 	}
 }
+
+// A suspect path that carries nothing (the sprayer prefers up paths) is
+// probed after a PTO: an answer brings it back up; unanswered probes count
+// as timeouts and take it down. Without the probe it stayed suspect for
+// ever, so a dead plane's paths were never reported down.
+func TestIdleSuspectPathIsProbed(t *testing.T) {
+	s := newTestSet(4)
+	pto := s.Paths[1].PTO(&s.cfg)
+	if s.OnTimeout(0, 1) || s.Paths[1].State != Suspect {
+		t.Fatalf("first timeout: state %v", s.Paths[1].State)
+	}
+	if next := s.NextProbe(); next != pto {
+		t.Fatalf("NextProbe = %v, want one PTO (%v) after the timeout", next, pto)
+	}
+	if s.ProbeDue(pto-1, 1) {
+		t.Fatal("probe of a suspect path before its PTO")
+	}
+	s.Paths[1].InflightBytes = 100
+	if s.ProbeDue(pto, 1) {
+		t.Fatal("probe of a suspect path that still has data in flight (its own timeout resolves it)")
+	}
+	s.Paths[1].InflightBytes = 0
+	if !s.ProbeDue(pto, 1) {
+		t.Fatal("no probe on an idle suspect path")
+	}
+	s.OnProbeAck(pto+1, 1, time.Millisecond)
+	if s.Paths[1].State != Up {
+		t.Fatalf("answered probe: %v, want up", s.Paths[1].State)
+	}
+
+	// Unanswered: each probe that goes unanswered is a timeout; DownAfter
+	// (3) in a row take the path down, with a new entropy.
+	old := s.Paths[3].Entropy
+	now := time.Duration(0)
+	s.OnTimeout(now, 3)
+	probes := 0
+	for s.Paths[3].State == Suspect && probes < 10 {
+		now = s.Paths[3].NextProbe
+		if s.ProbeDue(now, 3) {
+			probes++
+		}
+	}
+	if s.Paths[3].State != Down || s.Paths[3].Entropy == old {
+		t.Fatalf("after %d unanswered probes: %v (entropy %d, was %d), want down with new entropy", probes, s.Paths[3].State, s.Paths[3].Entropy, old)
+	}
+	if probes != s.cfg.DownAfter-1 {
+		t.Errorf("%d probes sent before down, want DownAfter-1 = %d (the first timeout counts)", probes, s.cfg.DownAfter-1)
+	}
+}

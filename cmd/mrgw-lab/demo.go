@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/mrgw/mrgw/internal/cli"
 	"github.com/mrgw/mrgw/loadtest/demo"
 )
 
@@ -19,12 +20,14 @@ type demoOptions struct {
 	demo.Options
 	asJSON   bool
 	logLevel string
+	rateBps  float64 // --rate; demo.Options takes Mbit/s
 }
 
 // newDemoCmd is `mrgw-lab demo`: two regions, two gateway pairs, hosts on both
 // sides and the emulated WAN, in this process, with no configuration.
 func newDemoCmd() *cobra.Command {
 	o := demoOptions{Options: demo.Defaults()}
+	o.rateBps = o.RateMbit * 1e6
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Run two regions of gateways over an emulated WAN, in one process, and report",
@@ -37,6 +40,7 @@ per plane, RTT, loss recovered, messages completed and errors. Certificates are 
 temporary directory that is removed at the end.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.RateMbit = o.rateBps / 1e6
 			return runDemo(cmd.Context(), cmd.OutOrStdout(), o)
 		},
 	}
@@ -44,11 +48,11 @@ temporary directory that is removed at the end.`,
 	f.DurationVar(&o.Duration, "duration", o.Duration, "how long traffic runs")
 	f.IntVar(&o.Planes, "planes", o.Planes, "emulated ECMP planes between the regions")
 	f.DurationVar(&o.RTT, "rtt", o.RTT, "round-trip time between the regions")
-	f.Float64Var(&o.Loss, "loss", o.Loss, "random loss per plane and direction (0.01 = 1%)")
-	f.Float64Var(&o.RateMbit, "rate", o.RateMbit, "rate of each plane and direction in Mbit/s (chosen so a 2-core machine is not the bottleneck)")
+	cli.FractionVar(f, &o.Loss, "loss", o.Loss, "random loss per plane and direction (0.01 or 1%)")
+	cli.RateVar(f, &o.rateBps, "rate", o.rateBps, "rate of each plane and direction, e.g. 50mbit, 1gbit (chosen so a 2-core machine is not the bottleneck)")
 	f.BoolVar(&o.asJSON, "json", false, "print the final report as JSON")
 	f.IntVar(&o.Flows, "flows", o.Flows, "flows per direction")
-	f.IntVar(&o.MsgSize, "message-size", o.MsgSize, "bytes per message")
+	cli.SizeVar(f, &o.MsgSize, "message-size", o.MsgSize, "bytes per message (units: 64KiB, 1MiB)")
 	f.StringVar(&o.logLevel, "log-level", "", "write the gateways' logs to stderr at this level (debug, info, warn, error)")
 	return cmd
 }

@@ -6,7 +6,9 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
+	"github.com/mrgw/mrgw/internal/cli"
 	"github.com/mrgw/mrgw/internal/plot"
 	"github.com/mrgw/mrgw/internal/report"
 	"github.com/mrgw/mrgw/loadtest/datapath"
@@ -77,14 +79,13 @@ func ratioOrDash(x float64) string {
 func newPeersCmd(name, doc string, run func(context.Context, peers.Options) ([]report.Row, error), cols []report.Column,
 	extra ...func(*pflag.FlagSet, *peers.Options)) *cobra.Command {
 	var (
-		o        peers.Options
-		capacity float64
-		asJSON   bool
-		quiet    bool
-		trace    bool
-		jsonOut  string
-		plotDir  string
-		format   string
+		o       peers.Options
+		asJSON  bool
+		quiet   bool
+		trace   bool
+		jsonOut string
+		plotDir string
+		format  string
 	)
 	cmd := &cobra.Command{
 		Use:   name,
@@ -97,7 +98,6 @@ QUIC, both with the same link model. Rows that cannot run (not root, no TUN) are
 error naming the reason; nothing is estimated in their place.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.CapacityBps = capacity
 			if plotDir != "" {
 				if _, err := plot.CheckFormat(format); err != nil {
 					return err
@@ -110,9 +110,13 @@ error naming the reason; nothing is estimated in their place.`,
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			var bar *progressbar.ProgressBar
-			if !quiet && !asJSON {
+			if !quiet {
+				// On stderr, also with --json: stdout keeps only the rows.
 				o.Progress = func(i, n int, what string) {
 					if bar == nil {
+						per := peersRunTime(name, o)
+						fmt.Fprintf(cmd.ErrOrStderr(), "%s: %d runs of about %s each (warm-up, measurement, setup): about %s\n",
+							name, n, roundDur(per), roundDur(time.Duration(n)*per))
 						bar = progressbar.NewOptions(n, progressbar.OptionSetWriter(cmd.ErrOrStderr()),
 							progressbar.OptionSetWidth(30), progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
 					}
@@ -155,17 +159,17 @@ error naming the reason; nothing is estimated in their place.`,
 		},
 	}
 	f := cmd.Flags()
-	f.Float64Var(&capacity, "capacity", 0, "bottleneck capacity in bits/s (default 200e6)")
+	cli.RateVar(f, &o.CapacityBps, "capacity", 0, "bottleneck capacity, e.g. 200mbit, 1gbit (default 200Mbit/s)")
 	f.DurationVar(&o.Duration, "duration", 0, "measured time per run (default 6s)")
 	f.DurationVar(&o.Warmup, "warmup", 0, "warm-up before measuring (default 2s)")
-	f.DurationSliceVar(&o.RTTs, "rtt", nil, "round-trip times (default 10ms,50ms,100ms)")
-	f.Float64SliceVar(&o.Losses, "loss", nil, "random loss rates (default 0,0.001,0.01,0.05,0.1)")
+	cli.DurationsVar(f, &o.RTTs, "rtt", nil, "round-trip times (default 10ms,50ms,100ms)")
+	cli.FractionsVar(f, &o.Losses, "loss", nil, "random loss rates, fractions or percentages (default 0,0.1%,1%,5%,10%)")
 	f.StringSliceVar(&o.Systems, "systems", nil, "systems to run (default all: mrgw,rocev2,tcp-cubic,tcp-bbr,quic,kcp)")
 	f.StringVar(&o.MRGWCC, "cc", "", "mrgw's congestion controller (default longrtt-htcp)")
 	f.Uint64Var(&o.Seed, "seed", 1, "seed of the emulators")
 	f.BoolVar(&o.Quick, "quick", false, "short runs (a smoke test, not a measurement)")
 	f.BoolVar(&asJSON, "json", false, "print JSON rows")
-	f.BoolVar(&quiet, "quiet", false, "no progress bar")
+	f.BoolVar(&quiet, "quiet", false, "no estimate and no progress bar on stderr")
 	f.StringVar(&jsonOut, "json-out", "", "also write the JSON rows to this file (for docs/results)")
 	f.Float64Var(&o.QueueBDP, "queue-bdp", 0, "drop-tail queue per plane in BDPs (default 1)")
 	f.Float64Var(&o.ECNBDP, "ecn-bdp", 0, "ECN marking threshold in BDPs (default 0.1; negative: no marking)")
@@ -180,11 +184,30 @@ error naming the reason; nothing is estimated in their place.`,
 	return cmd
 }
 
+// peersRunTime is about how long one run of a peers scenario takes with
+// o: its warm-up and measured time (the scenario's defaults where o has
+// none) and a second to set it up and tear it down.
+func peersRunTime(name string, o peers.Options) time.Duration {
+	warm, dur := peers.DefaultWarmup, peers.DefaultDuration
+	switch {
+	case o.Quick:
+		warm, dur = 500*time.Millisecond, time.Second
+	case name == "coexistence":
+		warm, dur = peers.DefaultCoexistWarmup, peers.DefaultCoexistDuration
+	}
+	if o.Warmup > 0 {
+		warm = o.Warmup
+	}
+	if o.Duration > 0 {
+		dur = o.Duration
+	}
+	return warm + dur + time.Second
+}
+
 func newDatapathCmd() *cobra.Command {
 	var (
 		o      datapath.Options
 		suite  string
-		window int
 		asJSON bool
 		pf     bool
 		pfo    datapath.PlaneFailureOptions
@@ -204,7 +227,6 @@ share of the machine the run had).`,
 				return err
 			}
 			o.Suite = s
-			o.WindowBytes = window << 10
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			if pf {
@@ -251,14 +273,14 @@ share of the machine the run had).`,
 	f.DurationVar(&o.Duration, "duration", 0, "length of each measurement (default 3s)")
 	f.IntVar(&o.MTU, "mtu", 0, "MetaRoCE payload per datagram (default 1400)")
 	f.IntVar(&o.Paths, "paths", 0, "paths per connection (default 8)")
-	f.IntVar(&window, "window", 0, "fixed window per path in KiB (default 256)")
+	cli.SizeVar(f, &o.WindowBytes, "window", 0, "fixed window per path, e.g. 256KiB (default 256KiB)")
 	f.IntVar(&o.Senders, "senders", 0, "sealing and sending goroutines per endpoint (default 2)")
 	f.BoolVar(&o.DisableGSO, "no-gso", false, "turn UDP GSO off")
 	f.BoolVar(&o.DisableGRO, "no-gro", false, "turn UDP GRO off")
 	f.BoolVar(&o.Plain, "plain", true, "also measure the transfer without encryption")
 	f.StringVar(&suite, "cipher", "aes-128-gcm", "AEAD: aes-128-gcm, aes-256-gcm or chacha20-poly1305")
 	f.BoolVar(&pf, "plane-failure", false, "instead: a steady sealed transfer through the link emulator, plane 0 failing in the middle")
-	f.Float64Var(&pfo.Loss, "loss", 0.01, "with --plane-failure: random loss on every plane")
+	cli.FractionVar(f, &pfo.Loss, "loss", 0.01, "with --plane-failure: random loss on every plane (0.01 or 1%)")
 	f.IntVar(&pfo.DownAfter, "down-after", 1, "with --plane-failure: consecutive timeouts that take a path down")
 	f.BoolVar(&asJSON, "json", false, "print JSON rows")
 	return cmd

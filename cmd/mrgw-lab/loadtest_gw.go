@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"runtime/pprof"
 	"syscall"
+	"time"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
@@ -91,7 +92,7 @@ type gwFlags struct {
 func (f *gwFlags) add(cmd *cobra.Command, quick bool) {
 	fl := cmd.Flags()
 	fl.BoolVar(&f.asJSON, "json", false, "print JSON rows (the fields of mrgw-lab sim)")
-	fl.BoolVar(&f.quiet, "quiet", false, "no progress bar")
+	fl.BoolVar(&f.quiet, "quiet", false, "no progress on stderr")
 	if quick {
 		fl.BoolVar(&f.quick, "quick", false, "short runs and fewer points (a smoke test, not a measurement)")
 	}
@@ -193,19 +194,30 @@ func runGatewayScenarios(cmd *cobra.Command, scs []gwload.Scenario, f *gwFlags) 
 		}
 		defer pprof.StopCPUProfile()
 	}
+	if !f.quiet && len(scs) > 0 {
+		// Up front: the runs' stated durations and a few seconds each to
+		// build the lab and drain (at most 15 s).
+		var total time.Duration
+		for _, sc := range scs {
+			n, _ := sc.Normalize()
+			total += n.Duration + 5*time.Second
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "%d run(s), about %s (up to %s if every drain takes its 15 s)\n", len(scs), roundDur(total), roundDur(total+time.Duration(len(scs))*10*time.Second))
+	}
 	var rows []report.Row
 	var firstErr error
 	for i, sc := range scs {
 		n, _ := sc.Normalize()
-		if !f.asJSON {
-			fmt.Fprintf(cmd.ErrOrStderr(), "[%d/%d] %s: %s (duration %v)\n", i+1, len(scs), n.Name, n.Description, n.Duration)
+		if !f.quiet {
+			// On stderr, also with --json: stdout keeps only the rows.
+			fmt.Fprintf(cmd.ErrOrStderr(), "[%d/%d] %s: %s (duration %v, then up to 15s draining)\n", i+1, len(scs), n.Name, n.Description, n.Duration)
 		}
 		var o gwload.Options
 		if f.trace {
 			o.Trace = cmd.ErrOrStderr()
 		}
 		var bar *progressbar.ProgressBar
-		if !f.quiet && !f.asJSON {
+		if !f.quiet {
 			bar = progressbar.NewOptions(1000, progressbar.OptionSetWriter(cmd.ErrOrStderr()),
 				progressbar.OptionSetWidth(30), progressbar.OptionClearOnFinish(), progressbar.OptionThrottle(0))
 			o.Progress = func(frac float64, what string) {

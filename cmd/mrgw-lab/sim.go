@@ -2,12 +2,14 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"sort"
 	"strings"
+	"time"
 
 	_ "github.com/mrgw/mrgw/cc/longrtt" // registers the long-RTT controllers by name
+	"github.com/mrgw/mrgw/internal/cli"
 	"github.com/mrgw/mrgw/internal/report"
+	"github.com/mrgw/mrgw/internal/units"
 	"github.com/mrgw/mrgw/sim/scenario"
 	"github.com/spf13/cobra"
 )
@@ -17,6 +19,45 @@ type simScenario struct {
 	run  func(scenario.Options) ([]report.Row, error)
 	cols []report.Column
 	doc  string
+	cost simCost
+}
+
+// simCost is what a scenario costs at its defaults (--rate unset, --scale
+// 1) on a 2-core machine: the wall time of the docs/results run
+// (wall_seconds of its rows) or, where docs/results has none, a rough
+// figure from --scale 0.05 and 0.25 runs (shorter runs cost more than
+// their share: set-up and warm-up). The work grows with the simulated
+// packets: with the rate and with --scale.
+type simCost struct {
+	rateBps float64 // the scenario's own default rate (what --rate replaces)
+	seconds float64 // wall seconds at the defaults
+}
+
+// simCosts per scenario; TestSimCostsCoverEveryScenario keeps it whole.
+var simCosts = map[string]simCost{
+	"loss-sweep":         {100e9, 180},
+	"planes":             {100e9, 20},
+	"utilization":        {100e9, 960},
+	"rtt-fairness":       {10e9, 90},
+	"convergence":        {100e9, 600},
+	"incast":             {100e9, 1},
+	"multipath-coupling": {10e9, 40},
+	"loss-sweep-cc":      {100e9, 1410},
+	"regions":            {100e9, 150},
+	"coexistence":        {scenario.CoexistRateBps, 15},
+	"connections":        {100e9, 150},
+}
+
+// estimate is the expected wall time of a run with opts.
+func (c simCost) estimate(o scenario.Options) time.Duration {
+	s := c.seconds
+	if o.Scale > 0 {
+		s *= o.Scale
+	}
+	if o.RateBps > 0 && c.rateBps > 0 {
+		s *= o.RateBps / c.rateBps
+	}
+	return time.Duration(s * float64(time.Second))
 }
 
 var (
@@ -76,6 +117,7 @@ func simScenarios() map[string]simScenario {
 			sc.cols = base
 		}
 		sc.run = run
+		sc.cost = simCosts[name]
 		out[name] = sc
 	}
 	return out
@@ -101,9 +143,10 @@ The same seed gives the same numbers, bit for bit. With no scenario named it lis
 			}
 			sort.Strings(names)
 			if len(args) == 0 {
-				fmt.Fprintln(cmd.OutOrStdout(), "scenarios:")
+				fmt.Fprintln(cmd.OutOrStdout(), "scenarios (default rate per plane; time at the defaults on a 2-core machine):")
 				for _, n := range names {
-					fmt.Fprintf(cmd.OutOrStdout(), "  %-20s %s\n", n, all[n].doc)
+					c := all[n].cost
+					fmt.Fprintf(cmd.OutOrStdout(), "  %-20s %-10s %-8s %s\n", n, units.FormatRate(c.rateBps), "~"+roundDur(c.estimate(scenario.Options{})), all[n].doc)
 				}
 				return nil
 			}
@@ -115,16 +158,23 @@ The same seed gives the same numbers, bit for bit. With no scenario named it lis
 					return fmt.Errorf("unknown scenario %q (known: %s)", a, strings.Join(names, ", "))
 				}
 			}
-			if !quiet && !asJSON {
-				opts.Progress = func(i, n int, what string) {
-					fmt.Fprintf(os.Stderr, "\r\033[K[%d/%d] %s", i, n, what)
-				}
-			}
 			for _, a := range args {
 				sc := all[a]
+				var p *progress
+				if !quiet {
+					// On stderr, also with --json: stdout keeps only the rows.
+					p = newProgress(cmd.ErrOrStderr(), a)
+					est := sc.cost.estimate(opts)
+					rate := "its own rate per plane (" + units.FormatRate(sc.cost.rateBps) + ")"
+					if opts.RateBps > 0 {
+						rate = units.FormatRate(opts.RateBps) + " per plane"
+					}
+					p.say("%s: at %s and --scale %g, about %s on a 2-core machine%s", a, rate, scaleOr1(opts.Scale), roundDur(est), quickHint(est))
+					opts.Progress = p.update
+				}
 				rows, err := sc.run(opts)
-				if opts.Progress != nil {
-					fmt.Fprint(os.Stderr, "\r\033[K")
+				if p != nil {
+					p.finish()
 				}
 				if err != nil {
 					return fmt.Errorf("%s: %w", a, err)
@@ -148,8 +198,8 @@ The same seed gives the same numbers, bit for bit. With no scenario named it lis
 	f.BoolVar(&asJSON, "json", false, "print one JSON object per result row instead of a table")
 	f.Uint64Var(&opts.Seed, "seed", 1, "random seed (same seed, same result)")
 	f.Float64Var(&opts.Scale, "scale", 1, "multiply every simulated duration (use <1 for a quick look)")
-	f.Float64Var(&opts.RateBps, "rate", 100e9, "link rate per plane in bits/s")
-	f.BoolVar(&quiet, "quiet", false, "no progress line")
+	cli.RateVar(f, &opts.RateBps, "rate", 0, "link rate per plane, e.g. 100gbit, 10gbit (default: each scenario's own, as `mrgw-lab sim` lists them and docs/results uses; the run time grows with it)")
+	f.BoolVar(&quiet, "quiet", false, "no estimate and no progress line on stderr")
 	f.StringVar(&opts.PlotDir, "plots", "", "write SVG plots of the congestion-control scenarios into this directory")
 	return cmd
 }

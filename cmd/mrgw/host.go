@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	crand "crypto/rand"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,7 +10,6 @@ import (
 	"os"
 	"os/signal"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -22,8 +20,13 @@ import (
 	"github.com/mrgw/mrgw/cc"
 	"github.com/mrgw/mrgw/config"
 	"github.com/mrgw/mrgw/host"
+	"github.com/mrgw/mrgw/internal/cli"
 	"github.com/mrgw/mrgw/metaroce"
 )
+
+// lanControllers are the controllers a host may use towards its gateways:
+// those lan.congestion_control accepts (package config).
+var lanControllers = []string{config.LANControllerAIMD, config.LANControllerFixed}
 
 // hostFlags are the flags every host command shares.
 type hostFlags struct {
@@ -49,7 +52,7 @@ func (f *hostFlags) add(cmd *cobra.Command) {
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:0", "local listening address")
 	fl.IntVar(&f.mtu, "mtu", 4096, "MetaRoCE payload size")
 	fl.IntVar(&f.paths, "paths", 4, "paths per gateway connection")
-	fl.StringVar(&f.ccName, "cc", "fixed", "congestion controller of the gateway connections ("+strings.Join(cc.Names(), ", ")+")")
+	fl.StringVar(&f.ccName, "cc", "fixed", "congestion controller of the gateway connections: "+strings.Join(lanControllers, " or ")+" (what the gateways' lan.congestion_control accepts)")
 	fl.DurationVar(&f.deadAfter, "dead-after", 2*time.Second, "declare a gateway dead after its paths are down this long")
 	fl.DurationVar(&f.openTimeout, "open-timeout", 5*time.Second, "bound on registering with the gateways and opening a flow")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "log connection and flow events")
@@ -75,6 +78,9 @@ func (f *hostFlags) config(stderr io.Writer) (host.Config, error) {
 	}
 	cfg.Protocol.MTU = f.mtu
 	cfg.Protocol.Paths = f.paths
+	if !slices.Contains(lanControllers, f.ccName) {
+		return cfg, fmt.Errorf("--cc %q: the LAN accepts %s", f.ccName, strings.Join(lanControllers, " or "))
+	}
 	ctl, err := cc.Lookup(f.ccName, cc.Params{})
 	if err != nil {
 		return cfg, fmt.Errorf("--cc: %w", err)
@@ -127,10 +133,10 @@ On one machine give every process its own loopback IP (127.0.0.2, 127.0.0.3, ...
 func newHostRecvCmd() *cobra.Command {
 	var (
 		hf       hostFlags
-		memory   string
+		memBytes uint64
 		key      uint32
 		duration time.Duration
-		credit   string
+		credit   int64
 		quiet    bool
 	)
 	cmd := &cobra.Command{
@@ -138,23 +144,16 @@ func newHostRecvCmd() *cobra.Command {
 		Short: "Register memory and report every message that lands in it",
 		Example: `  # us-east of config/examples/two-region (the gateways' lan.listen):
   mrgw host recv --gateway 127.0.0.21:14793,127.0.0.22:14794 --region us-east \
-      --name trainer-0 --listen 127.0.0.31:0 --memory 256MiB --duration 60s`,
+      --name trainer-0 --listen 127.0.0.31:0 --memory 256MiB --duration 60s \
+      --key-file config/examples/two-region/host.key`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			memBytes, err := hostParseBytes(memory)
-			if err != nil {
-				return fmt.Errorf("--memory: %w", err)
-			}
 			cfg, err := hf.config(cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
-			if credit != "" {
-				c, err := hostParseBytes(credit)
-				if err != nil {
-					return fmt.Errorf("--credit: %w", err)
-				}
-				cfg.ReceiveCredit = c
+			if credit != 0 {
+				cfg.ReceiveCredit = uint64(credit)
 			}
 			ctx, stop := hostSignalContext(cmd)
 			defer stop()
@@ -207,10 +206,10 @@ func newHostRecvCmd() *cobra.Command {
 	}
 	hf.add(cmd)
 	fl := cmd.Flags()
-	fl.StringVar(&memory, "memory", "64MiB", "bytes of memory to register")
+	cli.SizeVar(fl, &memBytes, "memory", 64<<20, "memory to register (units: 256MiB, 1GiB)")
 	fl.Uint32Var(&key, "key", 1, "memory key to register them under")
 	fl.DurationVar(&duration, "duration", 0, "stop after this long (0: until interrupted)")
-	fl.StringVar(&credit, "credit", "", "credit granted to each incoming flow (default 64MiB)")
+	cli.SizeVar(fl, &credit, "credit", 0, "credit granted to each incoming flow (default 64MiB)")
 	fl.BoolVarP(&quiet, "quiet", "q", false, "print only the summary")
 	return cmd
 }
@@ -219,7 +218,7 @@ func newHostSendCmd() *cobra.Command {
 	var (
 		hf       hostFlags
 		to       string
-		size     string
+		n        uint64
 		count    int
 		key      uint32
 		addr     uint64
@@ -232,16 +231,16 @@ func newHostSendCmd() *cobra.Command {
 		Short: "WRITE random data to an endpoint in another region and measure it",
 		Example: `  # eu-west of config/examples/two-region (the gateways' lan.listen):
   mrgw host send --gateway 127.0.0.11:14791,127.0.0.12:14792 --region eu-west \
-      --name loader-0 --listen 127.0.0.32:0 --to us-east/trainer-0 --size 1MiB --count 100`,
+      --name loader-0 --listen 127.0.0.32:0 --to us-east/trainer-0 --size 1MiB --count 100 \
+      --key-file config/examples/two-region/host.key`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			region, endpoint, ok := strings.Cut(to, "/")
 			if !ok || region == "" || endpoint == "" {
 				return fmt.Errorf("--to %q: want REGION/ENDPOINT", to)
 			}
-			n, err := hostParseBytes(size)
-			if err != nil {
-				return fmt.Errorf("--size: %w", err)
+			if n < 1 {
+				return fmt.Errorf("--size must be at least 1 byte")
 			}
 			if count < 1 || inflight < 1 {
 				return fmt.Errorf("--count and --inflight must be at least 1")
@@ -339,7 +338,7 @@ func newHostSendCmd() *cobra.Command {
 	hf.add(cmd)
 	fl := cmd.Flags()
 	fl.StringVar(&to, "to", "", "destination REGION/ENDPOINT")
-	fl.StringVar(&size, "size", "1MiB", "bytes per message")
+	cli.SizeVar(fl, &n, "size", 1<<20, "bytes per message (units: 4096, 64KiB, 1MiB, 1.5MB)")
 	fl.IntVar(&count, "count", 100, "messages to send")
 	fl.Uint32Var(&key, "key", 1, "destination memory key")
 	fl.Uint64Var(&addr, "addr", 0, "destination offset in the region (every message writes there)")
@@ -371,34 +370,4 @@ func hostRate(bytes uint64, d time.Duration) string {
 	}
 	bps := float64(bytes) * 8 / d.Seconds()
 	return fmt.Sprintf("%.3f Gbit/s (%.1f MB/s)", bps/1e9, bps/8/1e6)
-}
-
-// hostParseBytes reads a byte count: a number with an optional suffix
-// k/K, M, G, T (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024); a
-// trailing B is optional.
-func hostParseBytes(s string) (uint64, error) {
-	t := strings.TrimSpace(s)
-	t = strings.TrimSuffix(strings.TrimSuffix(t, "B"), "b")
-	mult := uint64(1)
-	units := []struct {
-		suffix string
-		mult   uint64
-	}{
-		{"Ki", 1 << 10}, {"Mi", 1 << 20}, {"Gi", 1 << 30}, {"Ti", 1 << 40},
-		{"k", 1e3}, {"K", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12},
-	}
-	for _, u := range units {
-		if strings.HasSuffix(t, u.suffix) {
-			t, mult = strings.TrimSuffix(t, u.suffix), u.mult
-			break
-		}
-	}
-	v, err := strconv.ParseUint(strings.TrimSpace(t), 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%q is not a byte count (e.g. 4096, 64KiB, 1MB)", s)
-	}
-	if v != 0 && v*mult/mult != v {
-		return 0, errors.New("byte count overflows")
-	}
-	return v * mult, nil
 }

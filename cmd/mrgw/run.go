@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -47,6 +48,8 @@ pair member, peers told) and exits; a second signal exits at once.`,
 				printProblems(cmd, err)
 				return errSilent
 			}
+			log := daemonLogger(cfg, cmd.ErrOrStderr())
+			logWarnings(log, cfg)
 			g, err := gateway.New(cfg, gateway.Options{LogOutput: cmd.ErrOrStderr(), Pprof: pprofOn})
 			if err != nil {
 				return err
@@ -56,7 +59,6 @@ pair member, peers told) and exits; a second signal exits at once.`,
 			defer signal.Stop(sigs)
 			done := make(chan error, 1)
 			go func() { done <- g.Run(context.Background()) }()
-			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			for {
 				select {
 				case err := <-done:
@@ -71,7 +73,9 @@ pair member, peers told) and exits; a second signal exits at once.`,
 						}
 						if err := g.Reload(next); err != nil {
 							log.Error("reload refused; keeping the running configuration", "err", err)
+							continue
 						}
+						logWarnings(log, next)
 						continue
 					}
 					log.Info("signal: draining", "signal", s.String(), "timeout", drainIn)
@@ -97,6 +101,31 @@ pair member, peers told) and exits; a second signal exits at once.`,
 	cmd.Flags().BoolVar(&pprofOn, "pprof", false, "serve Go runtime profiles at /debug/pprof/ on the admin listener (admin.listen)")
 	config.BindFlags(cmd.Flags())
 	return cmd
+}
+
+// daemonLogger is the logger of the daemon's own lines (configuration
+// warnings, signals, reloads): on w, in the configuration's log.format,
+// at its log.level as it was at start, named like the gateway's lines.
+func daemonLogger(cfg *config.Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cfg.Log.Level)); err != nil {
+		level = slog.LevelInfo
+	}
+	ho := &slog.HandlerOptions{Level: level}
+	var h slog.Handler = slog.NewTextHandler(w, ho)
+	if cfg.Log.Format == config.LogJSON {
+		h = slog.NewJSONHandler(w, ho)
+	}
+	return slog.New(h).With("gateway", cfg.Node.Name)
+}
+
+// logWarnings logs every [config.Config.Warnings]: settings that are
+// allowed but probably not what the operator meant (`mrgw config check`
+// prints the same).
+func logWarnings(log *slog.Logger, cfg *config.Config) {
+	for _, w := range cfg.Warnings() {
+		log.Warn("configuration warning", "key", w.Key, "problem", w.Msg)
+	}
 }
 
 func printProblems(cmd *cobra.Command, err error) {

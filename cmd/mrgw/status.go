@@ -107,7 +107,7 @@ func printStatus(w io.Writer, st *gateway.Status, paths bool) {
 				up++
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f ms\t%s\t%s\t%d\t%d\t%d\t%d/%d\n", p.Name, p.Region, p.State, p.ControlRTT,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d/%d\n", p.Name, p.Region, p.State, rttH(p.ControlRTT),
 			rateH(p.TxBps), rateH(p.RxBps), p.Retrans, p.Lost, p.Flows, up, len(p.Paths))
 	}
 	tw.Flush()
@@ -122,11 +122,20 @@ func printStatus(w io.Writer, st *gateway.Status, paths bool) {
 		tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "PATH\tPLANE\tSTATE\tRTT\tMIN RTT\tCWND\tINFLIGHT\tSENT\tLOST")
 		for _, pa := range p.Paths {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%.1f ms\t%.1f ms\t%s\t%s\t%d\t%d\n", pa.ID, pa.Plane, pa.State, pa.RTT, pa.MinRTT,
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", pa.ID, pa.Plane, pa.State, rttH(pa.RTT), rttH(pa.MinRTT),
 				bytesH(float64(pa.Cwnd)), bytesH(float64(pa.Inflight)), pa.Sent, pa.Lost)
 		}
 		tw.Flush()
 	}
+}
+
+// rttH formats a round-trip time in milliseconds; 0 is a path or session
+// that has not measured one (the JSON omits it).
+func rttH(ms float64) string {
+	if ms <= 0 {
+		return "unknown"
+	}
+	return fmt.Sprintf("%.1f ms", ms)
 }
 
 // rateH formats bytes per second as bits per second.

@@ -175,14 +175,14 @@ func variants() []variant {
 		{name: "rate hint fixed", brk: &breakage{out: mangleAck(func(a *metaroce.Ack) { a.RateHintBps = 10e9 })},
 			cases: map[string]string{"rate-hint-falls": "did not fall when sender B started"}},
 		{name: "any version accepted", brk: &breakage{in: func(_ *Responder, b []byte, _ *metaroce.RecvMeta) [][]byte {
-			if len(b) > 0 && b[0] > 1 {
+			if len(b) > 0 && b[0] > metaroce.MaxVersion {
 				b = append([]byte(nil), b...)
 				b[0] = 1
 			}
 			return [][]byte{b}
 		}}, cases: map[string]string{
 			"version-unknown-refused": "answered with ACCEPT, want VERSION",
-			"bad-wrong-version":       "DATA of version 2 (path",
+			"bad-wrong-version":       "DATA of version 9 (path",
 		}},
 		{name: "no VERSION sent", brk: &breakage{out: dropType(metaroce.TypeVersion, func(b []byte) bool { return b[0] == 0 })},
 			cases: map[string]string{"version-unknown-refused": "not answered with VERSION"}},
@@ -270,7 +270,55 @@ func variants() []variant {
 		}}, cases: map[string]string{"handshake": "ACCEPT echoes timestamp 0"}},
 		{name: "PROBE not answered", brk: &breakage{out: dropType(metaroce.TypeProbeAck, nil)},
 			cases: map[string]string{"probe-answered": "not answered within"}},
+		{name: "ACCEPT chooses version 2 whatever the INIT offered", brk: &breakage{out: func(_ *Responder, b []byte, _ *metaroce.Transmit) []byte {
+			if len(b) == metaroce.AcceptLen && b[1] == byte(metaroce.TypeAccept) {
+				b[3] = metaroce.Version2
+			}
+			return b
+		}}, cases: map[string]string{"version-v1-only-client": "did not offer"}},
+		{name: "version-2 DATA dropped", brk: &breakage{in: func(_ *Responder, b []byte, _ *metaroce.RecvMeta) [][]byte {
+			if len(b) > 1 && b[0] == metaroce.Version2 && b[1] == byte(metaroce.TypeData) {
+				return nil
+			}
+			return [][]byte{b}
+		}}, cases: map[string]string{"version-v2-offered": "(no ACK at all)"}},
+		{name: "orphans adopted", brk: adoptOrphans(), cases: map[string]string{"v2-orphan-not-acked": "was acknowledged"}},
 	}
+}
+
+// adoptOrphans is a version-2 receiver that places a DATA without
+// descriptor of a message it never heard of, instead of leaving it
+// unrecorded (PROTOCOL.md §12 "Orphans"): it makes up a descriptor (the
+// contract's region, offset 0, the message ending with this chunk).
+func adoptOrphans() *breakage {
+	seen := map[[3]uint32]bool{}
+	return &breakage{in: func(r *Responder, b []byte, _ *metaroce.RecvMeta) [][]byte {
+		var h metaroce.DataHeaderV2
+		pay, err := metaroce.DecodeDataV2(b, &h)
+		if err != nil {
+			return [][]byte{b}
+		}
+		k := [3]uint32{h.Tag, h.Stream, h.MsgSeq}
+		if h.Desc {
+			seen[k] = true
+			return [][]byte{b}
+		}
+		if seen[k] {
+			return [][]byte{b}
+		}
+		mtu := 0
+		for _, c := range r.ep.Conns() {
+			if uint32(c.ID()) == h.Tag {
+				mtu = c.MTU()
+			}
+		}
+		h.Desc, h.Key, h.Addr, h.MsgLen = true, conformance.RegionKey, 0, uint64(h.Chunk)*uint64(mtu)+uint64(len(pay))
+		out, err := metaroce.AppendDataV2(make([]byte, 0, len(b)+metaroce.DataDescLen), &h, pay)
+		if err != nil {
+			return [][]byte{b}
+		}
+		return [][]byte{out}
+	}}
 }
 
 // deferredPlacement is a receiver with a reorder buffer: chunks are

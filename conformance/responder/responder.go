@@ -64,6 +64,8 @@ func DefaultConfig() metaroce.Config {
 		MaxConns:           256,
 		ReceiveCapacityBps: 10e9,
 		Listen:             true,
+		// Both wire versions, so that the suite's version-2 cases run.
+		WireVersions: []uint8{metaroce.Version1, metaroce.Version2},
 	}
 }
 

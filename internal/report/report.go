@@ -9,6 +9,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -151,8 +153,8 @@ var (
 	ColSystem   = Column{"system", func(r *Row) string { return r.System }}
 	ColCC       = Column{"cc", func(r *Row) string { return r.CC }}
 	ColPlanes   = Column{"planes", func(r *Row) string { return fmt.Sprint(r.Planes) }}
-	ColRTT      = Column{"rtt", func(r *Row) string { return FormatRTT(r.RTTms) }}
-	ColLoss     = Column{"loss", func(r *Row) string { return fmt.Sprintf("%g%%", r.Loss*100) }}
+	ColRTT      = Column{"rtt", func(r *Row) string { return orDash(r.RTTms, FormatRTT) }}
+	ColLoss     = Column{"loss", func(r *Row) string { return FormatPercent(r.Loss) }}
 	ColFlows    = Column{"flows", func(r *Row) string { return fmt.Sprint(r.Flows) }}
 	ColCapacity = Column{"capacity", func(r *Row) string { return FormatBps(r.CapacityBps) }}
 	ColGoodput  = Column{"goodput", func(r *Row) string { return FormatBps(r.GoodputBps) }}
@@ -219,9 +221,37 @@ func FormatBps(bps float64) string {
 // FormatRTT prints a round-trip time given in milliseconds.
 func FormatRTT(ms float64) string {
 	if ms < 1 {
-		return fmt.Sprintf("%gµs", ms*1000)
+		return FormatNumber(ms*1000) + "µs"
 	}
-	return fmt.Sprintf("%gms", ms)
+	return FormatNumber(ms) + "ms"
+}
+
+// orDash prints 0 as "-": a row with no single value (rtt-fairness rows
+// mix several round trips and say which in their note).
+func orDash(x float64, f func(float64) string) string {
+	if x == 0 {
+		return "-"
+	}
+	return f(x)
+}
+
+// FormatNumber prints x for people: three significant digits at most,
+// trailing zeros trimmed, never an exponent (0.07*100 prints 7, not
+// 7.000000000000001; 12.345 prints 12.3; 1234 prints 1230).
+func FormatNumber(x float64) string {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return strconv.FormatFloat(x, 'g', -1, 64)
+	}
+	// Round to 3 significant digits, then print the shortest decimal
+	// that reads back as that value.
+	r, _ := strconv.ParseFloat(strconv.FormatFloat(x, 'g', 3, 64), 64)
+	return strconv.FormatFloat(r, 'f', -1, 64)
+}
+
+// FormatPercent prints a fraction (0.07) as a percentage (7%), with
+// [FormatNumber]'s rounding.
+func FormatPercent(frac float64) string {
+	return FormatNumber(frac*100) + "%"
 }
 
 // Jain returns Jain's fairness index of xs: 1 when all are equal, 1/n when

@@ -66,3 +66,43 @@ func TestSlug(t *testing.T) {
 		}
 	}
 }
+
+func TestFormatForPeople(t *testing.T) {
+	for _, c := range []struct {
+		got, want string
+	}{
+		{FormatPercent(0.07), "7%"},
+		{FormatPercent(0.001), "0.1%"},
+		{FormatPercent(0.0001), "0.01%"},
+		{FormatPercent(0.1), "10%"},
+		{FormatPercent(0), "0%"},
+		{FormatPercent(1), "100%"},
+		{FormatPercent(0.12345), "12.3%"},
+		{FormatPercent(1e-7), "0.00001%"},
+		{FormatNumber(1234), "1230"},
+		{FormatNumber(-0.5), "-0.5"},
+		{FormatRTT(0.3), "300µs"},
+		{FormatRTT(0.01), "10µs"},
+		{FormatRTT(150), "150ms"},
+		{FormatRTT(12.5), "12.5ms"},
+	} {
+		if c.got != c.want {
+			t.Errorf("got %q, want %q", c.got, c.want)
+		}
+	}
+	// The table shows the same.
+	var b bytes.Buffer
+	if err := WriteTable(&b, []Row{{Loss: 0.07}}, ColLoss); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "| 7%   |") {
+		t.Errorf("loss column:\n%s", b.String())
+	}
+	b.Reset()
+	if err := WriteTable(&b, []Row{{RTTms: 0}}, ColRTT); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "| -   |") {
+		t.Errorf("rtt column of a row of several round trips:\n%s", b.String())
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/mrgw/mrgw/host"
+	"github.com/mrgw/mrgw/internal/report"
 	"github.com/mrgw/mrgw/loadtest/lab"
 	"github.com/mrgw/mrgw/loadtest/recovery"
 	"github.com/mrgw/mrgw/netem"
@@ -162,7 +163,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	r := &rig{o: o, hosts: map[string]*host.Host{}, stopWriting: make(chan struct{})}
-	r.say("mrgw-lab demo: 2 regions (eu-west, us-east) x 2 gateways, 1 host each side, %d planes, RTT %v, loss %.2g%%,\n", o.Planes, o.RTT, o.Loss*100)
+	r.say("mrgw-lab demo: 2 regions (eu-west, us-east) x 2 gateways, 1 host each side, %d planes, RTT %v, loss %s,\n", o.Planes, o.RTT, report.FormatPercent(o.Loss))
 	r.say("           %.0f Mbit/s per plane and direction (chosen so this machine's CPU is not the bottleneck)\n", o.RateMbit)
 	if err := r.build(ctx); err != nil {
 		return nil, err

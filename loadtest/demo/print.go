@@ -6,13 +6,15 @@ import (
 	"fmt"
 	"io"
 	"text/tabwriter"
+
+	"github.com/mrgw/mrgw/internal/report"
 )
 
 // Print writes the report for people: the per-plane table (rates are per
 // second over the run, counts are totals), then the end-to-end figures.
 func (r *Report) Print(out io.Writer) {
-	fmt.Fprintf(out, "\nresult after %.1fs (RTT %.0f ms configured; %.1f ms smoothed on the WAN paths, queueing in the emulator and gateways included; loss %.2g%% per plane)\n\n",
-		r.Duration, r.RTTms, r.MeasuredRTTms, r.Loss*100)
+	fmt.Fprintf(out, "\nresult after %.1fs (RTT %.0f ms configured; %.1f ms smoothed on the WAN paths, queueing in the emulator and gateways included; loss %s per plane)\n\n",
+		r.Duration, r.RTTms, r.MeasuredRTTms, report.FormatPercent(r.Loss))
 	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "plane\twire goodput (both ways, per second)\tdatagrams (total)\tlost at random (total)\tqueue drops (total)\tlost while down (total)\tstate at end\t")
 	for _, p := range r.PlaneStats {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"sort"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/mrgw/mrgw/internal/units"
 	"github.com/mrgw/mrgw/netem"
 )
 
@@ -197,19 +199,17 @@ func (l Link) apply(base netem.LinkConfig) (netem.LinkConfig, error) {
 	return out, out.Validate()
 }
 
-// parseSize parses "256KiB", "4MiB", "1000" (bytes).
+// parseSize parses "256KiB", "4MiB", "1.5MB", "1000" (bytes): the size
+// flags' parser (internal/units).
 func parseSize(s string) (int, error) {
-	if n, err := strconv.Atoi(strings.TrimSpace(s)); err == nil {
-		return n, nil
-	}
-	if strings.Contains(s, ",") {
-		return 0, fmt.Errorf("size %q contains a comma", s)
-	}
-	lc, err := netem.ParseLink("queue=" + s)
+	n, err := units.ParseBytes(s)
 	if err != nil {
-		return 0, fmt.Errorf("size %q: %w", s, err)
+		return 0, err
 	}
-	return lc.QueueBytes, nil
+	if n > math.MaxInt32 {
+		return 0, fmt.Errorf("size %q is too large", s)
+	}
+	return int(n), nil
 }
 
 // resolved is a validated scenario with its units parsed.

@@ -137,7 +137,7 @@ func RTTFairness(ctx context.Context, o Options) ([]report.Row, error) {
 			for k, rt := range rtts {
 				names[k] = fmt.Sprintf("%v RTT", rt)
 			}
-			rctx := o.record(ctx, "peers-rtt-fairness", fmt.Sprintf("%s, loss %g%%", s, loss*100), s, names...)
+			rctx := o.record(ctx, "peers-rtt-fairness", fmt.Sprintf("%s, loss %s", s, report.FormatPercent(loss)), s, names...)
 			r, err := fairRun(rctx, s, l, rtts, o)
 			if sk.add(err) {
 				continue

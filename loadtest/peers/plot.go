@@ -140,7 +140,7 @@ func rowPlots(rows []report.Row) []plot.Named {
 		l.Y = append(l.Y, y)
 	}
 	for _, r := range rows {
-		rtt := fmt.Sprintf("%gms", r.RTTms)
+		rtt := report.FormatNumber(r.RTTms) + "ms"
 		switch r.Scenario {
 		case "peers-loss-sweep":
 			add("peers-loss-sweep-fraction-rtt-"+fileSlug(rtt), "loss sweep, one plane, rtt "+rtt,
@@ -152,7 +152,7 @@ func rowPlots(rows []report.Row) []plot.Named {
 			if r.Messages == 0 || r.MessageBytes <= 0 {
 				continue // nothing completed at this size
 			}
-			loss := fmt.Sprintf("%g%%", r.Loss*100)
+			loss := report.FormatPercent(r.Loss)
 			name := "peers-completion-time-rtt-" + fileSlug(rtt) + "-loss-" + fileSlug(loss)
 			title := "message completion, rtt " + rtt + ", loss " + loss
 			mib := float64(r.MessageBytes) / (1 << 20)

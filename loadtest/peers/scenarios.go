@@ -56,7 +56,7 @@ func (l Link) group() string {
 	if l.Planes != 1 {
 		planes = fmt.Sprintf("%d planes", l.Planes)
 	}
-	return fmt.Sprintf("%s, rtt %v, loss %g%%", planes, l.RTT, l.Loss*100)
+	return fmt.Sprintf("%s, rtt %v, loss %s", planes, l.RTT, report.FormatPercent(l.Loss))
 }
 
 func joinNote(a, b string) string {

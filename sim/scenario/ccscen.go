@@ -434,7 +434,7 @@ func LossSweepCC(o Options) ([]report.Row, error) {
 				rw.RelLossFree = r.GoodputBps / lossFree
 			}
 			rows = append(rows, rw)
-			runs = append(runs, namedRun{fmt.Sprintf("%s %g%%", name, loss*100), s, r})
+			runs = append(runs, namedRun{fmt.Sprintf("%s %s", name, report.FormatPercent(loss)), s, r})
 		}
 	}
 	return rows, o.plot("loss-sweep-cc", runs)

@@ -86,6 +86,16 @@ func Dial(ctx context.Context, addr, peer string, cfg Config) (*Session, error) 
 // dial is Dial after validation; tests pass a TLS config Dial would never
 // build (no client certificate) to check the listener refuses it.
 func dial(ctx context.Context, addr, peer string, c *Config, tlsConf *tls.Config, log *slog.Logger) (*Session, error) {
+	// A dial the caller called off (the gateway stopping) is not a
+	// failure worth a warning: it logs at debug.
+	parent := ctx
+	warn := func(msg string, args ...any) {
+		if parent.Err() != nil {
+			log.Debug(msg, append(args, "cause", "dial cancelled")...)
+			return
+		}
+		log.Warn(msg, args...)
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.HandshakeTimeout)
 	defer cancel()
 	tlsConf, verdict := c.clientTLS(tlsConf, addr, peer)
@@ -97,16 +107,23 @@ func dial(ctx context.Context, addr, peer string, c *Config, tlsConf *tls.Config
 			return nil, fmt.Errorf("%w: %w", ErrRefusedLocally, rerr)
 		}
 		err = classify(err)
-		log.Warn("control: dial failed", "err", err)
+		warn("control: dial failed", "err", err)
 		return nil, err
 	}
 	fail := func(err error) (*Session, error) {
+		if refusedByPeer(err) && (errors.Is(err, ErrBadCertificate) || errors.Is(err, ErrUnknownPeer)) {
+			// The listener's verdict on us can arrive at any step after
+			// the handshake (TLS 1.3): it is the listener's refusal.
+			c.Refusals.Warn("peer_refused_us", "control: peer refused us", "peer", peer, "addr", addr, "err", err)
+			_ = conn.CloseWithError(CodeNoError, "")
+			return nil, err
+		}
 		_ = conn.CloseWithError(codeFor(err), err.Error())
 		if isRefusal(err) {
 			c.refused("dialer", conn.RemoteAddr(), err)
 			return nil, fmt.Errorf("%w: %w", ErrRefusedLocally, err)
 		}
-		log.Warn("control: dial failed", "err", err)
+		warn("control: dial failed", "err", err)
 		return nil, err
 	}
 	name, err := c.verifyPeer(conn, x509.ExtKeyUsageServerAuth)

@@ -82,18 +82,17 @@ func classify(err error) error {
 			typed = ErrProtocol
 		}
 		if ae.Remote {
-			return fmt.Errorf("%w: closed by peer (code %#x %q)", typed, uint64(ae.ErrorCode), ae.ErrorMessage)
+			return fmt.Errorf("%w: %w (code %#x %q)", typed, errClosedByPeer, uint64(ae.ErrorCode), ae.ErrorMessage)
 		}
 		return fmt.Errorf("%w: %w", typed, err)
 	case errors.As(err, &te) && te.ErrorCode.IsCryptoError():
 		// A TLS alert: under TLS 1.3 the listener's verdict on our
 		// certificate ("tls: certificate required", "bad certificate")
 		// arrives after our dial has completed, as this.
-		who := "local TLS"
 		if te.Remote {
-			who = "peer refused our certificate"
+			return fmt.Errorf("%w: %w: %w", ErrBadCertificate, errPeerRefusedCert, err)
 		}
-		return fmt.Errorf("%w: %s: %w", ErrBadCertificate, who, err)
+		return fmt.Errorf("%w: local TLS: %w", ErrBadCertificate, err)
 	case errors.As(err, &ie):
 		return fmt.Errorf("%w: %w", ErrPeerDead, err)
 	case errors.Is(err, wire.ErrVersion):
@@ -147,4 +146,16 @@ func RefusalReason(err error) string {
 		return ReasonProtocol
 	}
 	return ReasonOther
+}
+
+// The peer's verdicts, as classify marks them: a refusal the peer made is
+// not one this side made (it is neither counted nor logged as ours).
+var (
+	errClosedByPeer    = errors.New("closed by peer")
+	errPeerRefusedCert = errors.New("peer refused our certificate")
+)
+
+// refusedByPeer reports whether err is the peer's refusal of this side.
+func refusedByPeer(err error) bool {
+	return errors.Is(err, errClosedByPeer) || errors.Is(err, errPeerRefusedCert)
 }

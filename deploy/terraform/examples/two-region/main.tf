@@ -28,6 +28,7 @@ module "pair" {
   gateways       = each.value.gateways
   remote_regions = local.remote_regions[each.key]
   gossip_keyring = var.gossip_keyring
+  host_keys      = var.host_keys
   wan            = var.wan
   limits         = var.limits
   scheduler      = var.scheduler

@@ -39,6 +39,12 @@ variable "gossip_keyring" {
   sensitive   = true
 }
 
+variable "host_keys" {
+  description = "Host credentials (ID:BASE64) every gateway accepts (see the gateway-pair module)."
+  type        = list(string)
+  sensitive   = true
+}
+
 variable "wan" {
   description = "WAN settings for every gateway (see the gateway-pair module)."
   type        = any

@@ -40,6 +40,7 @@ locals {
     install_user   = var.install.user
     remote_regions = var.remote_regions
     keyring        = var.gossip_keyring
+    host_keys      = var.host_keys
     # The partner is accepted on the control channel too; it is not a
     # remote region (the two share node.region).
     peer_names = concat([g.partner.name], local.remote_gateway_names)

@@ -139,6 +139,16 @@ variable "gossip_keyring" {
   }
 }
 
+variable "host_keys" {
+  description = "Host credentials, each ID:BASE64 of a 16..64-byte secret (`echo trainers:$(head -c 32 /dev/urandom | base64)`): a host registers with one of them (mrgw host --key-file). Written into the configuration file (mode 0640, group mrgw); live-reloadable."
+  type        = list(string)
+  sensitive   = true
+  validation {
+    condition     = length(var.host_keys) >= 1 && alltrue([for k in var.host_keys : can(regex("^[A-Za-z0-9][A-Za-z0-9._-]{0,62}:[A-Za-z0-9+/]{22,}={0,2}$", k))])
+    error_message = "host_keys needs at least one credential, each ID:BASE64 (a name, a colon, the base64 of a 16..64-byte secret): gateways refuse to run with unauthenticated hosts."
+  }
+}
+
 variable "gossip" {
   description = "Gossip settings: profile (wan or lan) and extra seeds (host:port) beyond the pair partner and the remote gateways' gossip addresses."
   type = object({
