@@ -87,9 +87,7 @@ func WriteTable(w io.Writer, rows []Row) error {
 		for _, f := range r.RegisterFails {
 			bad = append(bad, "registration failed: "+f)
 		}
-		for _, d := range r.Deaths {
-			bad = append(bad, d)
-		}
+		bad = append(bad, r.Deaths...)
 		if !r.TransferByteExact {
 			bad = append(bad, fmt.Sprintf("transfer: %d completed, %d missing, %d corrupt, %d duplicated, %d failed %v",
 				r.Transfer.Messages, r.Transfer.Missing, r.Transfer.Corrupt, r.Transfer.Dups, r.Transfer.Failed, r.Transfer.Errors))
