@@ -26,6 +26,7 @@ func newFloodCmd() *cobra.Command {
 		quiet   bool
 		noRaw   bool
 		newIP   string
+		jsonOut string
 	)
 	cmd := &cobra.Command{
 		Use:   "flood",
@@ -63,6 +64,19 @@ checked byte for byte. Loopback only (127.0.0.0/8). Progress goes to stderr.`,
 			defer stop()
 			rows, err := flood.Run(ctx, o)
 			out := cmd.OutOrStdout()
+			if len(rows) > 0 && jsonOut != "" {
+				f, ferr := os.Create(jsonOut)
+				if ferr != nil {
+					return ferr
+				}
+				werr := flood.WriteJSON(f, rows)
+				if cerr := f.Close(); werr == nil {
+					werr = cerr
+				}
+				if werr != nil {
+					return werr
+				}
+			}
 			if len(rows) > 0 {
 				if asJSON {
 					if werr := flood.WriteJSON(out, rows); werr != nil {
@@ -94,6 +108,7 @@ checked byte for byte. Loopback only (127.0.0.0/8). Progress goes to stderr.`,
 	fl.StringVar(&newIP, "newcomer-ip", "127.0.0.2", "address of the hosts that register during each flood (the transfer's hosts are on 127.0.0.1)")
 	fl.BoolVar(&noRaw, "no-raw", false, "lan-init from 512 UDP source ports instead of raw sockets")
 	fl.BoolVar(&asJSON, "json", false, "print one JSON object per target")
+	fl.StringVar(&jsonOut, "json-out", "", "also write the JSON rows to this file")
 	fl.BoolVar(&quiet, "quiet", false, "no progress on stderr")
 	return cmd
 }
