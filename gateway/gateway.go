@@ -407,6 +407,11 @@ func (g *Gateway) protocol(cfg *config.Config) metaroce.Config {
 		Path:   pc,
 		Listen: true,
 		Seed:   uint64(time.Now().UnixNano()),
+		// Wire version 2 (PROTOCOL.md §12: 56 bytes of DATA overhead with
+		// the seal, against v1's 104) with every peer that speaks it;
+		// version 1 with the others (hosts and gateways of earlier
+		// releases): the handshake agrees on the highest both offer.
+		WireVersions: []uint8{metaroce.Version1, metaroce.Version2},
 		// The receiver loop divides the WAN capacity the operator declared
 		// among the senders it serves (peer gateways and hosts), and tells
 		// each its share in every ack: senders start there instead of
