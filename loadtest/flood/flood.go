@@ -515,7 +515,7 @@ func runTarget(ctx context.Context, o *Options, target string) (row Row) {
 	row.GoodputAfter = mbps(b2, t2.Sub(t1))
 	row.StallMs, row.StallBeforeMs = ms(s1), ms(s0)
 	row.FloodStart = int(o.Before / time.Second)
-	for t := t0.Add(-o.Before); t.Before(t2); t = t.Add(time.Second) {
+	for t := t0.Add(-o.Before); !t.Add(time.Second).After(t2); t = t.Add(time.Second) {
 		b, _ := tr.deliveredIn(t, t.Add(time.Second))
 		row.GoodputSeries = append(row.GoodputSeries, math.Round(mbps(b, time.Second)*10)/10)
 	}
