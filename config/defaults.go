@@ -19,11 +19,14 @@ func Default() *Config {
 		},
 		WAN: WAN{
 			PathsPerPeer: 16,
-			// 4096 bytes is the largest RoCE path MTU, so a host packet's
-			// payload maps onto one WAN datagram without being cut again.
-			// Loopback (MTU 65536) and jumbo-frame links (9000) carry it
-			// whole; on a 1500-byte WAN set about 1400 to avoid IP fragments.
-			MTU:               4096,
+			// 1024 bytes of payload make a full data datagram of 1128
+			// bytes (76 header, 28 envelope), under the 1200 bytes that
+			// every path carries (QUIC's minimum; the IPv6 minimum MTU,
+			// 1280, less 48 bytes of headers), with room for a header
+			// that grows. It works on any WAN; raise it where every plane
+			// carries more (path MTU discovery shows what each plane
+			// carries, and keeps data off a plane too small for it).
+			MTU:               1024,
 			CongestionControl: WANControllerHTCP,
 			ECN:               true,
 			GSO:               true,

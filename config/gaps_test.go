@@ -245,6 +245,7 @@ func TestMaxFlowsBeyondMemoryWarns(t *testing.T) {
 	}
 	// A credit that would fall below wan.mtu is not suggested.
 	c.Limits = Limits{MemoryBytes: 1 << 20, MaxFlows: 1000, FlowCreditBytes: 1 << 20}
+	c.WAN.MTU = 4096 // above the 1048 bytes that would be suggested
 	if w := c.Warnings(); len(w) != 1 || strings.Contains(w[0].Msg, "lower limits.flow_credit_bytes") {
 		t.Errorf("warnings = %v", w)
 	}

@@ -114,7 +114,7 @@ func TestMinimalTakesDefaults(t *testing.T) {
 	dir := testdataDir(t)
 	c := mustLoad(t, filepath.Join(dir, "minimal.yaml"))
 	d := Default()
-	if c.WAN.MTU != 4096 || c.WAN.PathsPerPeer != 16 || c.WAN.KeyRotation != time.Hour || !c.WAN.ECN {
+	if c.WAN.MTU != 1024 || c.WAN.PathsPerPeer != 16 || c.WAN.KeyRotation != time.Hour || !c.WAN.ECN {
 		t.Errorf("wan defaults not applied: %+v", c.WAN)
 	}
 	if !reflect.DeepEqual(c.Scheduler, d.Scheduler) || !reflect.DeepEqual(c.Limits, d.Limits) ||

@@ -129,7 +129,7 @@ func TestValidateCases(t *testing.T) {
 			"limits.flow_credit_bytes: 2097152 is more than limits.memory_bytes (1048576)",
 		}},
 		{"credit below mtu", func(c *Config) { c.Limits.FlowCreditBytes = 1000 }, []string{
-			"limits.flow_credit_bytes: 1000 is less than wan.mtu (4096): a flow could never send a full datagram",
+			"limits.flow_credit_bytes: 1000 is less than wan.mtu (1024): a flow could never send a full datagram",
 		}},
 		{"weights", func(c *Config) {
 			c.Scheduler.Classes = []Class{{"default", 1}, {"bulk", -3}, {"bulk", 2}}

@@ -263,7 +263,7 @@ func TestTerraformExampleRendersValidConfigs(t *testing.T) {
 		if len(c.Control.PeerNames) != 3 || len(peers) != 2 {
 			t.Errorf("%s: peer_names %v, remote gateways %v", name, c.Control.PeerNames, peers)
 		}
-		if c.WAN.MTU != 1400 || c.WAN.PathsPerPeer != 16 || len(c.WAN.Planes) != 2 {
+		if c.WAN.MTU != 1024 || c.WAN.PathsPerPeer != 16 || len(c.WAN.Planes) != 2 {
 			t.Errorf("%s: wan %+v", name, c.WAN)
 		}
 		if len(c.Gossip.Keyring) != 2 || c.Gossip.Profile != "wan" {

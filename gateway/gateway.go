@@ -74,6 +74,14 @@ type Options struct {
 	HostRegisterTimeout time.Duration
 	HostIdleTimeout     time.Duration
 	MaxHostPeers        int
+	// PMTU tunes the timings of WAN path MTU discovery (ConfirmInterval,
+	// RaiseInterval, ...; see pmtu.go); the gateway sets the rest.
+	PMTU metaroce.PMTUConfig
+	// ECMPLane, if set, tells which ECMP path of the fabric a datagram
+	// from src (a local path socket) to dst (a peer's plane address)
+	// takes, where that is knowable: the loopback emulator's hash. Probe
+	// counts ECMP paths with it; nil (production): see probe.go.
+	ECMPLane ECMPLaneOf
 }
 
 // Admin HTTP server bounds (see Options.AdminIdleTimeout).
@@ -419,7 +427,7 @@ func (g *Gateway) protocol(cfg *config.Config) metaroce.Config {
 		ReceiveCapacityBps: float64(cfg.WAN.MaxRateBps),
 		AcceptOptions: func(peer metaroce.PeerID) metaroce.ConnOptions {
 			if peer < hostPeerBase {
-				return metaroce.ConnOptions{CC: g.wanCC, Paths: cfg.WAN.PathsPerPeer}
+				return metaroce.ConnOptions{CC: g.wanCC, Paths: cfg.WAN.PathsPerPeer, PMTU: g.wanPMTU(cfg)}
 			}
 			// Hosts are told hostHintScale times their share of the WAN
 			// capacity: enough that the queue forms here, where the WAN

@@ -45,6 +45,12 @@ type planeLabConfig struct {
 	classes map[string]int
 	admin   bool
 	tweak   func(name string, c *config.Config)
+	// mtus clamp emulator plane k's MTU (0: none); maxDatagram is the
+	// emulators' largest datagram [1400+256]; options adjusts every
+	// gateway's options.
+	mtus        []int
+	maxDatagram int
+	options     func(*gateway.Options)
 }
 
 // planeLabIPs gives each gateway its own loopback address.
@@ -71,11 +77,19 @@ func newPlaneLab(t *testing.T, pc planeLabConfig) *planeLab {
 		if pc.rateBps > 0 {
 			thr = int(pc.rateBps / 8 * 2 / 1000) // ECN above 2 ms of queue
 		}
+		maxDatagram := 1400 + 256
+		if pc.maxDatagram > 0 {
+			maxDatagram = pc.maxDatagram
+		}
+		var mtu int
+		if k < len(pc.mtus) {
+			mtu = pc.mtus[k]
+		}
 		e, err := netem.New(context.Background(), netem.Config{
 			Planes: 1, Seed: uint64(k + 1),
-			Link:        netem.LinkConfig{Delay: pc.oneWay, Rate: pc.rateBps, ECNThreshold: thr},
+			Link:        netem.LinkConfig{Delay: pc.oneWay, Rate: pc.rateBps, ECNThreshold: thr, MTU: mtu},
 			Bind:        netip.AddrFrom4([4]byte{127, 0, 5, byte(k + 1)}),
-			MaxDatagram: 1400 + 256, MaxMappings: 8192,
+			MaxDatagram: maxDatagram, MaxMappings: 8192,
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -203,7 +217,7 @@ func (pl *planeLab) start(t *testing.T, pc planeLabConfig, names []string) {
 	t.Helper()
 	rtt := 2 * pc.oneWay
 	for _, n := range names {
-		g, err := gateway.New(pl.cfgs[n], gateway.Options{
+		opts := gateway.Options{
 			Logger: testLogger(t).With("gw", n),
 			Protocol: func(p *metaroce.Config) {
 				p.Path = pathmgr.Config{
@@ -217,7 +231,11 @@ func (pl *planeLab) start(t *testing.T, pc planeLabConfig, names []string) {
 			ControlMisses:    4,
 			StatsEvery:       200 * time.Millisecond,
 			DrainTimeout:     2 * time.Second,
-		})
+		}
+		if pc.options != nil {
+			pc.options(&opts)
+		}
+		g, err := gateway.New(pl.cfgs[n], opts)
 		if err != nil {
 			t.Fatalf("gateway %s: %v", n, err)
 		}

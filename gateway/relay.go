@@ -202,7 +202,7 @@ func (r *relay) ensureConn(now time.Duration, ep *metaroce.Endpoint, p *wanPeer)
 	if ci := r.wan[p]; ci != nil && !ci.dead {
 		return
 	}
-	c, err := ep.ConnectWith(now, p.id, metaroce.ConnOptions{CC: r.g.wanCC, Paths: r.g.Config().WAN.PathsPerPeer})
+	c, err := ep.ConnectWith(now, p.id, metaroce.ConnOptions{CC: r.g.wanCC, Paths: r.g.Config().WAN.PathsPerPeer, PMTU: r.g.wanPMTU(r.g.Config())})
 	if err != nil {
 		r.g.log.Warn("cannot open WAN connection", "peer", p.name, "err", err)
 		return

@@ -81,6 +81,8 @@ type PeerStatus struct {
 	Lost       uint64       `json:"packets_lost"`
 	Flows      int          `json:"flows"`
 	Paths      []PathStatus `json:"paths"`
+	// PMTU is the path MTU discovery of each plane (pmtu.go).
+	PMTU []PlaneMTUStatus `json:"pmtu,omitempty"`
 }
 
 // PathStatus is one path of a WAN connection.
@@ -214,6 +216,7 @@ func (g *Gateway) snapshot(prev *rateState) {
 					Sent: pp.SentPackets, Lost: pp.LostPackets})
 				g.metrics.Path(p.name, p.region, g.planeName(i), i).Sync(metrics.SnapshotOf(pp, w, 0))
 			}
+			ps.PMTU = g.pmtuStatus(p, ci.c)
 			r.publishPlanes(ci, now, true)
 			r.markActivity(ci)
 		}
@@ -357,12 +360,10 @@ func (g *Gateway) adminHandler() http.Handler {
 		fmt.Fprintln(w, "ready")
 	})
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(g.Status())
+		writeJSON(w, g.Status())
 	})
 	g.adminExtras(mux)
+	mux.HandleFunc("GET /probe", g.probeHandler) // probe.go
 	return mux
 }
 
@@ -376,4 +377,11 @@ func (g *Gateway) notReadyReason(st *Status) string {
 		return "gossip not joined"
 	}
 	return "no WAN connection to any peer gateway"
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
 }

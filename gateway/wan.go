@@ -140,7 +140,9 @@ func (g *Gateway) peerLoop(p *wanPeer) {
 			p.setState("connecting", "")
 			if p.dialer {
 				dctx, cancel := context.WithTimeout(g.ctx, 10*time.Second)
-				s, err := control.Dial(dctx, p.control, p.name, g.ctlCfg)
+				// From control.listen's socket: the peer's ACLs see the
+				// address it knows (control.Dial would use a wildcard one).
+				s, err := g.listener.Dial(dctx, p.control, p.name)
 				cancel()
 				if err != nil {
 					if g.ctx.Err() != nil {
@@ -290,7 +292,9 @@ func (g *Gateway) maybeRotate(p *wanPeer, sess *control.Session) {
 }
 
 func udpOptions(cfg *config.Config) udp.Options {
-	o := udp.Options{DisableGSO: !cfg.WAN.GSO, DisableGRO: !cfg.WAN.GRO, ReadBuffer: socketBufferBytes, WriteBuffer: socketBufferBytes}
+	// DontFragment: never fragmented, so that path MTU discovery sees
+	// what does not fit as lost (pmtu.go).
+	o := udp.Options{DisableGSO: !cfg.WAN.GSO, DisableGRO: !cfg.WAN.GRO, ReadBuffer: socketBufferBytes, WriteBuffer: socketBufferBytes, DontFragment: true}
 	if !cfg.WAN.ECN {
 		o.NotECT = true
 	}

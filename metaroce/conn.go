@@ -37,6 +37,8 @@ type ConnStats struct {
 	// no payload), and DATA of a message whose descriptor had not arrived,
 	// dropped unrecorded so that the sender resends them (Orphans).
 	DescriptorsSent, DescriptorOnlySent, Orphans uint64
+	// Path MTU discovery (pmtu_conn.go): probes sent and answered.
+	PMTUProbesSent, PMTUProbesAcked uint64
 }
 
 // maxControl bounds each queue of control packets a connection owes
@@ -105,6 +107,7 @@ type Conn struct {
 	lastHint                                      uint64        // rate hint (bits/s) last sent to the peer
 	noHint                                        bool          // ConnOptions.NoRateHint
 	hintScale                                     float64       // ConnOptions.RateHintScale
+	pmtu                                          *pmtuConn     // path MTU discovery (pmtu_conn.go); nil: off
 
 	// Scheduler state (sched.go).
 	inReady  bool
@@ -333,6 +336,10 @@ func (c *Conn) receive(now time.Duration, t PacketType, b []byte, m RecvMeta) {
 		if len(c.probeAcks) < maxControl {
 			c.probeAcks = append(c.probeAcks, probeAck{path: path, port: m.Entropy, ts: ts})
 		}
+	case TypePMTUProbe:
+		c.onPMTUProbe(b, m)
+	case TypePMTUAck:
+		c.onPMTUAck(now, b)
 	case TypeProbeAck:
 		_, path, ts, err := DecodeProbe(b, TypeProbeAck)
 		if err != nil || int(path) >= len(c.tx) || ts == 0 || ts-1 > uint64(now) {
@@ -454,6 +461,9 @@ func (c *Conn) poll(now time.Duration, buf []byte) (Transmit, bool) {
 	if tx, ok := c.pollProbe(now, buf); ok {
 		return tx, true
 	}
+	if tx, ok := c.pollPMTU(now, buf); ok {
+		return tx, true
+	}
 	return c.pollData(now, buf)
 }
 
@@ -564,6 +574,7 @@ func (c *Conn) nextTimeout() time.Duration {
 		}
 	}
 	min(c.paths.NextProbe())
+	min(c.pmtuDeadline())
 	if c.allDownSince >= 0 {
 		min(c.allDownSince + c.ep.cfg.DeadAfter)
 	}

@@ -47,6 +47,12 @@
 //     posted buffers or a stream's Sink as they arrive, refusals,
 //     completions in order per stream, and the streams the next ACK
 //     reports; it tells the connection through a placeHandler.
+//   - pmtu.go: PMTUSearch, path MTU discovery of one group of paths
+//     (RFC 8899 style) as a state machine of its own; pmtu_wire.go the
+//     PMTU_PROBE and PMTU_ACK codecs; pmtu_conn.go a connection's searches
+//     (ConnOptions.PMTU), the answers it owes, and DATA kept off paths
+//     whose group has not validated a full DATA datagram; measure.go the
+//     path measurement behind `mrgw probe` (Conn.Measure).
 //   - gbn.go: the RoCEv2 go-back-N baseline, for measurement only.
 //   - relay.go: cut-through relaying for gateways (stream sinks, relayed
 //     messages supplied chunk by chunk); memory.go: the registry of memory

@@ -192,6 +192,9 @@ type ConnOptions struct {
 	// weighs classes, while the hosts stay paced well below their LAN
 	// rate (an incast of hosts is still held back).
 	RateHintScale float64
+	// PMTU turns on path MTU discovery per group of paths (Groups > 0;
+	// see PMTUSearch and pmtu_conn.go).
+	PMTU PMTUConfig
 }
 
 // ConnectWith is Connect with per-connection options.
@@ -215,6 +218,7 @@ func (e *Endpoint) ConnectWith(now time.Duration, peer PeerID, o ConnOptions) (*
 	if v2 {
 		e.tags[uint32(id)] = c
 	}
+	c.setPMTU(o.PMTU)
 	e.add(c)
 	return c, nil
 }
@@ -331,7 +335,7 @@ func (e *Endpoint) Receive(now time.Duration, b []byte, m RecvMeta) {
 		}
 		return
 	}
-	if t < TypeData || t > TypeError {
+	if (t < TypeData || t > TypeError) && t != TypePMTUProbe && t != TypePMTUAck {
 		e.Stats.BadType++
 		return
 	}
@@ -392,6 +396,7 @@ func (e *Endpoint) accept(now time.Duration, b []byte, m RecvMeta) {
 	}
 	c.noHint = o.NoRateHint
 	c.hintScale = o.RateHintScale
+	c.setPMTU(o.PMTU)
 	c.rx[0].peerPort = m.Entropy
 	c.state = stateEstablished
 	c.needAccept = true

@@ -25,6 +25,8 @@ type testNet struct {
 	black []bool
 	// tap, if set, sees every datagram an endpoint sends (before loss).
 	tap func(from int, b []byte)
+	// drop, if set, drops what it returns true for (from: the sender).
+	drop func(from int, tx Transmit, b []byte) bool
 
 	sent, lost, delivered int
 }
@@ -101,7 +103,7 @@ func (n *testNet) flush(from int) {
 		}
 		n.sent++
 		pl := n.plane(src, dst)
-		if n.black[pl] || n.rng.Float64() < n.loss {
+		if n.black[pl] || n.rng.Float64() < n.loss || n.drop != nil && n.drop(from, tx, buf) {
 			n.lost++
 			continue
 		}

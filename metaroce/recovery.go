@@ -58,6 +58,7 @@ func (c *Conn) onAck(now time.Duration, a *Ack) {
 		s.SRTT, s.MinRTT, s.InflightBytes = ps.SRTT, ps.MinRTT, ps.InflightBytes
 		c.ctl.OnAck(now, path, s)
 		c.paths.OnProgress(now, path)
+		c.pmtuProgress(now, path)
 		c.flushTransitions(now)
 	}
 	if s.AckedBytes > 0 || lostBytes > 0 {
@@ -111,6 +112,7 @@ func (c *Conn) onPTO(now time.Duration, path int) {
 		return
 	}
 	c.loseAll(now, path)
+	c.pmtuTimeout(now, path)
 	c.paths.OnTimeout(now, path)
 }
 

@@ -221,9 +221,10 @@ func (c *Conn) gbnPending() bool {
 }
 
 // window is the room a path may use: the controller's window, unless the
-// path's sequence space is full.
+// path's sequence space is full or its group has not validated a full
+// DATA datagram (path MTU discovery, pmtu_conn.go).
 func (c *Conn) window(path int) int {
-	if c.tx[path].span() >= uint64(c.ep.cfg.MaxPathInflight) {
+	if c.tx[path].span() >= uint64(c.ep.cfg.MaxPathInflight) || c.pmtu != nil && c.pmtuBlocks(path) {
 		return 0
 	}
 	return c.ctl.Window(path)

@@ -310,6 +310,9 @@ type Metrics struct {
 	// gateway's path-health report.
 	PathsAvoidedTotal *prometheus.CounterVec
 
+	// Path MTU discovery (pmtu.go).
+	PathMTU *prometheus.GaugeVec // peer, peer_region, plane
+
 	pathMu sync.Mutex // guards paths, peers, wan and drops
 	paths  map[pathKey]*PathMetrics
 	peers  map[peerKey]*PeerMetrics
@@ -548,6 +551,7 @@ func New(opts ...Option) *Metrics {
 	m.PathsAvoidedTotal = b.counterVec("mrgw_paths_avoided_total",
 		"WAN paths this gateway took out of service because another gateway's path-health report (gossip) said their plane was down, before its own timeouts fired; they are probed back like any failed path.",
 		wanLabels...)
+	b.pmtu()
 
 	if !o.noStandard {
 		r.MustRegister(

@@ -53,6 +53,7 @@ func touchAll(m *Metrics) {
 	pm.Sync(metaroce.ConnStats{DataSent: 10, Retransmits: 1, PacketsLost: 1, PayloadBytesSent: 4096, PayloadBytesPlaced: 2048, Timeouts: 1, Duplicates: 1})
 	m.Path("use-gw1", "us-east", "plane-a", 0).Sync(PathSnapshot{State: pathmgr.Up, SRTT: 80 * time.Millisecond, MinRTT: 79 * time.Millisecond, WindowBytes: 1 << 20, InflightBytes: 1 << 19, Sent: 10, Acked: 9, Lost: 1, Marked: 2, Timeouts: 1, AckedBytes: 9 * 4096})
 	m.Path("use-gw1", "us-east", "plane-a", 0).SetState(pathmgr.Down)
+	m.SetPathMTU("use-gw1", "us-east", "plane-a", 1500)
 	m.SetCertExpiry(CertGateway, time.Now().Add(90*24*time.Hour))
 	m.SyncLANDropped(LANDropBuffer, 3)
 }
@@ -78,8 +79,9 @@ func TestInitServesEveryFamily(t *testing.T) {
 		switch f.Name {
 		case "mrgw_certificate_expiry_timestamp_seconds":
 			continue
-		case "mrgw_path_rtt_seconds", "mrgw_path_min_rtt_seconds":
-			// No path has measured an RTT yet: unknown is absent, not 0.
+		case "mrgw_path_rtt_seconds", "mrgw_path_min_rtt_seconds", "mrgw_path_mtu_bytes":
+			// No path has measured an RTT or validated an MTU yet:
+			// unknown is absent, not 0.
 			if _, ok := got[f.Name]; ok {
 				t.Errorf("%s: served before any path measured an RTT", f.Name)
 			}

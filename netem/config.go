@@ -97,7 +97,20 @@ type LinkConfig struct {
 	// ECNThreshold marks ECT datagrams CE when more than this many bytes
 	// are queued ahead of them; 0 disables marking.
 	ECNThreshold int
+	// MTU clamps the plane's IP MTU: a datagram whose IPv4 packet (UDP
+	// payload + IPHeaderLen) is larger is dropped on arrival and counted
+	// in SizeDrops, as a link that does not fragment (DF set) drops it;
+	// 0 means no clamp. Change it while traffic flows with SetLink or
+	// SetMTU.
+	MTU int
 }
+
+// IPHeaderLen is what an IPv4 packet adds to a UDP payload (IPv4 20,
+// UDP 8): the emulator is IPv4 only.
+const IPHeaderLen = 28
+
+// MinMTU is the smallest MTU clamp (IPv4's minimum, RFC 791).
+const MinMTU = 68
 
 // ErrInvalid is wrapped by every configuration error.
 var ErrInvalid = errors.New("emu: invalid configuration")
@@ -119,6 +132,8 @@ func (l LinkConfig) Validate() error {
 		return invalid("loss %v outside [0, 1]", l.Loss)
 	case l.ECNThreshold < 0 || l.ECNThreshold > MaxQueueBytes:
 		return invalid("ecn threshold %d bytes outside [0, %d]", l.ECNThreshold, MaxQueueBytes)
+	case l.MTU != 0 && (l.MTU < MinMTU || l.MTU > MaxDatagramSize+IPHeaderLen):
+		return invalid("mtu %d outside [%d, %d] (0: no clamp)", l.MTU, MinMTU, MaxDatagramSize+IPHeaderLen)
 	}
 	return nil
 }

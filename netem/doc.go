@@ -11,7 +11,7 @@
 // one of P planes (seeded, per direction: see PlaneOf). Each plane has an
 // independent link in each direction (LinkConfig):
 //
-//	arrival ─▶ [drop-tail queue, QueueBytes] ─▶ serialiser (Rate) ─▶ wire (Delay + Jitter, Loss) ─▶ receiver
+//	arrival ─▶ (MTU clamp) ─▶ [drop-tail queue, QueueBytes] ─▶ serialiser (Rate) ─▶ wire (Delay + Jitter, Loss) ─▶ receiver
 //	                       └─ ECT and more than ECNThreshold bytes ahead: leave as CE
 //
 // The queue is modelled exactly but analytically (see link): a datagram's
@@ -21,7 +21,10 @@
 // planes do reorder, as on a real fabric). Loss strikes after the queue: a
 // lost datagram still used its link time. A failed plane (Fail) is a black
 // hole for new arrivals and for what was in flight on it; Restore brings it
-// back empty. Every parameter can be changed while traffic flows (SetLink).
+// back empty. A plane may clamp its MTU (LinkConfig.MTU, SetMTU): larger
+// datagrams are dropped on arrival and counted (SizeDrops), as a path that
+// does not fragment drops them; path MTU discovery is tested against it.
+// Every parameter can be changed while traffic flows (SetLink).
 //
 // # Addressing: stand-ins
 //

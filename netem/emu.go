@@ -619,6 +619,27 @@ func (em *Emulator) SetLink(d Dir, plane int, l LinkConfig) error {
 	return nil
 }
 
+// SetMTU clamps one plane's IP MTU in both directions while traffic
+// flows (0: no clamp); see LinkConfig.MTU. What is already queued is
+// delivered.
+func (em *Emulator) SetMTU(plane, mtu int) error {
+	if err := em.checkPlane(AtoB, plane); err != nil {
+		return err
+	}
+	for _, d := range em.dirs {
+		d.sched.Mu.Lock()
+		l := d.links[plane].cfg
+		l.MTU = mtu
+		if err := l.Validate(); err != nil {
+			d.sched.Mu.Unlock()
+			return err
+		}
+		d.links[plane].cfg = l
+		d.sched.Mu.Unlock()
+	}
+	return nil
+}
+
 // SetAllLinks re-tunes every plane in both directions (see SetLink).
 func (em *Emulator) SetAllLinks(l LinkConfig) error {
 	if err := l.Validate(); err != nil {

@@ -560,3 +560,53 @@ func TestDatagramSizeEdges(t *testing.T) {
 		t.Fatalf("truncated %d, want 1", st.Truncated)
 	}
 }
+
+// TestMTUClamp: a plane clamped to an MTU drops larger datagrams (counted
+// as size drops) and forwards the rest; the clamp changes while traffic
+// flows, per plane, and 0 lifts it.
+func TestMTUClamp(t *testing.T) {
+	em := start(t, Config{Planes: 1, MaxDatagram: 9000})
+	a, b := udpSock(t), udpSock(t)
+	front := expose(t, em, SiteB, b)
+	if err := em.SetMTU(0, 1280); err != nil {
+		t.Fatal(err)
+	}
+	send(t, a, front, make([]byte, 1280-IPHeaderLen+1)) // 1281-byte packet: dropped
+	send(t, a, front, make([]byte, 1280-IPHeaderLen))   // exactly 1280: forwarded
+	if d := recv(t, b, patience); len(d.data) != 1280-IPHeaderLen {
+		t.Fatalf("got %d bytes, want %d", len(d.data), 1280-IPHeaderLen)
+	}
+	if st := em.Stats().Links[AtoB][0]; st.SizeDrops != 1 || st.Delivered != 1 {
+		t.Fatalf("size drops %d, delivered %d; want 1 and 1", st.SizeDrops, st.Delivered)
+	}
+	if l, _ := em.Link(BtoA, 0); l.MTU != 1280 {
+		t.Fatalf("B->A clamp %d, want 1280 (SetMTU clamps both directions)", l.MTU)
+	}
+	if err := em.SetMTU(0, 9000); err != nil {
+		t.Fatal(err)
+	}
+	send(t, a, front, make([]byte, 4000))
+	if d := recv(t, b, patience); len(d.data) != 4000 {
+		t.Fatalf("after raising the clamp: got %d bytes", len(d.data))
+	}
+	if err := em.SetMTU(0, 10); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("SetMTU(10): %v", err)
+	}
+	if err := em.SetMTU(1, 1500); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("SetMTU on plane 1 of 1: %v", err)
+	}
+}
+
+func TestModelMTUClamp(t *testing.T) {
+	l := link{cfg: LinkConfig{MTU: 1500}}
+	var ev TraceEvent
+	if v := l.admit(0, 1473, ecn.NotECT, false, testRNG(), &ev); v != DroppedSize {
+		t.Fatalf("1501-byte packet: %v", v)
+	}
+	if v := l.admit(0, 1472, ecn.NotECT, false, testRNG(), &ev); v != Forwarded {
+		t.Fatalf("1500-byte packet: %v", v)
+	}
+	if v := DroppedSize.String(); v != "dropped-size" {
+		t.Fatal(v)
+	}
+}

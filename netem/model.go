@@ -20,6 +20,7 @@ const (
 	DroppedOverflow                // the emulator-wide MaxBuffered cap was reached
 	DroppedQueue                   // drop-tail: the plane's queue was full
 	DroppedLoss                    // random loss on the wire, after the queue
+	DroppedSize                    // larger than the plane's MTU clamp (LinkConfig.MTU)
 )
 
 // String names the verdict.
@@ -35,6 +36,8 @@ func (v Verdict) String() string {
 		return "dropped-queue"
 	case DroppedLoss:
 		return "dropped-loss"
+	case DroppedSize:
+		return "dropped-size"
 	}
 	return "verdict(?)"
 }
@@ -67,6 +70,7 @@ type linkCounters struct {
 	queueDrops, lossDrops     atomic.Uint64
 	downDrops, ceMarks        atomic.Uint64
 	maxQueue                  atomic.Uint64
+	sizeDrops                 atomic.Uint64
 }
 
 // link is one plane in one direction: the queue model (the datagrams
@@ -151,6 +155,10 @@ func (l *link) admitVia(now time.Duration, size int, cp ecn.Codepoint, full bool
 	if l.down {
 		l.c.downDrops.Add(1)
 		return DroppedDown
+	}
+	if l.cfg.MTU > 0 && size+IPHeaderLen > l.cfg.MTU {
+		l.c.sizeDrops.Add(1)
+		return DroppedSize
 	}
 	if full {
 		return DroppedOverflow // counted by the emulator, not the plane

@@ -3,7 +3,7 @@ package netem
 import "time"
 
 // LinkStats counts what happened on one plane in one direction since New.
-// In = Delivered + QueueDrops + LossDrops + DownDrops + overflow drops +
+// In = Delivered + QueueDrops + LossDrops + DownDrops + SizeDrops + overflow drops +
 // datagrams still queued + send errors.
 type LinkStats struct {
 	In             uint64 // datagrams that entered the plane
@@ -13,6 +13,7 @@ type LinkStats struct {
 	QueueDrops     uint64 // drop-tail: the queue was full
 	LossDrops      uint64 // random loss after the queue
 	DownDrops      uint64 // the plane was failed on arrival or in flight
+	SizeDrops      uint64 // larger than the plane's MTU clamp (LinkConfig.MTU)
 	CEMarks        uint64 // ECT datagrams forwarded as CE
 	MaxQueueBytes  uint64 // the deepest the queue has been, in bytes
 }
@@ -26,6 +27,7 @@ func (s *LinkStats) add(o LinkStats) {
 	s.QueueDrops += o.QueueDrops
 	s.LossDrops += o.LossDrops
 	s.DownDrops += o.DownDrops
+	s.SizeDrops += o.SizeDrops
 	s.CEMarks += o.CEMarks
 	s.MaxQueueBytes = max(s.MaxQueueBytes, o.MaxQueueBytes)
 }
@@ -89,6 +91,7 @@ func (em *Emulator) Stats() Stats {
 				QueueDrops:     c.queueDrops.Load(),
 				LossDrops:      c.lossDrops.Load(),
 				DownDrops:      c.downDrops.Load(),
+				SizeDrops:      c.sizeDrops.Load(),
 				CEMarks:        c.ceMarks.Load(),
 				MaxQueueBytes:  c.maxQueue.Load(),
 			}

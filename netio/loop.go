@@ -35,7 +35,9 @@ type sock struct {
 	// (see tx.go); out and dirty belong to that sender.
 	shard int
 	out   []udp.Message // datagrams waiting for the next WriteBatch
-	dirty bool
+	// outFrom is the path each datagram of out was sent on.
+	outFrom []txFrom
+	dirty   bool
 
 	// Owner goroutine only.
 	refs      int           // (connection, path) pairs sending from it

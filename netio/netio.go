@@ -217,6 +217,9 @@ type Stats struct {
 	// TxErrors: datagrams the kernel refused; NoSocket: datagrams dropped
 	// because no path socket could be opened.
 	TxErrors, NoSocket uint64
+	// TooBig: of TxErrors, datagrams refused for their size (EMSGSIZE),
+	// told to the path MTU discovery of their connection.
+	TooBig uint64
 	// ReadErrors: failed receive calls.
 	ReadErrors uint64
 	// RetriesSent: INITs from unknown sources answered with a RETRY (no
@@ -246,6 +249,7 @@ type counters struct {
 	open                                       [seal.NumErrors]atomic.Uint64
 	sealErr, txErr, noSocket, readErr          atomic.Uint64
 	retriesSent, badCookies, retriesReceived   atomic.Uint64
+	tooBig                                     atomic.Uint64
 	pathSockets, opened                        atomic.Uint64
 }
 
@@ -564,7 +568,7 @@ func (e *Endpoint) Stats() Stats {
 		TxDatagrams: c.txDatagrams.Load(), TxBytes: c.txBytes.Load(),
 		UnknownSource: c.unknown.Load(),
 		SealErrors:    c.sealErr.Load(), TxErrors: c.txErr.Load(), NoSocket: c.noSocket.Load(),
-		ReadErrors:  c.readErr.Load(),
+		ReadErrors: c.readErr.Load(), TooBig: c.tooBig.Load(),
 		RetriesSent: c.retriesSent.Load(), BadCookies: c.badCookies.Load(), RetriesReceived: c.retriesReceived.Load(),
 		PathSockets: c.pathSockets.Load(), SocketsOpened: c.opened.Load(),
 	}

@@ -38,6 +38,11 @@ type txItem struct {
 	sealer Sealer // nil: sent as it is
 	s      *sock
 	dst    netip.AddrPort
+	// conn and path name the path a non-reply datagram was sent on, so
+	// that a send the kernel refuses for its size (EMSGSIZE) can be told
+	// to the connection's path MTU discovery.
+	conn *metaroce.Conn
+	path int
 }
 
 // sendBatch is a run of datagrams for one sender.
@@ -124,31 +129,68 @@ func (e *Endpoint) writeBatch(w *txSender, b *sendBatch) {
 		}
 		s := it.s
 		s.out = append(s.out, udp.Message{Buf: wire, N: len(wire), Addr: it.dst})
+		s.outFrom = append(s.outFrom, txFrom{conn: it.conn, path: it.path})
 		if !s.dirty {
 			s.dirty = true
 			w.dirty = append(w.dirty, s)
 		}
 	}
 	for _, s := range w.dirty {
-		sent, err := s.c.WriteBatch(s.out)
-		var bytes uint64
-		for _, m := range s.out[:sent] {
-			bytes += uint64(m.N)
-		}
-		e.ctr.txDatagrams.Add(uint64(sent))
-		e.ctr.txBytes.Add(bytes)
-		if err != nil {
+		for out, from := s.out, s.outFrom; len(out) > 0; {
+			sent, err := s.c.WriteBatch(out)
+			var bytes uint64
+			for _, m := range out[:sent] {
+				bytes += uint64(m.N)
+			}
+			e.ctr.txDatagrams.Add(uint64(sent))
+			e.ctr.txBytes.Add(bytes)
+			if err == nil {
+				break
+			}
+			if udp.IsTooBig(err) && sent < len(out) {
+				// Too big for the local stack (DF set: Config.UDP.
+				// DontFragment): lost, and the path's MTU discovery
+				// learns it; the rest of the batch still goes.
+				e.ctr.txErr.Add(1)
+				e.tooBig(from[sent], out[sent].N)
+				out, from = out[sent+1:], from[sent+1:]
+				continue
+			}
 			// The protocol treats these as lost and recovers; a socket
 			// error is no reason to stop the others.
-			e.ctr.txErr.Add(uint64(len(s.out) - sent))
+			e.ctr.txErr.Add(uint64(len(out) - sent))
 			e.log.Debug("netio: send failed", "local", s.c.LocalAddr(), "err", err)
+			break
 		}
 		clear(s.out) // drop the references to the buffers
 		s.out = s.out[:0]
+		clear(s.outFrom)
+		s.outFrom = s.outFrom[:0]
 		s.dirty = false
 	}
 	clear(w.dirty)
 	w.dirty = w.dirty[:0]
+}
+
+// txFrom is the path a queued datagram was sent on (conn nil: a reply).
+type txFrom struct {
+	conn *metaroce.Conn
+	path int
+}
+
+// tooBig tells the connection's path MTU discovery, on the owner
+// goroutine, that the kernel refused a datagram of size bytes on a path.
+// It never blocks the sender: when the command queue is full the news is
+// dropped (the probe is then judged lost, which is merely slower).
+func (e *Endpoint) tooBig(f txFrom, size int) {
+	e.ctr.tooBig.Add(1)
+	if f.conn == nil {
+		return
+	}
+	select {
+	case e.cmds <- command{fn: func(now time.Duration, _ *metaroce.Endpoint) { f.conn.OnTooBig(now, f.path, size) }}:
+	default:
+	}
 }
 
 // returned takes back a batch a sender has finished with.
@@ -266,7 +308,11 @@ func (e *Endpoint) flush(now time.Duration) bool {
 		if p.Sealer == nil && tx.Len == metaroce.InitLen && !tx.Reply {
 			tx.Len = e.noteInit(p.ID, buf[maxOverhead:], s, dst)
 		}
-		e.queue(txItem{buf: buf, n: tx.Len, sealer: p.Sealer, s: s, dst: dst})
+		it := txItem{buf: buf, n: tx.Len, sealer: p.Sealer, s: s, dst: dst}
+		if !tx.Reply {
+			it.conn, it.path = tx.Conn, tx.Path
+		}
+		e.queue(it)
 		// Counted per plane here, by the owner (whose cache of the
 		// counters needs no lock), when the datagram is handed to its
 		// sender: plaintext length, not the sealed wire length.

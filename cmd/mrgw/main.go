@@ -30,6 +30,6 @@ and the conformance suite are in the lab binary: go run ./cmd/mrgw-lab --help.`,
 		SilenceErrors: true,
 	}
 	cli.AddVersion(root)
-	root.AddCommand(newConfigCmd(), newCertCmd(), newRunCmd(), newStatusCmd(), newHostCmd())
+	root.AddCommand(newConfigCmd(), newCertCmd(), newRunCmd(), newStatusCmd(), newHostCmd(), newProbeCmd())
 	return root
 }

@@ -129,11 +129,14 @@ type Lab struct {
 	// hosts of the lab register with it.
 	HostKey *host.Key
 	cfg     Config
-	dir     string
-	ownDir  bool
-	wg      sync.WaitGroup
-	cancel  context.CancelFunc
-	closed  sync.Once
+	// realOf maps each gateway's WAN stand-in to its real address (for
+	// the gateways' ECMPLane).
+	realOf map[netip.AddrPort]netip.AddrPort
+	dir    string
+	ownDir bool
+	wg     sync.WaitGroup
+	cancel context.CancelFunc
+	closed sync.Once
 }
 
 // New creates the emulator, the certificates and the gateways (bound,
@@ -317,6 +320,10 @@ func (l *Lab) ports(ips map[string]netip.Addr, held *[]io.Closer) (map[string]*g
 			if a.standIn, err = l.Emu.Expose(l.region(reg).Site, a.wan); err != nil {
 				return nil, fmt.Errorf("lab: expose %s: %w", n, err)
 			}
+			if l.realOf == nil {
+				l.realOf = map[netip.AddrPort]netip.AddrPort{}
+			}
+			l.realOf[a.standIn] = a.wan
 			all[n] = a
 		}
 	}
@@ -411,7 +418,16 @@ func (l *Lab) gatewayConfig(reg, n string, all map[string]*gatewayAddrs) (*confi
 // newGateways creates a gateway of every configuration.
 func (l *Lab) newGateways() error {
 	for n, c := range l.Configs {
+		dir := netem.From(l.region(c.Node.Region).Site)
 		g, err := gateway.New(c, gateway.Options{
+			// Which emulated plane a WAN datagram takes (mrgw probe).
+			ECMPLane: func(src, dst netip.AddrPort) int {
+				real, ok := l.realOf[dst]
+				if !ok {
+					return -1
+				}
+				return l.Emu.PlaneOf(dir, src, real)
+			},
 			Logger:           l.cfg.Logger,
 			Protocol:         l.tune,
 			ControlKeepalive: 500 * time.Millisecond,

@@ -23,6 +23,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"syscall"
 
 	"github.com/mrgw/mrgw/internal/ecn"
 	"github.com/mrgw/mrgw/netio/udp"
@@ -59,6 +60,17 @@ type Network struct {
 	Queue int
 	// Unroutable counts datagrams sent to an address nobody is bound to.
 	unroutable uint64
+	// sendLimit, if set, refuses larger datagrams with EMSGSIZE, as a
+	// DF socket refuses what exceeds its interface's MTU.
+	sendLimit int
+}
+
+// SetSendLimit makes WriteBatch refuse datagrams larger than n bytes
+// with EMSGSIZE (0: no limit), stopping at the first, as sendmmsg does.
+func (n *Network) SetSendLimit(limit int) {
+	n.mu.Lock()
+	n.sendLimit = limit
+	n.mu.Unlock()
 }
 
 // NewNetwork returns an empty network.
@@ -241,8 +253,18 @@ func (s *Socket) WriteBatch(msgs []udp.Message) (int, error) {
 		return 0, fmt.Errorf("netiotest: write from %v: %w", s.local, net.ErrClosed)
 	}
 	var bytes uint64
+	s.net.mu.Lock()
+	limit := s.net.sendLimit
+	s.net.mu.Unlock()
 	for i := range msgs {
 		m := &msgs[i]
+		if limit > 0 && m.N > limit {
+			s.mu.Lock()
+			s.stats.DatagramsOut += uint64(i)
+			s.stats.BytesOut += bytes
+			s.mu.Unlock()
+			return i, fmt.Errorf("netiotest: write from %v: %w", s.local, syscall.EMSGSIZE)
+		}
 		cp := m.ECN
 		if cp == ecn.NotECT {
 			cp = s.defECN

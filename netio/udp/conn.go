@@ -80,7 +80,18 @@ type Options struct {
 	// inside a network namespace (loadtest/tunemu), since an endpoint
 	// opens path sockets on demand on goroutines of its own.
 	ListenUDP func(network string, laddr *net.UDPAddr) (*net.UDPConn, error)
+	// DontFragment sets IP_MTU_DISCOVER (IPV6_MTU_DISCOVER) to
+	// IP_PMTUDISC_PROBE: every datagram leaves with DF set and the kernel
+	// never fragments it, whatever its path MTU cache says, so that
+	// packetization-layer path MTU discovery (metaroce.PMTUSearch) sees
+	// sizes that do not fit as losses; a datagram larger than the
+	// interface's MTU fails with EMSGSIZE (IsTooBig).
+	DontFragment bool
 }
+
+// IsTooBig reports whether a send failed because the datagram was larger
+// than the local stack would send (EMSGSIZE).
+func IsTooBig(err error) bool { return errors.Is(err, unix.EMSGSIZE) }
 
 // Defaults for Options.
 const (
@@ -207,6 +218,11 @@ func newConn(uc *net.UDPConn, v6 bool, opts Options) (*Conn, error) {
 	}
 	if err := ecn.EnableReceive(uc); err != nil {
 		return nil, fmt.Errorf("udp: %w", err)
+	}
+	if opts.DontFragment {
+		if err := setDontFragment(uc, v6); err != nil {
+			return nil, fmt.Errorf("udp: IP_MTU_DISCOVER: %w", err)
+		}
 	}
 	gso, gro := probeOffloads(uc, !opts.DisableGSO, !opts.DisableGRO)
 	c.gso.Store(gso)
@@ -531,4 +547,45 @@ func (c *Conn) setAddr(i int, a netip.AddrPort) {
 func gsoUnsupported(err error) bool {
 	return errors.Is(err, unix.EIO) || errors.Is(err, unix.EINVAL) ||
 		errors.Is(err, unix.ENOPROTOOPT) || errors.Is(err, unix.EOPNOTSUPP)
+}
+
+// setDontFragment sets IP_PMTUDISC_PROBE (see Options.DontFragment).
+func setDontFragment(uc *net.UDPConn, v6 bool) error {
+	rc, err := uc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	err = rc.Control(func(fd uintptr) {
+		if v6 {
+			serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_PROBE)
+			return
+		}
+		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_PROBE)
+	})
+	if err != nil {
+		return err
+	}
+	return serr
+}
+
+// dontFragment reads the socket's IP_MTU_DISCOVER mode (tests).
+func dontFragment(uc *net.UDPConn, v6 bool) (int, error) {
+	rc, err := uc.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var v int
+	var serr error
+	err = rc.Control(func(fd uintptr) {
+		if v6 {
+			v, serr = unix.GetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER)
+			return
+		}
+		v, serr = unix.GetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MTU_DISCOVER)
+	})
+	if err != nil {
+		return 0, err
+	}
+	return v, serr
 }

@@ -42,6 +42,8 @@
 package control
 
 import (
+	"github.com/quic-go/quic-go"
+
 	"errors"
 	"fmt"
 	"log/slog"
@@ -130,6 +132,10 @@ type Config struct {
 	Refusals *ratelog.Logger
 	// Now gives the time for certificate validity checks; nil: time.Now.
 	Now func() time.Time
+
+	// via is the transport dials go through (Listener.Dial: the
+	// listener's socket); nil: a socket of their own (transport.go).
+	via *quic.Transport
 }
 
 // ErrConfig is wrapped by every configuration error.

@@ -99,7 +99,7 @@ func dial(ctx context.Context, addr, peer string, c *Config, tlsConf *tls.Config
 	ctx, cancel := context.WithTimeout(ctx, c.HandshakeTimeout)
 	defer cancel()
 	tlsConf, verdict := c.clientTLS(tlsConf, addr, peer)
-	conn, err := quic.DialAddr(ctx, addr, tlsConf, c.quicConfig(false))
+	conn, err := c.dialQUIC(ctx, addr, tlsConf)
 	if err != nil {
 		if rerr := verdict(); rerr != nil {
 			// We refused the listener's certificate inside TLS: logged
@@ -179,6 +179,7 @@ func dial(ctx context.Context, addr, peer string, c *Config, tlsConf *tls.Config
 // Listener accepts control sessions from peer gateways.
 type Listener struct {
 	ql     *quic.Listener
+	tr     *quic.Transport // the socket: listens and dials (transport.go)
 	cfg    *Config
 	ready  chan *Session
 	ctx    context.Context
@@ -196,12 +197,12 @@ func Listen(ctx context.Context, addr string, cfg Config) (*Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	ql, err := quic.ListenAddr(addr, c.serverTLS(), c.quicConfig(true))
+	tr, ql, err := listenTransport(addr, c.serverTLS(), c.quicConfig(true))
 	if err != nil {
 		return nil, fmt.Errorf("control: listen %s: %w", addr, err)
 	}
 	lctx, cancel := context.WithCancel(context.Background())
-	l := &Listener{ql: ql, cfg: c, ready: make(chan *Session, acceptQueue), ctx: lctx, cancel: cancel}
+	l := &Listener{ql: ql, tr: tr, cfg: c, ready: make(chan *Session, acceptQueue), ctx: lctx, cancel: cancel}
 	l.stop = context.AfterFunc(ctx, func() { l.Close() })
 	l.wg.Add(1)
 	go l.acceptLoop()
@@ -225,13 +226,22 @@ func (l *Listener) Accept(ctx context.Context) (*Session, error) {
 }
 
 // Close stops accepting, aborts handshakes in progress and closes sessions
-// not yet returned by Accept. Sessions already accepted stay up.
+// not yet returned by Accept, then closes the listener's socket, which
+// ends every session still on it (accepted or dialled through Dial): close
+// those first to say goodbye.
 func (l *Listener) Close() error {
 	l.once.Do(func() {
 		l.stop()
 		l.cancel()
 		_ = l.ql.Close()
 		l.wg.Wait()
+		defer func() {
+			// After the queued sessions: it ends every connection on it.
+			// quic-go leaves a socket it did not create open: ours is
+			// closed here, or control.listen stays bound.
+			_ = l.tr.Close()
+			_ = l.tr.Conn.Close()
+		}()
 		for {
 			select {
 			case s := <-l.ready:

@@ -176,10 +176,10 @@ variable "lan" {
 }
 
 variable "wan" {
-  description = "Inter-region side: paths per peer, datagram payload size (1400 suits a 1500-byte WAN MTU), controller, cipher and key rotation interval."
+  description = "Inter-region side: paths per peer, datagram payload size (1024 works on any WAN; at most 1368 on a 1500-byte IPv4 WAN MTU), controller, cipher and key rotation interval."
   type = object({
     paths_per_peer     = optional(number, 16)
-    mtu                = optional(number, 1400)
+    mtu                = optional(number, 1024)
     congestion_control = optional(string, "longrtt-htcp")
     max_rate_bps       = optional(number, 0)
     ecn                = optional(bool, true)
@@ -195,7 +195,7 @@ variable "wan" {
   }
   validation {
     condition     = floor(var.wan.mtu) == var.wan.mtu && var.wan.mtu >= 512 && var.wan.mtu <= 65000
-    error_message = "wan.mtu must be an integer 512..65000 (about 1400 on a WAN with a 1500-byte MTU)."
+    error_message = "wan.mtu must be an integer 512..65000 (1024, the default, works on any WAN; at most 1368 on a 1500-byte IPv4 WAN MTU)."
   }
   validation {
     condition     = contains(["longrtt-htcp", "longrtt-scalable", "fixed"], var.wan.congestion_control) && var.wan.max_rate_bps >= 0 && (var.wan.congestion_control != "fixed" || var.wan.max_rate_bps > 0)
