@@ -547,6 +547,7 @@ func (g *Gateway) joinLoop() {
 		if err == nil && n > 0 {
 			g.joined.Store(true)
 			g.log.Info("joined gossip", "members", n)
+			g.reconnectLoop(seeds)
 			return
 		}
 		if errors.Is(err, region.ErrClosed) {
@@ -557,6 +558,45 @@ func (g *Gateway) joinLoop() {
 			return
 		}
 		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+// reconnectInterval is how often a gateway tries to rejoin gateways that
+// gossip declared dead.
+const reconnectInterval = 2 * time.Second
+
+// reconnectLoop rejoins, every reconnectInterval, the gossip address of
+// every gateway the view holds dead, and the seeds while any is: memberlist
+// never probes a member it declared dead, so after a partition between
+// regions heals the two sides would stay apart (each routing nothing to
+// the other) until a gateway restarted. Serf's reconnector does the same
+// for failed members. A dead gateway that is really gone costs one failed
+// dial per interval.
+func (g *Gateway) reconnectLoop(seeds []string) {
+	t := time.NewTicker(reconnectInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-g.ctx.Done():
+			return
+		case <-t.C:
+		}
+		var addrs []string
+		for _, gws := range g.cluster.View().Regions {
+			for _, gw := range gws {
+				if gw.State == region.Dead && gw.Gossip.IsValid() {
+					addrs = append(addrs, gw.Gossip.String())
+				}
+			}
+		}
+		if len(addrs) == 0 {
+			continue
+		}
+		n, err := g.cluster.Join(g.ctx, append(addrs, seeds...))
+		if errors.Is(err, region.ErrClosed) {
+			return
+		}
+		g.log.Debug("gossip: rejoin of dead gateways", "addrs", len(addrs), "reached", n, "err", err)
 	}
 }
 

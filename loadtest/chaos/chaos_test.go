@@ -1,0 +1,101 @@
+//go:build linux
+
+package chaos
+
+import (
+	"context"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// testBinaries builds mrgw and mrgw-lab for a test.
+func testBinaries(t *testing.T) (daemon, lab string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	daemon, err := Build(ctx, dir, "mrgw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lab, err = Build(ctx, dir, "mrgw-lab"); err != nil {
+		t.Fatal(err)
+	}
+	return daemon, lab
+}
+
+// TestChaosShort is the short form of `mrgw-lab loadtest chaos`: real gateway
+// processes, a gateway killed with SIGKILL and restarted, a plane lost and
+// restored, a host process killed and restarted, a bad SIGHUP and a junk
+// flood, in about 45 s. It asserts correctness only: nothing lost,
+// duplicated, corrupted or failed, every flow delivering again within the
+// (generous) recovery bound, every check passed. Stalls are logged, not
+// asserted: this machine's load decides them.
+func TestChaosShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts four gateway processes for about 40 s")
+	}
+	var progress strings.Builder
+	daemon, lab := testBinaries(t)
+	o := Options{
+		Duration: 40 * time.Second, Seed: 3, Binary: daemon, LabBinary: lab,
+		Faults: []string{FaultGatewayKill, FaultPlaneLoss, FaultHostKill, FaultHUPBad, FaultJunk},
+		Flows:  2, PlaneRateBps: 10e6, JunkPerSocket: 200, RecoverBound: 45 * time.Second,
+		Progress: &progress,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, o)
+	t.Log("\n" + progress.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rep.Rows {
+		t.Logf("%-14s injections %d worst stall %6.0f ms lost %d dup %d corrupt %d failed %d not recovered %d %s",
+			r.Fault, r.Injections, r.RecoveryMs, r.MessagesLost, r.MessagesDuplicated, r.MessagesCorrupted, r.MessagesFailed, r.FlowsNotRecovered, r.Note)
+	}
+	var kinds []string
+	for _, in := range rep.Injections {
+		kinds = append(kinds, in.Fault)
+	}
+	for _, want := range []string{FaultGatewayKill, FaultPlaneLoss} {
+		if !slices.Contains(kinds, want) {
+			t.Errorf("no %s injected (injected: %v)", want, kinds)
+		}
+	}
+	if rep.Completed < 100 {
+		t.Errorf("only %d messages completed", rep.Completed)
+	}
+	if !rep.OK() {
+		t.Errorf("lost %d, duplicated %d, corrupted %d, failed %d; errors:\n%s\nfiles: %s",
+			rep.Lost, rep.Duplicated, rep.Corrupted, rep.Failed, strings.Join(rep.Errors, "\n"), rep.Dir)
+	}
+}
+
+// TestChaosGossipPartition partitions the gossip between the regions while
+// the WAN data path stays up. It fails today: after the partition heals
+// the gateways keep the other region dead for about a minute (nothing
+// re-joins the seeds; memberlist does not probe dead members), so routing
+// refuses every flow ("region unreachable") and the hosts fail their
+// messages after FailAfter (30 s). Run it with MRGW_CHAOS_PARTITION=1.
+func TestChaosGossipPartition(t *testing.T) {
+	if os.Getenv("MRGW_CHAOS_PARTITION") == "" {
+		t.Skip("known failure (gossip does not recover from a partition); set MRGW_CHAOS_PARTITION=1")
+	}
+	var progress strings.Builder
+	daemon, lab := testBinaries(t)
+	o := Options{Duration: 10 * time.Second, Seed: 1, Binary: daemon, LabBinary: lab, Faults: []string{FaultPartition},
+		Flows: 2, PlaneRateBps: 10e6, RecoverBound: 45 * time.Second, Progress: &progress}
+	rep, err := Run(context.Background(), o)
+	t.Log("\n" + progress.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() {
+		t.Errorf("lost %d, duplicated %d, corrupted %d, failed %d; errors:\n%s",
+			rep.Lost, rep.Duplicated, rep.Corrupted, rep.Failed, strings.Join(rep.Errors, "\n"))
+	}
+}
