@@ -35,6 +35,9 @@ func Default() *Config {
 			// the reference machine, against 640 ns for ChaCha20-Poly1305.
 			Cipher:      CipherAES128GCM,
 			KeyRotation: time.Hour,
+			// Added to the timeouts that take each path down first: a dead
+			// peer gateway's flows move in about a second.
+			DeadAfter: 500 * time.Millisecond,
 		},
 		Control: Control{
 			Listen: "127.0.0.1:7443",
@@ -119,6 +122,8 @@ const (
 	maxPathsPerPeer = 1024
 	maxPlanes       = 64
 	minKeyRotation  = time.Second
+	minDeadAfter    = 100 * time.Millisecond
+	maxDeadAfter    = time.Minute
 	maxKeyRotation  = 24 * time.Hour
 	maxRTTHint      = 10 * time.Second
 	minMemoryBytes  = 1 << 20

@@ -59,6 +59,9 @@ func (c *Config) check(files bool) []*FieldError {
 	v.oneOf("wan.congestion_control", c.WAN.CongestionControl, wanControllers)
 	v.rate("wan.max_rate_bps", c.WAN.MaxRateBps, c.WAN.CongestionControl == WANControllerFixed, "wan.congestion_control")
 	v.oneOf("wan.cipher", c.WAN.Cipher, ciphers)
+	if d := c.WAN.DeadAfter; d < minDeadAfter || d > maxDeadAfter {
+		v.add("wan.dead_after", "%s is out of range %s..%s", fmtDur(d), fmtDur(minDeadAfter), fmtDur(maxDeadAfter))
+	}
 	if d := c.WAN.KeyRotation; d < minKeyRotation || d > maxKeyRotation {
 		v.add("wan.key_rotation", "%s is out of range %s..%s", fmtDur(d), fmtDur(minKeyRotation), fmtDur(maxKeyRotation))
 	}

@@ -409,12 +409,13 @@ func (g *Gateway) protocol(cfg *config.Config) metaroce.Config {
 		pc.InitialRTT = hint
 	}
 	p := metaroce.Config{
-		MTU:    cfg.WAN.MTU,
-		Paths:  max(cfg.WAN.PathsPerPeer, 32),
-		CC:     g.lanCC,
-		Path:   pc,
-		Listen: true,
-		Seed:   uint64(time.Now().UnixNano()),
+		MTU:       cfg.WAN.MTU,
+		Paths:     max(cfg.WAN.PathsPerPeer, 32),
+		CC:        g.lanCC,
+		Path:      pc,
+		Listen:    true,
+		Seed:      uint64(time.Now().UnixNano()),
+		DeadAfter: cfg.WAN.DeadAfter,
 		// Wire version 2 (PROTOCOL.md §12: 56 bytes of DATA overhead with
 		// the seal, against v1's 104) with every peer that speaks it;
 		// version 1 with the others (hosts and gateways of earlier

@@ -253,6 +253,8 @@ func (g *Gateway) snapshot(prev *rateState) {
 	}
 	g.syncLANDrops()
 	view := g.cluster.View()
+	gs := g.cluster.Stats()
+	g.metrics.SyncGossip(gs.DatagramsDropped, gs.Refused)
 	reach := map[string]bool{}
 	for reg, gws := range view.Regions {
 		alive := 0
@@ -374,6 +376,9 @@ func (g *Gateway) notReadyReason(st *Status) string {
 	case st.Draining:
 		return "draining"
 	case !g.joined.Load():
+		if err := g.cluster.JoinErr(); err != nil {
+			return "gossip not joined: " + err.Error()
+		}
 		return "gossip not joined"
 	}
 	return "no WAN connection to any peer gateway"

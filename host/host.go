@@ -87,7 +87,9 @@ type Config struct {
 	// otherwise be read as loss.
 	Protocol metaroce.Config
 	// DeadAfter: a gateway connection whose paths have all been down this
-	// long is closed (default 2 s), which triggers failover.
+	// long is closed (default 500 ms), which triggers failover. Paths go
+	// down only after consecutive timeouts of their own, so this is added
+	// to a few PTOs; a host on a LAN pings every DeadAfter/4 (125 ms).
 	DeadAfter time.Duration
 	// OpenTimeout bounds REGISTER, OPEN and New's wait for the gateways
 	// (default 5 s).
@@ -140,6 +142,11 @@ type Key struct {
 // DefaultSocketBuffer is Config.SocketBuffer's default.
 const DefaultSocketBuffer = 4 << 20
 
+// DefaultDeadAfter is Config.DeadAfter's default: with the timeouts that
+// take a LAN path down first, a host fails over from a dead gateway in
+// under a second.
+const DefaultDeadAfter = 500 * time.Millisecond
+
 func (c Config) withDefaults() Config {
 	if !c.Listen.IsValid() {
 		c.Listen = netip.MustParseAddrPort("127.0.0.1:0")
@@ -152,7 +159,7 @@ func (c Config) withDefaults() Config {
 		c.Protocol.Path.MinPTO = time.Millisecond
 	}
 	if c.DeadAfter <= 0 {
-		c.DeadAfter = 2 * time.Second
+		c.DeadAfter = DefaultDeadAfter
 	}
 	if c.SocketBuffer == 0 {
 		c.SocketBuffer = DefaultSocketBuffer

@@ -445,3 +445,41 @@ func (m *Metrics) SyncDropped(plane string, r DropReason, total uint64) {
 	}
 	s.set(total)
 }
+
+type gossipKey struct {
+	refused bool
+	reason  string
+}
+
+// SyncGossip sets mrgw_gossip_datagrams_dropped_total and
+// mrgw_gossip_refused_total from the cumulative counts by reason of
+// region.Stats (DatagramsDropped, Refused); a reason outside
+// [GossipDropReasons] or [GossipRefuseReasons] is counted as "other".
+func (m *Metrics) SyncGossip(dropped, refused map[string]uint64) {
+	m.pathMu.Lock()
+	defer m.pathMu.Unlock()
+	sync := func(refused bool, counts map[string]uint64, allowed []string, vec *prometheus.CounterVec) {
+		other := uint64(0)
+		for r, n := range counts {
+			if oneOf(r, allowed) == Other {
+				other += n
+				continue
+			}
+			m.gossipSyncLocked(gossipKey{refused, r}, vec).set(n)
+		}
+		if other > 0 {
+			m.gossipSyncLocked(gossipKey{refused, Other}, vec).set(other)
+		}
+	}
+	sync(false, dropped, GossipDropReasons, m.GossipDatagramsDropped)
+	sync(true, refused, GossipRefuseReasons, m.GossipRefused)
+}
+
+func (m *Metrics) gossipSyncLocked(k gossipKey, vec *prometheus.CounterVec) *counterSync {
+	s := m.gossip[k]
+	if s == nil {
+		s = &counterSync{c: vec.WithLabelValues(k.reason)}
+		m.gossip[k] = s
+	}
+	return s
+}

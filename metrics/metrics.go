@@ -191,6 +191,15 @@ const (
 // RegisterReasons lists the values of mrgw_host_registrations_refused_total's reason label.
 var RegisterReasons = []string{RegisterDuplicate, RegisterUnauthenticated, RegisterBadMAC, RegisterUnknownKey, RegisterStale, Other}
 
+// GossipDropReasons lists the values of mrgw_gossip_datagrams_dropped_total's
+// reason label: region.DropReasons, and other.
+var GossipDropReasons = []string{"too_short", "too_long", "format", "decrypt", "rate", "queue_full", "socket_overflow", Other}
+
+// GossipRefuseReasons lists the values of mrgw_gossip_refused_total's reason
+// label: region.RefuseReasons, and other.
+var GossipRefuseReasons = []string{"stream_limit", "stream_timeout", "stream_size", "keyring", "unencrypted",
+	"not_gateway", "name_conflict", Other}
+
 // Results of control sessions, key rotations and reloads.
 const (
 	ResultOK          = "ok"          // key rotation or reload done
@@ -262,8 +271,10 @@ type Metrics struct {
 	ConfigReloads        *prometheus.CounterVec // result
 
 	// Regions and gossip.
-	RegionReachable *prometheus.GaugeVec // peer_region
-	PeersAlive      *prometheus.GaugeVec // peer_region
+	RegionReachable        *prometheus.GaugeVec   // peer_region
+	PeersAlive             *prometheus.GaugeVec   // peer_region
+	GossipDatagramsDropped *prometheus.CounterVec // reason
+	GossipRefused          *prometheus.CounterVec // reason
 
 	// Control channel.
 	ControlSessionsActive *prometheus.GaugeVec   // peer_region
@@ -319,6 +330,7 @@ type Metrics struct {
 	wan    map[wanKey]*wanSync
 	drops  map[dropKey]*counterSync
 	lan    map[LANDropReason]*counterSync
+	gossip map[gossipKey]*counterSync
 }
 
 // Option changes what New builds.
@@ -382,6 +394,7 @@ func New(opts ...Option) *Metrics {
 		wan:      map[wanKey]*wanSync{},
 		drops:    map[dropKey]*counterSync{},
 		lan:      map[LANDropReason]*counterSync{},
+		gossip:   map[gossipKey]*counterSync{},
 	}
 	b := &builder{m: m, r: r}
 
@@ -441,6 +454,12 @@ func New(opts ...Option) *Metrics {
 	m.PeersAlive = b.gaugeVec("mrgw_peers_alive",
 		"Gateways gossip reports alive, per region (this gateway's own region included, this gateway excluded).",
 		LabelPeerRegion)
+	m.GossipDatagramsDropped = b.counterVec("mrgw_gossip_datagrams_dropped_total",
+		"Datagrams at the gossip port dropped before gossip processed them, by reason: too_short, too_long, format (not a gossip packet), decrypt (no installed key authenticates it), rate (from an unknown address beyond its budget), queue_full, socket_overflow (dropped by the kernel: the reader fell behind).",
+		LabelReason)
+	m.GossipRefused = b.counterVec("mrgw_gossip_refused_total",
+		"Gossip refused, by reason: stream_limit, stream_timeout, stream_size (streams beyond the bounds), keyring (a gateway with another keyring), unencrypted (a gateway without one), not_gateway, name_conflict.",
+		LabelReason)
 
 	// Control channel.
 	m.ControlSessionsActive = b.gaugeVec("mrgw_control_sessions_active",
@@ -589,6 +608,12 @@ func New(opts ...Option) *Metrics {
 	}
 	for _, r := range RegisterReasons {
 		m.RegistrationsRefused.WithLabelValues(r)
+	}
+	for _, r := range GossipDropReasons {
+		m.GossipDatagramsDropped.WithLabelValues(r)
+	}
+	for _, r := range GossipRefuseReasons {
+		m.GossipRefused.WithLabelValues(r)
 	}
 	return m
 }

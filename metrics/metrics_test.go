@@ -31,6 +31,7 @@ func touchAll(m *Metrics) {
 	m.ConfigReload(ResultOK)
 	m.SetRegionReachable("us-east", true)
 	m.PeersAlive.WithLabelValues("us-east").Set(2)
+	m.SyncGossip(map[string]uint64{"decrypt": 3}, map[string]uint64{"keyring": 1})
 	m.ControlSessionsActive.WithLabelValues("us-east").Set(2)
 	m.ControlSession(ResultEstablished)
 	m.ControlRefused("expired")

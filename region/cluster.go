@@ -23,7 +23,14 @@ type Cluster struct {
 	core    *core
 	ml      *memberlist.Memberlist
 	keyring *memberlist.Keyring // nil when gossip is not encrypted
+	guard   *guardTransport
 	queue   *healthQueue
+	errs    *rateLog // error lines of Join, which the gateway retries
+
+	keyMu sync.Mutex // orders keyring changes and their hand-over to guard
+
+	joinMu  sync.Mutex
+	joinErr *JoinError // why the last Join found nobody; nil once one succeeded
 
 	gossipInterval time.Duration
 
@@ -40,8 +47,13 @@ type Cluster struct {
 
 // New starts memberlist on cfg.Bind and returns the running cluster of one
 // member (this gateway). Call Join to meet the others. logger receives
-// memberlist's own log lines at debug level, and this package's state
-// changes at info; nil discards both.
+// memberlist's own log lines at debug level, this package's state changes
+// at info, gossip it drops or refuses at warn (rate-limited) and a Join
+// that finds nobody at error; nil discards all.
+//
+// memberlist runs on a guarded transport: junk datagrams are dropped and
+// counted before they can queue in front of real probes, and streams are
+// bounded in number and time (see [DropReasons] and [RefuseReasons]).
 func New(cfg Config, logger *slog.Logger) (*Cluster, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -72,9 +84,33 @@ func New(cfg Config, logger *slog.Logger) (*Cluster, error) {
 	// Logger only, never LogOutput as well: memberlist refuses both. No
 	// timestamp prefix: slog adds its own.
 	mc.Logger = log.New(slogWriter{logger}, "", 0)
+	c.errs = newRateLog(logger, slog.LevelError, joinErrorLogEvery)
 
+	var keys [][]byte
+	if kr != nil {
+		keys = kr.GetKeys()
+	}
+	bind, _ := netip.ParseAddrPort(cfg.Bind) // checked by memberlistConfig
+	c.guard, err = newGuardTransport(bind, keys, mc.TCPTimeout, logger)
+	if err != nil {
+		return nil, fmt.Errorf("region: starting memberlist on %s: %w", cfg.Bind, err)
+	}
+	mc.Transport = c.guard
+	if cfg.wrapTransport != nil {
+		mc.Transport = cfg.wrapTransport(c.guard)
+	}
+	// The guard drops datagrams longer than maxDatagram: memberlist must
+	// never send one (it is 1400 in both presets; set it to be sure).
+	mc.UDPBufferSize = udpBufferSize
+	if mc.BindPort == 0 {
+		mc.BindPort = c.guard.port
+	}
+	if mc.AdvertisePort == 0 {
+		mc.AdvertisePort = c.guard.port
+	}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
+		_ = c.guard.Shutdown()
 		return nil, fmt.Errorf("region: starting memberlist on %s: %w", cfg.Bind, err)
 	}
 	c.ml = ml
@@ -98,6 +134,11 @@ func (c *Cluster) Name() string { return c.cfg.Name }
 // memberlist's Join cannot be cancelled, so an attempt abandoned because
 // ctx ended finishes in the background within memberlist's TCP timeout;
 // Shutdown waits for it.
+//
+// A Join that finds nobody (every attempt failed, or ctx's deadline
+// passed) is logged at error, at most once per joinErrorLogEvery, and
+// kept for [Cluster.JoinErr] until a Join succeeds: a gateway whose keyring
+// differs from the cluster's would otherwise run alone, unnoticed.
 func (c *Cluster) Join(ctx context.Context, seeds []string) (int, error) {
 	if len(seeds) == 0 {
 		seeds = c.cfg.Seeds
@@ -105,6 +146,92 @@ func (c *Cluster) Join(ctx context.Context, seeds []string) (int, error) {
 	if len(seeds) == 0 {
 		return 0, nil
 	}
+	n, attempts, err := c.join(ctx, seeds)
+	if err == nil {
+		c.joinMu.Lock()
+		c.joinErr = nil
+		c.joinMu.Unlock()
+		return n, nil
+	}
+	if errors.Is(err, ErrClosed) {
+		return 0, err
+	}
+	if errors.Is(err, context.Canceled) {
+		return 0, fmt.Errorf("region: join %v: %w", seeds, err) // stopping, not failing
+	}
+	je := &JoinError{Seeds: slices.Clone(seeds), Attempts: attempts, Err: err, Hint: joinHint(err)}
+	c.joinMu.Lock()
+	c.joinErr = je
+	c.joinMu.Unlock()
+	args := []any{"seeds", seeds, "attempts", attempts, "err", strings.Join(strings.Fields(err.Error()), " ")}
+	if je.Hint != "" {
+		args = append(args, "hint", je.Hint)
+	}
+	c.errs.logf("join", time.Now(), "cannot join gossip: this gateway runs alone", args...)
+	return 0, je
+}
+
+// JoinErr is why the last Join found no member, or nil once a Join has
+// succeeded (and before any Join failed). The gateway reports it in
+// /readyz. A *JoinError.
+func (c *Cluster) JoinErr() error {
+	c.joinMu.Lock()
+	defer c.joinMu.Unlock()
+	if c.joinErr == nil {
+		return nil
+	}
+	return c.joinErr
+}
+
+// joinErrorLogEvery: a gateway retrying Join forever logs its failure at
+// most this often (with the count of failures in between).
+const joinErrorLogEvery = 30 * time.Second
+
+// JoinError is a Join that found no member.
+type JoinError struct {
+	Seeds    []string
+	Attempts int    // rounds made
+	Err      error  // the last round's error, or ctx's
+	Hint     string // the likely cause, when the error tells it; else empty
+}
+
+func (e *JoinError) Error() string {
+	// memberlist's errors span lines (go-multierror); /readyz and logs
+	// want one.
+	msg := fmt.Sprintf("region: cannot join gossip through %v after %d attempts: %s",
+		e.Seeds, e.Attempts, strings.Join(strings.Fields(e.Err.Error()), " "))
+	if e.Hint != "" {
+		msg += " (" + e.Hint + ")"
+	}
+	return msg
+}
+
+func (e *JoinError) Unwrap() error { return e.Err }
+
+// joinHint names the likely cause of a failed join from memberlist's
+// error text (v0.7.0), which is all it gives.
+func joinHint(err error) string {
+	msg := strings.ToLower(err.Error())
+	switch {
+	case strings.Contains(msg, "no installed keys could decrypt"):
+		return "the seeds' gossip is encrypted with a key this gateway does not have: check gossip.keyring"
+	case strings.Contains(msg, "remote state is encrypted and encryption is not configured"):
+		return "the seeds encrypt gossip and this gateway has no gossip.keyring"
+	case strings.Contains(msg, "encryption is configured but remote state is not encrypted"):
+		return "this gateway encrypts gossip and the seeds do not"
+	case strings.Contains(msg, "connection refused"):
+		return "nothing listens at the seeds' gossip address"
+	case strings.Contains(msg, "eof"), strings.Contains(msg, "connection reset"):
+		return "the seeds closed the connection: refused (another keyring?) or overloaded"
+	case strings.Contains(msg, "timeout"), strings.Contains(msg, "deadline"):
+		return "the seeds did not answer in time"
+	}
+	return ""
+}
+
+// join makes the attempts of Join; it returns how many members answered,
+// the rounds made and the last error.
+func (c *Cluster) join(ctx context.Context, seeds []string) (int, int, error) {
 	pause := 100 * time.Millisecond
 	var last error
 	for attempt := 1; attempt <= c.cfg.JoinAttempts; attempt++ {
@@ -114,7 +241,7 @@ func (c *Cluster) Join(ctx context.Context, seeds []string) (int, error) {
 		}
 		res := make(chan result, 1)
 		if !c.track() {
-			return 0, ErrClosed
+			return 0, attempt - 1, ErrClosed
 		}
 		go func() {
 			defer c.wg.Done()
@@ -127,11 +254,14 @@ func (c *Cluster) Join(ctx context.Context, seeds []string) (int, error) {
 				if r.err != nil {
 					c.log.Debug("some seeds did not answer", "err", r.err)
 				}
-				return r.n, nil
+				return r.n, attempt, nil
 			}
 			last = r.err
+			if last == nil {
+				last = errors.New("no seed answered")
+			}
 		case <-ctx.Done():
-			return 0, fmt.Errorf("region: join %v: %w (last error: %v)", seeds, ctx.Err(), last)
+			return 0, attempt, fmt.Errorf("%w (last error: %v)", ctx.Err(), last)
 		}
 		if attempt == c.cfg.JoinAttempts {
 			break
@@ -142,14 +272,14 @@ func (c *Cluster) Join(ctx context.Context, seeds []string) (int, error) {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return 0, fmt.Errorf("region: join %v: %w (last error: %v)", seeds, ctx.Err(), last)
+			return 0, attempt, fmt.Errorf("%w (last error: %v)", ctx.Err(), last)
 		case <-c.stop:
 			t.Stop()
-			return 0, ErrClosed
+			return 0, attempt, ErrClosed
 		}
 		pause = min(2*pause, 5*time.Second)
 	}
-	return 0, fmt.Errorf("region: join %v failed after %d attempts: %w", seeds, c.cfg.JoinAttempts, last)
+	return 0, c.cfg.JoinAttempts, last
 }
 
 // track registers a background goroutine unless the cluster is closed.
@@ -310,7 +440,7 @@ func (c *Cluster) Health(peer, plane string) (HealthReport, bool) { return c.cor
 
 // Stats returns the cluster's counters.
 func (c *Cluster) Stats() Stats {
-	return Stats{
+	s := Stats{
 		Messages:       c.core.messages.Load(),
 		BadMessages:    c.core.badMessages.Load(),
 		BadMeta:        c.core.badMeta.Load(),
@@ -318,6 +448,9 @@ func (c *Cluster) Stats() Stats {
 		ChangesDropped: c.core.changes.dropped.Load(),
 		NameConflicts:  c.core.conflicts.Load(),
 	}
+	s.DatagramsAccepted, s.DatagramsDropped, s.Refused = c.guard.stats()
+	s.MemberSockets = c.guard.memberSocketCount()
+	return s
 }
 
 // ErrEncryptionDisabled: key operations on a cluster started without keys.
@@ -329,6 +462,9 @@ func (c *Cluster) InstallKey(key []byte) error {
 	if c.keyring == nil {
 		return ErrEncryptionDisabled
 	}
+	c.keyMu.Lock()
+	defer c.keyMu.Unlock()
+	defer c.syncKeys()
 	return wrapKeyErr("install", c.keyring.AddKey(key))
 }
 
@@ -337,6 +473,9 @@ func (c *Cluster) UseKey(key []byte) error {
 	if c.keyring == nil {
 		return ErrEncryptionDisabled
 	}
+	c.keyMu.Lock()
+	defer c.keyMu.Unlock()
+	defer c.syncKeys()
 	return wrapKeyErr("use", c.keyring.UseKey(key))
 }
 
@@ -345,6 +484,9 @@ func (c *Cluster) RemoveKey(key []byte) error {
 	if c.keyring == nil {
 		return ErrEncryptionDisabled
 	}
+	c.keyMu.Lock()
+	defer c.keyMu.Unlock()
+	defer c.syncKeys()
 	return wrapKeyErr("remove", c.keyring.RemoveKey(key))
 }
 
@@ -374,11 +516,17 @@ func (c *Cluster) SetKeyring(keys [][]byte) error {
 			return fmt.Errorf("region: keys[%d]: %w", i, err)
 		}
 	}
+	c.keyMu.Lock()
+	defer c.keyMu.Unlock()
+	// The guard must know every key memberlist decrypts with, at once:
+	// each step is followed by a sync.
+	defer c.syncKeys()
 	for _, k := range keys {
 		if err := c.keyring.AddKey(k); err != nil {
 			return wrapKeyErr("install", err)
 		}
 	}
+	c.syncKeys()
 	if err := c.keyring.UseKey(keys[0]); err != nil {
 		return wrapKeyErr("use", err)
 	}
@@ -390,6 +538,13 @@ func (c *Cluster) SetKeyring(keys [][]byte) error {
 		}
 	}
 	return nil
+}
+
+// syncKeys hands the keyring to the guarded transport, which
+// authenticates datagrams and streams with it before memberlist does.
+func (c *Cluster) syncKeys() {
+	// Keys were validated on their way into the keyring.
+	_ = c.guard.setKeys(c.keyring.GetKeys())
 }
 
 func wrapKeyErr(op string, err error) error {
@@ -510,10 +665,12 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 }
 
 func (d *delegate) NotifyJoin(n *memberlist.Node) {
+	d.c.guard.setMember(n.Name, nodeAddr(n), true, n.Name == d.c.cfg.Name)
 	d.c.core.setMember(n.Name, nodeAddr(n), n.Meta, Alive)
 }
 
 func (d *delegate) NotifyUpdate(n *memberlist.Node) {
+	d.c.guard.setMember(n.Name, nodeAddr(n), true, n.Name == d.c.cfg.Name)
 	d.c.core.setMember(n.Name, nodeAddr(n), n.Meta, Alive)
 }
 
@@ -521,6 +678,7 @@ func (d *delegate) NotifyUpdate(n *memberlist.Node) {
 // sets n.State (its real state field shadows it). Dead it is, unless the
 // member said goodbye.
 func (d *delegate) NotifyLeave(n *memberlist.Node) {
+	d.c.guard.setMember(n.Name, nodeAddr(n), false, n.Name == d.c.cfg.Name)
 	d.c.core.setMember(n.Name, nodeAddr(n), nil, Dead)
 }
 
@@ -529,8 +687,8 @@ func (d *delegate) NotifyLeave(n *memberlist.Node) {
 // send traffic to whichever it believes.
 func (d *delegate) NotifyConflict(existing, other *memberlist.Node) {
 	d.c.core.conflicts.Add(1)
-	d.c.log.Warn("two gossip members claim one gateway name", "name", existing.Name,
-		"existing", existing.Address(), "other", other.Address())
+	d.c.guard.refuse(rNameConflict, other.Address(), "two gossip members claim one gateway name; the first is kept",
+		"name", existing.Name, "existing", existing.Address())
 }
 
 // NotifyAlive keeps members that are not gateways (metadata we cannot
@@ -538,6 +696,8 @@ func (d *delegate) NotifyConflict(existing, other *memberlist.Node) {
 func (d *delegate) NotifyAlive(n *memberlist.Node) error {
 	if _, err := DecodeMeta(n.Meta); err != nil {
 		d.c.core.badMeta.Add(1)
+		d.c.guard.refuse(rNotGateway, n.Address(), "refused a gossip member that is not a gateway",
+			"name", n.Name, "err", err)
 		return fmt.Errorf("member %q is not a gateway: %w", n.Name, err)
 	}
 	return nil

@@ -105,6 +105,10 @@ type Config struct {
 	// of them with no live gateway is ErrRegionUnreachable even before any
 	// of its gateways has been seen, rather than ErrUnknownRegion.
 	ExpectedRegions []string
+
+	// wrapTransport, tests only, wraps the transport memberlist runs on
+	// (to give TCP a WAN's round trips on loopback).
+	wrapTransport func(memberlist.NodeAwareTransport) memberlist.NodeAwareTransport
 }
 
 // EffectiveTimings returns the timings memberlist will be given.

@@ -17,6 +17,16 @@
 // channels that never block gossip: a watcher that falls behind loses
 // notifications (counted in [Stats]) and re-reads [Cluster.View].
 //
+// memberlist runs on a guarded transport of this package: every datagram
+// is checked (with the keyring: authenticated) by the goroutine that reads
+// the socket, and junk is dropped and counted by reason before it can queue
+// in front of probes; members' datagrams arrive on sockets of their own;
+// streams are bounded in number and time. Refusals (another keyring, no
+// keyring, streams beyond the bounds, members that are not gateways) are
+// counted and logged at warn, rate-limited, on the refusing side, and a
+// Join that finds nobody is logged at error and kept for [Cluster.JoinErr]
+// (see [Stats], [DropReasons], [RefuseReasons]).
+//
 // The wire formats (node metadata, health reports) are versioned and
 // fuzzed. A reader accepts a newer version whose first fields are laid out
 // like the version it knows and ignores the rest, so gateways can be

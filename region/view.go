@@ -138,6 +138,19 @@ type Stats struct {
 	HealthDropped  uint64 // health reports a full watcher channel missed
 	ChangesDropped uint64 // changes a full watcher channel missed
 	NameConflicts  uint64 // another member announced this gateway's name
+
+	// DatagramsAccepted counts gossip datagrams the guard passed to
+	// memberlist (authenticated, when gossip is encrypted).
+	DatagramsAccepted uint64
+	// MemberSockets is how many members have a socket of their own on the
+	// gossip port, out of reach of junk sent to the port (a gauge).
+	MemberSockets int
+	// DatagramsDropped counts gossip datagrams dropped before memberlist
+	// saw them, by reason: every one of [DropReasons] is present.
+	DatagramsDropped map[string]uint64
+	// Refused counts refused gossip streams and members, by reason: every
+	// one of [RefuseReasons] is present.
+	Refused map[string]uint64
 }
 
 type healthKey struct{ from, peer, plane string }

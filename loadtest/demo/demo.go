@@ -210,7 +210,7 @@ func (r *rig) build(ctx context.Context) error {
 	}
 	r.say("gateways up: gossip joined, 8 sealed WAN connections established\n")
 	for reg, name := range map[string]string{lab.RegionA: "trainer-a", lab.RegionB: "trainer-b"} {
-		h, err := host.New(host.Config{Name: name, Region: reg, Gateways: l.HostGateways(reg), Key: l.HostKey, DeadAfter: time.Second, Logger: o.Logger})
+		h, err := host.New(host.Config{Name: name, Region: reg, Gateways: l.HostGateways(reg), Key: l.HostKey, Logger: o.Logger})
 		if err != nil {
 			return err
 		}
