@@ -464,7 +464,8 @@ func runTarget(ctx context.Context, o *Options, target string) (row Row) {
 		if kErr == nil {
 			row.KernelDrops = kAfter - kBefore
 		}
-		row.KernelDropsExported = target == TargetLANJunk || target == TargetLANInit
+		row.KernelDropsExported = target == TargetLANJunk || target == TargetLANInit ||
+			(target == TargetGossipUDP && gossipExported(row.DroppedCounted)) // reason="socket_overflow"
 		row.ProtocolDrops = protoDelta(pBefore, protoStats(g))
 		row.GossipDrops = mapDelta(gBefore, regionStats(g))
 		if row.DatagramsSent > row.Counted {

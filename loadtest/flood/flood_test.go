@@ -12,12 +12,13 @@ import (
 
 // knownUncounted are the datagram targets whose junk the gateway does not
 // count in any exported counter yet (docs/results/flood.md): QUIC drops
-// junk Initials inside quic-go, memberlist drops junk gossip with a log
-// line at debug level. The test logs their figures instead of failing on
+// junk Initials inside quic-go; the guarded gossip transport counts junk
+// by reason, but in the lab (gossip not encrypted) about 3% of random
+// junk passes its format check and memberlist drops it uncounted. The test logs their figures instead of failing on
 // them; when the gateway counts them, take them out of this list.
 var knownUncounted = map[string]string{
 	TargetControl:   "quic-go drops junk Initials silently (no tracer, no metric)",
-	TargetGossipUDP: "memberlist drops junk gossip packets with a debug log line only",
+	TargetGossipUDP: "the lab's gossip is not encrypted: junk that passes the guard's format check reaches memberlist, which drops it uncounted",
 }
 
 // knownUnbounded are the targets whose flood grows the process without a

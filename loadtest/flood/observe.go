@@ -129,7 +129,7 @@ func protoDelta(a, b metaroce.EndpointStats) map[string]uint64 {
 
 // regionStats flattens the gossip cluster's counters of what it dropped or
 // refused (region.Stats: uint64 fields and maps by reason whose name says
-// Dropped, Refused or Bad), read by reflection so that counters the
+// Dropped, Refused or Bad, and what it accepted), read by reflection so that counters the
 // region package adds later are picked up too. The gateway keeps them
 // but, unless a metric family carries them, does not export them.
 func regionStats(g *gateway.Gateway) map[string]uint64 {
@@ -137,7 +137,8 @@ func regionStats(g *gateway.Gateway) map[string]uint64 {
 	v := reflect.ValueOf(g.Cluster().Stats())
 	for i := range v.NumField() {
 		f, name := v.Field(i), v.Type().Field(i).Name
-		if !strings.Contains(name, "Dropped") && !strings.Contains(name, "Refused") && !strings.HasPrefix(name, "Bad") {
+		if !strings.Contains(name, "Dropped") && !strings.Contains(name, "Refused") && !strings.HasPrefix(name, "Bad") &&
+			!strings.Contains(name, "Accepted") {
 			continue
 		}
 		switch f.Kind() {
