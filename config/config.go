@@ -73,7 +73,7 @@ type Node struct {
 	Name   string `mapstructure:"name" doc:"unique gateway name; also its gossip member name and the name peers expect in its certificate"`
 	Region string `mapstructure:"region" doc:"the region this gateway serves"`
 	// Capacity is announced in gossip; placement weighs it.
-	Capacity int `mapstructure:"capacity" doc:"this gateway's capacity relative to its region's other gateways, announced in gossip: flows are placed on a region's gateways in proportion, 1..65535"`
+	Capacity int `mapstructure:"capacity" doc:"this gateway's capacity relative to its region's other gateways, announced in gossip: flows are placed on a region's gateways in proportion, 0..65535 (0: 100, the default)"`
 }
 
 // LAN is the host-facing side: MetaRoCE from hosts in this region.

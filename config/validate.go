@@ -42,7 +42,7 @@ func (c *Config) check(files bool) []*FieldError {
 	v := &checker{}
 	v.name("node.name", c.Node.Name, true)
 	v.name("node.region", c.Node.Region, true)
-	v.intRange("node.capacity", int64(c.Node.Capacity), 1, maxCapacity)
+	v.intRange("node.capacity", int64(c.Node.Capacity), 0, maxCapacity)
 
 	// LAN
 	v.listen("lan.listen", c.LAN.Listen, protoUDP, false)

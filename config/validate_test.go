@@ -27,11 +27,11 @@ func TestValidateCases(t *testing.T) {
 			`lan.host_keys: is empty: hosts would register unauthenticated; give each host a credential (docs/OPERATIONS.md, "Authenticating hosts") or set lan.allow_unauthenticated_hosts: true`,
 		}},
 		{"unauthenticated hosts by choice", func(c *Config) { c.LAN.HostKeys = nil; c.LAN.AllowUnauthenticatedHosts = true }, nil},
-		{"missing node", func(c *Config) { c.Node = Node{Capacity: 100} }, []string{
+		{"missing node", func(c *Config) { c.Node = Node{} }, []string{
 			"node.name: is required", "node.region: is required",
 		}},
-		{"capacity", func(c *Config) { c.Node.Capacity = 0 }, []string{
-			"node.capacity: 0 is out of range 1..65535",
+		{"capacity", func(c *Config) { c.Node.Capacity = 65536 }, []string{
+			"node.capacity: 65536 is out of range 0..65535",
 		}},
 		{"bad name", func(c *Config) { c.Node.Name = "gw 1" }, []string{
 			`node.name: "gw 1" is not a valid name (letters, digits, '.', '_', '-'; at most 63; starting and ending with a letter or digit)`,
