@@ -133,8 +133,8 @@ const (
 	maxWeight      = 1_000_000
 	// maxCapacity bounds node.capacity and regions[].gateways[].weight
 	// (rendezvous placement weighs gateways of a region against each other).
-	maxCapacity = 65535
-	maxSuspicion   = 100
+	maxCapacity  = 65535
+	maxSuspicion = 100
 )
 
 // GossipTimings are the failure-detection timings memberlist is given.

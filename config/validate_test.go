@@ -90,7 +90,9 @@ func TestValidateCases(t *testing.T) {
 			`regions[0].gateways[0].control: "0.0.0.0:1" is the unspecified address; nothing can be reached there`,
 			"regions[0].gateways[0].weight: -1 is out of range 0..65535",
 		}},
-		{"deny list", func(c *Config) { c.Control.Deny = []string{"gw3", "us-east/gw3", "us-east/*", "serial:0A:ff", "a/b/c", "serial:xyz", "*"} }, []string{
+		{"deny list", func(c *Config) {
+			c.Control.Deny = []string{"gw3", "us-east/gw3", "us-east/*", "serial:0A:ff", "a/b/c", "serial:xyz", "*"}
+		}, []string{
 			`control.deny[4]: "a/b/c": "b/c" is not a valid gateway name (want NAME, REGION/NAME, REGION/* or serial:HEX)`,
 			`control.deny[5]: "serial:xyz": serial:HEX needs hexadecimal digits, not 'x'`,
 			`control.deny[6]: "*": "*" is not a valid gateway name (want NAME, REGION/NAME, REGION/* or serial:HEX)`,

@@ -34,7 +34,7 @@ configuration names the gateway (control.peer_names or regions). Keys are writte
 mode 0600. For production, use your own CA.`,
 		Example: "  mrgw cert --dir config/examples/two-region/certs eu-west/euw-gw1 eu-west/euw-gw2 us-east/use-gw1 us-east/use-gw2\n" +
 			"  mrgw cert --dir certs --region ap-south aps-gw1 aps-gw2",
-		Args:    cobra.MinimumNArgs(1),
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				return err
