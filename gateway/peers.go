@@ -408,3 +408,18 @@ func (g *Gateway) PeerID(name string) (metaroce.PeerID, bool) {
 	}
 	return 0, false
 }
+
+// FlowRoutes returns, for every outbound flow open at this gateway (a
+// local host's flow to another region), the gateway of the destination
+// region it is relayed to.
+func (g *Gateway) FlowRoutes() map[uint64]string {
+	out := map[uint64]string{}
+	_ = g.ep.Call(context.Background(), func(time.Duration, *metaroce.Endpoint) {
+		for id, f := range g.relay.flows {
+			if f.outbound && f.state == flowOpen && f.down != nil && f.down.wan != nil {
+				out[id] = f.down.wan.name
+			}
+		}
+	})
+	return out
+}

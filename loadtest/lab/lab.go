@@ -771,3 +771,7 @@ func ecnThreshold(cfg Config) int {
 	}
 	return max(t, 3000)
 }
+
+// CA is the lab's certificate authority (tests mint certificates of
+// gateways that are not in the lab with it).
+func (l *Lab) CA() *pki.CA { return l.ca }
