@@ -14,7 +14,6 @@ import (
 	"net/netip"
 	"os"
 	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -130,9 +129,12 @@ type Gateway struct {
 
 	cancelListener context.CancelFunc
 
-	peers  []*wanPeer // sorted by name
-	byName map[string]*wanPeer
-	byID   map[metaroce.PeerID]*wanPeer
+	// pt holds the peer gateways, made and torn down as gossip announces
+	// gateways of other regions (peers.go); syncMu serialises syncPeers.
+	pt           peerTable
+	syncMu       sync.Mutex
+	peerRefusals *ratelog.Logger
+	startedAt    time.Time // when Run started (unseen gateways)
 
 	relay *relay // owner-goroutine state
 
@@ -171,7 +173,7 @@ func New(cfg *config.Config, opts Options) (g *Gateway, err error) {
 	if opts.HostIdleTimeout <= 0 {
 		opts.HostIdleTimeout = defaultHostIdleTimeout
 	}
-	g = &Gateway{opts: opts, stopped: make(chan struct{}), byName: map[string]*wanPeer{}, byID: map[metaroce.PeerID]*wanPeer{},
+	g = &Gateway{opts: opts, stopped: make(chan struct{}), pt: peerTable{byName: map[string]*wanPeer{}, byID: map[metaroce.PeerID]*wanPeer{}},
 		planeIndex: map[string]int{}, healthOut: make(chan region.HealthReport, healthQueue)}
 	g.cfgv.Store(cfg)
 	g.level = new(slog.LevelVar)
@@ -191,6 +193,7 @@ func New(cfg *config.Config, opts Options) (g *Gateway, err error) {
 		}
 	}
 	g.log = g.log.With("gateway", cfg.Node.Name)
+	g.peerRefusals = ratelog.New(g.log, 10*time.Second)
 	g.metrics = newMetrics(cfg)
 	if g.suite, err = suiteOf(cfg.WAN.Cipher); err != nil {
 		return nil, fmt.Errorf("%w: wan.cipher: %w", ErrInvalidConfig, err)
@@ -208,6 +211,10 @@ func New(cfg *config.Config, opts Options) (g *Gateway, err error) {
 	if creds.Identity.Name != cfg.Node.Name {
 		return nil, fmt.Errorf("%w: certificate %s names %q, node.name is %q", ErrCredentials, cfg.Control.TLS.CertFile, creds.Identity.Name, cfg.Node.Name)
 	}
+	if r := creds.Identity.Region; r != "" && r != cfg.Node.Region {
+		return nil, fmt.Errorf("%w: certificate %s names %s, node.region is %q", ErrCredentials, cfg.Control.TLS.CertFile,
+			pki.IdentityURI(r, creds.Identity.Name), cfg.Node.Region)
+	}
 	setCertMetrics(g.metrics, creds)
 	var closers []func()
 	defer func() {
@@ -218,10 +225,7 @@ func New(cfg *config.Config, opts Options) (g *Gateway, err error) {
 		}
 	}()
 	onClose := func(f func()) { closers = append(closers, f) }
-	planeAddrs, err := g.newWANPeers(cfg)
-	if err != nil {
-		return nil, err
-	}
+	planeAddrs := g.newPlanes(cfg)
 	if err := g.newEndpoint(cfg, planeAddrs, onClose); err != nil {
 		return nil, err
 	}
@@ -243,10 +247,9 @@ func New(cfg *config.Config, opts Options) (g *Gateway, err error) {
 	return g, nil
 }
 
-// newWANPeers indexes the WAN planes and makes a peer of every gateway of
-// every remote region, with a stable id; it returns the planes' local
-// addresses.
-func (g *Gateway) newWANPeers(cfg *config.Config) ([]netip.AddrPort, error) {
+// newPlanes indexes the WAN planes and returns their local addresses. Peer
+// gateways are not made here: gossip announces them (peers.go).
+func (g *Gateway) newPlanes(cfg *config.Config) []netip.AddrPort {
 	var planeAddrs []netip.AddrPort
 	for _, p := range cfg.WAN.Planes {
 		a := netip.MustParseAddrPort(p.Local)
@@ -255,28 +258,7 @@ func (g *Gateway) newWANPeers(cfg *config.Config) ([]netip.AddrPort, error) {
 		g.planeIndex[p.Name] = len(g.planes)
 		g.planes = append(g.planes, p.Name)
 	}
-	for _, r := range cfg.Regions {
-		for _, rg := range r.Gateways {
-			p := &wanPeer{name: rg.Name, region: r.Name, control: rg.Control, rttHint: r.RTTHint,
-				dialer: cfg.Node.Name < rg.Name, sessions: make(chan *control.Session, 1)}
-			for _, w := range rg.WAN {
-				a, rerr := resolveUDP(w)
-				if rerr != nil {
-					return nil, fmt.Errorf("%w: regions %s gateway %s wan %q: %w", ErrInvalidConfig, r.Name, rg.Name, w, rerr)
-				}
-				p.dests = append(p.dests, a)
-			}
-			g.peers = append(g.peers, p)
-		}
-	}
-	sort.Slice(g.peers, func(i, j int) bool { return g.peers[i].name < g.peers[j].name })
-	for i, p := range g.peers {
-		p.id = metaroce.PeerID(i + 1)
-		p.metrics = g.metrics.Peer(p.name, p.region)
-		g.byName[p.name] = p
-		g.byID[p.id] = p
-	}
-	return planeAddrs, nil
+	return planeAddrs
 }
 
 // newEndpoint binds the endpoint: LAN listen plus one socket per plane.
@@ -312,17 +294,13 @@ func (g *Gateway) newEndpoint(cfg *config.Config, planeAddrs []netip.AddrPort, o
 // newControl sets up the control channel and binds its listener.
 func (g *Gateway) newControl(cfg *config.Config, creds *pki.Credentials, onClose func(func())) error {
 	g.router = tunnel.NewRouter()
-	peerNames := cfg.Control.PeerNames
-	if len(peerNames) == 0 {
-		for _, p := range g.peers {
-			peerNames = append(peerNames, p.name)
-		}
-	}
 	local := g.ep.LocalAddrs()[1:]
 	g.ctlCfg = control.Config{
-		Credentials:       creds,
-		Local:             control.LocalInfo{Name: cfg.Node.Name, Region: cfg.Node.Region, Planes: local, NumPaths: uint16(cfg.WAN.PathsPerPeer)},
-		ExpectedPeers:     peerNames,
+		Credentials: creds,
+		Local:       control.LocalInfo{Name: cfg.Node.Name, Region: cfg.Node.Region, Planes: local, NumPaths: uint16(cfg.WAN.PathsPerPeer)},
+		// Trust by certificate: chained to the CA, naming the gateway
+		// as gossip announces it, not denied (peers.go).
+		AcceptPeer:        g.acceptPeer,
 		KeepaliveInterval: g.opts.ControlKeepalive,
 		KeepaliveMisses:   g.opts.ControlMisses,
 		// The gateway rotates keys itself (maybeRotate) so that a reloaded
@@ -336,7 +314,7 @@ func (g *Gateway) newControl(cfg *config.Config, creds *pki.Credentials, onClose
 		},
 		Refusals: ratelog.New(g.log.With("part", "control"), time.Second),
 	}
-	if len(g.peers) > 0 || cfg.Control.Listen != "" {
+	if cfg.Control.Listen != "" {
 		lctx, lcancel := context.WithCancel(context.Background())
 		var err error
 		g.listener, err = control.Listen(lctx, cfg.Control.Listen, g.ctlCfg)
@@ -450,16 +428,21 @@ func (g *Gateway) protocol(cfg *config.Config) metaroce.Config {
 func (g *Gateway) regionConfig(cfg *config.Config) (region.Config, error) {
 	rc := region.Config{
 		Name: cfg.Node.Name,
-		Meta: region.Meta{Region: cfg.Node.Region, Capabilities: []string{"relay-v1"}},
+		Meta: region.Meta{Region: cfg.Node.Region, Capabilities: []string{"relay-v1"},
+			Wire: []uint8{metaroce.Version1, metaroce.Version2}, Capacity: uint32(cfg.Node.Capacity)},
 		Bind: cfg.Gossip.Bind, Advertise: cfg.Gossip.Advertise, Seeds: cfg.Gossip.Seeds,
 		Profile: cfg.Gossip.Profile,
 	}
 	if a, err := netip.ParseAddrPort(cfg.Control.Listen); err == nil {
 		rc.Meta.Control = a
 	}
-	for i, p := range cfg.WAN.Planes {
-		if a, err := netip.ParseAddrPort(p.Local); err == nil {
-			rc.Meta.Planes = append(rc.Meta.Planes, region.Plane{Name: cfg.WAN.Planes[i].Name, WAN: a})
+	for _, p := range cfg.WAN.Planes {
+		addr := p.Local
+		if p.Advertise != "" {
+			addr = p.Advertise
+		}
+		if a, err := netip.ParseAddrPort(addr); err == nil {
+			rc.Meta.Planes = append(rc.Meta.Planes, region.Plane{Name: p.Name, WAN: a})
 		}
 	}
 	if cfg.Gossip.Profile == config.GossipProfileCustom {
@@ -509,16 +492,14 @@ func (g *Gateway) Run(ctx context.Context) error {
 	if g.listener != nil {
 		g.goTrack(g.acceptLoop)
 	}
-	for _, p := range g.peers {
-		g.goTrack(func() { g.peerLoop(p) })
-	}
+	g.startedAt = time.Now()
 	g.goTrack(g.joinLoop)
 	g.goTrack(g.watchGossip)
 	g.goTrack(g.watchHealth)
 	g.goTrack(g.publishLoop)
 	g.goTrack(g.statsLoop)
 	g.log.Info("gateway running", "region", g.Config().Node.Region, "lan", g.LANAddr(), "wan", g.ep.LocalAddrs()[1:],
-		"control", g.Config().Control.Listen, "admin", g.AdminAddr(), "peers", len(g.peers))
+		"control", g.Config().Control.Listen, "admin", g.AdminAddr())
 	select {
 	case <-ctx.Done():
 		g.Close()
@@ -602,27 +583,36 @@ func (g *Gateway) reconnectLoop(seeds []string) {
 	}
 }
 
-// watchGossip acts on membership changes at once: a peer gateway that
-// gossip declares dead loses its WAN connection now (its flows are RESET
-// upstream so the sources move to the pair member), without waiting for
-// the connection's own timers.
+// watchGossip acts on membership changes at once: a gateway of another
+// region that gossip announces becomes a peer (syncPeers), and a peer
+// gateway that gossip declares dead loses its WAN connection now (its
+// flows are RESET upstream so the sources move to another gateway of the
+// region), without waiting for the connection's own timers. The view is
+// also read every peerSyncEvery: notifications can be dropped, and a
+// gateway's new addresses are no change of state.
 func (g *Gateway) watchGossip() {
 	ch, stop := g.cluster.WatchChanges(64)
 	defer stop()
+	t := time.NewTicker(peerSyncEvery)
+	defer t.Stop()
+	g.syncPeers()
 	for {
 		select {
 		case <-g.ctx.Done():
 			return
+		case <-t.C:
+			g.syncPeers()
 		case c, ok := <-ch:
 			if !ok {
 				return
 			}
 			g.log.Info("gossip: gateway state", "name", c.Name, "region", c.Region, "from", c.From.String(), "to", c.To.String())
-			if p := g.byName[c.Name]; p != nil && !c.To.Live() {
+			if p := g.peer(c.Name); p != nil && !c.To.Live() {
 				_ = g.ep.Do(g.ctx, func(now time.Duration, _ *metaroce.Endpoint) {
 					g.relay.dropPeer(now, p, "gossip: "+c.To.String())
 				})
 			}
+			g.syncPeers()
 		}
 	}
 }
@@ -675,7 +665,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.log.Info("gateway drained", "flows_reset", reset)
 	// Tell peer gateways we are going; their sessions end cleanly.
 	var wg sync.WaitGroup
-	for _, p := range g.peers {
+	for _, p := range g.peerList() {
 		if s := p.session(); s != nil {
 			wg.Add(1)
 			go func() {
@@ -709,7 +699,7 @@ func (g *Gateway) stop(graceful bool) {
 		// Sessions before the listener: quic-go keeps a listener's
 		// transport (and its goroutines) alive while connections it
 		// accepted are open.
-		for _, p := range g.peers {
+		for _, p := range g.peerList() {
 			p.closeAll()
 		}
 		if g.admin != nil {
@@ -719,7 +709,7 @@ func (g *Gateway) stop(graceful bool) {
 			g.adminLn.Close()
 		}
 		g.wg.Wait() // peer loops, accept loop, stats: they need the endpoint
-		for _, p := range g.peers {
+		for _, p := range g.peerList() {
 			p.closeAll() // sessions handed over while stopping
 		}
 		if g.listener != nil {
@@ -764,7 +754,8 @@ func (g *Gateway) waitConnsClosed(ctx context.Context, limit time.Duration) {
 // Reload applies a new configuration if config.Reloadable accepts it:
 // log.level, limits.*, scheduler.*, the pacing ceilings (to the
 // connections already open too), wan.key_rotation (to the sessions already
-// up too) and gossip.keyring. Anything else is refused
+// up too), gossip.keyring and control.deny (sessions with gateways it now
+// denies end). Anything else is refused
 // (ErrReload wrapping the keys that need a restart) and nothing changes.
 func (g *Gateway) Reload(next *config.Config) error {
 	running := g.Config()
@@ -802,6 +793,11 @@ func (g *Gateway) Reload(next *config.Config) error {
 	g.metrics.MemoryLimitBytes.Set(float64(next.Limits.MemoryBytes))
 	g.metrics.HostFlowsLimit.Set(float64(next.Limits.MaxFlows))
 	g.cfgv.Store(next)
+	if slices.Contains(changed, "control.deny") {
+		// Revocation: sessions with gateways now denied end, and they
+		// are no peers any more (a new session is refused).
+		g.closeDenied(next)
+	}
 	g.metrics.ConfigReload(metrics.ResultOK)
 	g.log.Info("configuration reloaded", "changed", changed)
 	return nil

@@ -28,9 +28,12 @@ type Status struct {
 	Ready    bool           `json:"ready"`
 	Draining bool           `json:"draining"`
 	Members  []MemberStatus `json:"members"`
-	Peers    []PeerStatus   `json:"peers"`
-	Flows    FlowStatus     `json:"flows"`
-	Memory   MemoryStatus   `json:"memory"`
+	// Unseen lists the gateways regions[].gateways[] names ("REGION/NAME")
+	// that gossip has not shown, 30 s after the start.
+	Unseen []string     `json:"unseen_gateways,omitempty"`
+	Peers  []PeerStatus `json:"peers"`
+	Flows  FlowStatus   `json:"flows"`
+	Memory MemoryStatus `json:"memory"`
 	// LAN goodput through the gateway, bytes per second: towards remote
 	// regions (out) and towards local hosts (in).
 	LANOutBps units.ByteRate `json:"lan_out_bytes_per_second"`
@@ -148,8 +151,9 @@ func (g *Gateway) snapshot(prev *rateState) {
 		dt = 1
 	}
 	st := &Status{Node: g.Config().Node.Name, Region: g.Config().Node.Region, At: now}
+	peerList := g.peerList()
 	peers := map[string]*PeerStatus{}
-	for _, p := range g.peers {
+	for _, p := range peerList {
 		p.mu.Lock()
 		ps := &PeerStatus{Name: p.name, Region: p.region, State: p.state, Since: p.since, LastError: p.lastErr,
 			ControlRTT: ms(p.rtt)}
@@ -227,7 +231,7 @@ func (g *Gateway) snapshot(prev *rateState) {
 		return
 	}
 	prev.at = now
-	for _, p := range g.peers {
+	for _, p := range peerList {
 		st.Peers = append(st.Peers, *peers[p.name])
 		for _, ps := range g.ep.PlaneStats(p.id) {
 			if ps.Plane < len(g.planes) {
@@ -274,6 +278,15 @@ func (g *Gateway) snapshot(prev *rateState) {
 	for _, reg := range g.Config().Regions {
 		g.metrics.SetRegionReachable(reg.Name, reach[reg.Name])
 	}
+	for _, p := range peerList {
+		if !g.pinnedRegion(p.region) {
+			g.metrics.SetRegionReachable(p.region, reach[p.region])
+		}
+	}
+	st.Unseen = g.unseenGateways(view)
+	if len(st.Unseen) > 0 {
+		g.peerRefusals.Warn("unseen", "gateways listed under regions have never been seen in gossip", "gateways", st.Unseen)
+	}
 	g.metrics.MemoryBufferedBytes.Set(float64(st.Memory.InUse))
 	g.metrics.HostFlowsActive.Set(float64(st.Flows.Active))
 	st.Ready = g.ready(st)
@@ -287,8 +300,8 @@ func (g *Gateway) ready(st *Status) bool {
 	if !g.joined.Load() || st.Draining || st.Admission.Saturated {
 		return false
 	}
-	if len(g.peers) == 0 {
-		return true
+	if len(st.Peers) == 0 {
+		return true // no gateway of another region announced yet
 	}
 	for _, p := range st.Peers {
 		if p.State == "up" {

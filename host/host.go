@@ -1,16 +1,18 @@
 //go:build linux
 
 // Package host is the host side of mrgw (docs/GATEWAY.md): the library a
-// process in one region uses to move bytes, through its region's gateway
-// pair, into the memory of an endpoint in another region.
+// process in one region uses to move bytes, through its region's
+// gateways (1 to 16), into the memory of an endpoint in another region.
 //
 // A Host runs one netio endpoint (unsealed: the LAN hop is not tunnelled)
-// with a MetaRoCE connection to every gateway of its pair, registers its
+// with a MetaRoCE connection to every gateway of its region, registers its
 // endpoint name on each (REGISTER on the control stream, stream 0) and
 // reconnects, with bounded backoff, when one goes away.
 //
 // Sending: OpenFlow opens a flow to (region, endpoint) through one live
-// gateway, chosen by the flow id so flows spread over the pair. Write and
+// gateway, chosen by rendezvous hashing of the flow id so flows spread
+// over the region's gateways and a gateway's failure moves only its own
+// flows. Write and
 // Send cut a message larger than half the flow's credit into segments, one
 // flow sequence each, and return a Pending that completes only when the
 // destination has reported every segment DONE end to end: the bytes are in

@@ -159,7 +159,7 @@ var RefuseReasons = []string{RefuseLimit, RefuseNoRoute, RefuseBadRequest, Other
 
 // ControlRefusalReasons lists the values of mrgw_control_refusals_total's
 // reason label (tunnel/control's RefusalReasons).
-var ControlRefusalReasons = []string{"no_certificate", "expired", "unknown_ca", "bad_name", "unknown_peer", "version", "protocol", Other}
+var ControlRefusalReasons = []string{"no_certificate", "expired", "unknown_ca", "bad_name", "unknown_peer", "denied", "identity_mismatch", "version", "protocol", Other}
 
 // Reasons a LAN peer is not admitted (mrgw_lan_admissions_refused_total).
 const (

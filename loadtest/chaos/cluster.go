@@ -179,7 +179,7 @@ func (c *cluster) certs() error {
 		return err
 	}
 	for _, p := range c.gws {
-		id, err := ca.Issue(p.name, now, 24*time.Hour)
+		id, err := ca.IssueIn(p.region, p.name, now, 24*time.Hour)
 		if err != nil {
 			return err
 		}
