@@ -16,6 +16,7 @@ import (
 	"github.com/mrgw/mrgw/loadtest/lab"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/pathmgr"
+	"github.com/mrgw/mrgw/units"
 )
 
 // transfer is the transfer in flight during a flood: one flow from a host
@@ -51,8 +52,8 @@ const memKey = 1
 // hostProtocol is the lab hosts' MetaRoCE configuration (as loadtest/gwload's).
 func hostProtocol() metaroce.Config {
 	return metaroce.Config{
-		Paths:              4,
-		ReceiveCapacityBps: 4e9,
+		Paths:           4,
+		ReceiveCapacity: 4 * units.Gbps,
 		Path: pathmgr.Config{
 			InitialRTT: 5 * time.Millisecond, MinPTO: lab.LANMinPTO, MaxAckDelay: time.Millisecond,
 			DownAfter: 3, ProbeInterval: 20 * time.Millisecond, MaxProbeInterval: time.Second, UpAfter: 2,
