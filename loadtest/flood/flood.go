@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/mrgw/mrgw/units"
 	"io"
 	"log/slog"
 	"math"
@@ -596,7 +597,7 @@ func mbps(bytes uint64, d time.Duration) float64 {
 	if d <= 0 {
 		return 0
 	}
-	return float64(bytes) * 8 / d.Seconds() / 1e6
+	return float64(units.Throughput(float64(bytes), d.Seconds()) / units.Mbps)
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
