@@ -134,6 +134,10 @@ type Gateway struct {
 	byID   map[metaroce.PeerID]*wanPeer
 
 	relay *relay // owner-goroutine state
+	// wanPingEvery: each WAN connection is PINGed this often (DeadAfter/4,
+	// as hosts ping their gateways), so that it always has something in
+	// flight and a dead peer is found by its paths (relay.keepalive).
+	wanPingEvery time.Duration
 
 	runMu   sync.Mutex
 	started bool
@@ -282,6 +286,7 @@ func (g *Gateway) newWANPeers(cfg *config.Config) ([]netip.AddrPort, error) {
 func (g *Gateway) newEndpoint(cfg *config.Config, planeAddrs []netip.AddrPort, onClose func(func())) error {
 	lanAddr := netip.MustParseAddrPort(cfg.LAN.Listen)
 	proto := g.protocol(cfg)
+	g.wanPingEvery = max(proto.DeadAfter/4, 10*time.Millisecond)
 	g.relay = newRelay(g, cfg)
 	var err error
 	g.ep, err = netio.New(netio.Config{

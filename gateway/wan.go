@@ -189,6 +189,7 @@ func (g *Gateway) peerLoop(p *wanPeer) {
 		g.log.Info("control session up", "peer", p.name, "region", p.region, "dialer", p.dialer)
 		g.metrics.ControlSessionsActive.WithLabelValues(p.region).Inc()
 		tick := time.NewTicker(200 * time.Millisecond)
+		ping := time.NewTicker(g.wanPingEvery)
 		reason := "gateway stopping"
 	hold:
 		for {
@@ -197,6 +198,9 @@ func (g *Gateway) peerLoop(p *wanPeer) {
 			}
 			g.maybeRotate(p, sess)
 			select {
+			case <-ping.C:
+				_ = g.ep.Do(g.ctx, func(time.Duration, *metaroce.Endpoint) { g.relay.keepalive(p) })
+				continue
 			case <-sess.Done():
 				reason = "control session ended"
 				if err := sess.Err(); err != nil {
@@ -214,6 +218,7 @@ func (g *Gateway) peerLoop(p *wanPeer) {
 			}
 		}
 		tick.Stop()
+		ping.Stop()
 		g.metrics.ControlSessionsActive.WithLabelValues(p.region).Dec()
 		p.setState("down", reason)
 		g.log.Info("control session down", "peer", p.name, "reason", reason)
