@@ -315,6 +315,14 @@ func (r *relay) dropConn(now time.Duration, ci *connInfo, reason string) {
 		if r.wan[p] == ci {
 			delete(r.wan, p)
 			p.metrics.SetConnected(false)
+			// Status said "up" until the control session ended, which
+			// may be seconds later: say the connection is gone, and why.
+			p.mu.Lock()
+			if p.state == "up" {
+				p.state, p.since = "session", time.Now()
+			}
+			p.lastErr = "WAN connection down: " + reason
+			p.mu.Unlock()
 		}
 		r.g.log.Info("WAN connection down", "peer", p.name, "reason", reason)
 	} else if ci.c.Peer() >= hostPeerBase {
