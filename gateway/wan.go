@@ -189,7 +189,10 @@ func (g *Gateway) peerLoop(p *wanPeer) {
 		g.log.Info("control session up", "peer", p.name, "region", p.region, "dialer", p.dialer)
 		g.metrics.ControlSessionsActive.WithLabelValues(p.region).Inc()
 		tick := time.NewTicker(200 * time.Millisecond)
-		ping := time.NewTicker(g.wanPingEvery)
+		ping := time.NewTicker(max(g.wanPingEvery, time.Millisecond))
+		if g.wanPingEvery < 0 {
+			ping.Stop()
+		}
 		reason := "gateway stopping"
 	hold:
 		for {
