@@ -74,6 +74,10 @@ type Options struct {
 	HostRegisterTimeout time.Duration
 	HostIdleTimeout     time.Duration
 	MaxHostPeers        int
+	// WANPingEvery is how often each WAN peer is PINGed (relay.keepalive):
+	// 0 is DeadAfter/4, negative never (a test that needs an idle
+	// connection to stay silent).
+	WANPingEvery time.Duration
 	// PMTU tunes the timings of WAN path MTU discovery (ConfirmInterval,
 	// RaiseInterval, ...; see pmtu.go); the gateway sets the rest.
 	PMTU metaroce.PMTUConfig
@@ -137,6 +141,10 @@ type Gateway struct {
 	startedAt    time.Time // when Run started (unseen gateways)
 
 	relay *relay // owner-goroutine state
+	// wanPingEvery: each WAN connection is PINGed this often (DeadAfter/4,
+	// as hosts ping their gateways), so that it always has something in
+	// flight and a dead peer is found by its paths (relay.keepalive).
+	wanPingEvery time.Duration
 
 	runMu   sync.Mutex
 	started bool
@@ -265,6 +273,10 @@ func (g *Gateway) newPlanes(cfg *config.Config) []netip.AddrPort {
 func (g *Gateway) newEndpoint(cfg *config.Config, planeAddrs []netip.AddrPort, onClose func(func())) error {
 	lanAddr := netip.MustParseAddrPort(cfg.LAN.Listen)
 	proto := g.protocol(cfg)
+	g.wanPingEvery = g.opts.WANPingEvery
+	if g.wanPingEvery == 0 {
+		g.wanPingEvery = max(proto.DeadAfter/4, 10*time.Millisecond)
+	}
 	g.relay = newRelay(g, cfg)
 	var err error
 	g.ep, err = netio.New(netio.Config{

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mrgw/mrgw/gateway"
 	"github.com/mrgw/mrgw/host"
 	"github.com/mrgw/mrgw/pathmgr"
 )
@@ -23,7 +24,10 @@ func TestPlaneReportAvoidedByPeer(t *testing.T) {
 	const planes, failed = 4, 2
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
-	pl := newPlaneLab(t, planeLabConfig{planes: planes, paths: 8, gws: map[string][]string{"west": {"w1", "w2"}, "east": {"e1"}}})
+	// w2's connection to e1 must stay idle, with no PING on it either
+	// (they would time out on p2 and take its paths down by themselves).
+	pl := newPlaneLab(t, planeLabConfig{planes: planes, paths: 8, gws: map[string][]string{"west": {"w1", "w2"}, "east": {"e1"}},
+		options: func(o *gateway.Options) { o.WANPingEvery = -1 }})
 	pl.waitReady(t, ctx)
 	w2 := pl.gws["w2"]
 	e1, ok := w2.PeerID("e1") // the same at w1 and w2: a hash of the name

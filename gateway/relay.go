@@ -212,6 +212,22 @@ func (r *relay) ensureConn(now time.Duration, ep *metaroce.Endpoint, p *wanPeer)
 	p.setState("connecting", "")
 }
 
+// keepalive PINGs p on its WAN connection (peerLoop, every wanPingEvery).
+// metaroce finds a dead peer only through packets that go unacknowledged:
+// a connection with nothing in flight (idle, or every message of its flows
+// acknowledged by the peer and waiting for DONE from the destination host)
+// never saw its peer die, and its flows stalled until gossip declared the
+// peer dead or the control session's keepalives ran out (2.7 s and 3 s in
+// the chaos scenario, against wan.dead_after's 500 ms). With a PING in
+// flight, the peer's death takes every path down and the connection closes
+// after DeadAfter, whatever the flows do. The peer answers PONG (any
+// version), which the relay ignores.
+func (r *relay) keepalive(p *wanPeer) {
+	if ci := r.wan[p]; ci != nil && ci.up && !ci.dead {
+		r.sendCtl(ci, &flowctl.Msg{Type: flowctl.Ping})
+	}
+}
+
 func (r *relay) onEvent(now time.Duration, ev metaroce.Event) {
 	switch ev.Kind {
 	case metaroce.EventConnected:
@@ -300,6 +316,14 @@ func (r *relay) dropConn(now time.Duration, ci *connInfo, reason string) {
 		if r.wan[p] == ci {
 			delete(r.wan, p)
 			p.metrics.SetConnected(false)
+			// Status said "up" until the control session ended, which
+			// may be seconds later: say the connection is gone, and why.
+			p.mu.Lock()
+			if p.state == "up" {
+				p.state, p.since = "session", time.Now()
+			}
+			p.lastErr = "WAN connection down: " + reason
+			p.mu.Unlock()
 		}
 		r.g.log.Info("WAN connection down", "peer", p.name, "reason", reason)
 	} else if ci.c.Peer() >= hostPeerBase {
@@ -642,19 +666,33 @@ func (r *relay) routeExcept(flowID uint64, dst string, skip []*connInfo) (*connI
 		return nil, flowctl.CodeRegionUnreachable, err.Error()
 	}
 	cfg := r.g.Config()
-	for _, k := range rankGateways(cfg, flowID, gws) {
-		p := r.g.peer(gws[k].Name)
-		if p == nil {
-			continue
+	order := rankGateways(cfg, flowID, gws)
+	// Two passes: the first passes over a connection none of whose paths
+	// can carry data. Its peer is dying, or cut off: every path timed out
+	// and the connection closes after DeadAfter unless one comes back. A
+	// flow sent there stalls until then and is RESET, and its source's
+	// re-open came here precisely because another gateway of our region
+	// had just lost that peer (chaos scenario: 1.7 to 2 s stalls, two
+	// DeadAfters in series). The second pass takes it anyway rather than
+	// refuse.
+	for pass := range 2 {
+		for _, k := range order {
+			p := r.g.peer(gws[k].Name)
+			if p == nil {
+				continue
+			}
+			ci := r.wan[p]
+			if ci == nil || !ci.up || ci.dead || slices.Contains(skip, ci) {
+				continue
+			}
+			if pass == 0 && ci.c.Paths().UsableCount() == 0 {
+				continue
+			}
+			if a := p.attached(); a == nil || a.Draining() {
+				continue
+			}
+			return ci, 0, ""
 		}
-		ci := r.wan[p]
-		if ci == nil || !ci.up || ci.dead || slices.Contains(skip, ci) {
-			continue
-		}
-		if a := p.attached(); a == nil || a.Draining() {
-			continue
-		}
-		return ci, 0, ""
 	}
 	return nil, flowctl.CodeRegionUnreachable, "no WAN connection to a live gateway of " + dst
 }

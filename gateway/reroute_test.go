@@ -5,9 +5,11 @@ package gateway_test
 import (
 	"context"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/mrgw/mrgw/gateway"
 	"github.com/mrgw/mrgw/host"
 	"github.com/mrgw/mrgw/loadtest/lab"
 )
@@ -49,5 +51,96 @@ func TestOpenReachesHostRegisteredAtOneGateway(t *testing.T) {
 	tr.check()
 	if st := l.Gateways["use-gw1"].Status(); st.Flows.Active != 0 {
 		t.Fatalf("use-gw1, which does not know the host, carries %d flows", st.Flows.Active)
+	}
+}
+
+// TestIdleWANConnectionFindsDeadPeer: a destination gateway's data path
+// dies while the WAN connections to it have nothing in flight (here every
+// message is complete; in the chaos scenario every message had been
+// acknowledged by it and waited for DONE). metaroce finds a dead peer only
+// through packets that go unacknowledged, so without the gateways' WAN
+// PINGs those connections never noticed, and the flows through them
+// stalled until gossip declared the gateway dead or its control session's
+// keepalives ran out (2.7 and 3 s in the chaos scenario, against
+// wan.dead_after's 500 ms). Here the victim's endpoint (its LAN and WAN
+// sockets) is closed while its control sessions and gossip run on, so
+// only the data path can find the death: every source gateway must drop
+// its connection to the victim ("every path to the peer is down") with
+// its control session to it up and gossip holding it live, and the flow
+// must then deliver through the victim's pair member, every message once.
+func TestIdleWANConnectionFindsDeadPeer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	l := startLab(t, ctx, lab.Config{OneWay: 5 * time.Millisecond})
+	src := newHost(t, l, "src", lab.RegionA)
+	dst := newHost(t, l, "dst", lab.RegionB)
+	tr := newTransfer(t, src, dst, 8<<20)
+	rctx, rcancel := context.WithCancel(ctx)
+	defer rcancel()
+	go tr.receive(rctx)
+	f, err := src.OpenFlow(ctx, lab.RegionB, "dst", host.FlowOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	for range 20 {
+		if err := tr.send(ctx, f, rng); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tr.wait(ctx) // every message DONE: nothing in flight anywhere
+	victim := ""
+	for _, n := range l.Names[lab.RegionB] {
+		if l.Gateways[n].Status().Flows.Active > 0 {
+			victim = n
+		}
+	}
+	if victim == "" {
+		t.Fatal("no gateway of the destination region carries the flow")
+	}
+	l.Gateways[victim].Endpoint().Close()
+	t.Logf("closed the data path of %s, which carried the idle flow", victim)
+
+	for _, n := range l.Names[lab.RegionA] {
+		g := l.Gateways[n]
+		last := ""
+		for {
+			var ps gateway.PeerStatus
+			for _, p := range g.Status().Peers {
+				if p.Name == victim {
+					ps = p
+				}
+			}
+			if seen := ps.State + " " + ps.LastError; seen != last {
+				t.Logf("%s: peer %s: %s", n, victim, seen)
+				last = seen
+			}
+			if ps.State == "down" {
+				t.Fatalf("%s: control session to %s ended (%s): the test needs it up", n, victim, ps.LastError)
+			}
+			if strings.Contains(ps.LastError, "every path to the peer is down") {
+				if gw, ok := g.Cluster().View().Gateway(victim); !ok || !gw.State.Live() {
+					t.Fatalf("%s: gossip holds %s %v: the data path was not what found it", n, victim, gw.State)
+				}
+				break
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("%s: WAN connection to %s, whose data path is dead, still %s (%s): an idle connection never finds its peer dead", n, victim, ps.State, ps.LastError)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	// The flow was RESET when its connection dropped, and re-opened
+	// through the victim's pair member.
+	for range 20 {
+		if err := tr.send(ctx, f, rng); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tr.wait(ctx)
+	tr.check()
+	if s := src.Stats(); s.Reopens == 0 {
+		t.Error("the flow was never re-opened")
 	}
 }

@@ -221,6 +221,10 @@ func (g *Gateway) peerLoop(p *wanPeer) {
 		g.log.Info("control session up", "peer", p.name, "region", p.region, "dialer", p.dialer)
 		g.metrics.ControlSessionsActive.WithLabelValues(p.region).Inc()
 		tick := time.NewTicker(200 * time.Millisecond)
+		ping := time.NewTicker(max(g.wanPingEvery, time.Millisecond))
+		if g.wanPingEvery < 0 {
+			ping.Stop()
+		}
 		reason := "gateway stopping"
 	hold:
 		for {
@@ -229,6 +233,9 @@ func (g *Gateway) peerLoop(p *wanPeer) {
 			}
 			g.maybeRotate(p, sess)
 			select {
+			case <-ping.C:
+				_ = g.ep.Do(g.ctx, func(time.Duration, *metaroce.Endpoint) { g.relay.keepalive(p) })
+				continue
 			case <-sess.Done():
 				reason = "control session ended"
 				if err := sess.Err(); err != nil {
@@ -249,6 +256,7 @@ func (g *Gateway) peerLoop(p *wanPeer) {
 		if ctx.Err() != nil && g.ctx.Err() == nil {
 			reason = "peer removed"
 		}
+		ping.Stop()
 		g.metrics.ControlSessionsActive.WithLabelValues(p.region).Dec()
 		p.setState("down", reason)
 		g.log.Info("control session down", "peer", p.name, "reason", reason)

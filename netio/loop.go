@@ -637,14 +637,28 @@ func (e *Endpoint) resolve(s *sock, src netip.AddrPort, pkt []byte, primary bool
 			if id, ok := e.admit(s, src, pkt); ok {
 				return id, true
 			}
-			if e.cfg.Cookies != nil {
-				// Answered with a RETRY, or refused: not the IP's
-				// other peer's either.
-				return 0, false
-			}
+			// Answered with a RETRY, or refused: never the IP's other
+			// peer's. An INIT from a new port is a new host (two host
+			// processes on one machine); handed to the peer that owns
+			// the IP, it replaced that host's connection: a refused
+			// duplicate's retries took the live holder's name over
+			// (gateway TestDuplicateEndpointRefused), and a neighbour's
+			// restart stalled a transfer (loadtest/flood's shared-IP
+			// repro).
+			return 0, false
 		}
 	}
 	if fallback == nil {
+		return 0, false
+	}
+	if e.owner.admitted[fallback.ID] && fallback.Addr != src {
+		// An admitted peer (a host) is one address, not one IP: a
+		// datagram of no connection it holds, from another port of its
+		// IP, is another process's (a closed neighbour's late ACK).
+		// Taken for this peer's, it moved the peer's address to a dead
+		// port (the path-socket roaming in receiveBatch) and cut a live
+		// host off (gateway TestDuplicateEndpointRefused; loadtest/flood's
+		// shared-IP repro).
 		return 0, false
 	}
 	return fallback.ID, true

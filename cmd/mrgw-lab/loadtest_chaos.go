@@ -102,6 +102,7 @@ failed, a flow did not recover, or a check failed.`,
 	fl.StringVar(&binary, "mrgw-bin", "", "mrgw daemon binary that runs the gateways (default: go build ./cmd/mrgw from the module)")
 	fl.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
 	fl.BoolVar(&keep, "keep", false, "keep the directory of configurations and logs (kept anyway when the run fails)")
+	fl.StringVar(&o.LogLevel, "log-level", "", "log.level of the gateways and level of the host logs (a-proc.log, hosts.log) in the directory: debug traces flow openings, path transitions and WAN connection losses (default: info for the gateways, warn for the host process, no in-process host log)")
 	child := &cobra.Command{
 		Use:                "host-child",
 		Hidden:             true,

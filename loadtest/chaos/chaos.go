@@ -19,6 +19,7 @@ package chaos
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -87,6 +88,13 @@ type Options struct {
 	Logger   *slog.Logger
 	// KeepDir keeps the directory of configurations and logs.
 	KeepDir bool
+	// LogLevel is the gateways' log.level and the level of the host
+	// process's log (a-proc.log) and, unless Logger is set, of the
+	// in-process hosts' log (hosts.log in the directory) ["": info for
+	// the gateways, warn for the host process, no in-process host log].
+	// "debug" traces every flow opening, path transition and WAN
+	// connection loss, for reading a stall out of the logs (--keep).
+	LogLevel string
 }
 
 func (o *Options) defaults() error {
@@ -135,8 +143,10 @@ func (o *Options) defaults() error {
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
+	switch o.LogLevel {
+	case "", "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("chaos: log level %q is not one of debug, info, warn, error", o.LogLevel)
 	}
 	switch {
 	case o.Duration < 10*time.Second:
@@ -293,6 +303,17 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			os.RemoveAll(r.dir)
 		}
 	}()
+	if r.o.Logger == nil {
+		r.o.Logger = slog.New(slog.DiscardHandler)
+		if lv, ok := slogLevel(r.o.LogLevel); ok {
+			lf, err := os.OpenFile(filepath.Join(r.dir, "hosts.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+			if err != nil {
+				return nil, err
+			}
+			defer lf.Close()
+			r.o.Logger = slog.New(slog.NewTextHandler(lf, &slog.HandlerOptions{Level: lv}))
+		}
+	}
 	bin := o.Binary
 	if bin == "" {
 		r.say("building mrgw")
@@ -569,7 +590,7 @@ func (h *hostProc) start(incarnation int) error {
 		"--gateways", strings.Join(gws, ","), "--region", RegionA, "--name", "a-proc",
 		"--listen", "127.13.0.3:0", "--to", RegionB+"/"+r.names[RegionB],
 		"--writer", strconv.Itoa(id), "--size", strconv.Itoa(r.lay.size), "--slots", strconv.Itoa(r.lay.slots),
-		"--window", strconv.Itoa(r.lay.window), "--dead-after", r.o.HostDeadAfter.String())
+		"--window", strconv.Itoa(r.lay.window), "--dead-after", r.o.HostDeadAfter.String(), "--log-level", cmp.Or(r.o.LogLevel, "warn"))
 	cmd := exec.Command(r.o.LabBinary, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	ef, err := os.OpenFile(filepath.Join(r.dir, "a-proc.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
@@ -784,4 +805,13 @@ func (r *run) report(base Injection, ins []Injection) *Report {
 	rep.Errors = append(rep.Errors, firsts...)
 	sort.SliceStable(rep.Injections, func(i, j int) bool { return rep.Injections[i].AtS < rep.Injections[j].AtS })
 	return rep
+}
+
+// slogLevel parses a log level name ("" is no level).
+func slogLevel(name string) (slog.Level, bool) {
+	var lv slog.Level
+	if name == "" || lv.UnmarshalText([]byte(name)) != nil {
+		return 0, false
+	}
+	return lv, true
 }

@@ -46,6 +46,7 @@ func RunChild(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	fs.IntVar(&slots, "slots", 0, "slots per writer area")
 	fs.IntVar(&window, "window", 0, "messages in flight")
 	fs.DurationVar(&deadAfter, "dead-after", 0, "host.Config.DeadAfter (0: the library default)")
+	logLevel := fs.String("log-level", "warn", "level of the log on stderr: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -72,7 +73,11 @@ func RunChild(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		_, _ = io.Copy(io.Discard, stdin)
 		cancel()
 	}()
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	lv, ok := slogLevel(*logLevel)
+	if !ok {
+		return fmt.Errorf("host-child: --log-level %q", *logLevel)
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lv}))
 	h, err := host.New(hostConfig(name, region, addrs, la, deadAfter, log))
 	if err != nil {
 		return err

@@ -4,6 +4,7 @@ package chaos
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -270,7 +271,7 @@ func (c *cluster) writeConfig(p *gwProc, v cfgVariant) error {
 		"limits":    map[string]any{"memory_bytes": memory, "flow_credit_bytes": credit, "max_flows": 1024},
 		"scheduler": map[string]any{"default_class": "default", "classes": classes},
 		"admin":     map[string]any{"listen": p.admin.String()},
-		"log":       map[string]any{"level": "info", "format": "text"},
+		"log":       map[string]any{"level": cmp.Or(c.o.LogLevel, "info"), "format": "text"},
 	}
 	b, err := yaml.Marshal(doc)
 	if err != nil {

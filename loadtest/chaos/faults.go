@@ -77,7 +77,7 @@ func (r *run) inject(ctx context.Context, kind string) Injection {
 		if err := r.cl.kill9(gw); err != nil {
 			fail("%v", err)
 		}
-		r.say("%s: %s killed with SIGKILL", kind, gw.name)
+		r.say("%s: %s killed with SIGKILL at %s", kind, gw.name, time.Now().Format("15:04:05.000"))
 		sleepCtx(ctx, r.dur(time.Second, 3*time.Second))
 		if err := r.cl.start(gw); err != nil {
 			fail("%v", err)
@@ -194,6 +194,15 @@ func (r *run) inject(ctx context.Context, kind string) Injection {
 	}
 	r.say("%s %s: worst stall %.0f ms (%s); duplicated %d, corrupted %d, failed %d, flows not recovered %d, lost so far %d%s",
 		kind, in.Target, in.StallMs, in.Worst, in.Dup, in.Corrupt, in.Failed, in.NotRecov, nl, errSuffix(in.Err))
+	if r.o.LogLevel != "" {
+		// Each flow's first delivery after the injection, in the logs'
+		// wall-clock time, to read its stall out of them.
+		for _, id := range r.liveWriters(in.t0) {
+			if t := r.ck.firstAfter(id, in.t0); !t.IsZero() {
+				r.say("  %s: first delivery at %s (%.0f ms after the injection)", r.writerName(id), t.Format("15:04:05.000"), ms(t.Sub(in.t0)))
+			}
+		}
+	}
 	return in
 }
 
