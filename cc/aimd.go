@@ -3,6 +3,8 @@ package cc
 import (
 	"math"
 	"time"
+
+	"github.com/mrgw/mrgw/units"
 )
 
 // GrowthState is what a growth function sees when the connection may grow.
@@ -182,10 +184,10 @@ func NewAIMD(cfg AIMDConfig) Factory {
 		if base <= 0 {
 			base = time.Millisecond
 		}
-		start := cfg.Params.InitialRateBps / 8
+		start := float64(cfg.Params.InitialRate.Bytes())
 		if start <= 0 {
 			start = 10 * float64(packetSize) / base.Seconds()
-			if f := cfg.SearchStart * cfg.Params.LineRateBps / 8; f > start {
+			if f := cfg.SearchStart * float64(cfg.Params.LineRate.Bytes()); f > start {
 				start = f
 			}
 		}
@@ -253,15 +255,15 @@ func (a *AIMD) Window(path int) int {
 
 // PacingRate implements Controller: the sum of the path rates, capped by the
 // receiver's hint and the line rate.
-func (a *AIMD) PacingRate() float64 {
+func (a *AIMD) PacingRate() units.ByteRate {
 	r := a.total
 	if a.hint > 0 && r > a.hint {
 		r = a.hint
 	}
-	if lr := a.cfg.Params.LineRateBps / 8; lr > 0 && r > lr {
+	if lr := float64(a.cfg.Params.LineRate.Bytes()); lr > 0 && r > lr {
 		r = lr
 	}
-	return min(r, MaxRate)
+	return units.ByteRate(min(r, MaxRate))
 }
 
 // OnSent implements Controller: the bytes sent tell whether the sender uses
@@ -282,13 +284,13 @@ func (a *AIMD) retotal() {
 }
 
 // capTo scales every path down so that the connection's rate is at most c.
-// SetLineRate changes the ceiling (Params.LineRateBps, here in bytes per
+// SetLineRate changes the ceiling (Params.LineRate, here in bytes per
 // second; 0 removes it) of a running controller, as a live reload of the
 // operator's maximum rate does. A rate above the new ceiling comes down to
 // it at once; a higher ceiling is grown into as usual.
-func (a *AIMD) SetLineRate(bytesPerSecond float64) {
-	a.cfg.Params.LineRateBps = max(bytesPerSecond, 0) * 8
-	a.capTo(bytesPerSecond)
+func (a *AIMD) SetLineRate(rate units.ByteRate) {
+	a.cfg.Params.LineRate = max(rate, 0).Bits()
+	a.capTo(float64(rate))
 }
 
 func (a *AIMD) capTo(c float64) bool {
@@ -579,7 +581,7 @@ const (
 // would make the rate grow or decay exponentially with the sign of
 // QueueShare − q: no equilibrium at all.
 func (a *AIMD) eqScaled() bool {
-	return a.cfg.Params.LineRateBps > 0 || a.hint > 0
+	return a.cfg.Params.LineRate > 0 || a.hint > 0
 }
 
 // steering reports whether the delay equilibrium, not the growth function,
@@ -593,7 +595,7 @@ func (a *AIMD) steering() bool {
 }
 
 func (a *AIMD) scale() float64 {
-	return Scale(GrowthState{Rate: a.total, LineRate: a.cfg.Params.LineRateBps / 8, Hint: a.hint})
+	return Scale(GrowthState{Rate: a.total, LineRate: float64(a.cfg.Params.LineRate.Bytes()), Hint: a.hint})
 }
 
 // steerFrom is the queueing delay from which the equilibrium steers: a
@@ -633,7 +635,7 @@ func (a *AIMD) grow(now time.Duration, path int) {
 		inc = p.rate * dt.Seconds() * math.Ln2 / p.srtt.Seconds()
 	} else {
 		g := a.cfg.Growth(GrowthState{
-			Rate: a.total, LineRate: a.cfg.Params.LineRateBps / 8, Hint: a.hint,
+			Rate: a.total, LineRate: float64(a.cfg.Params.LineRate.Bytes()), Hint: a.hint,
 			SinceCongestion: now - a.lastCongestion, SRTT: p.srtt, RefRTT: a.cfg.RefRTT,
 		})
 		inc = g * dt.Seconds() * share
@@ -800,7 +802,8 @@ func (a *AIMD) OnLoss(now time.Duration, path int, bytes int) {
 // while the connection sees no congestion, set the rate at once: the
 // receiver knows its share better than any search could find it. A hint
 // below the current rate cuts it at once.
-func (a *AIMD) OnRateHint(now time.Duration, bps float64) {
+func (a *AIMD) OnRateHint(now time.Duration, hint units.ByteRate) {
+	bps := float64(hint)
 	if bps <= 0 {
 		return
 	}
@@ -852,7 +855,7 @@ func (a *AIMD) ceiling() float64 {
 	if a.hint > 0 && a.hint < c {
 		c = a.hint
 	}
-	if lr := a.cfg.Params.LineRateBps / 8; lr > 0 && lr < c {
+	if lr := float64(a.cfg.Params.LineRate.Bytes()); lr > 0 && lr < c {
 		c = lr
 	}
 	return c

@@ -7,6 +7,8 @@ import (
 
 	"github.com/mrgw/mrgw/cc"
 	_ "github.com/mrgw/mrgw/cc/longrtt" // registers longrtt-htcp and longrtt-scalable
+
+	"github.com/mrgw/mrgw/units"
 )
 
 // appSender drives a Controller as the metaroce state machine does, over
@@ -73,7 +75,7 @@ func (s *appSender) run(d, step time.Duration, appRate float64, check func()) {
 			s.backlog = math.Inf(1)
 		}
 		for n := 0; s.backlog >= float64(s.pkt) && n < 10000; n++ { // a bound for a runaway rate
-			rate := s.ctl.PacingRate()
+			rate := float64(s.ctl.PacingRate())
 			if rate > 0 && s.nextSend > s.now {
 				break
 			}
@@ -128,11 +130,11 @@ func TestAppLimitedRateStaysBounded(t *testing.T) {
 	for _, name := range cc.Names() {
 		for _, rtt := range []time.Duration{time.Millisecond, 50 * time.Millisecond} {
 			s := newAppSender(t, name, 2, pkt, rtt)
-			start := s.ctl.PacingRate()
+			start := float64(s.ctl.PacingRate())
 			worst, at := 0.0, time.Duration(0)
 			check := func() {
 				lim := bound * math.Max(start, s.delivered)
-				if r := s.ctl.PacingRate(); r > lim && r/lim > worst {
+				if r := float64(s.ctl.PacingRate()); r > lim && r/lim > worst {
 					worst, at = r/lim, s.now
 				}
 			}
@@ -177,7 +179,7 @@ func TestWindowNeverOverflows(t *testing.T) {
 			for _, drive := range []string{"hint", "acks", "line"} {
 				p := cc.Params{BaseRTT: time.Millisecond}
 				if drive == "line" {
-					p.LineRateBps = 1e30
+					p.LineRate = 1e30
 				}
 				f, err := cc.Lookup(name, p)
 				if err != nil {
@@ -187,14 +189,14 @@ func TestWindowNeverOverflows(t *testing.T) {
 				now := time.Duration(0)
 				switch drive {
 				case "hint":
-					c.OnRateHint(now, float64(math.MaxUint64)/8) // the largest RateHintBps
+					c.OnRateHint(now, units.BitRate(math.MaxUint64).Bytes()) // the largest RateHintBps
 				case "acks": // one absurd ack: Reno's slow start adds it to its window
 					now += time.Microsecond
 					c.OnAck(now, 0, cc.AckSample{AckedBytes: math.MaxInt - 1000, RTT: time.Millisecond, SRTT: time.Millisecond, MinRTT: time.Millisecond})
 				}
 				now += time.Microsecond
 				c.OnAck(now, 0, cc.AckSample{AckedBytes: pkt, RTT: rtt, SRTT: rtt, MinRTT: rtt})
-				w, r := c.Window(0), c.PacingRate()
+				w, r := c.Window(0), float64(c.PacingRate())
 				if w <= 0 {
 					t.Errorf("%s, %s, srtt %v: window %d", name, drive, rtt, w)
 					continue

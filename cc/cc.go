@@ -10,10 +10,17 @@
 //
 // Controllers take time as an argument and do no I/O, so they run unchanged in
 // the simulator, in load tests and in production. This package must not import
-// anything else from this repository.
+// anything else from this repository but the unit types (package units):
+// rates cross its boundary as units.ByteRate (what a controller paces at,
+// what a receiver's hint allows) and units.BitRate (a line rate, a
+// receiver's capacity).
 package cc
 
-import "time"
+import (
+	"time"
+
+	"github.com/mrgw/mrgw/units"
+)
 
 // AckSample is what one ack told the sender about one path.
 type AckSample struct {
@@ -40,7 +47,7 @@ type Controller interface {
 	Window(path int) int
 	// PacingRate is the connection's sending rate in bytes per second;
 	// 0 means unpaced (window-limited only).
-	PacingRate() float64
+	PacingRate() units.ByteRate
 	// OnSent is called for every data packet handed to the network.
 	OnSent(now time.Duration, path int, bytes int)
 	// OnAck is called once per ack that acknowledged something on path.
@@ -50,7 +57,7 @@ type Controller interface {
 	// OnRateHint passes on the receiver's allocated share for this sender,
 	// in bytes per second; the controller must never pace above it. 0 means
 	// the receiver gave no hint.
-	OnRateHint(now time.Duration, bytesPerSecond float64)
+	OnRateHint(now time.Duration, hint units.ByteRate)
 	// OnPathState tells the controller that path became usable or not
 	// (down paths get no window; a path coming back starts afresh).
 	OnPathState(now time.Duration, path int, usable bool)

@@ -10,7 +10,7 @@ const pkt = 4172
 
 func newDC(t *testing.T, paths int) *AIMD {
 	t.Helper()
-	f, err := Lookup("dc-aimd", Params{LineRateBps: 100e9, BaseRTT: 10 * time.Microsecond})
+	f, err := Lookup("dc-aimd", Params{LineRate: 100e9, BaseRTT: 10 * time.Microsecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func TestRegistry(t *testing.T) {
 func TestHintIsStartAndCeiling(t *testing.T) {
 	a := newDC(t, 4)
 	a.OnRateHint(0, 1e9)
-	if got := a.PacingRate(); math.Abs(got-1e9) > 1 {
+	if got := float64(a.PacingRate()); math.Abs(got-1e9) > 1 {
 		t.Fatalf("start rate %g, want the hint 1e9", got)
 	}
 	now := time.Duration(0)
@@ -173,7 +173,7 @@ func TestCoupledGrowth(t *testing.T) {
 	one.OnRateHint(0, 1e9)
 	eight.OnRateHint(0, 1e9)
 	one.hint, eight.hint = 0, 0 // no ceiling
-	one.cfg.Params.LineRateBps, eight.cfg.Params.LineRateBps = 0, 0
+	one.cfg.Params.LineRate, eight.cfg.Params.LineRate = 0, 0
 	now1, now8 := time.Duration(0), time.Duration(0)
 	rtt := 10 * time.Microsecond
 	for i := 0; i < 800; i++ {
@@ -238,7 +238,7 @@ func TestRenoHalvesOnLossIgnoresMarks(t *testing.T) {
 }
 
 func TestDCQCNCutsOnMarksAndRecovers(t *testing.T) {
-	f, _ := Lookup("dcqcn", Params{LineRateBps: 100e9})
+	f, _ := Lookup("dcqcn", Params{LineRate: 100e9})
 	d := f(1, pkt).(*DCQCN)
 	now := time.Duration(0)
 	d.OnAck(now+time.Microsecond, 0, AckSample{AckedBytes: pkt, MarkedBytes: pkt})
@@ -259,7 +259,7 @@ func TestFairShareMaxMin(t *testing.T) {
 	// Three senders; sender 3 only ever sends 100 MB/s.
 	for step := 0; step < 100; step++ {
 		now += 100 * time.Microsecond
-		share := f.ShareBytesPerSecond(now)
+		share := float64(f.Share(now))
 		for s := uint64(1); s <= 3; s++ {
 			rate := share
 			if s == 3 {
@@ -268,7 +268,7 @@ func TestFairShareMaxMin(t *testing.T) {
 			f.Account(now, s, int(rate*100e-6), false)
 		}
 	}
-	got := f.ShareBytesPerSecond(now)
+	got := float64(f.Share(now))
 	if math.Abs(got-450e6)/450e6 > 0.05 {
 		t.Fatalf("max-min level %g, want 450e6 (what sender 3 leaves is shared)", got)
 	}
@@ -279,7 +279,7 @@ func TestFairShareMaxMin(t *testing.T) {
 	f.Account(now, 1, 200_000, true)
 	now += 200 * time.Microsecond
 	f.Account(now, 1, 200_000, true)
-	if d, want := f.ShareBytesPerSecond(now), got*(1-DefaultDrainGain); math.Abs(d-want)/want > 0.01 {
+	if d, want := float64(f.Share(now)), got*(1-DefaultDrainGain); math.Abs(d-want)/want > 0.01 {
 		t.Fatalf("share %g with every arrival marked, want (1 - %g) × %g", d, DefaultDrainGain, got)
 	}
 	// Marks while arrivals fall well short of the capacity come from a
@@ -288,7 +288,7 @@ func TestFairShareMaxMin(t *testing.T) {
 	f.Account(now, 1, 20_000, true)
 	now += 200 * time.Microsecond
 	f.Account(now, 1, 20_000, true)
-	if d := f.ShareBytesPerSecond(now); d < got*0.95 {
+	if d := float64(f.Share(now)); d < got*0.95 {
 		t.Fatalf("share %g after marks on a half-idle link, want %g", d, got)
 	}
 }

@@ -1,6 +1,10 @@
 package cc
 
-import "time"
+import (
+	"time"
+
+	"github.com/mrgw/mrgw/units"
+)
 
 // DCQCN is a baseline in the spirit of DCQCN (Zhu et al., "Congestion
 // Control for Large-Scale RDMA Deployments", SIGCOMM 2015), the rate
@@ -42,9 +46,9 @@ const (
 // NewDCQCN returns a Factory for the DCQCN-like baseline. Without a line rate
 // it assumes 100 Gbit/s.
 func NewDCQCN(p Params) Factory {
-	line := min(p.LineRateBps/8, MaxRate)
+	line := min(float64(p.LineRate.Bytes()), MaxRate)
 	if line <= 0 {
-		line = 100e9 / 8
+		line = float64((100 * units.Gbps).Bytes())
 	}
 	return func(paths, packetSize int) Controller {
 		d := &DCQCN{pkt: packetSize, line: line, rc: line, rt: line, alpha: 1, lastCNP: -dcqcnCNPInterval, srtt: p.BaseRTT, paths: paths, usable: make([]bool, paths), nUsable: paths}
@@ -74,7 +78,7 @@ func (d *DCQCN) Window(path int) int {
 }
 
 // PacingRate implements Controller.
-func (d *DCQCN) PacingRate() float64 { return d.rc }
+func (d *DCQCN) PacingRate() units.ByteRate { return units.ByteRate(d.rc) }
 
 // OnSent implements Controller.
 func (d *DCQCN) OnSent(now time.Duration, _ int, bytes int) {
@@ -147,7 +151,7 @@ func (d *DCQCN) OnAck(now time.Duration, _ int, s AckSample) {
 func (d *DCQCN) OnLoss(time.Duration, int, int) {}
 
 // OnRateHint implements Controller: RoCEv2 has no receiver loop.
-func (d *DCQCN) OnRateHint(time.Duration, float64) {}
+func (d *DCQCN) OnRateHint(time.Duration, units.ByteRate) {}
 
 // OnPathState implements Controller.
 func (d *DCQCN) OnPathState(_ time.Duration, path int, usable bool) {

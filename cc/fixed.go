@@ -1,6 +1,10 @@
 package cc
 
-import "time"
+import (
+	"time"
+
+	"github.com/mrgw/mrgw/units"
+)
 
 // Fixed is the simplest controller: a constant window per path and a constant
 // pacing rate, capped by the receiver's hint. It does not react to ECN or
@@ -14,13 +18,13 @@ type Fixed struct {
 
 // NewFixed returns a Factory for Fixed controllers with windowBytes per path
 // and the given pacing rate in bytes per second (0 = unpaced).
-func NewFixed(windowBytes int, rateBytesPerSecond float64) Factory {
+func NewFixed(windowBytes int, rate units.ByteRate) Factory {
 	return func(paths, _ int) Controller {
 		w := make([]int, paths)
 		for i := range w {
 			w[i] = windowBytes
 		}
-		return &Fixed{window: w, rate: rateBytesPerSecond}
+		return &Fixed{window: w, rate: float64(rate)}
 	}
 }
 
@@ -31,12 +35,12 @@ func (f *Fixed) Name() string { return "fixed" }
 func (f *Fixed) Window(path int) int { return f.window[path] }
 
 // PacingRate implements Controller: the configured rate, never above the hint.
-func (f *Fixed) PacingRate() float64 {
+func (f *Fixed) PacingRate() units.ByteRate {
 	switch {
 	case f.hint > 0 && (f.rate == 0 || f.hint < f.rate):
-		return min(f.hint, MaxRate)
+		return units.ByteRate(min(f.hint, MaxRate))
 	default:
-		return min(f.rate, MaxRate)
+		return units.ByteRate(min(f.rate, MaxRate))
 	}
 }
 
@@ -51,10 +55,10 @@ func (f *Fixed) OnLoss(time.Duration, int, int) {}
 
 // SetLineRate changes the configured pacing rate (bytes per second; 0:
 // unpaced) of a running controller, as a live reload does.
-func (f *Fixed) SetLineRate(bytesPerSecond float64) { f.rate = max(bytesPerSecond, 0) }
+func (f *Fixed) SetLineRate(rate units.ByteRate) { f.rate = max(float64(rate), 0) }
 
 // OnRateHint implements Controller.
-func (f *Fixed) OnRateHint(_ time.Duration, bps float64) { f.hint = bps }
+func (f *Fixed) OnRateHint(_ time.Duration, hint units.ByteRate) { f.hint = float64(hint) }
 
 // OnPathState implements Controller.
 func (f *Fixed) OnPathState(time.Duration, int, bool) {}

@@ -5,16 +5,18 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/mrgw/mrgw/units"
 )
 
 // Params are what a deployment or a simulation knows about the network a
 // controller will run on. Every field is optional; zero means "unknown" and
 // the controller falls back to a safe default.
 type Params struct {
-	// LineRateBps is the sender's line rate or configured maximum, in bits/s.
+	// LineRate is the sender's line rate or configured maximum.
 	// It scales the additive increase of the rate-based controllers and caps
 	// their rate.
-	LineRateBps float64
+	LineRate units.BitRate
 	// BaseRTT is the expected propagation round trip, used before the first
 	// sample (to size the first windows).
 	BaseRTT time.Duration
@@ -25,9 +27,9 @@ type Params struct {
 	// DelayTarget is the queueing delay (smoothed RTT above the path's
 	// minimum) read as congestion (0: the controller's default).
 	DelayTarget time.Duration
-	// InitialRateBps is where a sender without a receiver hint starts
+	// InitialRate is where a sender without a receiver hint starts
 	// (0: ten packets per BaseRTT, then a multiplicative search).
-	InitialRateBps float64
+	InitialRate units.BitRate
 	// WindowBytes is the per-path window of "fixed" (0: 256 KiB).
 	WindowBytes int
 }
@@ -82,7 +84,7 @@ func init() {
 		if w <= 0 {
 			w = 256 << 10
 		}
-		return NewFixed(w, p.LineRateBps/8)
+		return NewFixed(w, p.LineRate.Bytes())
 	})
 	Register("dc-aimd", func(p Params) Factory { return NewDCAIMD(p) })
 	Register("reno", func(p Params) Factory { return NewReno(p) })

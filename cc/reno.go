@@ -1,6 +1,10 @@
 package cc
 
-import "time"
+import (
+	"time"
+
+	"github.com/mrgw/mrgw/units"
+)
 
 // Reno is the loss-driven baseline: one congestion window for the
 // connection, split evenly over its usable paths; slow start, then one packet
@@ -67,12 +71,12 @@ func (r *Reno) Window(path int) int {
 
 // PacingRate implements Controller: twice the window per round trip in slow
 // start and 1.2 times after, as Linux paces TCP.
-func (r *Reno) PacingRate() float64 {
+func (r *Reno) PacingRate() units.ByteRate {
 	g := 1.2
 	if r.cwnd < r.ssthresh {
 		g = 2
 	}
-	return min(g*r.cwnd/r.srtt.Seconds(), MaxRate)
+	return units.ByteRate(min(g*r.cwnd/r.srtt.Seconds(), MaxRate))
 }
 
 // AppLimited reports whether the last measured round trip delivered less
@@ -83,14 +87,14 @@ func (r *Reno) AppLimited() bool { return r.use.limited }
 // OnSent implements Controller: the bytes sent tell whether the sender fills
 // its window (useMeter).
 func (r *Reno) OnSent(now time.Duration, _ int, bytes int) {
-	r.use.advance(now, r.cwnd/r.srtt.Seconds())
+	r.use.advance(now, units.ByteRate(r.cwnd/r.srtt.Seconds()))
 	r.use.onSent(bytes)
 }
 
 // OnAck implements Controller.
 func (r *Reno) OnAck(now time.Duration, path int, s AckSample) {
 	clampRTTs(&s)
-	r.use.advance(now, r.cwnd/r.srtt.Seconds())
+	r.use.advance(now, units.ByteRate(r.cwnd/r.srtt.Seconds()))
 	if s.SRTT > 0 {
 		r.srtt = s.SRTT
 	}
@@ -121,7 +125,7 @@ func (r *Reno) OnAck(now time.Duration, path int, s AckSample) {
 
 // OnLoss implements Controller.
 func (r *Reno) OnLoss(now time.Duration, path int, bytes int) {
-	r.use.advance(now, r.cwnd/r.srtt.Seconds())
+	r.use.advance(now, units.ByteRate(r.cwnd/r.srtt.Seconds()))
 	if now < r.recoverTill {
 		return
 	}
@@ -134,7 +138,7 @@ func (r *Reno) OnLoss(now time.Duration, path int, bytes int) {
 }
 
 // OnRateHint implements Controller: Reno ignores the receiver.
-func (r *Reno) OnRateHint(time.Duration, float64) {}
+func (r *Reno) OnRateHint(time.Duration, units.ByteRate) {}
 
 // OnPathState implements Controller.
 func (r *Reno) OnPathState(_ time.Duration, path int, usable bool) {

@@ -3,6 +3,8 @@ package cc
 import (
 	"sort"
 	"time"
+
+	"github.com/mrgw/mrgw/units"
 )
 
 // FairShare is the receiver loop: it knows the receiver's inbound capacity and
@@ -24,8 +26,8 @@ import (
 // Senders are identified by an opaque key (the connection id). FairShare's
 // memory is bounded by the number of senders seen within Idle.
 type FairShare struct {
-	// CapacityBps is the receiver's inbound capacity in bits per second.
-	CapacityBps float64
+	// Capacity is the receiver's inbound capacity.
+	Capacity units.BitRate
 	// Idle is how long a sender stays counted after its last packet.
 	Idle time.Duration
 	// Window is the demand measurement interval (default Idle/50). It must
@@ -78,9 +80,9 @@ type shareSender struct {
 // left, and for that it may be slow.
 const DefaultDrainGain = 1.0 / 16
 
-// NewFairShare returns a FairShare for capacityBps with senders forgotten after idle.
-func NewFairShare(capacityBps float64, idle time.Duration) *FairShare {
-	return &FairShare{CapacityBps: capacityBps, Idle: idle, last: make(map[uint64]*shareSender)}
+// NewFairShare returns a FairShare for capacity with senders forgotten after idle.
+func NewFairShare(capacity units.BitRate, idle time.Duration) *FairShare {
+	return &FairShare{Capacity: capacity, Idle: idle, last: make(map[uint64]*shareSender)}
 }
 
 func (f *FairShare) window() time.Duration {
@@ -136,8 +138,8 @@ func (f *FairShare) Account(now time.Duration, sender uint64, bytes int, ce bool
 // SetCapacity changes the capacity while senders are counted (a live
 // reload): shares fall back to the equal split of the new capacity at once
 // and are measured again from the next window.
-func (f *FairShare) SetCapacity(bps float64) {
-	f.CapacityBps = bps
+func (f *FairShare) SetCapacity(capacity units.BitRate) {
+	f.Capacity = capacity
 	f.level = 0
 }
 
@@ -153,23 +155,23 @@ func (f *FairShare) Forget(sender uint64) {
 // Active returns the number of senders currently counted.
 func (f *FairShare) Active() int { return f.active }
 
-// ShareBytesPerSecond returns sender's share of the capacity in bytes per
-// second (0 if no capacity is configured).
-func (f *FairShare) ShareBytesPerSecond(now time.Duration) float64 {
+// Share returns a sender's share of the capacity, in bytes per second as a
+// sender paces (0 if no capacity is configured).
+func (f *FairShare) Share(now time.Duration) units.ByteRate {
 	f.sweep(now)
 	f.roll(now)
-	if f.CapacityBps <= 0 {
+	if f.Capacity <= 0 {
 		return 0
 	}
 	n := f.active
 	if n < 1 {
 		n = 1
 	}
-	share := f.CapacityBps / 8 / float64(n)
+	share := float64(f.Capacity.Bytes()) / float64(n)
 	if f.level > share {
 		share = f.level
 	}
-	return share * (1 - f.drain)
+	return units.ByteRate(share * (1 - f.drain))
 }
 
 // roll closes the measurement window if it is over and recomputes the level.
@@ -181,7 +183,7 @@ func (f *FairShare) roll(now time.Duration) {
 	span := (now - f.winStart).Seconds()
 	full := now-f.winStart < 2*w // a window that was not interrupted by a long quiet spell
 	f.winStart = now
-	capacity := f.CapacityBps / 8
+	capacity := float64(f.Capacity.Bytes())
 	prevLevel := f.level
 	if prevLevel == 0 && f.active > 0 {
 		prevLevel = capacity / float64(f.active)
@@ -224,7 +226,7 @@ func (f *FairShare) rollMarks(now time.Duration) {
 	// short bursts (a sender catching up after a late timer, a batch),
 	// which drained by themselves: holding the senders back for them
 	// would only leave the link idle.
-	busy := f.CapacityBps <= 0 || float64(f.winAll)/span >= 0.9*f.CapacityBps/8
+	busy := f.Capacity <= 0 || float64(f.winAll)/span >= 0.9*float64(f.Capacity.Bytes())
 	if f.winAll > 0 && busy {
 		g := f.DrainGain
 		if g <= 0 {

@@ -3,6 +3,8 @@ package cc
 import (
 	"math"
 	"time"
+
+	"github.com/mrgw/mrgw/units"
 )
 
 // MaxRate bounds every rate a controller in this package holds or paces at,
@@ -83,7 +85,8 @@ type useMeter struct {
 
 // advance integrates the allowance up to now at rate, the rate (bytes per
 // second) that held since the last call. Call it before the rate changes.
-func (u *useMeter) advance(now time.Duration, rate float64) {
+func (u *useMeter) advance(now time.Duration, r units.ByteRate) {
+	rate := float64(r)
 	if !u.started {
 		u.started, u.last, u.start = true, now, now
 		return

@@ -56,7 +56,7 @@ type Config struct {
 	LAN       LAN       `mapstructure:"lan"`
 	WAN       WAN       `mapstructure:"wan"`
 	Control   Control   `mapstructure:"control"`
-	Regions   []Region  `mapstructure:"regions" doc:"the remote regions this gateway carries traffic to (never its own region)"`
+	Regions   []Region  `mapstructure:"regions" doc:"optional: pins and overrides for remote regions (never its own region); gossip finds every region and its gateways without it"`
 	Gossip    Gossip    `mapstructure:"gossip"`
 	Limits    Limits    `mapstructure:"limits" reload:"live"`
 	Scheduler Scheduler `mapstructure:"scheduler" reload:"live"`
@@ -72,6 +72,8 @@ type Config struct {
 type Node struct {
 	Name   string `mapstructure:"name" doc:"unique gateway name; also its gossip member name and the name peers expect in its certificate"`
 	Region string `mapstructure:"region" doc:"the region this gateway serves"`
+	// Capacity is announced in gossip; placement weighs it.
+	Capacity int `mapstructure:"capacity" doc:"this gateway's capacity relative to its region's other gateways, announced in gossip: flows are placed on a region's gateways in proportion, 0..65535 (0: 100, the default)"`
 }
 
 // LAN is the host-facing side: MetaRoCE from hosts in this region.
@@ -99,19 +101,28 @@ type WAN struct {
 	GRO               bool          `mapstructure:"gro" doc:"use UDP generic receive offload when the kernel supports it"`
 	Cipher            string        `mapstructure:"cipher" doc:"datagram AEAD: aes-128-gcm, aes-256-gcm or chacha20-poly1305"`
 	KeyRotation       time.Duration `mapstructure:"key_rotation" reload:"live" doc:"how often peers derive fresh datagram keys, 1s..24h"`
+	DeadAfter         time.Duration `mapstructure:"dead_after" doc:"a peer gateway or host whose paths have all been down this long is declared gone, and its flows fail over, 100ms..60s"`
 }
 
 // Plane is one network plane as seen from this gateway.
 type Plane struct {
 	Name  string `mapstructure:"name" doc:"plane name, unique in this file"`
 	Local string `mapstructure:"local" doc:"UDP ip:port this plane receives tunnel datagrams on; paths send from the same IP with their own source ports"`
+	// Advertise is what gossip announces for the plane, when peers reach
+	// it at another address than Local (NAT, a load balancer, the lab's
+	// link emulator).
+	Advertise string `mapstructure:"advertise" doc:"ip:port peers send this plane's tunnel datagrams to, announced in gossip; empty means local"`
 }
 
 // Control is the QUIC control channel between peer gateways.
 type Control struct {
 	Listen    string   `mapstructure:"listen" doc:"UDP ip:port of the QUIC control listener"`
 	TLS       TLS      `mapstructure:"tls"`
-	PeerNames []string `mapstructure:"peer_names" doc:"certificate names accepted from peers; empty means every gateway named under regions"`
+	PeerNames []string `mapstructure:"peer_names" doc:"optional allow-list of peer gateway names; empty means every gateway whose certificate chains to the CA and matches what it announces in gossip"`
+	// Deny is the revocation list (live): entries refuse a peer gateway
+	// by name, by region and name, every gateway of a region, or by
+	// certificate serial number.
+	Deny []string `mapstructure:"deny" reload:"live" doc:"peer gateways refused whatever their certificate: NAME, REGION/NAME, REGION/* or serial:HEX (the certificate's serial number); sessions already up with a denied gateway end on reload"`
 }
 
 // TLS names the files for mutual TLS on the control channel. The files are
@@ -124,18 +135,24 @@ type TLS struct {
 	KeyFile  string `mapstructure:"key_file" doc:"PEM private key of this gateway"`
 }
 
-// Region is a remote region and its gateways.
+// Region is a remote region as this gateway's configuration pins it. Gossip
+// finds every region and its gateways without it; an entry adds what
+// gossip does not say (rtt_hint), overrides what it does (a gateway's
+// addresses or weight), and makes the region and its listed gateways
+// expected (a listed gateway never seen is reported).
 type Region struct {
 	Name     string          `mapstructure:"name" doc:"region name, unique, not this gateway's region"`
 	RTTHint  time.Duration   `mapstructure:"rtt_hint" doc:"expected round trip to the region, seeds the controllers before the first sample; 0 means measure"`
-	Gateways []RemoteGateway `mapstructure:"gateways" doc:"the gateways of that region"`
+	Gateways []RemoteGateway `mapstructure:"gateways" doc:"optional: gateways of that region expected in gossip, with overrides of what they announce"`
 }
 
-// RemoteGateway is one gateway of a remote region.
+// RemoteGateway is one gateway of a remote region: expected in gossip (and
+// reported while it is not seen), with overrides of what it announces.
 type RemoteGateway struct {
 	Name    string   `mapstructure:"name" doc:"the gateway's node.name (and certificate name)"`
-	Control string   `mapstructure:"control" doc:"host:port of its QUIC control listener"`
-	WAN     []string `mapstructure:"wan" doc:"host:port of each of its planes (its wan.planes[].local)"`
+	Control string   `mapstructure:"control" doc:"optional: host:port of its QUIC control listener, instead of the one it announces"`
+	WAN     []string `mapstructure:"wan" doc:"optional: host:port of each of its planes, instead of the ones it announces"`
+	Weight  int      `mapstructure:"weight" doc:"optional: its placement weight instead of its announced capacity (node.capacity), 0..65535; 0 means the announced one"`
 }
 
 // Gossip configures membership and path-health gossip (hashicorp/memberlist).

@@ -12,6 +12,9 @@ import "time"
 // control.tls.*) are left empty and [Config.Validate] asks for them.
 func Default() *Config {
 	return &Config{
+		// Equal capacities by default: a region's gateways share its
+		// flows evenly.
+		Node: Node{Capacity: 100},
 		LAN: LAN{
 			// 4791 is the RoCEv2 UDP port that MetaRoCE hosts already use.
 			Listen:            "127.0.0.1:4791",
@@ -35,6 +38,9 @@ func Default() *Config {
 			// the reference machine, against 640 ns for ChaCha20-Poly1305.
 			Cipher:      CipherAES128GCM,
 			KeyRotation: time.Hour,
+			// Added to the timeouts that take each path down first: a dead
+			// peer gateway's flows move in about a second.
+			DeadAfter: 500 * time.Millisecond,
 		},
 		Control: Control{
 			Listen: "127.0.0.1:7443",
@@ -119,6 +125,8 @@ const (
 	maxPathsPerPeer = 1024
 	maxPlanes       = 64
 	minKeyRotation  = time.Second
+	minDeadAfter    = 100 * time.Millisecond
+	maxDeadAfter    = time.Minute
 	maxKeyRotation  = 24 * time.Hour
 	maxRTTHint      = 10 * time.Second
 	minMemoryBytes  = 1 << 20
@@ -128,7 +136,10 @@ const (
 	maxMemoryBytes = 1 << 40
 	maxFlows       = 1_000_000
 	maxWeight      = 1_000_000
-	maxSuspicion   = 100
+	// maxCapacity bounds node.capacity and regions[].gateways[].weight
+	// (rendezvous placement weighs gateways of a region against each other).
+	maxCapacity  = 65535
+	maxSuspicion = 100
 )
 
 // GossipTimings are the failure-detection timings memberlist is given.

@@ -42,6 +42,7 @@ func (c *Config) check(files bool) []*FieldError {
 	v := &checker{}
 	v.name("node.name", c.Node.Name, true)
 	v.name("node.region", c.Node.Region, true)
+	v.intRange("node.capacity", int64(c.Node.Capacity), 0, maxCapacity)
 
 	// LAN
 	v.listen("lan.listen", c.LAN.Listen, protoUDP, false)
@@ -59,6 +60,9 @@ func (c *Config) check(files bool) []*FieldError {
 	v.oneOf("wan.congestion_control", c.WAN.CongestionControl, wanControllers)
 	v.rate("wan.max_rate_bps", c.WAN.MaxRateBps, c.WAN.CongestionControl == WANControllerFixed, "wan.congestion_control")
 	v.oneOf("wan.cipher", c.WAN.Cipher, ciphers)
+	if d := c.WAN.DeadAfter; d < minDeadAfter || d > maxDeadAfter {
+		v.add("wan.dead_after", "%s is out of range %s..%s", fmtDur(d), fmtDur(minDeadAfter), fmtDur(maxDeadAfter))
+	}
 	if d := c.WAN.KeyRotation; d < minKeyRotation || d > maxKeyRotation {
 		v.add("wan.key_rotation", "%s is out of range %s..%s", fmtDur(d), fmtDur(minKeyRotation), fmtDur(maxKeyRotation))
 	}
@@ -91,6 +95,12 @@ func (c *Config) check(files bool) []*FieldError {
 			v.add(key, "%q is listed twice", n)
 		}
 		peers[n] = true
+	}
+
+	for i, d := range c.Control.Deny {
+		if err := CheckDenyEntry(d); err != nil {
+			v.add(fmt.Sprintf("control.deny[%d]", i), "%v", err)
+		}
 	}
 
 	c.checkRegions(v, peers)
@@ -154,6 +164,12 @@ func (c *Config) checkPlanes(v *checker) {
 			}
 		}
 		v.listen(key+".local", p.Local, protoUDP, false)
+		if p.Advertise != "" {
+			// Announced in gossip as an address: an IP literal.
+			if ap, ok := v.addr(key+".advertise", p.Advertise, false); ok && ap.Addr().IsUnspecified() {
+				v.add(key+".advertise", "%q is the unspecified address; peers could not send there", p.Advertise)
+			}
+		}
 	}
 }
 
@@ -175,9 +191,6 @@ func (c *Config) checkRegions(v *checker, peers map[string]bool) {
 		if r.RTTHint < 0 || r.RTTHint > maxRTTHint {
 			v.add(key+".rtt_hint", "%s is out of range 0s..%s", fmtDur(r.RTTHint), fmtDur(maxRTTHint))
 		}
-		if len(r.Gateways) == 0 {
-			v.add(key+".gateways", "needs at least one gateway")
-		}
 		for j, g := range r.Gateways {
 			gkey := fmt.Sprintf("%s.gateways[%d]", key, j)
 			if v.name(gkey+".name", g.Name, true) {
@@ -193,10 +206,16 @@ func (c *Config) checkRegions(v *checker, peers map[string]bool) {
 					gateways[g.Name] = gkey
 				}
 			}
-			v.remote(gkey+".control", g.Control)
+			// control and wan are overrides of what the gateway announces
+			// in gossip: optional, checked when given.
+			if g.Control != "" {
+				v.remote(gkey+".control", g.Control)
+			}
+			if g.Weight < 0 || g.Weight > maxCapacity {
+				v.add(gkey+".weight", "%d is out of range 0..%d", g.Weight, maxCapacity)
+			}
 			switch planes := len(c.WAN.Planes); {
 			case len(g.WAN) == 0:
-				v.add(gkey+".wan", "needs at least one address")
 			case planes > 0 && len(g.WAN) != planes:
 				// Path i leaves from wan.planes[i mod n] and goes to
 				// wan[i mod m]: with m != n paths cross planes.
@@ -478,4 +497,36 @@ func looksLikeName(host string) bool {
 	}
 	_, err := strconv.Atoi(labels[len(labels)-1])
 	return err != nil
+}
+
+// CheckDenyEntry checks one control.deny entry: a gateway name, REGION/NAME,
+// REGION/* (every gateway of the region) or serial:HEX (a certificate's
+// serial number in hexadecimal, as openssl x509 -serial prints it; colons
+// allowed).
+func CheckDenyEntry(e string) error {
+	if hexs, ok := strings.CutPrefix(e, "serial:"); ok {
+		h := strings.ReplaceAll(hexs, ":", "")
+		if h == "" || len(h) > 64 {
+			return fmt.Errorf("%q: serial:HEX needs 1 to 64 hexadecimal digits", e)
+		}
+		for _, r := range h {
+			if !strings.ContainsRune("0123456789abcdefABCDEF", r) {
+				return fmt.Errorf("%q: serial:HEX needs hexadecimal digits, not %q", e, r)
+			}
+		}
+		return nil
+	}
+	reg, name, scoped := strings.Cut(e, "/")
+	if !scoped {
+		name, reg = e, ""
+	}
+	switch {
+	case scoped && !nameRE.MatchString(reg):
+		return fmt.Errorf("%q: %q is not a valid region name (want NAME, REGION/NAME, REGION/* or serial:HEX)", e, reg)
+	case scoped && name == "*":
+		return nil
+	case !nameRE.MatchString(name):
+		return fmt.Errorf("%q: %q is not a valid gateway name (want NAME, REGION/NAME, REGION/* or serial:HEX)", e, name)
+	}
+	return nil
 }

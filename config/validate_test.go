@@ -30,6 +30,9 @@ func TestValidateCases(t *testing.T) {
 		{"missing node", func(c *Config) { c.Node = Node{} }, []string{
 			"node.name: is required", "node.region: is required",
 		}},
+		{"capacity", func(c *Config) { c.Node.Capacity = 65536 }, []string{
+			"node.capacity: 65536 is out of range 0..65535",
+		}},
 		{"bad name", func(c *Config) { c.Node.Name = "gw 1" }, []string{
 			`node.name: "gw 1" is not a valid name (letters, digits, '.', '_', '-'; at most 63; starting and ending with a letter or digit)`,
 		}},
@@ -73,8 +76,26 @@ func TestValidateCases(t *testing.T) {
 		{"self as remote", func(c *Config) { c.Regions[0].Gateways[0].Name = "gw1" }, []string{
 			`regions[0].gateways[0].name: "gw1" is this gateway's own node.name`,
 		}},
-		{"region without gateways", func(c *Config) { c.Regions[0].Gateways = nil }, []string{
-			"regions[0].gateways: needs at least one gateway",
+		// A fleet's configuration names no remote region, or only
+		// overrides: gossip announces the gateways.
+		{"region without gateways", func(c *Config) { c.Regions[0].Gateways = nil }, nil},
+		{"no regions", func(c *Config) { c.Regions = nil }, nil},
+		{"gateway pinned by name only", func(c *Config) { c.Regions[0].Gateways[0].Control, c.Regions[0].Gateways[0].WAN = "", nil }, nil},
+		{"bad overrides", func(c *Config) {
+			c.Regions[0].Gateways[0].Weight = -1
+			c.Regions[0].Gateways[0].Control = "0.0.0.0:1"
+			c.WAN.Planes[0].Advertise = "gw.example:1"
+		}, []string{
+			`wan.planes[0].advertise: "gw.example:1" is not an IP address`,
+			`regions[0].gateways[0].control: "0.0.0.0:1" is the unspecified address; nothing can be reached there`,
+			"regions[0].gateways[0].weight: -1 is out of range 0..65535",
+		}},
+		{"deny list", func(c *Config) {
+			c.Control.Deny = []string{"gw3", "us-east/gw3", "us-east/*", "serial:0A:ff", "a/b/c", "serial:xyz", "*"}
+		}, []string{
+			`control.deny[4]: "a/b/c": "b/c" is not a valid gateway name (want NAME, REGION/NAME, REGION/* or serial:HEX)`,
+			`control.deny[5]: "serial:xyz": serial:HEX needs hexadecimal digits, not 'x'`,
+			`control.deny[6]: "*": "*" is not a valid gateway name (want NAME, REGION/NAME, REGION/* or serial:HEX)`,
 		}},
 		{"rtt hint", func(c *Config) { c.Regions[0].RTTHint = time.Minute }, []string{
 			"regions[0].rtt_hint: 1m is out of range 0s..10s",

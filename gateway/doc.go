@@ -46,4 +46,11 @@
 // Each flow's stream on a WAN connection gets the weight of its class
 // (scheduler.classes) with metaroce.Conn.SetStreamWeight, so the
 // connection's weighted round robin shares the WAN window between classes.
+//
+// # Layering
+//
+// The gateway sits above the protocol (metaroce, cc, pathmgr), the driver
+// (netio), the tunnel, gossip (region) and configuration: it imports them, and
+// none of them imports it. It never imports the lab: netem, loadtest/...,
+// sim, conformance or test doubles (internal/layering checks it).
 package gateway

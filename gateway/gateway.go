@@ -14,7 +14,6 @@ import (
 	"net/netip"
 	"os"
 	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +32,7 @@ import (
 	"github.com/mrgw/mrgw/tunnel"
 	"github.com/mrgw/mrgw/tunnel/control"
 	"github.com/mrgw/mrgw/tunnel/pki"
+	"github.com/mrgw/mrgw/units"
 )
 
 // Options are what a Gateway takes besides its configuration: things that
@@ -129,9 +129,12 @@ type Gateway struct {
 
 	cancelListener context.CancelFunc
 
-	peers  []*wanPeer // sorted by name
-	byName map[string]*wanPeer
-	byID   map[metaroce.PeerID]*wanPeer
+	// pt holds the peer gateways, made and torn down as gossip announces
+	// gateways of other regions (peers.go); syncMu serialises syncPeers.
+	pt           peerTable
+	syncMu       sync.Mutex
+	peerRefusals *ratelog.Logger
+	startedAt    time.Time // when Run started (unseen gateways)
 
 	relay *relay // owner-goroutine state
 
@@ -170,7 +173,7 @@ func New(cfg *config.Config, opts Options) (g *Gateway, err error) {
 	if opts.HostIdleTimeout <= 0 {
 		opts.HostIdleTimeout = defaultHostIdleTimeout
 	}
-	g = &Gateway{opts: opts, stopped: make(chan struct{}), byName: map[string]*wanPeer{}, byID: map[metaroce.PeerID]*wanPeer{},
+	g = &Gateway{opts: opts, stopped: make(chan struct{}), pt: peerTable{byName: map[string]*wanPeer{}, byID: map[metaroce.PeerID]*wanPeer{}},
 		planeIndex: map[string]int{}, healthOut: make(chan region.HealthReport, healthQueue)}
 	g.cfgv.Store(cfg)
 	g.level = new(slog.LevelVar)
@@ -190,14 +193,15 @@ func New(cfg *config.Config, opts Options) (g *Gateway, err error) {
 		}
 	}
 	g.log = g.log.With("gateway", cfg.Node.Name)
+	g.peerRefusals = ratelog.New(g.log, 10*time.Second)
 	g.metrics = newMetrics(cfg)
 	if g.suite, err = suiteOf(cfg.WAN.Cipher); err != nil {
 		return nil, fmt.Errorf("%w: wan.cipher: %w", ErrInvalidConfig, err)
 	}
-	if g.wanCC, err = controller(cfg.WAN.CongestionControl, cfg.WAN.MaxRateBps, slowestHint(cfg)); err != nil {
+	if g.wanCC, err = controller(cfg.WAN.CongestionControl, cfg.WAN.MaxRate(), slowestHint(cfg)); err != nil {
 		return nil, fmt.Errorf("%w: wan.congestion_control: %w", ErrInvalidConfig, err)
 	}
-	if g.lanCC, err = controller(cfg.LAN.CongestionControl, cfg.LAN.MaxRateBps, 0); err != nil {
+	if g.lanCC, err = controller(cfg.LAN.CongestionControl, cfg.LAN.MaxRate(), 0); err != nil {
 		return nil, fmt.Errorf("%w: lan.congestion_control: %w", ErrInvalidConfig, err)
 	}
 	creds, err := pki.LoadCredentials(cfg.Control.TLS.CAFile, cfg.Control.TLS.CertFile, cfg.Control.TLS.KeyFile, time.Now())
@@ -206,6 +210,10 @@ func New(cfg *config.Config, opts Options) (g *Gateway, err error) {
 	}
 	if creds.Identity.Name != cfg.Node.Name {
 		return nil, fmt.Errorf("%w: certificate %s names %q, node.name is %q", ErrCredentials, cfg.Control.TLS.CertFile, creds.Identity.Name, cfg.Node.Name)
+	}
+	if r := creds.Identity.Region; r != "" && r != cfg.Node.Region {
+		return nil, fmt.Errorf("%w: certificate %s names %s, node.region is %q", ErrCredentials, cfg.Control.TLS.CertFile,
+			pki.IdentityURI(r, creds.Identity.Name), cfg.Node.Region)
 	}
 	setCertMetrics(g.metrics, creds)
 	var closers []func()
@@ -217,10 +225,7 @@ func New(cfg *config.Config, opts Options) (g *Gateway, err error) {
 		}
 	}()
 	onClose := func(f func()) { closers = append(closers, f) }
-	planeAddrs, err := g.newWANPeers(cfg)
-	if err != nil {
-		return nil, err
-	}
+	planeAddrs := g.newPlanes(cfg)
 	if err := g.newEndpoint(cfg, planeAddrs, onClose); err != nil {
 		return nil, err
 	}
@@ -242,10 +247,9 @@ func New(cfg *config.Config, opts Options) (g *Gateway, err error) {
 	return g, nil
 }
 
-// newWANPeers indexes the WAN planes and makes a peer of every gateway of
-// every remote region, with a stable id; it returns the planes' local
-// addresses.
-func (g *Gateway) newWANPeers(cfg *config.Config) ([]netip.AddrPort, error) {
+// newPlanes indexes the WAN planes and returns their local addresses. Peer
+// gateways are not made here: gossip announces them (peers.go).
+func (g *Gateway) newPlanes(cfg *config.Config) []netip.AddrPort {
 	var planeAddrs []netip.AddrPort
 	for _, p := range cfg.WAN.Planes {
 		a := netip.MustParseAddrPort(p.Local)
@@ -254,28 +258,7 @@ func (g *Gateway) newWANPeers(cfg *config.Config) ([]netip.AddrPort, error) {
 		g.planeIndex[p.Name] = len(g.planes)
 		g.planes = append(g.planes, p.Name)
 	}
-	for _, r := range cfg.Regions {
-		for _, rg := range r.Gateways {
-			p := &wanPeer{name: rg.Name, region: r.Name, control: rg.Control, rttHint: r.RTTHint,
-				dialer: cfg.Node.Name < rg.Name, sessions: make(chan *control.Session, 1)}
-			for _, w := range rg.WAN {
-				a, rerr := resolveUDP(w)
-				if rerr != nil {
-					return nil, fmt.Errorf("%w: regions %s gateway %s wan %q: %w", ErrInvalidConfig, r.Name, rg.Name, w, rerr)
-				}
-				p.dests = append(p.dests, a)
-			}
-			g.peers = append(g.peers, p)
-		}
-	}
-	sort.Slice(g.peers, func(i, j int) bool { return g.peers[i].name < g.peers[j].name })
-	for i, p := range g.peers {
-		p.id = metaroce.PeerID(i + 1)
-		p.metrics = g.metrics.Peer(p.name, p.region)
-		g.byName[p.name] = p
-		g.byID[p.id] = p
-	}
-	return planeAddrs, nil
+	return planeAddrs
 }
 
 // newEndpoint binds the endpoint: LAN listen plus one socket per plane.
@@ -311,17 +294,13 @@ func (g *Gateway) newEndpoint(cfg *config.Config, planeAddrs []netip.AddrPort, o
 // newControl sets up the control channel and binds its listener.
 func (g *Gateway) newControl(cfg *config.Config, creds *pki.Credentials, onClose func(func())) error {
 	g.router = tunnel.NewRouter()
-	peerNames := cfg.Control.PeerNames
-	if len(peerNames) == 0 {
-		for _, p := range g.peers {
-			peerNames = append(peerNames, p.name)
-		}
-	}
 	local := g.ep.LocalAddrs()[1:]
 	g.ctlCfg = control.Config{
-		Credentials:       creds,
-		Local:             control.LocalInfo{Name: cfg.Node.Name, Region: cfg.Node.Region, Planes: local, NumPaths: uint16(cfg.WAN.PathsPerPeer)},
-		ExpectedPeers:     peerNames,
+		Credentials: creds,
+		Local:       control.LocalInfo{Name: cfg.Node.Name, Region: cfg.Node.Region, Planes: local, NumPaths: uint16(cfg.WAN.PathsPerPeer)},
+		// Trust by certificate: chained to the CA, naming the gateway
+		// as gossip announces it, not denied (peers.go).
+		AcceptPeer:        g.acceptPeer,
 		KeepaliveInterval: g.opts.ControlKeepalive,
 		KeepaliveMisses:   g.opts.ControlMisses,
 		// The gateway rotates keys itself (maybeRotate) so that a reloaded
@@ -335,7 +314,7 @@ func (g *Gateway) newControl(cfg *config.Config, creds *pki.Credentials, onClose
 		},
 		Refusals: ratelog.New(g.log.With("part", "control"), time.Second),
 	}
-	if len(g.peers) > 0 || cfg.Control.Listen != "" {
+	if cfg.Control.Listen != "" {
 		lctx, lcancel := context.WithCancel(context.Background())
 		var err error
 		g.listener, err = control.Listen(lctx, cfg.Control.Listen, g.ctlCfg)
@@ -409,12 +388,13 @@ func (g *Gateway) protocol(cfg *config.Config) metaroce.Config {
 		pc.InitialRTT = hint
 	}
 	p := metaroce.Config{
-		MTU:    cfg.WAN.MTU,
-		Paths:  max(cfg.WAN.PathsPerPeer, 32),
-		CC:     g.lanCC,
-		Path:   pc,
-		Listen: true,
-		Seed:   uint64(time.Now().UnixNano()),
+		MTU:       cfg.WAN.MTU,
+		Paths:     max(cfg.WAN.PathsPerPeer, 32),
+		CC:        g.lanCC,
+		Path:      pc,
+		Listen:    true,
+		Seed:      uint64(time.Now().UnixNano()),
+		DeadAfter: cfg.WAN.DeadAfter,
 		// Wire version 2 (PROTOCOL.md §12: 56 bytes of DATA overhead with
 		// the seal, against v1's 104) with every peer that speaks it;
 		// version 1 with the others (hosts and gateways of earlier
@@ -424,7 +404,7 @@ func (g *Gateway) protocol(cfg *config.Config) metaroce.Config {
 		// among the senders it serves (peer gateways and hosts), and tells
 		// each its share in every ack: senders start there instead of
 		// searching, and never exceed it. 0 (not configured): no hints.
-		ReceiveCapacityBps: float64(cfg.WAN.MaxRateBps),
+		ReceiveCapacity: cfg.WAN.MaxRate(),
 		AcceptOptions: func(peer metaroce.PeerID) metaroce.ConnOptions {
 			if peer < hostPeerBase {
 				return metaroce.ConnOptions{CC: g.wanCC, Paths: cfg.WAN.PathsPerPeer, PMTU: g.wanPMTU(cfg)}
@@ -448,16 +428,21 @@ func (g *Gateway) protocol(cfg *config.Config) metaroce.Config {
 func (g *Gateway) regionConfig(cfg *config.Config) (region.Config, error) {
 	rc := region.Config{
 		Name: cfg.Node.Name,
-		Meta: region.Meta{Region: cfg.Node.Region, Capabilities: []string{"relay-v1"}},
+		Meta: region.Meta{Region: cfg.Node.Region, Capabilities: []string{"relay-v1"},
+			Wire: []uint8{metaroce.Version1, metaroce.Version2}, Capacity: uint32(cfg.Node.Capacity)},
 		Bind: cfg.Gossip.Bind, Advertise: cfg.Gossip.Advertise, Seeds: cfg.Gossip.Seeds,
 		Profile: cfg.Gossip.Profile,
 	}
 	if a, err := netip.ParseAddrPort(cfg.Control.Listen); err == nil {
 		rc.Meta.Control = a
 	}
-	for i, p := range cfg.WAN.Planes {
-		if a, err := netip.ParseAddrPort(p.Local); err == nil {
-			rc.Meta.Planes = append(rc.Meta.Planes, region.Plane{Name: cfg.WAN.Planes[i].Name, WAN: a})
+	for _, p := range cfg.WAN.Planes {
+		addr := p.Local
+		if p.Advertise != "" {
+			addr = p.Advertise
+		}
+		if a, err := netip.ParseAddrPort(addr); err == nil {
+			rc.Meta.Planes = append(rc.Meta.Planes, region.Plane{Name: p.Name, WAN: a})
 		}
 	}
 	if cfg.Gossip.Profile == config.GossipProfileCustom {
@@ -507,16 +492,14 @@ func (g *Gateway) Run(ctx context.Context) error {
 	if g.listener != nil {
 		g.goTrack(g.acceptLoop)
 	}
-	for _, p := range g.peers {
-		g.goTrack(func() { g.peerLoop(p) })
-	}
+	g.startedAt = time.Now()
 	g.goTrack(g.joinLoop)
 	g.goTrack(g.watchGossip)
 	g.goTrack(g.watchHealth)
 	g.goTrack(g.publishLoop)
 	g.goTrack(g.statsLoop)
 	g.log.Info("gateway running", "region", g.Config().Node.Region, "lan", g.LANAddr(), "wan", g.ep.LocalAddrs()[1:],
-		"control", g.Config().Control.Listen, "admin", g.AdminAddr(), "peers", len(g.peers))
+		"control", g.Config().Control.Listen, "admin", g.AdminAddr())
 	select {
 	case <-ctx.Done():
 		g.Close()
@@ -600,27 +583,36 @@ func (g *Gateway) reconnectLoop(seeds []string) {
 	}
 }
 
-// watchGossip acts on membership changes at once: a peer gateway that
-// gossip declares dead loses its WAN connection now (its flows are RESET
-// upstream so the sources move to the pair member), without waiting for
-// the connection's own timers.
+// watchGossip acts on membership changes at once: a gateway of another
+// region that gossip announces becomes a peer (syncPeers), and a peer
+// gateway that gossip declares dead loses its WAN connection now (its
+// flows are RESET upstream so the sources move to another gateway of the
+// region), without waiting for the connection's own timers. The view is
+// also read every peerSyncEvery: notifications can be dropped, and a
+// gateway's new addresses are no change of state.
 func (g *Gateway) watchGossip() {
 	ch, stop := g.cluster.WatchChanges(64)
 	defer stop()
+	t := time.NewTicker(peerSyncEvery)
+	defer t.Stop()
+	g.syncPeers()
 	for {
 		select {
 		case <-g.ctx.Done():
 			return
+		case <-t.C:
+			g.syncPeers()
 		case c, ok := <-ch:
 			if !ok {
 				return
 			}
 			g.log.Info("gossip: gateway state", "name", c.Name, "region", c.Region, "from", c.From.String(), "to", c.To.String())
-			if p := g.byName[c.Name]; p != nil && !c.To.Live() {
+			if p := g.peer(c.Name); p != nil && !c.To.Live() {
 				_ = g.ep.Do(g.ctx, func(now time.Duration, _ *metaroce.Endpoint) {
 					g.relay.dropPeer(now, p, "gossip: "+c.To.String())
 				})
 			}
+			g.syncPeers()
 		}
 	}
 }
@@ -673,7 +665,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.log.Info("gateway drained", "flows_reset", reset)
 	// Tell peer gateways we are going; their sessions end cleanly.
 	var wg sync.WaitGroup
-	for _, p := range g.peers {
+	for _, p := range g.peerList() {
 		if s := p.session(); s != nil {
 			wg.Add(1)
 			go func() {
@@ -707,7 +699,7 @@ func (g *Gateway) stop(graceful bool) {
 		// Sessions before the listener: quic-go keeps a listener's
 		// transport (and its goroutines) alive while connections it
 		// accepted are open.
-		for _, p := range g.peers {
+		for _, p := range g.peerList() {
 			p.closeAll()
 		}
 		if g.admin != nil {
@@ -717,7 +709,7 @@ func (g *Gateway) stop(graceful bool) {
 			g.adminLn.Close()
 		}
 		g.wg.Wait() // peer loops, accept loop, stats: they need the endpoint
-		for _, p := range g.peers {
+		for _, p := range g.peerList() {
 			p.closeAll() // sessions handed over while stopping
 		}
 		if g.listener != nil {
@@ -762,7 +754,8 @@ func (g *Gateway) waitConnsClosed(ctx context.Context, limit time.Duration) {
 // Reload applies a new configuration if config.Reloadable accepts it:
 // log.level, limits.*, scheduler.*, the pacing ceilings (to the
 // connections already open too), wan.key_rotation (to the sessions already
-// up too) and gossip.keyring. Anything else is refused
+// up too), gossip.keyring and control.deny (sessions with gateways it now
+// denies end). Anything else is refused
 // (ErrReload wrapping the keys that need a restart) and nothing changes.
 func (g *Gateway) Reload(next *config.Config) error {
 	running := g.Config()
@@ -800,6 +793,11 @@ func (g *Gateway) Reload(next *config.Config) error {
 	g.metrics.MemoryLimitBytes.Set(float64(next.Limits.MemoryBytes))
 	g.metrics.HostFlowsLimit.Set(float64(next.Limits.MaxFlows))
 	g.cfgv.Store(next)
+	if slices.Contains(changed, "control.deny") {
+		// Revocation: sessions with gateways now denied end, and they
+		// are no peers any more (a new session is refused).
+		g.closeDenied(next)
+	}
 	g.metrics.ConfigReload(metrics.ResultOK)
 	g.log.Info("configuration reloaded", "changed", changed)
 	return nil
@@ -807,15 +805,15 @@ func (g *Gateway) Reload(next *config.Config) error {
 
 // lineRater is a controller whose ceiling can change while it runs (the
 // cc.AIMD family and cc.Fixed).
-type lineRater interface{ SetLineRate(bytesPerSecond float64) }
+type lineRater interface{ SetLineRate(rate units.ByteRate) }
 
 // applyRates applies reloaded pacing ceilings (wan.max_rate_bps,
 // lan.max_rate_bps) to the connections already open, to the receiver's
 // capacity (its rate hints) and to the controllers of new connections. It
 // runs on the endpoint's goroutine.
 func (g *Gateway) applyRates(ep *metaroce.Endpoint, running, next *config.Config) {
-	wan, lan := next.WAN.MaxRateBps, next.LAN.MaxRateBps
-	if wan == running.WAN.MaxRateBps && lan == running.LAN.MaxRateBps {
+	wan, lan := next.WAN.MaxRate(), next.LAN.MaxRate()
+	if wan == running.WAN.MaxRate() && lan == running.LAN.MaxRate() {
 		return
 	}
 	if f, err := controller(next.WAN.CongestionControl, wan, slowestHint(next)); err == nil {
@@ -824,7 +822,7 @@ func (g *Gateway) applyRates(ep *metaroce.Endpoint, running, next *config.Config
 	if f, err := controller(next.LAN.CongestionControl, lan, 0); err == nil {
 		g.lanCC = f
 	}
-	ep.SetReceiveCapacity(float64(wan))
+	ep.SetReceiveCapacity(wan)
 	n, missed := 0, 0
 	for _, c := range ep.Conns() {
 		bps := lan
@@ -832,7 +830,7 @@ func (g *Gateway) applyRates(ep *metaroce.Endpoint, running, next *config.Config
 			bps = wan
 		}
 		if lr, ok := c.Controller().(lineRater); ok {
-			lr.SetLineRate(float64(bps) / 8)
+			lr.SetLineRate(bps.Bytes())
 			n++
 		} else {
 			missed++
@@ -863,8 +861,8 @@ func suiteOf(name string) (seal.Suite, error) {
 
 // controller looks a congestion controller up by name (package cc's
 // registry; cc/longrtt registers the long-RTT ones).
-func controller(name string, maxRate int64, rtt time.Duration) (cc.Factory, error) {
-	return cc.Lookup(name, cc.Params{LineRateBps: float64(maxRate), BaseRTT: rtt})
+func controller(name string, maxRate units.BitRate, rtt time.Duration) (cc.Factory, error) {
+	return cc.Lookup(name, cc.Params{LineRate: maxRate, BaseRTT: rtt})
 }
 
 // slowestHint is the longest regions[].rtt_hint: it seeds the path timers

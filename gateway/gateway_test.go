@@ -29,7 +29,7 @@ func TestNewRefusesInvalidConfig(t *testing.T) {
 		"mtu too small":     {func(c *config.Config) { c.WAN.MTU = 100 }, "wan.mtu"},
 		"bad lan address":   {func(c *config.Config) { c.LAN.Listen = "10.0.0.300:1" }, "lan.listen"},
 		"unknown cc":        {func(c *config.Config) { c.WAN.CongestionControl = "cubic" }, "wan.congestion_control"},
-		"own region remote": {func(c *config.Config) { c.Regions[0].Name = c.Node.Region }, "regions[0].name"},
+		"own region remote": {func(c *config.Config) { c.Regions = []config.Region{{Name: c.Node.Region}} }, "regions[0].name"},
 		"missing cert":      {func(c *config.Config) { c.Control.TLS.CertFile = "/nonexistent/cert.pem" }, "control.tls.cert_file"},
 	}
 	for name, tc := range cases {

@@ -25,8 +25,11 @@ func TestPlaneReportAvoidedByPeer(t *testing.T) {
 	defer cancel()
 	pl := newPlaneLab(t, planeLabConfig{planes: planes, paths: 8, gws: map[string][]string{"west": {"w1", "w2"}, "east": {"e1"}}})
 	pl.waitReady(t, ctx)
-	const e1 = 1 // peer id of e1 at w1 and w2: their only peer
 	w2 := pl.gws["w2"]
+	e1, ok := w2.PeerID("e1") // the same at w1 and w2: a hash of the name
+	if !ok {
+		t.Fatal("w2 has no peer e1")
+	}
 	before := planePaths(t, w2, e1, failed, planes)
 	if len(before) != 2 {
 		t.Fatalf("w2 has %d paths to e1 over p%d, want 2", len(before), failed)

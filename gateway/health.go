@@ -149,7 +149,7 @@ func (r *relay) onReport(now time.Duration, from string, peer *wanPeer, plane in
 // actOnReports acts on the reports the hold-down held back, now due.
 func (r *relay) actOnReports(now time.Duration) {
 	for _, d := range r.health.reports.Due(nil, now) {
-		if p := r.g.byName[d.Peer]; p != nil {
+		if p := r.g.peer(d.Peer); p != nil {
 			r.actOnReport(now, d.From, p, d.Plane)
 		}
 	}
@@ -243,9 +243,9 @@ func (g *Gateway) watchHealth() {
 			// A report on a gateway we connect to (our paths to it cross
 			// the same plane), or that gateway's report on us (the same
 			// plane between us, the other direction).
-			peer := g.byName[h.Peer]
+			peer := g.peer(h.Peer)
 			if h.Peer == self {
-				peer = g.byName[h.From]
+				peer = g.peer(h.From)
 			}
 			if peer == nil || h.From == self {
 				continue

@@ -11,6 +11,7 @@ import (
 	"github.com/mrgw/mrgw/host"
 	"github.com/mrgw/mrgw/loadtest/lab"
 	"github.com/mrgw/mrgw/metaroce"
+	"github.com/mrgw/mrgw/units"
 )
 
 // TestHostReceiveCapacityBoundsGatewayRate: a host that declares its
@@ -23,10 +24,10 @@ func TestHostReceiveCapacityBoundsGatewayRate(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	l := startLab(t, ctx, lab.Config{OneWay: 5 * time.Millisecond})
-	const capBps = 400e6
+	const capacity units.BitRate = 400e6
 	src := newHost(t, l, "src", lab.RegionA)
 	dst, err := host.New(host.Config{Name: "dst", Region: lab.RegionB, Gateways: l.HostGateways(lab.RegionB), Key: l.HostKey,
-		DeadAfter: time.Second, Logger: testLogger(t), Protocol: metaroce.Config{ReceiveCapacityBps: capBps}})
+		DeadAfter: time.Second, Logger: testLogger(t), Protocol: metaroce.Config{ReceiveCapacity: capacity}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,8 +63,8 @@ func TestHostReceiveCapacityBoundsGatewayRate(t *testing.T) {
 					continue
 				}
 				seen++
-				if hl.PacingBps <= 0 || hl.PacingBps > capBps/8*1.001 {
-					t.Fatalf("%s -> dst paced at %.0f B/s, want within (0, %.0f]", n, hl.PacingBps, capBps/8)
+				if hl.PacingBps <= 0 || hl.PacingBps > capacity.Bytes()*1.001 {
+					t.Fatalf("%s -> dst paced at %.0f B/s, want within (0, %.0f]", n, float64(hl.PacingBps), float64(capacity.Bytes()))
 				}
 				if hl.PathsUp == 0 {
 					t.Errorf("%s -> dst: no path up after a transfer", n)

@@ -115,7 +115,7 @@ func (g *Gateway) Probe(ctx context.Context, opts ProbeOptions) (ProbeResult, er
 	start := time.Now()
 	res := ProbeResult{Node: g.Config().Node.Name, Region: opts.Region}
 	var peers []*wanPeer
-	for _, p := range g.peers {
+	for _, p := range g.peerList() {
 		if opts.Region == "" || p.region == opts.Region {
 			peers = append(peers, p)
 		}
@@ -221,8 +221,8 @@ func (g *Gateway) probePlanes(p *wanPeer, c *metaroce.Conn) []PlaneProbe {
 		}
 		if g.opts.ECMPLane != nil && m.Acked > 0 {
 			src, ok := g.ep.PathAddr(p.id, m.Entropy)
-			if ok && len(p.dests) > 0 {
-				lanes[k][g.opts.ECMPLane(src, p.dests[m.Path%len(p.dests)])] = true
+			if _, dests := p.addrs(); ok && len(dests) > 0 {
+				lanes[k][g.opts.ECMPLane(src, dests[m.Path%len(dests)])] = true
 			}
 		}
 	}

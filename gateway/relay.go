@@ -9,6 +9,7 @@ import (
 
 	"github.com/mrgw/mrgw/config"
 	"github.com/mrgw/mrgw/flowctl"
+	"github.com/mrgw/mrgw/internal/hrw"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/metrics"
 	"github.com/mrgw/mrgw/region"
@@ -182,7 +183,7 @@ func (r *relay) info(c *metaroce.Conn) *connInfo {
 	ci := r.conns[c]
 	if ci == nil {
 		ci = &connInfo{c: c, next: 1, in: map[uint32]*flow{}, out: map[uint32]*flow{}}
-		if p := r.g.byID[c.Peer()]; p != nil {
+		if p := r.g.peerByID(c.Peer()); c.Peer() < hostPeerBase && p != nil {
 			ci.wan = p
 		}
 		r.conns[c] = ci
@@ -620,8 +621,13 @@ func (r *relay) retryOpen(f *flow) bool {
 }
 
 // route picks the next gateway of a flow: a live gateway of the region
-// (gossip), chosen by the flow id so flows spread over the pair, that has
-// an established WAN connection. Errors are immediate, never a wait.
+// (gossip) that has an established WAN connection, in the order of
+// weighted rendezvous hashing of the flow id (weights: the capacities the
+// gateways announce, or regions[].gateways[].weight), alive ones before
+// suspect ones. Every gateway of this region ranks a flow alike, a
+// gateway joining the destination region takes only its share of the
+// flows, and one leaving moves only its own. Errors are immediate, never
+// a wait.
 func (r *relay) route(flowID uint64, dst string) (*connInfo, flowctl.Code, string) {
 	return r.routeExcept(flowID, dst, nil)
 }
@@ -635,11 +641,9 @@ func (r *relay) routeExcept(flowID uint64, dst string, skip []*connInfo) (*connI
 		}
 		return nil, flowctl.CodeRegionUnreachable, err.Error()
 	}
-	n := len(gws)
-	start := int(flowID % uint64(n))
-	for k := range n {
-		gw := gws[(start+k)%n]
-		p := r.g.byName[gw.Name]
+	cfg := r.g.Config()
+	for _, k := range rankGateways(cfg, flowID, gws) {
+		p := r.g.peer(gws[k].Name)
 		if p == nil {
 			continue
 		}
@@ -653,6 +657,21 @@ func (r *relay) routeExcept(flowID uint64, dst string, skip []*connInfo) (*connI
 		return ci, 0, ""
 	}
 	return nil, flowctl.CodeRegionUnreachable, "no WAN connection to a live gateway of " + dst
+}
+
+// rankGateways orders gws (live gateways of one region) for a flow:
+// alive before suspect, each by descending weighted rendezvous score.
+func rankGateways(cfg *config.Config, flowID uint64, gws []region.Gateway) []int {
+	order := hrw.Rank(flowID, len(gws), func(i int) string { return gws[i].Name },
+		func(i int) float64 { return peerWeight(cfg, gws[i]) })
+	alive := func(i int) int {
+		if gws[i].State == region.Alive {
+			return 0
+		}
+		return 1
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return alive(a) - alive(b) })
+	return order
 }
 
 // get returns a buffer of n bytes charged to f, or nil if f's reservation

@@ -29,7 +29,7 @@ func wanConns(t *testing.T, g *gateway.Gateway) (ids []uint64, rates []float64) 
 		for _, c := range ep.Conns() {
 			if c.Peer() < 1<<20 && c.Established() && !c.Closed() {
 				ids = append(ids, c.ID())
-				rates = append(rates, c.Controller().PacingRate())
+				rates = append(rates, float64(c.Controller().PacingRate()))
 			}
 		}
 	})

@@ -15,6 +15,8 @@ import (
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/metrics"
 	"github.com/mrgw/mrgw/netio/seal"
+
+	"github.com/mrgw/mrgw/units"
 )
 
 // Status is the gateway's state as /status serves it (JSON) and `mrgw
@@ -26,14 +28,17 @@ type Status struct {
 	Ready    bool           `json:"ready"`
 	Draining bool           `json:"draining"`
 	Members  []MemberStatus `json:"members"`
-	Peers    []PeerStatus   `json:"peers"`
-	Flows    FlowStatus     `json:"flows"`
-	Memory   MemoryStatus   `json:"memory"`
+	// Unseen lists the gateways regions[].gateways[] names ("REGION/NAME")
+	// that gossip has not shown, 30 s after the start.
+	Unseen []string     `json:"unseen_gateways,omitempty"`
+	Peers  []PeerStatus `json:"peers"`
+	Flows  FlowStatus   `json:"flows"`
+	Memory MemoryStatus `json:"memory"`
 	// LAN goodput through the gateway, bytes per second: towards remote
 	// regions (out) and towards local hosts (in).
-	LANOutBps float64 `json:"lan_out_bytes_per_second"`
-	LANInBps  float64 `json:"lan_in_bytes_per_second"`
-	Hosts     int     `json:"hosts"`
+	LANOutBps units.ByteRate `json:"lan_out_bytes_per_second"`
+	LANInBps  units.ByteRate `json:"lan_in_bytes_per_second"`
+	Hosts     int            `json:"hosts"`
 	// HostLinks are the connections to registered hosts (the LAN hop).
 	HostLinks []HostLinkStatus `json:"host_links,omitempty"`
 	// PathsAvoided counts WAN paths taken out of service because another
@@ -46,15 +51,15 @@ type Status struct {
 // HostLinkStatus is the connection to one registered host: what this
 // gateway's controller allows on it and what is in flight.
 type HostLinkStatus struct {
-	Endpoint  string  `json:"endpoint"`
-	PacingBps float64 `json:"pacing_bytes_per_second"`
-	Cwnd      int     `json:"cwnd_bytes"`
-	Inflight  int     `json:"inflight_bytes"`
-	PathsUp   int     `json:"paths_up"`
-	Sent      uint64  `json:"payload_bytes_sent"`
-	Lost      uint64  `json:"packets_lost"`
-	Retrans   uint64  `json:"retransmits"`
-	FlowsOut  int     `json:"flows_out"`
+	Endpoint  string         `json:"endpoint"`
+	PacingBps units.ByteRate `json:"pacing_bytes_per_second"`
+	Cwnd      int            `json:"cwnd_bytes"`
+	Inflight  int            `json:"inflight_bytes"`
+	PathsUp   int            `json:"paths_up"`
+	Sent      uint64         `json:"payload_bytes_sent"`
+	Lost      uint64         `json:"packets_lost"`
+	Retrans   uint64         `json:"retransmits"`
+	FlowsOut  int            `json:"flows_out"`
 }
 
 // MemberStatus is one gateway as gossip sees it.
@@ -66,21 +71,21 @@ type MemberStatus struct {
 
 // PeerStatus is a peer gateway: its control session and WAN connection.
 type PeerStatus struct {
-	Name       string       `json:"name"`
-	Region     string       `json:"region"`
-	State      string       `json:"state"` // down, connecting, session, up
-	Since      time.Time    `json:"since"`
-	LastError  string       `json:"last_error,omitempty"`
-	ControlRTT float64      `json:"control_rtt_ms,omitempty"` // omitted until measured
-	TxBps      float64      `json:"tx_payload_bytes_per_second"`
-	PacingBps  float64      `json:"pacing_bytes_per_second"` // the controller's pacing rate
-	RxBps      float64      `json:"rx_payload_bytes_per_second"`
-	Sent       uint64       `json:"payload_bytes_sent"`
-	Received   uint64       `json:"payload_bytes_received"`
-	Retrans    uint64       `json:"retransmits"`
-	Lost       uint64       `json:"packets_lost"`
-	Flows      int          `json:"flows"`
-	Paths      []PathStatus `json:"paths"`
+	Name       string         `json:"name"`
+	Region     string         `json:"region"`
+	State      string         `json:"state"` // down, connecting, session, up
+	Since      time.Time      `json:"since"`
+	LastError  string         `json:"last_error,omitempty"`
+	ControlRTT float64        `json:"control_rtt_ms,omitempty"` // omitted until measured
+	TxBps      units.ByteRate `json:"tx_payload_bytes_per_second"`
+	PacingBps  units.ByteRate `json:"pacing_bytes_per_second"` // the controller's pacing rate
+	RxBps      units.ByteRate `json:"rx_payload_bytes_per_second"`
+	Sent       uint64         `json:"payload_bytes_sent"`
+	Received   uint64         `json:"payload_bytes_received"`
+	Retrans    uint64         `json:"retransmits"`
+	Lost       uint64         `json:"packets_lost"`
+	Flows      int            `json:"flows"`
+	Paths      []PathStatus   `json:"paths"`
 	// PMTU is the path MTU discovery of each plane (pmtu.go).
 	PMTU []PlaneMTUStatus `json:"pmtu,omitempty"`
 }
@@ -146,8 +151,9 @@ func (g *Gateway) snapshot(prev *rateState) {
 		dt = 1
 	}
 	st := &Status{Node: g.Config().Node.Name, Region: g.Config().Node.Region, At: now}
+	peerList := g.peerList()
 	peers := map[string]*PeerStatus{}
-	for _, p := range g.peers {
+	for _, p := range peerList {
 		p.mu.Lock()
 		ps := &PeerStatus{Name: p.name, Region: p.region, State: p.state, Since: p.since, LastError: p.lastErr,
 			ControlRTT: ms(p.rtt)}
@@ -164,8 +170,8 @@ func (g *Gateway) snapshot(prev *rateState) {
 		st.Admission = r.adm.status(epNow)
 		st.Flows = FlowStatus{Active: len(r.flows), Refused: r.refused, Resets: r.resets, Completed: r.completed}
 		st.Memory = MemoryStatus{InUse: r.inUse, Reserved: r.reserved, Limit: r.memLimit}
-		st.LANOutBps = float64(r.fromHosts-prev.fromHosts) / dt
-		st.LANInBps = float64(r.toHosts-prev.toHosts) / dt
+		st.LANOutBps = units.ByteRate(float64(r.fromHosts-prev.fromHosts) / dt)
+		st.LANInBps = units.ByteRate(float64(r.toHosts-prev.toHosts) / dt)
 		g.metrics.LANGoodputBytes.WithLabelValues(metrics.DirOut).Add(float64(r.fromHosts - prev.fromHosts))
 		g.metrics.LANGoodputBytes.WithLabelValues(metrics.DirIn).Add(float64(r.toHosts - prev.toHosts))
 		prev.fromHosts, prev.toHosts = r.fromHosts, r.toHosts
@@ -199,10 +205,10 @@ func (g *Gateway) snapshot(prev *rateState) {
 			ps.Retrans, ps.Lost = s.Retransmits, s.PacketsLost
 			ps.Flows = len(ci.in) + len(ci.out)
 			if old, ok := prev.sent[p.name]; ok && s.PayloadBytesSent >= old {
-				ps.TxBps = float64(s.PayloadBytesSent-old) / dt
+				ps.TxBps = units.ByteRate(float64(s.PayloadBytesSent-old) / dt)
 			}
 			if old, ok := prev.received[p.name]; ok && s.PayloadBytesPlaced >= old {
-				ps.RxBps = float64(s.PayloadBytesPlaced-old) / dt
+				ps.RxBps = units.ByteRate(float64(s.PayloadBytesPlaced-old) / dt)
 			}
 			prev.sent[p.name], prev.received[p.name] = s.PayloadBytesSent, s.PayloadBytesPlaced
 			p.metrics.Sync(s)
@@ -225,7 +231,7 @@ func (g *Gateway) snapshot(prev *rateState) {
 		return
 	}
 	prev.at = now
-	for _, p := range g.peers {
+	for _, p := range peerList {
 		st.Peers = append(st.Peers, *peers[p.name])
 		for _, ps := range g.ep.PlaneStats(p.id) {
 			if ps.Plane < len(g.planes) {
@@ -272,6 +278,15 @@ func (g *Gateway) snapshot(prev *rateState) {
 	for _, reg := range g.Config().Regions {
 		g.metrics.SetRegionReachable(reg.Name, reach[reg.Name])
 	}
+	for _, p := range peerList {
+		if !g.pinnedRegion(p.region) {
+			g.metrics.SetRegionReachable(p.region, reach[p.region])
+		}
+	}
+	st.Unseen = g.unseenGateways(view)
+	if len(st.Unseen) > 0 {
+		g.peerRefusals.Warn("unseen", "gateways listed under regions have never been seen in gossip", "gateways", st.Unseen)
+	}
 	g.metrics.MemoryBufferedBytes.Set(float64(st.Memory.InUse))
 	g.metrics.HostFlowsActive.Set(float64(st.Flows.Active))
 	st.Ready = g.ready(st)
@@ -285,8 +300,8 @@ func (g *Gateway) ready(st *Status) bool {
 	if !g.joined.Load() || st.Draining || st.Admission.Saturated {
 		return false
 	}
-	if len(g.peers) == 0 {
-		return true
+	if len(st.Peers) == 0 {
+		return true // no gateway of another region announced yet
 	}
 	for _, p := range st.Peers {
 		if p.State == "up" {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,16 +29,23 @@ import (
 type wanPeer struct {
 	name, region string
 	id           metaroce.PeerID
-	control      string
-	dests        []netip.AddrPort
 	rttHint      time.Duration
 	dialer       bool
 	sessions     chan *control.Session // accepted sessions, handed over by acceptLoop
 	metrics      *metrics.PeerMetrics
+	// ctx ends the peer's loop (removePeer, or the gateway stopping);
+	// done is closed when the loop has returned.
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
 
 	rotating atomic.Bool // a key rotation is in flight
 
-	mu      sync.Mutex
+	mu sync.Mutex
+	// control and dests: where the peer is, from gossip (or the
+	// configuration's overrides); they change when it announces others.
+	control string
+	dests   []netip.AddrPort
 	keyAt   time.Time // when our sending key last changed (or the session began)
 	sess    *control.Session
 	att     *tunnel.Peer
@@ -45,6 +53,23 @@ type wanPeer struct {
 	since   time.Time
 	lastErr string
 	rtt     time.Duration
+}
+
+// setAddrs takes the addresses the peer announces now; a session already
+// up keeps the ones it was set up with until it ends.
+func (p *wanPeer) setAddrs(ctl string, dests []netip.AddrPort) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.control = ctl
+	if !slices.Equal(p.dests, dests) {
+		p.dests = slices.Clone(dests)
+	}
+}
+
+func (p *wanPeer) addrs() (string, []netip.AddrPort) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.control, p.dests
 }
 
 func (p *wanPeer) session() *control.Session {
@@ -101,11 +126,15 @@ func (g *Gateway) acceptLoop() {
 			}
 			return
 		}
-		p := g.byName[s.Peer().Name]
+		p := g.peer(s.Peer().Name)
 		if p == nil {
-			// An accepted name (control.peer_names) that is no remote
-			// gateway, e.g. the pair member: nothing to carry for it.
-			g.log.Debug("control session from a gateway that is no remote peer", "peer", s.Peer().Name)
+			// Gossip announced it (acceptPeer checked) but the peer
+			// table has not caught up yet: catch up once.
+			g.syncPeers()
+			p = g.peer(s.Peer().Name)
+		}
+		if p == nil {
+			g.log.Debug("control session from a gateway that is no peer", "peer", s.Peer().Name)
 			s.Close()
 			continue
 		}
@@ -133,19 +162,21 @@ func (g *Gateway) acceptLoop() {
 func (g *Gateway) peerLoop(p *wanPeer) {
 	backoff := 100 * time.Millisecond
 	var next *control.Session
-	for g.ctx.Err() == nil {
+	ctx := p.ctx
+	for ctx.Err() == nil {
 		sess := next
 		next = nil
 		if sess == nil {
 			p.setState("connecting", "")
 			if p.dialer {
-				dctx, cancel := context.WithTimeout(g.ctx, 10*time.Second)
+				dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				ctl, _ := p.addrs()
 				// From control.listen's socket: the peer's ACLs see the
 				// address it knows (control.Dial would use a wildcard one).
-				s, err := g.listener.Dial(dctx, p.control, p.name)
+				s, err := g.listener.Dial(dctx, ctl, p.name)
 				cancel()
 				if err != nil {
-					if g.ctx.Err() != nil {
+					if ctx.Err() != nil {
 						return
 					}
 					if !errors.Is(err, control.ErrRefusedLocally) { // a refusal is counted by OnRefused
@@ -153,7 +184,7 @@ func (g *Gateway) peerLoop(p *wanPeer) {
 					}
 					p.setState("down", err.Error())
 					g.log.Debug("control dial failed", "peer", p.name, "err", err)
-					if !sleepCtx(g.ctx, backoff) {
+					if !sleepCtx(ctx, backoff) {
 						return
 					}
 					backoff = min(2*backoff, 5*time.Second)
@@ -164,20 +195,21 @@ func (g *Gateway) peerLoop(p *wanPeer) {
 			} else {
 				select {
 				case sess = <-p.sessions:
-				case <-g.ctx.Done():
+				case <-ctx.Done():
 					return
 				}
 			}
 		}
 		backoff = 100 * time.Millisecond
+		_, dests := p.addrs()
 		att, err := tunnel.Attach(sess, g.ep, tunnel.AttachConfig{
-			ID: p.id, Dests: p.dests, Locals: g.planeIPs, Suite: g.suite, Router: g.router, Logger: g.log,
+			ID: p.id, Dests: dests, Locals: g.planeIPs, Suite: g.suite, Router: g.router, Logger: g.log,
 		})
 		if err != nil {
 			g.log.Warn("cannot attach peer", "peer", p.name, "err", err)
 			sess.Close()
 			p.setState("down", err.Error())
-			if !sleepCtx(g.ctx, time.Second) {
+			if !sleepCtx(ctx, time.Second) {
 				return
 			}
 			continue
@@ -193,7 +225,7 @@ func (g *Gateway) peerLoop(p *wanPeer) {
 	hold:
 		for {
 			if p.dialer && !att.Draining() {
-				_ = g.ep.Do(g.ctx, func(now time.Duration, ep *metaroce.Endpoint) { g.relay.ensureConn(now, ep, p) })
+				_ = g.ep.Do(ctx, func(now time.Duration, ep *metaroce.Endpoint) { g.relay.ensureConn(now, ep, p) })
 			}
 			g.maybeRotate(p, sess)
 			select {
@@ -208,12 +240,15 @@ func (g *Gateway) peerLoop(p *wanPeer) {
 				next = s
 				reason = "replaced by a new control session"
 				break hold
-			case <-g.ctx.Done():
+			case <-ctx.Done():
 				break hold
 			case <-tick.C:
 			}
 		}
 		tick.Stop()
+		if ctx.Err() != nil && g.ctx.Err() == nil {
+			reason = "peer removed"
+		}
 		g.metrics.ControlSessionsActive.WithLabelValues(p.region).Dec()
 		p.setState("down", reason)
 		g.log.Info("control session down", "peer", p.name, "reason", reason)
@@ -232,7 +267,7 @@ func (g *Gateway) peerLoop(p *wanPeer) {
 // router delivers the keys.
 func (g *Gateway) onControlEvent(ev control.Event) {
 	g.router.OnEvent(ev)
-	p := g.byName[ev.Session.Peer().Name]
+	p := g.peer(ev.Session.Peer().Name)
 	if p == nil {
 		return
 	}

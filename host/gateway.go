@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mrgw/mrgw/flowctl"
+	"github.com/mrgw/mrgw/internal/hrw"
 	"github.com/mrgw/mrgw/metaroce"
 )
 
@@ -311,11 +312,19 @@ func (h *Host) gwInUse(g *gateway) bool {
 	return false
 }
 
-// pickGateway chooses a ready gateway for flow id: spread by the id, the
-// attempt rotating through the pair, avoiding avoid when another is ready.
+// pickGateway chooses a ready gateway for flow id by rendezvous hashing
+// of the id over the region's gateways (internal/hrw, keyed by their
+// addresses): flows spread evenly over the gateways, a gateway that goes
+// away moves only its own flows (each to the gateway that ranks next for
+// it), and one that comes back takes back only its own. avoid (the
+// gateway a flow just lost) is passed over when another is ready; from
+// the third attempt on, attempts rotate through the ready ones, so a
+// gateway that keeps refusing a flow is not asked for ever.
 func (h *Host) pickGateway(id uint64, attempt int, avoid *gateway) *gateway {
+	gws := h.o.gws
 	var live []*gateway
-	for _, g := range h.o.gws {
+	for _, k := range hrw.Rank(id, len(gws), func(i int) string { return gws[i].addr.String() }, func(int) float64 { return 1 }) {
+		g := gws[k]
 		if g.state == gwReady && g.nextStream < maxStreams {
 			live = append(live, g)
 		}
@@ -331,7 +340,10 @@ func (h *Host) pickGateway(id uint64, attempt int, avoid *gateway) *gateway {
 	if len(live) == 0 {
 		return nil
 	}
-	return live[(id+uint64(attempt))%uint64(len(live))]
+	if attempt <= 1 {
+		return live[0]
+	}
+	return live[(attempt-1)%len(live)]
 }
 
 // register sends REGISTER on c: the name, this process's instance, the

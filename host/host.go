@@ -1,16 +1,18 @@
 //go:build linux
 
 // Package host is the host side of mrgw (docs/GATEWAY.md): the library a
-// process in one region uses to move bytes, through its region's gateway
-// pair, into the memory of an endpoint in another region.
+// process in one region uses to move bytes, through its region's
+// gateways (1 to 16), into the memory of an endpoint in another region.
 //
 // A Host runs one netio endpoint (unsealed: the LAN hop is not tunnelled)
-// with a MetaRoCE connection to every gateway of its pair, registers its
+// with a MetaRoCE connection to every gateway of its region, registers its
 // endpoint name on each (REGISTER on the control stream, stream 0) and
 // reconnects, with bounded backoff, when one goes away.
 //
 // Sending: OpenFlow opens a flow to (region, endpoint) through one live
-// gateway, chosen by the flow id so flows spread over the pair. Write and
+// gateway, chosen by rendezvous hashing of the flow id so flows spread
+// over the region's gateways and a gateway's failure moves only its own
+// flows. Write and
 // Send cut a message larger than half the flow's credit into segments, one
 // flow sequence each, and return a Pending that completes only when the
 // destination has reported every segment DONE end to end: the bytes are in
@@ -41,6 +43,10 @@
 // Every piece of state lives on the netio owner goroutine; the exported
 // methods reach it with netio's Call and wait on channels, so a Host is
 // safe for concurrent use.
+//
+// It imports the protocol and the driver (metaroce, netio, flowctl, pathmgr)
+// and never the tunnel, gossip, configuration or gateway packages
+// (internal/layering checks it).
 package host
 
 import (
@@ -87,7 +93,9 @@ type Config struct {
 	// otherwise be read as loss.
 	Protocol metaroce.Config
 	// DeadAfter: a gateway connection whose paths have all been down this
-	// long is closed (default 2 s), which triggers failover.
+	// long is closed (default 500 ms), which triggers failover. Paths go
+	// down only after consecutive timeouts of their own, so this is added
+	// to a few PTOs; a host on a LAN pings every DeadAfter/4 (125 ms).
 	DeadAfter time.Duration
 	// OpenTimeout bounds REGISTER, OPEN and New's wait for the gateways
 	// (default 5 s).
@@ -140,6 +148,11 @@ type Key struct {
 // DefaultSocketBuffer is Config.SocketBuffer's default.
 const DefaultSocketBuffer = 4 << 20
 
+// DefaultDeadAfter is Config.DeadAfter's default: with the timeouts that
+// take a LAN path down first, a host fails over from a dead gateway in
+// under a second.
+const DefaultDeadAfter = 500 * time.Millisecond
+
 func (c Config) withDefaults() Config {
 	if !c.Listen.IsValid() {
 		c.Listen = netip.MustParseAddrPort("127.0.0.1:0")
@@ -152,7 +165,7 @@ func (c Config) withDefaults() Config {
 		c.Protocol.Path.MinPTO = time.Millisecond
 	}
 	if c.DeadAfter <= 0 {
-		c.DeadAfter = 2 * time.Second
+		c.DeadAfter = DefaultDeadAfter
 	}
 	if c.SocketBuffer == 0 {
 		c.SocketBuffer = DefaultSocketBuffer

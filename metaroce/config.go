@@ -6,6 +6,8 @@ import (
 
 	"github.com/mrgw/mrgw/cc"
 	"github.com/mrgw/mrgw/pathmgr"
+
+	"github.com/mrgw/mrgw/units"
 )
 
 // Mode selects the transport's reliability scheme.
@@ -63,9 +65,9 @@ type Config struct {
 	MaxConns int
 	// Listen makes the Endpoint accept connections.
 	Listen bool
-	// ReceiveCapacityBps is the inbound capacity the receiver divides among
+	// ReceiveCapacity is the inbound capacity the receiver divides among
 	// its senders as rate hints (0 = no hints).
-	ReceiveCapacityBps float64
+	ReceiveCapacity units.BitRate
 	// HandshakeRetries is how many times INIT and CLOSE are sent before giving up.
 	HandshakeRetries int
 	// DeadAfter closes a connection whose paths have all been down for this

@@ -381,7 +381,7 @@ func (c *Conn) onAccept(now time.Duration, h *Handshake, m RecvMeta) {
 	if c.initiator && c.state == stateEstablished {
 		// A repeated ACCEPT: the receiver re-announces our share.
 		if h.RateHintBps > 0 {
-			c.ctl.OnRateHint(now, float64(h.RateHintBps)/8)
+			c.ctl.OnRateHint(now, hintRate(h.RateHintBps))
 			if c.Stats.DataSent == 0 {
 				// Not started yet: the first packet's phase is drawn
 				// over the gap at the new share.
@@ -416,7 +416,7 @@ func (c *Conn) onAccept(now time.Duration, h *Handshake, m RecvMeta) {
 		c.paths.Paths[0].OnRTTSample(now - time.Duration(h.EchoTimestamp-1))
 	}
 	if h.RateHintBps > 0 {
-		c.ctl.OnRateHint(now, float64(h.RateHintBps)/8)
+		c.ctl.OnRateHint(now, hintRate(h.RateHintBps))
 	}
 	c.startPacing(now)
 	c.state = stateEstablished
@@ -434,7 +434,7 @@ func (c *Conn) onAccept(now time.Duration, h *Handshake, m RecvMeta) {
 // phase comes from the connection id, so it costs no draw from the
 // endpoint's random stream.
 func (c *Conn) startPacing(now time.Duration) {
-	r := c.ctl.PacingRate()
+	r := float64(c.ctl.PacingRate())
 	if r <= 0 {
 		return
 	}

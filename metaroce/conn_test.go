@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/mrgw/mrgw/cc"
+
+	"github.com/mrgw/mrgw/units"
 )
 
 // transferCase sends random messages (random sizes, several streams, WRITE and
@@ -29,7 +31,7 @@ type transferCase struct {
 	blackPlane int
 	limit      time.Duration
 	// rate paces the sender (bytes/s; 0 = unpaced).
-	rate float64
+	rate units.ByteRate
 	// wire is Config.WireVersions of both ends (nil: 1 and 2, which agree
 	// on version 2 in the MetaRoCE mode; the RoCEv2 mode speaks 1).
 	wire []uint8

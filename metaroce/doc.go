@@ -72,7 +72,8 @@
 // # Imports
 //
 // metaroce is the protocol core that every adapter builds on, so it
-// imports only the standard library and mrgw's cc and pathmgr. It must
+// imports only the standard library and mrgw's cc, pathmgr and units (the
+// rate types: hints travel as bit/s, controllers pace in bytes/s). It must
 // never import tunnel, gateway, region, config, netio, host, loadtest or
 // sim, nor any socket, metrics or configuration package (net, syscall,
 // golang.org/x/sys, prometheus, viper, memberlist): adapters above it do

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/mrgw/mrgw/cc"
+
+	"github.com/mrgw/mrgw/units"
 )
 
 // PeerID names a remote endpoint for the driver. The state machine never
@@ -112,8 +114,8 @@ func NewEndpoint(cfg Config, mem *Memory) (*Endpoint, error) {
 		tags:  make(map[uint32]*Conn),
 	}
 	e.versions = cfg.versionSet()
-	if cfg.ReceiveCapacityBps > 0 {
-		e.share = cc.NewFairShare(cfg.ReceiveCapacityBps, 100*cfg.Path.InitialRTT+10*time.Millisecond)
+	if cfg.ReceiveCapacity > 0 {
+		e.share = cc.NewFairShare(cfg.ReceiveCapacity, 100*cfg.Path.InitialRTT+10*time.Millisecond)
 		// Measure demand and marks over a couple of round trips, so that
 		// the receiver loop reacts within round trips, not idle periods.
 		e.share.MarkWindow = 2 * cfg.Path.InitialRTT
@@ -121,18 +123,18 @@ func NewEndpoint(cfg Config, mem *Memory) (*Endpoint, error) {
 	return e, nil
 }
 
-// SetReceiveCapacity changes ReceiveCapacityBps while the endpoint runs
+// SetReceiveCapacity changes ReceiveCapacity while the endpoint runs
 // (a live reload of the operator's capacity): the receiver loop divides
 // the new capacity from the next ack on. 0 stops the hints.
-func (e *Endpoint) SetReceiveCapacity(bps float64) {
-	e.cfg.ReceiveCapacityBps = max(bps, 0)
+func (e *Endpoint) SetReceiveCapacity(capacity units.BitRate) {
+	e.cfg.ReceiveCapacity = max(capacity, 0)
 	switch {
-	case bps <= 0:
+	case capacity <= 0:
 		e.share = nil
 	case e.share != nil:
-		e.share.SetCapacity(bps)
+		e.share.SetCapacity(capacity)
 	default:
-		e.share = cc.NewFairShare(bps, 100*e.cfg.Path.InitialRTT+10*time.Millisecond)
+		e.share = cc.NewFairShare(capacity, 100*e.cfg.Path.InitialRTT+10*time.Millisecond)
 		e.share.MarkWindow = 2 * e.cfg.Path.InitialRTT
 	}
 }
@@ -182,7 +184,7 @@ type ConnOptions struct {
 	// Paths is the number of paths (at most Config.Paths).
 	Paths int
 	// NoRateHint leaves the connection out of the receiver loop
-	// (ReceiveCapacityBps): its sender gets no rate hint and its data
+	// (ReceiveCapacity): its sender gets no rate hint and its data
 	// takes no share. A gateway uses it for its hosts: the capacity it
 	// divides is its WAN's, which only peer gateways send over.
 	NoRateHint bool
@@ -500,7 +502,7 @@ func (e *Endpoint) rateHintBps(now time.Duration, c *Conn) uint64 {
 		return 0
 	}
 	e.share.Observe(now, c.id)
-	return uint64(e.share.ShareBytesPerSecond(now) * 8 * c.scale())
+	return hintBps(units.BitRate(float64(e.share.Share(now).Bits()) * c.scale()))
 }
 
 // pushHints re-announces the rate hint to the senders that were told a
@@ -515,7 +517,7 @@ func (e *Endpoint) pushHints(now time.Duration, except *Conn) {
 	if e.share == nil {
 		return
 	}
-	share := uint64(e.share.ShareBytesPerSecond(now) * 8)
+	share := hintBps(e.share.Share(now).Bits())
 	for _, c := range e.list {
 		if c == except || c.initiator || c.state != stateEstablished || c.lastHint == 0 {
 			continue

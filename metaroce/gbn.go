@@ -48,7 +48,7 @@ func (c *Conn) onAckGBN(now time.Duration, a *Ack) {
 		ps.OnRTTSample(rtt)
 	}
 	if a.RateHintBps > 0 {
-		c.ctl.OnRateHint(now, float64(a.RateHintBps)/8)
+		c.ctl.OnRateHint(now, hintRate(a.RateHintBps))
 	}
 	if acked > 0 {
 		ps.LastProgress = now

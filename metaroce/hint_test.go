@@ -14,7 +14,7 @@ import (
 func hintedRate(t *testing.T, noHint, raise bool, scale float64) float64 {
 	t.Helper()
 	cfgA := Config{Paths: 2, CC: cc.NewFixed(1<<20, 0), Seed: 1}
-	cfgB := Config{Paths: 2, CC: cc.NewFixed(1<<20, 0), Seed: 2, ReceiveCapacityBps: 8e6,
+	cfgB := Config{Paths: 2, CC: cc.NewFixed(1<<20, 0), Seed: 2, ReceiveCapacity: 8e6,
 		AcceptOptions: func(PeerID) ConnOptions { return ConnOptions{NoRateHint: noHint, RateHintScale: scale} }}
 	n := newTestNet(t, cfgA, cfgB, 2, 1)
 	c, err := n.eps[0].Connect(n.now, 1)
@@ -50,7 +50,7 @@ func hintedRate(t *testing.T, noHint, raise bool, scale float64) float64 {
 		n.eps[1].SetReceiveCapacity(16e6)
 		send()
 	}
-	return c.Controller().PacingRate()
+	return float64(c.Controller().PacingRate())
 }
 
 func TestReceiveCapacityHintsLiveScaledAndNone(t *testing.T) {

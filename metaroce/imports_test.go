@@ -7,13 +7,13 @@ import (
 )
 
 // TestImportsStayCore enforces doc.go's rule: the protocol core imports
-// only the standard library (no sockets) and mrgw's cc and pathmgr.
+// only the standard library (no sockets) and mrgw's cc, pathmgr and units.
 func TestImportsStayCore(t *testing.T) {
 	pkg, err := build.ImportDir(".", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	allowed := map[string]bool{"github.com/mrgw/mrgw/cc": true, "github.com/mrgw/mrgw/pathmgr": true}
+	allowed := map[string]bool{"github.com/mrgw/mrgw/cc": true, "github.com/mrgw/mrgw/pathmgr": true, "github.com/mrgw/mrgw/units": true}
 	banned := []string{"net", "syscall", "os", "unsafe"}
 	for _, imp := range pkg.Imports {
 		if strings.Contains(imp, ".") && !allowed[imp] {

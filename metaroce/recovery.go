@@ -49,7 +49,7 @@ func (c *Conn) onAck(now time.Duration, a *Ack) {
 		ps.MarkedPackets += dCE
 	}
 	if a.RateHintBps > 0 {
-		c.ctl.OnRateHint(now, float64(a.RateHintBps)/8)
+		c.ctl.OnRateHint(now, hintRate(a.RateHintBps))
 	}
 	if lostBytes > 0 {
 		c.ctl.OnLoss(now, path, lostBytes)

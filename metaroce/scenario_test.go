@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/mrgw/mrgw/cc"
+
+	"github.com/mrgw/mrgw/units"
 )
 
 // Scenario scripts, in the spirit of raft's testdata: each file under
@@ -320,7 +322,7 @@ func (s *scenario) config(args []string) {
 			case "listen":
 				c.Listen = v == "true"
 			case "capacity":
-				c.ReceiveCapacityBps = float64(atoi(s.t, v))
+				c.ReceiveCapacity = units.BitRate(atoi(s.t, v))
 			case "downafter":
 				c.Path.DownAfter = atoi(s.t, v)
 			case "upafter":

@@ -290,7 +290,7 @@ func (c *Conn) consumed(ref chunkRef) {
 }
 
 func (c *Conn) pollData(now time.Duration, buf []byte) (Transmit, bool) {
-	rate := c.ctl.PacingRate()
+	rate := float64(c.ctl.PacingRate())
 	if rate > 0 && now < c.nextSend {
 		c.paceWait = true
 		return Transmit{}, false

@@ -3,6 +3,8 @@ package metaroce
 import (
 	"encoding/binary"
 	"errors"
+
+	"github.com/mrgw/mrgw/units"
 )
 
 // Version is the version byte of every packet but a version-2 DATA: the
@@ -574,3 +576,14 @@ func DecodeVersion(b []byte) (conn uint64, versions []uint8, err error) {
 	}
 	return be.Uint64(b[4:]), b[13:], nil
 }
+
+// Rate hints travel as whole bits per second (RateHintBps of ACK and
+// ACCEPT); a receiver computes them as a bit rate, a sender's controller
+// takes them in bytes per second. hintBps and hintRate are the only
+// conversions between the wire's field and the rate types.
+
+// hintBps is r as a rate hint on the wire (truncated to whole bit/s).
+func hintBps(r units.BitRate) uint64 { return uint64(r) }
+
+// hintRate is a rate hint from the wire as a sender paces.
+func hintRate(bps uint64) units.ByteRate { return units.BitRate(bps).Bytes() }

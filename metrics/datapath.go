@@ -8,6 +8,8 @@ import (
 
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/pathmgr"
+
+	"github.com/mrgw/mrgw/units"
 )
 
 // DatagramDropped counts one WAN datagram dropped on plane; a reason outside
@@ -188,9 +190,9 @@ func (p *PeerMetrics) Sync(s metaroce.ConnStats) {
 
 // SetRates sets the latest receiver rate hint and the controller's pacing
 // rate, both in bytes per second.
-func (p *PeerMetrics) SetRates(hint, pacing float64) {
-	p.rateHint.Set(hint)
-	p.pacing.Set(pacing)
+func (p *PeerMetrics) SetRates(hint, pacing units.ByteRate) {
+	p.rateHint.Set(float64(hint))
+	p.pacing.Set(float64(pacing))
 }
 
 // KeyRotation counts one key rotation with the peer.

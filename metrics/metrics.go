@@ -34,6 +34,9 @@
 // peers and paths through [Metrics.Peer] and [Metrics.Path], whose Sync
 // methods turn the cumulative counters of metaroce.ConnStats and pathmgr.Path
 // into Prometheus counter increments.
+//
+// It reads metaroce and pathmgr counters and never imports the gateway, the
+// driver or the lab (internal/layering checks it).
 package metrics
 
 import (
@@ -156,7 +159,7 @@ var RefuseReasons = []string{RefuseLimit, RefuseNoRoute, RefuseBadRequest, Other
 
 // ControlRefusalReasons lists the values of mrgw_control_refusals_total's
 // reason label (tunnel/control's RefusalReasons).
-var ControlRefusalReasons = []string{"no_certificate", "expired", "unknown_ca", "bad_name", "unknown_peer", "version", "protocol", Other}
+var ControlRefusalReasons = []string{"no_certificate", "expired", "unknown_ca", "bad_name", "unknown_peer", "denied", "identity_mismatch", "version", "protocol", Other}
 
 // Reasons a LAN peer is not admitted (mrgw_lan_admissions_refused_total).
 const (

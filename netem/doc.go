@@ -75,4 +75,7 @@
 //
 // Only IPv4 loopback is supported: the emulator never sends anywhere else.
 // The package is Linux-only (timerfd, IP_TOS control messages).
+//
+// It is lab infrastructure: it imports only internal/ecn from mrgw, and no
+// package of the daemon imports it (internal/layering checks both).
 package netem

@@ -121,7 +121,8 @@ func waitChange(t *testing.T, ch <-chan Change, want Change) {
 
 func metaEqual(a, b Meta) bool {
 	return a.Region == b.Region && a.Control == b.Control &&
-		slices.Equal(a.Planes, b.Planes) && slices.Equal(a.Capabilities, b.Capabilities)
+		slices.Equal(a.Planes, b.Planes) && slices.Equal(a.Capabilities, b.Capabilities) &&
+		slices.Equal(a.Wire, b.Wire) && a.Capacity == b.Capacity
 }
 
 func TestHealthReportsReachAll(t *testing.T) {

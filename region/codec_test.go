@@ -63,16 +63,32 @@ func TestMetaRejects(t *testing.T) {
 }
 
 func TestMetaVersions(t *testing.T) {
-	b, _ := EncodeMeta(testMeta("r", 1))
+	want := testMeta("r", 1)
+	b, _ := EncodeMeta(want)
+	if b[0] != 2 {
+		t.Fatalf("EncodeMeta writes version %d, want 2", b[0])
+	}
 	if _, err := DecodeMeta(append(slices.Clone(b), 0)); err == nil {
+		t.Error("version 2 with a trailing byte decoded")
+	}
+	// A version-1 writer (gateways before fleets): no wire versions, no
+	// capacity; placement weighs it DefaultCapacity.
+	v1 := metaV1(t, want)
+	got, err := DecodeMeta(v1)
+	old := cloneMeta(want)
+	old.Wire, old.Capacity = nil, 0
+	if err != nil || !metaEqual(got, old) || got.Weight() != DefaultCapacity {
+		t.Errorf("version 1 = %+v, %v", got, err)
+	}
+	if _, err := DecodeMeta(append(slices.Clone(v1), 0)); err == nil {
 		t.Error("version 1 with a trailing byte decoded")
 	}
-	// A version-2 writer appends fields; this reader keeps the v1 part.
-	v2 := append(slices.Clone(b), 0xAA, 0xBB)
-	v2[0] = 2
-	got, err := DecodeMeta(v2)
-	if err != nil || !metaEqual(got, testMeta("r", 1)) {
-		t.Errorf("version 2 = %+v, %v", got, err)
+	// A version-3 writer appends fields; this reader keeps the v2 part.
+	v3 := append(slices.Clone(b), 0xAA, 0xBB)
+	v3[0] = 3
+	got, err = DecodeMeta(v3)
+	if err != nil || !metaEqual(got, want) {
+		t.Errorf("version 3 = %+v, %v", got, err)
 	}
 	for i := range b {
 		if _, err := DecodeMeta(b[:i]); err == nil {
@@ -133,14 +149,15 @@ func TestHealthCodec(t *testing.T) {
 	}
 }
 
-// FuzzDecodeMeta: never panics; whatever decodes as version 1 encodes back
-// to the same bytes (one encoding per value, so peers compare equal).
+// FuzzDecodeMeta: never panics; whatever decodes as the version EncodeMeta
+// writes (2) encodes back to the same bytes (one encoding per value, so peers compare equal).
 func FuzzDecodeMeta(f *testing.F) {
 	for _, m := range []Meta{testMeta("r", 1), {Region: "x"}} {
 		b, _ := EncodeMeta(m)
 		f.Add(b)
+		f.Add(metaV1(f, m))
 	}
-	f.Add([]byte{2, 1, 'r', 0, 0, 0, 9})
+	f.Add([]byte{3, 1, 'r', 0, 0, 0, 1, 2, 0, 0, 0, 1, 9})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := DecodeMeta(b)
 		if err != nil {
@@ -207,10 +224,11 @@ func TestWriteSeedCorpus(t *testing.T) {
 		}
 	}
 	m, _ := EncodeMeta(testMeta("eu-west", 1))
-	write("FuzzDecodeMeta", "meta-v1", m)
-	m2 := append(slices.Clone(m), 7)
-	m2[0] = 2
-	write("FuzzDecodeMeta", "meta-v2", m2)
+	write("FuzzDecodeMeta", "meta-v1", metaV1(t, testMeta("eu-west", 1)))
+	write("FuzzDecodeMeta", "meta-v2", m)
+	m3 := append(slices.Clone(m), 7)
+	m3[0] = 3
+	write("FuzzDecodeMeta", "meta-v3", m3)
 	h, _ := appendHealth(nil, sampleHealth(), 2*time.Second)
 	write("FuzzDecodeHealth", "health-v1", h)
 	write("FuzzDecodeHealth", "batch-v1", appendHealthBatch(nil, [][]byte{h, h}))

@@ -42,7 +42,23 @@ func testMeta(region string, n int) Meta {
 			{Name: "p1", WAN: netip.AddrPortFrom(netip.MustParseAddr("::1"), uint16(9000+n))},
 		},
 		Capabilities: []string{"metaroce-v1"},
+		Wire:         []uint8{1, 2},
+		Capacity:     uint32(100 * n),
 	}
+}
+
+// metaV1 is m as a version-1 writer encoded it: without the version-2
+// fields.
+func metaV1(t testing.TB, m Meta) []byte {
+	t.Helper()
+	m.Wire, m.Capacity = nil, 0
+	b, err := EncodeMeta(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = b[:len(b)-5] // wire count 0, capacity 0
+	b[0] = 1
+	return b
 }
 
 var nodeSeq int

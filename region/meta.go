@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"unicode/utf8"
 
 	"github.com/hashicorp/memberlist"
@@ -23,6 +24,30 @@ type Meta struct {
 	// Capabilities are feature names the gateway supports, so mixed
 	// versions can agree on what to use.
 	Capabilities []string
+
+	// Version 2 (a gateway of a fleet: peers are built from the view).
+
+	// Wire lists the MetaRoCE wire-protocol versions the gateway speaks
+	// on its WAN planes (metaroce.Version1, ...), at most 255; empty when
+	// it did not say (version-1 metadata).
+	Wire []uint8
+	// Capacity is the gateway's relative capacity (node.capacity): flows
+	// are placed on a region's gateways in proportion to it. 0 when it
+	// did not say (version-1 metadata); readers take that as
+	// DefaultCapacity.
+	Capacity uint32
+}
+
+// DefaultCapacity is the capacity of a gateway that announces none.
+const DefaultCapacity = 100
+
+// Weight is the capacity placement uses: Capacity, or DefaultCapacity
+// when none was announced.
+func (m Meta) Weight() uint32 {
+	if m.Capacity == 0 {
+		return DefaultCapacity
+	}
+	return m.Capacity
 }
 
 // Plane is one WAN endpoint of a gateway.
@@ -36,7 +61,7 @@ type Plane struct {
 const MaxMetaSize = memberlist.MetaMaxSize
 
 // metaVersion is the version EncodeMeta writes.
-const metaVersion = 1
+const metaVersion = 2
 
 // ErrMetaTooLarge is returned when metadata does not fit MaxMetaSize.
 var ErrMetaTooLarge = errors.New("region: metadata larger than memberlist's 512-byte limit")
@@ -44,19 +69,24 @@ var ErrMetaTooLarge = errors.New("region: metadata larger than memberlist's 512-
 // errMalformed marks every decoding failure.
 var errMalformed = errors.New("region: malformed message")
 
-// Wire layout of version 1 (all lengths and counts one byte, so a name is
-// at most 255 bytes and there are at most 255 planes or capabilities; the
-// 512-byte cap is hit long before):
+// Wire layout of version 2 (all lengths and counts one byte, so a name is
+// at most 255 bytes and there are at most 255 planes, capabilities or wire
+// versions; the 512-byte cap is hit long before):
 //
-//	version   1 byte (1)
+//	version   1 byte (2)
 //	region    len + bytes
 //	control   addrport
 //	planes    count, then per plane: name (len + bytes), addrport
 //	caps      count, then per capability: len + bytes
+//	--- version 2 ---
+//	wire      count, then one byte per wire-protocol version
+//	capacity  4 bytes, big-endian
 //
 // addrport is a tag byte (0 none, 4 IPv4, 6 IPv6), the address bytes and a
-// big-endian port, which must not be 0. A reader of version 1 reads a newer
-// version's version-1 fields and ignores what follows them.
+// big-endian port, which must not be 0. Version 1 is the same without the
+// version-2 fields. A reader reads a newer version's fields up to its own
+// version and ignores what follows them (a version-1 reader reads version
+// 2 as version 1); it refuses trailing bytes only in its own version.
 
 // EncodeMeta encodes m compactly. It fails for an empty region or plane
 // name, a name that is not UTF-8 or longer than 255 bytes, a plane without
@@ -66,7 +96,7 @@ func EncodeMeta(m Meta) ([]byte, error) {
 	if m.Region == "" {
 		return nil, errors.New("region: Meta.Region is required")
 	}
-	if len(m.Planes) > 255 || len(m.Capabilities) > 255 {
+	if len(m.Planes) > 255 || len(m.Capabilities) > 255 || len(m.Wire) > 255 {
 		return nil, ErrMetaTooLarge
 	}
 	b := make([]byte, 0, 64)
@@ -93,6 +123,9 @@ func EncodeMeta(m Meta) ([]byte, error) {
 			return nil, err
 		}
 	}
+	b = append(b, byte(len(m.Wire)))
+	b = append(b, m.Wire...)
+	b = binary.BigEndian.AppendUint32(b, m.Capacity)
 	if len(b) > MaxMetaSize {
 		return nil, fmt.Errorf("%w (%d bytes)", ErrMetaTooLarge, len(b))
 	}
@@ -130,11 +163,19 @@ func DecodeMeta(b []byte) (Meta, error) {
 			m.Capabilities = append(m.Capabilities, c)
 		}
 	}
+	if v >= 2 {
+		if n := int(r.byte()); n > 0 {
+			if p := r.take(n); p != nil {
+				m.Wire = slices.Clone(p)
+			}
+		}
+		m.Capacity = r.u32()
+	}
 	if r.err != nil {
 		return Meta{}, fmt.Errorf("metadata: %w", r.err)
 	}
-	if v == metaVersion && len(r.b) != 0 {
-		return Meta{}, fmt.Errorf("%w: %d trailing bytes in version-1 metadata", errMalformed, len(r.b))
+	if v <= metaVersion && len(r.b) != 0 {
+		return Meta{}, fmt.Errorf("%w: %d trailing bytes in version-%d metadata", errMalformed, len(r.b), v)
 	}
 	return m, nil
 }

@@ -486,6 +486,7 @@ func (c *core) aliveCount() int {
 func cloneMeta(m Meta) Meta {
 	m.Planes = slices.Clone(m.Planes)
 	m.Capabilities = slices.Clone(m.Capabilities)
+	m.Wire = slices.Clone(m.Wire)
 	return m
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/mrgw/mrgw/pathmgr"
 	"github.com/mrgw/mrgw/tunnel/control"
 	"github.com/mrgw/mrgw/tunnel/tunneltest"
+	"github.com/mrgw/mrgw/units"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -52,22 +53,22 @@ func sessions(t testing.TB, ctx context.Context) (a, b *control.Session, ra, rb 
 
 // linkSpec is the emulated WAN of the tests.
 type linkSpec struct {
-	planes   int
-	oneWay   time.Duration
-	loss     float64
-	rateBps  uint64 // per plane
-	queue    int
-	paths    int
-	window   int // per path
-	rekey    uint64
-	pacingBs float64
+	planes  int
+	oneWay  time.Duration
+	loss    float64
+	rateBps uint64 // per plane
+	queue   int
+	paths   int
+	window  int // per path
+	rekey   uint64
+	pacing  units.ByteRate
 	// downAfter: consecutive timeouts that take a path down (0: 3).
 	downAfter int
 }
 
 func wanSpec() linkSpec {
 	return linkSpec{planes: 4, oneWay: 20 * time.Millisecond, loss: 0.01, rateBps: 25e6, queue: 512 << 10,
-		paths: 32, window: 64 << 10, pacingBs: 4 * 25e6 / 8}
+		paths: 32, window: 64 << 10, pacing: units.BitRate(4 * 25e6).Bytes()}
 }
 
 func wanProtocol(s linkSpec, listen bool) metaroce.Config {
@@ -77,7 +78,7 @@ func wanProtocol(s linkSpec, listen bool) metaroce.Config {
 	}
 	return metaroce.Config{
 		MTU: 1400, Paths: s.paths, Listen: listen, Seed: 11,
-		CC:          cc.NewFixed(s.window, s.pacingBs),
+		CC:          cc.NewFixed(s.window, s.pacing),
 		MaxAckDelay: 2 * time.Millisecond,
 		Path: pathmgr.Config{
 			InitialRTT: 2 * s.oneWay, MinPTO: 10 * time.Millisecond, MaxAckDelay: 2 * time.Millisecond,

@@ -29,6 +29,9 @@
 // longrtt-scalable stays registered as a configuration name (docs/CC.md §4,
 // issue 16). docs/CC.md gives the reasoning and the literature (H-TCP,
 // Scalable TCP, Hybla, FAST, DCTCP, RFC 6356).
+//
+// It imports only cc: never metaroce, nor any socket, metrics, configuration or
+// gossip package (internal/layering checks it).
 package longrtt
 
 import (

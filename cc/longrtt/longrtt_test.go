@@ -12,7 +12,7 @@ const pkt = 1476
 
 func build(t *testing.T, name string, rtt time.Duration) *cc.AIMD {
 	t.Helper()
-	f, err := cc.Lookup(name, cc.Params{LineRateBps: 10e9, BaseRTT: rtt})
+	f, err := cc.Lookup(name, cc.Params{LineRate: 10e9, BaseRTT: rtt})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +27,7 @@ func build(t *testing.T, name string, rtt time.Duration) *cc.AIMD {
 func run(a *cc.AIMD, now *time.Duration, d, rtt time.Duration, markFrac float64) {
 	end := *now + d
 	for *now < end {
-		*now += time.Duration(10 * pkt / a.PacingRate() * 1e9)
+		*now += time.Duration(10 * pkt / float64(a.PacingRate()) * 1e9)
 		s := cc.AckSample{AckedBytes: 10 * pkt, RTT: rtt, SRTT: rtt, MinRTT: rtt}
 		s.MarkedBytes = int(markFrac * float64(s.AckedBytes))
 		a.OnAck(*now, 0, s)
@@ -99,7 +99,7 @@ func TestDelayEquilibriumIsRTTFair(t *testing.T) {
 		bases := []time.Duration{10 * time.Millisecond, 150 * time.Millisecond}
 		flows := make([]*cc.AIMD, len(bases))
 		for i, b := range bases {
-			f, err := cc.Lookup(name, cc.Params{LineRateBps: 8 * capacity, BaseRTT: b})
+			f, err := cc.Lookup(name, cc.Params{LineRate: 8 * capacity, BaseRTT: b})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -110,14 +110,14 @@ func TestDelayEquilibriumIsRTTFair(t *testing.T) {
 		for now := step; now <= 30*time.Second; now += step {
 			in := 0.0
 			for i, a := range flows {
-				r := a.PacingRate()
+				r := float64(a.PacingRate())
 				in += r
 				rtt := bases[i] + time.Duration(queue/capacity*1e9)
 				a.OnAck(now, 0, cc.AckSample{AckedBytes: int(r * step.Seconds()), RTT: rtt, SRTT: rtt, MinRTT: bases[i]})
 			}
 			queue = math.Max(0, queue+(in-capacity)*step.Seconds())
 		}
-		r0, r1 := flows[0].PacingRate(), flows[1].PacingRate()
+		r0, r1 := float64(flows[0].PacingRate()), float64(flows[1].PacingRate())
 		if d := math.Abs(r0-r1) / (r0 + r1); d > 0.05 {
 			t.Errorf("%s: 10 ms flow %.3g B/s, 150 ms flow %.3g B/s: not equal", name, r0, r1)
 		}
@@ -155,10 +155,10 @@ func TestLossWithMarksWhileSteering(t *testing.T) {
 			}
 			end := now + rtt
 			for now < end {
-				now += time.Duration(10 * pkt / a.PacingRate() * 1e9)
+				now += time.Duration(10 * pkt / float64(a.PacingRate()) * 1e9)
 				a.OnAck(now, 0, cc.AckSample{AckedBytes: 10 * pkt, MarkedBytes: 5 * pkt, RTT: rtt, SRTT: rtt, MinRTT: base})
 				if r >= 20 {
-					sum += a.PacingRate()
+					sum += float64(a.PacingRate())
 					n++
 				}
 			}

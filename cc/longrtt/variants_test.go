@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/mrgw/mrgw/cc"
+
+	"github.com/mrgw/mrgw/units"
 )
 
 // fluidLink is a fluid model of one bottleneck: a FIFO of capacity bytes/s
@@ -43,7 +45,7 @@ type fluidChunk struct {
 }
 
 func (l *fluidLink) add(name string, base time.Duration, lineRate float64) *fluidFlow {
-	f, err := cc.Lookup(name, cc.Params{LineRateBps: 8 * lineRate, BaseRTT: base})
+	f, err := cc.Lookup(name, cc.Params{LineRate: units.ByteRate(lineRate).Bits(), BaseRTT: base})
 	if err != nil {
 		panic(err)
 	}
@@ -67,7 +69,7 @@ func (l *fluidLink) run(d time.Duration) {
 			if !f.active {
 				continue
 			}
-			b := f.ctl.PacingRate() * l.step.Seconds()
+			b := float64(f.ctl.PacingRate()) * l.step.Seconds()
 			in += b
 			f.ctl.OnSent(l.now, 0, int(b))
 			c := fluidChunk{due: l.now + f.base + qd, bytes: b, rtt: f.base + qd, lost: b * lossFrac}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/mrgw/mrgw/tunnel/pki"
@@ -16,17 +17,24 @@ func newCertCmd() *cobra.Command {
 	var (
 		dir      string
 		caName   string
+		region   string
 		validity time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "cert GATEWAY...",
+		Use:   "cert [REGION/]GATEWAY...",
 		Short: "Mint a development CA and a certificate per gateway",
 		Long: `cert writes DIR/ca.pem and DIR/ca-key.pem (reusing them if they exist) and, for every
-gateway name given, DIR/NAME.pem and DIR/NAME-key.pem: ECDSA P-256, the name as DNS SAN
+gateway given, DIR/NAME.pem and DIR/NAME-key.pem: ECDSA P-256, the name as DNS SAN
 and CN, valid for client and server authentication, as the gateway's mutual-TLS control
-channel expects. Keys are written with mode 0600. For production, use your own CA.`,
-		Example: "  mrgw cert --dir config/examples/two-region/certs euw-gw1 euw-gw2 use-gw1 use-gw2",
-		Args:    cobra.MinimumNArgs(1),
+channel expects. A gateway given as REGION/NAME (or NAME with --region) also gets its
+identity as the URI SAN mrgw://REGION/NAME: peers accept it when that matches what it
+announces in gossip, with no list of peers to keep. A bare NAME without --region makes
+a certificate without a region, as before: peers accept it only when their
+configuration names the gateway (control.peer_names or regions). Keys are written with
+mode 0600. For production, use your own CA.`,
+		Example: "  mrgw cert --dir config/examples/two-region/certs eu-west/euw-gw1 eu-west/euw-gw2 us-east/use-gw1 us-east/use-gw2\n" +
+			"  mrgw cert --dir certs --region ap-south aps-gw1 aps-gw2",
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				return err
@@ -48,22 +56,31 @@ channel expects. Keys are written with mode 0600. For production, use your own C
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "wrote CA %s\n", caCert)
 			}
-			for _, name := range args {
-				id, err := ca.Issue(name, now, validity)
+			for _, arg := range args {
+				reg, name, ok := strings.Cut(arg, "/")
+				if !ok {
+					reg, name = region, arg
+				}
+				id, err := ca.IssueIn(reg, name, now, validity)
 				if err != nil {
-					return fmt.Errorf("%s: %w", name, err)
+					return fmt.Errorf("%s: %w", arg, err)
 				}
 				cert, key := filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")
 				if err := id.WriteFiles(cert, key); err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "wrote %s and %s\n", cert, key)
+				if reg != "" {
+					fmt.Fprintf(cmd.OutOrStdout(), "wrote %s and %s (%s)\n", cert, key, pki.IdentityURI(reg, name))
+				} else {
+					fmt.Fprintf(cmd.OutOrStdout(), "wrote %s and %s (no region)\n", cert, key)
+				}
 			}
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&dir, "dir", "certs", "directory to write the files into")
 	cmd.Flags().StringVar(&caName, "ca-name", "mrgw-dev-ca", "common name of a new CA")
+	cmd.Flags().StringVar(&region, "region", "", "region of the gateways given without one (REGION/NAME overrides it)")
 	cmd.Flags().DurationVar(&validity, "validity", 90*24*time.Hour, "validity of each gateway certificate (the CA gets twice this)")
 	return cmd
 }

@@ -82,7 +82,7 @@ var errSilentConfig = errors.New("see above")
 // the key of the file.
 func checkCertFiles(c *config.Config, now time.Time, soon time.Duration) (problems, warnings []error) {
 	tls := c.Control.TLS
-	ps, ws := pki.CheckFiles(tls.CAFile, tls.CertFile, tls.KeyFile, c.Node.Name, now, soon)
+	ps, ws := pki.CheckFilesIn(tls.CAFile, tls.CertFile, tls.KeyFile, c.Node.Region, c.Node.Name, now, soon)
 	keyed := func(fe *pki.FileError) error {
 		key := "control.tls.key_file"
 		switch fe.Role {

@@ -22,6 +22,8 @@ import (
 	"github.com/mrgw/mrgw/host"
 	"github.com/mrgw/mrgw/internal/cli"
 	"github.com/mrgw/mrgw/metaroce"
+
+	"github.com/mrgw/mrgw/units"
 )
 
 // lanControllers are the controllers a host may use towards its gateways:
@@ -368,6 +370,6 @@ func hostRate(bytes uint64, d time.Duration) string {
 	if d <= 0 {
 		return "n/a"
 	}
-	bps := float64(bytes) * 8 / d.Seconds()
-	return fmt.Sprintf("%.3f Gbit/s (%.1f MB/s)", bps/1e9, bps/8/1e6)
+	r := units.Throughput(float64(bytes), d.Seconds())
+	return fmt.Sprintf("%.3f Gbit/s (%.1f MB/s)", float64(r)/1e9, float64(r.Bytes())/1e6)
 }

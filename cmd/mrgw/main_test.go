@@ -57,7 +57,11 @@ func TestConfigCheckNamesTheKey(t *testing.T) {
 
 func TestCertThenConfigCheckExamples(t *testing.T) {
 	dir := t.TempDir()
-	if _, _, err := run(t, "cert", "--dir", filepath.Join(dir, "certs"), "euw-gw1", "euw-gw2", "use-gw1", "use-gw2"); err != nil {
+	// REGION/NAME, and --region for bare names.
+	if _, _, err := run(t, "cert", "--dir", filepath.Join(dir, "certs"), "eu-west/euw-gw1", "eu-west/euw-gw2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := run(t, "cert", "--dir", filepath.Join(dir, "certs"), "--region", "us-east", "use-gw1", "use-gw2"); err != nil {
 		t.Fatal(err)
 	}
 	files, _ := filepath.Glob("../../config/examples/two-region/*.yaml")
@@ -82,6 +86,21 @@ func TestCertThenConfigCheckExamples(t *testing.T) {
 	}
 	if strings.Count(out, ": ok") != len(args) {
 		t.Fatalf("output: %s", out)
+	}
+	// A certificate of another region is refused by key; the old form (no
+	// region) still passes the check.
+	if _, _, err := run(t, "cert", "--dir", filepath.Join(dir, "certs"), "us-east/euw-gw1"); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, err = run(t, "config", "check", args[0])
+	if err == nil || !strings.Contains(errOut, "control.tls.cert_file") || !strings.Contains(errOut, "mrgw://us-east/euw-gw1") {
+		t.Fatalf("%s with a certificate of another region: %v\n%s", args[0], err, errOut)
+	}
+	if _, _, err := run(t, "cert", "--dir", filepath.Join(dir, "certs"), "euw-gw1"); err != nil {
+		t.Fatal(err)
+	}
+	if out, errOut, err := run(t, "config", "check", args[0]); err != nil || !strings.Contains(out, ": ok") {
+		t.Fatalf("old-form certificate: %v\n%s%s", err, out, errOut)
 	}
 }
 

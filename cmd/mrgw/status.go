@@ -16,6 +16,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mrgw/mrgw/gateway"
+
+	"github.com/mrgw/mrgw/units"
 )
 
 // newStatusCmd is `mrgw status`: a running gateway's peers, paths and
@@ -139,8 +141,8 @@ func rttH(ms float64) string {
 }
 
 // rateH formats bytes per second as bits per second.
-func rateH(bytesPerSec float64) string {
-	b := bytesPerSec * 8
+func rateH(r units.ByteRate) string {
+	b := float64(r.Bits())
 	switch {
 	case b >= 1e9:
 		return fmt.Sprintf("%.2f Gbit/s", b/1e9)

@@ -170,7 +170,7 @@ func variants() []variant {
 			m.CE = false
 			return [][]byte{b}
 		}}, cases: map[string]string{"ecn-ce-echo": "after one CE-marked DATA: want seq"}},
-		{name: "no receive capacity: no rate hints", cfg: func(c *metaroce.Config) { c.ReceiveCapacityBps = 0 },
+		{name: "no receive capacity: no rate hints", cfg: func(c *metaroce.Config) { c.ReceiveCapacity = 0 },
 			cases: map[string]string{"rate-hint-present": "ACK carries no rate hint (0)"}},
 		{name: "rate hint fixed", brk: &breakage{out: mangleAck(func(a *metaroce.Ack) { a.RateHintBps = 10e9 })},
 			cases: map[string]string{"rate-hint-falls": "did not fall when sender B started"}},

@@ -58,12 +58,12 @@ func DefaultConfig() metaroce.Config {
 	p.ProbeInterval = 20 * time.Millisecond
 	p.MaxProbeInterval = 500 * time.Millisecond
 	return metaroce.Config{
-		MTU:                4096,
-		Paths:              8,
-		Path:               p,
-		MaxConns:           256,
-		ReceiveCapacityBps: 10e9,
-		Listen:             true,
+		MTU:             4096,
+		Paths:           8,
+		Path:            p,
+		MaxConns:        256,
+		ReceiveCapacity: 10e9,
+		Listen:          true,
 		// Both wire versions, so that the suite's version-2 cases run.
 		WireVersions: []uint8{metaroce.Version1, metaroce.Version2},
 	}

@@ -16,7 +16,11 @@ const module = "github.com/mrgw/mrgw/"
 // package it does not know, so that placing it is a decision, not an
 // accident. Prefix entries (ending in "/") give a default to a whole tree.
 var rank = map[string]int{
-	// 0: leaves. They import nothing of the project.
+	// -1: the unit types (bits and bytes per second), under everything:
+	// the leaves' boundaries carry them.
+	"units": -1,
+
+	// 0: leaves. They import nothing of the project but the unit types.
 	"internal/":           0,
 	"flowctl":             0,
 	"pathmgr":             0,
@@ -83,6 +87,10 @@ var forbidden = []struct {
 	{"region", []string{"gateway", "config"}, "gossip knows nothing of the daemon or its configuration"},
 	{"config", []string{"gateway"}, "configuration is validated without the daemon"},
 	{"conformance", []string{"metaroce", "pathmgr"}, "the suite judges any implementation by its wire bytes only"},
+	{"host", []string{"tunnel", "tunnel/", "region", "config", "gateway"}, "a host speaks MetaRoCE to its gateways: no tunnel, gossip or daemon configuration"},
+	{"metrics", []string{"gateway", "netio", "netio/", "tunnel", "tunnel/"}, "the catalogue reads counters; the daemon feeds it"},
+	{"netem", []string{"netio", "netio/", "metaroce", "tunnel", "tunnel/", "gateway"}, "the emulator models links; it knows no protocol"},
+	{"cc/longrtt", []string{"metaroce"}, "controllers know nothing of the transport that drives them"},
 }
 
 // external are third-party imports that the sans-I/O packages never pull

@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"github.com/dustin/go-humanize"
+
+	typed "github.com/mrgw/mrgw/units"
 )
 
 // ParseBytes reads a size: a number with an optional unit, decimal (k or
@@ -137,20 +139,7 @@ func rateUnit(unit string) (float64, error) {
 // FormatRate prints a rate in bits per second in the largest unit that
 // keeps it at least 1: "10Gbit/s", "1.5Gbit/s", "200Mbit/s", "999bit/s".
 // ParseRate reads it back (to within rounding of the last digit).
-func FormatRate(bps float64) string {
-	if bps == 0 {
-		return "0"
-	}
-	for _, u := range []struct {
-		name string
-		mult float64
-	}{{"Tbit/s", 1e12}, {"Gbit/s", 1e9}, {"Mbit/s", 1e6}, {"kbit/s", 1e3}} {
-		if math.Abs(bps) >= u.mult {
-			return strconv.FormatFloat(bps/u.mult, 'f', -1, 64) + u.name
-		}
-	}
-	return strconv.FormatFloat(bps, 'f', -1, 64) + "bit/s"
-}
+func FormatRate(bps float64) string { return typed.BitRate(bps).String() }
 
 // ParseFraction reads a probability such as a loss rate: a number in
 // [0, 1] ("0.01") or a percentage ("1%", "0.1%").

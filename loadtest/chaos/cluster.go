@@ -27,6 +27,8 @@ import (
 	"github.com/mrgw/mrgw/gateway"
 	"github.com/mrgw/mrgw/netem"
 	"github.com/mrgw/mrgw/tunnel/pki"
+
+	"github.com/mrgw/mrgw/units"
 )
 
 // Regions of the chaos deployment; each is at one site of the emulator.
@@ -115,8 +117,8 @@ func newCluster(ctx context.Context, o *Options, dir, bin string) (_ *cluster, e
 	c.cancel = cancel
 	c.emu, err = netem.New(ectx, netem.Config{
 		Planes: o.Planes, Seed: o.Seed + 1,
-		Link: netem.LinkConfig{Delay: o.RTT / 2, Rate: o.PlaneRateBps, QueueBytes: int(o.PlaneRateBps / 8 / 50),
-			ECNThreshold: max(int(o.PlaneRateBps/8*2/1000), 3000)},
+		Link: netem.LinkConfig{Delay: o.RTT / 2, Rate: o.PlaneRateBps, QueueBytes: int(uint64(units.BitRate(o.PlaneRateBps).Bytes()) / 50),
+			ECNThreshold: max(int(uint64(units.BitRate(o.PlaneRateBps).Bytes())*2/1000), 3000)},
 		Bind: emuIP, MaxDatagram: 4096 + 256, MaxMappings: 8192,
 	})
 	if err != nil {
@@ -177,7 +179,7 @@ func (c *cluster) certs() error {
 		return err
 	}
 	for _, p := range c.gws {
-		id, err := ca.Issue(p.name, now, 24*time.Hour)
+		id, err := ca.IssueIn(p.region, p.name, now, 24*time.Hour)
 		if err != nil {
 			return err
 		}

@@ -97,8 +97,8 @@ func parse(buf []byte) (id int, n, flow uint64, err error) {
 // LAN probe timeout tolerates the scheduling delays of a loaded machine.
 func hostProtocol() metaroce.Config {
 	return metaroce.Config{
-		Paths:              4,
-		ReceiveCapacityBps: 4e9,
+		Paths:           4,
+		ReceiveCapacity: 4e9,
 		Path: pathmgr.Config{
 			InitialRTT: 5 * time.Millisecond, MinPTO: 30 * time.Millisecond, MaxAckDelay: time.Millisecond,
 			DownAfter: 3, ProbeInterval: 20 * time.Millisecond, MaxProbeInterval: time.Second, UpAfter: 2,

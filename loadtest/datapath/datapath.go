@@ -36,6 +36,8 @@ import (
 	"github.com/mrgw/mrgw/pathmgr"
 	"github.com/mrgw/mrgw/tunnel"
 	"github.com/mrgw/mrgw/tunnel/tunneltest"
+
+	"github.com/mrgw/mrgw/units"
 )
 
 // Options configure Run. Zero values pick the defaults.
@@ -261,7 +263,7 @@ func RawUDP(ctx context.Context, opts udp.Options, size int, d time.Duration) (R
 	secs := m1.wall.Sub(m0.wall).Seconds()
 	st := tx.Stats()
 	return Result{
-		bps: float64(b1-b0) * 8 / secs, cpu: (m1.cpu - m0.cpu).Seconds() / secs,
+		bps: float64(units.Throughput(float64(b1-b0), secs)), cpu: (m1.cpu - m0.cpu).Seconds() / secs,
 		gso: st.GSO, gro: rx.Stats().GRO,
 	}, nil
 }
@@ -364,7 +366,7 @@ func Tunnel(ctx context.Context, o Options, udpOpts udp.Options, sealed bool) (R
 	retx1, to1 := conn()
 	secs := m1.wall.Sub(m0.wall).Seconds()
 	r := Result{
-		bps: float64(d1-d0) * 8 / secs, cpu: (m1.cpu - m0.cpu).Seconds() / secs,
+		bps: float64(units.Throughput(float64(d1-d0), secs)), cpu: (m1.cpu - m0.cpu).Seconds() / secs,
 		gso: sa.GSO, gro: sb.GRO, retx: retx1 - retx0, timeouts: to1 - to0, datagrams: pkts,
 	}
 	if pkts > 0 {

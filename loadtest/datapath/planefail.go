@@ -19,6 +19,8 @@ import (
 	"github.com/mrgw/mrgw/pathmgr"
 	"github.com/mrgw/mrgw/tunnel"
 	"github.com/mrgw/mrgw/tunnel/tunneltest"
+
+	"github.com/mrgw/mrgw/units"
 )
 
 // PlaneFailureOptions configure PlaneFailure. Zero values pick the
@@ -180,7 +182,7 @@ func pfTunnels(ctx context.Context, em *netem.Emulator, o PlaneFailureOptions, p
 	proto := func(listen bool) metaroce.Config {
 		return metaroce.Config{
 			MTU: 1400, Paths: paths, Listen: listen, Seed: 11,
-			CC:          cc.NewFixed(48<<10, float64(o.Planes)*float64(o.RateBps)/8),
+			CC:          cc.NewFixed(48<<10, units.BitRate(float64(o.Planes)*float64(o.RateBps)).Bytes()),
 			MaxAckDelay: 2 * time.Millisecond,
 			Path: pathmgr.Config{
 				InitialRTT: 2 * o.OneWay, MinPTO: 10 * time.Millisecond, MaxAckDelay: 2 * time.Millisecond,

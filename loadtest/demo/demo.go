@@ -24,6 +24,8 @@ import (
 	"github.com/mrgw/mrgw/loadtest/lab"
 	"github.com/mrgw/mrgw/loadtest/recovery"
 	"github.com/mrgw/mrgw/netem"
+
+	"github.com/mrgw/mrgw/units"
 )
 
 // Options are the demo's knobs (the flags of `mrgw-lab demo`).
@@ -193,7 +195,7 @@ func (r *rig) build(ctx context.Context) error {
 	o := r.o
 	l, err := lab.New(ctx, lab.Config{
 		Planes: o.Planes, OneWay: o.RTT / 2, Loss: o.Loss, RateBps: uint64(o.RateMbit * 1e6),
-		Queue: int(o.RateMbit * 1e6 / 8 * 0.02), // 20 ms of queue at the plane rate
+		Queue: int(float64(units.BitRate(o.RateMbit*1e6).Bytes()) * 0.02), // 20 ms of queue at the plane rate
 		MTU:   4096, Paths: 16, Admin: false, Seed: uint64(time.Now().UnixNano()),
 		Logger: o.Logger,
 	})
@@ -210,7 +212,7 @@ func (r *rig) build(ctx context.Context) error {
 	}
 	r.say("gateways up: gossip joined, 8 sealed WAN connections established\n")
 	for reg, name := range map[string]string{lab.RegionA: "trainer-a", lab.RegionB: "trainer-b"} {
-		h, err := host.New(host.Config{Name: name, Region: reg, Gateways: l.HostGateways(reg), Key: l.HostKey, DeadAfter: time.Second, Logger: o.Logger})
+		h, err := host.New(host.Config{Name: name, Region: reg, Gateways: l.HostGateways(reg), Key: l.HostKey, Logger: o.Logger})
 		if err != nil {
 			return err
 		}
@@ -340,7 +342,7 @@ func (r *rig) drive(ctx context.Context, start time.Time) (planeFault, error) {
 			}
 		}
 		d := r.delivered.Load()
-		rate := float64(d-last) * 8 / 1e6
+		rate := float64(units.Throughput(float64(d-last), 1)) / 1e6 // a tick is a second
 		last = d
 		f.series = append(f.series, rate)
 		rtt, retr := gatewayPathStats(r.lab)
@@ -398,7 +400,7 @@ func (r *rig) report(start time.Time, f planeFault, sampler *recovery.Sampler) *
 		dp := Plane{Plane: p, Down: r.lab.Emu.Down(p)}
 		for d := range 2 {
 			s := es.Links[d][p]
-			dp.GoodputMbit += float64(s.BytesDelivered) * 8 / 1e6 / o.Duration.Seconds()
+			dp.GoodputMbit += float64(units.Throughput(float64(s.BytesDelivered), o.Duration.Seconds())) / 1e6
 			dp.Datagrams += s.Delivered
 			dp.LossDrops += s.LossDrops
 			dp.QueueDrops += s.QueueDrops
@@ -407,7 +409,7 @@ func (r *rig) report(start time.Time, f planeFault, sampler *recovery.Sampler) *
 		}
 		rep.PlaneStats = append(rep.PlaneStats, dp)
 	}
-	rep.GoodputMbit = float64(r.delivered.Load()) * 8 / 1e6 / o.Duration.Seconds()
+	rep.GoodputMbit = float64(units.Throughput(float64(r.delivered.Load()), o.Duration.Seconds())) / 1e6
 	rep.MeasuredRTTms, rep.Retransmits = gatewayPathStats(r.lab)
 	for _, h := range r.hosts {
 		s := h.Stats()

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/mrgw/mrgw/internal/report"
+
+	"github.com/mrgw/mrgw/units"
 )
 
 // sample records goodput and the watched connection's paths every Bin.
@@ -36,7 +38,7 @@ func (e *env) sample(ctx context.Context, ser *Series, stop <-chan struct{}, pea
 		ser.mu.Lock()
 		ser.Delivered.Add(e.start.Add(el), tot)
 		ser.T = append(ser.T, el.Seconds())
-		ser.Goodput = append(ser.Goodput, float64(tot-last)*8/e.o.Bin.Seconds())
+		ser.Goodput = append(ser.Goodput, float64(units.Throughput(float64(tot-last), e.o.Bin.Seconds())))
 		ser.mu.Unlock()
 		last = tot
 		var mem, flows int64
@@ -212,9 +214,9 @@ func (e *env) row(ser *Series, steps []time.Duration, stepRates []float64) repor
 		if len(steps) > 0 {
 			r.StepMs = ms(total) / float64(len(steps))
 			bytesPerStep := float64(len(e.flows)) * float64(e.sc.msgSize)
-			r.GoodputBps = bytesPerStep * 8 * float64(len(steps)) / total.Seconds()
+			r.GoodputBps = float64(units.Throughput(bytesPerStep*float64(len(steps)), total.Seconds()))
 			if r.CapacityBps > 0 {
-				r.IdealStepMs = bytesPerStep * 8 / r.CapacityBps * 1000
+				r.IdealStepMs = bytesPerStep / float64(units.BitRate(r.CapacityBps).Bytes()) * 1000
 				r.StepRatio = r.StepMs / r.IdealStepMs
 			}
 		}

@@ -21,6 +21,8 @@ import (
 	"github.com/mrgw/mrgw/loadtest/lab"
 	"github.com/mrgw/mrgw/loadtest/recovery"
 	"github.com/mrgw/mrgw/netem"
+
+	"github.com/mrgw/mrgw/units"
 )
 
 // Options tune how a scenario runs (not what it does).
@@ -123,8 +125,8 @@ func (e *env) trace(el time.Duration, goodput float64) {
 		if len(e.lastEmu.Links[d]) > 0 {
 			prev = e.lastEmu.Total(netem.Dir(d))
 		}
-		fmt.Fprintf(&b, " | d%d in %6.1fM out %6.1fM qd %d ld %d late %v", d, float64(cur.BytesIn-prev.BytesIn)*8/e.o.Bin.Seconds()/1e6,
-			float64(cur.BytesDelivered-prev.BytesDelivered)*8/e.o.Bin.Seconds()/1e6,
+		fmt.Fprintf(&b, " | d%d in %6.1fM out %6.1fM qd %d ld %d late %v", d, float64(units.Throughput(float64(cur.BytesIn-prev.BytesIn), e.o.Bin.Seconds()))/1e6,
+			float64(units.Throughput(float64(cur.BytesDelivered-prev.BytesDelivered), e.o.Bin.Seconds()))/1e6,
 			cur.QueueDrops-prev.QueueDrops, cur.LossDrops-prev.LossDrops, st.Late[d].Max.Round(time.Millisecond))
 	}
 	e.lastEmu = st
@@ -147,12 +149,12 @@ func (e *env) trace(el time.Duration, goodput float64) {
 				down++
 			}
 		}
-		fmt.Fprintf(&b, " | %s f%d mem %dK lanin %.1fM hosts %d (%d no path up)", n, gs.Flows.Active, gs.Memory.InUse>>10, gs.LANInBps*8/1e6, gs.Hosts, down)
+		fmt.Fprintf(&b, " | %s f%d mem %dK lanin %.1fM hosts %d (%d no path up)", n, gs.Flows.Active, gs.Memory.InUse>>10, float64(gs.LANInBps.Bits())/1e6, gs.Hosts, down)
 		for _, hl := range gs.HostLinks {
 			if hl.FlowsOut == 0 {
 				continue
 			}
-			fmt.Fprintf(&b, " >%s pace %.1fM cw %dK inf %dK up %d lost %d rtx %d", hl.Endpoint, hl.PacingBps*8/1e6, hl.Cwnd>>10, hl.Inflight>>10, hl.PathsUp, hl.Lost, hl.Retrans)
+			fmt.Fprintf(&b, " >%s pace %.1fM cw %dK inf %dK up %d lost %d rtx %d", hl.Endpoint, float64(hl.PacingBps.Bits())/1e6, hl.Cwnd>>10, hl.Inflight>>10, hl.PathsUp, hl.Lost, hl.Retrans)
 		}
 		for _, p := range gs.Peers {
 			if p.TxBps < 1e5 {
@@ -167,7 +169,7 @@ func (e *env) trace(el time.Duration, goodput float64) {
 					inf += pa.Inflight
 				}
 			}
-			fmt.Fprintf(&b, " >%s %.1fM pace %.1fM cw %dK inf %dK lost %d %v", p.Name, p.TxBps*8/1e6, p.PacingBps*8/1e6, cw>>10, inf>>10, p.Lost, states)
+			fmt.Fprintf(&b, " >%s %.1fM pace %.1fM cw %dK inf %dK lost %d %v", p.Name, float64(p.TxBps.Bits())/1e6, float64(p.PacingBps.Bits())/1e6, cw>>10, inf>>10, p.Lost, states)
 		}
 	}
 	fmt.Fprintln(e.o.Trace, b.String())

@@ -15,6 +15,7 @@ import (
 
 	"github.com/mrgw/mrgw/internal/units"
 	"github.com/mrgw/mrgw/netem"
+	typed "github.com/mrgw/mrgw/units"
 )
 
 // Workload patterns.
@@ -275,7 +276,7 @@ func (s *Scenario) resolveLinks(r *resolved) error {
 		return fmt.Errorf("link: %v", err)
 	}
 	if base.QueueBytes == 0 && base.Rate > 0 {
-		base.QueueBytes = max(int(base.Rate/8/50), 16<<10) // 20 ms at the rate
+		base.QueueBytes = max(int(uint64(typed.BitRate(base.Rate).Bytes())/50), 16<<10) // 20 ms at the rate
 	}
 	if base.Rate > 10e9 {
 		return errors.New("link rate above 10 Gbit/s (this is a loopback lab)")

@@ -87,7 +87,7 @@ func labHostProtocol() metaroce.Config {
 		Paths: 4,
 		// The host's receive capacity, divided among the gateways that
 		// send to it as rate hints (labHostReceiveBps).
-		ReceiveCapacityBps: labHostReceiveBps,
+		ReceiveCapacity: labHostReceiveBps,
 		Path: pathmgr.Config{
 			InitialRTT: 5 * time.Millisecond, MinPTO: lab.LANMinPTO, MaxAckDelay: time.Millisecond,
 			DownAfter: 3, ProbeInterval: 20 * time.Millisecond, MaxProbeInterval: time.Second, UpAfter: 2,

@@ -1,11 +1,20 @@
 //go:build linux
 
 // Package lab builds a complete two-region mrgw deployment inside one
-// process, on loopback: two gateway pairs (eu-west: euw-gw1, euw-gw2;
-// us-east: use-gw1, use-gw2), a throwaway CA and certificates in a
+// process, on loopback: two gateways per region (eu-west: euw-gw1,
+// euw-gw2; us-east: use-gw1, use-gw2; Region.Gateways: 1 to 9), a
+// throwaway CA and certificates naming each gateway's region in a
 // temporary directory, fast gossip timings, and the link emulator
 // (netem) between the regions, so that every WAN datagram crosses
-// emulated planes with delay, loss and a rate. `mrgw demo` and the
+// emulated planes with delay, loss and a rate. The configurations are
+// seed-only, as a fleet's are: each names its own gateway, planes, TLS
+// files, gossip seeds and keys, and nothing about other regions; the
+// gateways find each other by gossip (a plane announces its emulator
+// stand-in as wan.planes[].advertise). Regions at one site of the
+// emulator cannot reach each other through it, so they deny each other
+// (control.deny REGION/*). Config.Direct drops the emulator (every region
+// reaches every other over loopback) and AddRegion starts another region
+// in a running lab, touching nothing else. `mrgw demo` and the
 // gateway's end-to-end tests run on it. Config.Regions builds other
 // layouts: any regions at either site of the emulator, each at its own
 // distance (mrgw loadtest fairness: three source regions 10, 50 and
@@ -14,6 +23,8 @@
 // Each gateway gets its own loopback address (127.0.0.11, .12, .21, .22)
 // and the emulator 127.0.0.200, so that hosts on 127.0.0.1 never share an
 // address with a gateway or a stand-in.
+//
+// It is lab code: the daemon never imports it (internal/layering checks it).
 package lab
 
 import (
@@ -28,6 +39,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -38,6 +50,8 @@ import (
 	"github.com/mrgw/mrgw/netem"
 	"github.com/mrgw/mrgw/pathmgr"
 	"github.com/mrgw/mrgw/tunnel/pki"
+
+	"github.com/mrgw/mrgw/units"
 )
 
 // Regions of the lab and the emulator site of each.
@@ -116,6 +130,10 @@ type Config struct {
 	FlowCreditBytes, MemoryBytes int64
 	// MaxFlows is limits.max_flows of every gateway [the config default].
 	MaxFlows int
+	// Direct: no emulator; gateways send WAN datagrams to each other over
+	// loopback, every region reaches every other, and sites are ignored
+	// (Lab.Emu is nil).
+	Direct bool
 }
 
 // Lab is the running deployment.
@@ -129,6 +147,9 @@ type Lab struct {
 	// hosts of the lab register with it.
 	HostKey *host.Key
 	cfg     Config
+	ca      *pki.CA
+	ips     map[string]netip.Addr
+	addrs   map[string]*gatewayAddrs
 	// realOf maps each gateway's WAN stand-in to its real address (for
 	// the gateways' ECMPLane).
 	realOf map[netip.AddrPort]netip.AddrPort
@@ -143,11 +164,11 @@ type Lab struct {
 // not running: see Start).
 func New(ctx context.Context, cfg Config) (_ *Lab, err error) {
 	cfg.fill()
-	ips, err := checkRegions(cfg.Regions)
+	ips, err := checkRegions(cfg.Regions, cfg.Direct)
 	if err != nil {
 		return nil, err
 	}
-	l := &Lab{cfg: cfg, Gateways: map[string]*gateway.Gateway{}, Configs: map[string]*config.Config{}, Names: map[string][]string{}}
+	l := &Lab{cfg: cfg, Gateways: map[string]*gateway.Gateway{}, Configs: map[string]*config.Config{}, Names: map[string][]string{}, ips: ips}
 	secret := make([]byte, 32)
 	_, _ = rand.Read(secret)
 	l.HostKey = &host.Key{ID: "lab", Secret: secret}
@@ -185,6 +206,7 @@ func New(ctx context.Context, cfg Config) (_ *Lab, err error) {
 	if err != nil {
 		return nil, err
 	}
+	l.addrs = all
 	for reg, names := range l.Names {
 		for _, n := range names {
 			c, err := l.gatewayConfig(reg, n, all)
@@ -198,10 +220,69 @@ func New(ctx context.Context, cfg Config) (_ *Lab, err error) {
 		c.Close()
 	}
 	held = nil
-	if err := l.newGateways(); err != nil {
+	var names []string
+	for n := range l.Configs {
+		names = append(names, n)
+	}
+	if err := l.newGateways(names); err != nil {
 		return nil, err
 	}
 	return l, nil
+}
+
+// AddRegion adds region r to a running lab (Direct, or at the site
+// opposite every region it must reach): certificates, seed-only
+// configurations whose seeds are the lab's gateways, and its gateways,
+// started. Nothing of the running gateways changes: they learn of the new
+// region by gossip. It returns the new gateways' names.
+func (l *Lab) AddRegion(r Region) ([]string, error) {
+	all := append(slices.Clone(l.cfg.Regions), r)
+	ips, err := checkRegions(all, l.cfg.Direct)
+	if err != nil {
+		return nil, err
+	}
+	r = all[len(all)-1]
+	var names []string
+	for i := range r.Gateways {
+		names = append(names, fmt.Sprintf("%s-gw%d", r.Prefix, i+1))
+	}
+	var held []io.Closer
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	l.cfg.Regions = all
+	l.Names[r.Name] = names
+	for _, n := range names {
+		l.ips[n] = ips[n]
+		if err := l.issue(r.Name, n); err != nil {
+			return nil, err
+		}
+		a, err := l.gatewayPorts(r, n, ips[n], &held)
+		if err != nil {
+			return nil, err
+		}
+		l.addrs[n] = a
+	}
+	for _, n := range names {
+		c, err := l.gatewayConfig(r.Name, n, l.addrs)
+		if err != nil {
+			return nil, err
+		}
+		l.Configs[n] = c
+	}
+	for _, c := range held {
+		c.Close()
+	}
+	held = nil
+	if err := l.newGateways(names); err != nil {
+		return nil, err
+	}
+	for _, n := range names {
+		l.run(l.Gateways[n])
+	}
+	return names, nil
 }
 
 // fill fills in the defaults.
@@ -252,6 +333,9 @@ func (l *Lab) region(name string) Region {
 // across the sites that differs from the planes'.
 func (l *Lab) pairDelays(ips map[string]netip.Addr) []netem.PairDelay {
 	var pairs []netem.PairDelay
+	if l.cfg.Direct {
+		return nil
+	}
 	for _, ra := range l.cfg.Regions {
 		for _, rb := range l.cfg.Regions {
 			if ra.Site != netem.SiteA || rb.Site != netem.SiteB {
@@ -277,6 +361,9 @@ func (l *Lab) pairDelays(ips map[string]netip.Addr) []netem.PairDelay {
 // startEmulator starts the emulator between the sites.
 func (l *Lab) startEmulator(pairs []netem.PairDelay) error {
 	cfg := &l.cfg
+	if cfg.Direct {
+		return nil
+	}
 	var ectx context.Context
 	ectx, l.cancel = context.WithCancel(context.Background())
 	var err error
@@ -306,28 +393,42 @@ func (l *Lab) ports(ips map[string]netip.Addr, held *[]io.Closer) (map[string]*g
 	all := map[string]*gatewayAddrs{}
 	for reg, names := range l.Names {
 		for _, n := range names {
-			ip := ips[n]
-			a := &gatewayAddrs{}
-			for _, p := range []*netip.AddrPort{&a.lan, &a.wan, &a.ctl, &a.gossip, &a.admin} {
-				var hold []io.Closer
-				var perr error
-				if *p, hold, perr = freePort(ip); perr != nil {
-					return nil, perr
-				}
-				*held = append(*held, hold...)
+			a, err := l.gatewayPorts(l.region(reg), n, ips[n], held)
+			if err != nil {
+				return nil, err
 			}
-			var err error
-			if a.standIn, err = l.Emu.Expose(l.region(reg).Site, a.wan); err != nil {
-				return nil, fmt.Errorf("lab: expose %s: %w", n, err)
-			}
-			if l.realOf == nil {
-				l.realOf = map[netip.AddrPort]netip.AddrPort{}
-			}
-			l.realOf[a.standIn] = a.wan
 			all[n] = a
 		}
 	}
 	return all, nil
+}
+
+// gatewayPorts chooses the ports of gateway n of region r at ip and
+// exposes its WAN address through the emulator (Direct: the stand-in is
+// the address itself).
+func (l *Lab) gatewayPorts(r Region, n string, ip netip.Addr, held *[]io.Closer) (*gatewayAddrs, error) {
+	a := &gatewayAddrs{}
+	for _, p := range []*netip.AddrPort{&a.lan, &a.wan, &a.ctl, &a.gossip, &a.admin} {
+		var hold []io.Closer
+		var perr error
+		if *p, hold, perr = freePort(ip); perr != nil {
+			return nil, perr
+		}
+		*held = append(*held, hold...)
+	}
+	if l.cfg.Direct {
+		a.standIn = a.wan
+		return a, nil
+	}
+	var err error
+	if a.standIn, err = l.Emu.Expose(r.Site, a.wan); err != nil {
+		return nil, fmt.Errorf("lab: expose %s: %w", n, err)
+	}
+	if l.realOf == nil {
+		l.realOf = map[netip.AddrPort]netip.AddrPort{}
+	}
+	l.realOf[a.standIn] = a.wan
+	return a, nil
 }
 
 // gatewayConfig is the configuration of gateway n of region reg.
@@ -338,7 +439,11 @@ func (l *Lab) gatewayConfig(reg, n string, all map[string]*gatewayAddrs) (*confi
 	c.Node = config.Node{Name: n, Region: reg}
 	c.LAN.Listen = a.lan.String()
 	c.LAN.HostKeys = []string{l.HostKey.ID + ":" + base64.StdEncoding.EncodeToString(l.HostKey.Secret)}
+	// Peers learn where to send from gossip: the emulator's stand-in.
 	c.WAN.Planes = []config.Plane{{Name: "wan", Local: a.wan.String()}}
+	if a.standIn != a.wan {
+		c.WAN.Planes[0].Advertise = a.standIn.String()
+	}
 	c.WAN.MTU = cfg.MTU
 	c.WAN.PathsPerPeer = cfg.Paths
 	c.WAN.CongestionControl = cfg.WANControl
@@ -350,26 +455,17 @@ func (l *Lab) gatewayConfig(reg, n string, all map[string]*gatewayAddrs) (*confi
 		CertFile: filepath.Join(l.dir, n+".pem"),
 		KeyFile:  filepath.Join(l.dir, n+"-key.pem"),
 	}
-	// Every region at the other site; regions of one site do not
-	// talk to each other (the emulator only joins the sites).
+	// Seed-only: nothing about other regions. Regions of one site do
+	// not talk to each other (the emulator only joins the sites), so
+	// they deny each other.
 	self := l.region(reg)
 	c.Regions = nil
-	for _, or := range cfg.Regions {
-		if or.Site == self.Site {
-			continue
+	if !cfg.Direct {
+		for _, or := range cfg.Regions {
+			if or.Site == self.Site && or.Name != reg {
+				c.Control.Deny = append(c.Control.Deny, or.Name+"/*")
+			}
 		}
-		d := self.OneWay
-		if d == 0 {
-			d = or.OneWay
-		}
-		if d == 0 {
-			d = cfg.OneWay
-		}
-		r := config.Region{Name: or.Name, RTTHint: 2 * d}
-		for _, pn := range l.Names[or.Name] {
-			r.Gateways = append(r.Gateways, config.RemoteGateway{Name: pn, Control: all[pn].ctl.String(), WAN: []string{all[pn].standIn.String()}})
-		}
-		c.Regions = append(c.Regions, r)
 	}
 	c.Gossip.Bind = a.gossip.String()
 	for m, b := range all {
@@ -377,6 +473,7 @@ func (l *Lab) gatewayConfig(reg, n string, all map[string]*gatewayAddrs) (*confi
 			c.Gossip.Seeds = append(c.Gossip.Seeds, b.gossip.String())
 		}
 	}
+	slices.Sort(c.Gossip.Seeds)
 	c.Gossip.Profile = config.GossipProfileCustom
 	// Fast, but not so fast that a loaded machine's scheduling
 	// stalls read as deaths: with a 100 ms probe timeout and
@@ -415,19 +512,24 @@ func (l *Lab) gatewayConfig(reg, n string, all map[string]*gatewayAddrs) (*confi
 	return c, nil
 }
 
-// newGateways creates a gateway of every configuration.
-func (l *Lab) newGateways() error {
-	for n, c := range l.Configs {
+// newGateways creates the gateways of the configurations named.
+func (l *Lab) newGateways(names []string) error {
+	for _, n := range names {
+		c := l.Configs[n]
 		dir := netem.From(l.region(c.Node.Region).Site)
-		g, err := gateway.New(c, gateway.Options{
+		var lane gateway.ECMPLaneOf
+		if l.Emu != nil {
 			// Which emulated plane a WAN datagram takes (mrgw probe).
-			ECMPLane: func(src, dst netip.AddrPort) int {
+			lane = func(src, dst netip.AddrPort) int {
 				real, ok := l.realOf[dst]
 				if !ok {
 					return -1
 				}
 				return l.Emu.PlaneOf(dir, src, real)
-			},
+			}
+		}
+		g, err := gateway.New(c, gateway.Options{
+			ECMPLane:         lane,
 			Logger:           l.cfg.Logger,
 			Protocol:         l.tune,
 			ControlKeepalive: 500 * time.Millisecond,
@@ -458,7 +560,7 @@ const LANMinPTO = 30 * time.Millisecond
 // checkRegions validates the regions and returns each gateway's IP:
 // 127.0.0.(10(k+1)+i+1) for gateway i of region k (127.0.0.11, .12, .21,
 // .22 in the default lab).
-func checkRegions(rs []Region) (map[string]netip.Addr, error) {
+func checkRegions(rs []Region, direct bool) (map[string]netip.Addr, error) {
 	if len(rs) > MaxRegions {
 		return nil, fmt.Errorf("lab: %d regions (at most %d)", len(rs), MaxRegions)
 	}
@@ -493,7 +595,7 @@ func checkRegions(rs []Region) (map[string]netip.Addr, error) {
 			ips[n] = netip.AddrFrom4([4]byte{127, 0, 0, byte(10*(k+1) + i + 1)})
 		}
 	}
-	if !sites[netem.SiteA] || !sites[netem.SiteB] {
+	if (!sites[netem.SiteA] || !sites[netem.SiteB]) && !direct {
 		return nil, errors.New("lab: the regions must cover both emulator sites")
 	}
 	return ips, nil
@@ -520,16 +622,25 @@ func (l *Lab) certs(ips map[string]netip.Addr) error {
 	if err := pki.WriteCertPEM(filepath.Join(l.dir, "ca.pem"), ca.Cert); err != nil {
 		return err
 	}
-	for n := range ips {
-		id, err := ca.Issue(n, now, 24*time.Hour)
-		if err != nil {
-			return err
-		}
-		if err := id.WriteFiles(filepath.Join(l.dir, n+".pem"), filepath.Join(l.dir, n+"-key.pem")); err != nil {
-			return err
+	l.ca = ca
+	for reg, names := range l.Names {
+		for _, n := range names {
+			if err := l.issue(reg, n); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
+}
+
+// issue writes the certificate of gateway n of region reg: its identity
+// mrgw://REGION/NAME is what peers compare with its gossip announcement.
+func (l *Lab) issue(reg, n string) error {
+	id, err := l.ca.IssueIn(reg, n, time.Now().Add(-time.Hour), 24*time.Hour)
+	if err != nil {
+		return err
+	}
+	return id.WriteFiles(filepath.Join(l.dir, n+".pem"), filepath.Join(l.dir, n+"-key.pem"))
 }
 
 // freePort finds a port free for both UDP and TCP on ip. The sockets that
@@ -555,27 +666,32 @@ func freePort(ip netip.Addr) (netip.AddrPort, []io.Closer, error) {
 // Start runs every gateway.
 func (l *Lab) Start() {
 	for _, g := range l.Gateways {
-		l.wg.Add(1)
-		go func() {
-			defer l.wg.Done()
-			_ = g.Run(context.Background())
-		}()
+		l.run(g)
 	}
 }
 
-// WaitReady waits until every running gateway has its WAN connections to
-// both gateways of the other region up.
+func (l *Lab) run(g *gateway.Gateway) {
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		_ = g.Run(context.Background())
+	}()
+}
+
+// WaitReady waits until every running gateway has its WAN connections up
+// to every gateway of every region it reaches (the other site's, or with
+// Direct every other region's), as gossip announced them.
 func (l *Lab) WaitReady(ctx context.Context) error {
 	for {
 		ok := true
-		for _, g := range l.Gateways {
+		for n, g := range l.Gateways {
 			select {
 			case <-g.Done():
 				continue
 			default:
 			}
 			st := g.Status()
-			if len(st.Peers) == 0 {
+			if len(st.Peers) < l.reachable(n) {
 				ok = false
 			}
 			for _, p := range st.Peers {
@@ -598,7 +714,26 @@ func (l *Lab) WaitReady(ctx context.Context) error {
 	}
 }
 
-// HostGateways returns the LAN addresses of a region's gateway pair.
+// reachable is the number of running gateways gateway n connects to.
+func (l *Lab) reachable(n string) int {
+	self := l.region(l.Configs[n].Node.Region)
+	k := 0
+	for _, r := range l.cfg.Regions {
+		if r.Name == self.Name || (!l.cfg.Direct && r.Site == self.Site) {
+			continue
+		}
+		for _, m := range l.Names[r.Name] {
+			select {
+			case <-l.Gateways[m].Done():
+			default:
+				k++
+			}
+		}
+	}
+	return k
+}
+
+// HostGateways returns the LAN addresses of a region's gateways.
 func (l *Lab) HostGateways(region string) []netip.AddrPort {
 	var out []netip.AddrPort
 	for _, n := range l.Names[region] {
@@ -634,9 +769,13 @@ func ecnThreshold(cfg Config) int {
 	if cfg.RateBps == 0 {
 		return 0
 	}
-	t := int(cfg.RateBps / 8 * 2 / 1000)
+	t := int(uint64(units.BitRate(cfg.RateBps).Bytes()) * 2 / 1000)
 	if q := cfg.Queue / 4; q > 0 && q < t {
 		t = q
 	}
 	return max(t, 3000)
 }
+
+// CA is the lab's certificate authority (tests mint certificates of
+// gateways that are not in the lab with it).
+func (l *Lab) CA() *pki.CA { return l.ca }

@@ -18,6 +18,8 @@ import (
 	"github.com/mrgw/mrgw/internal/report"
 	"github.com/mrgw/mrgw/loadtest/tunemu"
 	"github.com/mrgw/mrgw/netem"
+
+	"github.com/mrgw/mrgw/units"
 )
 
 // The coexistence scenario (Coexistence) puts two flows on one emulated
@@ -351,8 +353,8 @@ func coexistRun(ctx context.Context, p Pair, l Link, o Options) (rows [2]report.
 			dt := now.Sub(prevT).Seconds()
 			st := te.Stats().Total(netem.AtoB)
 			fmt.Fprintf(trace, "  t=%4.1fs %s=%6.1fMb/s %s %s=%6.1fMb/s %s | link ce=%d qdrop=%d maxq=%.2fbdp\n",
-				now.Sub(t0).Seconds(), systems[0], float64(cur[0]-prev[0])*8/dt/1e6, flows[0].status(),
-				systems[1], float64(cur[1]-prev[1])*8/dt/1e6, flows[1].status(),
+				now.Sub(t0).Seconds(), systems[0], float64(units.Throughput(float64(cur[0]-prev[0]), dt))/1e6, flows[0].status(),
+				systems[1], float64(units.Throughput(float64(cur[1]-prev[1]), dt))/1e6, flows[1].status(),
 				st.CEMarks, st.QueueDrops, float64(st.MaxQueueBytes)/l.BDP())
 			if d := deviceDrops(te); d[0] >= 0 {
 				fmt.Fprintf(trace, "           tun-drops a->b=%d b->a=%d\n", d[0], d[1])
@@ -369,7 +371,7 @@ func coexistRun(ctx context.Context, p Pair, l Link, o Options) (rows [2]report.
 	secs := t1.Sub(t0).Seconds()
 	var bps [2]float64
 	for i := range bps {
-		bps[i] = float64(b1[i]-b0[i]) * 8 / secs
+		bps[i] = float64(units.Throughput(float64(b1[i]-b0[i]), secs))
 	}
 	total := bps[0] + bps[1]
 	var results [2]Result

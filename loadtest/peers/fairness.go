@@ -20,6 +20,8 @@ import (
 	"github.com/mrgw/mrgw/netio/udp"
 	"github.com/mrgw/mrgw/tunnel"
 	"github.com/mrgw/mrgw/tunnel/tunneltest"
+
+	"github.com/mrgw/mrgw/units"
 )
 
 // RTT fairness: flows at different distances behind one bottleneck. Each
@@ -244,7 +246,7 @@ func measureFlows(ctx context.Context, counts []*atomic.Uint64, warmup, duration
 	dt := time.Since(t0).Seconds()
 	out := make([]float64, len(counts))
 	for i, c := range counts {
-		out[i] = float64(c.Load()-b0[i]) * 8 / dt
+		out[i] = float64(units.Throughput(float64(c.Load()-b0[i]), dt))
 	}
 	return out, nil
 }
@@ -438,7 +440,7 @@ func fairQUIC(ctx context.Context, l Link, rtts []time.Duration, o Options) (fai
 // PairDelays give pair k its round trip. Each sender's controller is built
 // for its own round trip and the link's capacity; the receiving gateway's
 // one endpoint knows its WAN capacity and divides it among its senders as
-// rate hints (metaroce.Config.ReceiveCapacityBps), as a gateway does. The
+// rate hints (metaroce.Config.ReceiveCapacity), as a gateway does. The
 // first source is the receiving tunnel's own peer; the others are attached
 // to its endpoint (tunnel.Attach), each with its own control session.
 func fairMRGW(ctx context.Context, l Link, rtts []time.Duration, o Options) (fairResult, error) {

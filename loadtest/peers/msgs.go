@@ -17,6 +17,8 @@ import (
 	"github.com/mrgw/mrgw/loadtest/tunemu"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/netem"
+
+	"github.com/mrgw/mrgw/units"
 )
 
 // MessageSizes is the completion-time scenario's grid, with how many
@@ -375,7 +377,7 @@ func timeSeries(ctx context.Context, p Peer, l Link, o Options, sizes []struct{ 
 			total += t
 		}
 		if total > 0 {
-			rw.GoodputBps = float64(len(ts)*s.Bytes) * 8 / total.Seconds()
+			rw.GoodputBps = float64(units.Throughput(float64(len(ts)*s.Bytes), total.Seconds()))
 			rw.Fraction = rw.GoodputBps / l.Capacity()
 		}
 		if p.System == MRGW {

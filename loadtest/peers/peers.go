@@ -92,6 +92,8 @@ import (
 	"github.com/mrgw/mrgw/internal/report"
 	"github.com/mrgw/mrgw/loadtest/tunemu"
 	"github.com/mrgw/mrgw/netem"
+
+	"github.com/mrgw/mrgw/units"
 )
 
 // System names, as in report rows.
@@ -268,7 +270,7 @@ type Link struct {
 // link builds the Link of a scenario point from the options.
 func (o *Options) link(planes int, capacity float64, rtt time.Duration, loss float64) Link {
 	per := capacity / float64(planes)
-	bdp := per / 8 * rtt.Seconds()
+	bdp := units.BitRate(per).Bytes().BytesIn(rtt)
 	l := Link{Planes: planes, RateBps: per, RTT: rtt, Loss: loss, Seed: o.Seed + 1,
 		QueueBytes: max(64<<10, int(o.QueueBDP*bdp))}
 	if o.ECNBDP > 0 {
@@ -281,7 +283,7 @@ func (o *Options) link(planes int, capacity float64, rtt time.Duration, loss flo
 func (l Link) Capacity() float64 { return float64(l.Planes) * l.RateBps }
 
 // BDP is the whole link's bandwidth-delay product in bytes.
-func (l Link) BDP() float64 { return l.Capacity() / 8 * l.RTT.Seconds() }
+func (l Link) BDP() float64 { return units.BitRate(l.Capacity()).Bytes().BytesIn(l.RTT) }
 
 func (l Link) emuLink() netem.LinkConfig {
 	return netem.LinkConfig{Rate: uint64(l.RateBps), QueueBytes: l.QueueBytes, Delay: l.RTT / 2, Loss: l.Loss,
@@ -383,7 +385,7 @@ func measure(ctx context.Context, count func() uint64, warmup, duration time.Dur
 		return 0, err
 	}
 	t1, b1 := time.Now(), count()
-	return float64(b1-b0) * 8 / t1.Sub(t0).Seconds(), nil
+	return float64(units.Throughput(float64(b1-b0), t1.Sub(t0).Seconds())), nil
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

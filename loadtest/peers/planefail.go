@@ -17,6 +17,8 @@ import (
 	"github.com/mrgw/mrgw/loadtest/tunemu"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/netem"
+
+	"github.com/mrgw/mrgw/units"
 )
 
 // Plane failure among peers: PlaneFailurePlanes planes behind ECMP share
@@ -231,9 +233,9 @@ func (tl timeline) run(ctx context.Context, counts, written []*atomic.Uint64, fa
 		return bps, 0, 0, err
 	}
 	t3, c3 := snap()
-	bps[0] = float64(sum(c0, c1)) * 8 / t1.Sub(t0).Seconds()
-	bps[1] = float64(sum(c1, c2)) * 8 / t2.Sub(t1).Seconds()
-	bps[2] = float64(sum(c2, c3)) * 8 / t3.Sub(t2).Seconds()
+	bps[0] = float64(units.Throughput(float64(sum(c0, c1)), t1.Sub(t0).Seconds()))
+	bps[1] = float64(units.Throughput(float64(sum(c1, c2)), t2.Sub(t1).Seconds()))
+	bps[2] = float64(units.Throughput(float64(sum(c2, c3)), t3.Sub(t2).Seconds()))
 	stalled := 0
 	var stuck uint64
 	for i := range counts {

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/mrgw/mrgw/units"
 )
 
 // Time series for plots (Options.Record): while a run measures, a sampler
@@ -197,7 +199,7 @@ func sample(ctx context.Context, counts []func() uint64, warmup, total time.Dura
 			row := make([]float64, len(counts))
 			for k, c := range counts {
 				v := c()
-				row[k] = float64(v-prev[k]) * 8 / dt
+				row[k] = float64(units.Throughput(float64(v-prev[k]), dt))
 				prev[k] = v
 			}
 			prevT = now

@@ -21,6 +21,8 @@ import (
 	"github.com/mrgw/mrgw/pathmgr"
 	"github.com/mrgw/mrgw/tunnel"
 	"github.com/mrgw/mrgw/tunnel/tunneltest"
+
+	"github.com/mrgw/mrgw/units"
 )
 
 // CCFixed selects, as Options.MRGWCC, a fixed unpaced window of 1.5 BDP
@@ -74,20 +76,20 @@ func protocol(rocev2 bool, l Link, o Options, listen bool) (metaroce.Config, str
 	if rocev2 {
 		cfg.Mode = metaroce.ModeRoCEv2
 		w := int(1.5 * l.BDP())
-		cfg.CC = cc.NewFixed(max(w, 64<<10), capacity/8)
+		cfg.CC = cc.NewFixed(max(w, 64<<10), units.BitRate(capacity).Bytes())
 		name = "fixed"
 	} else if o.MRGWCC == CCFixed || o.MRGWCC == CCFixedPaced {
 		// A fixed window of 1.5 BDP split over the paths, unpaced or paced
 		// at the capacity.
 		w := int(1.5 * l.BDP() / float64(o.Paths))
-		rate := 0.0
+		var rate units.ByteRate
 		if o.MRGWCC == CCFixedPaced {
-			rate = capacity / 8
+			rate = units.BitRate(capacity).Bytes()
 		}
 		cfg.CC = cc.NewFixed(max(w, 16<<10), rate)
 		name = o.MRGWCC
 	} else {
-		f, err := cc.Lookup(o.MRGWCC, cc.Params{LineRateBps: capacity, BaseRTT: l.RTT})
+		f, err := cc.Lookup(o.MRGWCC, cc.Params{LineRate: units.BitRate(capacity), BaseRTT: l.RTT})
 		if err != nil {
 			return cfg, "", err
 		}
@@ -96,7 +98,7 @@ func protocol(rocev2 bool, l Link, o Options, listen bool) (metaroce.Config, str
 		if listen {
 			// The receiver loop: the gateway knows its WAN capacity and
 			// hands each sender its share in every ack.
-			cfg.ReceiveCapacityBps = capacity
+			cfg.ReceiveCapacity = units.BitRate(capacity)
 		}
 	}
 	return cfg, name, nil
@@ -421,7 +423,7 @@ type traceSnap struct {
 	got                     uint64
 	st                      metaroce.ConnStats
 	inflight, window, queue int
-	pacing                  float64
+	pacing                  units.ByteRate
 	link                    netem.LinkStats
 	back                    netem.LinkStats
 	late                    netem.Lateness
@@ -479,11 +481,11 @@ func traceTunnel(ctx context.Context, w io.Writer, f *tunnelFlow, l Link) (stop 
 			d := func(a, b uint64) uint64 { return a - b }
 			fmt.Fprintf(w, "  good=%6.1fMb/s sent=%5d retx=%4d lost=%4d pto=%2d acks=%5d | infl=%.2fbdp win=%.2fbdp pace=%.0fMb/s q=%d"+
 				" forfeit=%3dms | link in=%5d deliv=%5d qdrop=%3d loss=%3d ce=%4d maxq=%.2fbdp | back loss=%3d | emu late mean=%v max=%v\n",
-				float64(cur.got-prev.got)*8/dt/1e6,
+				float64(units.Throughput(float64(cur.got-prev.got), dt))/1e6,
 				d(cur.st.DataSent, prev.st.DataSent), d(cur.st.Retransmits, prev.st.Retransmits),
 				d(cur.st.PacketsLost, prev.st.PacketsLost), d(cur.st.Timeouts, prev.st.Timeouts),
 				d(cur.st.AcksReceived, prev.st.AcksReceived),
-				float64(cur.inflight)/bdp, float64(cur.window)/bdp, cur.pacing*8/1e6, cur.queue,
+				float64(cur.inflight)/bdp, float64(cur.window)/bdp, float64(cur.pacing.Bits())/1e6, cur.queue,
 				d(cur.st.PacingForfeitNs, prev.st.PacingForfeitNs)/1e6,
 				d(cur.link.In, prev.link.In), d(cur.link.Delivered, prev.link.Delivered),
 				d(cur.link.QueueDrops, prev.link.QueueDrops), d(cur.link.LossDrops, prev.link.LossDrops),

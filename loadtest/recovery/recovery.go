@@ -5,13 +5,15 @@
 // a check that messages complete once each, in order. The tunnel's
 // plane-failure test and `mrgw loadtest datapath --plane-failure` share it.
 //
-// This package imports nothing from mrgw.
+// This package imports nothing from mrgw but the unit types (units).
 package recovery
 
 import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/mrgw/mrgw/units"
 )
 
 // Series is a cumulative byte count: Bytes[i] bytes by time At[i], both in
@@ -113,7 +115,7 @@ func (s Series) bytesAt(t time.Time) float64 {
 
 // rate is the goodput between two times, in bits per second.
 func (s Series) rate(from, to time.Time) float64 {
-	return (s.bytesAt(to) - s.bytesAt(from)) * 8 / to.Sub(from).Seconds()
+	return float64(units.Throughput(s.bytesAt(to)-s.bytesAt(from), to.Sub(from).Seconds()))
 }
 
 // Sampler calls a counter at a fixed interval on its own goroutine and

@@ -24,6 +24,8 @@
 // A Conn is safe for concurrent use; concurrent ReadBatch calls (or
 // WriteBatch calls) are serialized. It is Linux only. It knows nothing of
 // encryption (netio/seal) or of paths' state (pathmgr).
+//
+// It imports only internal/ecn from mrgw (internal/layering checks it).
 package udp
 
 import (

@@ -10,6 +10,8 @@ import (
 	"github.com/mrgw/mrgw/internal/report"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/sim"
+
+	"github.com/mrgw/mrgw/units"
 )
 
 // Scenarios maps each `mrgw sim` scenario name to its function.
@@ -44,13 +46,13 @@ var _ = longrtt.DefaultRefRTT // the import registers the long-RTT controllers
 
 // factory looks a controller up with what the scenario knows of the network.
 func factory(name string, lineBps float64, rtt time.Duration) (cc.Factory, error) {
-	return cc.Lookup(name, cc.Params{LineRateBps: lineBps, BaseRTT: rtt})
+	return cc.Lookup(name, cc.Params{LineRate: units.BitRate(lineBps), BaseRTT: rtt})
 }
 
 // ecnThreshold is the marking threshold of the cc scenarios' bottlenecks:
 // a tenth of the bandwidth-delay product, at least 64 KiB.
 func ecnThreshold(bps float64, rtt time.Duration) int {
-	return max(64<<10, int(bps/8*rtt.Seconds()/10))
+	return max(64<<10, int(units.BitRate(bps).Bytes().BytesIn(rtt)/10))
 }
 
 func (o *Options) rateOr(def float64) float64 {
@@ -152,7 +154,7 @@ func rttFairness(o Options, names []string) ([]report.Row, error) {
 			ff[k] = f
 		}
 		s := Setup{Planes: 1, RateBps: rate, RTT: base, Flows: len(RTTFairnessRTTs), FlowRTTs: RTTFairnessRTTs, FlowCC: ff, Paths: 8, NoHints: true,
-			ECNThreshold: ecnThreshold(rate, longest), QueueBytes: int(rate / 8 * longest.Seconds()),
+			ECNThreshold: ecnThreshold(rate, longest), QueueBytes: int(units.BitRate(rate).Bytes().BytesIn(longest)),
 			Duration: o.scale(80 * longest), Warmup: o.scale(30 * longest), Seed: o.Seed + 12, Sample: longest / 2}
 		r, err := Run(s)
 		if err != nil {
@@ -321,7 +323,7 @@ func Incast(o Options) ([]report.Row, error) {
 		k := settleIndex(r.Rate, target, from, 0.10)
 		// The queue must have come down too: rates at the share over a
 		// standing queue are not settled.
-		bdp := rate / 8 * rtt.Seconds()
+		bdp := units.BitRate(rate).Bytes().BytesIn(rtt)
 		for q := len(r.Queue) - 1; k >= 0 && q >= k; q-- {
 			if r.Queue[q] > bdp {
 				k = q + 1
@@ -367,11 +369,12 @@ func MultipathCoupling(o Options) ([]report.Row, error) {
 		runs = append(runs, namedRun{"shared " + name, s, r})
 	}
 	o.progress(len(LongRTTControllers)+1, len(LongRTTControllers)+1, "multipath-coupling disjoint planes")
-	f, err := factory(CCHTCP, 8*rate, rtt)
+	const planes = 8 // the line rate: all eight planes
+	f, err := factory(CCHTCP, planes*rate, rtt)
 	if err != nil {
 		return nil, err
 	}
-	s := Setup{Planes: 8, RateBps: rate, RTT: rtt, Flows: 1, Paths: 8, CC: f, ECNThreshold: ecnThreshold(rate, rtt),
+	s := Setup{Planes: planes, RateBps: rate, RTT: rtt, Flows: 1, Paths: 8, CC: f, ECNThreshold: ecnThreshold(rate, rtt),
 		Duration: o.scale(30 * rtt), Warmup: o.scale(6 * rtt), Sample: rtt}
 	s.Seed = disjointSeed(s, o.Seed+16)
 	r, err := Run(s)

@@ -6,6 +6,8 @@ import (
 
 	"github.com/mrgw/mrgw/cc"
 	"github.com/mrgw/mrgw/internal/report"
+
+	"github.com/mrgw/mrgw/units"
 )
 
 // The coexistence scenario is the simulator's copy of `mrgw loadtest
@@ -44,7 +46,7 @@ func Coexistence(o Options) ([]report.Row, error) {
 func coexistence(o Options, flows []string, ecn []bool) ([]report.Row, error) {
 	rate := o.rateOr(CoexistRateBps)
 	rtt := CoexistRTT
-	bdp := rate / 8 * rtt.Seconds()
+	bdp := units.BitRate(rate).Bytes().BytesIn(rtt)
 	var rows []report.Row
 	var runs []namedRun
 	n, i := len(flows)*len(ecn), 0
@@ -56,7 +58,7 @@ func coexistence(o Options, flows []string, ecn []bool) ([]report.Row, error) {
 		for _, name := range flows {
 			i++
 			o.progress(i, n, fmt.Sprintf("coexistence %s %s+%s", variant, name, CoexistClassic))
-			p := cc.Params{LineRateBps: rate, BaseRTT: rtt}
+			p := cc.Params{LineRate: units.BitRate(rate), BaseRTT: rtt}
 			classic := cc.NewRenoECN(p)
 			f := classic
 			if name != CoexistClassic {

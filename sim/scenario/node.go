@@ -4,6 +4,9 @@
 //
 // Everything here is deterministic: the same seed gives the same rows, bit
 // for bit, so the targets are checked by ordinary tests.
+//
+// It drives metaroce, cc and pathmgr on sim; the daemon never imports it, and
+// it imports no socket, tunnel, gateway or region package (internal/layering).
 package scenario
 
 import (

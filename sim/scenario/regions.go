@@ -8,6 +8,8 @@ import (
 	"github.com/mrgw/mrgw/internal/report"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/sim"
+
+	"github.com/mrgw/mrgw/units"
 )
 
 // RegionPair is traffic from one region to another: every gateway of
@@ -216,10 +218,10 @@ func (r *regionsRun) buildNetwork() {
 	}
 	// Each plane link: a queue of one bandwidth-delay product at the
 	// longest round trip, marking at a tenth of it (as the cc scenarios).
-	link := sim.LinkConfig{Rate: int64(s.RateBps), QueueLimit: int(s.RateBps / 8 * longest.Seconds()), ECNThreshold: ecnThreshold(s.RateBps, longest)}
+	link := sim.LinkConfig{Rate: int64(s.RateBps), QueueLimit: int(units.BitRate(s.RateBps).Bytes().BytesIn(longest)), ECNThreshold: ecnThreshold(s.RateBps, longest)}
 	inflight := 0
 	for _, d := range s.SegmentDelays {
-		inflight += 2 * s.Planes * (int(s.RateBps/8*d.Seconds()) + link.QueueLimit) / r.pktSize
+		inflight += 2 * s.Planes * (int(units.BitRate(s.RateBps).Bytes().BytesIn(d)) + link.QueueLimit) / r.pktSize
 	}
 	r.sm = sim.New(sim.Config{Seed: s.Seed, MaxDatagramSize: r.pktSize + 64, MaxDatagrams: inflight + 100_000})
 	r.net = sim.NewTopology(r.sm, sim.TopologyConfig{Sites: nreg, Planes: s.Planes})
@@ -286,7 +288,7 @@ func (r *regionsRun) addGateways() error {
 				Seed: s.Seed + uint64(rg*s.Gateways+g)*7919,
 			}
 			if !s.NoHints {
-				cfg.ReceiveCapacityBps = r.gwCapacity
+				cfg.ReceiveCapacity = units.BitRate(r.gwCapacity)
 			}
 			node, err := NewNode(cfg)
 			if err != nil {
@@ -330,7 +332,7 @@ func (r *regionsRun) connectPairs() error {
 		}
 		// Enough messages outstanding that the application never limits:
 		// twice the gateway's capacity over the round trip.
-		outstanding := int(2*r.gwCapacity/8*rtt.Seconds())/s.MsgSize + 4
+		outstanding := int(2*units.BitRate(r.gwCapacity).Bytes().BytesIn(rtt))/s.MsgSize + 4
 		for g := 0; g < s.Gateways; g++ {
 			from, to := r.gws[p.From][g], r.gws[p.To][g]
 			c, err := from.node.EP.ConnectWith(0, metaroce.PeerID(to.host.ID()), metaroce.ConnOptions{CC: f, Paths: s.Paths})
@@ -395,7 +397,7 @@ func (r *regionsRun) sample() {
 			for _, c := range r.conns[i] {
 				b += cur[c.ID()] - prev[c.ID()]
 			}
-			r.res.Goodput[i] = append(r.res.Goodput[i], float64(b)*8/sampleEvery.Seconds())
+			r.res.Goodput[i] = append(r.res.Goodput[i], float64(units.Throughput(float64(b), sampleEvery.Seconds())))
 		}
 		prev = cur
 		return now < s.Duration
@@ -476,13 +478,13 @@ func (r *regionsRun) window(w *regionsSpan) RegionsWindow {
 	rw.FairBps = s.maxMinShares(segCap, payload)
 	for i := range s.Pairs {
 		for _, c := range r.conns[i] {
-			bps := float64(w.end.placed[c.ID()]-w.start.placed[c.ID()]) * 8 / secs
+			bps := float64(units.Throughput(float64(w.end.placed[c.ID()]-w.start.placed[c.ID()]), secs))
 			rw.ConnBps[i] = append(rw.ConnBps[i], bps)
 			rw.PairBps[i] += bps
 		}
 	}
 	for k := range segCap {
-		rw.SegUtil = append(rw.SegUtil, float64(w.end.seg[k]-w.start.seg[k])*8/secs/segCap[k])
+		rw.SegUtil = append(rw.SegUtil, float64(units.Throughput(float64(w.end.seg[k]-w.start.seg[k]), secs))/segCap[k])
 		rw.SegPeakQ = append(rw.SegPeakQ, w.peakQ[k])
 		rw.SegDrops = append(rw.SegDrops, w.end.drops[k]-w.start.drops[k])
 		var norm, raw []float64

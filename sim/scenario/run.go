@@ -10,6 +10,8 @@ import (
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/pathmgr"
 	"github.com/mrgw/mrgw/sim"
+
+	"github.com/mrgw/mrgw/units"
 )
 
 // Setup describes one simulated run: Flows senders at site A writing to one
@@ -172,9 +174,9 @@ func (s *Setup) withDefaults() Setup {
 	if c.ReceiverCapacityBps == 0 {
 		c.ReceiverCapacityBps = c.capacity()
 	}
-	bdp := c.capacity() / 8 * c.RTT.Seconds()
+	bdp := units.BitRate(c.capacity()).Bytes().BytesIn(c.RTT)
 	if c.QueueBytes == 0 {
-		c.QueueBytes = int(2 * c.RateBps / 8 * c.RTT.Seconds())
+		c.QueueBytes = int(2 * units.BitRate(c.RateBps).Bytes().BytesIn(c.RTT))
 		if c.QueueBytes < 1<<20 {
 			c.QueueBytes = 1 << 20
 		}
@@ -212,7 +214,7 @@ func Run(in Setup) (Result, error) {
 		return Result{}, fmt.Errorf("scenario: need RateBps > 0, RTT > 0 and Duration > Warmup")
 	}
 	pktSize := s.MTU + metaroce.DataHeaderLen
-	bdp := s.capacity() / 8 * s.maxRTT().Seconds()
+	bdp := units.BitRate(s.capacity()).Bytes().BytesIn(s.maxRTT())
 	factory := s.CC
 	if factory == nil {
 		w := int(s.WindowBDPs * bdp / float64(s.Flows*s.Paths))
@@ -305,9 +307,9 @@ func Run(in Setup) (Result, error) {
 func (s *Setup) newReceiver(sm *sim.Sim, net *sim.Network, mcfg metaroce.Config) (*Node, []byte, error) {
 	rcfg := mcfg
 	rcfg.Listen = true
-	rcfg.ReceiveCapacityBps = s.ReceiverCapacityBps
+	rcfg.ReceiveCapacity = units.BitRate(s.ReceiverCapacityBps)
 	if s.NoHints {
-		rcfg.ReceiveCapacityBps = 0
+		rcfg.ReceiveCapacity = 0
 	}
 	for f := 0; f < s.Flows; f++ {
 		rcfg.Paths = max(rcfg.Paths, s.flowPaths(f))
@@ -401,7 +403,7 @@ func (s *Setup) measure(res *Result, net *sim.Network, atWarmup, atEnd map[uint6
 			res.PerFlowBps = append(res.PerFlowBps, 0)
 			continue
 		}
-		bps := float64(atEnd[c.ID()]-atWarmup[c.ID()]) * 8 / secs
+		bps := float64(units.Throughput(float64(atEnd[c.ID()]-atWarmup[c.ID()]), secs))
 		res.PerFlowBps = append(res.PerFlowBps, bps)
 		res.GoodputBps += bps
 		res.Retransmits += c.Stats.Retransmits

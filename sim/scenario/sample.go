@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/mrgw/mrgw/sim"
+
+	"github.com/mrgw/mrgw/units"
 )
 
 // sampler records res's time series every s.Sample of virtual time.
@@ -20,8 +22,8 @@ func sampler(sm *sim.Sim, net *sim.Network, s *Setup, res *Result, recv *Node) {
 		for f, c := range res.Senders {
 			g, r := 0.0, 0.0
 			if c != nil {
-				g = float64(placed[c.ID()]-prev[c.ID()]) * 8 / s.Sample.Seconds()
-				r = c.Controller().PacingRate() * 8
+				g = float64(units.Throughput(float64(placed[c.ID()]-prev[c.ID()]), s.Sample.Seconds()))
+				r = float64(c.Controller().PacingRate().Bits())
 			}
 			res.Goodput[f] = append(res.Goodput[f], g)
 			res.Rate[f] = append(res.Rate[f], r)

@@ -43,7 +43,7 @@ func TestCCHostStalls(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			f, err := cc.Lookup(CCHTCP, cc.Params{LineRateBps: rate, BaseRTT: rtt})
+			f, err := cc.Lookup(CCHTCP, cc.Params{LineRate: rate, BaseRTT: rtt})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -8,8 +8,11 @@
 //   - Authenticates the peer. Inside the TLS handshake each side checks the
 //     other's certificate itself (VerifyConnection, not crypto/tls's own
 //     check, which refused unseen), after it the gateway name (the
-//     certificate's DNS SAN) against Config.ExpectedPeers; anything else is
-//     refused with ErrBadCertificate or ErrUnknownPeer, a warn line (one per
+//     certificate's DNS SAN) against Config.ExpectedPeers, or its whole
+//     identity (name, region of the mrgw://REGION/NAME URI SAN, serial)
+//     with Config.AcceptPeer; anything else is refused with
+//     ErrBadCertificate, ErrUnknownPeer (ErrPeerDenied and
+//     ErrIdentityMismatch are kinds of it), a warn line (one per
 //     reason per second) and a call to Config.OnRefused, on whichever side
 //     refused. The dialer's QUIC dial
 //     completes even when the listener rejects its certificate (TLS 1.3 sends
@@ -47,6 +50,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/big"
 	"net"
 	"net/netip"
 	"slices"
@@ -101,6 +105,8 @@ type PeerInfo struct {
 	Planes       []netip.AddrPort
 	NumPaths     uint16
 	Addr         net.Addr
+	// Serial is the serial number of the peer's certificate (deny-lists).
+	Serial *big.Int
 }
 
 // Config configures Dial and Listen. The zero values of the durations and
@@ -108,7 +114,13 @@ type PeerInfo struct {
 type Config struct {
 	Credentials   *pki.Credentials
 	Local         LocalInfo
-	ExpectedPeers []string // gateway names allowed to be our peer
+	ExpectedPeers []string // gateway names allowed to be our peer (when AcceptPeer is nil)
+	// AcceptPeer, if set, decides instead of ExpectedPeers whether a peer
+	// whose certificate chains to the CA is accepted, on both sides,
+	// after the handshake: a non-nil error refuses it (wrap
+	// ErrPeerDenied or ErrIdentityMismatch to name the reason; anything
+	// else counts as ErrUnknownPeer). It must not block for long.
+	AcceptPeer func(pki.PeerIdentity) error
 
 	KeepaliveInterval time.Duration
 	KeepaliveMisses   int           // the peer is dead after this many unanswered pings
@@ -150,7 +162,7 @@ func (c Config) withDefaults() (*Config, error) {
 		return nil, fmt.Errorf("%w: Local.Name %q is not the certificate's name %q",
 			ErrConfig, c.Local.Name, c.Credentials.Identity.Name)
 	}
-	if len(c.ExpectedPeers) == 0 {
+	if len(c.ExpectedPeers) == 0 && c.AcceptPeer == nil {
 		return nil, fmt.Errorf("%w: ExpectedPeers is empty: no peer could ever be accepted", ErrConfig)
 	}
 	// Encoding the Hello once here turns an over-long name or too many
@@ -189,7 +201,11 @@ func (c Config) withDefaults() (*Config, error) {
 	return &c, nil
 }
 
-func (c *Config) expected(name string) bool { return slices.Contains(c.ExpectedPeers, name) }
+// expected is the check before a dial: the name is one we would accept
+// (with AcceptPeer, the check after the handshake decides).
+func (c *Config) expected(name string) bool {
+	return c.AcceptPeer != nil || slices.Contains(c.ExpectedPeers, name)
+}
 
 // idleTimeout is QUIC's idle timeout: comfortably longer than our own
 // dead-peer detection, so that our keepalive, with its configured interval

@@ -41,29 +41,42 @@ func (c *Config) hello() wire.Hello {
 
 // verifyPeer checks the peer's certificate after the QUIC handshake: it must
 // chain to our CA (for the role it plays) and certify a name we expect.
-func (c *Config) verifyPeer(conn *quic.Conn, usage x509.ExtKeyUsage) (string, error) {
+func (c *Config) verifyPeer(conn *quic.Conn, usage x509.ExtKeyUsage) (pki.PeerIdentity, error) {
 	chain := conn.ConnectionState().TLS.PeerCertificates
-	name, err := pki.PeerName(chain, c.Credentials.Pool, usage, c.Now())
+	id, err := pki.VerifyPeer(chain, c.Credentials.Pool, usage, c.Now())
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrBadCertificate, err)
+		return pki.PeerIdentity{}, fmt.Errorf("%w: %w", ErrBadCertificate, err)
 	}
-	if !c.expected(name) {
-		return name, fmt.Errorf("%w: %q is not in the expected peers %v", ErrUnknownPeer, name, c.ExpectedPeers)
+	if c.AcceptPeer != nil {
+		if err := c.AcceptPeer(id); err != nil {
+			if !errors.Is(err, ErrUnknownPeer) {
+				err = fmt.Errorf("%w: %w", ErrUnknownPeer, err)
+			}
+			return id, err
+		}
+		return id, nil
 	}
-	return name, nil
+	if !c.expected(id.Name) {
+		return id, fmt.Errorf("%w: %q is not in the expected peers %v", ErrUnknownPeer, id.Name, c.ExpectedPeers)
+	}
+	return id, nil
 }
 
-// checkHello validates the peer's Hello against its certificate name.
-func checkHello(h wire.Hello, certName string, addr net.Addr) (PeerInfo, error) {
+// checkHello validates the peer's Hello against its certificate: the same
+// name, and the same region when the certificate names one.
+func checkHello(h wire.Hello, cert pki.PeerIdentity, addr net.Addr) (PeerInfo, error) {
 	if h.Version != wire.ProtocolVersion {
 		return PeerInfo{}, fmt.Errorf("%w: peer speaks %d, we speak %d", ErrVersionMismatch, h.Version, wire.ProtocolVersion)
 	}
-	if h.Name != certName {
-		return PeerInfo{}, fmt.Errorf("%w: Hello names %q but the certificate is %q", ErrUnknownPeer, h.Name, certName)
+	if h.Name != cert.Name {
+		return PeerInfo{}, fmt.Errorf("%w: Hello names %q but the certificate is %q", ErrUnknownPeer, h.Name, cert.Name)
+	}
+	if cert.Region != "" && h.Region != cert.Region {
+		return PeerInfo{}, fmt.Errorf("%w: Hello says region %q but the certificate is %s", ErrIdentityMismatch, h.Region, pki.IdentityURI(cert.Region, cert.Name))
 	}
 	return PeerInfo{
 		Version: h.Version, Name: h.Name, Region: h.Region, Capabilities: h.Capabilities,
-		Planes: h.Planes, NumPaths: h.NumPaths, Addr: addr,
+		Planes: h.Planes, NumPaths: h.NumPaths, Addr: addr, Serial: cert.Serial,
 	}, nil
 }
 
@@ -126,10 +139,11 @@ func dial(ctx context.Context, addr, peer string, c *Config, tlsConf *tls.Config
 		warn("control: dial failed", "err", err)
 		return nil, err
 	}
-	name, err := c.verifyPeer(conn, x509.ExtKeyUsageServerAuth)
+	id, err := c.verifyPeer(conn, x509.ExtKeyUsageServerAuth)
 	if err != nil {
 		return fail(err)
 	}
+	name := id.Name
 	if name != peer {
 		// crypto/tls checked ServerName already; this guards config drift.
 		return fail(fmt.Errorf("%w: dialed %q but the certificate is %q", ErrUnknownPeer, peer, name))
@@ -163,7 +177,7 @@ func dial(ctx context.Context, addr, peer string, c *Config, tlsConf *tls.Config
 	if !ok {
 		return fail(fmt.Errorf("%w: got %v, want HelloAck", ErrProtocol, m.Type()))
 	}
-	info, err := checkHello(ack.Hello, name, conn.RemoteAddr())
+	info, err := checkHello(ack.Hello, id, conn.RemoteAddr())
 	if err != nil {
 		return fail(err)
 	}
@@ -391,7 +405,7 @@ func (c *Config) clientTLS(conf *tls.Config, addr, peer string) (*tls.Config, fu
 
 func (l *Listener) handshake(conn *quic.Conn) (*Session, error) {
 	c := l.cfg
-	name, err := c.verifyPeer(conn, x509.ExtKeyUsageClientAuth)
+	id, err := c.verifyPeer(conn, x509.ExtKeyUsageClientAuth)
 	if err != nil {
 		return nil, err
 	}
@@ -412,7 +426,7 @@ func (l *Listener) handshake(conn *quic.Conn) (*Session, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: got %v, want Hello", ErrProtocol, m.Type())
 	}
-	info, err := checkHello(h, name, conn.RemoteAddr())
+	info, err := checkHello(h, id, conn.RemoteAddr())
 	if err != nil {
 		return nil, err
 	}
@@ -424,7 +438,7 @@ func (l *Listener) handshake(conn *quic.Conn) (*Session, error) {
 		return nil, classify(err)
 	}
 	_ = str.SetDeadline(time.Time{})
-	log := c.Logger.With("peer", name, "addr", conn.RemoteAddr().String())
+	log := c.Logger.With("peer", id.Name, "addr", conn.RemoteAddr().String())
 	s, err := newSession(conn, str, c, info, false, log)
 	if err != nil {
 		return nil, err

@@ -19,6 +19,13 @@ var (
 	// one we expect, or its Hello claims another name. From the dialer's
 	// side it also means "the listener does not expect us".
 	ErrUnknownPeer = errors.New("control: unknown peer")
+	// ErrPeerDenied (a kind of ErrUnknownPeer): the peer's certificate is
+	// valid but a deny-list refuses it (Config.AcceptPeer).
+	ErrPeerDenied = fmt.Errorf("%w: denied", ErrUnknownPeer)
+	// ErrIdentityMismatch (a kind of ErrUnknownPeer): the peer's
+	// certificate names another gateway identity (region, name) than the
+	// one it announces: in its Hello, or in gossip (Config.AcceptPeer).
+	ErrIdentityMismatch = fmt.Errorf("%w: identity mismatch", ErrUnknownPeer)
 	// ErrBadCertificate: the peer's certificate is missing, expired or not
 	// signed by our CA, or the peer refused ours.
 	ErrBadCertificate = errors.New("control: bad certificate")
@@ -113,19 +120,21 @@ var ErrRefusedLocally = errors.New("control: refused by this side")
 
 // Refusal reasons, as RefusalReason names them (metric label values).
 const (
-	ReasonNoCertificate = "no_certificate" // the peer presented none
-	ReasonExpired       = "expired"        // expired or not yet valid
-	ReasonUnknownCA     = "unknown_ca"     // not signed by a CA we trust (or wrong key usage)
-	ReasonBadName       = "bad_name"       // not exactly one valid gateway name
-	ReasonUnknownPeer   = "unknown_peer"   // a valid certificate for a name we do not expect
-	ReasonVersion       = "version"        // another control protocol version
-	ReasonProtocol      = "protocol"       // a malformed or out-of-place Hello
+	ReasonNoCertificate = "no_certificate"    // the peer presented none
+	ReasonExpired       = "expired"           // expired or not yet valid
+	ReasonUnknownCA     = "unknown_ca"        // not signed by a CA we trust (or wrong key usage)
+	ReasonBadName       = "bad_name"          // not exactly one valid gateway name
+	ReasonUnknownPeer   = "unknown_peer"      // a valid certificate for a name we do not expect
+	ReasonDenied        = "denied"            // a valid certificate a deny-list refuses
+	ReasonMismatch      = "identity_mismatch" // a certificate naming another identity than announced
+	ReasonVersion       = "version"           // another control protocol version
+	ReasonProtocol      = "protocol"          // a malformed or out-of-place Hello
 	ReasonOther         = "other"
 )
 
 // RefusalReasons lists every value RefusalReason returns.
 var RefusalReasons = []string{ReasonNoCertificate, ReasonExpired, ReasonUnknownCA, ReasonBadName,
-	ReasonUnknownPeer, ReasonVersion, ReasonProtocol, ReasonOther}
+	ReasonUnknownPeer, ReasonDenied, ReasonMismatch, ReasonVersion, ReasonProtocol, ReasonOther}
 
 // RefusalReason names why err refused a peer (one of RefusalReasons).
 func RefusalReason(err error) string {
@@ -138,6 +147,10 @@ func RefusalReason(err error) string {
 		return ReasonUnknownCA
 	case errors.Is(err, pki.ErrBadName):
 		return ReasonBadName
+	case errors.Is(err, ErrPeerDenied):
+		return ReasonDenied
+	case errors.Is(err, ErrIdentityMismatch):
+		return ReasonMismatch
 	case errors.Is(err, ErrUnknownPeer):
 		return ReasonUnknownPeer
 	case errors.Is(err, ErrVersionMismatch):

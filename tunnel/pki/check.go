@@ -42,6 +42,13 @@ var (
 // Each is a *FileError whose Role says which file it concerns and whose Err
 // wraps one of the package's typed errors (ErrExpiresSoon for warnings).
 func CheckFiles(caPath, certPath, keyPath, name string, now time.Time, soon time.Duration) (problems, warnings []*FileError) {
+	return CheckFilesIn(caPath, certPath, keyPath, "", name, now, soon)
+}
+
+// CheckFilesIn is CheckFiles for gateway name of region: a certificate whose
+// mrgw://REGION/NAME identity names another region is a problem too (one
+// without such an identity is not: certificates before regions had none).
+func CheckFilesIn(caPath, certPath, keyPath, region, name string, now time.Time, soon time.Duration) (problems, warnings []*FileError) {
 	fileErr := func(err error) *FileError {
 		var fe *FileError
 		if errors.As(err, &fe) {
@@ -123,6 +130,9 @@ func CheckFiles(caPath, certPath, keyPath, name string, now time.Time, soon time
 			problems = append(problems, fileErr(err))
 		case creds.Identity.Name != name:
 			problem(RoleCert, certPath, fmt.Errorf("%w: it names %q, node.name is %q", ErrNameMismatch, creds.Identity.Name, name))
+		case region != "" && creds.Identity.Region != "" && creds.Identity.Region != region:
+			problem(RoleCert, certPath, fmt.Errorf("%w: its identity is %s, node.region is %q", ErrNameMismatch,
+				IdentityURI(creds.Identity.Region, name), region))
 		}
 	}
 	return problems, warnings

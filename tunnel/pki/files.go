@@ -255,13 +255,13 @@ func LoadCredentials(caPath, certPath, keyPath string, now time.Time) (*Credenti
 		return nil, &FileError{Role: RoleKey, Path: keyPath,
 			Err: fmt.Errorf("%w: %s", ErrKeyMismatch, certPath)}
 	}
-	name, err := PeerName(certs, NewPool(cas), x509.ExtKeyUsageAny, now)
+	id, err := VerifyPeer(certs, NewPool(cas), x509.ExtKeyUsageAny, now)
 	if err != nil {
 		return nil, &FileError{Role: RoleCert, Path: certPath, Err: err}
 	}
 	return &Credentials{
 		CAs:      cas,
 		Pool:     NewPool(cas),
-		Identity: &Identity{Name: name, Cert: leaf, Key: key},
+		Identity: &Identity{Name: id.Name, Region: id.Region, Cert: leaf, Key: key},
 	}, nil
 }

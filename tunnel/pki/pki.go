@@ -4,16 +4,20 @@
 //
 // The trust model is deliberately small: one private CA per deployment, one
 // ECDSA P-256 certificate per gateway. A gateway's identity is its name, carried
-// as both the certificate's only DNS SAN and its Common Name, and every gateway
-// certificate is valid for both client and server authentication because
-// either gateway of a pair may dial the other.
+// as both the certificate's only DNS SAN and its Common Name, and its region:
+// a URI SAN mrgw://REGION/NAME ([IdentityURI]), which the gateway compares with
+// what the peer announces in gossip. Certificates minted before regions (no
+// URI) still load and verify; they name no region. Every gateway certificate
+// is valid for both client and server authentication because either of two
+// gateways may dial the other.
 //
 // What lives here:
 //   - NewCA / CA.Issue: development certificate minting (what `mrgw cert` calls).
 //   - Write*/Load*: PEM files (keys written 0600) and loading a CA bundle plus a
 //     cert/key pair, with *FileError values that name the file and the reason.
 //   - Credentials.ServerTLS / ClientTLS: TLS 1.3-only configs with ALPN "mrgw-ctl/1".
-//   - PeerName: verify a peer chain against the CA and return its gateway name.
+//   - PeerName / VerifyPeer: verify a peer chain against the CA and return its
+//     gateway name (and region, serial).
 //
 // Time is always an argument (now time.Time): the package never reads the
 // clock, so expiry is testable. Randomness comes from crypto/rand (Go 1.26
@@ -32,6 +36,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"net/url"
 	"time"
 )
 
@@ -66,9 +71,25 @@ type CA struct {
 
 // Identity is one gateway's certificate and private key.
 type Identity struct {
-	Name string // the gateway name (DNS SAN and CN)
-	Cert *x509.Certificate
-	Key  *ecdsa.PrivateKey
+	Name   string // the gateway name (DNS SAN and CN)
+	Region string // its region (the mrgw:// URI SAN); "" in a certificate without one
+	Cert   *x509.Certificate
+	Key    *ecdsa.PrivateKey
+}
+
+// IdentityScheme is the URI scheme of a gateway identity: mrgw://REGION/NAME.
+const IdentityScheme = "mrgw"
+
+// IdentityURI is the URI SAN naming gateway name of region.
+func IdentityURI(region, name string) *url.URL {
+	return &url.URL{Scheme: IdentityScheme, Host: region, Path: "/" + name}
+}
+
+// PeerIdentity is what a verified peer certificate says of the gateway.
+type PeerIdentity struct {
+	Name   string   // the DNS SAN
+	Region string   // from the mrgw://REGION/NAME URI SAN; "" when it has none
+	Serial *big.Int // the certificate's serial number (deny-lists)
 }
 
 // TLSCertificate returns the identity in the form crypto/tls wants.
@@ -124,8 +145,22 @@ func NewCA(name string, now time.Time, validity time.Duration) (*CA, error) {
 // and allows both server and client authentication. A certificate that would
 // outlive the CA is refused rather than silently shortened.
 func (ca *CA) Issue(name string, now time.Time, validity time.Duration) (*Identity, error) {
+	return ca.IssueIn("", name, now, validity)
+}
+
+// IssueIn is Issue for a gateway of region: the certificate also carries the
+// URI SAN mrgw://REGION/NAME, which peers compare with the region the
+// gateway announces in gossip. An empty region is Issue.
+func (ca *CA) IssueIn(region, name string, now time.Time, validity time.Duration) (*Identity, error) {
 	if err := ValidName(name); err != nil {
 		return nil, fmt.Errorf("pki: issue: %w", err)
+	}
+	var uris []*url.URL
+	if region != "" {
+		if err := ValidName(region); err != nil {
+			return nil, fmt.Errorf("pki: issue %q: region: %w", name, err)
+		}
+		uris = []*url.URL{IdentityURI(region, name)}
 	}
 	if validity <= 0 {
 		return nil, fmt.Errorf("pki: issue %q: %w: %v", name, ErrValidity, validity)
@@ -147,6 +182,7 @@ func (ca *CA) Issue(name string, now time.Time, validity time.Duration) (*Identi
 		SerialNumber:          serial,
 		Subject:               pkix.Name{CommonName: name, Organization: []string{"mrgw"}},
 		DNSNames:              []string{name},
+		URIs:                  uris,
 		NotBefore:             now,
 		NotAfter:              notAfter,
 		BasicConstraintsValid: true,
@@ -161,7 +197,7 @@ func (ca *CA) Issue(name string, now time.Time, validity time.Duration) (*Identi
 	if err != nil {
 		return nil, fmt.Errorf("pki: certificate for %q: %w", name, err)
 	}
-	return &Identity{Name: name, Cert: cert, Key: key}, nil
+	return &Identity{Name: name, Region: region, Cert: cert, Key: key}, nil
 }
 
 func newSerial() (*big.Int, error) {

@@ -74,6 +74,48 @@ func (c *Credentials) certificates() []tls.Certificate {
 // ClientAuth, an InsecureSkipVerify) can never let an unverified peer in, and
 // so the refusal carries a typed error.
 func PeerName(chain []*x509.Certificate, pool *x509.CertPool, usage x509.ExtKeyUsage, now time.Time) (string, error) {
+	id, err := VerifyPeer(chain, pool, usage, now)
+	return id.Name, err
+}
+
+// VerifyPeer is PeerName returning the whole identity: the name, the region
+// of its mrgw://REGION/NAME URI SAN ("" when the certificate has none; one
+// naming another gateway, or two such URIs, is ErrBadName) and the serial.
+func VerifyPeer(chain []*x509.Certificate, pool *x509.CertPool, usage x509.ExtKeyUsage, now time.Time) (PeerIdentity, error) {
+	name, err := peerName(chain, pool, usage, now)
+	if err != nil {
+		return PeerIdentity{}, err
+	}
+	region, err := RegionOf(chain[0], name)
+	if err != nil {
+		return PeerIdentity{}, err
+	}
+	return PeerIdentity{Name: name, Region: region, Serial: chain[0].SerialNumber}, nil
+}
+
+// RegionOf returns the region of leaf's mrgw:// URI SAN, which must name
+// name; "" when it has no such URI.
+func RegionOf(leaf *x509.Certificate, name string) (string, error) {
+	region := ""
+	for _, u := range leaf.URIs {
+		if u.Scheme != IdentityScheme {
+			continue
+		}
+		switch {
+		case region != "":
+			return "", fmt.Errorf("%w: certificate has more than one %s:// identity", ErrBadName, IdentityScheme)
+		case u.Path != "/"+name || u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.Port() != "":
+			return "", fmt.Errorf("%w: certificate identity %s does not name %q", ErrBadName, u, name)
+		}
+		if err := ValidName(u.Host); err != nil {
+			return "", fmt.Errorf("certificate identity %s: region: %w", u, err)
+		}
+		region = u.Host
+	}
+	return region, nil
+}
+
+func peerName(chain []*x509.Certificate, pool *x509.CertPool, usage x509.ExtKeyUsage, now time.Time) (string, error) {
 	if len(chain) == 0 {
 		return "", ErrNoCertificate
 	}

@@ -1,0 +1,230 @@
+//go:build linux
+
+package gateway_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mrgw/mrgw/config"
+	"github.com/mrgw/mrgw/host"
+	"github.com/mrgw/mrgw/internal/hrw"
+	"github.com/mrgw/mrgw/loadtest/lab"
+	"github.com/mrgw/mrgw/netem"
+)
+
+// TestThirdRegionJoinsRunningFleet: two regions run with seed-only
+// configurations (nothing about the other region); a third region is
+// started with seeds only, nothing else is touched and nothing restarts,
+// and data moves to it byte-exact. Before fleets a gateway connected only
+// to the gateways its regions list named: the third region's flows were
+// refused (unknown region) until every configuration was edited and every
+// gateway restarted.
+func TestThirdRegionJoinsRunningFleet(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	l := startLab(t, ctx, lab.Config{Direct: true, Regions: []lab.Region{
+		{Name: lab.RegionA, Site: netem.SiteA, Gateways: 1, Prefix: "euw"},
+		{Name: lab.RegionB, Site: netem.SiteB, Gateways: 1, Prefix: "use"},
+	}})
+	for n, c := range l.Configs {
+		if len(c.Regions) != 0 || len(c.Control.PeerNames) != 0 {
+			t.Fatalf("%s's configuration names other gateways: regions %v, peer_names %v", n, c.Regions, c.Control.PeerNames)
+		}
+	}
+	before := map[string]*config.Config{}
+	for n, g := range l.Gateways {
+		before[n] = g.Config()
+	}
+	src := newHost(t, l, "loader", lab.RegionA)
+	dstB := newHost(t, l, "trainer-b", lab.RegionB)
+	moveAndCheck(t, ctx, src, dstB, lab.RegionB, 1)
+
+	names, err := l.AddRegion(lab.Region{Name: "ap-south", Gateways: 1, Prefix: "aps"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for n, c := range before {
+		if l.Gateways[n].Config() != c {
+			t.Fatalf("%s's configuration changed", n)
+		}
+	}
+	dstC := newHost(t, l, "trainer-c", "ap-south")
+	moveAndCheck(t, ctx, src, dstC, "ap-south", 2)
+	// And the other way, from the new region to an old one.
+	moveAndCheck(t, ctx, dstC, dstB, lab.RegionB, 3)
+	for _, n := range names {
+		st := l.Gateways[n].Status()
+		if len(st.Peers) != 2 {
+			t.Errorf("%s has %d peers, want 2: %+v", n, len(st.Peers), st.Peers)
+		}
+	}
+}
+
+// moveAndCheck sends 40 messages over 4 flows from src to dst and checks
+// each arrived once, byte-exact.
+func moveAndCheck(t *testing.T, ctx context.Context, src, dst *host.Host, region string, seed uint64) {
+	t.Helper()
+	// A memory region of its own on dst (newTransfer's key is 7).
+	tr := &transfer{t: t, src: src, dst: dst, key: 100 + uint32(seed), region: make([]byte, 4<<20),
+		want: map[[2]uint64][]byte{}, addr: map[[2]uint64]uint64{}, got: map[[2]uint64]int{}}
+	if err := dst.RegisterMemory(tr.key, tr.region); err != nil {
+		t.Fatal(err)
+	}
+	rctx, rcancel := context.WithCancel(ctx)
+	defer rcancel()
+	go tr.receive(rctx)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	var flows []*host.Flow
+	for range 4 {
+		f, err := src.OpenFlow(ctx, region, dst.Name(), host.FlowOptions{})
+		if err != nil {
+			t.Fatalf("open a flow to %s: %v", region, err)
+		}
+		flows = append(flows, f)
+	}
+	for i := range 40 {
+		if err := tr.send(ctx, flows[i%len(flows)], rng); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tr.wait(ctx)
+	tr.check()
+	for _, f := range flows {
+		f.Close()
+	}
+}
+
+// TestFlowsSpreadByRendezvousAndOnlyTheDeadGatewaysMove: us-east has three
+// gateways. The 24 flows of a host in eu-west are placed on them by
+// weighted rendezvous hashing of the flow ids (each gateway gets some, and
+// each flow is where the hash says); when use-gw2 is killed mid-transfer,
+// only its flows move (each to the gateway that ranks next for it), the
+// flows on use-gw1 and use-gw3 stay, and no message is lost or delivered
+// twice. With the placement before (flow id modulo the live gateways),
+// two thirds of the flows of the surviving gateways moved too.
+func TestFlowsSpreadByRendezvousAndOnlyTheDeadGatewaysMove(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	l := startLab(t, ctx, lab.Config{Direct: true, Regions: []lab.Region{
+		{Name: lab.RegionA, Site: netem.SiteA, Gateways: 1, Prefix: "euw"},
+		{Name: lab.RegionB, Site: netem.SiteB, Gateways: 3, Prefix: "use"},
+	}})
+	src := newHost(t, l, "loader", lab.RegionA)
+	dst := newHost(t, l, "trainer", lab.RegionB)
+	tr := newTransfer(t, src, dst, 64<<20)
+	rctx, rcancel := context.WithCancel(ctx)
+	defer rcancel()
+	go tr.receive(rctx)
+	bgws := l.Names[lab.RegionB]
+	rank := func(id uint64, among []string) string {
+		return among[hrw.Rank(id, len(among), func(i int) string { return among[i] }, func(int) float64 { return 100 })[0]]
+	}
+	const nflows = 24
+	var flows []*host.Flow
+	for range nflows {
+		f, err := src.OpenFlow(ctx, lab.RegionB, "trainer", host.FlowOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		flows = append(flows, f)
+	}
+	gw := l.Gateways["euw-gw1"]
+	first := gw.FlowRoutes()
+	per := map[string]int{}
+	for _, f := range flows {
+		got, want := first[f.ID()], rank(f.ID(), bgws)
+		if got != want {
+			t.Fatalf("flow %x relayed to %q, rendezvous hashing says %q", f.ID(), got, want)
+		}
+		per[got]++
+	}
+	t.Logf("flows per gateway of %s: %v", lab.RegionB, per)
+	for _, n := range bgws {
+		if per[n] == 0 {
+			t.Fatalf("%s carries no flow: %v", n, per)
+		}
+	}
+
+	// Writers keep messages in flight on every flow; the victim dies once
+	// every flow has completed messages (progress, not time).
+	const victim = "use-gw2"
+	var wg sync.WaitGroup
+	errs := make(chan error, nflows)
+	killed := make(chan struct{})
+	var mu sync.Mutex
+	done := map[uint64]int{}
+	for i, f := range flows {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(i), 5))
+			after := 0
+			for n := 0; n < 60 && after < 5; n++ {
+				if err := tr.send(ctx, f, rng); err != nil {
+					errs <- err
+					return
+				}
+				tr.mu.Lock()
+				p := tr.pending[len(tr.pending)-1]
+				tr.mu.Unlock()
+				if err := p.Wait(ctx); err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				done[f.ID()]++
+				mu.Unlock()
+				select {
+				case <-killed:
+					after++
+				default:
+				}
+			}
+		}()
+	}
+	for {
+		mu.Lock()
+		ready := len(done) == nflows
+		mu.Unlock()
+		if ready {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("flows made no progress")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	l.Gateways[victim].Close()
+	close(killed)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	tr.wait(ctx)
+	tr.check()
+
+	after := gw.FlowRoutes()
+	survivors := []string{bgws[0], bgws[2]}
+	moved := 0
+	for _, f := range flows {
+		was, now := first[f.ID()], after[f.ID()]
+		switch {
+		case was != victim && now != was:
+			t.Errorf("flow %x moved from %s to %s although %s is alive", f.ID(), was, now, was)
+		case was == victim && now != rank(f.ID(), survivors):
+			t.Errorf("flow %x of %s moved to %s, rendezvous hashing says %s", f.ID(), victim, now, rank(f.ID(), survivors))
+		case was == victim:
+			moved++
+		}
+	}
+	t.Logf("%d flows of %s moved to their next gateway, %d stayed", moved, victim, nflows-moved)
+}
