@@ -103,6 +103,10 @@ type Path struct {
 	SRTT, RTTVar, MinRTT, LatestRTT time.Duration
 	hasRTT                          bool
 
+	// suspectMisses counts the probes of this suspect, idle path that went
+	// unanswered in a row (Set.probeSuspect).
+	suspectMisses int
+
 	// InflightBytes is the payload-carrying bytes sent and not yet acked or lost.
 	InflightBytes int
 

@@ -162,8 +162,8 @@ func TestRTTEstimator(t *testing.T) {
 }
 
 // A suspect path that carries nothing (the sprayer prefers up paths) is
-// probed after a PTO: an answer brings it back up; unanswered probes count
-// as timeouts and take it down. Without the probe it stayed suspect for
+// probed after a PTO: answers keep it suspect (alive); 2×DownAfter
+// unanswered in a row take it down. Without the probe it stayed suspect for
 // ever, so a dead plane's paths were never reported down.
 func TestIdleSuspectPathIsProbed(t *testing.T) {
 	s := newTestSet(4)
@@ -186,17 +186,32 @@ func TestIdleSuspectPathIsProbed(t *testing.T) {
 		t.Fatal("no probe on an idle suspect path")
 	}
 	s.OnProbeAck(pto+1, 1, time.Millisecond)
+	if s.Paths[1].State != Suspect || s.Paths[1].ProbeOutstanding {
+		t.Fatalf("answered probe: %v (outstanding %v), want suspect with nothing outstanding: alive, and up again at its next acked data", s.Paths[1].State, s.Paths[1].ProbeOutstanding)
+	}
+	// Answers keep it from going down however long it stays idle.
+	for i := 0; i < 4*s.cfg.DownAfter; i++ {
+		now := s.Paths[1].NextProbe
+		if !s.ProbeDue(now, 1) {
+			t.Fatalf("probe %d of an idle suspect path not due at its deadline", i)
+		}
+		s.OnProbeAck(now, 1, time.Millisecond)
+	}
+	if s.Paths[1].State != Suspect {
+		t.Fatalf("a suspect path whose probes are answered went %v", s.Paths[1].State)
+	}
+	s.OnProgress(s.Paths[1].NextProbe, 1)
 	if s.Paths[1].State != Up {
-		t.Fatalf("answered probe: %v, want up", s.Paths[1].State)
+		t.Fatalf("acked data on a suspect path: %v, want up", s.Paths[1].State)
 	}
 
-	// Unanswered: each probe that goes unanswered is a timeout; DownAfter
-	// (3) in a row take the path down, with a new entropy.
+	// Unanswered: 2×DownAfter (6) probes unanswered in a row take the path
+	// down, with a new entropy.
 	old := s.Paths[3].Entropy
 	now := time.Duration(0)
 	s.OnTimeout(now, 3)
 	probes := 0
-	for s.Paths[3].State == Suspect && probes < 10 {
+	for s.Paths[3].State == Suspect && probes < 20 {
 		now = s.Paths[3].NextProbe
 		if s.ProbeDue(now, 3) {
 			probes++
@@ -205,7 +220,7 @@ func TestIdleSuspectPathIsProbed(t *testing.T) {
 	if s.Paths[3].State != Down || s.Paths[3].Entropy == old {
 		t.Fatalf("after %d unanswered probes: %v (entropy %d, was %d), want down with new entropy", probes, s.Paths[3].State, s.Paths[3].Entropy, old)
 	}
-	if probes != s.cfg.DownAfter-1 {
-		t.Errorf("%d probes sent before down, want DownAfter-1 = %d (the first timeout counts)", probes, s.cfg.DownAfter-1)
+	if probes != 2*s.cfg.DownAfter {
+		t.Errorf("%d probes sent before down, want 2×DownAfter = %d", probes, 2*s.cfg.DownAfter)
 	}
 }
