@@ -138,6 +138,7 @@ type AIMD struct {
 	// the delay equilibrium: its window, the rate it last set, its clock
 	eqW, eqSet float64
 	eqLast     time.Duration
+	balLast    time.Duration // balance's clock
 	// markMem is how persistently the connection's paths have seen ECN
 	// marks while the delay equilibrium steered: it rises by a quarter of
 	// the gap with every marked round and decays over MarkMemory.
@@ -239,7 +240,19 @@ func (a *AIMD) Window(path int) int {
 	if p.rttHi > rtt {
 		rtt = p.rttHi
 	}
-	return windowBytes(p.rate*rtt.Seconds()*a.cfg.WindowGain, 4*a.pkt)
+	g := a.cfg.WindowGain
+	if n := a.usableCount(); a.cfg.QueueShare > 0 && g > BalanceWindowGain && n > 1 && p.rate*float64(n) < a.total {
+		// The split of the rate over the paths (balance) acts through
+		// the windows: the sprayer sends round robin over the paths with
+		// room, so a path below the mean carries less than the others
+		// only once its window fills. With the full headroom it carried
+		// the mean until its rate fell below half of it, and the split
+		// moved in jumps, each plane idling in turn. (Tight windows on
+		// every path did better over planes, 0.95 on 4 and 8, but cost
+		// the regions scenario's 140 ms pair half its share.)
+		g = BalanceWindowGain
+	}
+	return windowBytes(p.rate*rtt.Seconds()*g, 4*a.pkt)
 }
 
 // PacingRate implements Controller: the sum of the path rates, capped by the
@@ -365,8 +378,69 @@ func (a *AIMD) OnAck(now time.Duration, path int, s AckSample) {
 		a.endRound(now, path)
 	}
 	if a.cfg.QueueShare > 0 {
+		a.balance(now)
 		a.equilibrium(now)
 	}
+}
+
+// BalanceGain is how fast the split of a connection's rate over its paths
+// follows the paths' own queueing delays: per round trip, a path's share
+// moves by up to this fraction (e^±0.25), towards the paths whose queues
+// are shorter than the connection's mean.
+const BalanceGain = 0.1
+
+// balance moves the connection's rate between its paths after each path's
+// own queueing delay (its smoothed RTT above its minimum), keeping the total:
+// a path whose queue is longer than the connection's rate-weighted mean q̄
+// loses share, one whose queue is shorter gains, in proportion to the
+// difference relative to q̄ (bounded by ±1), BalanceGain per round trip.
+// This is a gradient step towards equal queueing delay on every path that
+// carries traffic (a Wardrop equilibrium): over disjoint planes, whatever
+// the number of paths ECMP hashed onto each and whatever each plane's
+// capacity, every plane ends up with the same queue, so none idles while
+// another holds a standing queue. Paths through one queue see the same
+// delay and are left as they are (the coupling of a shared bottleneck is
+// unchanged). The total is the equilibrium's or the growth function's; this
+// only splits it. A path's rate acts through its window (rate × rtt ×
+// WindowGain): the sprayer skips a path whose window is full, so a path
+// shrunk here carries less once its window binds.
+func (a *AIMD) balance(now time.Duration) {
+	dt := now - a.balLast
+	a.balLast = now
+	n := 0
+	for i := range a.paths {
+		if a.paths[i].usable && a.paths[i].rate > 0 {
+			n++
+		}
+	}
+	if n < 2 || dt <= 0 || a.total <= 0 {
+		return
+	}
+	_, qbar, srtt := a.connDelay()
+	if srtt <= 0 {
+		return
+	}
+	dt = min(dt, srtt)
+	// Differences are measured against the mean queue, but never against
+	// less than half the queue share or a quarter of the round trip: a
+	// few milliseconds of difference between planes whose queues are
+	// nearly empty is noise to be moved slowly, not a signal to act on at
+	// full gain (with a reference of QueueShare/16 the split swung
+	// between the planes, each idling in turn).
+	ref := max(qbar, min(a.cfg.QueueShare/2, srtt/4))
+	floor := a.total / float64(n) / 16
+	for i := range a.paths {
+		p := &a.paths[i]
+		if !p.usable || p.rate <= 0 {
+			continue
+		}
+		d := float64(qbar-max(0, p.srtt-p.minRTT)) / float64(ref)
+		d = math.Max(-1, math.Min(1, d))
+		p.rate = math.Max(floor, p.rate*math.Exp(BalanceGain*d*dt.Seconds()/srtt.Seconds()))
+	}
+	total := a.total
+	a.retotal()
+	a.setTotal(total)
 }
 
 // connDelay returns the connection's minimum RTT, queueing delay (smoothed
@@ -845,3 +919,20 @@ func (a *AIMD) OnPathState(now time.Duration, path int, usable bool) {
 	}
 	a.setTotal(total)
 }
+
+func (a *AIMD) usableCount() int {
+	n := 0
+	for i := range a.paths {
+		if a.paths[i].usable {
+			n++
+		}
+	}
+	return n
+}
+
+// BalanceWindowGain is the window headroom of a path whose rate is below
+// its connection's mean per path (see Window and balance).
+const BalanceWindowGain = 1.25
+
+// Paths returns the number of paths the controller was built for.
+func (a *AIMD) Paths() int { return len(a.paths) }

@@ -140,6 +140,8 @@ type Result struct {
 	Goodput [][]float64
 	Rate    [][]float64
 	Queue   []float64
+	// PlaneQueue[i][k] is plane i's queue (A→B) in bytes at Times[k].
+	PlaneQueue [][]float64
 	// StateBytes, if Setup.MeasureState was set, is the heap the protocol
 	// state of every endpoint and connection held at the end of the run
 	// (after a GC, simulator buffers excluded).

@@ -29,8 +29,13 @@ func sampler(sm *sim.Sim, net *sim.Network, s *Setup, res *Result, recv *Node) {
 			res.Rate[f] = append(res.Rate[f], r)
 		}
 		q := 0
+		if res.PlaneQueue == nil {
+			res.PlaneQueue = make([][]float64, net.Planes())
+		}
 		for i := 0; i < net.Planes(); i++ {
-			q = max(q, net.Plane(i).AtoB().QueueBytes())
+			pq := net.Plane(i).AtoB().QueueBytes()
+			q = max(q, pq)
+			res.PlaneQueue[i] = append(res.PlaneQueue[i], float64(pq))
 		}
 		res.Queue = append(res.Queue, float64(q))
 		prev = placed

@@ -143,5 +143,71 @@ func Planes(o Options) ([]report.Row, error) {
 		rw.Efficiency = r.GoodputBps / (one * float64(p))
 		rows = append(rows, rw)
 	}
+	cc, err := planesCC(o, LongRTTControllers, PlanesCCRTTs)
+	return append(rows, cc...), err
+}
+
+// PlanesCCRTTs are the round trips of the planes scenario's rows with the
+// long-RTT controllers.
+var PlanesCCRTTs = []time.Duration{10 * time.Microsecond, 50 * time.Millisecond}
+
+// planesCC is the planes scenario with the real controllers (issue 16
+// item 5): one connection, 16 paths per plane, planes of a tenth of the
+// scenario's rate (10 Gbit/s by default) with ECN above a tenth of their
+// BDP, the controller told the fabric's capacity and the receiver hinting
+// it. Reported per row: fraction of capacity, scaling efficiency against
+// one plane, the peak queue, and in the note the standing queue (the mean,
+// over the measurement window, of the fullest plane's queue) in ms.
+func planesCC(o Options, names []string, rtts []time.Duration) ([]report.Row, error) {
+	rate := o.rate() / 10
+	var rows []report.Row
+	n, i := len(names)*len(rtts)*len(PlaneCounts), 0
+	for _, name := range names {
+		for _, rtt := range rtts {
+			var one float64
+			for _, p := range PlaneCounts {
+				i++
+				o.progress(i, n, fmt.Sprintf("planes %s rtt=%v %d", name, rtt, p))
+				f, err := factory(name, float64(p)*rate, rtt)
+				if err != nil {
+					return nil, err
+				}
+				d, w := o.scale(60*rtt), o.scale(30*rtt)
+				if rtt < time.Millisecond {
+					d, w = o.scale(20*time.Millisecond), o.scale(10*time.Millisecond)
+				}
+				s := Setup{Planes: p, RateBps: rate, RTT: rtt, Paths: 16 * p, CC: f, ECNThreshold: ecnThreshold(rate, rtt),
+					Duration: d, Warmup: w, Seed: o.Seed + 2, Sample: max(rtt/4, 50*time.Microsecond)}
+				r, err := Run(s)
+				if err != nil {
+					return nil, err
+				}
+				rw := ccRow("planes", "", s, r)
+				rw.Jain, rw.Shares = 0, nil
+				if p == 1 {
+					one = r.GoodputBps
+				}
+				rw.Efficiency = r.GoodputBps / (one * float64(p))
+				rw.Note = fmt.Sprintf("standing queue %.2f ms", standingQueue(r, w)/(rate/8)*1e3)
+				rows = append(rows, rw)
+			}
+		}
+	}
 	return rows, nil
+}
+
+// standingQueue is the mean, over the samples from `from` on, of the
+// fullest plane's queue in bytes.
+func standingQueue(r Result, from time.Duration) float64 {
+	sum, k := 0.0, 0
+	for j, t := range r.Times {
+		if t >= from {
+			sum += r.Queue[j]
+			k++
+		}
+	}
+	if k == 0 {
+		return 0
+	}
+	return sum / float64(k)
 }
