@@ -189,15 +189,15 @@ func TestTerraformExampleRendersValidConfigs(t *testing.T) {
 	perRegion := map[string]int{}
 	for _, g := range groups {
 		// gateway and region would clash with the gateway's own labels
-		// (honor_labels): the group says mrgw_region.
-		if len(g.Labels) != 1 || g.Labels["mrgw_region"] == "" {
-			t.Errorf("metrics_targets group labels %v, want only mrgw_region", g.Labels)
+		// (honor_labels): the group says site.
+		if len(g.Labels) != 1 || g.Labels["site"] == "" {
+			t.Errorf("metrics_targets group labels %v, want only site", g.Labels)
 		}
 		for _, tg := range g.Targets {
-			perRegion[g.Labels["mrgw_region"]]++
+			perRegion[g.Labels["site"]]++
 			found := false
 			for _, e := range endpoints {
-				found = found || (e.Region == g.Labels["mrgw_region"] && e.Metrics == "http://"+tg+"/metrics")
+				found = found || (e.Region == g.Labels["site"] && e.Metrics == "http://"+tg+"/metrics")
 			}
 			if !found {
 				t.Errorf("metrics_targets: %s in group %v is no admin address of that region", tg, g.Labels)

@@ -4,10 +4,10 @@ output "gateways" {
 }
 
 output "metrics_targets" {
-  description = "The admin addresses to scrape, in Prometheus file_sd format (one target group per region, labelled mrgw_region: the gateways' own region label would clash): terraform output -json metrics_targets > deploy/prometheus/targets/mrgw.yml (JSON is YAML)."
+  description = "The admin addresses to scrape, in Prometheus file_sd format (one target group per region, labelled site: the gateways' own region label would clash): terraform output -json metrics_targets > deploy/prometheus/targets/mrgw.yml (JSON is YAML)."
   value = [for region, m in module.region : {
     targets = [for name, g in m.gateways : g.admin if g.admin != ""]
-    labels  = { mrgw_region = region }
+    labels  = { site = region }
   }]
 }
 
