@@ -81,7 +81,7 @@ echo "deploy-checks: terraform fmt -check -recursive deploy/terraform"
 cp -r "$root/deploy/terraform" "$root/deploy/systemd" "$work/"
 rm -rf "$work"/terraform/**/.terraform 2>/dev/null || true
 
-for dir in modules/gateway-host modules/gateway-pair examples/two-region; do
+for dir in modules/gateway-host modules/gateway-region examples/two-region; do
   echo "deploy-checks: init + validate deploy/terraform/$dir"
   (cd "$work/terraform/$dir" &&
     "$tf" init -backend=false -input=false -no-color >/dev/null &&
@@ -94,12 +94,13 @@ echo "deploy-checks: plan deploy/terraform/examples/two-region (render only)"
   { cat "$work/plan.log" >&2; exit 1; })
 tail -n 3 "$work/plan.log"
 
-# The plan renders four gateways and installs nothing.
+# The plan renders five gateways (two in eu-west, three in us-east) and
+# installs nothing.
 (cd "$work/terraform/examples/two-region" && "$tf" show -json "$work/two-region.plan") >"$work/plan.json"
-rendered=$(grep -o '"address":"module.pair\[\\"[a-z-]*\\"\].terraform_data.config\[\\"[a-z0-9-]*\\"\]"' "$work/plan.json" | sort -u | wc -l)
+rendered=$(grep -o '"address":"module.region\[\\"[a-z-]*\\"\].terraform_data.config\[\\"[a-z0-9-]*\\"\]"' "$work/plan.json" | sort -u | wc -l)
 installs=$({ grep -o 'terraform_data.install\[0\]' "$work/plan.json" || true; } | wc -l)
-if [[ "$rendered" -ne 4 || "$installs" -ne 0 ]]; then
-  echo "deploy-checks: plan renders $rendered gateway configurations (want 4) and has $installs install resources (want 0)" >&2
+if [[ "$rendered" -ne 5 || "$installs" -ne 0 ]]; then
+  echo "deploy-checks: plan renders $rendered gateway configurations (want 5) and has $installs install resources (want 0)" >&2
   exit 1
 fi
-echo "deploy-checks: ok (4 gateway configurations rendered, nothing installed; go test ./deploy checks them with mrgw config check)"
+echo "deploy-checks: ok (5 gateway configurations rendered, nothing installed; go test ./deploy checks them with mrgw config check)"

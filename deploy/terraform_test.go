@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -101,11 +105,60 @@ func tf(t *testing.T, bin, dir string, wantErr bool, args ...string) string {
 	return stdout.String()
 }
 
+// endpoint is one gateway of the gateways output.
+type endpoint struct {
+	Region   string            `json:"region"`
+	Index    int               `json:"index"`
+	Capacity *int              `json:"capacity"`
+	Control  string            `json:"control"`
+	Gossip   string            `json:"gossip"`
+	Planes   map[string]string `json:"planes"`
+	Reach    struct {
+		Control string   `json:"control"`
+		Wan     []string `json:"wan"`
+		Gossip  string   `json:"gossip"`
+	} `json:"reach"`
+	Seeds   []string `json:"seeds"`
+	Metrics string   `json:"metrics"`
+}
+
+// writeGateway writes a rendered configuration as dir/NAME/mrgw.yaml next to
+// a certificate for REGION/NAME (certRegion) issued by ca, as a gateway's
+// /etc/mrgw holds them, and returns the configuration's path.
+func writeGateway(t *testing.T, dir string, ca *pki.CA, certRegion, name, text string) string {
+	t.Helper()
+	dir = filepath.Join(dir, name)
+	if err := os.MkdirAll(filepath.Join(dir, "certs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	id, err := ca.IssueIn(certRegion, name, now.Add(-time.Minute), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pki.WriteCertPEM(filepath.Join(dir, "certs", "ca.pem"), ca.Cert); err != nil {
+		t.Fatal(err)
+	}
+	if err := id.WriteFiles(filepath.Join(dir, "certs", name+".pem"), filepath.Join(dir, "certs", name+"-key.pem")); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "mrgw.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 // TestTerraformExampleRendersValidConfigs applies the two-region example
 // render-only (deploy = false: no host is contacted, local state in a
-// temporary directory), writes every rendered configuration next to freshly
-// issued certificates and checks each with config.Check, the code behind
-// `mrgw config check`, and with the mrgw binary itself once cmd/mrgw exists.
+// temporary directory): two gateways in eu-west and three in us-east. Every
+// rendered configuration is written next to freshly issued certificates
+// (mrgw://REGION/NAME identities, as `mrgw cert REGION/NAME` makes them)
+// and checked with config.Check, the code behind `mrgw config check`, and
+// with the mrgw binary itself. The configurations are seed-only: no peer
+// lists, gossip seeds of the region's other gateways and a few of the other
+// region, regions: entries only for the RTT hint and the NAT override. Then
+// the check must still refuse what is wrong, naming the key.
 func TestTerraformExampleRendersValidConfigs(t *testing.T) {
 	bin := terraformBin(t)
 	ws := tfWorkspace(t)
@@ -118,17 +171,7 @@ func TestTerraformExampleRendersValidConfigs(t *testing.T) {
 	if err := json.Unmarshal([]byte(tf(t, bin, ex, false, "output", "-json", "configs")), &configs); err != nil {
 		t.Fatal(err)
 	}
-	var endpoints map[string]struct {
-		Region  string            `json:"region"`
-		Control string            `json:"control"`
-		Planes  map[string]string `json:"planes"`
-		Reach   struct {
-			Control string   `json:"control"`
-			Wan     []string `json:"wan"`
-			Gossip  string   `json:"gossip"`
-		} `json:"reach"`
-		Metrics string `json:"metrics"`
-	}
+	var endpoints map[string]endpoint
 	if err := json.Unmarshal([]byte(tf(t, bin, ex, false, "output", "-json", "gateways")), &endpoints); err != nil {
 		t.Fatal(err)
 	}
@@ -143,39 +186,36 @@ func TestTerraformExampleRendersValidConfigs(t *testing.T) {
 	if err := dec.Decode(&groups); err != nil {
 		t.Fatalf("metrics_targets is not a file_sd target group list: %v", err)
 	}
-	scraped := 0
+	perRegion := map[string]int{}
 	for _, g := range groups {
-		if len(g.Labels) != 1 || g.Labels["pair"] == "" {
-			t.Errorf("metrics_targets group labels %v, want only pair", g.Labels)
+		// gateway and region would clash with the gateway's own labels
+		// (honor_labels): the group says site.
+		if len(g.Labels) != 1 || g.Labels["site"] == "" {
+			t.Errorf("metrics_targets group labels %v, want only site", g.Labels)
 		}
 		for _, tg := range g.Targets {
-			scraped++
+			perRegion[g.Labels["site"]]++
 			found := false
 			for _, e := range endpoints {
-				found = found || (e.Region == g.Labels["pair"] && e.Metrics == "http://"+tg+"/metrics")
+				found = found || (e.Region == g.Labels["site"] && e.Metrics == "http://"+tg+"/metrics")
 			}
 			if !found {
 				t.Errorf("metrics_targets: %s in group %v is no admin address of that region", tg, g.Labels)
 			}
 		}
 	}
-	if scraped != 4 {
-		t.Errorf("metrics_targets has %d targets, want the 4 gateways: %+v", scraped, groups)
+	if want := map[string]int{"eu-west": 2, "us-east": 3}; !maps.Equal(perRegion, want) {
+		t.Errorf("metrics_targets per region %v, want %v: %+v", perRegion, want, groups)
 	}
 
-	want := []string{"euw-gw1", "euw-gw2", "use-gw1", "use-gw2"}
-	var names []string
-	for n := range configs {
-		names = append(names, n)
-	}
-	slices.Sort(names)
+	want := []string{"euw-gw1", "euw-gw2", "use-gw1", "use-gw2", "use-gw3"}
+	names := slices.Sorted(maps.Keys(configs))
 	if !slices.Equal(names, want) {
 		t.Fatalf("rendered configurations for %v, want %v", names, want)
 	}
 
 	// One CA for all, one certificate per gateway, as in production.
-	now := time.Now()
-	ca, err := pki.NewCA("mrgw-test-ca", now.Add(-time.Minute), 24*time.Hour)
+	ca, err := pki.NewCA("mrgw-test-ca", time.Now().Add(-time.Minute), 24*time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,24 +223,7 @@ func TestTerraformExampleRendersValidConfigs(t *testing.T) {
 	render := t.TempDir()
 	loaded := map[string]*config.Config{}
 	for _, name := range want {
-		dir := filepath.Join(render, name)
-		if err := os.MkdirAll(filepath.Join(dir, "certs"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		id, err := ca.Issue(name, now.Add(-time.Minute), time.Hour)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := pki.WriteCertPEM(filepath.Join(dir, "certs", "ca.pem"), ca.Cert); err != nil {
-			t.Fatal(err)
-		}
-		if err := id.WriteFiles(filepath.Join(dir, "certs", name+".pem"), filepath.Join(dir, "certs", name+"-key.pem")); err != nil {
-			t.Fatal(err)
-		}
-		path := filepath.Join(dir, "mrgw.yaml")
-		if err := os.WriteFile(path, []byte(configs[name]), 0o640); err != nil {
-			t.Fatal(err)
-		}
+		path := writeGateway(t, render, ca, endpoints[name].Region, name, configs[name])
 		if err := config.Check(path); err != nil {
 			t.Errorf("%s: config check:\n%v\n--- rendered ---\n%s", name, err, configs[name])
 			continue
@@ -221,47 +244,75 @@ func TestTerraformExampleRendersValidConfigs(t *testing.T) {
 		return
 	}
 
-	// The regions are wired to each other: every gateway lists the other
-	// region's gateways at the addresses they advertise, accepts its pair
-	// partner and every remote gateway, and seeds gossip with all of them.
+	gossipOf := map[string]string{} // gossip address → gateway
+	for name, e := range endpoints {
+		gossipOf[e.Reach.Gossip] = name
+	}
 	for name, c := range loaded {
-		if c.Node.Name != name || c.Node.Region != endpoints[name].Region {
-			t.Errorf("%s: node %s/%s, want %s/%s", name, c.Node.Name, c.Node.Region, name, endpoints[name].Region)
+		e := endpoints[name]
+		if c.Node.Name != name || c.Node.Region != e.Region {
+			t.Errorf("%s: node %s/%s, want %s/%s", name, c.Node.Name, c.Node.Region, name, e.Region)
 		}
+		wantCap := 100 // the default, left out of the file
+		if name == "use-gw3" {
+			wantCap = 200
+		}
+		if c.Node.Capacity != wantCap {
+			t.Errorf("%s: node.capacity %d, want %d", name, c.Node.Capacity, wantCap)
+		}
+		// Nobody is listed: trust is by certificate, peers come from gossip.
+		if len(c.Control.PeerNames) != 0 || len(c.Control.Deny) != 0 {
+			t.Errorf("%s: control.peer_names %v, deny %v: want none", name, c.Control.PeerNames, c.Control.Deny)
+		}
+		// Seeds: every other gateway of its region, then remote_seeds = 2
+		// of the other region, never itself, never all of them.
+		var own, remote []string
+		for _, s := range c.Gossip.Seeds {
+			g, ok := gossipOf[s]
+			switch {
+			case !ok:
+				t.Errorf("%s: gossip seed %s is no gateway's gossip address", name, s)
+			case g == name:
+				t.Errorf("%s: seeds itself", name)
+			case endpoints[g].Region == e.Region:
+				own = append(own, g)
+			default:
+				remote = append(remote, g)
+			}
+		}
+		var wantOwn []string
+		for _, g := range want {
+			if g != name && endpoints[g].Region == e.Region {
+				wantOwn = append(wantOwn, g)
+			}
+		}
+		slices.Sort(own)
+		if !slices.Equal(own, wantOwn) || len(remote) != 2 || len(slices.Compact(slices.Sorted(slices.Values(remote)))) != 2 {
+			t.Errorf("%s: seeds its region's %v (want %v) and %v of the other region (want 2)", name, own, wantOwn, remote)
+		}
+		if !slices.Equal(c.Gossip.Seeds, e.Seeds) {
+			t.Errorf("%s: gossip.seeds %v, the gateways output says %v", name, c.Gossip.Seeds, e.Seeds)
+		}
+		// regions: the other region only, for its RTT hint, and the
+		// override of use-gw1's control address (it listens on 0.0.0.0
+		// behind NAT and cannot announce where to dial it).
 		if len(c.Regions) != 1 {
-			t.Fatalf("%s: %d remote regions, want 1", name, len(c.Regions))
+			t.Fatalf("%s: %d regions entries, want 1 (the RTT hint)", name, len(c.Regions))
 		}
 		r := c.Regions[0]
-		if r.Name == c.Node.Region {
-			t.Errorf("%s: lists its own region", name)
+		if r.Name == c.Node.Region || r.RTTHint != 80*time.Millisecond {
+			t.Errorf("%s: regions[0] %s rtt_hint %v, want the other region at 80ms from rtt_hints", name, r.Name, r.RTTHint)
 		}
-		if r.RTTHint != 80*time.Millisecond {
-			t.Errorf("%s: rtt_hint %v, want 80ms from rtt_hints", name, r.RTTHint)
-		}
-		var peers []string
-		for _, g := range r.Gateways {
-			e := endpoints[g.Name]
-			if e.Region != r.Name {
-				t.Errorf("%s: %s listed under %s, it serves %s", name, g.Name, r.Name, e.Region)
+		switch e.Region {
+		case "eu-west":
+			if len(r.Gateways) != 1 || r.Gateways[0].Name != "use-gw1" || r.Gateways[0].Control != "use-gw1.gw.example.net:7443" ||
+				r.Gateways[0].Control != endpoints["use-gw1"].Reach.Control || len(r.Gateways[0].WAN) != 0 {
+				t.Errorf("%s: regions[0].gateways %+v, want only use-gw1's control override", name, r.Gateways)
 			}
-			if g.Control != e.Reach.Control || !slices.Equal(g.WAN, e.Reach.Wan) {
-				t.Errorf("%s: reaches %s at %s %v, it advertises %s %v", name, g.Name, g.Control, g.WAN, e.Reach.Control, e.Reach.Wan)
+		default:
+			if len(r.Gateways) != 0 {
+				t.Errorf("%s: regions[0].gateways %+v, want none (eu-west announces its addresses)", name, r.Gateways)
 			}
-			if !slices.Contains(c.Gossip.Seeds, e.Reach.Gossip) {
-				t.Errorf("%s: gossip seeds %v lack %s's %s", name, c.Gossip.Seeds, g.Name, e.Reach.Gossip)
-			}
-			peers = append(peers, g.Name)
-		}
-		for _, other := range want {
-			if other == name {
-				continue
-			}
-			if !slices.Contains(c.Control.PeerNames, other) {
-				t.Errorf("%s: control.peer_names %v lacks %s", name, c.Control.PeerNames, other)
-			}
-		}
-		if len(c.Control.PeerNames) != 3 || len(peers) != 2 {
-			t.Errorf("%s: peer_names %v, remote gateways %v", name, c.Control.PeerNames, peers)
 		}
 		if c.WAN.MTU != 1024 || c.WAN.PathsPerPeer != 16 || len(c.WAN.Planes) != 2 {
 			t.Errorf("%s: wan %+v", name, c.WAN)
@@ -272,13 +323,67 @@ func TestTerraformExampleRendersValidConfigs(t *testing.T) {
 		if want := filepath.Join(render, name, "certs", name+"-key.pem"); c.Control.TLS.KeyFile != want {
 			t.Errorf("%s: key file %s, want %s (relative to the file)", name, c.Control.TLS.KeyFile, want)
 		}
-		if e := endpoints[name]; e.Metrics != "http://"+c.Admin.Listen+"/metrics" {
+		if e.Metrics != "http://"+c.Admin.Listen+"/metrics" {
 			t.Errorf("%s: metrics endpoint %q, admin.listen %q", name, e.Metrics, c.Admin.Listen)
 		}
 	}
-	// use-gw1 listens on 0.0.0.0 and advertises a name: the others dial the name.
-	if got := loaded["euw-gw1"].Regions[0].Gateways[0]; got.Name != "use-gw1" || got.Control != "use-gw1.gw.example.net:7443" {
-		t.Errorf("euw-gw1 reaches use-gw1 at %+v", got)
+	for i, name := range []string{"use-gw1", "use-gw2", "use-gw3"} {
+		if endpoints[name].Index != i {
+			t.Errorf("%s: install position %d, want %d (the order of the gateways list)", name, endpoints[name].Index, i)
+		}
+	}
+
+	// What is wrong is still refused, by key. The check must not pass a
+	// rendered file whatever is changed in it.
+	mutations := []struct{ name, from, to, key string }{
+		{"capacity out of range", "capacity: 200", "capacity: 70000", "node.capacity"},
+		{"bad deny entry", "deny: []", `deny: ["eu west/*"]`, "control.deny[0]"},
+		{"seed without a port", `seeds: ["`, `seeds: ["203.0.113.99", "`, "gossip.seeds[0]"},
+		{"own region listed", `- name: "eu-west"`, `- name: "us-east"`, "regions[0].name"},
+		{"misspelt key", "paths_per_peer:", "paths_per_pear:", "wan.paths_per_pear"},
+	}
+	for _, m := range mutations {
+		text := configs["use-gw3"]
+		if !strings.Contains(text, m.from) {
+			t.Errorf("%s: the rendered use-gw3 has no %q", m.name, m.from)
+			continue
+		}
+		path := writeGateway(t, filepath.Join(t.TempDir(), "bad"), ca, "us-east", "use-gw3", strings.Replace(text, m.from, m.to, 1))
+		err := config.Check(path)
+		if err == nil || !strings.Contains(err.Error(), m.key+":") {
+			t.Errorf("%s: config check says %v, want a problem with %s", m.name, err, m.key)
+		}
+	}
+	// A certificate of another region: `mrgw config check` compares its
+	// mrgw://REGION/NAME identity with node.region.
+	if mrgw != "" {
+		path := writeGateway(t, filepath.Join(t.TempDir(), "bad"), ca, "eu-west", "use-gw3", configs["use-gw3"])
+		out, err := exec.Command(mrgw, "config", "check", path).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "control.tls.cert_file") || !strings.Contains(string(out), "mrgw://eu-west/use-gw3") {
+			t.Errorf("mrgw config check of use-gw3 with an eu-west certificate: %v\n%s", err, out)
+		}
+	}
+
+	// Without RTT hints, us-east's configurations are seed-only: no
+	// regions: at all (eu-west's keep use-gw1's control override).
+	tf(t, bin, ex, false, "apply", "-auto-approve", "-input=false", "-no-color", "-var-file=terraform.tfvars.example", "-var=rtt_hints={}")
+	if err := json.Unmarshal([]byte(tf(t, bin, ex, false, "output", "-json", "configs")), &configs); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range want {
+		path := writeGateway(t, t.TempDir(), ca, endpoints[name].Region, name, configs[name])
+		c, err := config.Load(path)
+		if err != nil {
+			t.Errorf("%s without rtt_hints: %v", name, err)
+			continue
+		}
+		hasRegions := strings.Contains(configs[name], "\nregions:")
+		if endpoints[name].Region == "us-east" && (hasRegions || len(c.Regions) != 0) {
+			t.Errorf("%s without rtt_hints: regions %+v, want none (seeds only)\n%s", name, c.Regions, configs[name])
+		}
+		if endpoints[name].Region == "eu-west" && (len(c.Regions) != 1 || c.Regions[0].RTTHint != 0 || len(c.Regions[0].Gateways) != 1) {
+			t.Errorf("%s without rtt_hints: regions %+v, want only use-gw1's override", name, c.Regions)
+		}
 	}
 }
 
@@ -299,86 +404,221 @@ func mrgwBinary(t *testing.T) string {
 	return out
 }
 
-// TestTerraformValidationRefusesBadInput plans the module with one bad input
-// at a time and expects the validation message that names the mistake.
-func TestTerraformValidationRefusesBadInput(t *testing.T) {
-	bin := terraformBin(t)
-	ws := tfWorkspace(t)
-	good := map[string]string{
-		"region":   `"eu-west"`,
-		"gw1_lan":  `"10.0.0.1:4791"`,
-		"gw1_ctl":  `"192.0.2.1:7443"`,
-		"gw2_name": `"euw-gw2"`,
-		"planes2":  `[{ name = "plane-a", local = "192.0.2.2:7500" }]`,
-		"remote":   `"us-east"`,
-		"rctl":     `"use-gw1.example.net:7443"`,
-		"key":      `"bHYDV+/5GBweqpewk0dctiqWKF+/evzgcq7YC811nps="`,
-		"mtu":      `1400`,
-	}
-	const root = `
-module "pair" {
-  source = "../terraform/modules/gateway-pair"
+// regionRoot is a root module calling gateway-region for eu-west with
+// {{n}} gateways: the first with its fields as placeholders, the others
+// generated (euw-gwI at 192.0.2.I); us-east is a remote region of one
+// gateway, given by its gossip address only.
+const regionRoot = `
+module "region" {
+  source = "../terraform/modules/gateway-region"
   region = {{region}}
   gateways = [
     { name = "euw-gw1", ssh_host = "192.0.2.1", lan_listen = {{gw1_lan}}, control_listen = {{gw1_ctl}},
-      gossip_bind = "192.0.2.1:7946", planes = [{ name = "plane-a", local = "192.0.2.1:7500" }] },
-    { name = {{gw2_name}}, ssh_host = "192.0.2.2", lan_listen = "10.0.0.2:4791", control_listen = "192.0.2.2:7443",
-      gossip_bind = "192.0.2.2:7946", planes = {{planes2}} },
-  ]
-  remote_regions = [{ name = {{remote}}, rtt_hint = "80ms", gateways = [
-    { name = "use-gw1", control = {{rctl}}, wan = ["203.0.113.1:7500"] },
+      gossip_bind = "192.0.2.1:7946", capacity = {{cap}}, planes = {{planes1}} },
+{{others}}  ]
+  remote_regions = [{ name = {{remote}}, gateways = [
+    { name = {{rname}}, gossip = {{rgossip}} },
   ] }]
+  control_deny   = {{deny}}
   gossip_keyring = [{{key}}]
   host_keys      = ["demo:bXJndy1kZW1vLWhvc3Qta2V5LW5ldmVyLXJldXNlLWl0IQ=="]
   wan            = { mtu = {{mtu}} }
 }
-output "n" { value = length(module.pair.gateways) }
+output "configs" {
+  value     = module.region.configs
+  sensitive = true
+}
+output "gateways" { value = module.region.gateways }
 `
+
+// TestTerraformValidationRefusesBadInput plans the gateway-region module
+// with one bad input at a time and expects the validation message that
+// names the mistake. The good inputs (1, 2 and 16 gateways) are applied
+// render-only and their configurations checked: seed-only (no regions:, no
+// peer list), seeding from the region's other gateways and the remote one.
+func TestTerraformValidationRefusesBadInput(t *testing.T) {
+	bin := terraformBin(t)
+	ws := tfWorkspace(t)
+	good := map[string]string{
+		"n":       "2",
+		"region":  `"eu-west"`,
+		"gw1_lan": `"10.0.0.1:4791"`,
+		"gw1_ctl": `"192.0.2.1:7443"`,
+		"cap":     `null`,
+		"planes1": `[{ name = "plane-a", local = "192.0.2.1:7500" }]`,
+		"gw2":     `"euw-gw2"`,
+		"remote":  `"us-east"`,
+		"rname":   `"use-gw1"`,
+		"rgossip": `"use-gw1.example.net:7946"`,
+		"deny":    `[]`,
+		"key":     `"bHYDV+/5GBweqpewk0dctiqWKF+/evzgcq7YC811nps="`,
+		"mtu":     `1400`,
+	}
 	cases := []struct {
-		name, key, value, want string
+		name string
+		set  map[string]string
+		want string
 	}{
-		{"good", "", "", ""},
-		{"bad region name", "region", `"eu west"`, "The region must be a name"},
-		{"name for a listen address", "gw1_lan", `"gw1.example.net:4791"`, "DNS names are not allowed"},
-		{"octet out of range", "gw1_ctl", `"192.0.2.300:7443"`, "must be ip:port with an IP literal"},
-		{"port out of range", "gw1_ctl", `"192.0.2.1:70000"`, "must be ip:port with an IP literal"},
-		{"duplicate gateway", "gw2_name", `"euw-gw1"`, "Gateway names must be distinct"},
-		{"planes differ", "planes2", `[{ name = "plane-z", local = "192.0.2.2:7500" }]`, "same plane names"},
-		{"own region as remote", "remote", `"eu-west"`, "lists this pair's own region"},
-		{"mistyped remote IP", "rctl", `"10.0.0.300:7443"`, "Remote gateway addresses"},
-		{"short key", "key", `"c2hvcnQ="`, "base64 encoding of 16, 24 or 32 bytes"},
-		{"mtu too small", "mtu", `100`, "wan.mtu must be an integer 512..65000"},
+		{"two gateways", nil, ""},
+		{"one gateway", map[string]string{"n": "1"}, ""},
+		{"sixteen gateways", map[string]string{"n": "16"}, ""},
+		{"seventeen gateways", map[string]string{"n": "17"}, "A region has 1 to 16 gateways."},
+		{"bad region name", map[string]string{"region": `"eu west"`}, "The region must be a name"},
+		{"name for a listen address", map[string]string{"gw1_lan": `"gw1.example.net:4791"`}, "DNS names are not allowed"},
+		{"name for a plane's advertise address", map[string]string{"planes1": `[{ name = "plane-a", local = "0.0.0.0:7500", advertise = "gw1.example.net:7500" }]`}, "DNS names are not allowed"},
+		{"octet out of range", map[string]string{"gw1_ctl": `"192.0.2.300:7443"`}, "must be ip:port with an IP literal"},
+		{"port out of range", map[string]string{"gw1_ctl": `"192.0.2.1:70000"`}, "must be ip:port with an IP literal"},
+		{"wildcard without advertise", map[string]string{"gw1_ctl": `"0.0.0.0:7443"`}, "listens on a wildcard address"},
+		{"duplicate gateway", map[string]string{"gw2": `"euw-gw1"`}, "Gateway names must be distinct"},
+		{"gateway name used by another region", map[string]string{"rname": `"euw-gw2"`}, "unique across all regions"},
+		{"capacity out of range", map[string]string{"cap": `70000`}, "capacity (node.capacity) must be an integer 1..65535"},
+		{"capacity not an integer", map[string]string{"cap": `1.5`}, "capacity (node.capacity) must be an integer 1..65535"},
+		{"planes differ", map[string]string{"planes1": `[{ name = "plane-z", local = "192.0.2.1:7500" }]`}, "same plane names"},
+		{"own region as remote", map[string]string{"remote": `"eu-west"`}, "remote_regions lists this region"},
+		{"mistyped remote IP", map[string]string{"rgossip": `"10.0.0.300:7946"`}, "Remote gateway addresses"},
+		{"bad deny entry", map[string]string{"deny": `["eu west/*"]`}, "control_deny entries are NAME"},
+		{"short key", map[string]string{"key": `"c2hvcnQ="`}, "base64 encoding of 16, 24 or 32 bytes"},
+		{"mtu too small", map[string]string{"mtu": `100`}, "wan.mtu must be an integer 512..65000"},
+	}
+	// One directory, initialised once: every case rewrites main.tf.
+	dir := filepath.Join(ws, "root")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	render := func(vals map[string]string) string {
+		n, err := strconv.Atoi(vals["n"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var others strings.Builder
+		for i := 2; i <= n; i++ {
+			name := fmt.Sprintf(`"euw-gw%d"`, i)
+			if i == 2 {
+				name = vals["gw2"]
+			}
+			fmt.Fprintf(&others, `    { name = %s, ssh_host = "192.0.2.%d", lan_listen = "10.0.0.%d:4791", control_listen = "192.0.2.%d:7443",
+      gossip_bind = "192.0.2.%d:7946", planes = [{ name = "plane-a", local = "192.0.2.%d:7500" }] },
+`, name, i, i, i, i, i)
+		}
+		text := strings.ReplaceAll(regionRoot, "{{others}}", others.String())
+		for k, v := range vals {
+			text = strings.ReplaceAll(text, "{{"+k+"}}", v)
+		}
+		return text
+	}
+	ca, err := pki.NewCA("mrgw-test-ca", time.Now().Add(-time.Minute), 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			vals := map[string]string{}
-			for k, v := range good {
-				vals[k] = v
-			}
-			if tc.key != "" {
-				vals[tc.key] = tc.value
-			}
-			text := root
-			for k, v := range vals {
-				text = strings.ReplaceAll(text, "{{"+k+"}}", v)
-			}
-			dir := filepath.Join(ws, "case"+string(rune('a'+i)))
-			if err := os.MkdirAll(dir, 0o755); err != nil {
+			vals := maps.Clone(good)
+			maps.Copy(vals, tc.set)
+			if err := os.WriteFile(filepath.Join(dir, "main.tf"), []byte(render(vals)), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			if err := os.WriteFile(filepath.Join(dir, "main.tf"), []byte(text), 0o644); err != nil {
-				t.Fatal(err)
+			if i == 0 {
+				tf(t, bin, dir, false, "init", "-backend=false", "-input=false", "-no-color")
 			}
-			tf(t, bin, dir, false, "init", "-backend=false", "-input=false", "-no-color")
-			if tc.want == "" {
-				tf(t, bin, dir, false, "plan", "-input=false", "-no-color")
+			if tc.want != "" {
+				stderr := tf(t, bin, dir, true, "plan", "-input=false", "-no-color")
+				// Terraform wraps long messages; compare with whitespace folded.
+				if !strings.Contains(strings.Join(strings.Fields(stderr), " "), tc.want) {
+					t.Errorf("plan error does not say %q:\n%s", tc.want, stderr)
+				}
 				return
 			}
-			stderr := tf(t, bin, dir, true, "plan", "-input=false", "-no-color")
-			// Terraform wraps long messages; compare with whitespace folded.
-			if !strings.Contains(strings.Join(strings.Fields(stderr), " "), tc.want) {
-				t.Errorf("plan error does not say %q:\n%s", tc.want, stderr)
+			tf(t, bin, dir, false, "apply", "-auto-approve", "-input=false", "-no-color")
+			var configs map[string]string
+			if err := json.Unmarshal([]byte(tf(t, bin, dir, false, "output", "-json", "configs")), &configs); err != nil {
+				t.Fatal(err)
+			}
+			var endpoints map[string]endpoint
+			if err := json.Unmarshal([]byte(tf(t, bin, dir, false, "output", "-json", "gateways")), &endpoints); err != nil {
+				t.Fatal(err)
+			}
+			n, _ := strconv.Atoi(vals["n"])
+			if len(configs) != n || len(endpoints) != n {
+				t.Fatalf("%d configurations and %d gateways rendered, want %d", len(configs), len(endpoints), n)
+			}
+			render := t.TempDir()
+			for name, text := range configs {
+				c, err := config.Load(writeGateway(t, render, ca, "eu-west", name, text))
+				if err != nil {
+					t.Errorf("%s: config check:\n%v\n--- rendered ---\n%s", name, err, text)
+					continue
+				}
+				// Seed-only: gossip finds us-east; nothing lists it.
+				if strings.Contains(text, "\nregions:") || len(c.Regions) != 0 || len(c.Control.PeerNames) != 0 {
+					t.Errorf("%s: regions %+v, peer_names %v: want none\n%s", name, c.Regions, c.Control.PeerNames, text)
+				}
+				var want []string
+				for j := 0; j < n; j++ {
+					if e := endpoints[fmt.Sprintf("euw-gw%d", j+1)]; e.Index != j || e.Reach.Gossip != fmt.Sprintf("192.0.2.%d:7946", j+1) {
+						t.Errorf("euw-gw%d: position %d, gossip %s", j+1, e.Index, e.Reach.Gossip)
+					}
+					if g := fmt.Sprintf("192.0.2.%d:7946", j+1); g != c.Gossip.Bind {
+						want = append(want, g)
+					}
+				}
+				want = append(want, "use-gw1.example.net:7946")
+				if !slices.Equal(c.Gossip.Seeds, want) {
+					t.Errorf("%s: gossip.seeds %v, want %v", name, c.Gossip.Seeds, want)
+				}
 			}
 		})
+	}
+}
+
+// TestRegionModuleInstallChain checks the rolling installation's chain of
+// module calls (a hand-unrolled loop, one call per position): install_N
+// exists for N = 0..15, has an instance only while var.gateways has an Nth
+// gateway, installs that gateway, and waits for install_N-1; the installed
+// output covers all of them in order.
+func TestRegionModuleInstallChain(t *testing.T) {
+	dir := filepath.Join("terraform", "modules", "gateway-region")
+	b, err := os.ReadFile(filepath.Join(dir, "install.tf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := regexp.MustCompile(`(?ms)^module "install_(\d+)" \{\n(.*?)^\}`).FindAllStringSubmatch(string(b), -1)
+	if len(blocks) != 16 {
+		t.Fatalf("install.tf has %d install_N module calls, want 16 (a region has up to 16 gateways)", len(blocks))
+	}
+	for i, blk := range blocks {
+		if blk[1] != strconv.Itoa(i) {
+			t.Errorf("module call %d is install_%s", i, blk[1])
+			continue
+		}
+		body := blk[2]
+		if !regexp.MustCompile(fmt.Sprintf(`count\s+= length\(var\.gateways\) > %d \? 1 : 0\n`, i)).MatchString(body) {
+			t.Errorf("install_%d: count is not length(var.gateways) > %d ? 1 : 0", i, i)
+		}
+		dep := regexp.MustCompile(`depends_on\s+= \[module\.install_(\d+)\]`).FindStringSubmatch(body)
+		switch {
+		case i == 0 && dep != nil:
+			t.Errorf("install_0 depends on install_%s", dep[1])
+		case i > 0 && (dep == nil || dep[1] != strconv.Itoa(i-1)):
+			t.Errorf("install_%d does not depend on install_%d: %v", i, i-1, dep)
+		}
+		for _, idx := range regexp.MustCompile(`local\.install\[(\d+)\]`).FindAllStringSubmatch(body, -1) {
+			if idx[1] != strconv.Itoa(i) {
+				t.Errorf("install_%d installs local.install[%s]", i, idx[1])
+			}
+		}
+		if !strings.Contains(body, "enabled     = var.deploy") || strings.Count(body, "local.install[") != 5 {
+			t.Errorf("install_%d: not enabled by var.deploy, or not every input from local.install[%d]:\n%s", i, i, body)
+		}
+	}
+	out, err := os.ReadFile(filepath.Join(dir, "outputs.tf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want strings.Builder
+	for i := range 16 {
+		fmt.Fprintf(&want, "    module.install_%d[*].installed,\n", i)
+	}
+	if !strings.Contains(string(out), want.String()) {
+		t.Errorf("outputs.tf: installed does not list install_0..15 in order")
 	}
 }

@@ -1,32 +1,35 @@
-# Two regions (or more), each a gateway pair at its data-center edge, wired to
-# each other: every region's remote_regions lists the other regions' gateways
-# at the addresses they advertise.
+# Two regions (or more), each with 1 to 16 gateways at its data-center edge.
+# Gossip wires them to each other: every gateway's configuration lists only
+# gossip seeds (its region's other gateways and a few of other regions), and
+# regions: entries only for RTT hints and for a gateway that cannot announce
+# its own control address (use-gw1 here, behind NAT).
 
 locals {
-  # How each gateway is reached by gateways of other regions.
+  # Each region's gateways as the other regions see them.
   as_remote = { for region, r in var.regions : region => [for g in r.gateways : {
     name    = g.name
-    control = coalesce(g.control_advertise, g.control_listen)
-    wan     = [for p in g.planes : coalesce(p.advertise, p.local)]
     gossip  = coalesce(g.gossip_advertise, g.gossip_bind)
+    control = g.control_advertise
   }] }
 
   remote_regions = { for region in keys(var.regions) : region => [
     for other in sort(keys(var.regions)) : {
       name     = other
-      rtt_hint = lookup(var.rtt_hints, join("/", sort([region, other])), "0s")
+      rtt_hint = lookup(var.rtt_hints, join("/", sort([region, other])), null)
       gateways = local.as_remote[other]
     } if other != region
   ] }
 }
 
-module "pair" {
-  source   = "../../modules/gateway-pair"
+module "region" {
+  source   = "../../modules/gateway-region"
   for_each = var.regions
 
   region         = each.key
   gateways       = each.value.gateways
   remote_regions = local.remote_regions[each.key]
+  remote_seeds   = var.remote_seeds
+  control_deny   = var.control_deny
   gossip_keyring = var.gossip_keyring
   host_keys      = var.host_keys
   wan            = var.wan
@@ -37,4 +40,11 @@ module "pair" {
   binary_file = var.binary_file
   certs_dir   = var.certs_dir
   ssh         = var.ssh
+}
+
+# This example called the module "pair" (modules/gateway-pair) before
+# regions had more than two gateways: existing state moves over.
+moved {
+  from = module.pair
+  to   = module.region
 }

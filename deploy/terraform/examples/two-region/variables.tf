@@ -1,5 +1,5 @@
 variable "regions" {
-  description = "Each region's gateway pair, by region name: the gateways as the gateway-pair module takes them."
+  description = "Each region's gateways (1 to 16), by region name, as the gateway-region module takes them."
   type = map(object({
     gateways = list(object({
       name              = string
@@ -10,6 +10,7 @@ variable "regions" {
       gossip_bind       = string
       gossip_advertise  = optional(string, "")
       admin_listen      = optional(string, "127.0.0.1:9464")
+      capacity          = optional(number)
       planes = list(object({
         name      = string
         local     = string
@@ -24,13 +25,25 @@ variable "regions" {
 }
 
 variable "rtt_hints" {
-  description = "Expected round trip between regions, keyed \"a/b\" with the two names in alphabetical order (\"eu-west/us-east\" = \"80ms\"); missing pairs are measured."
+  description = "Optional: expected round trip between two regions, keyed \"a/b\" with the two names in alphabetical order (\"eu-west/us-east\" = \"80ms\"); rendered as regions[].rtt_hint. Routes without one are measured from the first sample."
   type        = map(string)
   default     = {}
   validation {
     condition     = alltrue([for k, v in var.rtt_hints : can(regex("^[^/]+/[^/]+$", k)) && can(regex("^[0-9]+(ms|s)$", v))])
     error_message = "rtt_hints keys are \"region-a/region-b\" and values durations such as \"80ms\"."
   }
+}
+
+variable "remote_seeds" {
+  description = "How many gateways of other regions each gateway seeds gossip with (see the gateway-region module)."
+  type        = number
+  default     = 3
+}
+
+variable "control_deny" {
+  description = "Revoked gateways every gateway refuses: NAME, REGION/NAME, REGION/* or serial:HEX (see the gateway-region module)."
+  type        = list(string)
+  default     = []
 }
 
 variable "gossip_keyring" {
@@ -40,25 +53,25 @@ variable "gossip_keyring" {
 }
 
 variable "host_keys" {
-  description = "Host credentials (ID:BASE64) every gateway accepts (see the gateway-pair module)."
+  description = "Host credentials (ID:BASE64) every gateway accepts (see the gateway-region module)."
   type        = list(string)
   sensitive   = true
 }
 
 variable "wan" {
-  description = "WAN settings for every gateway (see the gateway-pair module)."
+  description = "WAN settings for every gateway (see the gateway-region module)."
   type        = any
   default     = {}
 }
 
 variable "limits" {
-  description = "Limits for every gateway (see the gateway-pair module)."
+  description = "Limits for every gateway (see the gateway-region module)."
   type        = any
   default     = {}
 }
 
 variable "scheduler" {
-  description = "Traffic classes for every gateway (see the gateway-pair module)."
+  description = "Traffic classes for every gateway (see the gateway-region module)."
   type        = any
   default     = {}
 }
@@ -82,7 +95,7 @@ variable "certs_dir" {
 }
 
 variable "ssh" {
-  description = "SSH settings for every host (see the gateway-pair module)."
+  description = "SSH settings for every host (see the gateway-region module)."
   type        = any
   default     = {}
 }

@@ -1,5 +1,6 @@
-# One gateway onto one edge host over SSH. Used twice by gateway-pair, the
-# second after the first, so a pair is never restarted at once.
+# One gateway onto one edge host over SSH. gateway-region calls it once per
+# gateway, each after the one before is ready, so a region's gateways are
+# never restarted at once.
 
 variable "enabled" {
   description = "Install (true) or do nothing (false: render-only runs)."
@@ -21,7 +22,7 @@ variable "ssh_host" {
 }
 
 variable "ssh" {
-  description = "SSH settings, as in gateway-pair."
+  description = "SSH settings, as in gateway-region."
   type = object({
     user             = string
     port             = number

@@ -1,5 +1,5 @@
 output "region" {
-  description = "The region this pair serves."
+  description = "The region these gateways serve."
   value       = var.region
 }
 
@@ -7,6 +7,8 @@ output "gateways" {
   description = "Each gateway's endpoints: where it listens (lan, control, gossip, admin, planes), how other gateways reach it, its metrics URL and the host it is installed on."
   value = { for g in var.gateways : g.name => {
     region     = var.region
+    index      = local.gw[g.name].index
+    capacity   = g.capacity
     ssh_host   = g.ssh_host
     lan        = g.lan_listen
     control    = g.control_listen
@@ -16,20 +18,20 @@ output "gateways" {
     reach      = local.reach[g.name]
     metrics    = g.admin_listen == "" ? null : "http://${g.admin_listen}/metrics"
     readyz     = g.admin_listen == "" ? null : "http://${g.admin_listen}/readyz"
+    seeds      = local.seeds[g.name]
     config     = local.config_path
     config_sha = terraform_data.config[g.name].output.sha256
   } }
 }
 
 output "as_remote_region" {
-  description = "This pair as another region's remote_regions entry sees it (add rtt_hint)."
+  description = "This region as another instance's remote_regions entry sees it: each gateway's gossip address, and its control address where it cannot announce it (control_advertise). Add rtt_hint."
   value = {
     name = var.region
     gateways = [for g in var.gateways : {
       name    = g.name
-      control = local.reach[g.name].control
-      wan     = local.reach[g.name].wan
       gossip  = local.reach[g.name].gossip
+      control = g.control_advertise
     }]
   }
 }
@@ -42,8 +44,23 @@ output "configs" {
 
 output "installed" {
   description = "Whether each gateway was installed in this run (false when deploy is false)."
-  value = {
-    (var.gateways[0].name) = module.first.installed
-    (var.gateways[1].name) = module.second.installed
-  }
+  # install_N has one instance for gateways[N] and none past the last.
+  value = zipmap(local.names, concat(
+    module.install_0[*].installed,
+    module.install_1[*].installed,
+    module.install_2[*].installed,
+    module.install_3[*].installed,
+    module.install_4[*].installed,
+    module.install_5[*].installed,
+    module.install_6[*].installed,
+    module.install_7[*].installed,
+    module.install_8[*].installed,
+    module.install_9[*].installed,
+    module.install_10[*].installed,
+    module.install_11[*].installed,
+    module.install_12[*].installed,
+    module.install_13[*].installed,
+    module.install_14[*].installed,
+    module.install_15[*].installed,
+  ))
 }

@@ -1,10 +1,10 @@
-# Inputs of one region's gateway pair. Every address and name is checked here
-# with the rules `mrgw config check` applies, so that a typo fails at plan
-# time, before anything is copied to a host. See docs/CONFIG.md for the keys
-# these become.
+# Inputs of one region's gateways (1 to 16). Every address and name is
+# checked here with the rules `mrgw config check` applies, so that a typo
+# fails at plan time, before anything is copied to a host. See
+# docs/CONFIG.md for the keys these become.
 
 variable "region" {
-  description = "Name of the region this pair serves (node.region of both gateways)."
+  description = "Name of the region these gateways serve (node.region of each)."
   type        = string
   validation {
     condition     = can(regex("^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$", var.region))
@@ -14,11 +14,18 @@ variable "region" {
 
 variable "gateways" {
   description = <<-EOT
-    The two gateways of the pair, each on its own edge host. Listen addresses
-    (lan_listen, control_listen, gossip_bind, admin_listen, planes[].local)
-    are ip:port with an IP literal; a wildcard (0.0.0.0 or [::]) needs the
-    matching *_advertise address that other gateways use to reach it.
-    ssh_host is where Terraform connects to install the gateway.
+    The region's gateways, 1 to 16, each on its own edge host; they are
+    installed in this order, one at a time. Listen addresses (lan_listen,
+    control_listen, gossip_bind, admin_listen, planes[].local) are ip:port
+    with an IP literal; a wildcard (0.0.0.0 or [::]) needs the matching
+    *_advertise address that other gateways use to reach it.
+    planes[].advertise and gossip_advertise are announced in gossip (IP
+    literals); control_advertise (an IP or a DNS name) is written into the
+    other regions' configurations as an override (regions[].gateways[].control),
+    since a gateway announces its control.listen. capacity is node.capacity:
+    the gateway's share of the region's flows relative to the others
+    (null: the default, 100). ssh_host is where Terraform connects to
+    install the gateway.
   EOT
   type = list(object({
     name              = string
@@ -29,6 +36,7 @@ variable "gateways" {
     gossip_bind       = string
     gossip_advertise  = optional(string, "")
     admin_listen      = optional(string, "127.0.0.1:9464")
+    capacity          = optional(number)
     planes = list(object({
       name      = string
       local     = string
@@ -37,14 +45,20 @@ variable "gateways" {
   }))
 
   validation {
-    condition     = length(var.gateways) == 2
-    error_message = "A gateway pair has exactly two gateways."
+    condition     = length(var.gateways) >= 1 && length(var.gateways) <= 16
+    error_message = "A region has 1 to 16 gateways."
   }
   validation {
     condition = alltrue([for g in var.gateways :
       can(regex("^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$", g.name))
     ]) && length(distinct([for g in var.gateways : g.name])) == length(var.gateways)
     error_message = "Gateway names must be distinct names of letters, digits, '.', '_' and '-', at most 63 characters, starting and ending with a letter or digit."
+  }
+  validation {
+    condition = alltrue([for g in var.gateways :
+      g.capacity == null ? true : (floor(g.capacity) == g.capacity && g.capacity >= 1 && g.capacity <= 65535)
+    ])
+    error_message = "A gateway's capacity (node.capacity) must be an integer 1..65535, or null for the default (100)."
   }
   validation {
     condition = alltrue([for g in var.gateways :
@@ -57,31 +71,31 @@ variable "gateways" {
   }
   validation {
     condition     = length(distinct([for g in var.gateways : sort([for p in g.planes : p.name])])) == 1
-    error_message = "Both gateways of a pair must have the same plane names (a plane is a network both edge hosts are attached to)."
+    error_message = "The gateways of a region must all have the same plane names (a plane is a network every edge host of the region is attached to)."
   }
   validation {
     # ip:port, IPv4 a.b.c.d or IPv6 in brackets, port 1..65535.
     condition = alltrue([for a in flatten([for g in var.gateways : concat(
       [g.lan_listen, g.control_listen, g.gossip_bind],
       [for p in g.planes : p.local],
+      compact([for p in g.planes : p.advertise]),
       g.admin_listen == "" ? [] : [g.admin_listen],
       g.gossip_advertise == "" ? [] : [g.gossip_advertise]
       )]) : try(
       can(cidrhost(format("%s/%d", coalesce(regex("^(?:\\[([0-9A-Fa-f:.]+)\\]|([0-9]+\\.[0-9]+\\.[0-9]+\\.[0-9]+)):([0-9]{1,5})$", a)...), strcontains(a, "[") ? 128 : 32), 0)) &&
       tonumber(regex(":([0-9]{1,5})$", a)[0]) >= 1 && tonumber(regex(":([0-9]{1,5})$", a)[0]) <= 65535,
     false)])
-    error_message = "lan_listen, control_listen, gossip_bind, gossip_advertise, admin_listen and planes[].local must be ip:port with an IP literal (a.b.c.d:port or [v6]:port) and a port 1..65535; a gateway binds them, so DNS names are not allowed."
+    error_message = "lan_listen, control_listen, gossip_bind, gossip_advertise, admin_listen, planes[].local and planes[].advertise must be ip:port with an IP literal (a.b.c.d:port or [v6]:port) and a port 1..65535; a gateway binds or announces them, so DNS names are not allowed."
   }
   validation {
     # Addresses other gateways dial: an IP literal or a DNS name, with a port.
-    condition = alltrue([for a in compact(flatten([for g in var.gateways : concat(
-      [g.control_advertise], [for p in g.planes : p.advertise])])) : try(
+    condition = alltrue([for a in compact([for g in var.gateways : g.control_advertise]) : try(
       (can(cidrhost(format("%s/%d", coalesce(regex("^(?:\\[([0-9A-Fa-f:.]+)\\]|([0-9]+\\.[0-9]+\\.[0-9]+\\.[0-9]+)):([0-9]{1,5})$", a)...), strcontains(a, "[") ? 128 : 32), 0)) ||
         (can(regex("^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*:[0-9]{1,5}$", a)) &&
       !can(regex("(^|\\.)[0-9]+:[0-9]+$", a)))) &&
       tonumber(regex(":([0-9]{1,5})$", a)[0]) >= 1 && tonumber(regex(":([0-9]{1,5})$", a)[0]) <= 65535,
     false)])
-    error_message = "control_advertise and planes[].advertise must be host:port, the host an IP literal or a DNS name, the port 1..65535."
+    error_message = "control_advertise must be host:port, the host an IP literal or a DNS name, the port 1..65535."
   }
   validation {
     condition     = alltrue([for g in var.gateways : length(trimspace(g.ssh_host)) > 0])
@@ -91,40 +105,76 @@ variable "gateways" {
 
 variable "remote_regions" {
   description = <<-EOT
-    The other regions this pair carries traffic to, each with its gateways:
-    name (their node.name and certificate name), control (host:port of their
-    QUIC control listener), wan (host:port of each of their planes) and,
-    optionally, gossip (host:port to join) and rtt_hint (a duration such as
-    "80ms"; "0s" means measure).
+    The other regions, each with its gateways: name (their node.name and
+    certificate name), gossip (host:port to join them at) and, only for a
+    gateway that cannot announce its control address (control.listen on a
+    wildcard, NAT), control: host:port to dial instead. rtt_hint (a
+    duration such as "80ms") seeds the controllers before the first RTT
+    sample. Gossip finds every region and gateway by itself: this list
+    chooses the seeds (see remote_seeds), checks that gateway names are
+    unique, and renders a regions: entry only for a hint or an override.
+    Another instance's as_remote_region output is one entry.
   EOT
   type = list(object({
     name     = string
-    rtt_hint = optional(string, "0s")
+    rtt_hint = optional(string)
     gateways = list(object({
       name    = string
-      control = string
-      wan     = list(string)
-      gossip  = optional(string)
+      gossip  = string
+      control = optional(string)
     }))
   }))
+  default = []
 
   validation {
     condition = alltrue([for r in var.remote_regions :
       can(regex("^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$", r.name)) &&
-      can(regex("^[0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h)$", r.rtt_hint)) &&
-      length(r.gateways) >= 1 &&
-      alltrue([for g in r.gateways : can(regex("^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$", g.name)) && length(g.wan) >= 1])
+      (r.rtt_hint == null ? true : can(regex("^[0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h)$", r.rtt_hint))) &&
+      length(r.gateways) >= 1 && length(r.gateways) <= 16 &&
+      alltrue([for g in r.gateways : can(regex("^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$", g.name))])
     ]) && length(distinct([for r in var.remote_regions : r.name])) == length(var.remote_regions)
-    error_message = "Remote regions need distinct valid names, an rtt_hint with a unit (\"80ms\", \"0s\") and at least one gateway each, every gateway with a valid name and at least one wan address."
+    error_message = "Remote regions need distinct valid names, an rtt_hint with a unit (\"80ms\", \"0s\") or none, and 1 to 16 gateways each, every gateway with a valid name."
   }
   validation {
-    condition = alltrue([for a in compact(flatten([for r in var.remote_regions : [for g in r.gateways : concat([g.control, g.gossip], g.wan)]])) : try(
+    condition = alltrue([for a in compact(flatten([for r in var.remote_regions : [for g in r.gateways : [g.control, g.gossip]]])) : try(
       (can(cidrhost(format("%s/%d", coalesce(regex("^(?:\\[([0-9A-Fa-f:.]+)\\]|([0-9]+\\.[0-9]+\\.[0-9]+\\.[0-9]+)):([0-9]{1,5})$", a)...), strcontains(a, "[") ? 128 : 32), 0)) ||
         (can(regex("^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*:[0-9]{1,5}$", a)) &&
       !can(regex("(^|\\.)[0-9]+:[0-9]+$", a)))) &&
       tonumber(regex(":([0-9]{1,5})$", a)[0]) >= 1 && tonumber(regex(":([0-9]{1,5})$", a)[0]) <= 65535,
     false)])
-    error_message = "Remote gateway addresses (control, wan[], gossip) must be host:port, the host an IP literal or a DNS name, the port 1..65535."
+    error_message = "Remote gateway addresses (gossip, control) must be host:port, the host an IP literal or a DNS name, the port 1..65535."
+  }
+}
+
+variable "remote_seeds" {
+  description = <<-EOT
+    How many gateways of other regions each gateway lists in gossip.seeds,
+    besides its own region's other gateways: one per region, in as many
+    regions as that allows, then a second per region, and so on. They are
+    chosen by rendezvous hashing of the gateway's name with theirs, so the
+    gateways of a region seed from different ones and adding a region
+    rarely changes an existing gateway's seeds. Any one live seed is enough
+    to join.
+  EOT
+  type        = number
+  default     = 3
+  validation {
+    condition     = floor(var.remote_seeds) == var.remote_seeds && var.remote_seeds >= 0 && var.remote_seeds <= 16
+    error_message = "remote_seeds must be an integer 0..16."
+  }
+}
+
+variable "control_deny" {
+  description = "control.deny of every gateway: peer gateways refused whatever their certificate, each NAME, REGION/NAME, REGION/* or serial:HEX (the certificate's serial). The gateway reloads it live; Terraform re-installs (restarts) one gateway at a time like any change."
+  type        = list(string)
+  default     = []
+  validation {
+    condition = alltrue([for d in var.control_deny :
+      can(regex("^serial:[0-9A-Fa-f:]*[0-9A-Fa-f][0-9A-Fa-f:]*$", d)) && length(replace(d, ":", "")) <= 70 ||
+      can(regex("^([A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?/)?[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$", d)) ||
+      can(regex("^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?/\\*$", d))
+    ])
+    error_message = "control_deny entries are NAME, REGION/NAME, REGION/* or serial:HEX (1 to 64 hexadecimal digits, colons allowed)."
   }
 }
 
@@ -150,7 +200,7 @@ variable "host_keys" {
 }
 
 variable "gossip" {
-  description = "Gossip settings: profile (wan or lan) and extra seeds (host:port) beyond the pair partner and the remote gateways' gossip addresses."
+  description = "Gossip settings: profile (wan or lan) and extra seeds (host:port) beyond the region's other gateways and the remote_seeds gateways of other regions."
   type = object({
     profile     = optional(string, "wan")
     extra_seeds = optional(list(string), [])
