@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"fmt"
+	"github.com/mrgw/mrgw/units"
 	"time"
 
 	"github.com/mrgw/mrgw/internal/report"
@@ -188,7 +189,7 @@ func planesCC(o Options, names []string, rtts []time.Duration) ([]report.Row, er
 					one = r.GoodputBps
 				}
 				rw.Efficiency = r.GoodputBps / (one * float64(p))
-				rw.Note = fmt.Sprintf("standing queue %.2f ms", standingQueue(r, w)/(rate/8)*1e3)
+				rw.Note = fmt.Sprintf("standing queue %.2f ms", standingQueue(r, w)/float64(units.BitRate(rate).Bytes())*1e3)
 				rows = append(rows, rw)
 			}
 		}
