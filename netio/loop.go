@@ -550,8 +550,13 @@ func (e *Endpoint) receiveBatch(now time.Duration, b *rxBatch) {
 		ent := &b.ents[i]
 		m := &b.msgs[ent.idx]
 		if ent.unknown {
-			id, ok := e.admit(b.s, ent.src, m.Buf[ent.off:ent.off+ent.n])
+			id, ok, bad := e.admit(b.s, ent.src, m.Buf[ent.off:ent.off+ent.n])
 			if !ok {
+				if bad {
+					e.ctr.badInit.Add(1)
+					b.s.drops.badInit.Add(1)
+					continue
+				}
 				e.ctr.unknown.Add(1)
 				b.s.drops.unknown.Add(1)
 				continue
@@ -633,8 +638,8 @@ func (e *Endpoint) resolve(s *sock, src netip.AddrPort, pkt []byte, primary bool
 				return pid, true
 			}
 		}
-		if t == metaroce.TypeInit && primary && e.cfg.AcceptPeer != nil {
-			if id, ok := e.admit(s, src, pkt); ok {
+		if t == metaroce.TypeInit && primary && e.cfg.AcceptPeer != nil && validInit(pkt) {
+			if id, ok, _ := e.admit(s, src, pkt); ok {
 				return id, true
 			}
 			if e.cfg.Cookies != nil {
@@ -652,15 +657,21 @@ func (e *Endpoint) resolve(s *sock, src netip.AddrPort, pkt []byte, primary bool
 
 // admit asks Config.AcceptPeer about an INIT from an unknown, unsealed
 // source, after its cookie when cookies are on (cookie.go); pkt is the
-// datagram. Anything but an INIT is not admitted.
-func (e *Endpoint) admit(s *sock, src netip.AddrPort, pkt []byte) (PeerID, bool) {
+// datagram. Anything but a valid INIT (validInit) is neither admitted nor
+// answered: bad says the datagram had an INIT's type but is not one (a
+// 12-byte "?? 03 ..." was taken for an INIT by its type byte alone, and
+// answered with a 24-byte RETRY or admitted).
+func (e *Endpoint) admit(s *sock, src netip.AddrPort, pkt []byte) (id PeerID, ok, bad bool) {
 	if p := e.peers.Load().byAddr[src]; p != nil {
 		// Registered meanwhile; if it seals, this datagram was not opened.
-		return p.ID, p.Sealer == nil
+		return p.ID, p.Sealer == nil, false
 	}
 	_, t, conn, err := metaroce.Peek(pkt)
 	if err != nil || t != metaroce.TypeInit {
-		return 0, false
+		return 0, false, false
+	}
+	if !validInit(pkt) {
+		return 0, false, true
 	}
 	if c := e.cfg.Cookies; c != nil {
 		_, cookie := splitCookie(pkt)
@@ -671,25 +682,37 @@ func (e *Endpoint) admit(s *sock, src netip.AddrPort, pkt []byte) (PeerID, bool)
 			if cookie != nil {
 				e.ctr.badCookies.Add(1)
 			}
+			// A valid INIT is at least RetryLen bytes: the answer
+			// amplifies nothing (docs/PROTOCOL.md).
 			var buf [RetryLen]byte
 			if e.sendRaw(s, src, c.appendRetry(buf[:0], src.Addr(), conn)) {
 				e.ctr.retriesSent.Add(1)
 			}
-			return 0, false
+			return 0, false, false
 		}
 	}
-	id, ok := e.cfg.AcceptPeer(src)
+	id, ok = e.cfg.AcceptPeer(src)
 	if !ok {
-		return 0, false
+		return 0, false, false
 	}
 	if err := e.AddPeer(Peer{ID: id, Addr: src}); err != nil {
 		e.log.Warn("netio: cannot admit peer", "src", src, "err", err)
-		return 0, false
+		return 0, false, false
 	}
 	if len(e.owner.admitted) < e.cfg.MaxPeers {
 		e.owner.admitted[id] = true
 	}
-	return id, true
+	return id, true, false
+}
+
+// validInit reports whether pkt is an INIT the state machine would take
+// (metaroce.DecodeHandshake: version, exact length, fields), with or
+// without an admission cookie trailer (checked by admit). Never smaller
+// than a RETRY.
+func validInit(pkt []byte) bool {
+	n, _ := splitCookie(pkt)
+	var h metaroce.Handshake
+	return metaroce.DecodeHandshake(pkt[:n], metaroce.TypeInit, &h) == nil
 }
 
 func (e *Endpoint) noteReplyIP(peer PeerID, src netip.AddrPort, s *sock) {
