@@ -571,7 +571,7 @@ func (e *Endpoint) Stats() Stats {
 		RxDatagrams: c.rxDatagrams.Load(), RxBytes: c.rxBytes.Load(),
 		TxDatagrams: c.txDatagrams.Load(), TxBytes: c.txBytes.Load(),
 		UnknownSource: c.unknown.Load(), BadInits: c.badInit.Load(),
-		SealErrors:    c.sealErr.Load(), TxErrors: c.txErr.Load(), NoSocket: c.noSocket.Load(),
+		SealErrors: c.sealErr.Load(), TxErrors: c.txErr.Load(), NoSocket: c.noSocket.Load(),
 		ReadErrors: c.readErr.Load(), TooBig: c.tooBig.Load(),
 		RetriesSent: c.retriesSent.Load(), BadCookies: c.badCookies.Load(), RetriesReceived: c.retriesReceived.Load(),
 		PathSockets: c.pathSockets.Load(), SocketsOpened: c.opened.Load(),
