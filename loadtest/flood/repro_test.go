@@ -68,4 +68,3 @@ func TestReproSharedIPHostClose(t *testing.T) {
 		}
 	}
 }
-
