@@ -564,8 +564,10 @@ func (e *Endpoint) receiveBatch(now time.Duration, b *rxBatch) {
 			ent.peer = id
 			table = e.peers.Load()
 		}
+		byIPOnly := false
 		if ent.resolve {
-			id, ok := e.resolve(b.s, ent.src, m.Buf[ent.off:ent.off+ent.n], b.s.primary)
+			id, ok, fallback := e.resolve(b.s, ent.src, m.Buf[ent.off:ent.off+ent.n], b.s.primary)
+			byIPOnly = fallback
 			if !ok {
 				e.ctr.unknown.Add(1)
 				b.s.drops.unknown.Add(1)
@@ -583,11 +585,19 @@ func (e *Endpoint) receiveBatch(now time.Duration, b *rxBatch) {
 		if a := ent.src.Addr(); a != p.Addr.Addr() || (b.s.listen && !b.s.primary) {
 			e.noteReplyIP(p.ID, ent.src, b.s)
 		}
-		if !b.s.listen && ent.src != p.Addr && e.owner.admitted[p.ID] {
+		if !b.s.listen && !byIPOnly && ent.src != p.Addr && e.owner.admitted[p.ID] {
 			// What reaches a path socket are replies, and replies leave
 			// from the peer's listening socket: that, not the source of
 			// its first INIT (one of its path sockets, which it may
 			// re-roll and close), is where an admitted peer is reached.
+			// Only a datagram of one of its connections says so: one
+			// given to it by its IP alone (resolve's fallback) may be
+			// another process's on that machine. A host that registered
+			// and closed next to another on one IP sent a last reply
+			// after its peer was gone; the reply, given to the other
+			// host by IP, moved that host's address to the closed
+			// socket, and its transfer stalled until it reconnected
+			// (about 3 s, one time in three: TestReproSharedIPHostClose).
 			np := *p
 			np.Addr = ent.src
 			if e.AddPeer(np) == nil {
@@ -618,41 +628,42 @@ func (e *Endpoint) receiveBatch(now time.Duration, b *rxBatch) {
 // resolve attributes an unsealed datagram that matched a peer by IP only:
 // to the peer of its connection if the state machine knows the connection,
 // else, for an INIT that arrived on Listen, to a new peer if AcceptPeer
-// admits the source, else to the peer that owns the IP.
-func (e *Endpoint) resolve(s *sock, src netip.AddrPort, pkt []byte, primary bool) (PeerID, bool) {
+// admits the source, else to the peer that owns the IP (fallback: by its
+// IP alone).
+func (e *Endpoint) resolve(s *sock, src netip.AddrPort, pkt []byte, primary bool) (id PeerID, ok, fallback bool) {
 	table := e.peers.Load()
-	fallback := table.byIP[src.Addr()]
-	if fallback != nil && fallback.Sealer != nil {
-		fallback = nil
+	owner := table.byIP[src.Addr()]
+	if owner != nil && owner.Sealer != nil {
+		owner = nil
 		for _, p := range table.shared[src.Addr()] {
 			if p.Sealer == nil {
-				fallback = p
+				owner = p
 				break
 			}
 		}
 	}
-	_, t, id, err := metaroce.Peek(pkt)
+	_, t, conn, err := metaroce.Peek(pkt)
 	if err == nil {
-		if pid, ok := e.ep.ConnPeer(id); ok {
+		if pid, ok := e.ep.ConnPeer(conn); ok {
 			if p := table.byID[pid]; p != nil && p.Sealer == nil {
-				return pid, true
+				return pid, true, false
 			}
 		}
 		if t == metaroce.TypeInit && primary && e.cfg.AcceptPeer != nil && validInit(pkt) {
 			if id, ok, _ := e.admit(s, src, pkt); ok {
-				return id, true
+				return id, true, false
 			}
 			if e.cfg.Cookies != nil {
 				// Answered with a RETRY, or refused: not the IP's
 				// other peer's either.
-				return 0, false
+				return 0, false, false
 			}
 		}
 	}
-	if fallback == nil {
-		return 0, false
+	if owner == nil {
+		return 0, false, false
 	}
-	return fallback.ID, true
+	return owner.ID, true, true
 }
 
 // admit asks Config.AcceptPeer about an INIT from an unknown, unsealed
