@@ -13,9 +13,9 @@ import (
 	"github.com/mrgw/mrgw/loadtest/lab"
 )
 
-// Reproductions of the bugs the flood found (docs/results/flood.md) that
-// are still open. They report what they see and fail while the bug is
-// there, so they run only when asked:
+// Reproductions of bugs the flood found (docs/results/flood.md) that can
+// only be judged by time. They report what they see and fail while the bug
+// is there, so they run only when asked:
 // MRGW_FLOOD_REPRO=1 go test ./loadtest/flood -run TestRepro -v
 // Fixed ones became regression tests (regress_test.go).
 
@@ -40,9 +40,13 @@ func reproLab(t *testing.T) *lab.Lab {
 
 // TestReproSharedIPHostClose: two hosts on 127.0.0.1; one carries a
 // transfer through a gateway, the other registers with that gateway and
-// closes, three times. In about one case in three the transfer stops for
-// about 3 s (the gateway drops its datagrams as unknown_source until the
-// host reconnects); on 127.0.0.2 the second host changes nothing.
+// closes, three times. In about one case in three the transfer stopped for
+// about 3 s (the gateway sent to the closed host's socket: a last reply of
+// the closed host, given to the other by IP, had moved its address); on
+// 127.0.0.2 the second host changed nothing. Fixed in netio (an address
+// moves only by a datagram of the peer's connection;
+// TestIPFallbackDoesNotMoveAPeer is the regression test): kept as a
+// measurement, since it judges a gap in time.
 func TestReproSharedIPHostClose(t *testing.T) {
 	l := reproLab(t)
 	for _, ip := range []string{"127.0.0.2", "127.0.0.1"} {
