@@ -194,4 +194,25 @@ func TestMetricsAfterTraffic(t *testing.T) {
 	if v, _ := sum(fw, "mrgw_peers_alive", map[string]string{"peer_region": "east"}); v != 1 {
 		t.Errorf("mrgw_peers_alive{peer_region=east} = %v, want 1", v)
 	}
+	// The control session between w1 and e1 began with a Retry at the
+	// listener (stateless address validation); no handshake is left in
+	// progress; the kernel's drops at the plane and control sockets are
+	// exported (0 here), and so are the state machine's.
+	var retries float64
+	for _, f := range []map[string][]series{fw, fe} {
+		v, _ := sum(f, "mrgw_control_packets_dropped_total", map[string]string{"reason": "retry"})
+		retries += v
+		if v, n := sum(f, "mrgw_control_handshakes_in_progress", nil); v != 0 || n != 1 {
+			t.Errorf("mrgw_control_handshakes_in_progress: %d series summing to %v, want 1 at 0", n, v)
+		}
+		if _, n := sum(f, "mrgw_protocol_datagrams_dropped_total", nil); n == 0 {
+			t.Error("no mrgw_protocol_datagrams_dropped_total series")
+		}
+	}
+	if retries < 1 {
+		t.Error("no Retry counted for the control session's handshake")
+	}
+	if _, n := sum(fw, "mrgw_wan_datagrams_dropped_total", map[string]string{"reason": "buffer"}); n != planes {
+		t.Errorf("%d series of mrgw_wan_datagrams_dropped_total{reason=buffer}, want one per plane (%d)", n, planes)
+	}
 }

@@ -1,8 +1,13 @@
 package gateway
 
 import (
+	"net"
+
 	"github.com/mrgw/mrgw/config"
+	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/metrics"
+	"github.com/mrgw/mrgw/netio/udp"
+	"github.com/mrgw/mrgw/tunnel/control"
 	"github.com/mrgw/mrgw/tunnel/pki"
 )
 
@@ -56,7 +61,40 @@ func (g *Gateway) syncLANDrops() {
 	d := g.ep.ListenDrops()
 	g.metrics.SyncLANDropped(metrics.LANDropUnknownSource, d.UnknownSource)
 	g.metrics.SyncLANDropped(metrics.LANDropTruncated, d.Truncated)
+	g.metrics.SyncLANDropped(metrics.LANDropMalformed, d.Malformed)
 	if d.KernelErr == nil {
 		g.metrics.SyncLANDropped(metrics.LANDropBuffer, d.Kernel)
 	}
+}
+
+// syncProtocolDrops folds the MetaRoCE state machine's drop counters
+// (metaroce.EndpointStats: datagrams netio attributed to a host or peer
+// gateway that no connection took) into
+// mrgw_protocol_datagrams_dropped_total. Called on the endpoint's owner
+// goroutine (ep is not safe for concurrent use).
+func (g *Gateway) syncProtocolDrops(ep *metaroce.Endpoint) {
+	s := ep.Stats
+	g.metrics.SyncProtocolDropped(map[string]uint64{
+		"truncated": s.Truncated, "bad_version": s.BadVersion, "bad_type": s.BadType,
+		"malformed": s.Malformed, "unknown_conn": s.UnknownConn, "refused": s.Refused,
+	})
+}
+
+// syncControlDrops folds the control listener's counters (what reached
+// control.listen and got no connection, handshakes in progress and timed
+// out) and its socket's kernel drops into the mrgw_control_* families.
+func (g *Gateway) syncControlDrops() {
+	if g.listener == nil {
+		return
+	}
+	st := g.listener.Stats()
+	if rc, err := g.listener.SyscallConn(); err == nil {
+		a, _ := g.listener.Addr().(*net.UDPAddr)
+		v6 := a != nil && a.IP.To4() == nil
+		if n, err := udp.KernelDropsOf(rc, v6); err == nil {
+			st.Dropped[control.DropBuffer] = n
+		}
+	}
+	g.metrics.SyncControl(metrics.ControlListener{Dropped: st.Dropped,
+		HandshakesInProgress: st.HandshakesInProgress, HandshakeTimeouts: st.HandshakeTimeouts})
 }

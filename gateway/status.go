@@ -164,7 +164,8 @@ func (g *Gateway) snapshot(prev *rateState) {
 		peers[p.name] = ps
 	}
 	r := g.relay
-	err := g.ep.Call(g.ctx, func(epNow time.Duration, _ *metaroce.Endpoint) {
+	err := g.ep.Call(g.ctx, func(epNow time.Duration, ep *metaroce.Endpoint) {
+		g.syncProtocolDrops(ep)
 		st.Draining = r.draining
 		r.adm.reclaim(epNow)
 		st.Admission = r.adm.status(epNow)
@@ -247,6 +248,9 @@ func (g *Gateway) snapshot(prev *rateState) {
 		}
 		plane := g.planes[d.Plane]
 		g.metrics.SyncDropped(plane, metrics.DropUnknownPeer, d.UnknownSource)
+		if d.KernelErr == nil {
+			g.metrics.SyncDropped(plane, metrics.DropBuffer, d.Kernel)
+		}
 		var byReason [len(dropReasonOf)]uint64
 		for e, n := range d.OpenErrors {
 			byReason[dropReasonIndex(e)] += n
@@ -258,6 +262,7 @@ func (g *Gateway) snapshot(prev *rateState) {
 		}
 	}
 	g.syncLANDrops()
+	g.syncControlDrops()
 	view := g.cluster.View()
 	gs := g.cluster.Stats()
 	g.metrics.SyncGossip(gs.DatagramsDropped, gs.Refused)

@@ -2,6 +2,8 @@ package metrics
 
 import (
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Topology is what the configuration says a gateway will talk to: every
@@ -94,4 +96,66 @@ func (m *Metrics) SyncLANDropped(r LANDropReason, total uint64) {
 		m.lan[r] = s
 	}
 	s.set(total)
+}
+
+type syncKey struct{ family, reason string }
+
+func (m *Metrics) syncLocked(family, reason string, vec *prometheus.CounterVec) *counterSync {
+	k := syncKey{family, reason}
+	s := m.synced[k]
+	if s == nil {
+		s = &counterSync{c: vec.WithLabelValues(reason)}
+		m.synced[k] = s
+	}
+	return s
+}
+
+// SyncProtocolDropped sets mrgw_protocol_datagrams_dropped_total from the
+// MetaRoCE state machine's cumulative drop counts by reason
+// ([ProtocolDropReasons]; others are counted as "other"). Safe for
+// concurrent use.
+func (m *Metrics) SyncProtocolDropped(byReason map[string]uint64) {
+	m.syncByReason("protocol", byReason, ProtocolDropReasons, m.ProtocolDatagramsDropped)
+}
+
+// ControlListener is what the control listener counts
+// (control.ListenerStats, and its socket's kernel drops under "buffer").
+type ControlListener struct {
+	Dropped              map[string]uint64 // by [ControlDropReasons]
+	HandshakesInProgress int
+	HandshakeTimeouts    uint64
+}
+
+// SyncControl sets mrgw_control_packets_dropped_total,
+// mrgw_control_handshakes_in_progress and
+// mrgw_control_handshake_timeouts_total from the control listener's
+// cumulative counts. Safe for concurrent use.
+func (m *Metrics) SyncControl(c ControlListener) {
+	m.syncByReason("control", c.Dropped, ControlDropReasons, m.ControlDropped)
+	m.ControlHandshakes.Set(float64(c.HandshakesInProgress))
+	m.pathMu.Lock()
+	defer m.pathMu.Unlock()
+	s := m.synced[syncKey{"control_timeouts", ""}]
+	if s == nil {
+		s = &counterSync{c: m.ControlTimeouts}
+		m.synced[syncKey{"control_timeouts", ""}] = s
+	}
+	s.set(c.HandshakeTimeouts)
+}
+
+func (m *Metrics) syncByReason(family string, byReason map[string]uint64, allowed []string, vec *prometheus.CounterVec) {
+	m.pathMu.Lock()
+	defer m.pathMu.Unlock()
+	other, haveOther := uint64(0), false
+	for r, n := range byReason {
+		if r == Other || oneOf(r, allowed) == Other {
+			other += n
+			haveOther = true
+			continue
+		}
+		m.syncLocked(family, r, vec).set(n)
+	}
+	if haveOther {
+		m.syncLocked(family, Other, vec).set(other)
+	}
 }

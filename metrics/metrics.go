@@ -108,12 +108,15 @@ const (
 	DropQueue       DropReason = "queue"        // a bounded queue was full
 	DropTruncated   DropReason = "truncated"    // longer than the receive buffer
 	DropUnknownPeer DropReason = "unknown_peer" // no control session (no keys) for the sender
-	DropOther       DropReason = Other
+	// DropBuffer: the kernel dropped it, the plane socket's receive buffer
+	// full (the gateway did not read fast enough; /proc/net/udp's drops).
+	DropBuffer DropReason = "buffer"
+	DropOther  DropReason = Other
 )
 
 // DropReasons lists the values of mrgw_wan_datagrams_dropped_total's reason label.
 var DropReasons = []string{string(DropAuth), string(DropReplay), string(DropMalformed),
-	string(DropQueue), string(DropTruncated), string(DropUnknownPeer), Other}
+	string(DropQueue), string(DropTruncated), string(DropUnknownPeer), string(DropBuffer), Other}
 
 // LANDropReason says why a datagram that reached the LAN socket (from
 // hosts) was dropped before the protocol saw it.
@@ -131,12 +134,15 @@ const (
 	// LANDropUnknownSource: from a source that is not a registered host
 	// and was not admitted as one (not an INIT, or the host table is full).
 	LANDropUnknownSource LANDropReason = "unknown_source"
-	LANDropOther         LANDropReason = Other
+	// LANDropMalformed: from an unknown source, an INIT's type but not a
+	// valid INIT (version, length, fields): neither answered nor admitted.
+	LANDropMalformed LANDropReason = "malformed"
+	LANDropOther     LANDropReason = Other
 )
 
 // LANDropReasons lists the values of mrgw_lan_datagrams_dropped_total's
 // reason label.
-var LANDropReasons = []string{string(LANDropBuffer), string(LANDropTruncated), string(LANDropUnknownSource), Other}
+var LANDropReasons = []string{string(LANDropBuffer), string(LANDropTruncated), string(LANDropUnknownSource), string(LANDropMalformed), Other}
 
 // Certificates whose expiry mrgw_certificate_expiry_timestamp_seconds shows.
 const (
@@ -160,6 +166,15 @@ var RefuseReasons = []string{RefuseLimit, RefuseNoRoute, RefuseBadRequest, Other
 // ControlRefusalReasons lists the values of mrgw_control_refusals_total's
 // reason label (tunnel/control's RefusalReasons).
 var ControlRefusalReasons = []string{"no_certificate", "expired", "unknown_ca", "bad_name", "unknown_peer", "denied", "identity_mismatch", "version", "protocol", Other}
+
+// ProtocolDropReasons lists the values of
+// mrgw_protocol_datagrams_dropped_total's reason label: the MetaRoCE state
+// machine's drop counters (metaroce.EndpointStats).
+var ProtocolDropReasons = []string{"truncated", "bad_version", "bad_type", "malformed", "unknown_conn", "refused", Other}
+
+// ControlDropReasons lists the values of mrgw_control_packets_dropped_total's
+// reason label (tunnel/control's DropReasons).
+var ControlDropReasons = []string{"retry", "busy", "queue", "malformed", "unknown_connection", "version", "unexpected", "buffer", Other}
 
 // Reasons a LAN peer is not admitted (mrgw_lan_admissions_refused_total).
 const (
@@ -283,6 +298,9 @@ type Metrics struct {
 	ControlSessionsActive *prometheus.GaugeVec   // peer_region
 	ControlSessions       *prometheus.CounterVec // result
 	ControlRefusals       *prometheus.CounterVec // reason
+	ControlDropped        *prometheus.CounterVec // reason
+	ControlHandshakes     prometheus.Gauge       // in progress
+	ControlTimeouts       prometheus.Counter     // handshakes timed out
 	KeyRotations          *prometheus.CounterVec // peer, peer_region, result
 
 	// WAN datagrams.
@@ -294,6 +312,9 @@ type Metrics struct {
 
 	// LAN datagrams.
 	LANDatagramsDropped *prometheus.CounterVec // reason
+
+	// The MetaRoCE state machine's drops (LAN and WAN).
+	ProtocolDatagramsDropped *prometheus.CounterVec // reason
 
 	// WAN connection to each peer gateway.
 	PeerConnected        *prometheus.GaugeVec   // peer, peer_region
@@ -334,6 +355,7 @@ type Metrics struct {
 	drops  map[dropKey]*counterSync
 	lan    map[LANDropReason]*counterSync
 	gossip map[gossipKey]*counterSync
+	synced map[syncKey]*counterSync // SyncProtocolDropped, SyncControl
 }
 
 // Option changes what New builds.
@@ -398,6 +420,7 @@ func New(opts ...Option) *Metrics {
 		drops:    map[dropKey]*counterSync{},
 		lan:      map[LANDropReason]*counterSync{},
 		gossip:   map[gossipKey]*counterSync{},
+		synced:   map[syncKey]*counterSync{},
 	}
 	b := &builder{m: m, r: r}
 
@@ -474,6 +497,13 @@ func New(opts ...Option) *Metrics {
 	m.ControlRefusals = b.counterVec("mrgw_control_refusals_total",
 		"Control session handshakes this gateway refused, as listener or dialer, by reason: no_certificate, expired, unknown_ca, bad_name, unknown_peer, version, protocol, other (each is also a result=\"refused\" of mrgw_control_sessions_total).",
 		LabelReason)
+	m.ControlDropped = b.counterVec("mrgw_control_packets_dropped_total",
+		"Packets at control.listen (QUIC) turned away before any connection held state for them, by reason: retry (an Initial without an address token, answered with a QUIC Retry and forgotten: one per session attempt, and every junk or spoofed Initial), busy (too many handshakes in progress: refused), queue (a quic-go queue full), malformed, unknown_connection (a short-header packet of no connection), version, unexpected (not a packet a connection starts with), buffer (the kernel's receive buffer was full).",
+		LabelReason)
+	m.ControlHandshakes = b.gauge("mrgw_control_handshakes_in_progress",
+		"QUIC handshakes in progress at control.listen, from addresses a Retry validated (at most 64; beyond, reason=\"busy\" of mrgw_control_packets_dropped_total).")
+	m.ControlTimeouts = b.counter("mrgw_control_handshake_timeouts_total",
+		"QUIC handshakes at control.listen given up because the peer went silent (3 s) or took too long (6 s).")
 	m.KeyRotations = b.counterVec("mrgw_key_rotations_total",
 		"Datagram key rotations with a peer gateway (every wan.key_rotation), by result: ok or failed.",
 		LabelPeer, LabelPeerRegion, LabelResult)
@@ -492,12 +522,15 @@ func New(opts ...Option) *Metrics {
 		"UDP payload bytes of tunnel datagrams received and accepted, headers and AEAD tags included.",
 		wanLabels...)
 	m.WANDatagramsDropped = b.counterVec("mrgw_wan_datagrams_dropped_total",
-		"Tunnel datagrams received on a plane and dropped before reaching a connection, by reason: auth, replay, malformed, queue, truncated, unknown_peer.",
+		"Tunnel datagrams received on a plane and dropped before reaching a connection, by reason: auth, replay, malformed, queue, truncated, unknown_peer, buffer (the kernel's receive buffer of the plane socket was full).",
 		LabelPlane, LabelReason)
 
 	// LAN datagrams.
 	m.LANDatagramsDropped = b.counterVec("mrgw_lan_datagrams_dropped_total",
-		"Datagrams from hosts dropped at the LAN socket before the protocol saw them, by reason: buffer (the kernel's receive buffer was full), truncated (longer than the receive buffer), unknown_source (not a registered host and not admitted as one).",
+		"Datagrams from hosts dropped at the LAN socket before the protocol saw them, by reason: buffer (the kernel's receive buffer was full), truncated (longer than the receive buffer), unknown_source (not a registered host and not admitted as one), malformed (from an unknown source, looks like an INIT but is not a valid one: never answered).",
+		LabelReason)
+	m.ProtocolDatagramsDropped = b.counterVec("mrgw_protocol_datagrams_dropped_total",
+		"Datagrams the MetaRoCE state machine dropped before any connection saw them, by reason: truncated, bad_version (answered with a VERSION packet), bad_type, malformed, unknown_conn (of no connection), refused (an INIT refused). From hosts (unauthenticated: junk from a registered host's address, or from any port of its IP, lands here) and from peer gateways (after authentication; unknown_conn is normal for a moment after a connection closes).",
 		LabelReason)
 
 	// Peer connections.
@@ -603,6 +636,12 @@ func New(opts ...Option) *Metrics {
 	for _, r := range ControlRefusalReasons {
 		m.ControlRefusals.WithLabelValues(r)
 	}
+	for _, r := range ControlDropReasons {
+		m.ControlDropped.WithLabelValues(r)
+	}
+	for _, r := range ProtocolDropReasons {
+		m.ProtocolDatagramsDropped.WithLabelValues(r)
+	}
 	for _, r := range AdmitReasons {
 		m.LANAdmissionRefused.WithLabelValues(r)
 	}
@@ -690,6 +729,13 @@ func (b *builder) gauge(name, help string) prometheus.Gauge {
 	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
 	b.r.MustRegister(g)
 	return g
+}
+
+func (b *builder) counter(name, help string) prometheus.Counter {
+	b.record(name, Counter, help, nil)
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+	b.r.MustRegister(c)
+	return c
 }
 
 func (b *builder) gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {

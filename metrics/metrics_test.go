@@ -57,6 +57,8 @@ func touchAll(m *Metrics) {
 	m.SetPathMTU("use-gw1", "us-east", "plane-a", 1500)
 	m.SetCertExpiry(CertGateway, time.Now().Add(90*24*time.Hour))
 	m.SyncLANDropped(LANDropBuffer, 3)
+	m.SyncProtocolDropped(map[string]uint64{"bad_version": 5})
+	m.SyncControl(ControlListener{Dropped: map[string]uint64{"retry": 7}, HandshakesInProgress: 1, HandshakeTimeouts: 1})
 }
 
 // TestInitServesEveryFamily: after New and Init, before any event, every
@@ -117,6 +119,8 @@ func TestInitServesEveryFamily(t *testing.T) {
 		{"mrgw_host_flows_refused_total", nil, len(RefuseReasons)},
 		{"mrgw_control_sessions_total", nil, len(SessionResults)},
 		{"mrgw_lan_datagrams_dropped_total", nil, len(LANDropReasons)},
+		{"mrgw_protocol_datagrams_dropped_total", nil, len(ProtocolDropReasons)},
+		{"mrgw_control_packets_dropped_total", nil, len(ControlDropReasons)},
 		{"mrgw_messages_failed_total", nil, 2 * 2}, // 2 remote regions x 2 directions
 		{"mrgw_messages_failed_total", map[string]string{"peer_region": "ap-north", "direction": DirOut}, 1},
 		{"mrgw_region_reachable", nil, 2},        // remote regions only
@@ -551,5 +555,35 @@ func TestSyncWANAndDropped(t *testing.T) {
 	}
 	if got := value(m.WANDatagramsDropped.WithLabelValues("p1", Other)); got != 2 {
 		t.Fatalf("unknown reason counted as %v under other, want 2", got)
+	}
+}
+
+// TestSyncByReason: cumulative counts become counter increments; an
+// unknown reason is folded into other with the reason "other" itself.
+func TestSyncByReason(t *testing.T) {
+	m := New(WithoutStandardCollectors())
+	val := func(c prometheus.Collector) float64 {
+		var d dto.Metric
+		_ = c.(prometheus.Metric).Write(&d)
+		return d.GetCounter().GetValue() + d.GetGauge().GetValue()
+	}
+	m.SyncProtocolDropped(map[string]uint64{"bad_version": 5, "new_reason": 2, "other": 1})
+	m.SyncProtocolDropped(map[string]uint64{"bad_version": 9, "new_reason": 2, "other": 1})
+	if v := val(m.ProtocolDatagramsDropped.WithLabelValues("bad_version")); v != 9 {
+		t.Errorf("bad_version %v, want 9", v)
+	}
+	if v := val(m.ProtocolDatagramsDropped.WithLabelValues(Other)); v != 3 {
+		t.Errorf("other %v, want 3", v)
+	}
+	m.SyncControl(ControlListener{Dropped: map[string]uint64{"retry": 4, "busy": 1}, HandshakesInProgress: 3, HandshakeTimeouts: 2})
+	m.SyncControl(ControlListener{Dropped: map[string]uint64{"retry": 10, "busy": 1}, HandshakesInProgress: 0, HandshakeTimeouts: 2})
+	if v := val(m.ControlDropped.WithLabelValues("retry")); v != 10 {
+		t.Errorf("retry %v, want 10", v)
+	}
+	if v := val(m.ControlTimeouts); v != 2 {
+		t.Errorf("timeouts %v, want 2", v)
+	}
+	if v := val(m.ControlHandshakes); v != 0 {
+		t.Errorf("in progress %v, want 0", v)
 	}
 }

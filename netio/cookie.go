@@ -47,6 +47,10 @@ const (
 	initWithCookie = metaroce.InitLen + CookieLen
 )
 
+// A RETRY is never larger than the (valid) INIT it answers: this fails to
+// compile if it were.
+const _ = uint(metaroce.InitLen - RetryLen)
+
 // Cookies mints and checks admission cookies. It is safe for concurrent
 // use; its secret is random and rotates by itself (the previous one stays
 // valid for one period, so a cookie minted just before a rotation works).

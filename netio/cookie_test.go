@@ -133,3 +133,80 @@ func TestCookieExpiry(t *testing.T) {
 		t.Fatal("cookie refused across a secret rotation")
 	}
 }
+
+// TestJunkINITNeitherAnsweredNorAdmitted: a datagram with an INIT's type
+// byte that is not a valid INIT (a 12-byte "EE 03 ...", another version, a
+// wrong length, zero paths) is neither admitted (not under load) nor
+// answered with a RETRY (under load: 24 bytes for 12 was an
+// amplification), and is counted as a bad INIT, not as unknown_source.
+func TestJunkINITNeitherAnsweredNorAdmitted(t *testing.T) {
+	var require atomic.Bool
+	var asked atomic.Int32
+	b, err := New(Config{Protocol: protoConfig(true), Listen: loop4,
+		Cookies: NewCookies(nil), RequireCookie: require.Load,
+		AcceptPeer: func(netip.AddrPort) (PeerID, bool) {
+			asked.Add(1)
+			return 77, true
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	raw, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	dst := net.UDPAddrFromAddrPort(b.LocalAddr())
+	init, _ := metaroce.AppendInit(make([]byte, 0, metaroce.InitLen), &metaroce.Handshake{Conn: 42, MTU: 1200, Paths: 1, Timestamp: 1})
+	v2 := append([]byte{}, init...)
+	v2[0] = 2
+	noPaths, _ := metaroce.AppendInit(make([]byte, 0, metaroce.InitLen), &metaroce.Handshake{Conn: 43, MTU: 1200, Paths: 0, Timestamp: 1})
+	junk := [][]byte{
+		{0xEE, 0x03, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8},
+		v2,
+		append(append([]byte{}, init...), 0, 0, 0, 0, 0, 0),
+		noPaths,
+	}
+	send := func(pkt []byte) {
+		t.Helper()
+		if _, err := raw.WriteToUDP(pkt, dst); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The answer to the valid INIT that follows the junk on the same
+	// socket (served in order) must be the first answer.
+	firstAnswer := func() []byte {
+		t.Helper()
+		send(init)
+		_ = raw.SetReadDeadline(time.Now().Add(patience))
+		buf := make([]byte, 2048)
+		n, _, err := raw.ReadFromUDP(buf)
+		if err != nil {
+			t.Fatalf("no answer to a valid INIT: %v", err)
+		}
+		return buf[:n]
+	}
+	for phase, underLoad := range []bool{false, true} {
+		require.Store(underLoad)
+		for _, j := range junk {
+			send(j)
+		}
+		require.Store(true) // so that the valid INIT is answered
+		if a := firstAnswer(); !isRetry(a) || len(a) > len(init) {
+			t.Fatalf("under load %v: first answer %x, want the RETRY of the valid INIT", underLoad, a)
+		}
+		st := b.Stats()
+		if n := asked.Load(); n != 0 {
+			t.Errorf("under load %v: AcceptPeer asked %d times for junk", underLoad, n)
+		}
+		// UnknownSource: the valid INITs, answered with a RETRY.
+		if st.RetriesSent != uint64(phase+1) || st.BadInits != uint64(len(junk)*(phase+1)) || st.UnknownSource != uint64(phase+1) {
+			t.Errorf("under load %v: RetriesSent %d BadInits %d UnknownSource %d, want %d, %d, %d",
+				underLoad, st.RetriesSent, st.BadInits, st.UnknownSource, phase+1, len(junk)*(phase+1), phase+1)
+		}
+		if d := b.ListenDrops(); d.Malformed != st.BadInits {
+			t.Errorf("ListenDrops.Malformed %d, Stats.BadInits %d", d.Malformed, st.BadInits)
+		}
+	}
+}

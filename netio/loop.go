@@ -550,8 +550,13 @@ func (e *Endpoint) receiveBatch(now time.Duration, b *rxBatch) {
 		ent := &b.ents[i]
 		m := &b.msgs[ent.idx]
 		if ent.unknown {
-			id, ok := e.admit(b.s, ent.src, m.Buf[ent.off:ent.off+ent.n])
+			id, ok, bad := e.admit(b.s, ent.src, m.Buf[ent.off:ent.off+ent.n])
 			if !ok {
+				if bad {
+					e.ctr.badInit.Add(1)
+					b.s.drops.badInit.Add(1)
+					continue
+				}
 				e.ctr.unknown.Add(1)
 				b.s.drops.unknown.Add(1)
 				continue
@@ -559,8 +564,10 @@ func (e *Endpoint) receiveBatch(now time.Duration, b *rxBatch) {
 			ent.peer = id
 			table = e.peers.Load()
 		}
+		byIPOnly := false
 		if ent.resolve {
-			id, ok := e.resolve(b.s, ent.src, m.Buf[ent.off:ent.off+ent.n], b.s.primary)
+			id, ok, fallback := e.resolve(b.s, ent.src, m.Buf[ent.off:ent.off+ent.n], b.s.primary)
+			byIPOnly = fallback
 			if !ok {
 				e.ctr.unknown.Add(1)
 				b.s.drops.unknown.Add(1)
@@ -578,11 +585,19 @@ func (e *Endpoint) receiveBatch(now time.Duration, b *rxBatch) {
 		if a := ent.src.Addr(); a != p.Addr.Addr() || (b.s.listen && !b.s.primary) {
 			e.noteReplyIP(p.ID, ent.src, b.s)
 		}
-		if !b.s.listen && ent.src != p.Addr && e.owner.admitted[p.ID] {
+		if !b.s.listen && !byIPOnly && ent.src != p.Addr && e.owner.admitted[p.ID] {
 			// What reaches a path socket are replies, and replies leave
 			// from the peer's listening socket: that, not the source of
 			// its first INIT (one of its path sockets, which it may
 			// re-roll and close), is where an admitted peer is reached.
+			// Only a datagram of one of its connections says so: one
+			// given to it by its IP alone (resolve's fallback) may be
+			// another process's on that machine. A host that registered
+			// and closed next to another on one IP sent a last reply
+			// after its peer was gone; the reply, given to the other
+			// host by IP, moved that host's address to the closed
+			// socket, and its transfer stalled until it reconnected
+			// (about 3 s, one time in three: TestReproSharedIPHostClose).
 			np := *p
 			np.Addr = ent.src
 			if e.AddPeer(np) == nil {
@@ -613,29 +628,30 @@ func (e *Endpoint) receiveBatch(now time.Duration, b *rxBatch) {
 // resolve attributes an unsealed datagram that matched a peer by IP only:
 // to the peer of its connection if the state machine knows the connection,
 // else, for an INIT that arrived on Listen, to a new peer if AcceptPeer
-// admits the source, else to the peer that owns the IP.
-func (e *Endpoint) resolve(s *sock, src netip.AddrPort, pkt []byte, primary bool) (PeerID, bool) {
+// admits the source, else to the peer that owns the IP (fallback: by its
+// IP alone).
+func (e *Endpoint) resolve(s *sock, src netip.AddrPort, pkt []byte, primary bool) (id PeerID, ok, fallback bool) {
 	table := e.peers.Load()
-	fallback := table.byIP[src.Addr()]
-	if fallback != nil && fallback.Sealer != nil {
-		fallback = nil
+	owner := table.byIP[src.Addr()]
+	if owner != nil && owner.Sealer != nil {
+		owner = nil
 		for _, p := range table.shared[src.Addr()] {
 			if p.Sealer == nil {
-				fallback = p
+				owner = p
 				break
 			}
 		}
 	}
-	_, t, id, err := metaroce.Peek(pkt)
+	_, t, conn, err := metaroce.Peek(pkt)
 	if err == nil {
-		if pid, ok := e.ep.ConnPeer(id); ok {
+		if pid, ok := e.ep.ConnPeer(conn); ok {
 			if p := table.byID[pid]; p != nil && p.Sealer == nil {
-				return pid, true
+				return pid, true, false
 			}
 		}
-		if t == metaroce.TypeInit && primary && e.cfg.AcceptPeer != nil {
-			if id, ok := e.admit(s, src, pkt); ok {
-				return id, true
+		if t == metaroce.TypeInit && primary && e.cfg.AcceptPeer != nil && validInit(pkt) {
+			if id, ok, _ := e.admit(s, src, pkt); ok {
+				return id, true, false
 			}
 			// Answered with a RETRY, or refused: never the IP's other
 			// peer's. An INIT from a new port is a new host (two host
@@ -645,36 +661,41 @@ func (e *Endpoint) resolve(s *sock, src netip.AddrPort, pkt []byte, primary bool
 			// (gateway TestDuplicateEndpointRefused), and a neighbour's
 			// restart stalled a transfer (loadtest/flood's shared-IP
 			// repro).
-			return 0, false
+			return 0, false, false
 		}
 	}
-	if fallback == nil {
-		return 0, false
+	if owner == nil {
+		return 0, false, false
 	}
-	if e.owner.admitted[fallback.ID] && fallback.Addr != src {
+	if e.owner.admitted[owner.ID] && owner.Addr != src {
 		// An admitted peer (a host) is one address, not one IP: a
 		// datagram of no connection it holds, from another port of its
 		// IP, is another process's (a closed neighbour's late ACK).
-		// Taken for this peer's, it moved the peer's address to a dead
-		// port (the path-socket roaming in receiveBatch) and cut a live
-		// host off (gateway TestDuplicateEndpointRefused; loadtest/flood's
-		// shared-IP repro).
-		return 0, false
+		// Taken for this peer's, it cut a live host off (gateway
+		// TestDuplicateEndpointRefused; loadtest/flood's shared-IP
+		// repro).
+		return 0, false, false
 	}
-	return fallback.ID, true
+	return owner.ID, true, true
 }
 
 // admit asks Config.AcceptPeer about an INIT from an unknown, unsealed
 // source, after its cookie when cookies are on (cookie.go); pkt is the
-// datagram. Anything but an INIT is not admitted.
-func (e *Endpoint) admit(s *sock, src netip.AddrPort, pkt []byte) (PeerID, bool) {
+// datagram. Anything but a valid INIT (validInit) is neither admitted nor
+// answered: bad says the datagram had an INIT's type but is not one (a
+// 12-byte "?? 03 ..." was taken for an INIT by its type byte alone, and
+// answered with a 24-byte RETRY or admitted).
+func (e *Endpoint) admit(s *sock, src netip.AddrPort, pkt []byte) (id PeerID, ok, bad bool) {
 	if p := e.peers.Load().byAddr[src]; p != nil {
 		// Registered meanwhile; if it seals, this datagram was not opened.
-		return p.ID, p.Sealer == nil
+		return p.ID, p.Sealer == nil, false
 	}
 	_, t, conn, err := metaroce.Peek(pkt)
 	if err != nil || t != metaroce.TypeInit {
-		return 0, false
+		return 0, false, false
+	}
+	if !validInit(pkt) {
+		return 0, false, true
 	}
 	if c := e.cfg.Cookies; c != nil {
 		_, cookie := splitCookie(pkt)
@@ -685,25 +706,37 @@ func (e *Endpoint) admit(s *sock, src netip.AddrPort, pkt []byte) (PeerID, bool)
 			if cookie != nil {
 				e.ctr.badCookies.Add(1)
 			}
+			// A valid INIT is at least RetryLen bytes: the answer
+			// amplifies nothing (docs/PROTOCOL.md).
 			var buf [RetryLen]byte
 			if e.sendRaw(s, src, c.appendRetry(buf[:0], src.Addr(), conn)) {
 				e.ctr.retriesSent.Add(1)
 			}
-			return 0, false
+			return 0, false, false
 		}
 	}
-	id, ok := e.cfg.AcceptPeer(src)
+	id, ok = e.cfg.AcceptPeer(src)
 	if !ok {
-		return 0, false
+		return 0, false, false
 	}
 	if err := e.AddPeer(Peer{ID: id, Addr: src}); err != nil {
 		e.log.Warn("netio: cannot admit peer", "src", src, "err", err)
-		return 0, false
+		return 0, false, false
 	}
 	if len(e.owner.admitted) < e.cfg.MaxPeers {
 		e.owner.admitted[id] = true
 	}
-	return id, true
+	return id, true, false
+}
+
+// validInit reports whether pkt is an INIT the state machine would take
+// (metaroce.DecodeHandshake: version, exact length, fields), with or
+// without an admission cookie trailer (checked by admit). Never smaller
+// than a RETRY.
+func validInit(pkt []byte) bool {
+	n, _ := splitCookie(pkt)
+	var h metaroce.Handshake
+	return metaroce.DecodeHandshake(pkt[:n], metaroce.TypeInit, &h) == nil
 }
 
 func (e *Endpoint) noteReplyIP(peer PeerID, src netip.AddrPort, s *sock) {

@@ -209,6 +209,10 @@ type Stats struct {
 	TxDatagrams, TxBytes uint64 // handed to the kernel (wire bytes)
 	// UnknownSource: datagrams from no known peer.
 	UnknownSource uint64
+	// BadInits: datagrams from no known peer with an INIT's type byte
+	// that are not a valid INIT (version, length, fields): neither
+	// answered nor admitted. Not in UnknownSource.
+	BadInits uint64
 	// OpenErrors counts datagrams refused by a Sealer, indexed by
 	// seal.Error (index 0: an error of another type).
 	OpenErrors [seal.NumErrors]uint64
@@ -236,7 +240,7 @@ type Stats struct {
 
 // Dropped returns the datagrams refused before the protocol saw them.
 func (s *Stats) Dropped() uint64 {
-	n := s.UnknownSource
+	n := s.UnknownSource + s.BadInits
 	for _, v := range s.OpenErrors {
 		n += v
 	}
@@ -245,7 +249,7 @@ func (s *Stats) Dropped() uint64 {
 
 type counters struct {
 	rxDatagrams, rxBytes, txDatagrams, txBytes atomic.Uint64
-	unknown                                    atomic.Uint64
+	unknown, badInit                           atomic.Uint64
 	open                                       [seal.NumErrors]atomic.Uint64
 	sealErr, txErr, noSocket, readErr          atomic.Uint64
 	retriesSent, badCookies, retriesReceived   atomic.Uint64
@@ -566,8 +570,8 @@ func (e *Endpoint) Stats() Stats {
 	s := Stats{
 		RxDatagrams: c.rxDatagrams.Load(), RxBytes: c.rxBytes.Load(),
 		TxDatagrams: c.txDatagrams.Load(), TxBytes: c.txBytes.Load(),
-		UnknownSource: c.unknown.Load(),
-		SealErrors:    c.sealErr.Load(), TxErrors: c.txErr.Load(), NoSocket: c.noSocket.Load(),
+		UnknownSource: c.unknown.Load(), BadInits: c.badInit.Load(),
+		SealErrors: c.sealErr.Load(), TxErrors: c.txErr.Load(), NoSocket: c.noSocket.Load(),
 		ReadErrors: c.readErr.Load(), TooBig: c.tooBig.Load(),
 		RetriesSent: c.retriesSent.Load(), BadCookies: c.badCookies.Load(), RetriesReceived: c.retriesReceived.Load(),
 		PathSockets: c.pathSockets.Load(), SocketsOpened: c.opened.Load(),

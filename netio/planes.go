@@ -38,6 +38,10 @@ type PlaneDrops struct {
 	// indexed by seal.Error (0: an error of another type).
 	UnknownSource uint64
 	OpenErrors    [seal.NumErrors]uint64
+	// Kernel: dropped by the kernel, the socket's receive buffer full;
+	// KernelErr says why Kernel could not be read (it is then 0).
+	Kernel    uint64
+	KernelErr error
 }
 
 type planeCounter struct{ tx, txBytes, rx, rxBytes atomic.Uint64 }
@@ -46,6 +50,7 @@ type peerPlanes [MaxPlanes]planeCounter
 
 type dropCounters struct {
 	unknown atomic.Uint64
+	badInit atomic.Uint64 // INIT-typed, not a valid INIT (Stats.BadInits)
 	open    [seal.NumErrors]atomic.Uint64
 }
 
@@ -121,13 +126,20 @@ func (e *Endpoint) PlaneStats(peer PeerID) []PlaneStats {
 }
 
 // PlaneDrops returns the drop counters of every plane listening socket
-// (Config.ExtraListen), in plane order. Safe for concurrent use.
+// (Config.ExtraListen), in plane order. It reads /proc (for the kernel's
+// counts): call it about once a second, not per datagram. Safe for
+// concurrent use.
 func (e *Endpoint) PlaneDrops() []PlaneDrops {
 	out := make([]PlaneDrops, 0, len(e.listens)-1)
 	for _, s := range e.listens[1:] {
 		d := PlaneDrops{Plane: s.plane, UnknownSource: s.drops.unknown.Load()}
 		for i := range d.OpenErrors {
 			d.OpenErrors[i] = s.drops.open[i].Load()
+		}
+		if k, ok := s.c.(kernelDropper); ok {
+			d.Kernel, d.KernelErr = k.KernelDrops()
+		} else {
+			d.KernelErr = errNoKernelDrops
 		}
 		out = append(out, d)
 	}
@@ -146,6 +158,9 @@ type ListenDrops struct {
 	UnknownSource uint64
 	// Truncated: longer than the receive buffer.
 	Truncated uint64
+	// Malformed: from no known peer, an INIT's type byte but not a valid
+	// INIT (Stats.BadInits): neither answered nor admitted.
+	Malformed uint64
 	// Kernel: dropped by the kernel because the socket's receive buffer
 	// was full; KernelErr says why Kernel could not be read (it is then 0).
 	Kernel    uint64
@@ -156,7 +171,8 @@ type ListenDrops struct {
 // It reads /proc (for the kernel's count): call it about once a second,
 // not per datagram. Safe for concurrent use.
 func (e *Endpoint) ListenDrops() ListenDrops {
-	d := ListenDrops{UnknownSource: e.listen.drops.unknown.Load(), Truncated: e.listen.c.Stats().Truncated}
+	d := ListenDrops{UnknownSource: e.listen.drops.unknown.Load(), Truncated: e.listen.c.Stats().Truncated,
+		Malformed: e.listen.drops.badInit.Load()}
 	if k, ok := e.listen.c.(kernelDropper); ok {
 		d.Kernel, d.KernelErr = k.KernelDrops()
 	} else {

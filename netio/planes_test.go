@@ -66,6 +66,9 @@ func TestPlaneCounters(t *testing.T) {
 		if len(d) != 2 || d[0].Plane != 0 || d[1].Plane != 1 {
 			t.Fatalf("PlaneDrops = %+v, want planes 0 and 1", d)
 		}
+		if d[0].KernelErr != nil || d[1].KernelErr != nil {
+			t.Fatalf("the plane sockets' kernel drops not read: %v, %v", d[0].KernelErr, d[1].KernelErr)
+		}
 		if d[1].UnknownSource == 5 && d[0].UnknownSource == 0 {
 			break
 		}

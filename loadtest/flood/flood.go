@@ -200,6 +200,10 @@ type Row struct {
 	// drops: each holds a slot until it is reclaimed unregistered).
 	Admitted      uint64            `json:"admitted"`
 	ProtocolDrops map[string]uint64 `json:"protocol_drops_unexported,omitempty"`
+	// ProtocolDropsExported: the gateway exports the state machine's
+	// drops (mrgw_protocol_datagrams_dropped_total), so ProtocolDrops are
+	// in Counted too.
+	ProtocolDropsExported bool `json:"protocol_drops_exported"`
 	// GossipDrops are the gossip cluster's own drop and refusal counters
 	// (region.Stats) that grew; unexported unless a mrgw_gossip_* family
 	// shows them in DroppedCounted too.
@@ -465,9 +469,13 @@ func runTarget(ctx context.Context, o *Options, target string) (row Row) {
 		if kErr == nil {
 			row.KernelDrops = kAfter - kBefore
 		}
+		// reason="buffer" of the LAN, WAN and control families;
+		// reason="socket_overflow" of the gossip one.
 		row.KernelDropsExported = target == TargetLANJunk || target == TargetLANInit ||
-			(target == TargetGossipUDP && gossipExported(row.DroppedCounted)) // reason="socket_overflow"
+			target == TargetWANJunk || target == TargetWANSpoof || target == TargetControl ||
+			(target == TargetGossipUDP && gossipExported(row.DroppedCounted))
 		row.ProtocolDrops = protoDelta(pBefore, protoStats(g))
+		row.ProtocolDropsExported = hasFamily(after, "mrgw_protocol_datagrams_dropped_total")
 		row.GossipDrops = mapDelta(gBefore, regionStats(g))
 		if row.DatagramsSent > row.Counted {
 			row.Uncounted = row.DatagramsSent - row.Counted
@@ -483,8 +491,10 @@ func runTarget(ctx context.Context, o *Options, target string) (row Row) {
 		if !row.KernelDropsExported {
 			rest -= min(rest, row.KernelDrops)
 		}
-		for _, v := range row.ProtocolDrops {
-			rest -= min(rest, v)
+		if !row.ProtocolDropsExported {
+			for _, v := range row.ProtocolDrops {
+				rest -= min(rest, v)
+			}
 		}
 		if !gossipExported(row.DroppedCounted) {
 			for k, v := range row.GossipDrops {
@@ -532,6 +542,16 @@ func runTarget(ctx context.Context, o *Options, target string) (row Row) {
 
 // gossipExported: a mrgw_gossip_* family counted drops (then the region's
 // own counters are already in Counted).
+// hasFamily reports whether a snapshot holds a series of the family.
+func hasFamily(c counters, family string) bool {
+	for k := range c {
+		if k == family || strings.HasPrefix(k, family+"{") {
+			return true
+		}
+	}
+	return false
+}
+
 func gossipExported(d map[string]uint64) bool {
 	for k := range d {
 		if strings.HasPrefix(k, "mrgw_gossip_") {

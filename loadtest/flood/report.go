@@ -38,8 +38,10 @@ func WriteTable(w io.Writer, rows []Row) error {
 			sent += " (aborted)"
 		}
 		var proto uint64
-		for _, v := range r.ProtocolDrops {
-			proto += v
+		if !r.ProtocolDropsExported {
+			for _, v := range r.ProtocolDrops {
+				proto += v
+			}
 		}
 		kernel := fmt.Sprint(r.KernelDrops)
 		where := "-"
@@ -67,7 +69,7 @@ func WriteTable(w io.Writer, rows []Row) error {
 		if r.Admitted > 0 {
 			fmt.Fprintf(w, "  admitted as LAN peers (not dropped; reclaimed unregistered after 10 s): %d\n", r.Admitted)
 		}
-		if len(r.ProtocolDrops) > 0 {
+		if len(r.ProtocolDrops) > 0 && !r.ProtocolDropsExported {
 			fmt.Fprintf(w, "  not exported: MetaRoCE endpoint drops %v\n", r.ProtocolDrops)
 		}
 		if len(r.GossipDrops) > 0 {

@@ -21,6 +21,12 @@ func (c *Conn) KernelDrops() (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	return KernelDropsOf(rc, c.local.Addr().Is6() && !c.local.Addr().Is4In6())
+}
+
+// KernelDropsOf is KernelDrops for any UDP socket of this process (the
+// control channel's QUIC socket): ipv6 says which table holds it.
+func KernelDropsOf(rc syscall.RawConn, ipv6 bool) (uint64, error) {
 	var st syscall.Stat_t
 	var serr error
 	if err := rc.Control(func(fd uintptr) { serr = syscall.Fstat(int(fd), &st) }); err != nil {
@@ -30,7 +36,7 @@ func (c *Conn) KernelDrops() (uint64, error) {
 		return 0, serr
 	}
 	file := "/proc/self/net/udp"
-	if c.local.Addr().Is6() && !c.local.Addr().Is4In6() {
+	if ipv6 {
 		file += "6"
 	}
 	f, err := os.Open(file)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -28,6 +29,9 @@ func (c *Config) quicConfig(listener bool) *quic.Config {
 	}
 	if listener {
 		q.MaxIncomingStreams = 1
+		// A handshake in progress holds one of MaxHandshakes slots
+		// (guard.go): a silent peer gives it back sooner.
+		q.HandshakeIdleTimeout = min(c.HandshakeTimeout, listenerHandshakeIdle)
 	}
 	return q
 }
@@ -195,6 +199,7 @@ type Listener struct {
 	ql     *quic.Listener
 	tr     *quic.Transport // the socket: listens and dials (transport.go)
 	cfg    *Config
+	guard  *guard // what reaches the socket before a connection (guard.go)
 	ready  chan *Session
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -211,17 +216,28 @@ func Listen(ctx context.Context, addr string, cfg Config) (*Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	tr, ql, err := listenTransport(addr, c.serverTLS(), c.quicConfig(true))
+	g := newGuard(c.Refusals, MaxHandshakes)
+	tr, ql, err := listenTransport(addr, c.serverTLS(), c.quicConfig(true), g)
 	if err != nil {
 		return nil, fmt.Errorf("control: listen %s: %w", addr, err)
 	}
 	lctx, cancel := context.WithCancel(context.Background())
-	l := &Listener{ql: ql, tr: tr, cfg: c, ready: make(chan *Session, acceptQueue), ctx: lctx, cancel: cancel}
+	l := &Listener{ql: ql, tr: tr, cfg: c, guard: g, ready: make(chan *Session, acceptQueue), ctx: lctx, cancel: cancel}
 	l.stop = context.AfterFunc(ctx, func() { l.Close() })
 	l.wg.Add(1)
 	go l.acceptLoop()
 	c.Logger.Info("control: listening", "addr", ql.Addr().String(), "name", c.Local.Name)
 	return l, nil
+}
+
+// Stats returns the listener's counters: packets dropped before a
+// connection held state, by reason, and the handshakes in progress and
+// timed out (guard.go). Safe for concurrent use.
+func (l *Listener) Stats() ListenerStats { return l.guard.stats() }
+
+// SyscallConn is the listening socket's, for reading its kernel drop count.
+func (l *Listener) SyscallConn() (syscall.RawConn, error) {
+	return l.tr.Conn.(*net.UDPConn).SyscallConn()
 }
 
 // Addr returns the UDP address the listener is bound to.
@@ -276,6 +292,7 @@ func (l *Listener) acceptLoop() {
 		if err != nil {
 			return // listener closed
 		}
+		l.guard.accepted(conn)
 		select {
 		case sem <- struct{}{}:
 		case <-l.ctx.Done():

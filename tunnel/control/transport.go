@@ -15,8 +15,10 @@ import (
 // and allow (their ACLs, their control.peer addresses), not from a
 // wildcard socket whose source the kernel's routing would choose.
 
-// listenTransport binds addr and listens on it.
-func listenTransport(addr string, tlsConf *tls.Config, qc *quic.Config) (*quic.Transport, *quic.Listener, error) {
+// listenTransport binds addr and listens on it, guarded by g (guard.go):
+// a Retry for every Initial without a token, a bound on handshakes in
+// progress, quic-go's drops counted.
+func listenTransport(addr string, tlsConf *tls.Config, qc *quic.Config, g *guard) (*quic.Transport, *quic.Listener, error) {
 	ua, err := net.ResolveUDPAddr("udp", addr)
 	if err != nil {
 		return nil, nil, err
@@ -25,7 +27,12 @@ func listenTransport(addr string, tlsConf *tls.Config, qc *quic.Config) (*quic.T
 	if err != nil {
 		return nil, nil, err
 	}
-	tr := &quic.Transport{Conn: uc}
+	tr := &quic.Transport{
+		Conn:                uc,
+		VerifySourceAddress: g.verifySourceAddress,
+		ConnContext:         g.connContext,
+		Tracer:              dropRecorder{g},
+	}
 	ql, err := tr.Listen(tlsConf, qc)
 	if err != nil {
 		tr.Close()
