@@ -82,6 +82,7 @@ func New(cfg Config, logger *slog.Logger) (*Cluster, error) {
 	// replaced by an up before it was sent).
 	c.queue = newHealthQueue(func() int { return max(c.core.aliveCount(), 1) },
 		mc.RetransmitMult, func() int { return 2*c.core.healthBound() + 64 })
+	c.queue.limit = healthRetransmitLimit
 	d := &delegate{c: c}
 	mc.Delegate, mc.Events, mc.Conflict, mc.Alive = d, d, d, d
 	// Logger only, never LogOutput as well: memberlist refuses both. No

@@ -306,6 +306,7 @@ func (c *core) publishOwn(h HealthReport) ([]HealthReport, error) {
 		c.mu.Unlock()
 		return nil, errNotNewer
 	}
+	changed := o == nil || o.r.State != h.State
 	if o == nil {
 		if byPeer == nil {
 			byPeer = map[string]*ownEntry{}
@@ -316,6 +317,12 @@ func (c *core) publishOwn(h HealthReport) ([]HealthReport, error) {
 		c.own.n++
 	}
 	o.r, o.seen = h, now
+	if !changed && o.wire == h.State {
+		// The same verdict again (the relay renews every TTL/3): nothing
+		// to decide; the cluster renews what needs it.
+		c.mu.Unlock()
+		return nil, nil
+	}
 	var out []HealthReport
 	var changes []Change
 	if h.Peer == c.self {
@@ -354,6 +361,12 @@ func (c *core) selfVerdictLocked(plane string, now time.Time, out []HealthReport
 			continue
 		}
 		n++
+		// A peer whose plane is already said down (by itself, or by
+		// others) explains our paths to it: not evidence against ours.
+		if e := c.health[healthKey{peer, plane}]; e != nil && e.r.From != c.self &&
+			notUp(e.r.State) && now.Sub(e.born) < c.ttl {
+			continue
+		}
 		if notUp(o.r.State) {
 			bad++
 			if o.r.State == pathmgr.Probing {
@@ -388,8 +401,17 @@ func (c *core) selfVerdictLocked(plane string, now time.Time, out []HealthReport
 	}
 	out, changes = c.emitSelfLocked(plane, next, now, out, changes)
 	if next == pathmgr.Up {
+		// What the own verdict covered goes out per peer: an up at once,
+		// a down after attrDelay (while the plane comes back, paths come
+		// back one after another: most will be up by then).
 		for peer, o := range c.own.peers[plane] {
-			if peer != c.self && now.Sub(o.seen) < c.ttl {
+			switch {
+			case peer == c.self || now.Sub(o.seen) >= c.ttl:
+			case notUp(o.r.State) && o.r.State != o.wire:
+				if k := (healthKey{peer, plane}); c.own.pending[k].IsZero() {
+					c.own.pending[k] = now
+				}
+			default:
 				out, changes = c.emitOwnLocked(o, now, out, changes)
 			}
 		}

@@ -90,8 +90,12 @@ const (
 	// udpBufferSize is memberlist's UDPBufferSize (the largest packet it
 	// builds); with every overhead it stays under maxDatagram.
 	udpBufferSize = 1400
-	// readBatch datagrams are read per system call.
-	readBatch = 32
+	// readBatch datagrams are read per system call; memberReadBatch on a
+	// member's own socket, which carries one member's gossip only (its
+	// buffers are per member: 32 × 4 KiB each made 16 MiB per gateway at
+	// 128 gateways, 64 MiB at 512 member sockets).
+	readBatch       = 32
+	memberReadBatch = 4
 	// udpRecvBuf is asked of the kernel for the socket's receive buffer
 	// (it grants at most net.core.rmem_max); a larger buffer rides out a
 	// longer pause of the reader.
@@ -525,7 +529,11 @@ type udpReader struct {
 func (r *udpReader) loop() {
 	t := r.t
 	defer t.wg.Done()
-	msgs := make([]ipv4.Message, readBatch)
+	batch := readBatch
+	if r.member {
+		batch = memberReadBatch
+	}
+	msgs := make([]ipv4.Message, batch)
 	for i := range msgs {
 		msgs[i].Buffers = [][]byte{make([]byte, maxDatagram)}
 		msgs[i].OOB = make([]byte, overflowOOBSize)

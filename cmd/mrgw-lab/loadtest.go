@@ -37,6 +37,7 @@ func newLoadtestCmd() *cobra.Command {
 	cmd.AddCommand(newPeersFairnessCmds()...)
 	cmd.AddCommand(NewGatewayLoadCmds()...)
 	cmd.AddCommand(newChaosCmd())
+	cmd.AddCommand(newFleetCmd())
 	return cmd
 }
 
