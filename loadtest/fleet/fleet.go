@@ -621,10 +621,17 @@ func (n *node) watchHealth(ch <-chan region.HealthReport) {
 		if debug == h.Peer+"/"+h.Plane && n.name == "g000-r00" {
 			fmt.Fprintf(os.Stderr, "%s %s got %s from %s at %s\n", time.Now().Format("05.000"), n.name, h.State, h.From, h.At.Format("05.000"))
 		}
+		// The verdict on b's plane: b's own (Peer = From = b), anyone's
+		// on b's plane (Peer = b), or b's on its paths to n (Peer = n,
+		// From = b: what b says when it cannot tell its side from the
+		// other region's).
+		kind := "planeup"
 		if h.State == pathmgr.Down || h.State == pathmgr.Probing {
-			n.f.tr.deliver("plane", h.Peer, h.Plane, n.name)
-		} else {
-			n.f.tr.deliver("planeup", h.Peer, h.Plane, n.name)
+			kind = "plane"
+		}
+		n.f.tr.deliver(kind, h.Peer, h.Plane, n.name)
+		if h.Peer == n.name {
+			n.f.tr.deliver(kind, h.From, h.Plane, n.name)
 		}
 		peer := h.Peer
 		if peer == n.name {
