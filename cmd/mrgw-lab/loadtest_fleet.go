@@ -29,6 +29,7 @@ func newFleetCmd() *cobra.Command {
 		gateways, planes string
 		asJSON, quiet    bool
 		plotDir, plotFmt string
+		plotFrom         string
 	)
 	cmd := &cobra.Command{
 		Use:   "fleet",
@@ -47,6 +48,16 @@ events not seen everywhere (both must be 0). --gateways and --planes take lists
 anything was lost or missed or a table overflowed.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if plotFrom != "" {
+				rows, err := readFleetRows(plotFrom)
+				if err != nil {
+					return err
+				}
+				if plotDir == "" {
+					return fmt.Errorf("--plot-from needs --plot-dir")
+				}
+				return plotFleet(rows, plotDir, plotFmt)
+			}
 			gs, err := intList(gateways)
 			if err != nil {
 				return fmt.Errorf("--gateways: %w", err)
@@ -114,7 +125,27 @@ anything was lost or missed or a table overflowed.`,
 	fl.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
 	fl.StringVar(&plotDir, "plot-dir", "", "write convergence and traffic against G to this directory")
 	fl.StringVar(&plotFmt, "plot-format", "svg", "svg or png")
+	fl.StringVar(&plotFrom, "plot-from", "", "only plot the rows of earlier --json runs (files, comma-separated) into --plot-dir")
 	return cmd
+}
+
+func readFleetRows(files string) ([]fleet.Row, error) {
+	var rows []fleet.Row
+	for _, f := range strings.Split(files, ",") {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		dec := json.NewDecoder(strings.NewReader(string(b)))
+		for dec.More() {
+			var r fleet.Row
+			if err := dec.Decode(&r); err != nil {
+				return nil, fmt.Errorf("%s: %w", f, err)
+			}
+			rows = append(rows, r)
+		}
+	}
+	return rows, nil
 }
 
 func intList(s string) ([]int, error) {

@@ -36,6 +36,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -188,7 +189,7 @@ type node struct {
 	reports *pathmgr.Reports
 	lastAt  time.Time
 	epoch   time.Time
-	dead    bool
+	dead    atomic.Bool
 	failed  map[int]bool // n's own planes that failed
 
 	stopWatch []func()
@@ -487,11 +488,9 @@ func (f *fleet) live() []*node {
 	defer f.mu.Unlock()
 	var lv []*node
 	for _, n := range f.nodes {
-		n.mu.Lock()
-		if !n.dead {
+		if !n.dead.Load() {
 			lv = append(lv, n)
 		}
-		n.mu.Unlock()
 	}
 	return lv
 }
@@ -643,7 +642,7 @@ func (n *node) watchHealth(ch <-chan region.HealthReport) {
 		}
 		n.mu.Lock()
 		set := n.sets[peer]
-		if set == nil || n.dead {
+		if set == nil || n.dead.Load() {
 			n.mu.Unlock()
 			continue
 		}
@@ -676,13 +675,9 @@ func (n *node) watchChanges(ch <-chan region.Change) {
 
 // kill stops n's gossip without a goodbye (a crash).
 func (n *node) kill() {
-	n.mu.Lock()
-	if n.dead {
-		n.mu.Unlock()
+	if n.dead.Swap(true) {
 		return
 	}
-	n.dead = true
-	n.mu.Unlock()
 	_ = n.c.Shutdown() // closes the watch channels
 	n.wg.Wait()
 }
@@ -698,6 +693,10 @@ func (f *fleet) storm(ctx context.Context) ([]*episode, error) {
 		ep    *episode
 	}
 	lv := f.live()
+	users := map[*node][]string{}
+	for _, n := range lv {
+		users[n] = f.users(n)
+	}
 	var all []flapper
 	for _, n := range lv {
 		for p := range f.o.Planes {
@@ -730,7 +729,7 @@ func (f *fleet) storm(ctx context.Context) ([]*episode, error) {
 				if x.ep != nil {
 					evs = append(evs, x.ep)
 				}
-				x.ep = f.tr.open("plane", x.n.name, planeName(x.plane), f.users(x.n), now)
+				x.ep = f.tr.open("plane", x.n.name, planeName(x.plane), users[x.n], now)
 				x.n.failPlane(x.plane)
 			} else {
 				f.debugMissed(x.ep)
