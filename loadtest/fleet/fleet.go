@@ -191,6 +191,7 @@ type node struct {
 	epoch   time.Time
 	dead    atomic.Bool
 	failed  map[int]bool // n's own planes that failed
+	expired time.Duration
 
 	stopWatch []func()
 	wg        sync.WaitGroup
@@ -656,7 +657,10 @@ func (n *node) watchHealth(ch <-chan region.HealthReport) {
 			// Both sides work: n's probes would bring the path back.
 			n.publishLocked(peer, plane)
 		}
-		n.reports.Expire(now)
+		if now-n.expired >= time.Second {
+			n.reports.Expire(now) // O(reports): once a second, as the relay's snapshot does
+			n.expired = now
+		}
 		n.mu.Unlock()
 	}
 }
