@@ -249,7 +249,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			f.logf("%d gateways started", i+1)
 		}
 	}
-	if err := f.converge(ctx, 60*time.Second+time.Duration(o.Gateways)*250*time.Millisecond); err != nil {
+	if err := f.converge(ctx, 120*time.Second+time.Duration(o.Gateways)*time.Second); err != nil {
 		return nil, err
 	}
 	f.logf("every gateway sees %d alive after %.1f s", o.Gateways, time.Since(begin).Seconds())
