@@ -75,10 +75,14 @@ func New(cfg Config, logger *slog.Logger) (*Cluster, error) {
 		gossipInterval: mc.GossipInterval,
 	}
 	c.core = newCore(cfg.Name, &cfg, logger)
+	c.core.own.attrDelay = attrDelay(mc.GossipInterval)
 	// Members are counted from our own view: the queue asks from
 	// memberlist's gossip goroutine, and the view needs no memberlist lock.
+	// The queue holds at most two messages per verdict (a down is never
+	// replaced by an up before it was sent).
 	c.queue = newHealthQueue(func() int { return max(c.core.aliveCount(), 1) },
-		mc.RetransmitMult, cfg.MaxHealthReports)
+		mc.RetransmitMult, func() int { return 2*c.core.healthBound() + 64 })
+	c.queue.limit = healthRetransmitLimit
 	d := &delegate{c: c}
 	mc.Delegate, mc.Events, mc.Conflict, mc.Alive = d, d, d, d
 	// Logger only, never LogOutput as well: memberlist refuses both. No
@@ -312,7 +316,7 @@ func (c *Cluster) Leave(timeout time.Duration) error {
 		return err
 	}
 	c.core.goodbye(c.cfg.Name)
-	c.queue.queue("\x00goodbye", bye)
+	c.queue.queue("\x00goodbye", bye, true)
 	if err := c.ml.Leave(timeout); err != nil {
 		return fmt.Errorf("region: leave: %w", err)
 	}
@@ -354,10 +358,17 @@ func (c *Cluster) pruneLoop() {
 	defer c.wg.Done()
 	t := time.NewTicker(max(c.cfg.HealthTTL/4, 10*time.Millisecond))
 	defer t.Stop()
+	// Verdicts on peers wait c.core.own.attrDelay for this gateway's
+	// verdict on its own plane (healthtable.go).
+	flush := time.NewTicker(c.core.own.attrDelay / 4)
+	defer flush.Stop()
 	for {
 		select {
+		case <-flush.C:
+			c.send(c.core.flushOwn())
 		case <-t.C:
 			c.core.prune()
+			c.send(c.core.refreshOwn())
 		case <-c.stop:
 			return
 		}
@@ -404,13 +415,20 @@ func (c *Cluster) WatchChanges(n int) (<-chan Change, func()) { return c.core.ch
 // gateways (not those this gateway publishes).
 func (c *Cluster) WatchHealth(n int) (<-chan HealthReport, func()) { return c.core.reports.add(n) }
 
-// PublishHealth records a report of this gateway's paths and gossips it to
-// all. From is set to this gateway's name (a different non-empty From is an
-// error) and a zero At to now. A newer report on the same peer and plane
-// replaces the older one, also in the gossip queue, so a flapping path
-// costs one message per gossip round, not one per flap. RTT is carried in
-// microseconds and the fractions in 1/65535; the stored report is the one
-// the others receive.
+// PublishHealth records this gateway's verdict on its paths to a peer over
+// one plane. From is set to this gateway's name (a different non-empty From
+// is an error) and a zero At to now; a report not newer than the last one
+// on the same peer and plane is an error. RTT is carried in microseconds
+// and the fractions in 1/65535.
+//
+// Only what changes the verdicts others hold goes on the wire (see
+// docs/GATEWAY.md, "What path-health gossip costs"): a change of state,
+// unless another gateway already said the same; a verdict that holds and
+// is not up, renewed every health TTL / 3 by the cluster itself; when most
+// of this gateway's peers see one of its planes down, one verdict on its
+// own plane (Peer = From) instead of one per peer. An "up" that holds, and
+// a change of RTT, loss or ECN alone, are kept local (Health answers with
+// them).
 func (c *Cluster) PublishHealth(h HealthReport) error {
 	if h.From != "" && h.From != c.cfg.Name {
 		return fmt.Errorf("region: health report from %q published by %q", h.From, c.cfg.Name)
@@ -427,29 +445,66 @@ func (c *Cluster) PublishHealth(h HealthReport) error {
 	if err != nil {
 		return err
 	}
-	if !c.core.addHealth(h, 0, true) {
-		return fmt.Errorf("region: health report on %s/%s is not newer than the one already published", h.Peer, h.Plane)
+	out, err := c.core.publishOwn(h)
+	if err != nil {
+		return fmt.Errorf("region: health report on %s/%s: %w", h.Peer, h.Plane, err)
 	}
-	c.queue.queue(broadcastName(h), msg)
+	c.send(out)
 	return nil
 }
 
-// Health returns the freshest unexpired report on peer over plane, from
-// whichever gateway measured it (this one included).
+// send queues this gateway's own verdicts for gossip.
+func (c *Cluster) send(out []HealthReport) {
+	for _, h := range out {
+		msg, err := appendHealth(nil, h, 0)
+		if err != nil {
+			continue // validated when published
+		}
+		c.queue.queue(broadcastName(h), msg, notUp(h.State))
+	}
+}
+
+// HealthTables returns the sizes of the path-health tables.
+func (c *Cluster) HealthTables() HealthTables {
+	c.core.mu.Lock()
+	t := HealthTables{Verdicts: len(c.core.health), VerdictBound: c.core.healthBoundLocked(),
+		Own: c.core.own.n + len(c.core.own.self)}
+	c.core.mu.Unlock()
+	t.Queued = c.queue.len()
+	return t
+}
+
+// Health returns the unexpired verdict on peer's plane, from whichever
+// gateway said it last (this one included; peer's own verdict on its plane
+// has From = Peer); else this gateway's own verdict on its paths to peer
+// over plane.
 func (c *Cluster) Health(peer, plane string) (HealthReport, bool) { return c.core.latest(peer, plane) }
 
 // Stats returns the cluster's counters.
 func (c *Cluster) Stats() Stats {
 	s := Stats{
-		Messages:       c.core.messages.Load(),
-		BadMessages:    c.core.badMessages.Load(),
-		BadMeta:        c.core.badMeta.Load(),
-		HealthDropped:  c.core.reports.dropped.Load(),
-		ChangesDropped: c.core.changes.dropped.Load(),
-		NameConflicts:  c.core.conflicts.Load(),
+		Messages:      c.core.messages.Load(),
+		BadMessages:   c.core.badMessages.Load(),
+		BadMeta:       c.core.badMeta.Load(),
+		HealthDropped: c.core.reports.dropped.Load(),
+
+		HealthOriginated:   c.core.own.originated.Load(),
+		HealthRelayed:      c.core.own.relayed.Load(),
+		HealthDeduped:      c.core.own.deduped.Load(),
+		HealthCovered:      c.core.own.covered.Load(),
+		HealthDownEvicted:  c.core.own.downEvicted.Load(),
+		HealthSent:         c.queue.sent.Load(),
+		HealthSentBytes:    c.queue.sentBytes.Load(),
+		BroadcastsLost:     c.queue.lost.Load(),
+		BroadcastsLostDown: c.queue.lostDown.Load(),
+		ChangesDropped:     c.core.changes.dropped.Load(),
+		NameConflicts:      c.core.conflicts.Load(),
 	}
 	s.DatagramsAccepted, s.DatagramsDropped, s.Refused = c.guard.stats()
 	s.MemberSockets = c.guard.memberSocketCount()
+	g := c.guard
+	s.PacketBytesSent, s.PacketBytesReceived = g.pktSent.Load(), g.pktRecv.Load()
+	s.StreamBytesSent, s.StreamBytesReceived = g.strSent.Load(), g.strRecv.Load()
 	return s
 }
 
@@ -554,10 +609,18 @@ func wrapKeyErr(op string, err error) error {
 	return nil
 }
 
-// broadcastName identifies a health message in the gossip queue: by
-// reporter, peer and plane, so a newer report replaces the older one
-// instead of both being sent.
-func broadcastName(h HealthReport) string { return h.From + "\x00" + h.Peer + "\x00" + h.Plane }
+// broadcastName identifies a health message in the gossip queue: by the
+// verdict's gateway and plane, whoever reported it, so that a newer verdict
+// replaces the older one instead of both being sent; but an up never
+// replaces a down (the down is sent first: a plane that failed for a moment
+// is still avoided for a moment, never silently).
+func broadcastName(h HealthReport) string {
+	class := "u"
+	if notUp(h.State) {
+		class = "d"
+	}
+	return h.Peer + "\x00" + h.Plane + "\x00" + class
+}
 
 // delegate receives memberlist's callbacks. Every method runs on one of
 // memberlist's goroutines, some with memberlist's node lock held: none
@@ -599,7 +662,7 @@ func (d *delegate) NotifyMsg(b []byte) {
 			return
 		}
 		if core.goodbye(name) {
-			d.c.queue.queue("\x00goodbye\x00"+name, slices.Clone(b))
+			d.c.queue.queue("\x00goodbye\x00"+name, slices.Clone(b), true)
 		}
 	default:
 		// An unknown kind: a newer gateway's message, or garbage.
@@ -619,7 +682,8 @@ func (c *Cluster) relay(h HealthReport, age time.Duration) {
 	if err != nil {
 		return
 	}
-	c.queue.queue(broadcastName(h), msg)
+	c.queue.queue(broadcastName(h), msg, notUp(h.State))
+	c.core.own.relayed.Add(1)
 }
 
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {

@@ -291,7 +291,7 @@ func TestKeyRotation(t *testing.T) {
 
 	// The cluster still works on the new key: gossip flows, nobody died,
 	// a newcomer with the new key joins, one with the old key cannot.
-	if err := cs[0].PublishHealth(HealthReport{Peer: "b1", Plane: "p0", State: pathmgr.Up}); err != nil {
+	if err := cs[0].PublishHealth(HealthReport{Peer: "b1", Plane: "p0", State: pathmgr.Suspect}); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range cs[1:] {

@@ -195,11 +195,11 @@ func TestFanoutNeverBlocks(t *testing.T) {
 // TransmitLimitedQueue (see healthQueue): a replacement of the only queued
 // message, then another message of the same length.
 func TestHealthQueueReplaceThenQueue(t *testing.T) {
-	q := newHealthQueue(func() int { return 4 }, 4, 100)
-	q.queue("x", []byte("old0"))
+	q := newHealthQueue(func() int { return 4 }, 4, func() int { return 100 })
+	q.queue("x", []byte("old0"), false)
 	q.GetBroadcasts(0, 1400)
-	q.queue("x", []byte("new0"))
-	q.queue("y", []byte("new1"))
+	q.queue("x", []byte("new0"), false)
+	q.queue("y", []byte("new1"), false)
 	got := q.GetBroadcasts(0, 1400)
 	if len(got) != 2 || !slices.ContainsFunc(got, func(b []byte) bool { return string(b) == "new0" }) {
 		t.Fatalf("sent %q, want new0 and new1", got)
@@ -214,8 +214,8 @@ func TestHealthQueueReplaceThenQueue(t *testing.T) {
 		t.Errorf("%d messages still queued after 4 transmissions", n)
 	}
 	// Size limit: what does not fit waits; fresher messages go first.
-	q.queue("a", bytes.Repeat([]byte{1}, 100))
-	q.queue("b", bytes.Repeat([]byte{2}, 100))
+	q.queue("a", bytes.Repeat([]byte{1}, 100), false)
+	q.queue("b", bytes.Repeat([]byte{2}, 100), false)
 	got = q.GetBroadcasts(10, 150)
 	if len(got) != 1 || got[0][0] != 2 {
 		t.Errorf("with room for one, sent %d messages (want the newer b)", len(got))

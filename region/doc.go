@@ -17,6 +17,14 @@
 // channels that never block gossip: a watcher that falls behind loses
 // notifications (counted in [Stats]) and re-reads [Cluster.View].
 //
+// Path health is gossiped so that its cost per gateway grows with the
+// fleet, not with its square (docs/GATEWAY.md, "What path-health gossip
+// costs"): one verdict per (gateway, plane), whoever reports it; only
+// changes on the wire, renewals of what is not up, nothing for an up that
+// holds; a gateway whose plane fails says so once, not once per peer; every
+// table bounded ([Cluster.HealthTables]); a down verdict never dropped
+// silently ([Stats] BroadcastsLost, HealthDownEvicted).
+//
 // memberlist runs on a guarded transport of this package: every datagram
 // is checked (with the keyring: authenticated) by the goroutine that reads
 // the socket, and junk is dropped and counted by reason before it can queue

@@ -297,7 +297,7 @@ func testFlood(t *testing.T, noLimit bool) {
 	}
 
 	// Gossip from the flooded gateway still flows.
-	if err := victim.PublishHealth(HealthReport{Peer: "b1", Plane: "p0", State: pathmgr.Up}); err != nil {
+	if err := victim.PublishHealth(HealthReport{Peer: "b1", Plane: "p0", State: pathmgr.Suspect}); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range cs[1:] {

@@ -90,8 +90,12 @@ const (
 	// udpBufferSize is memberlist's UDPBufferSize (the largest packet it
 	// builds); with every overhead it stays under maxDatagram.
 	udpBufferSize = 1400
-	// readBatch datagrams are read per system call.
-	readBatch = 32
+	// readBatch datagrams are read per system call; memberReadBatch on a
+	// member's own socket, which carries one member's gossip only (its
+	// buffers are per member: 32 × 4 KiB each made 16 MiB per gateway at
+	// 128 gateways, 64 MiB at 512 member sockets).
+	readBatch       = 32
+	memberReadBatch = 4
 	// udpRecvBuf is asked of the kernel for the socket's receive buffer
 	// (it grants at most net.core.rmem_max); a larger buffer rides out a
 	// longer pause of the reader.
@@ -184,9 +188,12 @@ type guardTransport struct {
 
 	accepted       atomic.Uint64
 	acceptedMember atomic.Uint64 // of accepted, read from a member's own socket
-	dropped        [len(dropIndex)]atomic.Uint64
-	dropLog        [len(dropIndex)]logGate
-	refused        [len(refuseIndex)]atomic.Uint64
+	// Bytes on the wire: datagrams (every one read, junk included) and
+	// streams, both ways.
+	pktSent, pktRecv, strSent, strRecv atomic.Uint64
+	dropped                            [len(dropIndex)]atomic.Uint64
+	dropLog                            [len(dropIndex)]logGate
+	refused                            [len(refuseIndex)]atomic.Uint64
 }
 
 // Indexes of the reasons in guardTransport's counters.
@@ -438,7 +445,8 @@ func (t *guardTransport) WriteToAddress(b []byte, a memberlist.Address) (time.Ti
 		}
 		ap = ua.AddrPort()
 	}
-	_, err = t.udp.WriteToUDPAddrPort(b, ap)
+	n, err := t.udp.WriteToUDPAddrPort(b, ap)
+	t.pktSent.Add(uint64(n))
 	return time.Now(), err
 }
 
@@ -448,7 +456,29 @@ func (t *guardTransport) PacketCh() <-chan *memberlist.Packet { return t.packetC
 // DialTimeout implements memberlist.Transport.
 func (t *guardTransport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
 	d := net.Dialer{Timeout: timeout}
-	return d.Dial("tcp", addr)
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return &countConn{Conn: c, sent: &t.strSent, recv: &t.strRecv}, nil
+}
+
+// countConn counts a stream's bytes.
+type countConn struct {
+	net.Conn
+	sent, recv *atomic.Uint64
+}
+
+func (c *countConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.recv.Add(uint64(n))
+	return n, err
+}
+
+func (c *countConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.sent.Add(uint64(n))
+	return n, err
 }
 
 // DialAddressTimeout implements memberlist.NodeAwareTransport.
@@ -499,7 +529,11 @@ type udpReader struct {
 func (r *udpReader) loop() {
 	t := r.t
 	defer t.wg.Done()
-	msgs := make([]ipv4.Message, readBatch)
+	batch := readBatch
+	if r.member {
+		batch = memberReadBatch
+	}
+	msgs := make([]ipv4.Message, batch)
 	for i := range msgs {
 		msgs[i].Buffers = [][]byte{make([]byte, maxDatagram)}
 		msgs[i].OOB = make([]byte, overflowOOBSize)
@@ -551,6 +585,7 @@ func (r *udpReader) handle(m *ipv4.Message, now time.Time) {
 	}
 	src := from.AddrPort()
 	src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
+	t.pktRecv.Add(uint64(m.N))
 	b := m.Buffers[0][:m.N]
 	d := -1
 	if m.Flags&msgTrunc != 0 || m.N >= maxDatagram {
@@ -760,6 +795,7 @@ func (t *guardTransport) serveStream(c *streamConn) {
 	if keys := t.keys.Load(); keys != nil {
 		_ = c.SetDeadline(time.Now().Add(t.streamWait))
 		first, r, err := readFirstMessage(c.TCPConn, *keys)
+		t.strRecv.Add(uint64(len(first)))
 		switch {
 		case r == rStreamTimeout || r == rStreamSize:
 			t.refuse(r, c.ip.String(), "refused a gossip stream", "err", err)
@@ -845,7 +881,15 @@ func (c *streamConn) Read(b []byte) (int, error) {
 		c.first = c.first[n:]
 		return n, nil
 	}
-	return c.TCPConn.Read(b)
+	n, err := c.TCPConn.Read(b)
+	c.t.strRecv.Add(uint64(n))
+	return n, err
+}
+
+func (c *streamConn) Write(b []byte) (int, error) {
+	n, err := c.TCPConn.Write(b)
+	c.t.strSent.Add(uint64(n))
+	return n, err
 }
 
 func (c *streamConn) Close() error {

@@ -139,6 +139,27 @@ type Stats struct {
 	ChangesDropped uint64 // changes a full watcher channel missed
 	NameConflicts  uint64 // another member announced this gateway's name
 
+	// Path-health gossip (docs/GATEWAY.md, "What path-health gossip
+	// costs"). HealthOriginated: verdicts this gateway put on the wire
+	// (changes and renewals); HealthRelayed: others' verdicts it passed
+	// on (news only); HealthDeduped: own verdicts not sent because the
+	// cluster already held them; HealthCovered: verdicts on peers not
+	// sent because this gateway's verdict on its own plane said it;
+	// HealthSent and HealthSentBytes: health messages handed to
+	// memberlist, each transmission counted.
+	HealthOriginated, HealthRelayed, HealthDeduped, HealthCovered uint64
+	HealthSent, HealthSentBytes                                   uint64
+	// HealthDownEvicted: down verdicts that gave way in a table full of
+	// down verdicts (logged at warn). BroadcastsLost: health messages (and
+	// goodbyes) that gave way in a full gossip queue before they were
+	// sent once, BroadcastsLostDown of them down verdicts and goodbyes.
+	HealthDownEvicted, BroadcastsLost, BroadcastsLostDown uint64
+	// Bytes of gossip on the wire, both ways: datagrams (probes, acks,
+	// gossip with its piggybacked health messages) and streams
+	// (push/pull exchanges, joins).
+	PacketBytesSent, PacketBytesReceived uint64
+	StreamBytesSent, StreamBytesReceived uint64
+
 	// DatagramsAccepted counts gossip datagrams the guard passed to
 	// memberlist (authenticated, when gossip is encrypted).
 	DatagramsAccepted uint64
@@ -151,13 +172,6 @@ type Stats struct {
 	// Refused counts refused gossip streams and members, by reason: every
 	// one of [RefuseReasons] is present.
 	Refused map[string]uint64
-}
-
-type healthKey struct{ from, peer, plane string }
-
-type healthEntry struct {
-	r    HealthReport
-	born time.Time // local estimate of when it was measured: receipt − age
 }
 
 type member struct {
@@ -178,8 +192,9 @@ type core struct {
 
 	mu       sync.Mutex
 	members  map[string]*member
-	health   map[healthKey]*healthEntry
-	goodbyes map[string]bool // members that said they are leaving
+	health   map[healthKey]*healthEntry // one verdict per (gateway, plane): healthtable.go
+	own      ownHealth                  // this gateway's own verdicts: healthtable.go
+	goodbyes map[string]bool            // members that said they are leaving
 
 	messages, badMessages, badMeta, conflicts atomic.Uint64
 
@@ -197,6 +212,7 @@ func newCore(self string, cfg *Config, log *slog.Logger) *core {
 		log:       log,
 		members:   map[string]*member{},
 		health:    map[healthKey]*healthEntry{},
+		own:       newOwnHealth(),
 		goodbyes:  map[string]bool{},
 	}
 	for _, r := range cfg.ExpectedRegions {
@@ -298,123 +314,6 @@ func (c *core) refreshLocked(m *member) (Change, bool) {
 func (c *core) announce(ch Change) {
 	c.log.Info("gateway state", "member", ch.Name, "region", ch.Region, "from", ch.From, "to", ch.To)
 	c.changes.send(ch)
-}
-
-// latestLocked is the freshest report on peer over plane, from anyone.
-func (c *core) latestLocked(peer, plane string, now time.Time) (HealthReport, bool) {
-	var best *healthEntry
-	for k, e := range c.health {
-		if k.peer != peer || k.plane != plane || now.Sub(e.born) >= c.ttl {
-			continue
-		}
-		if best == nil || e.born.After(best.born) {
-			best = e
-		}
-	}
-	if best == nil {
-		return HealthReport{}, false
-	}
-	return best.r, true
-}
-
-// addHealth stores a report sent age after it was measured. It reports
-// whether the report was news: not expired, not this gateway's own report
-// coming back, and newer than what we hold from the same reporter.
-func (c *core) addHealth(h HealthReport, age time.Duration, local bool) bool {
-	if age >= c.ttl || (!local && h.From == c.self) {
-		return false
-	}
-	now := c.now()
-	k := healthKey{h.From, h.Peer, h.Plane}
-	c.mu.Lock()
-	if old := c.health[k]; old != nil && !h.At.After(old.r.At) && now.Sub(old.born) < c.ttl {
-		c.mu.Unlock()
-		return false
-	}
-	if c.health[k] == nil && len(c.health) >= c.maxHealth {
-		c.evictLocked(now)
-	}
-	c.health[k] = &healthEntry{r: h, born: now.Add(-age)}
-	var changes []Change
-	if m := c.members[h.Peer]; m != nil {
-		if ch, ok := c.refreshLocked(m); ok {
-			changes = append(changes, ch)
-		}
-	}
-	c.mu.Unlock()
-	for _, ch := range changes {
-		c.announce(ch)
-	}
-	if !local {
-		c.reports.send(h)
-	}
-	return true
-}
-
-// evictLocked makes room: expired reports first, else the oldest one.
-func (c *core) evictLocked(now time.Time) {
-	var oldest healthKey
-	var oldestBorn time.Time
-	for k, e := range c.health {
-		if now.Sub(e.born) >= c.ttl {
-			delete(c.health, k)
-			continue
-		}
-		if oldestBorn.IsZero() || e.born.Before(oldestBorn) {
-			oldest, oldestBorn = k, e.born
-		}
-	}
-	if len(c.health) >= c.maxHealth {
-		delete(c.health, oldest)
-	}
-}
-
-// prune drops expired reports and re-evaluates the peers they were about
-// (a peer whose "down" reports expire is no longer suspect).
-func (c *core) prune() {
-	now := c.now()
-	c.mu.Lock()
-	peers := map[string]bool{}
-	for k, e := range c.health {
-		if now.Sub(e.born) >= c.ttl {
-			delete(c.health, k)
-			peers[k.peer] = true
-		}
-	}
-	var changes []Change
-	for p := range peers {
-		if m := c.members[p]; m != nil {
-			if ch, ok := c.refreshLocked(m); ok {
-				changes = append(changes, ch)
-			}
-		}
-	}
-	c.mu.Unlock()
-	for _, ch := range changes {
-		c.announce(ch)
-	}
-}
-
-// freshHealth returns every unexpired report with its current age.
-func (c *core) freshHealth() ([]HealthReport, []time.Duration) {
-	now := c.now()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var rs []HealthReport
-	var ages []time.Duration
-	for _, e := range c.health {
-		if age := now.Sub(e.born); age < c.ttl {
-			rs = append(rs, e.r)
-			ages = append(ages, age)
-		}
-	}
-	return rs, ages
-}
-
-func (c *core) latest(peer, plane string) (HealthReport, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.latestLocked(peer, plane, c.now())
 }
 
 func (c *core) view() View {

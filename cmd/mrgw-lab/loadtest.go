@@ -38,6 +38,8 @@ func newLoadtestCmd() *cobra.Command {
 	cmd.AddCommand(NewGatewayLoadCmds()...)
 	cmd.AddCommand(newChaosCmd())
 	cmd.AddCommand(newFloodCmd())
+
+	cmd.AddCommand(newFleetCmd())
 	return cmd
 }
 

@@ -1,0 +1,1030 @@
+//go:build linux
+
+// Package fleet is `mrgw-lab loadtest fleet`: path-health and membership
+// gossip at fleet size. It starts G gateways' gossip (real memberlist
+// instances on the project's guarded transport, package region, encrypted)
+// in R regions with P planes each, in this process on loopback, and gives
+// each a stand-in for the gateway's relay built from pathmgr: per peer
+// gateway of another region a pathmgr.Set with one path per plane, whose
+// PlaneSummary verdicts it publishes (region.Cluster.PublishHealth), and a
+// pathmgr.Reports that takes the others' verdicts in and takes its own
+// paths down on them, as gateway/health.go does.
+//
+// It measures: a plane failing at one gateway until every gateway of the
+// other regions (every one whose paths cross that plane) has the verdict;
+// a gateway killed (no goodbye) until every other one routes around it; a
+// new region's first gateway until every other one can route to it; gossip
+// bytes, CPU, memory and table sizes per gateway in steady state and in a
+// storm where a quarter of all planes flap, with the plane verdicts of the
+// storm; broadcasts lost (gave way in a full queue before they were sent)
+// and verdicts that never arrived.
+//
+// What it leaves out: the relay's own detection of a failed path (timeouts
+// and probes, pathmgr and metaroce, a few round trips): the clock starts
+// when the failing gateway's relay publishes, and only that gateway
+// detects; the others learn by gossip (the slowest case).
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/mrgw/mrgw/pathmgr"
+	"github.com/mrgw/mrgw/region"
+)
+
+// Options of a run; zero fields take the defaults.
+type Options struct {
+	Gateways int // G (default 32)
+	Regions  int // R (default G/4 within 2..32)
+	Planes   int // P (default 16)
+	// Profile: "tuned" (probe 200 ms, timeout 100 ms, suspicion ×2,
+	// gossip 50 ms: config/examples) or "lan" (memberlist's LAN preset).
+	Profile  string
+	Failures int           // plane failures measured in steady state (default 20)
+	Deaths   int           // gateways killed (default 3)
+	Joins    int           // new regions started (default 3)
+	Steady   time.Duration // the steady-state window (default 10 s)
+	Storm    time.Duration // the storm (default 20 s)
+	// Flap is how long a flapping plane stays down, then up (default 3 s,
+	// ±25%).
+	Flap time.Duration
+	// EventTimeout: a verdict, death or join not seen everywhere within it
+	// counts as missed (default 10 s).
+	EventTimeout time.Duration
+	Seed         uint64
+	Progress     io.Writer // progress lines; nil: none
+}
+
+func (o *Options) defaults() {
+	if o.Gateways <= 0 {
+		o.Gateways = 32
+	}
+	if o.Regions <= 0 {
+		o.Regions = min(max(o.Gateways/4, 2), 32)
+	}
+	o.Regions = min(o.Regions, o.Gateways)
+	if o.Planes <= 0 {
+		o.Planes = 16
+	}
+	if o.Profile == "" {
+		o.Profile = "tuned"
+	}
+	if o.Failures <= 0 {
+		o.Failures = 20
+	}
+	if o.Deaths < 0 {
+		o.Deaths = 0
+	} else if o.Deaths == 0 {
+		o.Deaths = 3
+	}
+	if o.Joins <= 0 {
+		o.Joins = 3
+	}
+	if o.Steady <= 0 {
+		o.Steady = 10 * time.Second
+	}
+	if o.Storm <= 0 {
+		o.Storm = 20 * time.Second
+	}
+	if o.Flap <= 0 {
+		o.Flap = 3 * time.Second
+	}
+	if o.EventTimeout <= 0 {
+		o.EventTimeout = 10 * time.Second
+	}
+	if o.Seed == 0 {
+		o.Seed = 1
+	}
+}
+
+// Row is one measured event or window.
+type Row struct {
+	Gateways int    `json:"gateways"`
+	Regions  int    `json:"regions"`
+	Planes   int    `json:"planes"`
+	Event    string `json:"event"` // steady, plane_verdict, gateway_dead, region_join, storm, storm_plane_verdict
+	Samples  int    `json:"samples"`
+	// Time until every gateway that needs it has it, over the events.
+	P50ms float64 `json:"p50_ms"`
+	P99ms float64 `json:"p99_ms"`
+	MaxMs float64 `json:"max_ms"`
+	// Per receiving gateway (each delivery one sample).
+	DeliveryP50ms float64 `json:"delivery_p50_ms"`
+	DeliveryP99ms float64 `json:"delivery_p99_ms"`
+	// Gossip per gateway over the row's window: all of it (datagrams and
+	// streams), and the health messages this gateway sent.
+	BytesSentPerS    float64 `json:"gossip_bytes_sent_per_s"`
+	BytesRecvPerS    float64 `json:"gossip_bytes_recv_per_s"`
+	HealthBytesPerS  float64 `json:"health_bytes_sent_per_s"`
+	HealthMsgsPerS   float64 `json:"health_msgs_sent_per_s"`
+	StreamBytesPerS  float64 `json:"stream_bytes_per_s"`
+	CPUPerGateway    float64 `json:"cpu_per_gateway"` // cores
+	MemPerGateway    float64 `json:"mem_per_gateway_bytes"`
+	RSSPerGateway    float64 `json:"rss_per_gateway_bytes"`
+	VerdictsMax      int     `json:"verdicts_max"`
+	VerdictBound     int     `json:"verdict_bound"`
+	OwnMax           int     `json:"own_max"`
+	QueuedMax        int     `json:"queued_max"`
+	ReportsMax       int     `json:"reports_max"`
+	MemberSocketsMax int     `json:"member_sockets_max"`
+	// BroadcastsLost: health messages (and goodbyes) that gave way in a
+	// full queue before they were sent; DownEvicted: down verdicts that
+	// gave way in a full table; WatchDropped: reports a full watcher
+	// channel missed; Missed: events not seen everywhere in time.
+	BroadcastsLost uint64  `json:"broadcasts_lost"`
+	DownEvicted    uint64  `json:"down_evicted"`
+	WatchDropped   uint64  `json:"watch_dropped"`
+	Missed         int     `json:"missed"`
+	WindowS        float64 `json:"window_s"`
+	LoadAvg        float64 `json:"load_avg"`
+	Profile        string  `json:"profile"`
+}
+
+// Report is a run's result.
+type Report struct {
+	Rows  []Row
+	Notes []string
+}
+
+// OK reports whether nothing was lost, missed or overflowed.
+func (r *Report) OK() bool {
+	for _, row := range r.Rows {
+		if row.BroadcastsLost > 0 || row.DownEvicted > 0 || row.Missed > 0 ||
+			row.VerdictsMax > row.VerdictBound || row.WatchDropped > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// debug (FLEET_DEBUG): "1" lists the gateways that missed an event;
+// "gateway/plane" also traces that plane's reports at g000.
+var debug = os.Getenv("FLEET_DEBUG")
+
+func planeName(i int) string { return fmt.Sprintf("p%02d", i) }
+
+func planeOf(path int, _ uint16) int { return path }
+
+// node is one gateway: its gossip and a stand-in for its relay.
+type node struct {
+	f      *fleet
+	name   string
+	region string
+	c      *region.Cluster
+
+	mu      sync.Mutex
+	sets    map[string]*pathmgr.Set // per peer gateway of another region
+	reports *pathmgr.Reports
+	lastAt  time.Time
+	epoch   time.Time
+	dead    atomic.Bool
+	failed  map[int]bool // n's own planes that failed
+	expired time.Duration
+
+	stopWatch []func()
+	wg        sync.WaitGroup
+}
+
+type fleet struct {
+	failMu sync.Mutex
+	failed map[string]bool // name/plane of the planes failed now (the truth n's probes would find)
+	o      Options
+	keys   [][]byte
+	rng    *rand.Rand
+	mu     sync.Mutex
+	nodes  []*node // live and dead, in start order
+	tr     tracker
+	logf   func(format string, args ...any)
+	planes []region.Plane
+}
+
+// Run runs the scenario at o's size and returns its rows.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	o.defaults()
+	raiseFDLimit()
+	f := &fleet{o: o, failed: map[string]bool{}, rng: rand.New(rand.NewPCG(o.Seed, 0x66_6c_65_65_74))}
+	f.logf = func(format string, args ...any) {
+		if o.Progress != nil {
+			fmt.Fprintf(o.Progress, "fleet G=%d P=%d: "+format+"\n", append([]any{o.Gateways, o.Planes}, args...)...)
+		}
+	}
+	f.tr.init()
+	key := make([]byte, 32)
+	for i := range key {
+		key[i] = byte(f.rng.IntN(256))
+	}
+	f.keys = [][]byte{key}
+	defer f.shutdown()
+	rep := &Report{}
+
+	begin := time.Now()
+	f.logf("starting %d gateways in %d regions, %d planes each (%s profile)", o.Gateways, o.Regions, o.Planes, o.Profile)
+	for i := range o.Gateways {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		r := fmt.Sprintf("r%02d", i%o.Regions)
+		n, err := f.start(fmt.Sprintf("g%03d-%s", i, r), r)
+		if err != nil {
+			return nil, err
+		}
+		if i > 0 {
+			if err := f.join(ctx, n); err != nil {
+				return nil, err
+			}
+		}
+		if (i+1)%16 == 0 {
+			f.logf("%d gateways started", i+1)
+		}
+	}
+	if err := f.converge(ctx, 120*time.Second+time.Duration(o.Gateways)*time.Second); err != nil {
+		return nil, err
+	}
+	f.logf("every gateway sees %d alive after %.1f s", o.Gateways, time.Since(begin).Seconds())
+	for _, n := range f.live() {
+		n.initSets()
+	}
+	// Let the joins' gossip settle before measuring steady state.
+	if err := sleep(ctx, 3*time.Second); err != nil {
+		return nil, err
+	}
+
+	// Steady state.
+	w := f.window()
+	if err := sleep(ctx, o.Steady); err != nil {
+		return nil, err
+	}
+	rep.Rows = append(rep.Rows, f.row("steady", w, nil))
+	f.logf("steady: %.0f B/s sent per gateway, %.3f cores per gateway", rep.Rows[0].BytesSentPerS, rep.Rows[0].CPUPerGateway)
+
+	// Plane failures, one at a time.
+	w = f.window()
+	var evs []*episode
+	for i := range o.Failures {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		lv := f.live()
+		b := lv[f.rng.IntN(len(lv))]
+		p := f.rng.IntN(o.Planes)
+		ep := f.tr.open("plane", b.name, planeName(p), f.users(b), time.Now())
+		b.failPlane(p)
+		f.tr.wait(ctx, ep, o.EventTimeout)
+		evs = append(evs, ep)
+		// Back up, and let the up reach everyone before the next.
+		up := f.tr.open("planeup", b.name, planeName(p), f.users(b), time.Now())
+		b.restorePlane(p)
+		f.tr.wait(ctx, up, o.EventTimeout)
+		if (i+1)%5 == 0 {
+			f.logf("plane failures: %d of %d", i+1, o.Failures)
+		}
+	}
+	rep.Rows = append(rep.Rows, f.row("plane_verdict", w, evs))
+
+	// Gateways killed without a goodbye.
+	w = f.window()
+	evs = nil
+	for range o.Deaths {
+		lv := f.live()
+		if len(lv) <= 2 {
+			break
+		}
+		x := lv[f.rng.IntN(len(lv))]
+		var others []string
+		for _, n := range lv {
+			if n != x {
+				others = append(others, n.name)
+			}
+		}
+		ep := f.tr.open("dead", x.name, "", others, time.Now())
+		x.kill()
+		f.tr.wait(ctx, ep, o.EventTimeout)
+		evs = append(evs, ep)
+		f.logf("gateway %s killed: routed around everywhere in %.0f ms (missed by %d)", x.name, ms(ep.span()), ep.missed())
+	}
+	rep.Rows = append(rep.Rows, f.row("gateway_dead", w, evs))
+
+	// New regions.
+	w = f.window()
+	evs = nil
+	for j := range o.Joins {
+		lv := f.live()
+		var others []string
+		for _, n := range lv {
+			others = append(others, n.name)
+		}
+		r := fmt.Sprintf("new%02d", j)
+		name := "g-" + r
+		ep := f.tr.open("join", name, "", others, time.Now())
+		n, err := f.start(name, r)
+		if err != nil {
+			return nil, err
+		}
+		if err := f.join(ctx, n); err != nil {
+			return nil, err
+		}
+		f.tr.wait(ctx, ep, o.EventTimeout)
+		evs = append(evs, ep)
+		f.logf("region %s: routable everywhere in %.0f ms (missed by %d)", r, ms(ep.span()), ep.missed())
+	}
+	rep.Rows = append(rep.Rows, f.row("region_join", w, evs))
+	for _, n := range f.live() {
+		n.initSets() // the new regions' gateways are peers too
+	}
+
+	// The storm: a quarter of all planes flap.
+	w = f.window()
+	evs, err := f.storm(ctx)
+	if err != nil {
+		return nil, err
+	}
+	storm := f.row("storm", w, nil)
+	sv := f.row("storm_plane_verdict", w, evs)
+	rep.Rows = append(rep.Rows, sv, storm)
+	f.logf("storm: %d verdicts, p99 %.0f ms, %.0f B/s sent per gateway", sv.Samples, sv.P99ms, storm.BytesSentPerS)
+	for i := range rep.Rows {
+		rep.Rows[i].Gateways, rep.Rows[i].Regions, rep.Rows[i].Planes = o.Gateways, o.Regions, o.Planes
+		rep.Rows[i].Profile = o.Profile
+	}
+	return rep, nil
+}
+
+func (f *fleet) setFailed(name string, plane int, v bool) {
+	f.failMu.Lock()
+	defer f.failMu.Unlock()
+	if v {
+		f.failed[name+"/"+planeName(plane)] = true
+	} else {
+		delete(f.failed, name+"/"+planeName(plane))
+	}
+}
+
+func (f *fleet) isFailed(name string, plane int) bool {
+	f.failMu.Lock()
+	defer f.failMu.Unlock()
+	return f.failed[name+"/"+planeName(plane)]
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// raiseFDLimit: every gateway opens a socket per other member (region's
+// member sockets), G² in one process.
+func raiseFDLimit() {
+	var l syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l) == nil && l.Cur < l.Max {
+		l.Cur = l.Max
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
+	}
+}
+
+func (f *fleet) timings() (string, region.Timings) {
+	if f.o.Profile == "lan" {
+		return region.ProfileLAN, region.Timings{}
+	}
+	return region.ProfileCustom, region.Timings{ProbeInterval: 200 * time.Millisecond,
+		ProbeTimeout: 100 * time.Millisecond, SuspicionMult: 2, GossipInterval: 50 * time.Millisecond}
+}
+
+func (f *fleet) start(name, reg string) (*node, error) {
+	lo := netip.MustParseAddr("127.0.0.1")
+	meta := region.Meta{Region: reg, Control: netip.AddrPortFrom(lo, 1)}
+	for p := range f.o.Planes {
+		meta.Planes = append(meta.Planes, region.Plane{Name: planeName(p), WAN: netip.AddrPortFrom(lo, uint16(2+p))})
+	}
+	prof, t := f.timings()
+	c, err := region.New(region.Config{Name: name, Meta: meta, Bind: "127.0.0.1:0", Keys: f.keys,
+		Profile: prof, Timings: t, JoinAttempts: 5}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: starting %s: %w", name, err)
+	}
+	n := &node{f: f, name: name, region: reg, c: c, sets: map[string]*pathmgr.Set{}, failed: map[int]bool{},
+		reports: pathmgr.NewReports(pathmgr.ReportsConfig{TTL: region.DefaultHealthTTL, HoldDown: 10 * time.Second}),
+		epoch:   time.Now()}
+	hch, hstop := c.WatchHealth(8192)
+	cch, cstop := c.WatchChanges(4096)
+	n.stopWatch = []func(){hstop, cstop}
+	n.wg.Add(2)
+	go n.watchHealth(hch)
+	go n.watchChanges(cch)
+	f.mu.Lock()
+	f.nodes = append(f.nodes, n)
+	f.mu.Unlock()
+	return n, nil
+}
+
+func (f *fleet) join(ctx context.Context, n *node) error {
+	lv := f.live()
+	var seeds []string
+	for range 3 {
+		s := lv[f.rng.IntN(len(lv))]
+		if s != n {
+			seeds = append(seeds, s.c.Addr())
+		}
+	}
+	if len(seeds) == 0 {
+		seeds = []string{lv[0].c.Addr()}
+	}
+	jctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := n.c.Join(jctx, seeds); err != nil {
+		return fmt.Errorf("fleet: %s joining: %w", n.name, err)
+	}
+	return nil
+}
+
+// converge waits until every live gateway sees every other alive.
+func (f *fleet) converge(ctx context.Context, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	lv := f.live()
+	for {
+		worst := len(lv)
+		for _, n := range lv {
+			alive := 0
+			for _, gws := range n.c.View().Regions {
+				for _, g := range gws {
+					if g.State.Live() {
+						alive++
+					}
+				}
+			}
+			worst = min(worst, alive)
+		}
+		if worst == len(lv) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("fleet: after %s a gateway sees only %d of %d alive", limit, worst, len(lv))
+		}
+		if err := sleep(ctx, 500*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+func (f *fleet) live() []*node {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var lv []*node
+	for _, n := range f.nodes {
+		if !n.dead.Load() {
+			lv = append(lv, n)
+		}
+	}
+	return lv
+}
+
+// users are the live gateways whose paths cross b's planes: those of the
+// other regions.
+func (f *fleet) users(b *node) []string {
+	var u []string
+	for _, n := range f.live() {
+		if n.region != b.region {
+			u = append(u, n.name)
+		}
+	}
+	return u
+}
+
+func (f *fleet) shutdown() {
+	f.mu.Lock()
+	nodes := slices.Clone(f.nodes)
+	f.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		wg.Add(1)
+		go func() { defer wg.Done(); n.kill() }()
+	}
+	wg.Wait()
+}
+
+// initSets gives n a path set to every live gateway of another region it
+// has none for.
+func (n *node) initSets() {
+	var peers []string
+	for _, m := range n.f.live() {
+		if m.region != n.region {
+			peers = append(peers, m.name)
+		}
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, p := range peers {
+		if n.sets[p] == nil {
+			n.sets[p] = pathmgr.NewSet(n.f.o.Planes, pathmgr.DefaultConfig(), rand.New(rand.NewPCG(uint64(len(n.sets)), 7)))
+			for i := range n.f.o.Planes {
+				n.sets[p].Paths[i].OnRTTSample(20 * time.Millisecond)
+			}
+		}
+	}
+}
+
+func (n *node) now() time.Duration { return time.Since(n.epoch) }
+
+// publishLocked publishes n's verdict on its paths to peer over plane, as
+// the relay does (gateway/health.go publishPlanes).
+func (n *node) publishLocked(peer string, plane int) {
+	set := n.sets[peer]
+	ps := set.PlaneSummary(plane, planeOf)
+	at := time.Now()
+	if !at.After(n.lastAt) {
+		at = n.lastAt.Add(time.Microsecond)
+	}
+	n.lastAt = at
+	_ = n.c.PublishHealth(region.HealthReport{Peer: peer, Plane: planeName(plane), State: ps.State(), RTT: ps.SRTT, At: at})
+}
+
+// failPlane: n's plane fails; its paths over it to every peer go down,
+// one peer after another, and its relay publishes each.
+func (n *node) failPlane(plane int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	now := n.now()
+	if debug == n.name+"/"+planeName(plane) {
+		fmt.Fprintf(os.Stderr, "%s FAIL %s/%d\n", time.Now().Format("05.000"), n.name, plane)
+	}
+	n.failed[plane] = true
+	n.f.setFailed(n.name, plane, true)
+	for peer, set := range n.sets {
+		set.MarkDown(now, plane, "plane failed")
+		n.publishLocked(peer, plane)
+	}
+}
+
+// restorePlane: the plane works again and n's probes bring every path
+// over it back.
+func (n *node) restorePlane(plane int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	now := n.now()
+	if debug == n.name+"/"+planeName(plane) {
+		fmt.Fprintf(os.Stderr, "%s RESTORE %s/%d\n", time.Now().Format("05.000"), n.name, plane)
+	}
+	delete(n.failed, plane)
+	n.f.setFailed(n.name, plane, false)
+	for peer, set := range n.sets {
+		if n.f.isFailed(peer, plane) {
+			continue // the peer's side of the plane is down: probes still fail
+		}
+		if restorePath(set, now, plane) {
+			n.publishLocked(peer, plane)
+		}
+	}
+}
+
+// restorePath answers probes on path until it is up; it reports whether
+// the path was not up.
+func restorePath(set *pathmgr.Set, now time.Duration, path int) bool {
+	if set.Paths[path].State == pathmgr.Up {
+		return false
+	}
+	for range 16 {
+		if set.Paths[path].State == pathmgr.Up {
+			break
+		}
+		set.ProbeDue(now, path)
+		set.OnProbeAck(now, path, 20*time.Millisecond)
+	}
+	return true
+}
+
+// watchHealth is the gateway's watchHealth and relay.onReport: reports on
+// a peer n has paths to (or that peer's on n) go into n's Reports; one
+// that starts a down episode takes n's path over the plane down, and n
+// publishes it as its relay would; an up brings the path back (as n's
+// own probes would).
+func (n *node) watchHealth(ch <-chan region.HealthReport) {
+	defer n.wg.Done()
+	for h := range ch {
+		if debug == h.Peer+"/"+h.Plane && n.name == "g000-r00" {
+			fmt.Fprintf(os.Stderr, "%s %s got %s from %s at %s\n", time.Now().Format("05.000"), n.name, h.State, h.From, h.At.Format("05.000"))
+		}
+		// The verdict on b's plane: b's own (Peer = From = b), anyone's
+		// on b's plane (Peer = b), or b's on its paths to n (Peer = n,
+		// From = b: what b says when it cannot tell its side from the
+		// other region's).
+		kind := "planeup"
+		if h.State == pathmgr.Down || h.State == pathmgr.Probing {
+			kind = "plane"
+		}
+		n.f.tr.deliver(kind, h.Peer, h.Plane, n.name)
+		if h.Peer == n.name {
+			n.f.tr.deliver(kind, h.From, h.Plane, n.name)
+		}
+		peer := h.Peer
+		if peer == n.name {
+			peer = h.From
+		}
+		var plane int
+		if _, err := fmt.Sscanf(h.Plane, "p%d", &plane); err != nil || plane >= n.f.o.Planes {
+			continue
+		}
+		n.mu.Lock()
+		set := n.sets[peer]
+		if set == nil || n.dead.Load() {
+			n.mu.Unlock()
+			continue
+		}
+		now := n.now()
+		if n.reports.Add(now, pathmgr.PeerReport{From: h.From, Peer: peer, Plane: plane, State: h.State}) {
+			if set.Paths[plane].State.Usable() {
+				set.MarkDown(now, plane, "peer report")
+				n.publishLocked(peer, plane)
+			}
+		} else if h.State == pathmgr.Up && !n.failed[plane] && !n.f.isFailed(peer, plane) && restorePath(set, now, plane) {
+			// Both sides work: n's probes would bring the path back.
+			n.publishLocked(peer, plane)
+		}
+		if now-n.expired >= time.Second {
+			n.reports.Expire(now) // O(reports): once a second, as the relay's snapshot does
+			n.expired = now
+		}
+		n.mu.Unlock()
+	}
+}
+
+func (n *node) watchChanges(ch <-chan region.Change) {
+	defer n.wg.Done()
+	for c := range ch {
+		switch {
+		case c.To == region.Dead || c.To == region.Left:
+			n.f.tr.deliver("dead", c.Name, "", n.name)
+		case c.To == region.Alive && c.From == region.Unknown:
+			n.f.tr.deliver("join", c.Name, "", n.name)
+		}
+	}
+}
+
+// kill stops n's gossip without a goodbye (a crash).
+func (n *node) kill() {
+	if n.dead.Swap(true) {
+		return
+	}
+	_ = n.c.Shutdown() // closes the watch channels
+	n.wg.Wait()
+}
+
+// storm flaps a quarter of all (gateway, plane) pairs for o.Storm and
+// returns the down episodes, each measured until every user has it.
+func (f *fleet) storm(ctx context.Context) ([]*episode, error) {
+	type flapper struct {
+		n     *node
+		plane int
+		down  bool
+		next  time.Time
+		ep    *episode
+	}
+	lv := f.live()
+	users := map[*node][]string{}
+	for _, n := range lv {
+		users[n] = f.users(n)
+	}
+	var all []flapper
+	for _, n := range lv {
+		for p := range f.o.Planes {
+			all = append(all, flapper{n: n, plane: p})
+		}
+	}
+	f.rng.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
+	fl := all[:max(len(all)/4, 1)]
+	start := time.Now()
+	for i := range fl {
+		fl[i].next = start.Add(time.Duration(f.rng.Int64N(int64(2 * f.o.Flap))))
+	}
+	f.logf("storm: %d of %d planes flap (down %s, up %s, ±25%%) for %s", len(fl), len(all), f.o.Flap, f.o.Flap, f.o.Storm)
+	var evs []*episode
+	jitter := func() time.Duration {
+		return f.o.Flap*3/4 + time.Duration(f.rng.Int64N(int64(f.o.Flap/2)+1))
+	}
+	end := start.Add(f.o.Storm)
+	for time.Now().Before(end) {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		now := time.Now()
+		for i := range fl {
+			x := &fl[i]
+			if now.Before(x.next) {
+				continue
+			}
+			if !x.down {
+				if x.ep != nil {
+					evs = append(evs, x.ep)
+				}
+				x.ep = f.tr.open("plane", x.n.name, planeName(x.plane), users[x.n], now)
+				x.n.failPlane(x.plane)
+			} else {
+				f.debugMissed(x.ep)
+				f.tr.close(x.ep) // an episode ends with its plane's up
+				x.n.restorePlane(x.plane)
+			}
+			x.down = !x.down
+			x.next = now.Add(jitter())
+		}
+		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
+	// The planes still down: their verdicts get EventTimeout to arrive,
+	// then they come back.
+	for i := range fl {
+		if x := &fl[i]; x.down {
+			f.tr.wait(ctx, x.ep, max(f.o.EventTimeout-time.Since(end), 0))
+			x.n.restorePlane(x.plane)
+		}
+		if fl[i].ep != nil {
+			evs = append(evs, fl[i].ep)
+		}
+	}
+	return evs, sleep(ctx, 2*time.Second)
+}
+
+// window is the start of a measurement window.
+type window struct {
+	at    time.Time
+	cpu   time.Duration
+	stats map[string]region.Stats
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func (f *fleet) window() window {
+	w := window{at: time.Now(), cpu: cpuTime(), stats: map[string]region.Stats{}}
+	for _, n := range f.live() {
+		w.stats[n.name] = n.c.Stats()
+	}
+	return w
+}
+
+// row closes a window: traffic per gateway (those alive throughout), CPU
+// and memory per gateway, table sizes, and the events' times.
+func (f *fleet) row(event string, w window, evs []*episode) Row {
+	el := time.Since(w.at)
+	cpu := cpuTime() - w.cpu
+	r := Row{Event: event, WindowS: el.Seconds()}
+	lv := f.live()
+	var sent, recv, hb, hm, sb float64
+	counted := 0
+	for _, n := range lv {
+		s := n.c.Stats()
+		t := n.c.HealthTables()
+		r.VerdictsMax = max(r.VerdictsMax, t.Verdicts)
+		r.VerdictBound = max(r.VerdictBound, t.VerdictBound)
+		r.OwnMax = max(r.OwnMax, t.Own)
+		r.QueuedMax = max(r.QueuedMax, t.Queued)
+		r.MemberSocketsMax = max(r.MemberSocketsMax, s.MemberSockets)
+		n.mu.Lock()
+		r.ReportsMax = max(r.ReportsMax, n.reports.Len())
+		n.mu.Unlock()
+		r.BroadcastsLost += s.BroadcastsLost
+		r.DownEvicted += s.HealthDownEvicted
+		r.WatchDropped += s.HealthDropped
+		s0, ok := w.stats[n.name]
+		if !ok {
+			continue
+		}
+		counted++
+		sent += float64(s.PacketBytesSent + s.StreamBytesSent - s0.PacketBytesSent - s0.StreamBytesSent)
+		recv += float64(s.PacketBytesReceived + s.StreamBytesReceived - s0.PacketBytesReceived - s0.StreamBytesReceived)
+		sb += float64(s.StreamBytesSent - s0.StreamBytesSent)
+		hb += float64(s.HealthSentBytes - s0.HealthSentBytes)
+		hm += float64(s.HealthSent - s0.HealthSent)
+	}
+	if counted > 0 {
+		d := float64(counted) * el.Seconds()
+		r.BytesSentPerS, r.BytesRecvPerS = sent/d, recv/d
+		r.HealthBytesPerS, r.HealthMsgsPerS, r.StreamBytesPerS = hb/d, hm/d, sb/d
+	}
+	g := float64(max(len(lv), 1))
+	r.CPUPerGateway = cpu.Seconds() / el.Seconds() / g
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	r.MemPerGateway = float64(ms.HeapInuse+ms.StackInuse) / g
+	r.RSSPerGateway = float64(rss()) / g
+	r.LoadAvg = loadAvg()
+	var spans, deliveries []float64
+	for _, ep := range evs {
+		spans = append(spans, ms2(ep.span()))
+		for _, d := range ep.delays() {
+			deliveries = append(deliveries, ms2(d))
+		}
+		r.Missed += ep.missed()
+	}
+	r.Samples = len(evs)
+	if len(spans) > 0 {
+		r.P50ms, r.P99ms, r.MaxMs = quantile(spans, 0.5), quantile(spans, 0.99), slices.Max(spans)
+		r.DeliveryP50ms, r.DeliveryP99ms = quantile(deliveries, 0.5), quantile(deliveries, 0.99)
+	}
+	return r
+}
+
+func ms2(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func quantile(v []float64, q float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	i := int(q*float64(len(s)-1) + 0.5)
+	return s[min(i, len(s)-1)]
+}
+
+func rss() uint64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	var size, res uint64
+	if _, err := fmt.Sscanf(string(b), "%d %d", &size, &res); err != nil {
+		return 0
+	}
+	return res * uint64(os.Getpagesize())
+}
+
+func loadAvg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	var l float64
+	fmt.Sscanf(string(b), "%f", &l)
+	return l
+}
+
+// LoadAvg is the machine's 1-minute load average.
+func LoadAvg() float64 { return loadAvg() }
+
+// tracker follows events until every gateway that needs them has them.
+type tracker struct {
+	mu  sync.Mutex
+	eps map[string]*episode
+}
+
+type episode struct {
+	key    string
+	t0     time.Time
+	mu     sync.Mutex
+	need   map[string]bool
+	got    map[string]time.Duration
+	closed bool
+	done   chan struct{}
+}
+
+func (t *tracker) init() { t.eps = map[string]*episode{} }
+
+func evKey(kind, subject, plane string) string { return kind + "/" + subject + "/" + plane }
+
+func (t *tracker) open(kind, subject, plane string, need []string, t0 time.Time) *episode {
+	ep := &episode{key: evKey(kind, subject, plane), t0: t0, need: map[string]bool{},
+		got: map[string]time.Duration{}, done: make(chan struct{})}
+	for _, n := range need {
+		ep.need[n] = true
+	}
+	if len(need) == 0 {
+		ep.closed = true
+		close(ep.done)
+		return ep
+	}
+	t.mu.Lock()
+	if old := t.eps[ep.key]; old != nil {
+		t.mu.Unlock()
+		t.close(old)
+		t.mu.Lock()
+	}
+	t.eps[ep.key] = ep
+	t.mu.Unlock()
+	return ep
+}
+
+func (t *tracker) deliver(kind, subject, plane, who string) {
+	at := time.Now()
+	t.mu.Lock()
+	ep := t.eps[evKey(kind, subject, plane)]
+	t.mu.Unlock()
+	if ep == nil {
+		return
+	}
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if ep.closed || !ep.need[who] {
+		return
+	}
+	delete(ep.need, who)
+	ep.got[who] = at.Sub(ep.t0)
+	if len(ep.need) == 0 {
+		ep.closed = true
+		close(ep.done)
+		t.mu.Lock()
+		if t.eps[ep.key] == ep {
+			delete(t.eps, ep.key)
+		}
+		t.mu.Unlock()
+	}
+}
+
+// close ends an episode: those that did not get it by now missed it.
+func (t *tracker) close(ep *episode) {
+	if ep == nil {
+		return
+	}
+	t.mu.Lock()
+	if t.eps[ep.key] == ep {
+		delete(t.eps, ep.key)
+	}
+	t.mu.Unlock()
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if !ep.closed {
+		ep.closed = true
+		close(ep.done)
+	}
+}
+
+func (f *fleet) debugMissed(ep *episode) {
+	if debug == "" || ep == nil {
+		return
+	}
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if len(ep.need) == 0 {
+		return
+	}
+	parts := strings.Split(ep.key, "/")
+	for who := range ep.need {
+		for _, n := range f.live() {
+			if n.name == who {
+				h, ok := n.c.Health(parts[1], parts[2])
+				fmt.Fprintf(os.Stderr, "MISSED %s by %s after %s: holds %+v %v\n", ep.key, who, time.Since(ep.t0), h, ok)
+			}
+		}
+	}
+}
+
+func (t *tracker) wait(ctx context.Context, ep *episode, limit time.Duration) {
+	tm := time.NewTimer(limit)
+	defer tm.Stop()
+	select {
+	case <-ep.done:
+	case <-tm.C:
+	case <-ctx.Done():
+	}
+	t.close(ep)
+}
+
+// span is the time until the last gateway that needed it had it.
+func (ep *episode) span() time.Duration {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	var m time.Duration
+	for _, d := range ep.got {
+		m = max(m, d)
+	}
+	return m
+}
+
+func (ep *episode) delays() []time.Duration {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	var out []time.Duration
+	for _, d := range ep.got {
+		out = append(out, d)
+	}
+	return out
+}
+
+// missed is how many gateways that needed it never had it; a gateway that
+// died meanwhile does not count.
+func (ep *episode) missed() int {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return len(ep.need)
+}

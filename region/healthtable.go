@@ -1,0 +1,558 @@
+package region
+
+import (
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"github.com/mrgw/mrgw/pathmgr"
+)
+
+// Path-health gossip at fleet size (docs/GATEWAY.md, "What path-health
+// gossip costs").
+//
+// The table holds one verdict per (gateway, plane): the plane of that
+// gateway, as the gateways that use it see it. Whoever reports it, a
+// verdict on gateway B's plane p tells every other gateway the same thing
+// (its own paths to B cross that plane), so reports are deduplicated by
+// (B, p), not kept per reporter: when B's plane fails and many of B's peers
+// notice at once, the first report to arrive is news and relayed, the
+// others are not, and each gateway sends every (B, p) change about
+// retransmit-limit times whatever the number of reporters. A gateway
+// whose plane p fails towards most of its peers says so once, as a verdict
+// on its own plane (Peer = From), instead of once per peer.
+//
+// Only changes go on the wire (deltas); a verdict that holds and is not
+// "up" is re-sent every health TTL / 3 so that it does not expire, and an
+// "up" that holds is never re-sent (no verdict means up). The push/pull
+// exchange of memberlist carries the table (the periodic digest): in steady
+// state it is empty.
+//
+// Bounds: the table holds at most one entry per gateway and plane of the
+// view (G·P), with room to spare (healthBound); this gateway's own
+// verdicts are one per peer and plane it publishes about; the gossip queue
+// holds at most two messages per table key (an up never replaces a down
+// that was not sent). A "down" that must give way is counted
+// (Stats.HealthDownEvicted, Stats.BroadcastsLost), never dropped silently.
+
+type healthKey struct{ peer, plane string }
+
+type healthEntry struct {
+	r    HealthReport
+	born time.Time // local estimate of when it was measured: receipt − age
+}
+
+// ownEntry is this gateway's own verdict on its paths to one peer over one
+// plane, and what of it went on the wire.
+type ownEntry struct {
+	r      HealthReport  // the last one published (PublishHealth)
+	seen   time.Time     // when it was published, local clock
+	wire   pathmgr.State // the state last sent for it (Up: nothing sent)
+	sentAt time.Time
+	wireAt time.Time // At of the last message sent: strictly increasing
+}
+
+// selfEntry is this gateway's verdict on one of its own planes.
+type selfEntry struct {
+	wire   pathmgr.State
+	sentAt time.Time
+	wireAt time.Time
+}
+
+// ownHealth is this gateway's side of the gossip (under core.mu).
+type ownHealth struct {
+	peers map[string]map[string]*ownEntry // by plane, then peer
+	n     int                             // entries in peers
+	self  map[string]*selfEntry           // by plane
+	// pending: verdicts on peers that went down or probing and wait
+	// attrDelay before they go out, unless this gateway's verdict on its
+	// own plane covers them by then (when its plane fails, its paths to
+	// its peers fail one after another: without the wait, the first half
+	// would each go out on their own).
+	pending   map[healthKey]time.Time
+	attrDelay time.Duration
+
+	originated, relayed, deduped, covered atomic.Uint64
+	downEvicted                           atomic.Uint64
+}
+
+func newOwnHealth() ownHealth {
+	return ownHealth{peers: map[string]map[string]*ownEntry{}, self: map[string]*selfEntry{},
+		pending: map[healthKey]time.Time{}, attrDelay: defaultAttrDelay}
+}
+
+// Self verdict thresholds: a gateway says its own plane is down when at
+// least half the peers it has verdicts on (two or more, in two regions or
+// more) see it down or probing, and says it is up again when fewer than a
+// quarter do.
+const (
+	selfMinPeers   = 2
+	selfMinRegions = 2
+)
+
+// defaultAttrDelay is how long a peer's plane seen down waits for this
+// gateway's verdict on its own plane; New sets it to 4 gossip intervals,
+// within 100 ms and 1 s.
+const defaultAttrDelay = 200 * time.Millisecond
+
+func attrDelay(gossip time.Duration) time.Duration {
+	return min(max(4*gossip, 100*time.Millisecond), time.Second)
+}
+
+var errNotNewer = errors.New("not newer than the one already published")
+
+// refreshEvery is how often a verdict that holds and is not up is re-sent.
+func (c *core) refreshEvery() time.Duration { return c.ttl / 3 }
+
+// dedupWindow: a report of the verdict the table already holds, measured
+// less than this after it, is a duplicate (another reporter of the same
+// failure, or a copy).
+func (c *core) dedupWindow() time.Duration { return c.ttl / 6 }
+
+// healthBound is the most entries the table holds: Config.MaxHealthReports
+// when set, else max(DefaultMaxHealthReports, 2 × Σ planes of the
+// gateways in the view), i.e. twice G·P.
+func (c *core) healthBoundLocked() int {
+	if c.maxHealth > 0 {
+		return c.maxHealth
+	}
+	planes := 0
+	for _, m := range c.members {
+		planes += max(len(m.gw.Meta.Planes), 1)
+	}
+	return max(DefaultMaxHealthReports, 2*planes)
+}
+
+func (c *core) healthBound() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.healthBoundLocked()
+}
+
+func notUp(s pathmgr.State) bool { return s == pathmgr.Down || s == pathmgr.Probing }
+
+// latestLocked is the verdict on peer's plane, if unexpired.
+func (c *core) latestLocked(peer, plane string, now time.Time) (HealthReport, bool) {
+	e := c.health[healthKey{peer, plane}]
+	if e == nil || now.Sub(e.born) >= c.ttl {
+		return HealthReport{}, false
+	}
+	return e.r, true
+}
+
+// newsLocked reports whether h, measured at born, changes what the table
+// holds on its key.
+func (c *core) newsLocked(h HealthReport, born, now time.Time) bool {
+	old := c.health[healthKey{h.Peer, h.Plane}]
+	if old == nil || now.Sub(old.born) >= c.ttl {
+		return true
+	}
+	switch {
+	case old.r.From == h.From && !h.At.After(old.r.At):
+		return false // the same reporter's, not newer (a copy, or late)
+	case old.r.From != h.From && !born.After(old.born):
+		return false // measured before the verdict held
+	case old.r.State == h.State && born.Sub(old.born) < c.dedupWindow():
+		return false // the same verdict, fresh: another reporter of it
+	}
+	return true
+}
+
+// storeLocked puts h in the table and returns the view changes it causes.
+// In a table full of down verdicts, a verdict that is not down is not
+// stored (no entry means up) and a down one takes the oldest one's place.
+func (c *core) storeLocked(h HealthReport, born, now time.Time) []Change {
+	k := healthKey{h.Peer, h.Plane}
+	if c.health[k] == nil && len(c.health) >= c.healthBoundLocked() && !c.evictLocked(now, notUp(h.State)) {
+		return nil
+	}
+	c.health[k] = &healthEntry{r: h, born: born}
+	if m := c.members[h.Peer]; m != nil {
+		if ch, ok := c.refreshLocked(m); ok {
+			return []Change{ch}
+		}
+	}
+	return nil
+}
+
+// addHealth stores a report received age after it was measured (local:
+// one this gateway sends). It reports whether the report was news, to be
+// relayed: not expired, not this gateway's own report coming back, and it
+// changes or renews the verdict the table holds (see newsLocked).
+func (c *core) addHealth(h HealthReport, age time.Duration, local bool) bool {
+	if age >= c.ttl || (!local && h.From == c.self) {
+		return false
+	}
+	now := c.now()
+	born := now.Add(-age)
+	c.mu.Lock()
+	if !c.newsLocked(h, born, now) {
+		c.mu.Unlock()
+		return false
+	}
+	changes := c.storeLocked(h, born, now)
+	c.mu.Unlock()
+	for _, ch := range changes {
+		c.announce(ch)
+	}
+	if !local {
+		c.reports.send(h)
+	}
+	return true
+}
+
+// evictLocked makes room: expired entries first, else the oldest that is
+// not down; a down verdict gives way only to another down (down) when all
+// are down, and that is counted and logged. It reports whether there is
+// room.
+func (c *core) evictLocked(now time.Time, down bool) bool {
+	var victim, victimDown healthKey
+	var vBorn, dBorn time.Time
+	for k, e := range c.health {
+		switch {
+		case now.Sub(e.born) >= c.ttl:
+			delete(c.health, k)
+		case !notUp(e.r.State) && (vBorn.IsZero() || e.born.Before(vBorn)):
+			victim, vBorn = k, e.born
+		case notUp(e.r.State) && (dBorn.IsZero() || e.born.Before(dBorn)):
+			victimDown, dBorn = k, e.born
+		}
+	}
+	switch {
+	case len(c.health) < c.healthBoundLocked():
+		return true
+	case !vBorn.IsZero():
+		delete(c.health, victim)
+		return true
+	case !down || dBorn.IsZero():
+		return false
+	}
+	delete(c.health, victimDown)
+	c.own.downEvicted.Add(1)
+	c.log.Warn("path-health table full of down verdicts: the oldest gave way",
+		"peer", victimDown.peer, "plane", victimDown.plane, "bound", c.healthBoundLocked())
+	return true
+}
+
+// prune drops expired reports and re-evaluates the peers they were about
+// (a peer whose "down" reports expire is no longer suspect).
+func (c *core) prune() {
+	now := c.now()
+	c.mu.Lock()
+	peers := map[string]bool{}
+	for k, e := range c.health {
+		if now.Sub(e.born) >= c.ttl {
+			delete(c.health, k)
+			peers[k.peer] = true
+		}
+	}
+	var changes []Change
+	for p := range peers {
+		if m := c.members[p]; m != nil {
+			if ch, ok := c.refreshLocked(m); ok {
+				changes = append(changes, ch)
+			}
+		}
+	}
+	c.mu.Unlock()
+	for _, ch := range changes {
+		c.announce(ch)
+	}
+}
+
+// freshHealth returns every unexpired report with its current age: the
+// digest a push/pull exchange carries.
+func (c *core) freshHealth() ([]HealthReport, []time.Duration) {
+	now := c.now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var rs []HealthReport
+	var ages []time.Duration
+	for _, e := range c.health {
+		if age := now.Sub(e.born); age < c.ttl {
+			rs = append(rs, e.r)
+			ages = append(ages, age)
+		}
+	}
+	return rs, ages
+}
+
+// latest is the verdict on peer's plane: the table's, else this gateway's
+// own first-hand one (an "up" it kept to itself).
+func (c *core) latest(peer, plane string) (HealthReport, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.now()
+	if h, ok := c.latestLocked(peer, plane, now); ok {
+		return h, true
+	}
+	if o := c.own.peers[plane][peer]; o != nil && now.Sub(o.seen) < c.ttl {
+		return o.r, true
+	}
+	return HealthReport{}, false
+}
+
+// publishOwn records this gateway's verdict h on its paths to h.Peer over
+// h.Plane (From set, validated, At set) and returns what must go on the
+// wire for it, already stored in the table: nothing when it changes
+// nothing others hold; the verdict on this gateway's own plane when that
+// changes; else h (with an At that orders it after what was sent).
+func (c *core) publishOwn(h HealthReport) ([]HealthReport, error) {
+	now := c.now()
+	c.mu.Lock()
+	byPeer := c.own.peers[h.Plane]
+	o := byPeer[h.Peer]
+	if o != nil && !h.At.After(o.r.At) {
+		c.mu.Unlock()
+		return nil, errNotNewer
+	}
+	changed := o == nil || o.r.State != h.State
+	if o == nil {
+		if byPeer == nil {
+			byPeer = map[string]*ownEntry{}
+			c.own.peers[h.Plane] = byPeer
+		}
+		o = &ownEntry{wire: pathmgr.Up}
+		byPeer[h.Peer] = o
+		c.own.n++
+	}
+	o.r, o.seen = h, now
+	if !changed && o.wire == h.State {
+		// The same verdict again (the relay renews every TTL/3): nothing
+		// to decide; the cluster renews what needs it.
+		c.mu.Unlock()
+		return nil, nil
+	}
+	var out []HealthReport
+	var changes []Change
+	if h.Peer == c.self {
+		// A verdict on this gateway's own plane, given outright.
+		out, changes = c.emitSelfLocked(h.Plane, h.State, now, out, changes)
+	} else {
+		out, changes = c.selfVerdictLocked(h.Plane, now, out, changes)
+		k := healthKey{h.Peer, h.Plane}
+		switch s := c.own.self[h.Plane]; {
+		case s != nil && s.wire != pathmgr.Up:
+			c.own.covered.Add(1) // the plane's own verdict says it
+		case notUp(h.State) && h.State != o.wire:
+			if _, ok := c.own.pending[k]; !ok {
+				c.own.pending[k] = now
+			}
+		default:
+			delete(c.own.pending, k)
+			out, changes = c.emitOwnLocked(o, now, out, changes)
+		}
+	}
+	c.mu.Unlock()
+	for _, ch := range changes {
+		c.announce(ch)
+	}
+	return out, nil
+}
+
+// selfVerdictLocked recomputes the verdict on this gateway's plane from
+// its verdicts on its peers over it, and emits it if it changed. When it
+// comes back up, the per-peer verdicts it covered go out on their own.
+func (c *core) selfVerdictLocked(plane string, now time.Time, out []HealthReport, changes []Change) ([]HealthReport, []Change) {
+	n, bad, probing := 0, 0, 0
+	regions := map[string]bool{}
+	for peer, o := range c.own.peers[plane] {
+		if peer == c.self || now.Sub(o.seen) >= c.ttl {
+			continue
+		}
+		n++
+		// A peer whose plane is already said down (by itself, or by
+		// others) explains our paths to it: not evidence against ours.
+		if e := c.health[healthKey{peer, plane}]; e != nil && e.r.From != c.self &&
+			notUp(e.r.State) && now.Sub(e.born) < c.ttl {
+			continue
+		}
+		if notUp(o.r.State) {
+			bad++
+			if o.r.State == pathmgr.Probing {
+				probing++
+			}
+			region := "?" + peer
+			if m := c.members[peer]; m != nil {
+				region = m.gw.Meta.Region
+			}
+			regions[region] = true
+		}
+	}
+	cur := pathmgr.Up
+	if s := c.own.self[plane]; s != nil {
+		cur = s.wire
+	}
+	next := cur
+	switch {
+	case cur == pathmgr.Up && n >= selfMinPeers && 2*bad >= n && len(regions) >= selfMinRegions:
+		next = pathmgr.Down
+	case cur != pathmgr.Up && (n < selfMinPeers || 4*bad < n):
+		next = pathmgr.Up
+	}
+	if next != pathmgr.Up {
+		next = pathmgr.Down
+		if probing == bad && bad > 0 {
+			next = pathmgr.Probing
+		}
+	}
+	if next == cur {
+		return out, changes
+	}
+	out, changes = c.emitSelfLocked(plane, next, now, out, changes)
+	if next == pathmgr.Up {
+		// What the own verdict covered goes out per peer: an up at once,
+		// a down after attrDelay (while the plane comes back, paths come
+		// back one after another: most will be up by then).
+		for peer, o := range c.own.peers[plane] {
+			switch {
+			case peer == c.self || now.Sub(o.seen) >= c.ttl:
+			case notUp(o.r.State) && o.r.State != o.wire:
+				if k := (healthKey{peer, plane}); c.own.pending[k].IsZero() {
+					c.own.pending[k] = now
+				}
+			default:
+				out, changes = c.emitOwnLocked(o, now, out, changes)
+			}
+		}
+	}
+	return out, changes
+}
+
+// emitSelfLocked sends the verdict st on this gateway's own plane.
+func (c *core) emitSelfLocked(plane string, st pathmgr.State, now time.Time, out []HealthReport, changes []Change) ([]HealthReport, []Change) {
+	s := c.own.self[plane]
+	if s == nil {
+		s = &selfEntry{wire: pathmgr.Up}
+		c.own.self[plane] = s
+	}
+	h := HealthReport{From: c.self, Peer: c.self, Plane: plane, State: st, At: later(now, s.wireAt)}
+	s.wire, s.sentAt, s.wireAt = st, now, h.At
+	if !c.newsLocked(h, now, now) {
+		c.own.deduped.Add(1)
+		return out, changes
+	}
+	c.own.originated.Add(1)
+	return append(out, h), append(changes, c.storeLocked(h, now, now)...)
+}
+
+// emitOwnLocked sends this gateway's verdict o on a peer's plane if it
+// differs from what was last sent, or renews it if it is not up and was
+// sent refreshEvery ago; unless the table already holds the same verdict,
+// fresh (another gateway said it: a copy would only cost bandwidth).
+func (c *core) emitOwnLocked(o *ownEntry, now time.Time, out []HealthReport, changes []Change) ([]HealthReport, []Change) {
+	st := o.r.State
+	if st == o.wire && (st == pathmgr.Up || now.Sub(o.sentAt) < c.refreshEvery()) {
+		return out, changes
+	}
+	h := o.r
+	h.At = later(h.At, o.wireAt)
+	o.wire, o.sentAt, o.wireAt = st, now, h.At
+	if !c.newsLocked(h, now, now) {
+		c.own.deduped.Add(1)
+		return out, changes
+	}
+	c.own.originated.Add(1)
+	return append(out, h), append(changes, c.storeLocked(h, now, now)...)
+}
+
+// later is t, or just after prev if t is not after it.
+func later(t, prev time.Time) time.Time {
+	if t.After(prev) {
+		return t
+	}
+	return prev.Add(time.Microsecond)
+}
+
+// flushOwn sends the verdicts on peers that waited attrDelay and that this
+// gateway's verdict on its own plane does not cover.
+func (c *core) flushOwn() []HealthReport {
+	now := c.now()
+	c.mu.Lock()
+	var out []HealthReport
+	var changes []Change
+	for k, since := range c.own.pending {
+		if now.Sub(since) < c.own.attrDelay {
+			continue
+		}
+		delete(c.own.pending, k)
+		o := c.own.peers[k.plane][k.peer]
+		switch s := c.own.self[k.plane]; {
+		case o == nil:
+		case s != nil && s.wire != pathmgr.Up:
+			c.own.covered.Add(1)
+		default:
+			out, changes = c.emitOwnLocked(o, now, out, changes)
+		}
+	}
+	c.mu.Unlock()
+	for _, ch := range changes {
+		c.announce(ch)
+	}
+	return out
+}
+
+// refreshOwn renews the verdicts this gateway holds that are not up,
+// forgets its verdicts on peers it stopped publishing about (for a health
+// TTL), re-evaluates its planes, and returns what must go on the wire.
+func (c *core) refreshOwn() []HealthReport {
+	now := c.now()
+	c.mu.Lock()
+	var out []HealthReport
+	var changes []Change
+	for plane, byPeer := range c.own.peers {
+		for peer, o := range byPeer {
+			if now.Sub(o.seen) >= c.ttl {
+				delete(byPeer, peer)
+				delete(c.own.pending, healthKey{peer, plane})
+				c.own.n--
+			}
+		}
+		if len(byPeer) == 0 {
+			delete(c.own.peers, plane)
+		}
+	}
+	for plane, s := range c.own.self {
+		if _, ok := c.own.peers[plane]; !ok && s.wire == pathmgr.Up {
+			delete(c.own.self, plane)
+		}
+	}
+	planes := make(map[string]bool, len(c.own.peers)+len(c.own.self))
+	for p := range c.own.peers {
+		planes[p] = true
+	}
+	for p := range c.own.self {
+		planes[p] = true
+	}
+	for plane := range planes {
+		out, changes = c.selfVerdictLocked(plane, now, out, changes)
+		s := c.own.self[plane]
+		selfDown := s != nil && s.wire != pathmgr.Up
+		if selfDown && now.Sub(s.sentAt) >= c.refreshEvery() {
+			out, changes = c.emitSelfLocked(plane, s.wire, now, out, changes)
+		}
+		for peer, o := range c.own.peers[plane] {
+			if _, wait := c.own.pending[healthKey{peer, plane}]; peer != c.self && !selfDown && !wait {
+				out, changes = c.emitOwnLocked(o, now, out, changes)
+			}
+		}
+	}
+	c.mu.Unlock()
+	for _, ch := range changes {
+		c.announce(ch)
+	}
+	return out
+}
+
+// HealthTables are the sizes of the path-health tables of one gateway.
+type HealthTables struct {
+	// Verdicts held (one per gateway and plane with news within the
+	// health TTL) and their bound (see [Config.MaxHealthReports]).
+	Verdicts, VerdictBound int
+	// Own verdicts: one per peer and plane this gateway publishes about,
+	// and its own planes.
+	Own int
+	// Queued health messages waiting to be gossiped (at most two per
+	// verdict).
+	Queued int
+}

@@ -1,0 +1,241 @@
+package region
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/mrgw/mrgw/pathmgr"
+)
+
+// own publishes self's verdict on its paths to peer over plane at the
+// fake clock's time and returns what went on the wire.
+func own(t *testing.T, c *core, now *time.Time, peer, plane string, st pathmgr.State) []HealthReport {
+	t.Helper()
+	*now = now.Add(time.Millisecond)
+	out, err := c.publishOwn(HealthReport{From: c.self, Peer: peer, Plane: plane, State: st, At: *now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func wire(out []HealthReport) string {
+	s := ""
+	for _, h := range out {
+		s += fmt.Sprintf("[%s/%s %s]", h.Peer, h.Plane, h.State)
+	}
+	return s
+}
+
+// Reports are deduplicated by (gateway, plane), not kept per reporter: a
+// second reporter of the same failure is not news, a change is, and so is
+// a renewal once the first report is no longer fresh.
+func TestVerdictsDeduplicatedAcrossReporters(t *testing.T) {
+	c, now := fakeCore(t, Config{HealthTTL: 30 * time.Second})
+	down := func(from string, age time.Duration) bool {
+		return c.addHealth(HealthReport{From: from, Peer: "b1", Plane: "p0", State: pathmgr.Down, At: now.Add(-age)}, age, false)
+	}
+	if !down("a1", 0) {
+		t.Fatal("first report of a down plane refused")
+	}
+	*now = now.Add(time.Second)
+	if down("a2", 0) || down("a3", 500*time.Millisecond) {
+		t.Error("a second reporter of the same verdict was news (it would be relayed: G reporters, G floods)")
+	}
+	if down("a1", time.Second) {
+		t.Error("a copy of a1's report was news")
+	}
+	// b1's own verdict that its plane is back is news, and so is a later
+	// down from a reporter that still sees it down.
+	*now = now.Add(time.Second)
+	if !c.addHealth(HealthReport{From: "b1", Peer: "b1", Plane: "p0", State: pathmgr.Up, At: *now}, 0, false) {
+		t.Error("the plane's own up was not news")
+	}
+	if down("a2", 3*time.Second) {
+		t.Error("a down measured before the up replaced it")
+	}
+	*now = now.Add(time.Second)
+	if !down("a2", 0) {
+		t.Error("a fresh down after the up was not news")
+	}
+	// A renewal of the same verdict is news once the last one is older
+	// than the dedup window (TTL/6): it keeps the verdict from expiring.
+	*now = now.Add(4 * time.Second)
+	if down("a3", 0) {
+		t.Error("renewal inside the dedup window was news")
+	}
+	*now = now.Add(2 * time.Second)
+	if !down("a3", 0) {
+		t.Error("renewal after the dedup window was not news")
+	}
+	if got, _ := c.latest("b1", "p0"); got.From != "a3" || got.State != pathmgr.Down {
+		t.Errorf("latest = %+v", got)
+	}
+	if n := len(c.health); n != 1 {
+		t.Errorf("table holds %d entries for one (gateway, plane), want 1", n)
+	}
+}
+
+// A gateway whose plane fails towards most of its peers says so once, on
+// its own plane, instead of once per peer; it takes it back when the
+// peers see the plane again, and says what still differs per peer.
+func TestOwnPlaneVerdictAggregates(t *testing.T) {
+	c, now := fakeCore(t, Config{HealthTTL: 30 * time.Second})
+	var peers []string
+	for _, r := range []string{"b", "c", "d"} {
+		for i := 1; i <= 4; i++ {
+			name := fmt.Sprintf("%s%d", r, i)
+			addMember(t, c, name, r)
+			peers = append(peers, name)
+		}
+	}
+	// Up everywhere: nothing on the wire, and nothing for RTT changes.
+	for _, p := range peers {
+		if out := own(t, c, now, p, "p0", pathmgr.Up); len(out) != 0 {
+			t.Fatalf("an up that holds went on the wire: %s", wire(out))
+		}
+	}
+	// The plane fails at self: its peers go down one after another.
+	// Each waits attrDelay for self's verdict on its own plane, which
+	// goes out when half of them are down and covers them all.
+	var sent []HealthReport
+	for i, p := range peers {
+		out := own(t, c, now, p, "p0", pathmgr.Down)
+		sent = append(sent, out...)
+		switch {
+		case i == 5 && wire(out) != "[self/p0 down]":
+			t.Fatalf("half the peers down: sent %s, want self's own plane down", wire(out))
+		case i != 5 && len(out) != 0:
+			t.Fatalf("peer %d down: sent %s", i, wire(out))
+		}
+	}
+	*now = now.Add(c.own.attrDelay)
+	sent = append(sent, c.flushOwn()...)
+	if len(sent) != 1 {
+		t.Errorf("12 peers down sent %s, want self's own plane only", wire(sent))
+	}
+	if h, ok := c.latest("self", "p0"); !ok || h.State != pathmgr.Down || h.From != "self" {
+		t.Errorf("own plane's verdict = %+v, %v", h, ok)
+	}
+	// Back up: the own verdict holds until fewer than a quarter are down
+	// (12 peers: 2 left down), then clears, and the two still down are
+	// said per peer.
+	for i, p := range peers[:10] {
+		out := own(t, c, now, p, "p0", pathmgr.Up)
+		switch {
+		case i < 9 && len(out) != 0:
+			t.Fatalf("peer %d up while the own verdict holds: sent %s", i, wire(out))
+		case i == 9 && wire(out) != "[self/p0 up]":
+			t.Errorf("fewer than a quarter down: sent %s, want self's plane up", wire(out))
+		}
+	}
+	*now = now.Add(c.own.attrDelay)
+	if out := c.flushOwn(); wire(out) != "[d3/p0 down][d4/p0 down]" && wire(out) != "[d4/p0 down][d3/p0 down]" {
+		t.Errorf("attrDelay after the own verdict cleared: sent %s, want d3 and d4 down", wire(out))
+	}
+	for _, p := range peers[10:] {
+		if h, ok := c.latest(p, "p0"); !ok || h.State != pathmgr.Down {
+			t.Errorf("%s still down: table has %+v, %v", p, h, ok)
+		}
+	}
+
+	// A peer's plane down alone (not self's): said per peer, after
+	// attrDelay.
+	if out := own(t, c, now, "b1", "p1", pathmgr.Down); len(out) != 0 {
+		t.Fatalf("sent at once: %s", wire(out))
+	}
+	*now = now.Add(c.own.attrDelay)
+	if out := c.flushOwn(); wire(out) != "[b1/p1 down]" {
+		t.Errorf("after attrDelay sent %s", wire(out))
+	}
+}
+
+// Verdicts that are not up are renewed every TTL/3 by the cluster, unless
+// another gateway renewed them first; ups never are; verdicts on peers no
+// longer published about are forgotten after a TTL.
+func TestOwnVerdictsRenewed(t *testing.T) {
+	c, now := fakeCore(t, Config{HealthTTL: 30 * time.Second})
+	addMember(t, c, "b1", "b")
+	addMember(t, c, "b2", "b")
+	own(t, c, now, "b1", "p0", pathmgr.Down)
+	*now = now.Add(c.own.attrDelay)
+	if out := c.flushOwn(); len(out) != 1 {
+		t.Fatalf("down sent %s", wire(out))
+	}
+	own(t, c, now, "b2", "p0", pathmgr.Up)
+	if out := c.refreshOwn(); len(out) != 0 {
+		t.Fatalf("renewed at once: %s", wire(out))
+	}
+	*now = now.Add(10 * time.Second)
+	out := c.refreshOwn()
+	if wire(out) != "[b1/p0 down]" {
+		t.Fatalf("after TTL/3 renewed %s", wire(out))
+	}
+	// Someone else renewed it first: no copy.
+	*now = now.Add(9 * time.Second)
+	c.addHealth(HealthReport{From: "x", Peer: "b1", Plane: "p0", State: pathmgr.Down, At: *now}, 0, false)
+	*now = now.Add(2 * time.Second)
+	if out := c.refreshOwn(); len(out) != 0 {
+		t.Errorf("renewed although x just did: %s", wire(out))
+	}
+	// The relay stops publishing (connection gone): forgotten after a TTL.
+	*now = now.Add(30 * time.Second)
+	c.refreshOwn()
+	if c.own.n != 0 {
+		t.Errorf("%d own verdicts left", c.own.n)
+	}
+	if _, err := c.publishOwn(HealthReport{From: "self", Peer: "b1", Plane: "p0", State: pathmgr.Up, At: time.Unix(1, 0)}); err != nil {
+		t.Errorf("after forgetting, a report was refused: %v", err)
+	}
+}
+
+// The table is bounded and never lets a down verdict go silently: an up
+// gives way first, an up finds no room among downs, a down takes the
+// oldest down's place and is counted.
+func TestHealthTableKeepsDownVerdicts(t *testing.T) {
+	c, now := fakeCore(t, Config{MaxHealthReports: 3})
+	add := func(peer string, st pathmgr.State) bool {
+		*now = now.Add(time.Second)
+		return c.addHealth(HealthReport{From: "x", Peer: peer, Plane: "p", State: st, At: *now}, 0, false)
+	}
+	add("u", pathmgr.Up)
+	add("d1", pathmgr.Down)
+	add("d2", pathmgr.Down)
+	add("d3", pathmgr.Down) // the up gives way
+	if _, ok := c.latest("u", "p"); ok || len(c.health) != 3 {
+		t.Fatalf("up kept (%v) or %d entries", ok, len(c.health))
+	}
+	add("u2", pathmgr.Up)
+	if _, ok := c.latest("u2", "p"); ok || c.own.downEvicted.Load() != 0 {
+		t.Fatal("an up took a down's place")
+	}
+	add("d4", pathmgr.Down)
+	if _, ok := c.latest("d1", "p"); ok || c.own.downEvicted.Load() != 1 || len(c.health) != 3 {
+		t.Errorf("full of downs: d1 kept %v, evictions counted %d", ok, c.own.downEvicted.Load())
+	}
+}
+
+// In the gossip queue an up never replaces a down that was not sent, and
+// a message that gives way before it was sent once is counted lost.
+func TestHealthQueueKeepsDowns(t *testing.T) {
+	limit := 3
+	q := newHealthQueue(func() int { return 4 }, 4, func() int { return limit })
+	down := HealthReport{From: "a", Peer: "b", Plane: "p", State: pathmgr.Down}
+	up := down
+	up.State = pathmgr.Up
+	q.queue(broadcastName(down), []byte("down"), true)
+	q.queue(broadcastName(up), []byte("up"), false)
+	if got := q.GetBroadcasts(0, 1400); len(got) != 2 {
+		t.Fatalf("sent %q, want the down and the up", got)
+	}
+	q.queue("x", []byte("x"), false)
+	q.queue("y", []byte("y"), true) // full: the most sent non-down gives way
+	if q.lost.Load() != 0 || q.len() != 3 {
+		t.Fatalf("lost %d, queued %d", q.lost.Load(), q.len())
+	}
+	q.queue("z", []byte("z"), true) // full: x, never sent, gives way
+	if q.lost.Load() != 1 || q.lostDown.Load() != 0 {
+		t.Errorf("lost %d (down %d), want 1 (0)", q.lost.Load(), q.lostDown.Load())
+	}
+}
