@@ -7,10 +7,9 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"github.com/mrgw/mrgw/loadtest/lab"
 	"io"
-	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -137,7 +136,7 @@ func newCluster(ctx context.Context, o *Options, dir, bin string) (_ *cluster, e
 			p.name = fmt.Sprintf("%s-gw%d", map[string]string{RegionA: "euw", RegionB: "use"}[reg], i+1)
 			for _, a := range []*netip.AddrPort{&p.lan, &p.wan, &p.ctl, &p.gossip, &p.admin} {
 				var h []io.Closer
-				if *a, h, err = freePort(p.ip); err != nil {
+				if *a, h, err = lab.FreePort(p.ip); err != nil {
 					return nil, err
 				}
 				held = append(held, h...)
@@ -287,25 +286,6 @@ func writeFileAtomic(path string, b []byte) error {
 		return err
 	}
 	return os.Rename(tmp, path)
-}
-
-// freePort finds a port free for both UDP and TCP on ip; the sockets that
-// prove it are returned, to be closed once every port is chosen.
-func freePort(ip netip.Addr) (netip.AddrPort, []io.Closer, error) {
-	for range 64 {
-		u, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(ip, 0)))
-		if err != nil {
-			return netip.AddrPort{}, nil, err
-		}
-		a := u.LocalAddr().(*net.UDPAddr).AddrPort()
-		t, err := net.Listen("tcp", a.String())
-		if err != nil {
-			u.Close()
-			continue
-		}
-		return a, []io.Closer{u, t}, nil
-	}
-	return netip.AddrPort{}, nil, errors.New("chaos: no free port")
 }
 
 // start runs p's daemon: `mrgw run --config FILE` in its own process

@@ -411,7 +411,7 @@ func (l *Lab) gatewayPorts(r Region, n string, ip netip.Addr, held *[]io.Closer)
 	for _, p := range []*netip.AddrPort{&a.lan, &a.wan, &a.ctl, &a.gossip, &a.admin} {
 		var hold []io.Closer
 		var perr error
-		if *p, hold, perr = freePort(ip); perr != nil {
+		if *p, hold, perr = FreePort(ip); perr != nil {
 			return nil, perr
 		}
 		*held = append(*held, hold...)
@@ -643,10 +643,11 @@ func (l *Lab) issue(reg, n string) error {
 	return id.WriteFiles(filepath.Join(l.dir, n+".pem"), filepath.Join(l.dir, n+"-key.pem"))
 }
 
-// freePort finds a port free for both UDP and TCP on ip. The sockets that
+// FreePort finds a port free for both UDP and TCP on ip. The sockets that
 // prove it stay open (returned) until every port of the lab is chosen, so
-// that the kernel cannot hand the same port out twice.
-func freePort(ip netip.Addr) (netip.AddrPort, []io.Closer, error) {
+// that the kernel cannot hand the same port out twice. The chaos scenario
+// picks its daemons' ports with it too.
+func FreePort(ip netip.Addr) (netip.AddrPort, []io.Closer, error) {
 	for range 64 {
 		u, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(ip, 0)))
 		if err != nil {
