@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/mrgw/mrgw/internal/ratelog"
 	"log"
 	"log/slog"
 	"net/netip"
@@ -25,7 +26,7 @@ type Cluster struct {
 	keyring *memberlist.Keyring // nil when gossip is not encrypted
 	guard   *guardTransport
 	queue   *healthQueue
-	errs    *rateLog // error lines of Join, which the gateway retries
+	errs    *ratelog.Logger // error lines of Join, which the gateway retries
 
 	keyMu sync.Mutex // orders keyring changes and their hand-over to guard
 
@@ -88,7 +89,7 @@ func New(cfg Config, logger *slog.Logger) (*Cluster, error) {
 	// Logger only, never LogOutput as well: memberlist refuses both. No
 	// timestamp prefix: slog adds its own.
 	mc.Logger = log.New(slogWriter{logger}, "", 0)
-	c.errs = newRateLog(logger, slog.LevelError, joinErrorLogEvery)
+	c.errs = ratelog.New(logger, joinErrorLogEvery)
 
 	var keys [][]byte
 	if kr != nil {
@@ -171,7 +172,7 @@ func (c *Cluster) Join(ctx context.Context, seeds []string) (int, error) {
 	if je.Hint != "" {
 		args = append(args, "hint", je.Hint)
 	}
-	c.errs.logf("join", time.Now(), "cannot join gossip: this gateway runs alone", args...)
+	c.errs.Log(slog.LevelError, "join", "cannot join gossip: this gateway runs alone", args...)
 	return 0, je
 }
 

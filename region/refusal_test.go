@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 )
 
 // logRecorder is a slog handler that keeps every record.
@@ -138,24 +137,5 @@ func TestWrongKeyringRefusedAndReported(t *testing.T) {
 	join(t, b2, b1)
 	if err := b2.JoinErr(); err != nil {
 		t.Errorf("JoinErr after a successful Join = %v", err)
-	}
-}
-
-func TestRateLog(t *testing.T) {
-	rec := &logRecorder{}
-	rl := newRateLog(slog.New(rec), slog.LevelWarn, time.Second)
-	t0 := time.Unix(100, 0)
-	for i := range 5 {
-		rl.logf("a", t0.Add(time.Duration(i)*100*time.Millisecond), "drop", "i", i)
-	}
-	rl.logf("b", t0, "other")
-	rl.logf("a", t0.Add(1500*time.Millisecond), "drop", "i", 5)
-	lines := rec.find(slog.LevelWarn, "drop")
-	if len(lines) != 2 || !strings.Contains(lines[0], "i=0") || strings.Contains(lines[0], "suppressed") ||
-		!strings.Contains(lines[1], "i=5") || !strings.Contains(lines[1], "suppressed=4") {
-		t.Errorf("lines = %q", lines)
-	}
-	if got := rec.find(slog.LevelWarn, "other"); len(got) != 1 {
-		t.Errorf("key b: %q", got)
 	}
 }

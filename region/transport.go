@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/mrgw/mrgw/internal/ratelog"
 	"io"
 	"log/slog"
 	"net"
@@ -154,7 +155,7 @@ const (
 // declared dead while it runs (issue 13, item 4).
 type guardTransport struct {
 	log   *slog.Logger
-	warns *rateLog
+	warns *ratelog.Logger
 
 	tcp      *net.TCPListener
 	udp      *net.UDPConn // the gossip port: everything but known members
@@ -235,7 +236,7 @@ var _ [maxDatagram - (udpBufferSize + 29 + 5 + 257) - 1]struct{}
 func newGuardTransport(bind netip.AddrPort, keys [][]byte, streamWait time.Duration, logger *slog.Logger) (*guardTransport, error) {
 	t := &guardTransport{
 		log:        logger,
-		warns:      newRateLog(logger, slog.LevelWarn, refusalLogEvery),
+		warns:      ratelog.New(logger, refusalLogEvery),
 		packetCh:   make(chan *memberlist.Packet, packetQueue),
 		streamCh:   make(chan net.Conn),
 		done:       make(chan struct{}),
@@ -373,7 +374,7 @@ func (t *guardTransport) setMemberLocked(addr netip.AddrPort, present, self bool
 	case present && !open && len(t.memberSocks) < maxMemberSockets:
 		r, err := t.openMemberSocket(addr)
 		if err != nil {
-			t.warns.logf("member-socket", time.Now(), "gossip from a member shares the flooded port: no socket of its own",
+			t.warns.Warn("member-socket", "gossip from a member shares the flooded port: no socket of its own",
 				"member", addr.String(), "err", err)
 			return
 		}
@@ -549,7 +550,7 @@ func (r *udpReader) loop() {
 			if errors.Is(err, syscall.ECONNREFUSED) {
 				continue // a member's socket, after an ICMP error
 			}
-			t.warns.logf("read", now, "reading gossip datagrams", "err", err)
+			t.warns.Warn("read", "reading gossip datagrams", "err", err)
 			// A persistent error must not spin a core.
 			errPause = min(max(2*errPause, time.Millisecond), time.Second)
 			select {
@@ -564,7 +565,7 @@ func (r *udpReader) loop() {
 			if v, ok := parseOverflow(msgs[n-1].OOB[:msgs[n-1].NN]); ok {
 				if d := v - r.overflow; d > 0 {
 					total := t.dropped[dSocketOverflow].Add(uint64(d))
-					t.warns.logf(DropSocketOverflow, now, "gossip datagrams dropped by the kernel: the receive buffer was full",
+					t.warns.Warn(DropSocketOverflow, "gossip datagrams dropped by the kernel: the receive buffer was full",
 						"reason", DropSocketOverflow, "member_socket", r.member, "total", total)
 				}
 				r.overflow = v
@@ -725,7 +726,7 @@ type logGate struct {
 func (t *guardTransport) refuse(r int, from string, msg string, args ...any) {
 	total := t.refused[r].Add(1)
 	reason := refuseIndex[r]
-	if ok, n := t.warns.allow("refuse:"+reason, time.Now()); ok {
+	if ok, n := t.warns.Allow("refuse:" + reason); ok {
 		args = append(args, "reason", reason, "from", from, "total", total)
 		if n > 0 {
 			args = append(args, "suppressed", n)
@@ -743,7 +744,7 @@ func (t *guardTransport) acceptLoop() {
 			if t.closed.Load() {
 				return
 			}
-			t.warns.logf("accept", time.Now(), "accepting a gossip stream", "err", err)
+			t.warns.Warn("accept", "accepting a gossip stream", "err", err)
 			pause = min(max(2*pause, 5*time.Millisecond), time.Second)
 			select {
 			case <-t.done:

@@ -73,11 +73,41 @@ func (l *Logger) Info(key, msg string, args ...any) bool {
 // (the key) and, when lines were held back since the last one,
 // "suppressed" (how many).
 func (l *Logger) Log(level slog.Level, key, msg string, args ...any) bool {
-	if l == nil {
+	ok, n, shared := l.allow(key)
+	if !ok {
 		return false
+	}
+	if !l.log.Enabled(context.Background(), level) {
+		return true
+	}
+	if !shared {
+		args = append(args, "reason", key)
+	}
+	if n > 0 {
+		args = append(args, "suppressed", n)
+	}
+	l.log.Log(context.Background(), level, msg, args...)
+	return true
+}
+
+// Allow reports whether a line under key may be written now (and counts it
+// as written), and how many were held back since the last one. It is for a
+// caller that builds its own line, and builds no attributes at all when it
+// is refused: a flood then costs a map lookup per event.
+func (l *Logger) Allow(key string) (bool, uint64) {
+	ok, n, _ := l.allow(key)
+	return ok, n
+}
+
+// allow is the rate limit of Log and Allow; shared says key was folded
+// into the overflow slot (beyond MaxKeys).
+func (l *Logger) allow(key string) (ok bool, held uint64, shared bool) {
+	if l == nil {
+		return false, 0, false
 	}
 	now := l.now()
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	e := l.keys[key]
 	if e == nil {
 		if len(l.keys) >= MaxKeys {
@@ -88,29 +118,13 @@ func (l *Logger) Log(level slog.Level, key, msg string, args ...any) bool {
 			e = &entry{}
 			l.keys[key] = e
 		}
-	} else if !e.last.IsZero() && now.Sub(e.last) < l.every {
-		e.suppressed++
-		l.mu.Unlock()
-		return false
 	}
-	if key == overflowKey && !e.last.IsZero() && now.Sub(e.last) < l.every {
+	if !e.last.IsZero() && now.Sub(e.last) < l.every {
 		e.suppressed++
-		l.mu.Unlock()
-		return false
+		return false, 0, false
 	}
 	n := e.suppressed
 	e.suppressed = 0
 	e.last = now
-	l.mu.Unlock()
-	if !l.log.Enabled(context.Background(), level) {
-		return true
-	}
-	if key != overflowKey {
-		args = append(args, "reason", key)
-	}
-	if n > 0 {
-		args = append(args, "suppressed", n)
-	}
-	l.log.Log(context.Background(), level, msg, args...)
-	return true
+	return true, n, key == overflowKey
 }
