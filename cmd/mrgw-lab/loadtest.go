@@ -165,6 +165,7 @@ error naming the reason; nothing is estimated in their place.`,
 	cli.DurationsVar(f, &o.RTTs, "rtt", nil, "round-trip times (default 10ms,50ms,100ms)")
 	cli.FractionsVar(f, &o.Losses, "loss", nil, "random loss rates, fractions or percentages (default 0,0.1%,1%,5%,10%)")
 	f.StringSliceVar(&o.Systems, "systems", nil, "systems to run (default all: mrgw,rocev2,tcp-cubic,tcp-bbr,quic,kcp)")
+	f.IntVar(&o.MTU, "mtu", 0, "IP MTU of every system: tunemu's TUN devices, netem's largest datagram and MTU clamp (default 1500; 9000: jumbo frames)")
 	f.StringVar(&o.MRGWCC, "cc", "", "mrgw's congestion controller (default longrtt-htcp)")
 	f.Uint64Var(&o.Seed, "seed", 1, "seed of the emulators")
 	f.BoolVar(&o.Quick, "quick", false, "short runs (a smoke test, not a measurement)")
