@@ -92,6 +92,7 @@ func BenchmarkTunnel(b *testing.B) {
 		}
 		b.ReportMetric(tun.Bps()/1e9, "tunnel-Gbit/s")
 		b.ReportMetric(tun.CPUPerGbps(), "cores/Gbit/s")
+		b.ReportMetric(tun.ackRatio, "acks/DATA")
 		b.ReportMetric(tun.AllocsPerPacket(), "allocs/datagram")
 	}
 }

@@ -241,7 +241,7 @@ func (o *Options) runMTU(ctx context.Context, l *link, udpOpts udp.Options) ([]r
 	add := func(sys string, r Result, note string) {
 		row := r.row(sys)
 		row.Variant = mtuVariant(l.mtu)
-		row.Note = note
+		row.Note = joinNote(note, row.Note)
 		if sys == SysFloor {
 			floor = row.CPUPerGbps
 		} else if floor > 0 && sys != SysRawUDP && row.CPUPerGbps > 0 {
@@ -267,8 +267,8 @@ func (o *Options) runMTU(ctx context.Context, l *link, udpOpts udp.Options) ([]r
 		case SysMRGW, SysPlain:
 			sealed := sys == SysMRGW
 			r, err = Tunnel(ctx, *o, l, udpOpts, sealed)
-			note = fmt.Sprintf("wire v%d, payload %d, %d paths of %d KiB, gso=%v gro=%v, %d retransmits, %d timeouts",
-				r.wire, PayloadMTU(l.mtu, sealed, o.WireVersion), o.Paths, o.WindowBytes>>10, r.gso, r.gro, r.retx, r.timeouts)
+			note = fmt.Sprintf("wire v%d, payload %d, %d paths of %d KiB, gso=%v gro=%v, %.3f acks per DATA, %d retransmits, %d timeouts",
+				r.wire, PayloadMTU(l.mtu, sealed, o.WireVersion), o.Paths, o.WindowBytes>>10, r.gso, r.gro, r.ackRatio, r.retx, r.timeouts)
 			if sealed {
 				note = o.Suite.String() + ", " + note
 			} else {
@@ -296,12 +296,16 @@ func (o *Options) runMTU(ctx context.Context, l *link, udpOpts udp.Options) ([]r
 type Result struct {
 	bps       float64 // goodput, bits/s
 	cpu       float64 // CPU seconds per second
+	sys       float64 // of which in the kernel (system time)
 	allocs    float64 // per datagram
 	gso, gro  bool
 	retx      uint64 // retransmissions during the measurement
 	timeouts  uint64 // probe timeouts during the measurement
 	datagrams uint64
 	wire      int // mrgw's negotiated wire version
+	// ackRatio: datagrams B sent (acknowledgements) per datagram A sent
+	// (DATA), mrgw only.
+	ackRatio float64
 	// Baselines: datagrams sent during the measurement, and those taken
 	// as lost (never read within blastResync of the sender waiting).
 	sent, lost uint64
@@ -330,14 +334,19 @@ func (r Result) CPUPerGbps() float64 {
 func (r Result) AllocsPerPacket() float64 { return r.allocs }
 
 func (r Result) row(system string) report.Row {
-	return report.Row{Scenario: "datapath", System: system, GoodputBps: r.bps, CPUPerGbps: r.CPUPerGbps(),
+	row := report.Row{Scenario: "datapath", System: system, GoodputBps: r.bps, CPUPerGbps: r.CPUPerGbps(),
 		AllocsPerPacket: r.allocs}
+	if r.cpu > 0 {
+		row.Note = fmt.Sprintf("%.0f%% of the CPU in the kernel", 100*r.sys/r.cpu)
+	}
+	return row
 }
 
 // meter samples wall time, process CPU and heap allocations.
 type meter struct {
 	wall    time.Time
 	cpu     time.Duration
+	sys     time.Duration
 	mallocs uint64
 }
 
@@ -349,6 +358,7 @@ func sample() meter {
 	return meter{
 		wall:    time.Now(),
 		cpu:     time.Duration(ru.Utime.Nano() + ru.Stime.Nano()),
+		sys:     time.Duration(ru.Stime.Nano()),
 		mallocs: ms.Mallocs,
 	}
 }
@@ -448,18 +458,23 @@ func Tunnel(ctx context.Context, o Options, l *link, udpOpts udp.Options, sealed
 	}
 	retx0, to0 := conn()
 	m0, d0 := sample(), done.Load()
-	pkts0 := a.Stats().TxDatagrams + b.Stats().TxDatagrams
+	sa0, sb0 := a.Stats(), b.Stats()
+	pkts0 := sa0.TxDatagrams + sb0.TxDatagrams
 	if err := sleep(ctx, o.Duration); err != nil {
 		return Result{}, err
 	}
 	m1, d1 := sample(), done.Load()
 	sa, sb := a.Stats(), b.Stats()
 	pkts := sa.TxDatagrams + sb.TxDatagrams - pkts0
+	dataOut, acksOut := sa.TxDatagrams-sa0.TxDatagrams, sb.TxDatagrams-sb0.TxDatagrams
 	retx1, to1 := conn()
 	secs := m1.wall.Sub(m0.wall).Seconds()
 	r := Result{
-		bps: float64(d1-d0) * 8 / secs, cpu: (m1.cpu - m0.cpu).Seconds() / secs,
+		bps: float64(d1-d0) * 8 / secs, cpu: (m1.cpu - m0.cpu).Seconds() / secs, sys: (m1.sys - m0.sys).Seconds() / secs,
 		gso: sa.GSO, gro: sb.GRO, retx: retx1 - retx0, timeouts: to1 - to0, datagrams: pkts, wire: wire,
+	}
+	if dataOut > 0 {
+		r.ackRatio = float64(acksOut) / float64(dataOut)
 	}
 	if pkts > 0 {
 		r.allocs = float64(m1.mallocs-m0.mallocs) / float64(pkts)

@@ -227,7 +227,7 @@ func blast(ctx context.Context, tx, rx *udp.Conn, size int, d time.Duration, aea
 	}
 	secs := m1.wall.Sub(m0.wall).Seconds()
 	r := Result{
-		bps: float64(b1-b0) * 8 / secs, cpu: (m1.cpu - m0.cpu).Seconds() / secs,
+		bps: float64(b1-b0) * 8 / secs, cpu: (m1.cpu - m0.cpu).Seconds() / secs, sys: (m1.sys - m0.sys).Seconds() / secs,
 		gso: tx.Stats().GSO, gro: rx.Stats().GRO, sent: sent - sent0, lost: lost - lost0,
 	}
 	if b1 == b0 {
