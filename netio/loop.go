@@ -76,6 +76,9 @@ type rxEnt struct {
 type connPaths struct {
 	peer PeerID
 	ent  []uint16 // per path; 0 = none (metaroce entropy is never 0)
+	// socks is the socket of each path's entropy (nil: none): a socket
+	// named here has a reference, so it is not reaped.
+	socks []*sock
 }
 
 // ownerState is touched only by the owner goroutine.
@@ -97,6 +100,12 @@ type ownerState struct {
 	// (see run); -1 when none.
 	graceFor, graceUntil time.Duration
 	shards               int // sockets opened so far, to spread them over the senders
+	// txConn and txPaths cache the connection polled last and its
+	// record: a bulk transfer polls datagram after datagram of one
+	// connection, and pathSock then finds a path's socket without the two
+	// map lookups (release clears it).
+	txConn  *metaroce.Conn
+	txPaths *connPaths
 }
 
 // sentInit is an INIT as it left: its bytes, socket and destination.
@@ -594,6 +603,10 @@ func (e *Endpoint) receive(b *rxBatch) {
 func (e *Endpoint) receiveBatch(now time.Duration, b *rxBatch) {
 	table := e.peers.Load()
 	var rx, bytes uint64
+	// A batch's datagrams mostly come from one peer: look it up once.
+	var lastTable *peerTable
+	var lastID PeerID
+	var lastPeer *Peer
 	for i := range b.ents[:b.n] {
 		ent := &b.ents[i]
 		m := &b.msgs[ent.idx]
@@ -617,7 +630,11 @@ func (e *Endpoint) receiveBatch(now time.Duration, b *rxBatch) {
 			ent.peer = id
 			table = e.peers.Load()
 		}
-		p := table.byID[ent.peer]
+		p := lastPeer
+		if table != lastTable || ent.peer != lastID {
+			p = table.byID[ent.peer]
+			lastTable, lastID, lastPeer = table, ent.peer, p
+		}
 		if p == nil {
 			e.ctr.unknown.Add(1) // removed while in flight
 			b.s.drops.unknown.Add(1)
@@ -791,6 +808,13 @@ func (e *Endpoint) events(now time.Duration) {
 // on first use, and counts the (connection, path) as its user.
 func (e *Endpoint) pathSock(now time.Duration, p *Peer, tx *metaroce.Transmit) *sock {
 	o := &e.owner
+	if c := tx.Conn; c != nil && c == o.txConn {
+		if cp := o.txPaths; cp.peer == p.ID && tx.Path < len(cp.ent) && cp.ent[tx.Path] == tx.Entropy {
+			if s := cp.socks[tx.Path]; s != nil {
+				return s
+			}
+		}
+	}
 	k := pathKey{p.ID, tx.Entropy}
 	s := o.paths[k]
 	if s == nil {
@@ -816,13 +840,16 @@ func (e *Endpoint) pathSock(now time.Duration, p *Peer, tx *metaroce.Transmit) *
 		o.paths[k] = s
 	}
 	if tx.Conn != nil {
-		e.ref(now, tx.Conn.ID(), p.ID, tx.Path, tx.Entropy, s)
+		if cp := e.ref(now, tx.Conn.ID(), p.ID, tx.Path, tx.Entropy, s); cp != nil {
+			o.txConn, o.txPaths = tx.Conn, cp
+		}
 	}
 	return s
 }
 
-// ref records that path of conn now sends with entropy from s.
-func (e *Endpoint) ref(now time.Duration, conn uint64, peer PeerID, path int, entropy uint16, s *sock) {
+// ref records that path of conn now sends with entropy from s, and
+// returns the connection's record (nil for an impossible path).
+func (e *Endpoint) ref(now time.Duration, conn uint64, peer PeerID, path int, entropy uint16, s *sock) *connPaths {
 	o := &e.owner
 	cp := o.conns[conn]
 	if cp == nil {
@@ -831,19 +858,22 @@ func (e *Endpoint) ref(now time.Duration, conn uint64, peer PeerID, path int, en
 	}
 	if path >= len(cp.ent) {
 		if path >= 1<<16 {
-			return
+			return nil
 		}
 		cp.ent = append(cp.ent, make([]uint16, path+1-len(cp.ent))...)
+		cp.socks = append(cp.socks, make([]*sock, path+1-len(cp.socks))...)
 	}
 	old := cp.ent[path]
+	cp.socks[path] = s
 	if old == entropy {
-		return
+		return cp
 	}
 	if old != 0 {
 		e.unref(now, pathKey{peer, old})
 	}
 	cp.ent[path] = entropy
 	s.refs++
+	return cp
 }
 
 func (e *Endpoint) unref(now time.Duration, k pathKey) {
@@ -868,6 +898,9 @@ func (e *Endpoint) release(now time.Duration, conn uint64) {
 		}
 	}
 	delete(o.conns, conn)
+	if o.txPaths == cp {
+		o.txConn, o.txPaths = nil, nil
+	}
 }
 
 // reap closes path sockets nobody has used for Linger (or, when force is

@@ -331,6 +331,9 @@ func (e *Endpoint) flush(now time.Duration) bool {
 	e.reclaimAll()
 	polled := 0
 	defer e.dispatch()
+	// Most datagrams of a flush go to one peer: look it up once.
+	var lastID PeerID
+	var lastPeer *Peer
 	// tries bounds the loop even if every datagram were dropped.
 	for tries := 0; polled < txRounds*txBatch && tries < 4*txRounds*txBatch; tries++ {
 		if !e.room() {
@@ -342,7 +345,11 @@ func (e *Endpoint) flush(now time.Duration) bool {
 		if !ok {
 			return false
 		}
-		p := table.byID[tx.Peer]
+		p := lastPeer
+		if tx.Peer != lastID || p == nil {
+			p = table.byID[tx.Peer]
+			lastID, lastPeer = tx.Peer, p
+		}
 		if p == nil {
 			e.ctr.noSocket.Add(1)
 			continue

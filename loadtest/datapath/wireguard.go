@@ -6,6 +6,7 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/netip"
 	"time"
@@ -120,6 +121,40 @@ func WireGuard(ctx context.Context, l *link, opts udp.Options, d time.Duration) 
 	}
 	defer tx.Close()
 	defer rx.Close()
+	if err := wgHandshake(ctx, tx, rx); err != nil {
+		return Result{}, err
+	}
 	r, err := blast(ctx, tx, rx, wgMTU-28, d, nil)
 	return r, err
+}
+
+// wgHandshake sends a small datagram through the tunnel every 100 ms until
+// one arrives: the devices have completed their handshake (wireguard-go
+// resends a lost initiation only after 5 s, longer than a measurement; a
+// run that started before it measured nothing at all).
+func wgHandshake(ctx context.Context, tx, rx *udp.Conn) error {
+	got := make(chan struct{})
+	go func() {
+		msgs := []udp.Message{{Buf: make([]byte, 1<<16)}}
+		if _, err := rx.ReadBatch(msgs); err == nil {
+			close(got)
+		}
+	}()
+	ping := []udp.Message{{Buf: []byte("handshake"), N: 9, Addr: rx.LocalAddr()}}
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	deadline := time.NewTimer(15 * time.Second)
+	defer deadline.Stop()
+	for {
+		_, _ = tx.WriteBatch(ping)
+		select {
+		case <-got:
+			return nil
+		case <-t.C:
+		case <-deadline.C:
+			return errors.New("wireguard-go: no handshake within 15 s")
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
