@@ -259,6 +259,7 @@ func (e *Endpoint) readLoop(s *sock) {
 			}
 			continue
 		}
+		e.ctr.rxReads.Add(1)
 		if k := e.check(b, n); k == 0 {
 			s.free <- b
 			continue

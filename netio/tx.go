@@ -172,6 +172,7 @@ func (e *Endpoint) writeBatch(w *txSender, b *sendBatch) {
 				bytes += uint64(m.N)
 			}
 			e.ctr.txDatagrams.Add(uint64(sent))
+			e.ctr.txWrites.Add(1)
 			e.ctr.txBytes.Add(bytes)
 			if err == nil {
 				break

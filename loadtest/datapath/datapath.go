@@ -267,8 +267,8 @@ func (o *Options) runMTU(ctx context.Context, l *link, udpOpts udp.Options) ([]r
 		case SysMRGW, SysPlain:
 			sealed := sys == SysMRGW
 			r, err = Tunnel(ctx, *o, l, udpOpts, sealed)
-			note = fmt.Sprintf("wire v%d, payload %d, %d paths of %d KiB, gso=%v gro=%v, %.3f acks per DATA, %d retransmits, %d timeouts",
-				r.wire, PayloadMTU(l.mtu, sealed, o.WireVersion), o.Paths, o.WindowBytes>>10, r.gso, r.gro, r.ackRatio, r.retx, r.timeouts)
+			note = fmt.Sprintf("wire v%d, payload %d, %d paths of %d KiB, gso=%v gro=%v, %.1f DATA per sendmmsg, %.1f per recvmmsg, %.3f acks per DATA, %d retransmits, %d timeouts",
+				r.wire, PayloadMTU(l.mtu, sealed, o.WireVersion), o.Paths, o.WindowBytes>>10, r.gso, r.gro, r.perWrite, r.perRead, r.ackRatio, r.retx, r.timeouts)
 			if sealed {
 				note = o.Suite.String() + ", " + note
 			} else {
@@ -306,6 +306,9 @@ type Result struct {
 	// ackRatio: datagrams B sent (acknowledgements) per datagram A sent
 	// (DATA), mrgw only.
 	ackRatio float64
+	// perWrite, perRead: DATA datagrams per sendmmsg at A and per recvmmsg
+	// at B (mrgw only).
+	perWrite, perRead float64
 	// Baselines: datagrams sent during the measurement, and those taken
 	// as lost (never read within blastResync of the sender waiting).
 	sent, lost uint64
@@ -475,6 +478,12 @@ func Tunnel(ctx context.Context, o Options, l *link, udpOpts udp.Options, sealed
 	}
 	if dataOut > 0 {
 		r.ackRatio = float64(acksOut) / float64(dataOut)
+	}
+	if w := sa.TxWrites - sa0.TxWrites; w > 0 {
+		r.perWrite = float64(dataOut) / float64(w)
+	}
+	if rd := sb.RxReads - sb0.RxReads; rd > 0 {
+		r.perRead = float64(sb.RxDatagrams-sb0.RxDatagrams) / float64(rd)
 	}
 	if pkts > 0 {
 		r.allocs = float64(m1.mallocs-m0.mallocs) / float64(pkts)
