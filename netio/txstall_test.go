@@ -38,9 +38,15 @@ func (s stallSocket) WriteBatch(msgs []udp.Message) (int, error) {
 func TestStalledSenderIsNotASilentPath(t *testing.T) {
 	ctx := testCtx(t)
 	var armed atomic.Bool
-	const stall = 300 * time.Millisecond // 6 × MinPTO
+	// The stall is several probe timeouts long (and within
+	// maxSenderWait); the probe timeout is long enough that this loaded
+	// machine, under the race detector, does not hold the receiver up as
+	// long on its own (with 50 ms it did, once in a few runs).
+	const minPTO = 150 * time.Millisecond
+	const stall = 400 * time.Millisecond
 	var p *pair
 	p = newPair(t, nil, nil, func(c *Config) {
+		c.Protocol.Path.MinPTO = minPTO
 		if c.Protocol.Listen {
 			return // only the sending endpoint (a) stalls
 		}
