@@ -33,6 +33,28 @@ import (
 // tunnel address, through wg0. The process's CPU is therefore wireguard-go
 // at both ends plus the application's sending and receiving sockets.
 
+// nsBind opens wireguard-go's sockets inside a site's namespace whatever
+// goroutine asks: the device re-opens its bind when its TUN device goes
+// down and up again (its netlink listener sees the link's initial state
+// and then ip's "link set up"), from a goroutine on any thread, and a
+// socket opened there landed in the root namespace (no handshake, in two
+// runs of five at MTU 9000).
+type nsBind struct {
+	conn.Bind
+	l    *link
+	site int
+}
+
+func (b nsBind) Open(port uint16) (fns []conn.ReceiveFunc, actual uint16, err error) {
+	if derr := b.l.do(b.site, func() error {
+		fns, actual, err = b.Bind.Open(port)
+		return nil
+	}); derr != nil {
+		return nil, 0, derr
+	}
+	return fns, actual, err
+}
+
 // WireGuardOverhead is what WireGuard adds to an inner IP packet: its
 // data header (16 bytes) and the Poly1305 tag (16), plus the outer IPv4 and
 // UDP headers (28). wg0's MTU is the link MTU minus this (1420 on a
@@ -93,7 +115,7 @@ func WireGuard(ctx context.Context, l *link, opts udp.Options, d time.Duration) 
 			if err != nil {
 				return fmt.Errorf("wireguard-go: create tun: %w", err)
 			}
-			dev = device.NewDevice(td, conn.NewDefaultBind(), device.NewLogger(device.LogLevelSilent, ""))
+			dev = device.NewDevice(td, nsBind{Bind: conn.NewDefaultBind(), l: l, site: s}, device.NewLogger(device.LogLevelSilent, ""))
 			if err := dev.IpcSet(cfg); err != nil {
 				dev.Close()
 				return fmt.Errorf("wireguard-go: configure: %w", err)
