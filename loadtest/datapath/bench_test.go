@@ -51,6 +51,7 @@ func BenchmarkFloorVsTunnel(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.ReportMetric(fl.CPUPerGbps(), "floor-cores/Gbit/s")
+		b.ReportMetric(fl.Bps()/1e9, "floor-Gbit/s")
 		b.ReportMetric(tun.CPUPerGbps(), "mrgw-cores/Gbit/s")
 		b.ReportMetric(tun.CPUPerGbps()/fl.CPUPerGbps(), "ratio")
 		b.ReportMetric(tun.Bps()/1e9, "mrgw-Gbit/s")
