@@ -44,8 +44,7 @@ func TestStalledSenderIsNotASilentPath(t *testing.T) {
 	// long on its own (with 50 ms it did, once in a few runs).
 	const minPTO = 150 * time.Millisecond
 	const stall = 400 * time.Millisecond
-	var p *pair
-	p = newPair(t, nil, nil, func(c *Config) {
+	p := newPair(t, nil, nil, func(c *Config) {
 		c.Protocol.Path.MinPTO = minPTO
 		if c.Protocol.Listen {
 			return // only the sending endpoint (a) stalls
