@@ -250,7 +250,7 @@ cpu_per_gbps and its link MTU as variant "mtu-N".`,
 				return err
 			}
 			if err != nil {
-				fmt.Fprintln(cmd.ErrOrStderr(), "datapath:", err) // a system skipped; the rest measured
+				fmt.Fprintln(cmd.ErrOrStderr(), "skipped:", err) // a system that cannot run here; the rest measured
 			}
 			if asJSON {
 				return report.WriteJSON(cmd.OutOrStdout(), rows)
