@@ -269,6 +269,9 @@ func (o *Options) runMTU(ctx context.Context, l *link, udpOpts udp.Options) ([]r
 			r, err = Tunnel(ctx, *o, l, udpOpts, sealed)
 			note = fmt.Sprintf("wire v%d, payload %d, %d paths of %d KiB, gso=%v gro=%v, %.1f DATA per sendmmsg, %.1f per recvmmsg, %.3f acks per DATA, %d retransmits, %d timeouts",
 				r.wire, PayloadMTU(l.mtu, sealed, o.WireVersion), o.Paths, o.WindowBytes>>10, r.gso, r.gro, r.perWrite, r.perRead, r.ackRatio, r.retx, r.timeouts)
+			if r.kdrops >= 0 {
+				note += fmt.Sprintf(", %d datagrams dropped by the kernel (receive buffers full)", r.kdrops)
+			}
 			if sealed {
 				note = o.Suite.String() + ", " + note
 			} else {
@@ -309,6 +312,9 @@ type Result struct {
 	// perWrite, perRead: DATA datagrams per sendmmsg at A and per recvmmsg
 	// at B (mrgw only).
 	perWrite, perRead float64
+	// kdrops: datagrams the kernel dropped for full receive buffers in
+	// either namespace during the measurement (-1: not known, loopback).
+	kdrops int64
 	// Baselines: datagrams sent during the measurement, and those taken
 	// as lost (never read within blastResync of the sender waiting).
 	sent, lost uint64
@@ -460,6 +466,8 @@ func Tunnel(ctx context.Context, o Options, l *link, udpOpts udp.Options, sealed
 		return retx, timeouts
 	}
 	retx0, to0 := conn()
+	drops0A, _ := l.rcvbufErrors(0)
+	drops0B, dropsOK := l.rcvbufErrors(1)
 	m0, d0 := sample(), done.Load()
 	sa0, sb0 := a.Stats(), b.Stats()
 	pkts0 := sa0.TxDatagrams + sb0.TxDatagrams
@@ -471,6 +479,8 @@ func Tunnel(ctx context.Context, o Options, l *link, udpOpts udp.Options, sealed
 	pkts := sa.TxDatagrams + sb.TxDatagrams - pkts0
 	dataOut, acksOut := sa.TxDatagrams-sa0.TxDatagrams, sb.TxDatagrams-sb0.TxDatagrams
 	retx1, to1 := conn()
+	drops1A, _ := l.rcvbufErrors(0)
+	drops1B, _ := l.rcvbufErrors(1)
 	secs := m1.wall.Sub(m0.wall).Seconds()
 	r := Result{
 		bps: float64(d1-d0) * 8 / secs, cpu: (m1.cpu - m0.cpu).Seconds() / secs, sys: (m1.sys - m0.sys).Seconds() / secs,
@@ -478,6 +488,11 @@ func Tunnel(ctx context.Context, o Options, l *link, udpOpts udp.Options, sealed
 	}
 	if dataOut > 0 {
 		r.ackRatio = float64(acksOut) / float64(dataOut)
+	}
+	if dropsOK {
+		r.kdrops = int64(drops1A - drops0A + drops1B - drops0B)
+	} else {
+		r.kdrops = -1
 	}
 	if w := sa.TxWrites - sa0.TxWrites; w > 0 {
 		r.perWrite = float64(dataOut) / float64(w)

@@ -190,3 +190,38 @@ func cleanStale() {
 		_ = ip("netns", "del", name)
 	}
 }
+
+// rcvbufErrors returns the datagrams site s's kernel dropped because a
+// UDP socket's receive buffer was full (RcvbufErrors of /proc/net/snmp, the
+// namespace's own counters, read from a thread inside it); ok is false on
+// loopback, where the counter would be the whole machine's.
+func (l *link) rcvbufErrors(s int) (n uint64, ok bool) {
+	if l.ns[s] == "" {
+		return 0, false
+	}
+	err := l.do(s, func() error {
+		b, err := os.ReadFile("/proc/thread-self/net/snmp")
+		if err != nil {
+			return err
+		}
+		var names []string
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) == 0 || f[0] != "Udp:" {
+				continue
+			}
+			if names == nil {
+				names = f
+				continue
+			}
+			for i := 1; i < len(f) && i < len(names); i++ {
+				if names[i] == "RcvbufErrors" {
+					n, err = strconv.ParseUint(f[i], 10, 64)
+					return err
+				}
+			}
+		}
+		return errors.New("no Udp RcvbufErrors in snmp")
+	})
+	return n, err == nil
+}
