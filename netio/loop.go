@@ -76,6 +76,9 @@ type rxEnt struct {
 type connPaths struct {
 	peer PeerID
 	ent  []uint16 // per path; 0 = none (metaroce entropy is never 0)
+	// socks is the socket of each path's entropy (nil: none): a socket
+	// named here has a reference, so it is not reaped.
+	socks []*sock
 }
 
 // ownerState is touched only by the owner goroutine.
@@ -97,6 +100,12 @@ type ownerState struct {
 	// (see run); -1 when none.
 	graceFor, graceUntil time.Duration
 	shards               int // sockets opened so far, to spread them over the senders
+	// txConn and txPaths cache the connection polled last and its
+	// record: a bulk transfer polls datagram after datagram of one
+	// connection, and pathSock then finds a path's socket without the two
+	// map lookups (release clears it).
+	txConn  *metaroce.Conn
+	txPaths *connPaths
 }
 
 // sentInit is an INIT as it left: its bytes, socket and destination.
@@ -250,6 +259,7 @@ func (e *Endpoint) readLoop(s *sock) {
 			}
 			continue
 		}
+		e.ctr.rxReads.Add(1)
 		if k := e.check(b, n); k == 0 {
 			s.free <- b
 			continue
@@ -410,17 +420,11 @@ func (e *Endpoint) run() {
 	for {
 		now := e.Now()
 		due := o.deadline >= 0 && now >= o.deadline
-		if due && now-o.deadline > lateAfter && o.graceFor != o.deadline {
-			// This goroutine ran far past the deadline: the machine held
-			// it up, and every goroutine of the pipeline (the readers, the
-			// peer's, on loopback) with it. What was in flight meanwhile
-			// is given as long again (bounded) to arrive before the timers
-			// run, so that a stall of this process does not read as a
-			// path's silence.
-			o.graceFor, o.graceUntil = o.deadline, now+min(now-o.deadline, maxGrace)
-		}
-		if due && o.graceFor == o.deadline && now < o.graceUntil {
-			due = false
+		hold, heldFor := time.Duration(-1), o.deadline
+		if due {
+			if hold = e.holdTimers(now, o.deadline); hold > now {
+				due = false
+			}
 		}
 		if due {
 			// Acknowledgements that arrived while this goroutine was not
@@ -459,6 +463,9 @@ func (e *Endpoint) run() {
 			if o.graceFor == d {
 				d = max(d, o.graceUntil)
 			}
+			if heldFor == d && hold > d {
+				d = hold // a sender returning its batch wakes the owner sooner
+			}
 			wait = min(wait, d-now)
 		}
 		if wait <= 0 {
@@ -492,6 +499,57 @@ func (e *Endpoint) run() {
 		}
 	}
 }
+
+// holdTimers returns until when the timers due at deadline d must wait;
+// at or before now, they run now.
+//
+// A datagram's probe timeout must run from when it left, but the protocol
+// records a datagram as sent when the owner polls it, and a sender seals
+// and writes it later: a sender goroutine the machine did not run for tens
+// of milliseconds made its datagrams' paths look silent, and their whole
+// flights were declared lost (false timeouts under load). So the owner
+// keeps what the senders tell it: when each batch's datagrams were polled
+// (all of one batch in one flush, at one time) and when they left.
+//
+//   - This goroutine ran far past the deadline (the machine held it up,
+//     and on loopback the readers and the peer with it): what was in
+//     flight is given as long again (bounded) to arrive.
+//   - Datagrams polled before the deadline are still with a sender,
+//     waiting longer than lateAfter: nothing can be said about them yet;
+//     the timers wait for the batch (its return wakes the owner), at most
+//     maxSenderWait.
+//   - A batch left lag after it was polled (a stall): a deadline that a
+//     datagram of it may have set (polled + MinPTO to polled + the largest
+//     probe timeout of its paths) runs lag later, where the datagram's own
+//     would have been had its send time been taken when it left.
+func (e *Endpoint) holdTimers(now, d time.Duration) time.Duration {
+	o := &e.owner
+	t := &o.tx
+	if now-d > lateAfter && o.graceFor != d {
+		o.graceFor, o.graceUntil = d, now+min(now-d, maxGrace)
+	}
+	hold := time.Duration(-1)
+	if o.graceFor == d {
+		hold = o.graceUntil
+	}
+	e.reclaimAll()
+	for _, b := range t.all {
+		if b.withSender && b.polled <= d && now-b.polled > lateAfter && now-b.polled < maxSenderWait {
+			hold = max(hold, b.polled+maxSenderWait)
+		}
+	}
+	n := min(t.nstall, txStallsKept)
+	for i := range n {
+		s := &t.stalls[i]
+		if d >= s.polled+s.minPTO && d <= s.polled+s.maxPTO {
+			hold = max(hold, d+min(s.lag, maxSenderWait))
+		}
+	}
+	return hold
+}
+
+// maxSenderWait bounds how long timers wait for a sender (holdTimers).
+const maxSenderWait = 500 * time.Millisecond
 
 func (e *Endpoint) shutdown() {
 	for _, s := range e.listens {
@@ -546,6 +604,10 @@ func (e *Endpoint) receive(b *rxBatch) {
 func (e *Endpoint) receiveBatch(now time.Duration, b *rxBatch) {
 	table := e.peers.Load()
 	var rx, bytes uint64
+	// A batch's datagrams mostly come from one peer: look it up once.
+	var lastTable *peerTable
+	var lastID PeerID
+	var lastPeer *Peer
 	for i := range b.ents[:b.n] {
 		ent := &b.ents[i]
 		m := &b.msgs[ent.idx]
@@ -576,7 +638,11 @@ func (e *Endpoint) receiveBatch(now time.Duration, b *rxBatch) {
 			ent.peer = id
 			table = e.peers.Load()
 		}
-		p := table.byID[ent.peer]
+		p := lastPeer
+		if table != lastTable || ent.peer != lastID {
+			p = table.byID[ent.peer]
+			lastTable, lastID, lastPeer = table, ent.peer, p
+		}
 		if p == nil {
 			e.ctr.unknown.Add(1) // removed while in flight
 			b.s.drops.unknown.Add(1)
@@ -790,6 +856,13 @@ func (e *Endpoint) events(now time.Duration) {
 // on first use, and counts the (connection, path) as its user.
 func (e *Endpoint) pathSock(now time.Duration, p *Peer, tx *metaroce.Transmit) *sock {
 	o := &e.owner
+	if c := tx.Conn; c != nil && c == o.txConn {
+		if cp := o.txPaths; cp.peer == p.ID && tx.Path < len(cp.ent) && cp.ent[tx.Path] == tx.Entropy {
+			if s := cp.socks[tx.Path]; s != nil {
+				return s
+			}
+		}
+	}
 	k := pathKey{p.ID, tx.Entropy}
 	s := o.paths[k]
 	if s == nil {
@@ -815,13 +888,16 @@ func (e *Endpoint) pathSock(now time.Duration, p *Peer, tx *metaroce.Transmit) *
 		o.paths[k] = s
 	}
 	if tx.Conn != nil {
-		e.ref(now, tx.Conn.ID(), p.ID, tx.Path, tx.Entropy, s)
+		if cp := e.ref(now, tx.Conn.ID(), p.ID, tx.Path, tx.Entropy, s); cp != nil {
+			o.txConn, o.txPaths = tx.Conn, cp
+		}
 	}
 	return s
 }
 
-// ref records that path of conn now sends with entropy from s.
-func (e *Endpoint) ref(now time.Duration, conn uint64, peer PeerID, path int, entropy uint16, s *sock) {
+// ref records that path of conn now sends with entropy from s, and
+// returns the connection's record (nil for an impossible path).
+func (e *Endpoint) ref(now time.Duration, conn uint64, peer PeerID, path int, entropy uint16, s *sock) *connPaths {
 	o := &e.owner
 	cp := o.conns[conn]
 	if cp == nil {
@@ -830,19 +906,22 @@ func (e *Endpoint) ref(now time.Duration, conn uint64, peer PeerID, path int, en
 	}
 	if path >= len(cp.ent) {
 		if path >= 1<<16 {
-			return
+			return nil
 		}
 		cp.ent = append(cp.ent, make([]uint16, path+1-len(cp.ent))...)
+		cp.socks = append(cp.socks, make([]*sock, path+1-len(cp.socks))...)
 	}
 	old := cp.ent[path]
+	cp.socks[path] = s
 	if old == entropy {
-		return
+		return cp
 	}
 	if old != 0 {
 		e.unref(now, pathKey{peer, old})
 	}
 	cp.ent[path] = entropy
 	s.refs++
+	return cp
 }
 
 func (e *Endpoint) unref(now time.Duration, k pathKey) {
@@ -867,6 +946,9 @@ func (e *Endpoint) release(now time.Duration, conn uint64) {
 		}
 	}
 	delete(o.conns, conn)
+	if o.txPaths == cp {
+		o.txConn, o.txPaths = nil, nil
+	}
 }
 
 // reap closes path sockets nobody has used for Linger (or, when force is
@@ -948,6 +1030,6 @@ func (e *Endpoint) sendRaw(s *sock, dst netip.AddrPort, pkt []byte) bool {
 	buf := t.spare[len(t.spare)-1]
 	t.spare = t.spare[:len(t.spare)-1]
 	n := copy(buf[maxOverhead:], pkt)
-	e.queue(txItem{buf: buf, n: n, s: s, dst: dst})
+	e.queue(e.Now(), txItem{buf: buf, n: n, s: s, dst: dst})
 	return true
 }

@@ -236,6 +236,11 @@ type Stats struct {
 	PathSockets, SocketsOpened uint64
 	// GSO, GRO: whether the listening socket uses the offloads.
 	GSO, GRO bool
+	// TxWrites counts the batched writes (sendmmsg calls) that sent
+	// TxDatagrams; RxReads the batched reads (recvmmsg calls) that
+	// delivered datagrams: datagrams per call say how well the system
+	// calls are shared.
+	TxWrites, RxReads uint64
 }
 
 // Dropped returns the datagrams refused before the protocol saw them.
@@ -249,6 +254,7 @@ func (s *Stats) Dropped() uint64 {
 
 type counters struct {
 	rxDatagrams, rxBytes, txDatagrams, txBytes atomic.Uint64
+	txWrites, rxReads                          atomic.Uint64
 	unknown, badInit                           atomic.Uint64
 	open                                       [seal.NumErrors]atomic.Uint64
 	sealErr, txErr, noSocket, readErr          atomic.Uint64
@@ -570,6 +576,7 @@ func (e *Endpoint) Stats() Stats {
 	s := Stats{
 		RxDatagrams: c.rxDatagrams.Load(), RxBytes: c.rxBytes.Load(),
 		TxDatagrams: c.txDatagrams.Load(), TxBytes: c.txBytes.Load(),
+		TxWrites: c.txWrites.Load(), RxReads: c.rxReads.Load(),
 		UnknownSource: c.unknown.Load(), BadInits: c.badInit.Load(),
 		SealErrors: c.sealErr.Load(), TxErrors: c.txErr.Load(), NoSocket: c.noSocket.Load(),
 		ReadErrors: c.readErr.Load(), TooBig: c.tooBig.Load(),

@@ -48,6 +48,12 @@ type txItem struct {
 // sendBatch is a run of datagrams for one sender.
 type sendBatch struct {
 	items []txItem // len: datagrams in the batch; cap: txBatch
+	// polled is when its first (oldest) datagram was polled, on the
+	// endpoint's clock (Endpoint.Now); left is when the sender finished
+	// writing it. withSender: handed to a sender and not returned yet
+	// (owner only).
+	polled, left time.Duration
+	withSender   bool
 }
 
 // txSender is one sender goroutine's queue and its scratch state.
@@ -67,7 +73,27 @@ type txState struct {
 	filling int
 	// starved: the last flush stopped for want of a buffer or a batch.
 	starved bool
+	// all is every batch, to find the oldest one still with a sender.
+	all []*sendBatch
+	// stalls are the latest batches that left more than lateAfter after
+	// their first datagram was polled (see holdTimers).
+	stalls [txStallsKept]txStall
+	nstall int
 }
+
+// txStall is a batch that waited with its sender: polled when its first
+// datagram was polled, lag how long that datagram waited before it left.
+type txStall struct {
+	polled, lag time.Duration
+	// The deadlines its datagrams may have set lie between polled+minPTO
+	// and polled+maxPTO (the longest probe timeout of its paths, plus lag).
+	minPTO, maxPTO time.Duration
+}
+
+// txStallsKept bounds the stalls remembered; stalls are rare (the process
+// or one of its sender goroutines did not run), so a few cover the probe
+// timeouts they can affect.
+const txStallsKept = 16
 
 // txBatchesPerSender is how many batches circulate per sender (one being
 // sent, one queued behind it, one being filled).
@@ -84,7 +110,9 @@ func (e *Endpoint) initTx(bufLen int) {
 		t.senders[i] = &txSender{in: make(chan *sendBatch, nb)}
 	}
 	for range nb {
-		t.free = append(t.free, &sendBatch{items: make([]txItem, 0, txBatch)})
+		b := &sendBatch{items: make([]txItem, 0, txBatch)}
+		t.free = append(t.free, b)
+		t.all = append(t.all, b)
 		for range txBatch {
 			t.spare = append(t.spare, make([]byte, bufLen))
 		}
@@ -106,6 +134,7 @@ func (e *Endpoint) sendLoop(w *txSender) {
 		select {
 		case b := <-w.in:
 			e.writeBatch(w, b)
+			b.left = e.Now()
 			done <- b // never blocks: done has room for every batch
 		case <-e.quit:
 			return
@@ -143,6 +172,7 @@ func (e *Endpoint) writeBatch(w *txSender, b *sendBatch) {
 				bytes += uint64(m.N)
 			}
 			e.ctr.txDatagrams.Add(uint64(sent))
+			e.ctr.txWrites.Add(1)
 			e.ctr.txBytes.Add(bytes)
 			if err == nil {
 				break
@@ -196,6 +226,29 @@ func (e *Endpoint) tooBig(f txFrom, size int) {
 // returned takes back a batch a sender has finished with.
 func (e *Endpoint) returned(b *sendBatch) {
 	t := &e.owner.tx
+	b.withSender = false
+	if lag := b.left - b.polled; lag > lateAfter {
+		st := txStall{polled: b.polled, lag: lag, minPTO: -1}
+		for i := range b.items {
+			it := &b.items[i]
+			if it.conn == nil {
+				continue // a reply: no probe timeout of ours
+			}
+			ps := it.conn.Paths()
+			if it.path < len(ps.Paths) {
+				cfg := ps.Config()
+				if st.minPTO < 0 || cfg.MinPTO < st.minPTO {
+					st.minPTO = cfg.MinPTO
+				}
+				st.maxPTO = max(st.maxPTO, ps.Paths[it.path].PTO(cfg))
+			}
+		}
+		if st.minPTO >= 0 {
+			st.maxPTO += lag
+			t.stalls[t.nstall%txStallsKept] = st
+			t.nstall++
+		}
+	}
 	for i := range b.items {
 		t.spare = append(t.spare, b.items[i].buf)
 		b.items[i] = txItem{}
@@ -230,6 +283,7 @@ func (e *Endpoint) dispatch() {
 
 func (e *Endpoint) send(w int, b *sendBatch) {
 	t := &e.owner.tx
+	b.withSender = true
 	t.senders[w].in <- b // never blocks: in has room for every batch
 	t.cur[w] = nil
 	t.filling--
@@ -246,9 +300,9 @@ func (e *Endpoint) room() bool {
 	return len(t.spare) > 0 && len(t.free) >= len(t.senders)-t.filling
 }
 
-// queue adds a polled datagram to its socket's sender, dispatching the
-// sender's batch when it is full. room must have reported true.
-func (e *Endpoint) queue(it txItem) {
+// queue adds a datagram polled at now to its socket's sender, dispatching
+// the sender's batch when it is full. room must have reported true.
+func (e *Endpoint) queue(now time.Duration, it txItem) {
 	t := &e.owner.tx
 	w := it.s.shard
 	b := t.cur[w]
@@ -258,6 +312,7 @@ func (e *Endpoint) queue(it txItem) {
 		t.free = t.free[:n-1]
 		t.cur[w] = b
 		t.filling++
+		b.polled = now
 	}
 	b.items = append(b.items, it)
 	if len(b.items) == cap(b.items) {
@@ -277,6 +332,9 @@ func (e *Endpoint) flush(now time.Duration) bool {
 	e.reclaimAll()
 	polled := 0
 	defer e.dispatch()
+	// Most datagrams of a flush go to one peer: look it up once.
+	var lastID PeerID
+	var lastPeer *Peer
 	// tries bounds the loop even if every datagram were dropped.
 	for tries := 0; polled < txRounds*txBatch && tries < 4*txRounds*txBatch; tries++ {
 		if !e.room() {
@@ -288,7 +346,11 @@ func (e *Endpoint) flush(now time.Duration) bool {
 		if !ok {
 			return false
 		}
-		p := table.byID[tx.Peer]
+		p := lastPeer
+		if tx.Peer != lastID || p == nil {
+			p = table.byID[tx.Peer]
+			lastID, lastPeer = tx.Peer, p
+		}
 		if p == nil {
 			e.ctr.noSocket.Add(1)
 			continue
@@ -312,7 +374,7 @@ func (e *Endpoint) flush(now time.Duration) bool {
 		if !tx.Reply {
 			it.conn, it.path = tx.Conn, tx.Path
 		}
-		e.queue(it)
+		e.queue(now, it)
 		// Counted per plane here, by the owner (whose cache of the
 		// counters needs no lock), when the datagram is handed to its
 		// sender: plaintext length, not the sealed wire length.

@@ -1,28 +1,47 @@
 //go:build linux
 
-// Package datapath measures the WAN tunnel's datapath on loopback, with no
-// link emulator: the goodput of a MetaRoCE connection through two tunnels
-// (AEAD on every datagram), as a ratio of raw batched UDP between sockets
-// of the same kind (netio/udp, same datagram size, same offloads) measured
-// in the same run, with the CPU each spends per Gbit/s, the heap
-// allocations per datagram and the AEAD's cost per datagram. It is what
-// `mrgw loadtest datapath` runs (DESIGN.md §6, "datapath").
+// Package datapath measures the cost of mrgw's WAN datapath against its
+// floor and against wireguard-go, per core: in one run, at each link MTU
+// (default 1400 and 9000 bytes), the CPU each system spends per Gbit/s of
+// goodput, for
 //
-// Both ends run in this process, so CPU is the process's (getrusage): sender
-// and receiver together, for the raw baseline and the tunnel alike.
+//   - raw-udp: raw batched UDP (sendmmsg with GSO, recvmmsg with GRO);
+//   - raw-udp+aead: the same with mrgw's AEAD envelope (netio/seal) sealed
+//     and opened on every datagram, the floor of any encrypted tunnel;
+//   - mrgw: one MetaRoCE connection (wire version 2) between two tunnels
+//     (tunnel package: control session, keys, netio with sealing), WRITEs
+//     from memory at A placed into memory at B;
+//   - wireguard-go: golang.zx2c4.com/wireguard devices with TUN devices in
+//     the two namespaces carrying the raw-udp traffic (wireguard.go).
 //
-// This package must not import gateway/ or cmd/.
+// Every system crosses the same link: two network namespaces joined by a
+// veth pair whose MTU is the link MTU (netns.go), each datagram the largest
+// that fits it. Without root the first three run on loopback and
+// wireguard-go is skipped, with the reason.
+//
+// CPU is the process's own rusage (getrusage RUSAGE_SELF, user + system)
+// over the measured interval: every system runs in this process, both of
+// its ends and their application, one system at a time, so the figure is
+// the CPU time those threads were given, however busy the machine is. It
+// counts the kernel's work done in the process's context (system calls,
+// and on veth and loopback the receiving side's softirq processing when
+// it runs on the sending thread's way out, as it mostly does); softirq
+// work that the kernel defers to ksoftirqd is counted for no system. It is
+// what `mrgw-lab loadtest datapath` runs (DESIGN.md §6, "datapath").
+//
+// This package must not import gateway/ or cmd/; cmd/mrgw must not import
+// it (it links wireguard-go).
 package datapath
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/mrgw/mrgw/units"
 	"net/netip"
 	"os"
 	"runtime"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -36,17 +55,40 @@ import (
 	"github.com/mrgw/mrgw/pathmgr"
 	"github.com/mrgw/mrgw/tunnel"
 	"github.com/mrgw/mrgw/tunnel/tunneltest"
-
-	"github.com/mrgw/mrgw/units"
 )
+
+// System names, as in the rows.
+const (
+	SysRawUDP    = "raw-udp"
+	SysFloor     = "raw-udp+aead"
+	SysMRGW      = "mrgw"
+	SysWireGuard = "wireguard-go"
+	SysPlain     = "netio-plain"
+)
+
+// AllSystems are the systems Run measures by default, in order.
+var AllSystems = []string{SysRawUDP, SysFloor, SysMRGW, SysWireGuard}
+
+// DefaultMTUs are the link MTUs Run measures by default: a WAN's usual
+// 1400 and a DCI link's jumbo frames.
+var DefaultMTUs = []int{1400, 9000}
 
 // Options configure Run. Zero values pick the defaults.
 type Options struct {
 	// Duration of each measurement (default 3 s), after a warm-up of a
 	// fifth of it.
 	Duration time.Duration
-	// MTU is the MetaRoCE payload per datagram (default 1400, the WAN's).
-	MTU int
+	// MTUs are the link's IP MTUs, each measured in turn (default 1400 and
+	// 9000). Every system sends the largest datagram that fits.
+	MTUs []int
+	// Systems selects systems by name (default AllSystems; SysPlain adds
+	// mrgw's transfer without encryption).
+	Systems []string
+	// Loopback runs on loopback instead of two namespaces over a veth
+	// (wireguard-go is then skipped).
+	Loopback bool
+	// WireVersion is mrgw's wire version (default 2, PROTOCOL.md §12).
+	WireVersion uint8
 	// Paths per connection (default 8).
 	Paths int
 	// WindowBytes per path (default 256 KiB: 2 MiB in flight with 8
@@ -56,24 +98,28 @@ type Options struct {
 	// MessageBytes is the size of each WRITE (default 1 MiB); Outstanding
 	// how many are kept queued (default 16).
 	MessageBytes, Outstanding int
-	// DisableGSO, DisableGRO turn the offloads off on every socket.
+	// DisableGSO, DisableGRO turn the offloads off on every socket of ours
+	// (wireguard-go's are its own).
 	DisableGSO, DisableGRO bool
-	// Suite is the AEAD (default aes-128-gcm).
+	// Suite is the AEAD of mrgw and the floor (default aes-128-gcm).
 	Suite seal.Suite
 	// Senders is the number of sealing and sending goroutines per
 	// endpoint (0: netio's default).
 	Senders int
-	// Plain adds a row for the same transfer without encryption (netio
-	// without a sealer).
-	Plain bool
 }
 
 func (o *Options) defaults() {
 	if o.Duration <= 0 {
 		o.Duration = 3 * time.Second
 	}
-	if o.MTU == 0 {
-		o.MTU = 1400
+	if len(o.MTUs) == 0 {
+		o.MTUs = DefaultMTUs
+	}
+	if len(o.Systems) == 0 {
+		o.Systems = AllSystems
+	}
+	if o.WireVersion == 0 {
+		o.WireVersion = metaroce.Version2
 	}
 	if o.Paths == 0 {
 		o.Paths = 8
@@ -92,66 +138,195 @@ func (o *Options) defaults() {
 	}
 }
 
+func (o *Options) has(sys string) bool {
+	for _, s := range o.Systems {
+		if s == sys {
+			return true
+		}
+	}
+	return false
+}
+
+// MinMTU and MaxMTU bound the link MTUs (a veth takes up to 65535; GSO
+// super-datagrams must stay within 64 KiB).
+const (
+	MinMTU = 576
+	MaxMTU = 9216
+)
+
+// PayloadMTU is mrgw's MetaRoCE payload per datagram on a link of linkMTU:
+// what is left after the IPv4 and UDP headers, the seal envelope (when
+// sealed) and the DATA header of the wire version.
+func PayloadMTU(linkMTU int, sealed bool, version uint8) int {
+	n := linkMTU - 28 - metaroce.DataHeaderLen
+	if version == metaroce.Version2 {
+		n = linkMTU - 28 - metaroce.DataHeaderLenV2
+	}
+	if sealed {
+		n -= seal.Overhead
+	}
+	return n
+}
+
 var loop4 = netip.MustParseAddrPort("127.0.0.1:0")
 
-// Run measures raw UDP, the tunnel (and the plain endpoint if asked) and
-// the AEAD, and returns one row each.
+// Run measures every selected system at every link MTU and returns one row
+// per system and MTU (Variant "mtu-N"), then the AEAD's cost per packet at
+// each MTU. A system that cannot run here (wireguard-go without root) has
+// no row; the error then matches errNoNetns and says why, and the rows
+// measured are returned with it.
 func Run(ctx context.Context, o Options) ([]report.Row, error) {
 	o.defaults()
-	udpOpts := udp.Options{DisableGSO: o.DisableGSO, DisableGRO: o.DisableGRO, ReadBuffer: 4 << 20, WriteBuffer: 4 << 20}
-	// The raw baseline sends datagrams of the tunnel's size on the wire.
-	wire := o.MTU + metaroce.DataHeaderLen + seal.Overhead
-	load0 := loadAvg()
-	raw, err := RawUDP(ctx, udpOpts, wire, o.Duration)
-	if err != nil {
-		return nil, fmt.Errorf("datapath: raw udp: %w", err)
-	}
-	rows := []report.Row{raw.row("raw-udp", 0)}
-	rows[0].Note = fmt.Sprintf("%d-byte datagrams, gso=%v gro=%v", wire, raw.gso, raw.gro)
-
-	tun, err := Tunnel(ctx, o, udpOpts, true)
-	if err != nil {
-		return nil, fmt.Errorf("datapath: tunnel: %w", err)
-	}
-	r := tun.row("tunnel-"+o.Suite.String(), raw.bps)
-	r.Paths = o.Paths
-	r.Note = fmt.Sprintf("mtu %d, %d paths of %d KiB, gso=%v gro=%v, %d retransmits, %d timeouts",
-		o.MTU, o.Paths, o.WindowBytes>>10, tun.gso, tun.gro, tun.retx, tun.timeouts)
-	rows = append(rows, r)
-	if o.Plain {
-		pl, err := Tunnel(ctx, o, udpOpts, false)
-		if err != nil {
-			return nil, fmt.Errorf("datapath: plain: %w", err)
+	for _, m := range o.MTUs {
+		if m < MinMTU || m > MaxMTU {
+			return nil, fmt.Errorf("datapath: link MTU %d outside [%d, %d]", m, MinMTU, MaxMTU)
 		}
-		r := pl.row("netio-plain", raw.bps)
-		r.Paths = o.Paths
-		r.Note = fmt.Sprintf("no encryption; mtu %d, %d paths, %d retransmits, %d timeouts", o.MTU, o.Paths, pl.retx, pl.timeouts)
-		rows = append(rows, r)
 	}
-	sealNs, openNs, err := AEADCost(o.Suite, o.MTU+metaroce.DataHeaderLen, 200000)
-	if err != nil {
-		return nil, err
+	udpOpts := udp.Options{DisableGSO: o.DisableGSO, DisableGRO: o.DisableGRO, ReadBuffer: 4 << 20, WriteBuffer: 4 << 20}
+	var rows []report.Row
+	var skipped error
+	for _, mtu := range o.MTUs {
+		l := loopback(mtu)
+		where := "loopback"
+		if !o.Loopback {
+			nl, err := newLink(mtu)
+			switch {
+			case err == nil:
+				l, where = nl, "veth between two namespaces"
+			case errors.Is(err, errNoNetns):
+				skipped = err
+			default:
+				return rows, err
+			}
+		}
+		mrows, err := o.runMTU(ctx, l, udpOpts)
+		l.Close()
+		for i := range mrows {
+			mrows[i].Note = joinNote(mrows[i].Note, fmt.Sprintf("link mtu %d (%s)", mtu, where))
+		}
+		rows = append(rows, mrows...)
+		if errors.Is(err, errNoNetns) {
+			skipped = err
+		} else if err != nil {
+			return rows, err
+		}
 	}
-	// The machine may be shared: the load average says how much of it the
-	// measurement had.
-	rows[0].Note += fmt.Sprintf("; load average %s at start, %s at end", load0, loadAvg())
-	rows = append(rows,
-		report.Row{Scenario: "datapath", System: o.Suite.String() + "-seal", NsPerPacket: sealNs,
-			Note: fmt.Sprintf("%d-byte packets, one core", o.MTU+metaroce.DataHeaderLen)},
-		report.Row{Scenario: "datapath", System: o.Suite.String() + "-open", NsPerPacket: openNs,
-			Note: fmt.Sprintf("%d-byte packets, one core", o.MTU+metaroce.DataHeaderLen)})
-	return rows, nil
+	for _, mtu := range o.MTUs {
+		pt := PayloadMTU(mtu, true, o.WireVersion) + metaroce.DataHeaderLenV2
+		sealNs, openNs, err := AEADCost(o.Suite, pt, 100000)
+		if err != nil {
+			return rows, err
+		}
+		note := fmt.Sprintf("%d-byte packets, one core, wall clock", pt)
+		rows = append(rows,
+			report.Row{Scenario: "datapath", System: o.Suite.String() + "-seal", Variant: mtuVariant(mtu), NsPerPacket: sealNs, Note: note},
+			report.Row{Scenario: "datapath", System: o.Suite.String() + "-open", Variant: mtuVariant(mtu), NsPerPacket: openNs, Note: note})
+	}
+	return rows, skipped
+}
+
+func mtuVariant(mtu int) string { return fmt.Sprintf("mtu-%d", mtu) }
+
+func joinNote(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}
+
+// runMTU measures the selected systems on l, in the order of AllSystems.
+func (o *Options) runMTU(ctx context.Context, l *link, udpOpts udp.Options) ([]report.Row, error) {
+	var rows []report.Row
+	var floor float64
+	var skipped error
+	add := func(sys string, r Result, note string) {
+		row := r.row(sys)
+		row.Variant = mtuVariant(l.mtu)
+		row.Note = joinNote(note, row.Note)
+		if sys == SysFloor {
+			floor = row.CPUPerGbps
+		} else if floor > 0 && sys != SysRawUDP && row.CPUPerGbps > 0 {
+			row.Note = joinNote(fmt.Sprintf("%.2f × the floor's CPU per Gbit/s", row.CPUPerGbps/floor), row.Note)
+		}
+		rows = append(rows, row)
+	}
+	for _, sys := range append(append([]string{}, AllSystems...), SysPlain) {
+		if !o.has(sys) {
+			continue
+		}
+		load0 := loadAvg()
+		var r Result
+		var err error
+		var note string
+		switch sys {
+		case SysRawUDP:
+			r, err = RawUDP(ctx, l, udpOpts, o.Duration)
+			note = joinNote(fmt.Sprintf("%d-byte datagrams, gso=%v gro=%v", l.mtu-28, r.gso, r.gro), r.lossNote())
+		case SysFloor:
+			r, err = RawUDPAEAD(ctx, l, udpOpts, o.Suite, o.Duration)
+			note = joinNote(fmt.Sprintf("%s, %d-byte plaintext in %d-byte datagrams, gso=%v gro=%v", o.Suite, l.mtu-28-seal.Overhead, l.mtu-28, r.gso, r.gro), r.lossNote())
+		case SysMRGW, SysPlain:
+			sealed := sys == SysMRGW
+			r, err = Tunnel(ctx, *o, l, udpOpts, sealed)
+			note = fmt.Sprintf("wire v%d, payload %d, %d paths of %d KiB, gso=%v gro=%v, %.1f DATA per sendmmsg, %.1f per recvmmsg, %.3f acks per DATA, %d retransmits, %d timeouts",
+				r.wire, PayloadMTU(l.mtu, sealed, o.WireVersion), o.Paths, o.WindowBytes>>10, r.gso, r.gro, r.perWrite, r.perRead, r.ackRatio, r.retx, r.timeouts)
+			if r.kdrops >= 0 {
+				note += fmt.Sprintf(", %d datagrams dropped by the kernel (receive buffers full)", r.kdrops)
+			}
+			if sealed {
+				note = o.Suite.String() + ", " + note
+			} else {
+				note = "no encryption, " + note
+			}
+		case SysWireGuard:
+			r, err = WireGuard(ctx, l, udpOpts, o.Duration)
+			note = fmt.Sprintf("wg0 mtu %d, %d-byte datagrams through it, app sockets gso=%v gro=%v; CPU: both devices and the app's sockets",
+				l.mtu-WireGuardOverhead, l.mtu-WireGuardOverhead-28, r.gso, r.gro)
+			note = joinNote(note, r.lossNote())
+			if errors.Is(err, errNoNetns) {
+				skipped = err
+				continue
+			}
+		}
+		if err != nil {
+			return rows, fmt.Errorf("datapath: %s at link mtu %d: %w", sys, l.mtu, err)
+		}
+		add(sys, r, joinNote(note, fmt.Sprintf("load average %s → %s", load0, loadAvg())))
+	}
+	return rows, skipped
 }
 
 // Result is one throughput measurement.
 type Result struct {
 	bps       float64 // goodput, bits/s
 	cpu       float64 // CPU seconds per second
+	sys       float64 // of which in the kernel (system time)
 	allocs    float64 // per datagram
 	gso, gro  bool
 	retx      uint64 // retransmissions during the measurement
 	timeouts  uint64 // probe timeouts during the measurement
 	datagrams uint64
+	wire      int // mrgw's negotiated wire version
+	// ackRatio: datagrams B sent (acknowledgements) per datagram A sent
+	// (DATA), mrgw only.
+	ackRatio float64
+	// perWrite, perRead: DATA datagrams per sendmmsg at A and per recvmmsg
+	// at B (mrgw only).
+	perWrite, perRead float64
+	// kdrops: datagrams the kernel dropped for full receive buffers in
+	// either namespace during the measurement (-1: not known, loopback).
+	kdrops int64
+	// Baselines: datagrams sent during the measurement, and those taken
+	// as lost (never read within blastResync of the sender waiting).
+	sent, lost uint64
+}
+
+// lossNote describes a baseline's losses.
+func (r Result) lossNote() string {
+	if r.sent == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d datagrams sent, %.2f%% lost or later than %v", r.sent, 100*float64(r.lost)/float64(r.sent), blastResync)
 }
 
 // Bps returns the goodput in bits per second.
@@ -168,12 +343,11 @@ func (r Result) CPUPerGbps() float64 {
 // AllocsPerPacket returns heap allocations per datagram.
 func (r Result) AllocsPerPacket() float64 { return r.allocs }
 
-func (r Result) row(system string, raw float64) report.Row {
+func (r Result) row(system string) report.Row {
 	row := report.Row{Scenario: "datapath", System: system, GoodputBps: r.bps, CPUPerGbps: r.CPUPerGbps(),
 		AllocsPerPacket: r.allocs}
-	if raw > 0 {
-		row.RawUDPBps = raw
-		row.RatioToRawUDP = r.bps / raw
+	if r.cpu > 0 {
+		row.Note = fmt.Sprintf("%.0f%% of the CPU in the kernel", 100*r.sys/r.cpu)
 	}
 	return row
 }
@@ -182,6 +356,7 @@ func (r Result) row(system string, raw float64) report.Row {
 type meter struct {
 	wall    time.Time
 	cpu     time.Duration
+	sys     time.Duration
 	mallocs uint64
 }
 
@@ -193,87 +368,20 @@ func sample() meter {
 	return meter{
 		wall:    time.Now(),
 		cpu:     time.Duration(ru.Utime.Nano() + ru.Stime.Nano()),
+		sys:     time.Duration(ru.Stime.Nano()),
 		mallocs: ms.Mallocs,
 	}
 }
 
-// RawUDP sends size-byte datagrams in batches of 64 (GSO where allowed)
-// from one netio/udp socket to another for d and returns the payload rate
-// the receiver got.
-func RawUDP(ctx context.Context, opts udp.Options, size int, d time.Duration) (Result, error) {
-	tx, err := udp.Listen(loop4, opts)
-	if err != nil {
-		return Result{}, err
-	}
-	defer tx.Close()
-	rx, err := udp.Listen(loop4, opts)
-	if err != nil {
-		return Result{}, err
-	}
-	var got atomic.Uint64
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		msgs := make([]udp.Message, 64)
-		for i := range msgs {
-			msgs[i].Buf = make([]byte, size+64)
-		}
-		for {
-			n, err := rx.ReadBatch(msgs)
-			if err != nil {
-				return // closed
-			}
-			var b uint64
-			for _, m := range msgs[:n] {
-				b += uint64(m.N)
-			}
-			got.Add(b)
-		}
-	}()
-	msgs := make([]udp.Message, 64)
-	for i := range msgs {
-		msgs[i] = udp.Message{Buf: make([]byte, size), N: size, Addr: rx.LocalAddr()}
-	}
-	warm := time.Now().Add(d / 5)
-	var m0 meter
-	var b0 uint64
-	started := false
-	end := warm.Add(d)
-	for {
-		now := time.Now()
-		if !started && now.After(warm) {
-			m0, b0, started = sample(), got.Load(), true
-		}
-		if now.After(end) || ctx.Err() != nil {
-			break
-		}
-		if _, err := tx.WriteBatch(msgs); err != nil && !errors.Is(err, syscall.ENOBUFS) {
-			rx.Close()
-			wg.Wait()
-			return Result{}, err
-		}
-	}
-	m1, b1 := sample(), got.Load()
-	rx.Close()
-	wg.Wait()
-	if err := ctx.Err(); err != nil {
-		return Result{}, err
-	}
-	secs := m1.wall.Sub(m0.wall).Seconds()
-	st := tx.Stats()
-	return Result{
-		bps: float64(units.Throughput(float64(b1-b0), secs)), cpu: (m1.cpu - m0.cpu).Seconds() / secs,
-		gso: st.GSO, gro: rx.Stats().GRO,
-	}, nil
-}
-
-// Tunnel measures one MetaRoCE connection between two tunnels on loopback
-// (or two plain netio endpoints when sealed is false): WRITEs of
-// MessageBytes kept queued from the event callback, goodput counted from
-// send completions (the bytes are in the receiver's memory).
-func Tunnel(ctx context.Context, o Options, udpOpts udp.Options, sealed bool) (Result, error) {
+// Tunnel measures one MetaRoCE connection between two tunnels on l (or two
+// plain netio endpoints when sealed is false), A in site A and B in site
+// B: WRITEs of MessageBytes kept queued from the event callback, goodput
+// counted from send completions (the bytes are in the receiver's memory).
+// The payload per datagram is PayloadMTU of the link's MTU; both ends
+// speak only Options.WireVersion.
+func Tunnel(ctx context.Context, o Options, l *link, udpOpts udp.Options, sealed bool) (Result, error) {
 	o.defaults()
+	mtu := PayloadMTU(l.mtu, sealed, o.WireVersion)
 	proto := func(listen bool) metaroce.Config {
 		// Loopback's round trip is scheduling: on a shared machine a
 		// goroutine may wait tens of milliseconds for a core, and a probe
@@ -281,7 +389,8 @@ func Tunnel(ctx context.Context, o Options, udpOpts udp.Options, sealed bool) (R
 		// only late (each costing a path's window in retransmissions).
 		pc := pathmgr.DefaultConfig()
 		pc.MinPTO, pc.MaxAckDelay = 50*time.Millisecond, 2*time.Millisecond
-		return metaroce.Config{MTU: o.MTU, Paths: o.Paths, Listen: listen, Seed: 1, CC: cc.NewFixed(o.WindowBytes, 0), Path: pc}
+		return metaroce.Config{MTU: mtu, Paths: o.Paths, Listen: listen, Seed: 1, CC: cc.NewFixed(o.WindowBytes, 0), Path: pc,
+			WireVersions: []uint8{o.WireVersion}}
 	}
 	var done atomic.Uint64
 	src := make([]byte, o.MessageBytes)
@@ -312,7 +421,7 @@ func Tunnel(ctx context.Context, o Options, udpOpts udp.Options, sealed bool) (R
 		}
 	}()
 	if sealed {
-		ta, tb, stop, err := tunnels(ctx, proto, udpOpts, o.Suite, o.Senders, onA)
+		ta, tb, stop, err := tunnels(ctx, proto, l, udpOpts, o.Suite, o.Senders, onA)
 		if err != nil {
 			return Result{}, err
 		}
@@ -320,11 +429,12 @@ func Tunnel(ctx context.Context, o Options, udpOpts udp.Options, sealed bool) (R
 		a, b = ta.Endpoint(), tb.Endpoint()
 	} else {
 		var err error
-		if b, err = netio.New(netio.Config{Protocol: proto(true), Listen: loop4, UDP: udpOpts, TxSenders: o.Senders}); err != nil {
+		ua, ub := siteUDP(l, udpOpts)
+		if b, err = netio.New(netio.Config{Protocol: proto(true), Listen: netip.AddrPortFrom(l.addr[1], 0), UDP: ub, TxSenders: o.Senders}); err != nil {
 			return Result{}, err
 		}
 		cleanup = append(cleanup, func() { b.Close() })
-		if a, err = netio.New(netio.Config{Protocol: proto(false), Listen: loop4, UDP: udpOpts, OnEvent: onA, TxSenders: o.Senders,
+		if a, err = netio.New(netio.Config{Protocol: proto(false), Listen: netip.AddrPortFrom(l.addr[0], 0), UDP: ua, OnEvent: onA, TxSenders: o.Senders,
 			Peers: []netio.Peer{{ID: tunnel.PeerID, Addr: b.LocalAddr()}}}); err != nil {
 			return Result{}, err
 		}
@@ -346,28 +456,50 @@ func Tunnel(ctx context.Context, o Options, udpOpts udp.Options, sealed bool) (R
 	if err := sleep(ctx, o.Duration/5); err != nil {
 		return Result{}, err
 	}
+	wire := 0
 	conn := func() (retx, timeouts uint64) {
 		a.Call(ctx, func(time.Duration, *metaroce.Endpoint) {
 			if sender != nil {
 				retx, timeouts = sender.Stats.Retransmits, sender.Stats.Timeouts
+				wire = sender.WireVersion()
 			}
 		})
 		return retx, timeouts
 	}
 	retx0, to0 := conn()
+	drops0A, _ := l.rcvbufErrors(0)
+	drops0B, dropsOK := l.rcvbufErrors(1)
 	m0, d0 := sample(), done.Load()
-	pkts0 := a.Stats().TxDatagrams + b.Stats().TxDatagrams
+	sa0, sb0 := a.Stats(), b.Stats()
+	pkts0 := sa0.TxDatagrams + sb0.TxDatagrams
 	if err := sleep(ctx, o.Duration); err != nil {
 		return Result{}, err
 	}
 	m1, d1 := sample(), done.Load()
 	sa, sb := a.Stats(), b.Stats()
 	pkts := sa.TxDatagrams + sb.TxDatagrams - pkts0
+	dataOut, acksOut := sa.TxDatagrams-sa0.TxDatagrams, sb.TxDatagrams-sb0.TxDatagrams
 	retx1, to1 := conn()
+	drops1A, _ := l.rcvbufErrors(0)
+	drops1B, _ := l.rcvbufErrors(1)
 	secs := m1.wall.Sub(m0.wall).Seconds()
 	r := Result{
-		bps: float64(units.Throughput(float64(d1-d0), secs)), cpu: (m1.cpu - m0.cpu).Seconds() / secs,
-		gso: sa.GSO, gro: sb.GRO, retx: retx1 - retx0, timeouts: to1 - to0, datagrams: pkts,
+		bps: float64(units.Throughput(float64(d1-d0), secs)), cpu: (m1.cpu - m0.cpu).Seconds() / secs, sys: (m1.sys - m0.sys).Seconds() / secs,
+		gso: sa.GSO, gro: sb.GRO, retx: retx1 - retx0, timeouts: to1 - to0, datagrams: pkts, wire: wire,
+	}
+	if dataOut > 0 {
+		r.ackRatio = float64(acksOut) / float64(dataOut)
+	}
+	if dropsOK {
+		r.kdrops = int64(drops1A - drops0A + drops1B - drops0B)
+	} else {
+		r.kdrops = -1
+	}
+	if w := sa.TxWrites - sa0.TxWrites; w > 0 {
+		r.perWrite = float64(dataOut) / float64(w)
+	}
+	if rd := sb.RxReads - sb0.RxReads; rd > 0 {
+		r.perRead = float64(sb.RxDatagrams-sb0.RxDatagrams) / float64(rd)
 	}
 	if pkts > 0 {
 		r.allocs = float64(m1.mallocs-m0.mallocs) / float64(pkts)
@@ -401,9 +533,17 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// siteUDP returns the socket options of site A's and site B's endpoint:
+// their sockets open in their namespaces.
+func siteUDP(l *link, o udp.Options) (a, b udp.Options) {
+	a, b = o, o
+	a.ListenUDP, b.ListenUDP = l.listenUDP(0), l.listenUDP(1)
+	return a, b
+}
+
 // tunnels builds two gateways' tunnels over an in-process CA and control
 // session on loopback.
-func tunnels(ctx context.Context, proto func(bool) metaroce.Config, udpOpts udp.Options, suite seal.Suite, senders int,
+func tunnels(ctx context.Context, proto func(bool) metaroce.Config, l *link, udpOpts udp.Options, suite seal.Suite, senders int,
 	onA func(time.Duration, metaroce.Event)) (a, b *tunnel.Tunnel, stop func(), err error) {
 	var stops []func()
 	stop = func() {
@@ -422,13 +562,14 @@ func tunnels(ctx context.Context, proto func(bool) metaroce.Config, udpOpts udp.
 		return nil, nil, nil, err
 	}
 	stops = append(stops, sp.Close)
-	b, err = tunnel.New(sp.B, tunnel.Config{Protocol: proto(true), Listen: loop4, Suite: suite, UDP: udpOpts, Router: rb,
+	ua, ub := siteUDP(l, udpOpts)
+	b, err = tunnel.New(sp.B, tunnel.Config{Protocol: proto(true), Listen: netip.AddrPortFrom(l.addr[1], 0), Suite: suite, UDP: ub, Router: rb,
 		TxSenders: senders})
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	stops = append(stops, func() { b.Close() })
-	a, err = tunnel.New(sp.A, tunnel.Config{Protocol: proto(false), Listen: loop4, Suite: suite, UDP: udpOpts,
+	a, err = tunnel.New(sp.A, tunnel.Config{Protocol: proto(false), Listen: netip.AddrPortFrom(l.addr[0], 0), Suite: suite, UDP: ua,
 		Router: ra, PeerAddr: b.LocalAddr(), OnEvent: onA, TxSenders: senders})
 	if err != nil {
 		return nil, nil, nil, err

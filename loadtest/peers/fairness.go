@@ -584,7 +584,7 @@ func fairMRGW(ctx context.Context, l Link, rtts []time.Duration, o Options) (fai
 		})
 	}
 	if n := em.Stats().Truncated; n > 0 {
-		return r, fmt.Errorf("peers: %d datagrams larger than the %d-byte IP MTU", n, ipMTU)
+		return r, fmt.Errorf("peers: %d datagrams larger than the %d-byte IP MTU", n, l.IPMTU())
 	}
 	return r, nil
 }

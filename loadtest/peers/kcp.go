@@ -15,13 +15,19 @@ import (
 	"github.com/mrgw/mrgw/netem"
 )
 
-const kcpMTU = 1400
+// kcpMTU is kcp-go's datagram size on l: 1400 (kcptun's default) on a
+// 1500-byte link, the link's IP MTU less 100 on smaller ones; kcp-go takes
+// no more than 1472 bytes (its maxPacketSize), so jumbo frames do not help
+// it.
+func kcpMTU(l Link) int {
+	return min(1400, l.IPMTU()-100)
+}
 
 // kcpTune applies kcptun's "fast3" settings (nodelay, 10 ms interval, fast
 // resend after 2 duplicate acks, no congestion window) with windows of
 // 1.25 BDP in packets (at least 128, at most 32768).
 func kcpTune(s *kcp.UDPSession, l Link) {
-	wnd := int(math.Ceil(1.25 * l.BDP() / kcpMTU))
+	wnd := int(math.Ceil(1.25 * l.BDP() / float64(kcpMTU(l))))
 	wnd = min(max(wnd, 128), 32768)
 	s.SetNoDelay(1, 10, 2, 1)
 	s.SetWindowSize(wnd, wnd)
@@ -29,7 +35,7 @@ func kcpTune(s *kcp.UDPSession, l Link) {
 	// segments); kcp-go marks the setter deprecated without a replacement.
 	s.SetStreamMode(true) //lint:ignore SA1019 no other way to enable stream mode
 	s.SetWriteDelay(false)
-	s.SetMtu(kcpMTU)
+	s.SetMtu(kcpMTU(l))
 	_ = s.SetReadBuffer(8 << 20)
 	_ = s.SetWriteBuffer(8 << 20)
 }

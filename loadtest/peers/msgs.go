@@ -214,7 +214,7 @@ func tunnelTimer(ctx context.Context, rocev2 bool, l Link, o Options, maxLen int
 			}
 		}
 	}
-	p, err := newTunnelPair(ctx, emuNet{em}, protoA, protoB, onA, onB)
+	p, err := newTunnelPair(ctx, emuNet{em, l.IPMTU()}, protoA, protoB, onA, onB)
 	if err != nil {
 		em.Close()
 		return nil, err

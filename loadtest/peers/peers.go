@@ -123,6 +123,8 @@ const (
 	DefaultMRGWCC      = "longrtt-htcp"
 	DefaultPaths       = 16
 	DefaultQuicStreams = 8
+	// DefaultMTU is the IP MTU of every system by default (Options.MTU).
+	DefaultMTU = 1500
 )
 
 // Defaults of the loss-sweep grid.
@@ -173,6 +175,12 @@ type Options struct {
 	MRGWExtraCC string
 	// Seed seeds the emulators (ECMP hash, loss).
 	Seed uint64
+	// MTU is the IP MTU of every system (default 1500; 9000 for a DCI
+	// link's jumbo frames): tunemu's TUN devices and netem's largest
+	// datagram and MTU clamp are set to it, mrgw and rocev2 fill it, TCP's
+	// MSS follows it. kcp-go and quic-go cannot use more than 1472 and
+	// 1452 bytes of UDP payload, and their rows say so.
+	MTU int
 	// Quick shortens everything for tests (1 s runs, 0.5 s warm-up, small
 	// messages).
 	Quick bool
@@ -237,6 +245,9 @@ func (o Options) withDefaults() Options {
 	if o.Paths <= 0 {
 		o.Paths = DefaultPaths
 	}
+	if o.MTU == 0 {
+		o.MTU = DefaultMTU
+	}
 	return o
 }
 
@@ -265,6 +276,17 @@ type Link struct {
 	QueueBytes   int
 	ECNThreshold int
 	Seed         uint64
+	// MTU is the IP MTU of every system's packets (0: DefaultMTU): the TUN
+	// devices' MTU and the largest datagram the UDP emulator takes.
+	MTU int
+}
+
+// IPMTU is the link's IP MTU.
+func (l Link) IPMTU() int {
+	if l.MTU == 0 {
+		return DefaultMTU
+	}
+	return l.MTU
 }
 
 // link builds the Link of a scenario point from the options.
@@ -272,7 +294,7 @@ func (o *Options) link(planes int, capacity float64, rtt time.Duration, loss flo
 	per := capacity / float64(planes)
 	bdp := units.BitRate(per).Bytes().BytesIn(rtt)
 	l := Link{Planes: planes, RateBps: per, RTT: rtt, Loss: loss, Seed: o.Seed + 1,
-		QueueBytes: max(64<<10, int(o.QueueBDP*bdp))}
+		QueueBytes: max(64<<10, int(o.QueueBDP*bdp)), MTU: o.MTU}
 	if o.ECNBDP > 0 {
 		l.ECNThreshold = max(16<<10, int(o.ECNBDP*bdp))
 	}
@@ -292,12 +314,15 @@ func (l Link) emuLink() netem.LinkConfig {
 
 func (l Link) emuConfig() netem.Config {
 	// A datagram that would not fit the IP MTU the TCP and QUIC peers get
-	// is truncated and counted by emu, and the run fails (tunnelBulk).
-	return netem.Config{Planes: l.Planes, Seed: l.Seed, Link: l.emuLink(), MaxDatagram: ipMTU - 28}
+	// is truncated and counted by emu, and the run fails (tunnelBulk);
+	// the planes clamp at the same MTU.
+	lc := l.emuLink()
+	lc.MTU = l.IPMTU()
+	return netem.Config{Planes: l.Planes, Seed: l.Seed, Link: lc, MaxDatagram: l.IPMTU() - 28}
 }
 
 func (l Link) tunConfig() tunemu.Config {
-	return tunemu.Config{Planes: l.Planes, Seed: l.Seed, Link: l.emuLink(),
+	return tunemu.Config{Planes: l.Planes, Seed: l.Seed, Link: l.emuLink(), MTU: l.IPMTU(),
 		Sysctls: map[string]string{"net.ipv4.tcp_ecn": "1"}}
 }
 
@@ -406,6 +431,15 @@ func row(scenario string, p Peer, l Link, r Result) report.Row {
 		RTTms: float64(l.RTT) / 1e6, Loss: l.Loss, Streams: p.Streams,
 		CapacityBps: l.Capacity(), GoodputBps: r.GoodputBps, Fraction: r.GoodputBps / l.Capacity(),
 		Retransmits: r.Retransmits, Emulator: r.Emulator, Note: r.Note,
+	}
+	if l.IPMTU() != DefaultMTU {
+		rw.Note = joinNote(fmt.Sprintf("ip mtu %d", l.IPMTU()), rw.Note)
+		switch p.System {
+		case KCP:
+			rw.Note = joinNote(rw.Note, fmt.Sprintf("kcp-go sends at most %d-byte datagrams", kcpMTU(l)))
+		case QUIC:
+			rw.Note = joinNote(rw.Note, "quic-go sends at most 1452-byte datagrams")
+		}
 	}
 	if p.System == RoCEv2 {
 		rw.Paths = 1

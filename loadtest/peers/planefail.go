@@ -413,7 +413,7 @@ func pfMRGW(ctx context.Context, l Link, o Options, tl timeline) (pfResult, erro
 	var got atomic.Uint64
 	tr := bulk.New(src, bulk.Options{Outstanding: bulkOutstanding(l), FailedOutOfOrder: true,
 		OnComplete: func(ev metaroce.Event, _ uint64) { got.Add(ev.Len) }})
-	p, err := newTunnelPair(ctx, emuNet{em}, protoA, protoB, tr.Sender, tr.Receiver)
+	p, err := newTunnelPair(ctx, emuNet{em, l.IPMTU()}, protoA, protoB, tr.Sender, tr.Receiver)
 	if err != nil {
 		return pfResult{}, err
 	}
@@ -454,7 +454,7 @@ func pfMRGW(ctx context.Context, l Link, o Options, tl timeline) (pfResult, erro
 	st := em.Stats()
 	r.downDrops = st.Links[netem.AtoB][plane].DownDrops + st.Links[netem.BtoA][plane].DownDrops
 	if st.Truncated > 0 {
-		return r, fmt.Errorf("peers: %d datagrams larger than the %d-byte IP MTU", st.Truncated, ipMTU)
+		return r, fmt.Errorf("peers: %d datagrams larger than the %d-byte IP MTU", st.Truncated, l.IPMTU())
 	}
 	if r.downDrops == 0 {
 		return r, errors.New("the failed plane dropped nothing: the failure was not exercised")

@@ -33,25 +33,25 @@ const CCFixed = "fixed-1.5bdp"
 // the pacer without a controller.
 const CCFixedPaced = "fixed-1.5bdp-paced"
 
-// ipMTU is the IP MTU every system gets: tunemu's TUN devices carry TCP
-// and QUIC in 1500-byte IP packets, so mrgw's sealed datagram fits one too.
-const ipMTU = 1500
-
 // mrgwMTU is the MetaRoCE payload per datagram on the WAN: the largest
-// whose sealed datagram fits ipMTU (IPv4 and UDP headers 28 bytes, AEAD
-// envelope seal.Overhead, DATA header metaroce.DataHeaderLen): 1368 bytes
-// of payload in a 1472-byte UDP payload, where TCP carries 1448 (with
-// timestamps). As emu and tunemu charge a datagram's UDP payload (a TCP
-// segment its IP length less 28), the ceilings of goodput over capacity
-// are 1368/1472 = 0.929 for mrgw and 1448/1472 = 0.984 for TCP.
-const mrgwMTU = ipMTU - 28 - seal.Overhead - metaroce.DataHeaderLen
+// whose sealed datagram fits the link's IP MTU (IPv4 and UDP headers 28
+// bytes, AEAD envelope seal.Overhead, DATA header metaroce.DataHeaderLen).
+// At 1500 that is 1368 bytes of payload in a 1472-byte UDP payload, where
+// TCP carries 1448 (with timestamps). As emu and tunemu charge a
+// datagram's UDP payload (a TCP segment its IP length less 28), the
+// ceilings of goodput over capacity are 1368/1472 = 0.929 for mrgw and
+// 1448/1472 = 0.984 for TCP; at 9000, 8868/8972 = 0.988 and 8948/8972 =
+// 0.997.
+func (l Link) mrgwMTU() int {
+	return l.IPMTU() - 28 - seal.Overhead - metaroce.DataHeaderLen
+}
 
 // protocol returns the MetaRoCE configuration of one tunnel end and the
 // name of its controller.
 func protocol(rocev2 bool, l Link, o Options, listen bool) (metaroce.Config, string, error) {
 	capacity := l.Capacity()
 	cfg := metaroce.Config{
-		MTU: mrgwMTU, Paths: o.Paths, Listen: listen, Seed: 7,
+		MTU: l.mrgwMTU(), Paths: o.Paths, Listen: listen, Seed: 7,
 		MaxAckDelay: 2 * time.Millisecond,
 		// A late driver catches up half a round trip of pacing (see
 		// metaroce.Config.PacingCatchUp): this process also runs the
@@ -71,7 +71,7 @@ func protocol(rocev2 bool, l Link, o Options, listen bool) (metaroce.Config, str
 	// the simulator, the same overdrive takes longrtt-htcp from 0.95 to
 	// 0.86 of capacity at 50 ms. So the capacity is stated in the unit the
 	// controller counts.
-	capacity *= protoShare(mrgwMTU)
+	capacity *= protoShare(l.mrgwMTU())
 	var name string
 	if rocev2 {
 		cfg.Mode = metaroce.ModeRoCEv2
@@ -132,7 +132,10 @@ type tunnelNet interface {
 
 // emuNet is the UDP relay: gateways on 127.0.0.1, each reached through
 // the relay's stand-in address for it.
-type emuNet struct{ em *netem.Emulator }
+type emuNet struct {
+	em  *netem.Emulator
+	mtu int // the link's IP MTU
+}
 
 func (n emuNet) site(netem.Site) (netip.AddrPort, udp.Options) {
 	return netip.MustParseAddrPort("127.0.0.1:0"), udp.Options{ReadBuffer: 8 << 20, WriteBuffer: 8 << 20}
@@ -153,7 +156,7 @@ func (n emuNet) linkStats() (ab, ba netem.LinkStats, late netem.Lateness) {
 
 func (n emuNet) check() error {
 	if k := n.em.Stats().Truncated; k > 0 {
-		return fmt.Errorf("peers: %d datagrams larger than the %d-byte IP MTU", k, ipMTU)
+		return fmt.Errorf("peers: %d datagrams larger than the %d-byte IP MTU", k, n.mtu)
 	}
 	return nil
 }
@@ -414,7 +417,7 @@ func (o *Options) tunnelNet(ctx context.Context, l Link) (tunnelNet, string, fun
 	if err != nil {
 		return nil, "", nil, err
 	}
-	return emuNet{em}, EmuUDP, func() { em.Close() }, nil
+	return emuNet{em, l.IPMTU()}, EmuUDP, func() { em.Close() }, nil
 }
 
 // traceSnap is one sample of a tunnel bulk run's counters.
