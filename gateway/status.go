@@ -5,6 +5,7 @@ package gateway
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/mrgw/mrgw/region"
 	"log/slog"
 	"net/http"
 	"time"
@@ -242,6 +243,26 @@ func (g *Gateway) snapshot(prev *rateState) {
 			}
 		}
 	}
+	g.syncPlaneDrops()
+	g.syncLANDrops()
+	g.syncControlDrops()
+	view := g.cluster.View()
+	gs := g.cluster.Stats()
+	g.metrics.SyncGossip(gs.DatagramsDropped, gs.Refused)
+	g.syncMembership(st, view, peerList)
+	st.Unseen = g.unseenGateways(view)
+	if len(st.Unseen) > 0 {
+		g.peerRefusals.Warn("unseen", "gateways listed under regions have never been seen in gossip", "gateways", st.Unseen)
+	}
+	g.metrics.MemoryBufferedBytes.Set(float64(st.Memory.InUse))
+	g.metrics.HostFlowsActive.Set(float64(st.Flows.Active))
+	st.Ready = g.ready(st)
+	g.status.Store(st)
+}
+
+// syncPlaneDrops folds every plane socket's drops, by reason, into
+// mrgw_wan_datagrams_dropped_total.
+func (g *Gateway) syncPlaneDrops() {
 	for _, d := range g.ep.PlaneDrops() {
 		if d.Plane < 0 || d.Plane >= len(g.planes) {
 			continue
@@ -261,11 +282,11 @@ func (g *Gateway) snapshot(prev *rateState) {
 			}
 		}
 	}
-	g.syncLANDrops()
-	g.syncControlDrops()
-	view := g.cluster.View()
-	gs := g.cluster.Stats()
-	g.metrics.SyncGossip(gs.DatagramsDropped, gs.Refused)
+}
+
+// syncMembership lists gossip's members in st and sets the per-region
+// alive and reachable gauges.
+func (g *Gateway) syncMembership(st *Status, view region.View, peerList []*wanPeer) {
 	reach := map[string]bool{}
 	for reg, gws := range view.Regions {
 		alive := 0
@@ -288,14 +309,6 @@ func (g *Gateway) snapshot(prev *rateState) {
 			g.metrics.SetRegionReachable(p.region, reach[p.region])
 		}
 	}
-	st.Unseen = g.unseenGateways(view)
-	if len(st.Unseen) > 0 {
-		g.peerRefusals.Warn("unseen", "gateways listed under regions have never been seen in gossip", "gateways", st.Unseen)
-	}
-	g.metrics.MemoryBufferedBytes.Set(float64(st.Memory.InUse))
-	g.metrics.HostFlowsActive.Set(float64(st.Flows.Active))
-	st.Ready = g.ready(st)
-	g.status.Store(st)
 }
 
 // ready: gossip joined, not draining, and a WAN connection up to at least

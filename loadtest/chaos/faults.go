@@ -122,37 +122,7 @@ func (r *run) inject(ctx context.Context, kind string) Injection {
 			fail("the reload back was not counted as ok on %s", gw.name)
 		}
 	case FaultHUPBad:
-		v := []cfgVariant{variantBadParse, variantBadValue, variantBadLive}[r.rng.IntN(3)]
-		what := map[cfgVariant]string{variantBadParse: "not YAML", variantBadValue: "wan.key_rotation: 5", variantBadLive: "restart-only wan.mtu changed"}[v]
-		in.Target = gw.name + " (" + what + ")"
-		inv, _ := gw.metric(ctx, "mrgw_config_reloads_total", `result="invalid"`)
-		ref, _ := gw.metric(ctx, "mrgw_config_reloads_total", `result="refused"`)
-		if err := r.reload(gw, v); err != nil {
-			fail("%v", err)
-		}
-		r.say("%s: %s sent SIGHUP with a bad file: %s", kind, gw.name, what)
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			i2, _ := gw.metric(ctx, "mrgw_config_reloads_total", `result="invalid"`)
-			f2, _ := gw.metric(ctx, "mrgw_config_reloads_total", `result="refused"`)
-			if i2+f2 > inv+ref {
-				break
-			}
-			if time.Now().After(deadline) {
-				fail("the bad reload was not counted as invalid or refused on %s", gw.name)
-				break
-			}
-			sleepCtx(ctx, 100*time.Millisecond)
-		}
-		// The file goes back to the running configuration (not reloaded:
-		// nothing changed), so that a later restart starts from it.
-		if err := r.cl.writeConfig(gw, variantBase); err != nil {
-			fail("%v", err)
-		}
-		sleepCtx(ctx, time.Second)
-		if !gw.running() {
-			fail("%s exited after a bad reload", gw.name)
-		}
+		r.hupBad(ctx, gw, &in, fail)
 	case FaultHostKill:
 		in.Target = "a-proc"
 		inc := 0
@@ -334,4 +304,42 @@ func (r *run) recover(ctx context.Context, in *Injection) {
 		r.addErr("after restarting %v: %v", restarted, err)
 	}
 	r.say("restarted %v: the deployment was not ready %v after the fault was cleared", restarted, r.o.RecoverBound)
+}
+
+// hupBad sends a gateway SIGHUP with a bad file (not YAML, an invalid
+// value, or a restart-only key changed) and checks that the reload is
+// counted as invalid or refused and the gateway keeps running.
+func (r *run) hupBad(ctx context.Context, gw *gwProc, in *Injection, fail func(string, ...any)) {
+	kind := in.Fault
+	v := []cfgVariant{variantBadParse, variantBadValue, variantBadLive}[r.rng.IntN(3)]
+	what := map[cfgVariant]string{variantBadParse: "not YAML", variantBadValue: "wan.key_rotation: 5", variantBadLive: "restart-only wan.mtu changed"}[v]
+	in.Target = gw.name + " (" + what + ")"
+	inv, _ := gw.metric(ctx, "mrgw_config_reloads_total", `result="invalid"`)
+	ref, _ := gw.metric(ctx, "mrgw_config_reloads_total", `result="refused"`)
+	if err := r.reload(gw, v); err != nil {
+		fail("%v", err)
+	}
+	r.say("%s: %s sent SIGHUP with a bad file: %s", kind, gw.name, what)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		i2, _ := gw.metric(ctx, "mrgw_config_reloads_total", `result="invalid"`)
+		f2, _ := gw.metric(ctx, "mrgw_config_reloads_total", `result="refused"`)
+		if i2+f2 > inv+ref {
+			break
+		}
+		if time.Now().After(deadline) {
+			fail("the bad reload was not counted as invalid or refused on %s", gw.name)
+			break
+		}
+		sleepCtx(ctx, 100*time.Millisecond)
+	}
+	// The file goes back to the running configuration (not reloaded:
+	// nothing changed), so that a later restart starts from it.
+	if err := r.cl.writeConfig(gw, variantBase); err != nil {
+		fail("%v", err)
+	}
+	sleepCtx(ctx, time.Second)
+	if !gw.running() {
+		fail("%s exited after a bad reload", gw.name)
+	}
 }

@@ -20,6 +20,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/mrgw/mrgw/config"
+	"github.com/mrgw/mrgw/gateway"
+	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/units"
 	"io"
 	"log/slog"
@@ -292,30 +295,116 @@ func Run(ctx context.Context, o Options) ([]Row, error) {
 	return rows, nil
 }
 
-func runTarget(ctx context.Context, o *Options, target string) (row Row) {
-	row = Row{Target: target, Unit: "datagrams", DroppedCounted: map[string]uint64{}}
-	fail := func(err error) Row {
+// targetRun is one target's flood: the lab with a transfer in flight,
+// the flooded gateway, the flooder, and the counters taken before it.
+type targetRun struct {
+	o      *Options
+	target string
+	row    *Row
+
+	l      *lab.Lab
+	tr     *transfer
+	g      *gateway.Gateway
+	cfg    *config.Config
+	gwAddr netip.AddrPort
+
+	dst netip.AddrPort
+	uf  *udpFlood
+	cf  *connFlood
+	mon *monitor
+
+	// Before the flood (baseline).
+	before   counters
+	gBefore  map[string]uint64
+	pBefore  metaroce.EndpointStats
+	kBefore  uint64
+	ovBefore uint64
+	kErr     error
+	aBefore  gateway.AdmissionStatus
+	t0       time.Time
+}
+
+// runTarget floods one target with the transfer in flight and returns its
+// row: setup, aim, baseline, the flood with its probes, accounting and
+// the transfer's goodput around it.
+func runTarget(ctx context.Context, o *Options, target string) Row {
+	row := Row{Target: target, Unit: "datagrams", DroppedCounted: map[string]uint64{}}
+	r := &targetRun{o: o, target: target, row: &row}
+	defer r.close()
+	if err := r.setup(ctx); err != nil {
 		row.Error = err.Error()
 		o.say("  %s: %v", target, err)
 		return row
 	}
+	r.aim()
+	fctx, fcancel := context.WithCancel(ctx)
+	defer fcancel()
+	mon := newMonitor(r.l.Gateways, 100*time.Millisecond, func(rss float64, gor int) string {
+		switch {
+		case rss > o.MaxRSSMB:
+			return fmt.Sprintf("RSS %.0f MiB above %.0f", rss, o.MaxRSSMB)
+		case gor > o.MaxGoroutines:
+			return fmt.Sprintf("%d goroutines above %d", gor, o.MaxGoroutines)
+		}
+		return ""
+	}, func(why string) {
+		o.say("  aborting the flood: %s", why)
+		fcancel()
+	})
+	defer mon.stop()
+	r.mon = mon
+
+	r.baseline(ctx)
+	probes := r.startProbes(fctx)
+	took := r.flood(fctx)
+	t1 := time.Now()
+	t0 := r.t0
+	if sec := took.Seconds(); sec > 0 {
+		row.FloodSeconds = sec
+		row.RatePPS = float64(row.DatagramsSent) / sec
+	}
+	o.say("  sent %d %s in %.1f s (%.0f/s); %v after", row.DatagramsSent, row.Unit, took.Seconds(), row.RatePPS, o.After)
+	// The probes finish (each bounded by its timeout) before the window
+	// after the flood is measured.
+	probes.Wait()
+	sleep(ctx, o.After)
+	t2 := time.Now()
+	mon.record(false)
+	r.account()
+	r.finish(t0, t1, t2)
+	return row
+}
+
+func (r *targetRun) close() {
+	if r.tr != nil {
+		r.tr.close()
+	}
+	if r.l != nil {
+		r.l.Close()
+	}
+}
+
+// setup starts the lab and a transfer, and finds the gateway it enters at
+// (the one flooded).
+func (r *targetRun) setup(ctx context.Context) error {
+	o, row := r.o, r.row
 	l, err := lab.New(ctx, lab.Config{Admin: true, RateBps: uint64(o.RateMbit * 1e6), Logger: o.Logger})
 	if err != nil {
-		return fail(err)
+		return err
 	}
-	defer l.Close()
+	r.l = l
 	l.Start()
 	rctx, rcancel := context.WithTimeout(ctx, 60*time.Second)
 	err = l.WaitReady(rctx)
 	rcancel()
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	tr, err := startTransfer(ctx, l, o.MessageSize, o.Logger)
 	if err != nil {
-		return fail(err)
+		return err
 	}
-	defer tr.close()
+	r.tr = tr
 	// The flooded gateway is the one carrying the transfer at its source.
 	gwAddr := tr.flow.Gateway()
 	for n, c := range l.Configs {
@@ -324,11 +413,16 @@ func runTarget(ctx context.Context, o *Options, target string) (row Row) {
 		}
 	}
 	if row.Gateway == "" {
-		return fail(fmt.Errorf("flood: no gateway listens on %v", gwAddr))
+		return (fmt.Errorf("flood: no gateway listens on %v", gwAddr))
 	}
-	g := l.Gateways[row.Gateway]
-	cfg := l.Configs[row.Gateway]
+	r.g, r.cfg, r.gwAddr = l.Gateways[row.Gateway], l.Configs[row.Gateway], gwAddr
 
+	return nil
+}
+
+// aim points the flooder at the target's socket.
+func (r *targetRun) aim() {
+	o, row, target, cfg, g := r.o, r.row, r.target, r.cfg, r.g
 	var dst netip.AddrPort
 	uf := &udpFlood{count: uint64(o.Count), duration: o.Duration, workers: o.Workers, srcIPs: floodIPs()}
 	var cf *connFlood
@@ -364,39 +458,36 @@ func runTarget(ctx context.Context, o *Options, target string) (row Row) {
 		uf.dst = dst
 	}
 
-	fctx, fcancel := context.WithCancel(ctx)
-	defer fcancel()
-	mon := newMonitor(l.Gateways, 100*time.Millisecond, func(rss float64, gor int) string {
-		switch {
-		case rss > o.MaxRSSMB:
-			return fmt.Sprintf("RSS %.0f MiB above %.0f", rss, o.MaxRSSMB)
-		case gor > o.MaxGoroutines:
-			return fmt.Sprintf("%d goroutines above %d", gor, o.MaxGoroutines)
-		}
-		return ""
-	}, func(why string) {
-		o.say("  aborting the flood: %s", why)
-		fcancel()
-	})
-	defer mon.stop()
+	r.dst, r.uf, r.cf = dst, uf, cf
+}
 
+// baseline waits o.Before with the transfer alone and takes the counters.
+func (r *targetRun) baseline(ctx context.Context) {
+	o, row, g, dst, mon := r.o, r.row, r.g, r.dst, r.mon
 	o.say("  transfer up through %s; %v before the flood", row.Gateway, o.Before)
 	sleep(ctx, o.Before)
 	runtime.GC()
 	row.RSSBaseMB, row.GoroutinesBase = rssMB(), runtime.NumGoroutine()
-	before := snapshot(g)
-	kBefore, kErr := udpKernelDrops(dst)
-	ovBefore, _ := tcpListenOverflows()
-	pBefore := protoStats(g)
-	aBefore := g.Status().Admission
-	gBefore := regionStats(g)
+	r.before = snapshot(g)
+	r.kBefore, r.kErr = udpKernelDrops(dst)
+	r.ovBefore, _ = tcpListenOverflows()
+	r.pBefore = protoStats(g)
+	r.aBefore = g.Status().Admission
+	r.gBefore = regionStats(g)
 	mon.record(true)
-	t0 := time.Now()
+	r.t0 = time.Now()
 	o.say("  flooding %s (%s) for at most %v", dst, row.Unit, o.Duration)
 
+}
+
+// startProbes checks, at 1/3 and 2/3 of the flood, that a new host can
+// register with the flooded gateway alone and that the admin endpoint
+// answers.
+func (r *targetRun) startProbes(fctx context.Context) *sync.WaitGroup {
+	o, row, l, g, gwAddr, t0 := r.o, r.row, r.l, r.g, r.gwAddr, r.t0
+	probes := &sync.WaitGroup{}
 	// Probes during the flood: a new host registers with the flooded
 	// gateway alone, and the admin endpoint answers, at 1/3 and 2/3 of it.
-	var probes sync.WaitGroup
 	var pmu sync.Mutex
 	row.AdminOK = true
 	probes.Add(1)
@@ -431,6 +522,13 @@ func runTarget(ctx context.Context, o *Options, target string) (row Row) {
 		}
 	}()
 
+	return probes
+}
+
+// flood runs the flooder until its count or duration.
+func (r *targetRun) flood(fctx context.Context) time.Duration {
+	row, cf, uf := r.row, r.cf, r.uf
+	var err error
 	var took time.Duration
 	if cf != nil {
 		took = cf.run(fctx)
@@ -449,18 +547,15 @@ func runTarget(ctx context.Context, o *Options, target string) (row Row) {
 			row.Error = "send: " + e.Error()
 		}
 	}
-	t1 := time.Now()
-	if sec := took.Seconds(); sec > 0 {
-		row.FloodSeconds = sec
-		row.RatePPS = float64(row.DatagramsSent) / sec
-	}
-	o.say("  sent %d %s in %.1f s (%.0f/s); %v after", row.DatagramsSent, row.Unit, took.Seconds(), row.RatePPS, o.After)
-	// The probes finish (each bounded by its timeout) before the window
-	// after the flood is measured.
-	probes.Wait()
-	sleep(ctx, o.After)
-	t2 := time.Now()
-	mon.record(false)
+	return took
+}
+
+// account takes the counters after the flood and accounts for every
+// datagram sent: counted by the gateway, dropped by a kernel, admitted, or
+// left unaccounted.
+func (r *targetRun) account() {
+	row, g, cf, target, dst := r.row, r.g, r.cf, r.target, r.dst
+	before, kBefore, kErr, ovBefore, pBefore, aBefore, gBefore := r.before, r.kBefore, r.kErr, r.ovBefore, r.pBefore, r.aBefore, r.gBefore
 	after := snapshot(g)
 	row.DroppedCounted = delta(before, after)
 	row.Counted = primarySum(row.DroppedCounted)
@@ -509,6 +604,12 @@ func runTarget(ctx context.Context, o *Options, target string) (row Row) {
 		row.KernelDrops = ovAfter - ovBefore
 		row.GossipDrops = mapDelta(gBefore, regionStats(g))
 	}
+}
+
+// finish records resources, deaths and lockouts, the goodput before,
+// during and after the flood, and drains the transfer.
+func (r *targetRun) finish(t0, t1, t2 time.Time) {
+	o, row, tr, mon, target := r.o, r.row, r.tr, r.mon, r.target
 	row.RSSEndMB, row.GoroutinesEnd = rssMB(), runtime.NumGoroutine()
 	mon.mu.Lock()
 	row.RSSPeakMB, row.GoroutinesPeak = mon.rssPeak, mon.gorPeak
@@ -537,11 +638,8 @@ func runTarget(ctx context.Context, o *Options, target string) (row Row) {
 	row.TransferByteExact = row.Transfer.ByteExact
 	o.say("  %s: counted %d of %d, uncounted %d, byte-exact %v, stall %.0f ms, lockout %v, false deaths %d, RSS peak %.0f MiB, goroutines peak %d",
 		target, row.Counted, row.DatagramsSent, row.Uncounted, row.TransferByteExact, row.StallMs, row.Lockout, row.FalseDeaths, row.RSSPeakMB, row.GoroutinesPeak)
-	return row
 }
 
-// gossipExported: a mrgw_gossip_* family counted drops (then the region's
-// own counters are already in Counted).
 // hasFamily reports whether a snapshot holds a series of the family.
 func hasFamily(c counters, family string) bool {
 	for k := range c {
@@ -552,6 +650,8 @@ func hasFamily(c counters, family string) bool {
 	return false
 }
 
+// gossipExported: a mrgw_gossip_* family counted drops (then the region's
+// own counters are already in Counted).
 func gossipExported(d map[string]uint64) bool {
 	for k := range d {
 		if strings.HasPrefix(k, "mrgw_gossip_") {
