@@ -207,7 +207,6 @@ type fleet struct {
 	nodes  []*node // live and dead, in start order
 	tr     tracker
 	logf   func(format string, args ...any)
-	planes []region.Plane
 }
 
 // Run runs the scenario at o's size and returns its rows.
