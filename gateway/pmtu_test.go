@@ -62,12 +62,7 @@ func TestPMTUThroughEmulator(t *testing.T) {
 		tweak: func(_ string, c *config.Config) { c.WAN.MTU = 8868 },
 		options: func(o *gateway.Options) {
 			o.PMTU = metaroce.PMTUConfig{ConfirmInterval: confirm, RaiseInterval: raise}
-			// WAN PINGs off: with them, 13 to 21 datagrams were dropped
-			// for size on the re-clamped plane in the second after it
-			// re-settled (3 runs of 3), and 0 without them. Not yet
-			// understood: a known issue (docs/RESULTS.md, PMTU section),
-			// not a flake.
-			o.WANPingEvery = -1
+
 		}})
 	g := pl.gws["w1"]
 	var start time.Time

@@ -108,6 +108,7 @@ type Conn struct {
 	noHint                                        bool          // ConnOptions.NoRateHint
 	hintScale                                     float64       // ConnOptions.RateHintScale
 	pmtu                                          *pmtuConn     // path MTU discovery (pmtu_conn.go); nil: off
+	ackedLargest                                  int           // the largest packet the ACK being handled acknowledged (pmtuProgress)
 
 	// Scheduler state (sched.go).
 	inReady  bool

@@ -443,9 +443,12 @@ func (s *PMTUSearch) OnTooBig(now time.Duration, size int) {
 }
 
 // OnDataAcked records that data of size bytes was acknowledged on the
-// group: it confirms size, and ends any run of timeouts.
+// group: it confirms size, and, larger than Base, ends any run of
+// timeouts (a smaller packet proves the path, not the size).
 func (s *PMTUSearch) OnDataAcked(now time.Duration, size int) {
-	s.timeouts = 0
+	if size > s.cfg.Base {
+		s.timeouts = 0
+	}
 	if size >= s.lo && s.state == PMTUComplete {
 		s.loStrikes = 0
 		s.confirmAt = now + s.cfg.ConfirmInterval

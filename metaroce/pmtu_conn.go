@@ -249,10 +249,15 @@ func (c *Conn) onPMTUAck(now time.Duration, b []byte) {
 	p.groups[int(path)%len(p.groups)].OnAck(now, n+p.cfg.Overhead)
 }
 
-// pmtuProgress tells path's group that data was acknowledged on it.
-func (c *Conn) pmtuProgress(now time.Duration, path int) {
-	if p := c.pmtu; p != nil && len(p.groups) > 0 {
-		p.groups[path%len(p.groups)].OnDataAcked(now, c.pmtuDataSize())
+// pmtuProgress tells path's group that data was acknowledged on it, the
+// largest packet of it largest bytes (on the wire, without the driver's
+// overhead). Only that size is proven: a small packet acked (a control
+// message, a PING) says the path is alive, not that a full datagram still
+// fits. Taking every ack for a full one let the WAN PINGs hide a black
+// hole after a plane's MTU shrank (gateway TestPMTUThroughEmulator).
+func (c *Conn) pmtuProgress(now time.Duration, path, largest int) {
+	if p := c.pmtu; p != nil && len(p.groups) > 0 && largest > 0 {
+		p.groups[path%len(p.groups)].OnDataAcked(now, largest+p.cfg.Overhead)
 	}
 }
 

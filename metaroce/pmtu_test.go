@@ -279,3 +279,20 @@ func TestPMTUWire(t *testing.T) {
 		t.Fatal("a version-1 decoder accepted a padded PROBE")
 	}
 }
+
+// A small packet acknowledged (a control message, a PING) ends no run of
+// timeouts of full-size data and confirms no size: the path is alive, but
+// the size is not proven. Counted as proof, the WAN PINGs hid a black hole
+// after a plane's MTU shrank (gateway TestPMTUThroughEmulator).
+func TestPMTUSmallAcksProveNoSize(t *testing.T) {
+	s := NewPMTUSearch(testPMTUConfig(), 0)
+	(&pmtuPlane{limit: 9000, rtt: time.Millisecond}).run(t, s, 0, time.Minute, true)
+	for range 2 {
+		s.OnDataTimeout(time.Second, 4000)
+		s.OnDataAcked(time.Second, 100) // a PING, acked
+	}
+	s.OnDataTimeout(time.Second, 4000)
+	if s.Deadline() != 0 {
+		t.Fatalf("3 full-size timeouts between small acks: no confirmation due (deadline %v)", s.Deadline())
+	}
+}

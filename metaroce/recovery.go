@@ -35,6 +35,7 @@ func (c *Conn) onAck(now time.Duration, a *Ack) {
 	}
 	var s cc.AckSample
 	var lostBytes int
+	c.ackedLargest = 0
 	s.AckedBytes, lostBytes = h.onAck(now, a, ps, c)
 	if rtt, ok := h.rttSample(now, echo); ok {
 		s.RTT = rtt
@@ -58,7 +59,7 @@ func (c *Conn) onAck(now time.Duration, a *Ack) {
 		s.SRTT, s.MinRTT, s.InflightBytes = ps.SRTT, ps.MinRTT, ps.InflightBytes
 		c.ctl.OnAck(now, path, s)
 		c.paths.OnProgress(now, path)
-		c.pmtuProgress(now, path)
+		c.pmtuProgress(now, path, c.ackedLargest)
 		c.flushTransitions(now)
 	}
 	if s.AckedBytes > 0 || lostBytes > 0 {
@@ -69,6 +70,7 @@ func (c *Conn) onAck(now time.Duration, a *Ack) {
 // packetAcked (sentHandler) records that a packet's chunk is in the
 // receiver's memory.
 func (c *Conn) packetAcked(now time.Duration, r *txRecord) {
+	c.ackedLargest = max(c.ackedLargest, int(r.size))
 	if r.desc != 0 {
 		r.msg.descAcked = true // the receiver holds the descriptor (PROTOCOL.md §12)
 		if r.desc&recDescOnly != 0 {
