@@ -183,6 +183,13 @@ func (r *relay) info(c *metaroce.Conn) *connInfo {
 	ci := r.conns[c]
 	if ci == nil {
 		ci = &connInfo{c: c, next: 1, in: map[uint32]*flow{}, out: map[uint32]*flow{}}
+		// The control stream goes first: its messages are one packet
+		// each (OPEN, OPEN_OK, DONE, RESET, PING), and at the default
+		// weight of 1 it got one packet per round of the round robin in
+		// which every flow gets 8 to 1024 (classes.go). After a failover,
+		// with the re-opened flows re-sending their windows, an OPEN_OK
+		// waited 0.8 s behind them in the chaos scenario, DONE as long.
+		c.SetStreamWeight(flowctl.ControlStream, maxStreamWeight)
 		if p := r.g.peerByID(c.Peer()); c.Peer() < hostPeerBase && p != nil {
 			ci.wan = p
 		}
