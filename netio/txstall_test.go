@@ -76,7 +76,13 @@ func TestStalledSenderIsNotASilentPath(t *testing.T) {
 		}
 	}
 	after := stats()
-	if d := after.Timeouts - before.Timeouts; d != 0 {
+	// Read as silence, the stall timed out most of the held datagrams'
+	// paths (8 of the 12 before the fix). A machine busy enough can still
+	// hold the receiver up for a PTO on its own, now and then (1 timeout
+	// in a run beside two CPU hogs, scripts/test-busy.sh): that is not
+	// what this test is about, so it allows as much.
+	const noise = 2
+	if d := after.Timeouts - before.Timeouts; d > noise {
 		t.Errorf("%d probe timeouts while a sender held its datagrams for %v (retransmits %d): the stall read as silent paths",
 			d, stall, after.Retransmits-before.Retransmits)
 	}
