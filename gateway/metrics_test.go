@@ -124,7 +124,10 @@ func TestMetricsAfterTraffic(t *testing.T) {
 	for {
 		// Metrics are refreshed every StatsEvery: wait until the last
 		// messages and the garbage show.
-		fw, fe = scrape(t, w1), scrape(t, e1)
+		// e1 first: what it has received was sent before w1 is read,
+		// even with the WAN PINGs still flowing between the two reads.
+		fe = scrape(t, e1)
+		fw = scrape(t, w1)
 		drops, _ := sum(fw, "mrgw_wan_datagrams_dropped_total", map[string]string{"plane": "p1", "reason": "unknown_peer"})
 		done, _ := sum(fw, "mrgw_message_completion_seconds_count", nil)
 		if drops >= garbage && done >= float64(len(tr.want)) {
