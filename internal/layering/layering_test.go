@@ -22,6 +22,7 @@ var rank = map[string]int{
 
 	// 0: leaves. They import nothing of the project but the unit types.
 	"internal/":           0,
+	"internal/netns":      0, // the load tests' namespace helpers (stdlib and x/sys only)
 	"flowctl":             0,
 	"pathmgr":             0,
 	"cc":                  0,
@@ -106,7 +107,7 @@ var external = []struct {
 // production packages never depend on the lab: emulators, load tests,
 // simulations and test doubles stay out of the daemon.
 var production = []string{"gateway", "host", "tunnel", "netio", "region", "config", "metrics", "metaroce", "cc", "pathmgr", "flowctl"}
-var labOnly = []string{"netem", "loadtest/", "sim", "sim/", "conformance", "conformance/", "tunnel/tunneltest", "netio/netiotest"}
+var labOnly = []string{"netem", "internal/netns", "loadtest/", "sim", "sim/", "conformance", "conformance/", "tunnel/tunneltest", "netio/netiotest"}
 
 type pkgInfo struct {
 	path    string

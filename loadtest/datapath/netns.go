@@ -3,21 +3,17 @@
 package datapath
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/mrgw/mrgw/internal/netns"
 )
 
 // The link every system crosses: two network namespaces joined by a veth
@@ -75,25 +71,7 @@ func (l *link) do(s int, fn func() error) error {
 	if l.ns[s] == "" {
 		return fn()
 	}
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		// Deliberately never unlocked: the runtime destroys the thread
-		// instead of reusing it in the wrong namespace.
-		fd, err := unix.Open(filepath.Join("/run/netns", l.ns[s]), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			errc <- err
-			return
-		}
-		err = unix.Setns(fd, unix.CLONE_NEWNET)
-		unix.Close(fd)
-		if err != nil {
-			errc <- fmt.Errorf("setns %s: %w", l.ns[s], err)
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
+	return netns.Do(netns.Path(l.ns[s]), fn)
 }
 
 // loopback is the link without namespaces.
@@ -102,15 +80,8 @@ func loopback(mtu int) *link {
 	return &link{mtu: mtu, addr: [2]netip.Addr{lo, lo}}
 }
 
-func ip(args ...string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
-	}
-	return nil
-}
+// ip runs `ip args...` with a time limit (internal/netns).
+func ip(args ...string) error { return netns.IP(args...) }
 
 // newLink creates the two namespaces joined by a veth pair of MTU mtu.
 // Close deletes them (and every device and socket in them).
@@ -166,30 +137,7 @@ func (l *link) Close() {
 }
 
 // cleanStale deletes namespaces of this package whose process is gone.
-func cleanStale() {
-	ents, err := os.ReadDir("/run/netns")
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		name := e.Name()
-		if !strings.HasPrefix(name, nsPrefix) {
-			continue
-		}
-		parts := strings.Split(strings.TrimPrefix(name, nsPrefix), "-")
-		if len(parts) != 3 {
-			continue
-		}
-		pid, err := strconv.Atoi(parts[1])
-		if err != nil || pid <= 0 || pid == os.Getpid() {
-			continue
-		}
-		if _, err := os.Stat(filepath.Join("/proc", strconv.Itoa(pid))); err == nil {
-			continue
-		}
-		_ = ip("netns", "del", name)
-	}
-}
+func cleanStale() { netns.CleanStale(nsPrefix) }
 
 // rcvbufErrors returns the datagrams site s's kernel dropped because a
 // UDP socket's receive buffer was full (RcvbufErrors of /proc/net/snmp, the

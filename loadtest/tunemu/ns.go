@@ -9,13 +9,11 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
-	"strconv"
 	"strings"
-	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/mrgw/mrgw/internal/netns"
 )
 
 // ErrUnavailable is matched (errors.Is) by every error saying that the TUN
@@ -45,7 +43,7 @@ func unavailable(reason string, err error) error { return &UnavailableError{Reas
 // Prefix starts the name of every namespace this package creates.
 const Prefix = "mrgw-lt-"
 
-const netnsDir = "/run/netns"
+const netnsDir = netns.Dir
 
 // Check reports whether the emulator can run here (root, /dev/net/tun,
 // iproute2), without creating anything. The error matches ErrUnavailable.
@@ -65,70 +63,16 @@ func Check() error {
 	return nil
 }
 
-// ipCmd runs `ip args...` with a time limit.
-func ipCmd(args ...string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
-	}
-	return nil
-}
+// ipCmd runs `ip args...` with a time limit (internal/netns).
+func ipCmd(args ...string) error { return netns.IP(args...) }
 
 // cleanStale deletes namespaces with our prefix whose creating process is
 // gone. Names are Prefix + site + "-" + pid + "-" + n.
-func cleanStale() {
-	ents, err := os.ReadDir(netnsDir)
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		name := e.Name()
-		if !strings.HasPrefix(name, Prefix) {
-			continue
-		}
-		parts := strings.Split(strings.TrimPrefix(name, Prefix), "-")
-		if len(parts) != 3 {
-			continue
-		}
-		pid, err := strconv.Atoi(parts[1])
-		if err != nil || pid <= 0 {
-			continue
-		}
-		if pid == os.Getpid() {
-			continue // ours, live: Close deletes it
-		}
-		if _, err := os.Stat(filepath.Join("/proc", strconv.Itoa(pid))); err == nil {
-			continue // its process still runs
-		}
-		_ = ipCmd("netns", "del", name)
-	}
-}
+func cleanStale() { netns.CleanStale(Prefix) }
 
 // inNS runs fn on a fresh OS thread that has joined the network namespace
-// at nsPath. The thread is never unlocked, so the runtime destroys it when
-// the goroutine returns instead of reusing it in the wrong namespace.
-func inNS(nsPath string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		// Deliberately no UnlockOSThread: see above.
-		fd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			errc <- fmt.Errorf("tunemu: open %s: %w", nsPath, err)
-			return
-		}
-		err = unix.Setns(fd, unix.CLONE_NEWNET)
-		unix.Close(fd)
-		if err != nil {
-			errc <- fmt.Errorf("tunemu: setns %s: %w", nsPath, err)
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
-}
+// at nsPath (internal/netns.Do).
+func inNS(nsPath string, fn func() error) error { return netns.Do(nsPath, fn) }
 
 // writeSysctl writes a /proc/sys file; run it inside inNS so that the
 // per-namespace net.* settings of that namespace are the ones changed.
