@@ -111,18 +111,41 @@ type Plane struct {
 	// Advertise is what gossip announces for the plane, when peers reach
 	// it at another address than Local (NAT, a load balancer, the lab's
 	// link emulator).
-	Advertise string `mapstructure:"advertise" doc:"ip:port peers send this plane's tunnel datagrams to, announced in gossip; empty means local"`
+	Advertise string `mapstructure:"advertise" doc:"ip:port peers send this plane's tunnel datagrams to, announced in gossip; empty means local, which must then be a specific address"`
+}
+
+// Announced is the address gossip announces for the plane: Advertise, else
+// Local (which validation requires to be a specific address then).
+func (p Plane) Announced() string {
+	if p.Advertise != "" {
+		return p.Advertise
+	}
+	return p.Local
 }
 
 // Control is the QUIC control channel between peer gateways.
 type Control struct {
-	Listen    string   `mapstructure:"listen" doc:"UDP ip:port of the QUIC control listener"`
+	Listen string `mapstructure:"listen" doc:"UDP ip:port of the QUIC control listener"`
+	// Advertise is what gossip announces as the control address, when
+	// other gateways dial it at another address than Listen (a wildcard
+	// listen address, NAT, a load balancer).
+	Advertise string   `mapstructure:"advertise" doc:"ip:port other gateways dial this gateway's control listener at, announced in gossip; empty means control.listen, which must then be a specific address"`
 	TLS       TLS      `mapstructure:"tls"`
 	PeerNames []string `mapstructure:"peer_names" doc:"optional allow-list of peer gateway names; empty means every gateway whose certificate chains to the CA and matches what it announces in gossip"`
 	// Deny is the revocation list (live): entries refuse a peer gateway
 	// by name, by region and name, every gateway of a region, or by
 	// certificate serial number.
 	Deny []string `mapstructure:"deny" reload:"live" doc:"peer gateways refused whatever their certificate: NAME, REGION/NAME, REGION/* or serial:HEX (the certificate's serial number); sessions already up with a denied gateway end on reload"`
+}
+
+// Announced is the address gossip announces for the control listener:
+// Advertise, else Listen (which validation requires to be a specific
+// address then).
+func (c Control) Announced() string {
+	if c.Advertise != "" {
+		return c.Advertise
+	}
+	return c.Listen
 }
 
 // TLS names the files for mutual TLS on the control channel. The files are

@@ -43,6 +43,10 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("limits: {memory_bytes: 1e12, max_flows: 1000000, flow_credit_bytes: 9223372036854775807}\n"))
 	f.Add([]byte("gossip: {seeds: ',,,', keyring: ' , '}\ncontrol: {peer_names: 'a,,b,'}\n"))
 	f.Add([]byte("wan: {planes: [{name: a, local: '127.0.0.1:1'}, {name: b, local: '127.0.0.1:2'}]}\nregions: [{name: r, gateways: [{name: g, control: 'h:1', wan: ['h:2']}]}]\n"))
+	// Issue #15: wildcard listeners with and without their advertise
+	// addresses, which gossip announces.
+	f.Add([]byte("control: {listen: '0.0.0.0:1', advertise: '192.0.2.1:1'}\nwan: {planes: [{name: a, local: '[::]:2'}, {name: b, local: '0.0.0.0:3', advertise: '[::]:3'}]}\n"))
+	f.Add([]byte("control: {listen: '[::]:1', advertise: 'h:1'}\n"))
 
 	// Certificates for every gateway a seed names, relative to dir.
 	dir := f.TempDir()

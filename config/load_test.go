@@ -156,6 +156,11 @@ func TestBadConfigs(t *testing.T) {
 		}},
 		{"memory-too-large.yaml", []string{"limits.memory_bytes: 9223372036854775807 is more than the maximum 1099511627776 (1 TiB)"}},
 		{"remote-wan-short.yaml", []string{"regions[0].gateways[0].wan: has 1 address but wan.planes has 2"}},
+		{"wildcard-no-advertise.yaml", []string{
+			`wan.planes[0].advertise: is required when wan.planes[0].local ("0.0.0.0:15000") listens on every interface`,
+			`wan.planes[1].advertise: "[::]:15001" is the unspecified address`,
+			`control.advertise: is required when control.listen ("0.0.0.0:7443") listens on every interface`,
+		}},
 		{"empty-list-items.yaml", []string{"gossip.seeds: item 1 of the 4 comma-separated items is empty"}},
 		{"malformed.yaml", []string{"line 5: did not find expected key"}},
 		{"malformed.toml", []string{"line 5, column"}},

@@ -68,7 +68,9 @@ func (c *Config) check(files bool) []*FieldError {
 	}
 
 	// Control channel
-	v.listen("control.listen", c.Control.Listen, protoUDP, false)
+	ctl, _ := v.listen("control.listen", c.Control.Listen, protoUDP, false)
+	v.advertise("control.advertise", c.Control.Advertise, "control.listen", c.Control.Listen, ctl,
+		"which the other gateways cannot dial")
 	if files {
 		v.file("control.tls.ca_file", c.Control.TLS.CAFile)
 		v.file("control.tls.cert_file", c.Control.TLS.CertFile)
@@ -163,13 +165,9 @@ func (c *Config) checkPlanes(v *checker) {
 				names[p.Name] = i
 			}
 		}
-		v.listen(key+".local", p.Local, protoUDP, false)
-		if p.Advertise != "" {
-			// Announced in gossip as an address: an IP literal.
-			if ap, ok := v.addr(key+".advertise", p.Advertise, false); ok && ap.Addr().IsUnspecified() {
-				v.add(key+".advertise", "%q is the unspecified address; peers could not send there", p.Advertise)
-			}
-		}
+		local, _ := v.listen(key+".local", p.Local, protoUDP, false)
+		v.advertise(key+".advertise", p.Advertise, key+".local", p.Local, local,
+			"where the peers cannot send datagrams")
 	}
 }
 
@@ -427,6 +425,25 @@ func (v *checker) listen(key, s string, proto int, optional bool) (netip.AddrPor
 func overlaps(a, b netip.Addr) bool {
 	covers := func(w, x netip.Addr) bool { return w.IsUnspecified() && (w.Is6() || x.Is4()) }
 	return a == b || covers(a, b) || covers(b, a)
+}
+
+// advertise checks the address gossip announces for the listener at
+// listenKey (bound to ap, when it parsed): optional, an IP literal (gossip
+// metadata carries an address, and a check must give the same answer
+// offline), never the unspecified address; and required when the listener
+// is a wildcard, since 0.0.0.0 or :: announced to another machine is that
+// machine itself (issue #15: Terraform had to work around control.listen
+// on 0.0.0.0 with an override in every other region's configuration).
+// unreachable ends the message of the missing case.
+func (v *checker) advertise(key, adv, listenKey, listen string, ap netip.AddrPort, unreachable string) {
+	switch {
+	case adv != "":
+		if a, ok := v.addr(key, adv, false); ok && a.Addr().IsUnspecified() {
+			v.add(key, "%q is the unspecified address; nothing can be reached there", adv)
+		}
+	case ap.IsValid() && ap.Addr().IsUnspecified():
+		v.add(key, "is required when %s (%q) listens on every interface: gossip would announce %s, %s", listenKey, listen, ap.Addr(), unreachable)
+	}
 }
 
 // remote checks the address of another machine: an IP literal or a DNS name,

@@ -57,7 +57,7 @@ func TestValidateCases(t *testing.T) {
 		{"wildcard conflict", func(c *Config) { c.Gossip.Bind = "0.0.0.0:4791"; c.Gossip.Advertise = "192.0.2.1:4791" }, []string{
 			`gossip.bind: "0.0.0.0:4791" is already used by lan.listen`,
 		}},
-		{"IPv6 wildcard covers IPv4", func(c *Config) { c.Control.Listen = "[::]:4791" }, []string{
+		{"IPv6 wildcard covers IPv4", func(c *Config) { c.Control.Listen, c.Control.Advertise = "[::]:4791", "192.0.2.1:4791" }, []string{
 			`control.listen: "[::]:4791" is already used by lan.listen`,
 		}},
 		{"IPv4 wildcard leaves IPv6 alone", func(c *Config) { c.LAN.Listen = "0.0.0.0:7443"; c.Control.Listen = "[::1]:7443" }, nil},
@@ -125,6 +125,34 @@ func TestValidateCases(t *testing.T) {
 		}},
 		{"advertise needed", func(c *Config) { c.Gossip.Bind = "0.0.0.0:7946" }, []string{
 			`gossip.advertise: is required when gossip.bind ("0.0.0.0:7946") listens on every interface: memberlist would guess which address to announce`,
+		}},
+		// Issue #15: a wildcard control.listen or plane local was accepted
+		// and announced in gossip as 0.0.0.0.
+		{"control advertise needed", func(c *Config) { c.Control.Listen = "0.0.0.0:7443" }, []string{
+			`control.advertise: is required when control.listen ("0.0.0.0:7443") listens on every interface: gossip would announce 0.0.0.0, which the other gateways cannot dial`,
+		}},
+		{"control advertise needed, IPv6", func(c *Config) { c.Control.Listen = "[::]:7443" }, []string{
+			`control.advertise: is required when control.listen ("[::]:7443") listens on every interface: gossip would announce ::, which the other gateways cannot dial`,
+		}},
+		{"control advertise given", func(c *Config) { c.Control.Listen, c.Control.Advertise = "0.0.0.0:7443", "192.0.2.1:443" }, nil},
+		{"control advertise beside a specific listen", func(c *Config) { c.Control.Advertise = "[2001:db8::1]:7443" }, nil},
+		{"control advertise must be an IP", func(c *Config) { c.Control.Listen, c.Control.Advertise = "0.0.0.0:7443", "gw1.example:7443" }, []string{
+			`control.advertise: "gw1.example:7443" is not an IP address`,
+		}},
+		{"control advertise unspecified", func(c *Config) { c.Control.Advertise = "[::]:7443" }, []string{
+			`control.advertise: "[::]:7443" is the unspecified address; nothing can be reached there`,
+		}},
+		{"control advertise without a port", func(c *Config) { c.Control.Advertise = "192.0.2.1" }, []string{
+			`control.advertise: "192.0.2.1" is not host:port (missing port in address)`,
+		}},
+		{"plane advertise needed", func(c *Config) {
+			c.WAN.Planes = append(c.WAN.Planes, Plane{Name: "p1", Local: "0.0.0.0:15001"}, Plane{Name: "p2", Local: "[::]:15002", Advertise: "[2001:db8::2]:15002"})
+			c.Regions[0].Gateways[0].WAN = nil
+		}, []string{
+			`wan.planes[1].advertise: is required when wan.planes[1].local ("0.0.0.0:15001") listens on every interface: gossip would announce 0.0.0.0, where the peers cannot send datagrams`,
+		}},
+		{"plane advertise unspecified", func(c *Config) { c.WAN.Planes[0].Advertise = "0.0.0.0:15000" }, []string{
+			`wan.planes[0].advertise: "0.0.0.0:15000" is the unspecified address; nothing can be reached there`,
 		}},
 		{"advertise must be an IP", func(c *Config) { c.Gossip.Advertise = "gw1.example:7946" }, []string{
 			`gossip.advertise: "gw1.example:7946" is not an IP address`,

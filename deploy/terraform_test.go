@@ -157,8 +157,10 @@ func writeGateway(t *testing.T, dir string, ca *pki.CA, certRegion, name, text s
 // and checked with config.Check, the code behind `mrgw config check`, and
 // with the mrgw binary itself. The configurations are seed-only: no peer
 // lists, gossip seeds of the region's other gateways and a few of the other
-// region, regions: entries only for the RTT hint and the NAT override. Then
-// the check must still refuse what is wrong, naming the key.
+// region, regions: entries only for the RTT hint; use-gw1, on 0.0.0.0
+// behind NAT, announces its control_advertise as control.advertise (issue
+// #15: it used to be an override in every other region's configuration).
+// Then the check must still refuse what is wrong, naming the key.
 func TestTerraformExampleRendersValidConfigs(t *testing.T) {
 	bin := terraformBin(t)
 	ws := tfWorkspace(t)
@@ -293,9 +295,8 @@ func TestTerraformExampleRendersValidConfigs(t *testing.T) {
 		if !slices.Equal(c.Gossip.Seeds, e.Seeds) {
 			t.Errorf("%s: gossip.seeds %v, the gateways output says %v", name, c.Gossip.Seeds, e.Seeds)
 		}
-		// regions: the other region only, for its RTT hint, and the
-		// override of use-gw1's control address (it listens on 0.0.0.0
-		// behind NAT and cannot announce where to dial it).
+		// regions: the other region only, for its RTT hint; no override
+		// of use-gw1's control address, which it announces itself.
 		if len(c.Regions) != 1 {
 			t.Fatalf("%s: %d regions entries, want 1 (the RTT hint)", name, len(c.Regions))
 		}
@@ -303,16 +304,21 @@ func TestTerraformExampleRendersValidConfigs(t *testing.T) {
 		if r.Name == c.Node.Region || r.RTTHint != 80*time.Millisecond {
 			t.Errorf("%s: regions[0] %s rtt_hint %v, want the other region at 80ms from rtt_hints", name, r.Name, r.RTTHint)
 		}
-		switch e.Region {
-		case "eu-west":
-			if len(r.Gateways) != 1 || r.Gateways[0].Name != "use-gw1" || r.Gateways[0].Control != "use-gw1.gw.example.net:7443" ||
-				r.Gateways[0].Control != endpoints["use-gw1"].Reach.Control || len(r.Gateways[0].WAN) != 0 {
-				t.Errorf("%s: regions[0].gateways %+v, want only use-gw1's control override", name, r.Gateways)
+		if len(r.Gateways) != 0 {
+			t.Errorf("%s: regions[0].gateways %+v, want none (every gateway announces its addresses)", name, r.Gateways)
+		}
+		// control.advertise: use-gw1's public address, what the gateways
+		// output says the others reach it at; nobody else needs one.
+		wantAdv := ""
+		if name == "use-gw1" {
+			wantAdv = "203.0.113.201:7443"
+			if c.Control.Listen != "0.0.0.0:7443" || e.Reach.Control != wantAdv {
+				t.Errorf("%s: control.listen %s, reached at %s: want 0.0.0.0:7443 reached at %s", name, c.Control.Listen, e.Reach.Control, wantAdv)
 			}
-		default:
-			if len(r.Gateways) != 0 {
-				t.Errorf("%s: regions[0].gateways %+v, want none (eu-west announces its addresses)", name, r.Gateways)
-			}
+		}
+		if c.Control.Advertise != wantAdv || c.Control.Announced() != e.Reach.Control {
+			t.Errorf("%s: control.advertise %q (announcing %s), want %q (the gateways output reaches it at %s)",
+				name, c.Control.Advertise, c.Control.Announced(), wantAdv, e.Reach.Control)
 		}
 		if c.WAN.MTU != 1024 || c.WAN.PathsPerPeer != 16 || len(c.WAN.Planes) != 2 {
 			t.Errorf("%s: wan %+v", name, c.WAN)
@@ -354,6 +360,17 @@ func TestTerraformExampleRendersValidConfigs(t *testing.T) {
 			t.Errorf("%s: config check says %v, want a problem with %s", m.name, err, m.key)
 		}
 	}
+	// use-gw1 without its control.advertise: a wildcard control.listen
+	// that gossip would announce as 0.0.0.0 is refused, by key.
+	if text := configs["use-gw1"]; !strings.Contains(text, "\n  advertise: \"203.0.113.201:7443\"") {
+		t.Errorf("the rendered use-gw1 has no control.advertise:\n%s", text)
+	} else {
+		text = regexp.MustCompile(`\n  advertise: "203\.0\.113\.201:7443"[^\n]*`).ReplaceAllString(text, "")
+		path := writeGateway(t, filepath.Join(t.TempDir(), "bad"), ca, "us-east", "use-gw1", text)
+		if err := config.Check(path); err == nil || !strings.Contains(err.Error(), `control.advertise: is required when control.listen ("0.0.0.0:7443") listens on every interface`) {
+			t.Errorf("use-gw1 without control.advertise: config check says %v", err)
+		}
+	}
 	// A certificate of another region: `mrgw config check` compares its
 	// mrgw://REGION/NAME identity with node.region.
 	if mrgw != "" {
@@ -364,8 +381,8 @@ func TestTerraformExampleRendersValidConfigs(t *testing.T) {
 		}
 	}
 
-	// Without RTT hints, us-east's configurations are seed-only: no
-	// regions: at all (eu-west's keep use-gw1's control override).
+	// Without RTT hints the configurations are seed-only: no regions: at
+	// all (eu-west's used to keep an override of use-gw1's control address).
 	tf(t, bin, ex, false, "apply", "-auto-approve", "-input=false", "-no-color", "-var-file=terraform.tfvars.example", "-var=rtt_hints={}")
 	if err := json.Unmarshal([]byte(tf(t, bin, ex, false, "output", "-json", "configs")), &configs); err != nil {
 		t.Fatal(err)
@@ -377,12 +394,8 @@ func TestTerraformExampleRendersValidConfigs(t *testing.T) {
 			t.Errorf("%s without rtt_hints: %v", name, err)
 			continue
 		}
-		hasRegions := strings.Contains(configs[name], "\nregions:")
-		if endpoints[name].Region == "us-east" && (hasRegions || len(c.Regions) != 0) {
+		if strings.Contains(configs[name], "\nregions:") || len(c.Regions) != 0 {
 			t.Errorf("%s without rtt_hints: regions %+v, want none (seeds only)\n%s", name, c.Regions, configs[name])
-		}
-		if endpoints[name].Region == "eu-west" && (len(c.Regions) != 1 || c.Regions[0].RTTHint != 0 || len(c.Regions[0].Gateways) != 1) {
-			t.Errorf("%s without rtt_hints: regions %+v, want only use-gw1's override", name, c.Regions)
 		}
 	}
 }
@@ -414,7 +427,7 @@ module "region" {
   region = {{region}}
   gateways = [
     { name = "euw-gw1", ssh_host = "192.0.2.1", lan_listen = {{gw1_lan}}, control_listen = {{gw1_ctl}},
-      gossip_bind = "192.0.2.1:7946", capacity = {{cap}}, planes = {{planes1}} },
+      control_advertise = {{gw1_adv}}, gossip_bind = "192.0.2.1:7946", capacity = {{cap}}, planes = {{planes1}} },
 {{others}}  ]
   remote_regions = [{ name = {{remote}}, gateways = [
     { name = {{rname}}, gossip = {{rgossip}} },
@@ -444,6 +457,7 @@ func TestTerraformValidationRefusesBadInput(t *testing.T) {
 		"region":  `"eu-west"`,
 		"gw1_lan": `"10.0.0.1:4791"`,
 		"gw1_ctl": `"192.0.2.1:7443"`,
+		"gw1_adv": `null`,
 		"cap":     `null`,
 		"planes1": `[{ name = "plane-a", local = "192.0.2.1:7500" }]`,
 		"gw2":     `"euw-gw2"`,
@@ -469,6 +483,8 @@ func TestTerraformValidationRefusesBadInput(t *testing.T) {
 		{"octet out of range", map[string]string{"gw1_ctl": `"192.0.2.300:7443"`}, "must be ip:port with an IP literal"},
 		{"port out of range", map[string]string{"gw1_ctl": `"192.0.2.1:70000"`}, "must be ip:port with an IP literal"},
 		{"wildcard without advertise", map[string]string{"gw1_ctl": `"0.0.0.0:7443"`}, "listens on a wildcard address"},
+		{"wildcard with control_advertise", map[string]string{"gw1_ctl": `"0.0.0.0:7443"`, "gw1_adv": `"198.51.100.1:443"`}, ""},
+		{"name for control_advertise", map[string]string{"gw1_ctl": `"0.0.0.0:7443"`, "gw1_adv": `"gw1.example.net:7443"`}, "DNS names are not allowed"},
 		{"duplicate gateway", map[string]string{"gw2": `"euw-gw1"`}, "Gateway names must be distinct"},
 		{"gateway name used by another region", map[string]string{"rname": `"euw-gw2"`}, "unique across all regions"},
 		{"capacity out of range", map[string]string{"cap": `70000`}, "capacity (node.capacity) must be an integer 1..65535"},
@@ -551,6 +567,16 @@ func TestTerraformValidationRefusesBadInput(t *testing.T) {
 				// Seed-only: gossip finds us-east; nothing lists it.
 				if strings.Contains(text, "\nregions:") || len(c.Regions) != 0 || len(c.Control.PeerNames) != 0 {
 					t.Errorf("%s: regions %+v, peer_names %v: want none\n%s", name, c.Regions, c.Control.PeerNames, text)
+				}
+				// control_advertise becomes control.advertise, announced in
+				// gossip; the others reach the gateway there.
+				wantAdv := ""
+				if name == "euw-gw1" && vals["gw1_adv"] != "null" {
+					wantAdv = strings.Trim(vals["gw1_adv"], `"`)
+				}
+				if e := endpoints[name]; c.Control.Advertise != wantAdv || c.Control.Announced() != e.Reach.Control {
+					t.Errorf("%s: control.listen %s, advertise %q (want %q); the gateways output reaches it at %s",
+						name, c.Control.Listen, c.Control.Advertise, wantAdv, e.Reach.Control)
 				}
 				var want []string
 				for j := 0; j < n; j++ {

@@ -445,15 +445,13 @@ func (g *Gateway) regionConfig(cfg *config.Config) (region.Config, error) {
 		Bind: cfg.Gossip.Bind, Advertise: cfg.Gossip.Advertise, Seeds: cfg.Gossip.Seeds,
 		Profile: cfg.Gossip.Profile,
 	}
-	if a, err := netip.ParseAddrPort(cfg.Control.Listen); err == nil {
+	// What the other gateways dial and send to: the advertise addresses,
+	// else the listen addresses (config requires advertise for a wildcard).
+	if a, err := netip.ParseAddrPort(cfg.Control.Announced()); err == nil {
 		rc.Meta.Control = a
 	}
 	for _, p := range cfg.WAN.Planes {
-		addr := p.Local
-		if p.Advertise != "" {
-			addr = p.Advertise
-		}
-		if a, err := netip.ParseAddrPort(addr); err == nil {
+		if a, err := netip.ParseAddrPort(p.Announced()); err == nil {
 			rc.Meta.Planes = append(rc.Meta.Planes, region.Plane{Name: p.Name, WAN: a})
 		}
 	}

@@ -1,15 +1,15 @@
 # Two regions (or more), each with 1 to 16 gateways at its data-center edge.
 # Gossip wires them to each other: every gateway's configuration lists only
 # gossip seeds (its region's other gateways and a few of other regions), and
-# regions: entries only for RTT hints and for a gateway that cannot announce
-# its own control address (use-gw1 here, behind NAT).
+# regions: entries only for RTT hints. Every gateway announces its own
+# addresses in gossip, the *_advertise ones where given (use-gw1 here,
+# listening on 0.0.0.0 behind NAT, announces its control_advertise).
 
 locals {
   # Each region's gateways as the other regions see them.
   as_remote = { for region, r in var.regions : region => [for g in r.gateways : {
-    name    = g.name
-    gossip  = coalesce(g.gossip_advertise, g.gossip_bind)
-    control = g.control_advertise
+    name   = g.name
+    gossip = coalesce(g.gossip_advertise, g.gossip_bind)
   }] }
 
   remote_regions = { for region in keys(var.regions) : region => [

@@ -7,8 +7,9 @@
 # The configurations are seed-only: gossip finds every region and gateway
 # (docs/CONFIG.md, regions), so a gateway lists no peers, only gossip seeds:
 # its own region's other gateways and a few gateways of other regions
-# (remote_seeds). A regions: entry is rendered only for an rtt_hint or a
-# remote gateway's control override.
+# (remote_seeds). Each gateway announces its own addresses in gossip (the
+# *_advertise ones where given); a regions: entry is rendered only for an
+# rtt_hint or a remote_regions control override.
 
 locals {
   names = [for g in var.gateways : g.name]
@@ -45,8 +46,9 @@ locals {
     var.gossip.extra_seeds,
   )) }
 
-  # regions: only what gossip cannot tell: RTT hints and the control
-  # address of a remote gateway that cannot announce its own.
+  # regions: only what gossip cannot tell: RTT hints, and the control
+  # address of a remote gateway that announces one not reachable from here
+  # (remote_regions[].gateways[].control).
   region_overrides = [for r in var.remote_regions : {
     name     = r.name
     rtt_hint = r.rtt_hint

@@ -25,13 +25,12 @@ output "gateways" {
 }
 
 output "as_remote_region" {
-  description = "This region as another instance's remote_regions entry sees it: each gateway's gossip address, and its control address where it cannot announce it (control_advertise). Add rtt_hint."
+  description = "This region as another instance's remote_regions entry sees it: each gateway's gossip address (its control address is announced in gossip: control_advertise, else control_listen). Add rtt_hint."
   value = {
     name = var.region
     gateways = [for g in var.gateways : {
-      name    = g.name
-      gossip  = local.reach[g.name].gossip
-      control = g.control_advertise
+      name   = g.name
+      gossip = local.reach[g.name].gossip
     }]
   }
 }

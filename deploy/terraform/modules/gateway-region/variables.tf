@@ -19,10 +19,11 @@ variable "gateways" {
     control_listen, gossip_bind, admin_listen, planes[].local) are ip:port
     with an IP literal; a wildcard (0.0.0.0 or [::]) needs the matching
     *_advertise address that other gateways use to reach it.
-    planes[].advertise and gossip_advertise are announced in gossip (IP
-    literals); control_advertise (an IP or a DNS name) is written into the
-    other regions' configurations as an override (regions[].gateways[].control),
-    since a gateway announces its control.listen. capacity is node.capacity:
+    control_advertise, planes[].advertise and gossip_advertise are announced
+    in gossip (control.advertise, wan.planes[].advertise, gossip.advertise:
+    IP literals, since gossip carries addresses); `mrgw config check`
+    refuses a wildcard listener without its advertise address, and so does
+    the plan. capacity is node.capacity:
     the gateway's share of the region's flows relative to the others
     (null: the default, 100). ssh_host is where Terraform connects to
     install the gateway.
@@ -77,6 +78,7 @@ variable "gateways" {
     # ip:port, IPv4 a.b.c.d or IPv6 in brackets, port 1..65535.
     condition = alltrue([for a in flatten([for g in var.gateways : concat(
       [g.lan_listen, g.control_listen, g.gossip_bind],
+      g.control_advertise == null ? [] : [g.control_advertise],
       [for p in g.planes : p.local],
       compact([for p in g.planes : p.advertise]),
       g.admin_listen == "" ? [] : [g.admin_listen],
@@ -85,17 +87,7 @@ variable "gateways" {
       can(cidrhost(format("%s/%d", coalesce(regex("^(?:\\[([0-9A-Fa-f:.]+)\\]|([0-9]+\\.[0-9]+\\.[0-9]+\\.[0-9]+)):([0-9]{1,5})$", a)...), strcontains(a, "[") ? 128 : 32), 0)) &&
       tonumber(regex(":([0-9]{1,5})$", a)[0]) >= 1 && tonumber(regex(":([0-9]{1,5})$", a)[0]) <= 65535,
     false)])
-    error_message = "lan_listen, control_listen, gossip_bind, gossip_advertise, admin_listen, planes[].local and planes[].advertise must be ip:port with an IP literal (a.b.c.d:port or [v6]:port) and a port 1..65535; a gateway binds or announces them, so DNS names are not allowed."
-  }
-  validation {
-    # Addresses other gateways dial: an IP literal or a DNS name, with a port.
-    condition = alltrue([for a in compact([for g in var.gateways : g.control_advertise]) : try(
-      (can(cidrhost(format("%s/%d", coalesce(regex("^(?:\\[([0-9A-Fa-f:.]+)\\]|([0-9]+\\.[0-9]+\\.[0-9]+\\.[0-9]+)):([0-9]{1,5})$", a)...), strcontains(a, "[") ? 128 : 32), 0)) ||
-        (can(regex("^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*:[0-9]{1,5}$", a)) &&
-      !can(regex("(^|\\.)[0-9]+:[0-9]+$", a)))) &&
-      tonumber(regex(":([0-9]{1,5})$", a)[0]) >= 1 && tonumber(regex(":([0-9]{1,5})$", a)[0]) <= 65535,
-    false)])
-    error_message = "control_advertise must be host:port, the host an IP literal or a DNS name, the port 1..65535."
+    error_message = "lan_listen, control_listen, control_advertise, gossip_bind, gossip_advertise, admin_listen, planes[].local and planes[].advertise must be ip:port with an IP literal (a.b.c.d:port or [v6]:port) and a port 1..65535; a gateway binds or announces them, so DNS names are not allowed."
   }
   validation {
     condition     = alltrue([for g in var.gateways : length(trimspace(g.ssh_host)) > 0])
@@ -107,8 +99,10 @@ variable "remote_regions" {
   description = <<-EOT
     The other regions, each with its gateways: name (their node.name and
     certificate name), gossip (host:port to join them at) and, only for a
-    gateway that cannot announce its control address (control.listen on a
-    wildcard, NAT), control: host:port to dial instead. rtt_hint (a
+    gateway that announces a control address that cannot be dialled from
+    here (one managed elsewhere; a gateway of this module announces its
+    control_advertise), control: host:port to dial instead, an IP or a DNS
+    name. rtt_hint (a
     duration such as "80ms") seeds the controllers before the first RTT
     sample. Gossip finds every region and gateway by itself: this list
     chooses the seeds (see remote_seeds), checks that gateway names are
