@@ -29,7 +29,8 @@
 // and OPEN goes on. The destination gateway does the same towards the
 // registered host. OPEN_OK carries the smallest credit granted along the
 // way; DONE is relayed upstream; a lost downstream hop turns into RESET
-// upstream, so the source host re-opens through the pair member.
+// upstream, so the source host re-opens through another gateway of its
+// region.
 //
 // # Bounded memory
 //

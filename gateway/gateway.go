@@ -631,7 +631,7 @@ func (g *Gateway) watchGossip() {
 // OPEN_ERR gateway draining; the gateway leaves gossip so that peers route
 // around it; in-flight messages get until the drain timeout (or ctx) to
 // finish; the flows still open are RESET so their hosts re-open them
-// through the pair member; then connections and control sessions are
+// through the region's other gateways; then connections and control sessions are
 // closed and Run returns.
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	select {

@@ -618,7 +618,7 @@ func (r *relay) open(ci *connInfo, m *flowctl.Msg) {
 
 // retryOpen sends an outbound flow's OPEN to the next gateway of the
 // destination region after one answered that it does not know the
-// endpoint. A host registers at every gateway of its pair, but while one
+// endpoint. A host registers at every gateway of its region, but while one
 // of its connections is down (reconnecting) only the other knows it: the
 // flows that route picked the first for would be refused on every retry
 // until the host's FailAfter (loadtest incast 64→1: "flow refused:

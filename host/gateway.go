@@ -49,7 +49,7 @@ type gateway struct {
 // over its life. Past that the host reconnects.
 const maxStreams = 1<<16 - 1
 
-// GatewayStatus describes one gateway of the pair.
+// GatewayStatus describes one of the region's gateways the host uses.
 type GatewayStatus struct {
 	Addr  netip.AddrPort
 	Ready bool // connected and registered

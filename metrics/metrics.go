@@ -489,7 +489,7 @@ func New(opts ...Option) *Metrics {
 
 	// Control channel.
 	m.ControlSessionsActive = b.gaugeVec("mrgw_control_sessions_active",
-		"Authenticated QUIC control sessions open now, per remote region (this gateway's own region for its pair partner).",
+		"Authenticated QUIC control sessions open now, per remote region (the gateways of one region hold none with each other).",
 		LabelPeerRegion)
 	m.ControlSessions = b.counterVec("mrgw_control_sessions_total",
 		"Control session attempts, dialled and accepted, by result: established, refused (certificate or name not accepted), failed (handshake or network).",

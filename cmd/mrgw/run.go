@@ -37,7 +37,7 @@ Signals: SIGHUP reloads the file; the keys marked live in docs/CONFIG.md take ef
 once, and a reload that changes anything else is refused (the daemon keeps running with
 its configuration and logs which keys need a restart). SIGINT or SIGTERM drains the
 gateway (new flows refused, in-flight messages finished or reset so hosts move to the
-pair member, peers told) and exits; a second signal exits at once.`,
+region's other gateways, peers told) and exits; a second signal exits at once.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if path == "" {
