@@ -1,6 +1,7 @@
 // Package cli holds what the mrgw daemon binary (cmd/mrgw) and the lab
-// binary (cmd/mrgw-lab) share: how they exit on an error and how they say
-// which build they are.
+// binary (cmd/mrgw-lab) share: how they exit on an error, how they say
+// which build they are, their unit flags, and what their tests share
+// (Run, CheckVersion).
 package cli
 
 import (
