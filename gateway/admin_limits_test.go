@@ -4,12 +4,17 @@ package gateway_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"regexp"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -97,4 +102,132 @@ func TestAdminConnectionsBounded(t *testing.T) {
 	if err != io.EOF && !errors.Is(err, net.ErrClosed) {
 		t.Logf("idle connection ended with %v", err)
 	}
+}
+
+// lockedBuffer is a log sink the gateway's goroutines write while the test
+// reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// TestAdminConnectionsPerSource: one source IP holds at most
+// AdminMaxConnsPerSource admin connections; one more is closed at accept,
+// counted in mrgw_admin_connections_refused_total{reason="per_source"} and
+// logged at warn, while another source is served. Before, only the total
+// cap (64) existed and one client could hold every connection.
+func TestAdminConnectionsPerSource(t *testing.T) {
+	l, err := lab.New(context.Background(), lab.Config{Dir: t.TempDir(), Admin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := *l.Configs["euw-gw1"]
+	l.Close()
+	var logs lockedBuffer
+	g, err := gateway.New(&cfg, gateway.Options{
+		Logger:        slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		AdminMaxConns: 8, AdminMaxConnsPerSource: 2,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	go g.Run(ctx)
+	defer g.Close()
+	addr := g.AdminAddr()
+	dialFrom := func(src string) (net.Conn, *bufio.Reader) {
+		t.Helper()
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		// Bounded by the test's patience, not a measure of speed: a
+		// connection neither served nor closed fails the test below.
+		_ = c.SetDeadline(time.Now().Add(patience / 2))
+		return c, bufio.NewReader(c)
+	}
+
+	// Two keep-alive connections from 127.0.0.1, served and held open.
+	a, abr := dialFrom("127.0.0.1")
+	b, bbr := dialFrom("127.0.0.1")
+	for _, x := range []struct {
+		c  net.Conn
+		br *bufio.Reader
+	}{{a, abr}, {b, bbr}} {
+		if err := adminGet(x.c, x.br); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A third from the same source is closed without an answer.
+	c, cbr := dialFrom("127.0.0.1")
+	switch err := adminGet(c, cbr); {
+	case err == nil:
+		t.Fatal("a third connection from one source was served past a per-source cap of 2")
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		t.Fatal("a third connection from one source was neither served nor closed")
+	}
+	// Another source is served meanwhile, and sees the refusal counted.
+	d, dbr := dialFrom("127.0.0.2")
+	if err := adminGet(d, dbr); err != nil {
+		t.Fatalf("a second source was not served: %v", err)
+	}
+	resp, err := (&http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.3")}}).DialContext(ctx, network, addr)
+	}}}).Get("http://admin/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^mrgw_admin_connections_refused_total\{[^}]*reason="per_source"[^}]*\} 1$`).Match(body) {
+		t.Errorf("mrgw_admin_connections_refused_total{reason=\"per_source\"} is not 1:\n%s", grepLines(string(body), "mrgw_admin_connections_refused_total"))
+	}
+	if out := logs.String(); !strings.Contains(out, "level=WARN") || !strings.Contains(out, "reason=per_source source=127.0.0.1 open=2 limit=2") {
+		t.Errorf("no warn line for the refusal:\n%s", out)
+	}
+
+	// When one of the two closes, the source gets its slot back (the
+	// server notices the close on its own goroutine: retry until then).
+	a.Close()
+	for {
+		e, ebr := dialFrom("127.0.0.1")
+		err := adminGet(e, ebr)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) || ctx.Err() != nil {
+			t.Fatalf("127.0.0.1 never got its slot back after closing a connection: %v", err)
+		}
+		e.Close()
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, line := range strings.Split(s, "\n") {
+		if strings.Contains(line, sub) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
 }

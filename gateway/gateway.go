@@ -59,12 +59,15 @@ type Options struct {
 	// Pprof serves the Go runtime profiles on the admin listener
 	// (/debug/pprof/); off unless asked for (mrgw run --pprof).
 	Pprof bool
-	// AdminIdleTimeout and AdminMaxConns bound the admin HTTP server: an
-	// idle keep-alive connection is closed after AdminIdleTimeout (default
-	// 30 s) and at most AdminMaxConns connections are open at once
-	// (default 64; more wait in the kernel's accept queue).
-	AdminIdleTimeout time.Duration
-	AdminMaxConns    int
+	// AdminIdleTimeout, AdminMaxConns and AdminMaxConnsPerSource bound
+	// the admin HTTP server: an idle keep-alive connection is closed after
+	// AdminIdleTimeout (default 30 s), at most AdminMaxConns connections
+	// are open at once (default 64; more wait in the kernel's accept
+	// queue), and at most AdminMaxConnsPerSource of them from one source
+	// IP (default 16; more are closed as soon as they are accepted).
+	AdminIdleTimeout       time.Duration
+	AdminMaxConns          int
+	AdminMaxConnsPerSource int
 	// HostRegisterTimeout: a LAN peer that has not registered this long
 	// after its INIT was admitted is closed and its slot reclaimed
 	// (default 10 s). HostIdleTimeout: so is a host whose connections
@@ -92,8 +95,11 @@ type Options struct {
 const (
 	defaultAdminIdleTimeout = 30 * time.Second
 	defaultAdminMaxConns    = 64
-	adminReadHeaderTimeout  = 5 * time.Second
-	adminReadTimeout        = 10 * time.Second
+	// defaultAdminMaxConnsPerSource: a quarter of the total, so that one
+	// source leaves three quarters to Prometheus and the operators.
+	defaultAdminMaxConnsPerSource = 16
+	adminReadHeaderTimeout        = 5 * time.Second
+	adminReadTimeout              = 10 * time.Second
 	// adminWriteTimeout bounds one response; /metrics of a gateway with
 	// thousands of hosts is the largest.
 	adminWriteTimeout = 30 * time.Second

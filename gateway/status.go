@@ -8,11 +8,13 @@ import (
 	"github.com/mrgw/mrgw/region"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/net/netutil"
 
+	"github.com/mrgw/mrgw/internal/ratelog"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/metrics"
 	"github.com/mrgw/mrgw/netio/seal"
@@ -351,19 +353,34 @@ func dropReasonIndex(e int) int {
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // adminServer builds the admin HTTP server on g.adminLn, which it wraps in
-// a connection cap: every timeout is set, so an idle or slow client holds a
-// connection (and its goroutine) for a bounded time, and at most
+// connection caps: every timeout is set, so an idle or slow client holds a
+// connection (and its goroutine) for a bounded time; at most
 // Options.AdminMaxConns are open at once (3,000 idle keep-alive connections
-// stayed open, with 3,054 goroutines, when nothing was set).
+// stayed open, with 3,054 goroutines, when nothing was set); and at most
+// Options.AdminMaxConnsPerSource of them from one source IP, so that one
+// client cannot hold them all (refusals counted in
+// mrgw_admin_connections_refused_total and logged at warn, at most once a
+// second).
 func (g *Gateway) adminServer() *http.Server {
-	idle, maxConns := g.opts.AdminIdleTimeout, g.opts.AdminMaxConns
+	idle, maxConns, perSource := g.opts.AdminIdleTimeout, g.opts.AdminMaxConns, g.opts.AdminMaxConnsPerSource
 	if idle <= 0 {
 		idle = defaultAdminIdleTimeout
 	}
 	if maxConns <= 0 {
 		maxConns = defaultAdminMaxConns
 	}
-	g.adminLn = netutil.LimitListener(g.adminLn, maxConns)
+	if perSource <= 0 {
+		perSource = defaultAdminMaxConnsPerSource
+	}
+	refusals := ratelog.New(g.log.With("part", "admin"), time.Second)
+	perSourceLn := newSourceLimitListener(g.adminLn, perSource, func(src netip.Addr, open int) {
+		g.metrics.AdminRefused(metrics.AdminPerSource)
+		refusals.Warn(metrics.AdminPerSource, "admin connection refused: its source holds the per-source cap",
+			"reason", metrics.AdminPerSource, "source", src.String(), "open", open, "limit", perSource)
+	})
+	// The total cap outside: a connection refused per source never takes
+	// one of its slots.
+	g.adminLn = netutil.LimitListener(perSourceLn, maxConns)
 	return &http.Server{
 		Handler:           g.adminHandler(),
 		ReadHeaderTimeout: min(adminReadHeaderTimeout, idle),

@@ -57,6 +57,12 @@ func (m *Metrics) HostPeerReclaimed(reason string) {
 	m.LANPeersReclaimed.WithLabelValues(oneOf(reason, ReclaimReasons)).Inc()
 }
 
+// AdminRefused counts one admin HTTP connection closed at accept
+// ([AdminRefuseReasons]).
+func (m *Metrics) AdminRefused(reason string) {
+	m.AdminConnsRefused.WithLabelValues(oneOf(reason, AdminRefuseReasons)).Inc()
+}
+
 // ConfigReload counts one reload by its result ([ReloadResults]).
 func (m *Metrics) ConfigReload(result string) {
 	m.ConfigReloads.WithLabelValues(oneOf(result, ReloadResults)).Inc()

@@ -218,6 +218,16 @@ var GossipDropReasons = []string{"too_short", "too_long", "format", "decrypt", "
 var GossipRefuseReasons = []string{"stream_limit", "stream_timeout", "stream_size", "keyring", "unencrypted",
 	"not_gateway", "name_conflict", Other}
 
+// Why an admin HTTP connection was closed at accept
+// (mrgw_admin_connections_refused_total).
+const (
+	AdminPerSource = "per_source" // its source IP already holds the per-source cap
+)
+
+// AdminRefuseReasons lists the values of
+// mrgw_admin_connections_refused_total's reason label.
+var AdminRefuseReasons = []string{AdminPerSource, Other}
+
 // Results of control sessions, key rotations and reloads.
 const (
 	ResultOK          = "ok"          // key rotation or reload done
@@ -287,6 +297,7 @@ type Metrics struct {
 	MessagesFailed       *prometheus.CounterVec // peer_region, direction
 	MessageCompletion    *prometheus.HistogramVec
 	ConfigReloads        *prometheus.CounterVec // result
+	AdminConnsRefused    *prometheus.CounterVec // reason
 
 	// Regions and gossip.
 	RegionReachable        *prometheus.GaugeVec   // peer_region
@@ -450,6 +461,9 @@ func New(opts ...Option) *Metrics {
 		LabelReason)
 	m.LANPeersReclaimed = b.counterVec("mrgw_lan_peers_reclaimed_total",
 		"LAN peers closed and their slot reclaimed, by reason: unregistered (no REGISTER in time after the INIT), idle (no control message for the idle timeout: a host killed without closing).",
+		LabelReason)
+	m.AdminConnsRefused = b.counterVec("mrgw_admin_connections_refused_total",
+		"Admin HTTP connections closed as soon as they were accepted, by reason: per_source (its source IP already held the per-source cap of open admin connections, so that one client cannot take every one).",
 		LabelReason)
 	m.LANPeers = b.gauge("mrgw_lan_peers",
 		"LAN peers (host sockets) admitted now.")
@@ -623,6 +637,9 @@ func New(opts ...Option) *Metrics {
 	}
 	for _, r := range ReloadResults {
 		m.ConfigReloads.WithLabelValues(r)
+	}
+	for _, r := range AdminRefuseReasons {
+		m.AdminConnsRefused.WithLabelValues(r)
 	}
 	for _, r := range SessionResults {
 		m.ControlSessions.WithLabelValues(r)

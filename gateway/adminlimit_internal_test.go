@@ -1,0 +1,78 @@
+package gateway
+
+import (
+	"net"
+	"net/netip"
+	"testing"
+)
+
+// TestSourceLimitListener: the cap counts per source IP (IPv4-mapped
+// addresses as IPv4), a connection gives its slot back on its first Close
+// only, and a source with nothing open leaves no entry behind.
+func TestSourceLimitListener(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refused []netip.Addr
+	l := newSourceLimitListener(raw, 1, func(src netip.Addr, open int) {
+		if open != 1 {
+			t.Errorf("refused with %d open, want 1", open)
+		}
+		refused = append(refused, src)
+	})
+	defer l.Close()
+	lo := netip.MustParseAddr("127.0.0.1")
+	dial := func(src string) net.Conn {
+		t.Helper()
+		c, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}).Dial("tcp", raw.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	accept := func() net.Conn {
+		t.Helper()
+		c, err := l.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	dial("127.0.0.1")
+	first := accept()
+	// Over the cap: the next from 127.0.0.1 is closed inside Accept, which
+	// goes on to return the one from 127.0.0.2 (dialled after it, so
+	// queued behind it).
+	dial("127.0.0.1")
+	dial("127.0.0.2")
+	second := accept()
+	if got := sourceAddr(second.RemoteAddr()); got != netip.MustParseAddr("127.0.0.2") {
+		t.Fatalf("Accept returned a connection from %v, want 127.0.0.2", got)
+	}
+	if len(refused) != 1 || refused[0] != lo {
+		t.Fatalf("refused %v, want [127.0.0.1]", refused)
+	}
+	if n := l.openFrom(lo); n != 1 {
+		t.Fatalf("127.0.0.1 holds %d, want 1", n)
+	}
+	first.Close()
+	first.Close() // a second Close must not give back a slot twice
+	if n := l.openFrom(lo); n != 0 || len(l.open) != 1 {
+		t.Fatalf("after Close: 127.0.0.1 holds %d, %d sources tracked; want 0 and 1 (127.0.0.2)", n, len(l.open))
+	}
+	dial("127.0.0.1")
+	accept()
+	if n := l.openFrom(lo); n != 1 {
+		t.Fatalf("127.0.0.1 holds %d after its slot came back, want 1", n)
+	}
+
+	mapped := &net.TCPAddr{IP: net.ParseIP("::ffff:192.0.2.1"), Port: 1}
+	if got := sourceAddr(mapped); got != netip.MustParseAddr("192.0.2.1") {
+		t.Errorf("sourceAddr(%v) = %v, want 192.0.2.1", mapped, got)
+	}
+	if got := sourceAddr(&net.UnixAddr{Name: "x", Net: "unix"}); got.IsValid() {
+		t.Errorf("sourceAddr of a unix address = %v, want the zero Addr", got)
+	}
+}
