@@ -378,6 +378,9 @@ type Result struct {
 	// PlanesUsed is how many distinct planes the flows landed on (A→B),
 	// when known.
 	PlanesUsed int
+	// Check is tunemu's self-check of the measured window (nil where none
+	// ran): the row's emulator_ok and emulator_check.
+	Check *tunemu.Verdict
 }
 
 // Bulk runs one peer's bulk transfer over link for warm-up + duration and
@@ -432,6 +435,7 @@ func row(scenario string, p Peer, l Link, r Result) report.Row {
 		CapacityBps: l.Capacity(), GoodputBps: r.GoodputBps, Fraction: r.GoodputBps / l.Capacity(),
 		Retransmits: r.Retransmits, Emulator: r.Emulator, Note: r.Note,
 	}
+	setCheck(&rw, r.Check)
 	if l.IPMTU() != DefaultMTU {
 		rw.Note = joinNote(fmt.Sprintf("ip mtu %d", l.IPMTU()), rw.Note)
 		switch p.System {

@@ -17,8 +17,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/mrgw/mrgw/internal/report"
 	"github.com/mrgw/mrgw/loadtest/tunemu"
 	"github.com/mrgw/mrgw/netem"
+	"github.com/mrgw/mrgw/units"
 )
 
 // tcpDialer returns a dialer whose sockets use congestion control algo.
@@ -134,7 +136,12 @@ func planesUsed(te *tunemu.Emulator, conns []net.Conn, proto uint8) int {
 
 // tcpBulk runs n parallel TCP streams from A to B through tunemu.
 func tcpBulk(ctx context.Context, algo string, n int, l Link, warmup, duration time.Duration) (Result, error) {
-	te, err := tunemu.New(ctx, l.tunConfig())
+	return tcpBulkOn(ctx, algo, n, l.tunConfig(), warmup, duration)
+}
+
+// tcpBulkOn is tcpBulk through an emulator configured as cfg.
+func tcpBulkOn(ctx context.Context, algo string, n int, cfg tunemu.Config, warmup, duration time.Duration) (Result, error) {
+	te, err := tunemu.New(ctx, cfg)
 	if err != nil {
 		return Result{}, err
 	}
@@ -156,8 +163,14 @@ func tcpBulk(ctx context.Context, algo string, n int, l Link, warmup, duration t
 			tcpWriteLoop(c, stop, nil)
 		}()
 	}
-	bps, err := measure(ctx, got.Load, warmup, duration)
+	var h0, h1 tunemu.Health
+	bps, err := measureWindow(ctx, got.Load, warmup, duration,
+		func() { h0 = te.Health() }, func() { h1 = te.Health() })
 	var r Result
+	if err == nil {
+		v := h1.Sub(h0).Check()
+		r.Check = &v
+	}
 	var cc string
 	cc, r.Retransmits = tcpCCs(p.conns)
 	close(stop)
@@ -192,4 +205,43 @@ func tcpCCs(conns []net.Conn) (string, uint64) {
 		}
 	}
 	return strings.Join(names, ","), retx
+}
+
+// measureWindow is measure with the emulator's self-check around the
+// measured window: atStart runs just before the window's first sample,
+// atEnd just after its last, so the check covers what the figure covers
+// (warm-up and bbr's startup excluded, as from the figure).
+func measureWindow(ctx context.Context, count func() uint64, warmup, duration time.Duration, atStart, atEnd func()) (float64, error) {
+	stop := sample(ctx, []func() uint64{count}, warmup, warmup+duration)
+	defer stop()
+	if err := sleep(ctx, warmup); err != nil {
+		return 0, err
+	}
+	atStart()
+	t0, b0 := time.Now(), count()
+	if err := sleep(ctx, duration); err != nil {
+		return 0, err
+	}
+	t1, b1 := time.Now(), count()
+	atEnd()
+	return float64(units.Throughput(float64(b1-b0), t1.Sub(t0).Seconds())), nil
+}
+
+// setCheck copies a self-check verdict into a row (emulator_ok and
+// emulator_check) and names a failed one in the note.
+func setCheck(rw *report.Row, v *tunemu.Verdict) {
+	if v == nil {
+		return
+	}
+	ok := v.OK
+	rw.EmulatorOK = &ok
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+	rw.EmulatorCheck = &report.EmuCheck{
+		LateP50us: us(v.LateP50), LateP99us: us(v.LateP99), LateMaxus: us(v.LateMax),
+		ReaderBusy: v.ReaderBusy, WriterBusy: v.WriterBusy, Overflow: v.Overflow, TUNDrops: v.TUNDrops,
+		Packets: v.Packets, Why: v.Why,
+	}
+	if !ok {
+		rw.Note = joinNote(rw.Note, "emulator not ok: "+strings.Join(v.Why, "; "))
+	}
 }
