@@ -178,6 +178,13 @@ func planesUsed(te *tunemu.Emulator, conns []net.Conn, proto uint8) int {
 // sockets at the end of its window, before they close.
 var tcpInfoHook func(senders []net.Conn)
 
+// tcpStartHook, if set (by an experiment), sees them once connected.
+var tcpStartHook func(senders []net.Conn)
+
+// tcpWindowHook, if set (by an experiment), sees the emulator as the
+// measured window starts (after the warm-up).
+var tcpWindowHook func(te *tunemu.Emulator)
+
 // tcpBulk runs n parallel TCP streams from A to B through tunemu.
 func tcpBulk(ctx context.Context, algo string, n int, l Link, warmup, duration time.Duration) (Result, error) {
 	return tcpBulkOn(ctx, algo, n, l.tunConfig(), warmup, duration)
@@ -198,6 +205,9 @@ func tcpBulkOn(ctx context.Context, algo string, n int, cfg tunemu.Config, warmu
 		return Result{}, err
 	}
 	defer p.close()
+	if tcpStartHook != nil {
+		tcpStartHook(p.conns)
+	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for _, c := range p.conns {
@@ -214,7 +224,12 @@ func tcpBulkOn(ctx context.Context, algo string, n int, cfg tunemu.Config, warmu
 	// that a later read counts into the window (rows above capacity came
 	// from that, up to 1.023).
 	bps, err := measureWindow(ctx, p.received, warmup, duration,
-		func() { h0 = te.Health() }, func() { h1 = te.Health() })
+		func() {
+			if tcpWindowHook != nil {
+				tcpWindowHook(te)
+			}
+			h0 = te.Health()
+		}, func() { h1 = te.Health() })
 	var r Result
 	if err == nil {
 		v := h1.Sub(h0).Check()

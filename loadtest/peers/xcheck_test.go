@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,7 +29,9 @@ import (
 // time and its figures depend on the machine, so it runs only when
 // MRGW_PEERS_XCHECK is set: to "1" for the defaults below, or to a loss
 // list ("0.01,0.05,0.1"). MRGW_PEERS_XCHECK_RTT overrides the round trip,
-// MRGW_PEERS_XCHECK_VARIANTS selects variants by name (comma-separated).
+// MRGW_PEERS_XCHECK_VARIANTS selects variants by name (comma-separated),
+// MRGW_PEERS_XCHECK_WARMUP the warm-up, MRGW_PEERS_XCHECK_STREAMS one
+// stream count.
 func TestTUNLinkModelVariants(t *testing.T) {
 	spec := os.Getenv("MRGW_PEERS_XCHECK")
 	if spec == "" {
@@ -65,6 +68,8 @@ func TestTUNLinkModelVariants(t *testing.T) {
 		{"fwd-only", func(c *tunemu.Config) { c.LossForwardOnly = true }},
 		{"pre-queue", func(c *tunemu.Config) { c.LossBeforeQueue = true }},
 		{"pre-queue+fwd-only", func(c *tunemu.Config) { c.LossBeforeQueue, c.LossForwardOnly = true, true }},
+		{"rmem", func(c *tunemu.Config) { c.Sysctls["net.ipv4.tcp_rmem"] = "4096 8388608 33554432" }},
+		{"lossless-warmup", func(c *tunemu.Config) { c.Link.Loss = 0 }},
 		{"child", func(c *tunemu.Config) {}},
 		{"child+pre-queue", func(c *tunemu.Config) { c.LossBeforeQueue = true }},
 		{"no-ecn", func(c *tunemu.Config) {
@@ -82,6 +87,21 @@ func TestTUNLinkModelVariants(t *testing.T) {
 		variants = sel
 	}
 	o := Options{}.withDefaults()
+	if s := os.Getenv("MRGW_PEERS_XCHECK_WARMUP"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Warmup = d
+	}
+	streams := []int{1, 8}
+	if s := os.Getenv("MRGW_PEERS_XCHECK_STREAMS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams = []int{n}
+	}
 	tcpInfoHook = func(cs []net.Conn) {
 		for i, c := range cs {
 			rc, err := c.(*net.TCPConn).SyscallConn()
@@ -98,8 +118,49 @@ func TestTUNLinkModelVariants(t *testing.T) {
 		}
 	}
 	defer func() { tcpInfoHook = nil }()
+	// The first connection's bbr state every 250 ms: a pacing gain stuck
+	// at 1.0 for seconds is bbr's long-term (policer) mode.
+	var gains strings.Builder
+	var stopGains chan struct{}
+	var gainsDone sync.WaitGroup
+	tcpStartHook = func(cs []net.Conn) {
+		gains.Reset()
+		stopGains = make(chan struct{})
+		rc, err := cs[0].(*net.TCPConn).SyscallConn()
+		if err != nil {
+			return
+		}
+		gainsDone.Add(1)
+		go func() {
+			defer gainsDone.Done()
+			tk := time.NewTicker(250 * time.Millisecond)
+			defer tk.Stop()
+			for {
+				select {
+				case <-stopGains:
+					return
+				case <-tk.C:
+				}
+				_ = rc.Control(func(fd uintptr) {
+					if bi, err := unix.GetsockoptTCPCCBBRInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_CC_INFO); err == nil {
+						bw := float64(uint64(bi.Bw_hi)<<32|uint64(bi.Bw_lo)) * 8 / 1e6
+						fmt.Fprintf(&gains, " %.2f/%.0f", float64(bi.Pacing_gain)/256, bw)
+					}
+				})
+			}
+		}()
+	}
+	defer func() { tcpStartHook = nil }()
+	endGains := func() {
+		if stopGains != nil {
+			close(stopGains)
+			gainsDone.Wait()
+			stopGains = nil
+			t.Logf("  conn 0 pacing gain/bw Mbit every 250 ms:%s", gains.String())
+		}
+	}
 	for _, loss := range losses {
-		for _, n := range []int{1, 8} {
+		for _, n := range streams {
 			for _, v := range variants {
 				l := o.link(1, o.CapacityBps, rtt, loss)
 				cfg := l.tunConfig()
@@ -115,9 +176,19 @@ func TestTUNLinkModelVariants(t *testing.T) {
 						rtt, loss, n, v.name, bps/l.Capacity(), ck.OK, ck.LateP50, ck.LateP99, ck.LateMax, ck.ReaderBusy, ck.WriterBusy, ck.TUNDrops)
 					continue
 				}
+				if v.name == "lossless-warmup" {
+					lossy := l.tunConfig().Link
+					tcpWindowHook = func(te *tunemu.Emulator) {
+						if err := te.SetAllLinks(lossy); err != nil {
+							t.Error(err)
+						}
+					}
+				}
 				c, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 				r, err := tcpBulkOn(c, "bbr", n, cfg, o.Warmup, o.Duration)
 				cancel()
+				tcpWindowHook = nil
+				endGains()
 				if err != nil {
 					t.Fatalf("%s: %v", v.name, err)
 				}
