@@ -60,7 +60,11 @@
 //     windows of 1.25 BDP in packets, MTU 1400, no FEC, over netem.
 //
 // Goodput is always measured at the receiver, over Options.Duration after
-// Options.Warmup.
+// Options.Warmup; for kernel TCP it is what the receiving kernels took in
+// order (tcpi_bytes_received), so that a reader held off the CPU cannot
+// move a socket buffer of bytes into or out of the window. Kernel TCP rows
+// carry tunemu's self-check of their window (emulator_ok,
+// emulator_check: release lateness, busy loops, drops before the model).
 //
 // # Scenarios
 //
