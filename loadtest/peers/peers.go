@@ -199,6 +199,12 @@ type Options struct {
 	// Record, if set, receives every run's goodput over time (and mrgw's
 	// per-path RTT and window) for Plot; see series.go for the bounds.
 	Record *Recorder
+	// Nice, if not 0, runs every bulk run (every system alike) with this
+	// process's session at that autogroup nice (tunemu.Prioritize; -20 is
+	// the most CPU): on a machine shared by several sessions the kernel
+	// splits the CPUs by session first, and the emulators, endpoints and
+	// kernel stacks of a run starve together (docs/results/peers.md).
+	Nice int
 }
 
 func (o Options) withDefaults() Options {
@@ -391,6 +397,13 @@ type Result struct {
 // returns the goodput measured at the receiver.
 func Bulk(ctx context.Context, p Peer, l Link, warmup, duration time.Duration, o Options) (Result, error) {
 	o = o.withDefaults()
+	if o.Nice != 0 {
+		restore, err := tunemu.Prioritize(o.Nice)
+		if err != nil {
+			return Result{}, err
+		}
+		defer restore()
+	}
 	switch p.System {
 	case MRGW, RoCEv2:
 		return tunnelBulk(ctx, p.System == RoCEv2, l, warmup, duration, o)

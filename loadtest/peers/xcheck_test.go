@@ -31,7 +31,8 @@ import (
 // list ("0.01,0.05,0.1"). MRGW_PEERS_XCHECK_RTT overrides the round trip,
 // MRGW_PEERS_XCHECK_VARIANTS selects variants by name (comma-separated),
 // MRGW_PEERS_XCHECK_WARMUP the warm-up, MRGW_PEERS_XCHECK_STREAMS one
-// stream count.
+// stream count, MRGW_PEERS_XCHECK_NICE the session's autogroup nice
+// (tunemu.Prioritize) for the whole experiment.
 func TestTUNLinkModelVariants(t *testing.T) {
 	spec := os.Getenv("MRGW_PEERS_XCHECK")
 	if spec == "" {
@@ -87,6 +88,17 @@ func TestTUNLinkModelVariants(t *testing.T) {
 		variants = sel
 	}
 	o := Options{}.withDefaults()
+	if s := os.Getenv("MRGW_PEERS_XCHECK_NICE"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		restore, err := tunemu.Prioritize(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer restore()
+	}
 	if s := os.Getenv("MRGW_PEERS_XCHECK_WARMUP"); s != "" {
 		d, err := time.ParseDuration(s)
 		if err != nil {
