@@ -66,6 +66,13 @@ type Row struct {
 	// Emulator names the link emulator a loadtest row ran through: "emu"
 	// (the UDP relay) or "tunemu" (TUN devices and namespaces, same model).
 	Emulator string `json:"emulator,omitempty"`
+	// EmulatorOK is tunemu's self-check of the row's measured window
+	// (loadtest/tunemu.Health.Check): false when the emulator released
+	// packets late, was saturated or dropped packets before its model, so
+	// the figure may be the emulator's and not the system's. EmulatorCheck
+	// holds the figures. Both are absent where no self-check ran.
+	EmulatorOK    *bool     `json:"emulator_ok,omitempty"`
+	EmulatorCheck *EmuCheck `json:"emulator_check,omitempty"`
 	// MRGWRatio is mrgw's goodput over this row's at the same point of the
 	// same run (peer comparisons; above 1: mrgw is ahead). In the
 	// peers-rtt-fairness rows it is mrgw's Jain index over this row's; in
@@ -282,4 +289,22 @@ func Slug(s string) string {
 		}
 		return '_'
 	}, s)
+}
+
+// EmuCheck is an emulator's self-check over a row's measured window: the
+// release lateness of its packets (write start against due time; p50 and
+// p99 to within a histogram bucket), its loops' busiest direction as a
+// fraction of the window, packets refused at its buffer cap, packets the
+// TUN devices dropped before it read them, the packets it forwarded and
+// why the row is flagged.
+type EmuCheck struct {
+	LateP50us  float64  `json:"late_p50_us"`
+	LateP99us  float64  `json:"late_p99_us"`
+	LateMaxus  float64  `json:"late_max_us"`
+	ReaderBusy float64  `json:"reader_busy"`
+	WriterBusy float64  `json:"writer_busy"`
+	Overflow   uint64   `json:"overflow"`
+	TUNDrops   int64    `json:"tun_drops"`
+	Packets    uint64   `json:"packets"`
+	Why        []string `json:"why,omitempty"`
 }

@@ -60,7 +60,11 @@
 //     windows of 1.25 BDP in packets, MTU 1400, no FEC, over netem.
 //
 // Goodput is always measured at the receiver, over Options.Duration after
-// Options.Warmup.
+// Options.Warmup; for kernel TCP it is what the receiving kernels took in
+// order (tcpi_bytes_received), so that a reader held off the CPU cannot
+// move a socket buffer of bytes into or out of the window. Kernel TCP rows
+// carry tunemu's self-check of their window (emulator_ok,
+// emulator_check: release lateness, busy loops, drops before the model).
 //
 // # Scenarios
 //
@@ -195,6 +199,12 @@ type Options struct {
 	// Record, if set, receives every run's goodput over time (and mrgw's
 	// per-path RTT and window) for Plot; see series.go for the bounds.
 	Record *Recorder
+	// Nice, if not 0, runs every bulk run (every system alike) with this
+	// process's session at that autogroup nice (tunemu.Prioritize; -20 is
+	// the most CPU): on a machine shared by several sessions the kernel
+	// splits the CPUs by session first, and the emulators, endpoints and
+	// kernel stacks of a run starve together (docs/results/peers.md).
+	Nice int
 }
 
 func (o Options) withDefaults() Options {
@@ -378,12 +388,22 @@ type Result struct {
 	// PlanesUsed is how many distinct planes the flows landed on (A→B),
 	// when known.
 	PlanesUsed int
+	// Check is tunemu's self-check of the measured window (nil where none
+	// ran): the row's emulator_ok and emulator_check.
+	Check *tunemu.Verdict
 }
 
 // Bulk runs one peer's bulk transfer over link for warm-up + duration and
 // returns the goodput measured at the receiver.
 func Bulk(ctx context.Context, p Peer, l Link, warmup, duration time.Duration, o Options) (Result, error) {
 	o = o.withDefaults()
+	if o.Nice != 0 {
+		restore, err := tunemu.Prioritize(o.Nice)
+		if err != nil {
+			return Result{}, err
+		}
+		defer restore()
+	}
 	switch p.System {
 	case MRGW, RoCEv2:
 		return tunnelBulk(ctx, p.System == RoCEv2, l, warmup, duration, o)
@@ -432,6 +452,7 @@ func row(scenario string, p Peer, l Link, r Result) report.Row {
 		CapacityBps: l.Capacity(), GoodputBps: r.GoodputBps, Fraction: r.GoodputBps / l.Capacity(),
 		Retransmits: r.Retransmits, Emulator: r.Emulator, Note: r.Note,
 	}
+	setCheck(&rw, r.Check)
 	if l.IPMTU() != DefaultMTU {
 		rw.Note = joinNote(fmt.Sprintf("ip mtu %d", l.IPMTU()), rw.Note)
 		switch p.System {

@@ -33,7 +33,7 @@ func (n tunNet) planeOf(local, realB netip.AddrPort) int {
 
 func (n tunNet) linkStats() (ab, ba netem.LinkStats, late netem.Lateness) {
 	st := n.te.Stats()
-	return st.Total(netem.AtoB), st.Total(netem.BtoA), netem.Lateness{} // tunemu does not measure lateness
+	return st.Total(netem.AtoB), st.Total(netem.BtoA), st.Late[netem.AtoB]
 }
 
 // check: the sealed datagram fits the TUN MTU by construction (mrgwMTU),

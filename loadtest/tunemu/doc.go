@@ -40,6 +40,25 @@
 // sees the IPv4 and UDP headers), so the same datagram takes the same link
 // time in both emulators and rows measured through either are comparable.
 //
+// Random loss is netem.Link's by default: drawn per packet, independently,
+// on the wire after the serialiser (a lost packet used its link time, so
+// no flow can deliver more than Rate·(1−Loss)), in both directions (TCP's
+// ACKs too). Config.LossBeforeQueue draws it on arrival instead (Linux
+// netem's place: the survivors can fill the rate) and
+// Config.LossForwardOnly spares B→A; docs/results/peers.md says what each
+// choice costs kernel TCP.
+//
+// # Self-check
+//
+// Health (selfcheck.go) is what the emulator measured about itself: how
+// late it released packets against their due times (a histogram: p50,
+// p99, max), how busy its readers and dispatchers were, packets refused
+// at MaxBuffered and packets the TUN devices dropped before it read them.
+// The difference of two snapshots is a run's window; Check flags a window
+// in which the emulator, not the link model, may have limited the flows
+// (p99 lateness above MaxLateP99, a loop busy above MaxBusy, any drop
+// before the model).
+//
 // # Running code inside a namespace
 //
 // In-process: Do runs a function on a goroutine locked to an OS thread

@@ -84,6 +84,31 @@ type Config struct {
 	// one-way delay in both directions instead of the planes' Delay,
 	// exactly as netem.Config.PairDelays does for the UDP relay.
 	PairDelays []netem.PairDelay
+	// LossBeforeQueue draws Link.Loss when a packet arrives, before the
+	// queue, so that a lost packet uses no link time and the survivors
+	// can fill the whole rate (a lossy link upstream of the bottleneck;
+	// Linux netem's `loss` drops on enqueue too). By default the loss is
+	// netem.Link's: on the wire after the serialiser, so a lost packet
+	// used its link time and no flow can deliver more than Rate·(1−Loss).
+	LossBeforeQueue bool
+	// LossForwardOnly applies Link.Loss (and SetLink's) to A→B only, the
+	// data direction of every peer flow: B→A (TCP's ACKs) is lossless. By
+	// default both directions lose, as netem's UDP relay does.
+	LossForwardOnly bool
+}
+
+// dirLink returns the link the model of direction d runs for l, and the
+// loss the emulator draws itself before the queue (LossBeforeQueue).
+func (c *Config) dirLink(d Dir, l netem.LinkConfig) (netem.LinkConfig, float64) {
+	if d == BtoA && c.LossForwardOnly {
+		l.Loss = 0
+	}
+	if c.LossBeforeQueue {
+		pre := l.Loss
+		l.Loss = 0
+		return l, pre
+	}
+	return l, 0
 }
 
 // Stats are the emulator's counters.
@@ -94,6 +119,9 @@ type Stats struct {
 	// the namespaces, so these are rare). Overflow: dropped at the
 	// MaxBuffered cap. WriteErrors: TUN writes that failed.
 	NonIPv4, Overflow, WriteErrors uint64
+	// Late is the release lateness per direction (see Health), as netem
+	// reports its own dispatcher's.
+	Late [2]netem.Lateness
 	// MinTransit is, per direction, the shortest time between a packet's
 	// arrival from one TUN and its write into the other, on the
 	// emulator's own clock: it is at least the configured one-way delay.
@@ -148,8 +176,17 @@ type direction struct {
 	// pairLast is the last delivery per pair wire and plane
 	// ([wire-1][plane]), as in netem.
 	pairLast [][]time.Duration
+	// preLoss is each plane's loss drawn before the queue
+	// (Config.LossBeforeQueue); preDrops and preBytes count it.
+	preLoss            []float64
+	preDrops, preBytes []atomic.Uint64
 
 	minTransit atomic.Int64
+	// The self-check (selfcheck.go): release lateness, the loops' busy
+	// time, packets forwarded.
+	late                   latHist
+	readerBusy, writerBusy atomic.Int64
+	sent                   atomic.Uint64
 }
 
 var seq atomic.Uint64
@@ -196,12 +233,16 @@ func New(ctx context.Context, cfg Config) (*Emulator, error) {
 	for d := range e.dirs {
 		dd := &direction{
 			em: e, dir: Dir(d), out: e.tun[Site(d).Other()],
-			links: make([]*netem.Link, cfg.Planes),
-			rng:   rand.New(rand.NewPCG(cfg.Seed, uint64(d)+0x7e57)),
+			links:    make([]*netem.Link, cfg.Planes),
+			rng:      rand.New(rand.NewPCG(cfg.Seed, uint64(d)+0x7e57)),
+			preLoss:  make([]float64, cfg.Planes),
+			preDrops: make([]atomic.Uint64, cfg.Planes), preBytes: make([]atomic.Uint64, cfg.Planes),
 		}
 		dd.minTransit.Store(math.MaxInt64)
+		lc, pre := cfg.dirLink(Dir(d), cfg.Link)
 		for i := range dd.links {
-			dd.links[i], _ = netem.NewLink(cfg.Link)
+			dd.links[i], _ = netem.NewLink(lc)
+			dd.preLoss[i] = pre
 		}
 		dd.pairLast = make([][]time.Duration, len(cfg.PairDelays))
 		for i := range dd.pairLast {
@@ -390,16 +431,17 @@ func (e *Emulator) readLoop(s Site) {
 			time.Sleep(time.Millisecond)
 			continue
 		}
+		now := e.now()
 		b = b[:n]
 		proto, src, dst, ok := flowOf(b)
 		if !ok {
 			e.nonIP.Add(1)
 			e.pool.Put(bp)
+			d.readerBusy.Add(int64(e.now() - now))
 			continue
 		}
 		plane := netem.PlaneFor(netem.FlowHash(e.cfg.Seed, d.dir, proto, src, dst), e.cfg.Planes)
 		size := max(n-HeaderCharge, 1)
-		now := e.now()
 		d.sched.Mu.Lock()
 		if d.sched.Closed() {
 			d.sched.Mu.Unlock()
@@ -407,6 +449,19 @@ func (e *Emulator) readLoop(s Site) {
 			return
 		}
 		l := d.links[plane]
+		if p := d.preLoss[plane]; p > 0 && d.rng.Float64() < p {
+			// Lost on arrival (Config.LossBeforeQueue): no link time.
+			d.sched.Mu.Unlock()
+			d.preDrops[plane].Add(1)
+			d.preBytes[plane].Add(uint64(size))
+			e.pool.Put(bp)
+			if tr := e.cfg.Trace; tr != nil {
+				tr(netem.TraceEvent{Dir: d.dir, Plane: plane, Size: size, Verdict: netem.DroppedLoss, Arrival: now,
+					ECNIn: ecn.FromTOS(b[1]), ECNOut: ecn.FromTOS(b[1])})
+			}
+			d.readerBusy.Add(int64(e.now() - now))
+			continue
+		}
 		ev, q := d.admit(now, plane, e.wireOf(d.dir, src.Addr(), dst.Addr()), size, ecn.FromTOS(b[1]), e.buffered.Load() >= limit)
 		ev.Dir, ev.Plane = d.dir, plane
 		taken := false
@@ -431,6 +486,7 @@ func (e *Emulator) readLoop(s Site) {
 		if tr := e.cfg.Trace; tr != nil {
 			tr(ev)
 		}
+		d.readerBusy.Add(int64(e.now() - now))
 	}
 }
 
@@ -443,19 +499,26 @@ func (d *direction) isClosed() bool {
 // send writes due packets into the other TUN (on the dispatcher).
 func (d *direction) send(items []netem.Item[packet]) {
 	em := d.em
-	now := em.now()
+	start := em.now()
+	now := start
 	for i := range items {
 		p := &items[i].V
 		if t := int64(now - p.arrival); t < d.minTransit.Load() {
 			d.minTransit.Store(t) // only this goroutine writes it
 		}
+		// Lateness is taken as each write starts: the writes of a batch
+		// are sequential, and the last one's wait is lateness too.
+		d.late.add(now - items[i].Deliver)
 		if _, err := d.out.Write((*p.buf)[:p.n]); err != nil {
 			em.wrErr.Add(1)
 		}
 		d.links[p.plane].Delivered(p.size)
 		em.pool.Put(p.buf)
+		now = em.now()
 	}
 	em.buffered.Add(-int64(len(items)))
+	d.sent.Add(uint64(len(items)))
+	d.writerBusy.Add(int64(now - start))
 }
 
 // PlaneOf returns the plane that carries packets of protocol proto from src
@@ -480,9 +543,17 @@ func (e *Emulator) SetLink(d Dir, plane int, l netem.LinkConfig) error {
 		return fmt.Errorf("%w: direction %d", netem.ErrInvalid, d)
 	}
 	dd := e.dirs[d]
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	lc, pre := e.cfg.dirLink(d, l)
 	dd.sched.Mu.Lock()
 	defer dd.sched.Mu.Unlock()
-	return dd.links[plane].SetConfig(e.now(), l)
+	if err := dd.links[plane].SetConfig(e.now(), lc); err != nil {
+		return err
+	}
+	dd.preLoss[plane] = pre
+	return nil
 }
 
 // SetAllLinks re-tunes every plane in both directions.
@@ -529,10 +600,17 @@ func (e *Emulator) Stats() Stats {
 		s.Links[d] = make([]netem.LinkStats, len(dd.links))
 		for i, l := range dd.links {
 			s.Links[d][i] = l.Stats()
+			// Losses before the queue never reached the model.
+			pre, preB := dd.preDrops[i].Load(), dd.preBytes[i].Load()
+			s.Links[d][i].In += pre
+			s.Links[d][i].BytesIn += preB
+			s.Links[d][i].LossDrops += pre
 		}
 		if m := dd.minTransit.Load(); m != math.MaxInt64 {
 			s.MinTransit[d] = time.Duration(m)
 		}
+		ls := dd.late.snapshot()
+		s.Late[d] = netem.Lateness{Count: ls.Count(), Mean: ls.Mean(), Max: ls.Max}
 	}
 	s.NonIPv4, s.Overflow, s.WriteErrors = e.nonIP.Load(), e.overflow.Load(), e.wrErr.Load()
 	s.Buffered = int(e.buffered.Load())
@@ -573,4 +651,27 @@ func (e *Emulator) shutdown() {
 		e.buffered.Store(0)
 		e.teardown()
 	})
+}
+
+// Health returns the self-check's counters since New (see selfcheck.go);
+// subtract two to get a run's window and Check the result. It reads the
+// TUN devices' counters with `ip`, so it is for the edges of a run, not a
+// hot loop.
+func (e *Emulator) Health() Health {
+	h := Health{At: e.now(), Overflow: e.overflow.Load()}
+	for d, dd := range e.dirs {
+		h.Late[d] = dd.late.snapshot()
+		h.ReaderBusy[d] = time.Duration(dd.readerBusy.Load())
+		h.WriterBusy[d] = time.Duration(dd.writerBusy.Load())
+		h.Packets[d] = dd.sent.Load()
+	}
+	for _, s := range []Site{SiteA, SiteB} {
+		ds, err := e.DeviceStats(s)
+		if err != nil {
+			h.TUNDrops = -1
+			break
+		}
+		h.TUNDrops += int64(ds.TxDropped)
+	}
+	return h
 }

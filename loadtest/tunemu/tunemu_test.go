@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -199,4 +200,169 @@ func TestSetCEChecksum(t *testing.T) {
 	if !ok || p != 6 || s != netip.MustParseAddrPort("10.213.0.1:12345") || d != netip.MustParseAddrPort("10.213.0.2:80") {
 		t.Errorf("flowOf: %v %v %v %v", p, s, d, ok)
 	}
+}
+
+// TestDirLink: where the loss goes for each choice of the link model.
+func TestDirLink(t *testing.T) {
+	l := netem.LinkConfig{Rate: 1e6, Loss: 0.1}
+	for _, c := range []struct {
+		cfg              Config
+		d                Dir
+		modelLoss, early float64
+	}{
+		{Config{}, AtoB, 0.1, 0},
+		{Config{}, BtoA, 0.1, 0},
+		{Config{LossForwardOnly: true}, AtoB, 0.1, 0},
+		{Config{LossForwardOnly: true}, BtoA, 0, 0},
+		{Config{LossBeforeQueue: true}, AtoB, 0, 0.1},
+		{Config{LossBeforeQueue: true, LossForwardOnly: true}, BtoA, 0, 0},
+	} {
+		got, pre := c.cfg.dirLink(c.d, l)
+		if got.Loss != c.modelLoss || pre != c.early || got.Rate != l.Rate {
+			t.Errorf("%+v %v: model loss %v, before the queue %v", c.cfg, c.d, got.Loss, pre)
+		}
+	}
+}
+
+// TestLossPlacement: with the loss drawn after the queue (netem's model,
+// the default) every datagram, lost or not, takes its link time, so a
+// burst of n keeps the link busy for n transmissions; drawn before the
+// queue (LossBeforeQueue) the lost ones take none and the same burst
+// clears in about n·(1−loss). LossForwardOnly keeps B→A lossless. Times
+// are the model's (the trace's Depart), not the test's: the link is slow
+// enough (8 ms per datagram) that the burst is queued long before it
+// leaves.
+func TestLossPlacement(t *testing.T) {
+	const n, loss = 400, 0.5
+	busy := func(cfg Config) (span time.Duration, st Stats) {
+		var mu sync.Mutex
+		var seen [2]int
+		var first, last time.Duration = -1, 0
+		done := make(chan struct{})
+		cfg.Seed, cfg.Link = 3, netem.LinkConfig{Rate: 1e6, Delay: time.Millisecond, Loss: loss, QueueBytes: 1 << 20}
+		cfg.Trace = func(ev netem.TraceEvent) {
+			mu.Lock()
+			defer mu.Unlock()
+			if seen[ev.Dir]++; seen[AtoB]+seen[BtoA] == 2*n {
+				close(done)
+			}
+			if ev.Dir != AtoB {
+				return
+			}
+			if first < 0 {
+				first = ev.Arrival
+			}
+			if ev.Depart > last {
+				last = ev.Depart
+			}
+		}
+		e := newEmu(t, cfg)
+		rx, err := e.ListenUDP(SiteB, &net.UDPAddr{IP: AddrB.AsSlice()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rx.Close()
+		tx, err := e.ListenUDP(SiteA, &net.UDPAddr{IP: AddrA.AsSlice()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Close()
+		buf := make([]byte, 1000)
+		for range n {
+			if _, err := tx.WriteTo(buf, rx.LocalAddr()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// And n the other way, to count B→A's losses.
+		for range n {
+			if _, err := rx.WriteTo(buf, tx.LocalAddr()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			mu.Lock()
+			defer mu.Unlock()
+			t.Fatalf("the model saw %v of %d datagrams each way", seen, n)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return last - first, e.Stats()
+	}
+	tx := 8 * time.Millisecond // 1000 bytes at 1 Mbit/s
+	after, stA := busy(Config{})
+	before, stB := busy(Config{LossBeforeQueue: true, LossForwardOnly: true})
+	t.Logf("link busy for the burst: loss after the queue %v, before %v (%d datagrams of %v)", after, before, n, tx)
+	if after < time.Duration(n-1)*tx {
+		t.Errorf("loss after the queue: the burst took %v of link time, want all %d transmissions (%v)", after, n, time.Duration(n)*tx)
+	}
+	if before > after*3/4 {
+		t.Errorf("loss before the queue: the burst took %v of link time, not ~%v", before, time.Duration(float64(n)*(1-loss))*tx)
+	}
+	for _, c := range []struct {
+		name string
+		st   Stats
+		back bool
+	}{{"after", stA, true}, {"before", stB, false}} {
+		ab, ba := c.st.Total(AtoB), c.st.Total(BtoA)
+		if ab.In < n || ab.LossDrops < n/4 || ab.LossDrops > 3*n/4 {
+			t.Errorf("%s: A→B in %d lost %d, want about half of %d", c.name, ab.In, ab.LossDrops, n)
+		}
+		if got := ba.LossDrops > 0; got != c.back {
+			t.Errorf("%s: B→A lost %d", c.name, ba.LossDrops)
+		}
+	}
+}
+
+// TestHealthCounts: the self-check sees every forwarded packet (one
+// lateness sample each), the TUN devices' drop counters are readable, and
+// a window (Sub) holds only what crossed inside it.
+func TestHealthCounts(t *testing.T) {
+	e := newEmu(t, Config{Seed: 4, Link: netem.LinkConfig{Rate: 50e6, Delay: time.Millisecond}})
+	rx, err := e.ListenUDP(SiteB, &net.UDPAddr{IP: AddrB.AsSlice()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rx.Close()
+	tx, err := e.ListenUDP(SiteA, &net.UDPAddr{IP: AddrA.AsSlice()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Close()
+	h0 := e.Health()
+	if h0.TUNDrops < 0 {
+		t.Fatal("TUN drop counters unreadable")
+	}
+	const n = 50
+	buf := make([]byte, 1000)
+	for range n {
+		if _, err := tx.WriteTo(buf, rx.LocalAddr()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rx.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for i := range n {
+		if _, _, err := rx.ReadFrom(buf); err != nil {
+			t.Fatalf("datagram %d: %v", i, err)
+		}
+	}
+	// The dispatcher counts a batch once its last write returns, which
+	// may be after the receiver has read it.
+	w := e.Health().Sub(h0)
+	for deadline := time.Now().Add(10 * time.Second); w.Packets[AtoB] < n && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+		w = e.Health().Sub(h0)
+	}
+	if w.Packets[AtoB] != n || w.Late[AtoB].Count() != n {
+		t.Errorf("window: %d packets A→B, %d lateness samples, want %d", w.Packets[AtoB], w.Late[AtoB].Count(), n)
+	}
+	if w.At <= 0 || w.WriterBusy[AtoB] <= 0 || w.ReaderBusy[AtoB] <= 0 || w.TUNDrops != 0 || w.Overflow != 0 {
+		t.Errorf("window %+v", w)
+	}
+	if st := e.Stats(); st.Late[AtoB].Count != n {
+		t.Errorf("Stats' lateness count %d, want %d", st.Late[AtoB].Count, n)
+	}
+	v := w.Check()
+	t.Logf("self-check: ok %v, late p50 %v p99 %v max %v, why %q", v.OK, v.LateP50, v.LateP99, v.LateMax, v.Why)
 }
