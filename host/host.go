@@ -247,6 +247,9 @@ var (
 	ErrSendTooLarge = errors.New("host: SEND larger than the flow's segment size")
 	// ErrGatewayLost: the gateway connection carrying a flow closed.
 	ErrGatewayLost = errors.New("host: gateway connection lost")
+	// ErrGatewaySilent: a gateway answered nothing for DeadAfter while
+	// the host waited for it; its connection is given up as lost.
+	ErrGatewaySilent = errors.New("host: gateway silent")
 )
 
 // Delivery reports one message of an incoming flow that completed in this
@@ -270,12 +273,16 @@ type Stats struct {
 	// Gateway connections established, attempts that failed before
 	// establishing, and registrations accepted.
 	Connects, ConnectFailures, Registrations uint64
+	// SilentGateways counts gateway connections given up because the
+	// gateway answered nothing for DeadAfter (ErrGatewaySilent).
+	SilentGateways uint64
 }
 
 type counters struct {
 	flowsOpened, reopens, segsDone, bytesDone      atomic.Uint64
 	delivered, deliveredBytes, duplicates, doneSnt atomic.Uint64
 	connects, connFails, registrations             atomic.Uint64
+	silent                                         atomic.Uint64
 }
 
 // Host is one endpoint of a region, connected to its local gateway pair.
@@ -363,17 +370,10 @@ func New(cfg Config) (*Host, error) {
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
-	h.o.byConn = map[*metaroce.Conn]*gateway{}
-	h.o.ctl = map[*metaroce.Conn]map[uint64][]byte{}
-	h.o.flows = map[uint64]*Flow{}
-	h.o.txByStr = map[streamKey]*Flow{}
-	h.o.blocked = map[*Flow]struct{}{}
-	h.o.rx.init()
+	h.initOwner()
 	peers := make([]netio.Peer, len(cfg.Gateways))
-	for i, a := range cfg.Gateways {
-		id := metaroce.PeerID(i + 1)
-		peers[i] = netio.Peer{ID: id, Addr: a}
-		h.o.gws = append(h.o.gws, &gateway{idx: i, addr: a, peer: id, backoff: cfg.ReconnectMin})
+	for i, g := range h.o.gws {
+		peers[i] = netio.Peer{ID: g.peer, Addr: g.addr}
 	}
 	ep, err := netio.New(netio.Config{
 		Protocol: cfg.Protocol,
@@ -411,6 +411,20 @@ func New(cfg Config) (*Host, error) {
 		return nil, err
 	}
 	return h, nil
+}
+
+// initOwner makes the owner goroutine's state, before the endpoint
+// exists: gateway i of the configuration is peer i+1.
+func (h *Host) initOwner() {
+	h.o.byConn = map[*metaroce.Conn]*gateway{}
+	h.o.ctl = map[*metaroce.Conn]map[uint64][]byte{}
+	h.o.flows = map[uint64]*Flow{}
+	h.o.txByStr = map[streamKey]*Flow{}
+	h.o.blocked = map[*Flow]struct{}{}
+	h.o.rx.init()
+	for i, a := range h.cfg.Gateways {
+		h.o.gws = append(h.o.gws, &gateway{idx: i, addr: a, peer: metaroce.PeerID(i + 1), backoff: h.cfg.ReconnectMin})
+	}
 }
 
 // waitRegistered waits until every gateway has registered the host, or
@@ -525,6 +539,7 @@ func (h *Host) Stats() Stats {
 		Delivered: c.delivered.Load(), DeliveredBytes: c.deliveredBytes.Load(),
 		Duplicates: c.duplicates.Load(), DoneSent: c.doneSnt.Load(),
 		Connects: c.connects.Load(), ConnectFailures: c.connFails.Load(), Registrations: c.registrations.Load(),
+		SilentGateways: c.silent.Load(),
 	}
 }
 
