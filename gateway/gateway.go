@@ -145,6 +145,10 @@ type Gateway struct {
 	// as hosts ping their gateways), so that it always has something in
 	// flight and a dead peer is found by its paths (relay.keepalive).
 	wanPingEvery time.Duration
+	// deadAfter is the endpoint's metaroce DeadAfter (wan.dead_after):
+	// a WAN peer silent this long while waited on is dropped
+	// (relay.watchSilence).
+	deadAfter time.Duration
 
 	runMu   sync.Mutex
 	started bool
@@ -296,6 +300,7 @@ func (g *Gateway) newEndpoint(cfg *config.Config, planeAddrs []netip.AddrPort, o
 	}
 	onClose(func() { g.ep.Close() })
 	if err = g.ep.Call(context.Background(), func(now time.Duration, ep *metaroce.Endpoint) {
+		g.deadAfter = ep.Config().DeadAfter
 		ep.BindSinkAll(flowctl.ControlStream, g.relay)
 	}); err != nil {
 		return err
@@ -510,6 +515,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	g.goTrack(g.watchHealth)
 	g.goTrack(g.publishLoop)
 	g.goTrack(g.statsLoop)
+	g.goTrack(g.silenceLoop)
 	g.log.Info("gateway running", "region", g.Config().Node.Region, "lan", g.LANAddr(), "wan", g.ep.LocalAddrs()[1:],
 		"control", g.Config().Control.Listen, "admin", g.AdminAddr())
 	select {
@@ -526,6 +532,27 @@ func (g *Gateway) goTrack(f func()) {
 		defer g.wg.Done()
 		f()
 	}()
+}
+
+// silenceLoop observes every WAN peer every DeadAfter/50 (10 ms at the
+// default 500 ms; 2 to 100 ms), so that a peer that fell silent is
+// dropped within a few percent of DeadAfter after it (relay.watchSilence).
+func (g *Gateway) silenceLoop() {
+	every := min(max(g.deadAfter/50, 2*time.Millisecond), 100*time.Millisecond)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-g.ctx.Done():
+			return
+		case <-t.C:
+		}
+		// Do: nothing waits for it, and a full command queue must not
+		// hold up shutdown.
+		if err := g.ep.Do(g.ctx, func(now time.Duration, _ *metaroce.Endpoint) { g.relay.watchSilence(now, g.deadAfter) }); err != nil {
+			return
+		}
+	}
 }
 
 // joinLoop joins the gossip cluster, retrying while the seeds are not up
