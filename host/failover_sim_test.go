@@ -242,19 +242,19 @@ func (w *simWorld) run(end time.Duration) {
 	}
 }
 
-// TestSilentGatewayFailsOverAfterDeadAfter: a gateway killed while the
-// host writes through it is given up DeadAfter after it fell silent (plus
-// the observations' granularity), and the flow re-opens through the other
-// gateway at once, resuming at its oldest message not DONE; every message
-// is DONE in the end. The one-way delays are drawn from 0.1 to 15 ms, as
-// a loaded machine's scheduling spreads them (RTT variance puts the probe
-// timeouts at tens of milliseconds). Before, the connection closed only
-// once every path had been down for DeadAfter: in this test 681 ms after
-// the kill for a DeadAfter of 500 ms, against 521 ms now (the chaos
-// scenario: 0.7 to 0.8 s).
-func TestSilentGatewayFailsOverAfterDeadAfter(t *testing.T) {
-	const deadAfter = 500 * time.Millisecond
-	w := newSimWorld(t, Config{DeadAfter: deadAfter}, func(r *rand.Rand) time.Duration {
+// simFailover opens a flow through one of the two gateways, writes 100
+// rounds of messages through it (busy: it keeps 16 messages of 16 KiB
+// queued, so data is always in flight; idle: 16 messages, then it waits
+// until they are all DONE and nothing but the PINGs is in flight), kills
+// that gateway and returns how long after the kill the host gave it up
+// and the flow's OPEN reached the other gateway. Then it checks that
+// every message was DONE in the end, through the other gateway.
+func simFailover(t *testing.T, cfg Config, busy bool) (detect, reopen time.Duration, w *simWorld) {
+	t.Helper()
+	// One-way delays from 0.1 to 15 ms, as a loaded machine's scheduling
+	// spreads them: the RTT variance puts the probe timeouts at tens of
+	// milliseconds.
+	w = newSimWorld(t, cfg, func(r *rand.Rand) time.Duration {
 		return 100*time.Microsecond + time.Duration(r.Int64N(int64(15*time.Millisecond)))
 	})
 	w.run(200 * time.Millisecond)
@@ -271,8 +271,6 @@ func TestSilentGatewayFailsOverAfterDeadAfter(t *testing.T) {
 	first := f.gw
 	killed := w.gws[first.idx]
 	other := w.gws[1-first.idx]
-	// Keep 16 messages of 16 KiB queued: the flow always has data in
-	// flight to the gateway.
 	data := make([]byte, 16<<10)
 	var pend []*Pending
 	write := func() {
@@ -283,12 +281,24 @@ func TestSilentGatewayFailsOverAfterDeadAfter(t *testing.T) {
 			pend = append(pend, p)
 		}
 	}
+	write()
 	for range 100 {
-		write()
+		if busy {
+			write()
+		}
 		w.run(w.now + 5*time.Millisecond)
 	}
 	if f.doneBelow < 16 {
 		t.Fatalf("only %d messages DONE before the kill", f.doneBelow)
+	}
+	if !busy {
+		if f.doneBelow != f.nextSeq || f.conn.InflightBytes() > 64 {
+			t.Fatalf("idle: %d of %d messages DONE, %d bytes in flight", f.doneBelow, f.nextSeq, f.conn.InflightBytes())
+		}
+		// The worst moment: just after a PING was answered.
+		for f.conn.InflightBytes() > 0 {
+			w.run(w.now + 100*time.Microsecond)
+		}
 	}
 	killAt := w.now
 	killed.dead = true
@@ -302,21 +312,9 @@ func TestSilentGatewayFailsOverAfterDeadAfter(t *testing.T) {
 	if len(other.opens) == 0 {
 		t.Fatalf("the flow was not re-opened through the other gateway within 3 s of the kill")
 	}
-	detect, reopen := lostAt-killAt, other.opens[0].at-killAt
-	t.Logf("killed at %v: gateway given up after %v, flow re-opened at the other after %v (resume %d); DeadAfter %v",
-		killAt, detect, reopen, other.opens[0].resume, deadAfter)
-	// Silence counts from the first observation after the last answer:
-	// DeadAfter, one observation to confirm, the ticks' phase (10 ms
-	// each) and the last answer's own delay make up the bound.
-	if limit := deadAfter + 50*time.Millisecond; detect > limit || reopen > limit {
-		t.Fatalf("failover %v / %v after the kill, want within %v (DeadAfter %v)", detect, reopen, limit, deadAfter)
-	}
-	if detect < deadAfter-20*time.Millisecond {
-		t.Fatalf("gateway given up %v after the kill, before DeadAfter %v", detect, deadAfter)
-	}
-	if st := w.h.Stats(); st.SilentGateways != 1 {
-		t.Fatalf("SilentGateways %d, want 1", st.SilentGateways)
-	}
+	detect, reopen = lostAt-killAt, other.opens[0].at-killAt
+	t.Logf("killed at %v: gateway given up after %v, flow re-opened at the other after %v (resume %d)",
+		killAt, detect, reopen, other.opens[0].resume)
 	// Nothing lost: the rest goes through the other gateway.
 	for range 100 {
 		w.run(w.now + 5*time.Millisecond)
@@ -332,5 +330,48 @@ func TestSilentGatewayFailsOverAfterDeadAfter(t *testing.T) {
 		default:
 			t.Fatalf("message %d of %d not DONE (flow DONE below %d, on gateway %d)", i, n, f.doneBelow, f.gw.idx+1)
 		}
+	}
+	return detect, reopen, w
+}
+
+// TestSilentGatewayFailsOverAfterDeadAfter: a gateway killed while the
+// host writes through it is given up DeadAfter after it fell silent (plus
+// the observations' granularity), and the flow re-opens through the other
+// gateway at once, resuming at its oldest message not DONE; every message
+// is DONE in the end. Before, the connection closed only once every path
+// had been down for DeadAfter: in this test 599 ms after the kill for a
+// DeadAfter of 500 ms (681 ms with the PINGs at DeadAfter/4), against
+// 521 ms now (the chaos scenario: 0.7 to 0.8 s).
+func TestSilentGatewayFailsOverAfterDeadAfter(t *testing.T) {
+	const deadAfter = 500 * time.Millisecond
+	detect, reopen, w := simFailover(t, Config{DeadAfter: deadAfter}, true)
+	// Silence counts from the first observation after the last answer:
+	// DeadAfter, one observation to confirm, the ticks' phase (10 ms
+	// each) and the last answer's own delay make up the bound.
+	if limit := deadAfter + 50*time.Millisecond; detect > limit || reopen > limit {
+		t.Fatalf("failover %v / %v after the kill, want within %v (DeadAfter %v)", detect, reopen, limit, deadAfter)
+	}
+	if detect < deadAfter-20*time.Millisecond {
+		t.Fatalf("gateway given up %v after the kill, before DeadAfter %v", detect, deadAfter)
+	}
+	if st := w.h.Stats(); st.SilentGateways != 1 {
+		t.Fatalf("SilentGateways %d, want 1", st.SilentGateways)
+	}
+}
+
+// TestIdleGatewayFailsOverAfterDeadAfter: a gateway killed while nothing
+// but the PINGs is in flight to it (every message DONE; in the chaos
+// scenario, a host whose flows waited for DONE) is found DeadAfter after
+// the next PING, which leaves at most PingEvery (DeadAfter/8) after the
+// last was answered. Before: 840 ms (every path down, then DeadAfter).
+func TestIdleGatewayFailsOverAfterDeadAfter(t *testing.T) {
+	const deadAfter = 500 * time.Millisecond
+	detect, _, w := simFailover(t, Config{DeadAfter: deadAfter}, false)
+	ping := w.h.cfg.PingEvery
+	if ping != deadAfter/8 {
+		t.Fatalf("PingEvery %v, want DeadAfter/8", ping)
+	}
+	if limit := deadAfter + ping + 50*time.Millisecond; detect > limit {
+		t.Fatalf("idle gateway given up %v after the kill, want within %v (DeadAfter %v, PingEvery %v)", detect, limit, deadAfter, ping)
 	}
 }
