@@ -69,13 +69,13 @@ type Options struct {
 	// after its INIT was admitted is closed and its slot reclaimed
 	// (default 10 s). HostIdleTimeout: so is a host whose connections
 	// have carried no control message for this long (default 30 s; hosts
-	// PING every DeadAfter/4, 0.5 s by default). MaxHostPeers bounds the
+	// PING every DeadAfter/8, 62.5 ms by default). MaxHostPeers bounds the
 	// LAN peers admitted at once (default limits.max_flows + 1024).
 	HostRegisterTimeout time.Duration
 	HostIdleTimeout     time.Duration
 	MaxHostPeers        int
 	// WANPingEvery is how often each WAN peer is PINGed (relay.keepalive):
-	// 0 is DeadAfter/4, negative never (a test that needs an idle
+	// 0 is DeadAfter/8, negative never (a test that needs an idle
 	// connection to stay silent).
 	WANPingEvery time.Duration
 	// PMTU tunes the timings of WAN path MTU discovery (ConfirmInterval,
@@ -141,9 +141,13 @@ type Gateway struct {
 	startedAt    time.Time // when Run started (unseen gateways)
 
 	relay *relay // owner-goroutine state
-	// wanPingEvery: each WAN connection is PINGed this often (DeadAfter/4,
-	// as hosts ping their gateways), so that it always has something in
-	// flight and a dead peer is found by its paths (relay.keepalive).
+	// wanPingEvery: each WAN connection is PINGed this often (DeadAfter/8,
+	// as hosts ping their gateways), so that a live peer always has
+	// something to answer and a dead one is found DeadAfter after the next
+	// PING at the latest (relay.keepalive, relay.watchSilence). At
+	// DeadAfter/4 a source gateway with nothing in flight to a killed peer
+	// gave it up up to 625 ms after the kill in the chaos runs; a PING is
+	// one small packet each way.
 	wanPingEvery time.Duration
 	// deadAfter is the endpoint's metaroce DeadAfter (wan.dead_after):
 	// a WAN peer silent this long while waited on is dropped
@@ -279,7 +283,7 @@ func (g *Gateway) newEndpoint(cfg *config.Config, planeAddrs []netip.AddrPort, o
 	proto := g.protocol(cfg)
 	g.wanPingEvery = g.opts.WANPingEvery
 	if g.wanPingEvery == 0 {
-		g.wanPingEvery = max(proto.DeadAfter/4, 10*time.Millisecond)
+		g.wanPingEvery = max(proto.DeadAfter/8, 10*time.Millisecond)
 	}
 	g.relay = newRelay(g, cfg)
 	var err error

@@ -707,8 +707,8 @@ func (r *relay) routeExcept(flowID uint64, dst string, skip []*connInfo) (*connI
 	cfg := r.g.Config()
 	order := rankGateways(cfg, flowID, gws)
 	// Two passes: the first passes over a connection none of whose paths
-	// can carry data, or whose peer has answered nothing for a PING
-	// interval (DeadAfter/4) while waited on. Its peer is dying, or cut
+	// can carry data, or whose peer has answered nothing for two PING
+	// intervals (DeadAfter/4) while waited on. Its peer is dying, or cut
 	// off: the connection closes after DeadAfter unless it answers. A
 	// flow sent there stalls until then and is RESET, and its source's
 	// re-open came here precisely because another gateway of our region
