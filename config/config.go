@@ -101,7 +101,7 @@ type WAN struct {
 	GRO               bool          `mapstructure:"gro" doc:"use UDP generic receive offload when the kernel supports it"`
 	Cipher            string        `mapstructure:"cipher" doc:"datagram AEAD: aes-128-gcm, aes-256-gcm or chacha20-poly1305"`
 	KeyRotation       time.Duration `mapstructure:"key_rotation" reload:"live" doc:"how often peers derive fresh datagram keys, 1s..24h"`
-	DeadAfter         time.Duration `mapstructure:"dead_after" doc:"a peer gateway or host whose paths have all been down this long is declared gone, and its flows fail over, 100ms..60s"`
+	DeadAfter         time.Duration `mapstructure:"dead_after" doc:"a peer gateway that has answered nothing this long while waited on (it is PINGed every dead_after/8), or a peer gateway or host whose paths have all been down this long, is declared gone, and its flows fail over, 100ms..60s"`
 }
 
 // Plane is one network plane as seen from this gateway.

@@ -72,13 +72,13 @@ type Options struct {
 	// after its INIT was admitted is closed and its slot reclaimed
 	// (default 10 s). HostIdleTimeout: so is a host whose connections
 	// have carried no control message for this long (default 30 s; hosts
-	// PING every DeadAfter/4, 0.5 s by default). MaxHostPeers bounds the
+	// PING every DeadAfter/8, 62.5 ms by default). MaxHostPeers bounds the
 	// LAN peers admitted at once (default limits.max_flows + 1024).
 	HostRegisterTimeout time.Duration
 	HostIdleTimeout     time.Duration
 	MaxHostPeers        int
 	// WANPingEvery is how often each WAN peer is PINGed (relay.keepalive):
-	// 0 is DeadAfter/4, negative never (a test that needs an idle
+	// 0 is DeadAfter/8, negative never (a test that needs an idle
 	// connection to stay silent).
 	WANPingEvery time.Duration
 	// PMTU tunes the timings of WAN path MTU discovery (ConfirmInterval,
@@ -147,10 +147,18 @@ type Gateway struct {
 	startedAt    time.Time // when Run started (unseen gateways)
 
 	relay *relay // owner-goroutine state
-	// wanPingEvery: each WAN connection is PINGed this often (DeadAfter/4,
-	// as hosts ping their gateways), so that it always has something in
-	// flight and a dead peer is found by its paths (relay.keepalive).
+	// wanPingEvery: each WAN connection is PINGed this often (DeadAfter/8,
+	// as hosts ping their gateways), so that a live peer always has
+	// something to answer and a dead one is found DeadAfter after the next
+	// PING at the latest (relay.keepalive, relay.watchSilence). At
+	// DeadAfter/4 a source gateway with nothing in flight to a killed peer
+	// gave it up up to 625 ms after the kill in the chaos runs; a PING is
+	// one small packet each way.
 	wanPingEvery time.Duration
+	// deadAfter is the endpoint's metaroce DeadAfter (wan.dead_after):
+	// a WAN peer silent this long while waited on is dropped
+	// (relay.watchSilence).
+	deadAfter time.Duration
 
 	runMu   sync.Mutex
 	started bool
@@ -281,7 +289,7 @@ func (g *Gateway) newEndpoint(cfg *config.Config, planeAddrs []netip.AddrPort, o
 	proto := g.protocol(cfg)
 	g.wanPingEvery = g.opts.WANPingEvery
 	if g.wanPingEvery == 0 {
-		g.wanPingEvery = max(proto.DeadAfter/4, 10*time.Millisecond)
+		g.wanPingEvery = max(proto.DeadAfter/8, 10*time.Millisecond)
 	}
 	g.relay = newRelay(g, cfg)
 	var err error
@@ -302,6 +310,7 @@ func (g *Gateway) newEndpoint(cfg *config.Config, planeAddrs []netip.AddrPort, o
 	}
 	onClose(func() { g.ep.Close() })
 	if err = g.ep.Call(context.Background(), func(now time.Duration, ep *metaroce.Endpoint) {
+		g.deadAfter = ep.Config().DeadAfter
 		ep.BindSinkAll(flowctl.ControlStream, g.relay)
 	}); err != nil {
 		return err
@@ -514,6 +523,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	g.goTrack(g.watchHealth)
 	g.goTrack(g.publishLoop)
 	g.goTrack(g.statsLoop)
+	g.goTrack(g.silenceLoop)
 	g.log.Info("gateway running", "region", g.Config().Node.Region, "lan", g.LANAddr(), "wan", g.ep.LocalAddrs()[1:],
 		"control", g.Config().Control.Listen, "admin", g.AdminAddr())
 	select {
@@ -530,6 +540,27 @@ func (g *Gateway) goTrack(f func()) {
 		defer g.wg.Done()
 		f()
 	}()
+}
+
+// silenceLoop observes every WAN peer every DeadAfter/50 (10 ms at the
+// default 500 ms; 2 to 100 ms), so that a peer that fell silent is
+// dropped within a few percent of DeadAfter after it (relay.watchSilence).
+func (g *Gateway) silenceLoop() {
+	every := min(max(g.deadAfter/50, 2*time.Millisecond), 100*time.Millisecond)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-g.ctx.Done():
+			return
+		case <-t.C:
+		}
+		// Do: nothing waits for it, and a full command queue must not
+		// hold up shutdown.
+		if err := g.ep.Do(g.ctx, func(now time.Duration, _ *metaroce.Endpoint) { g.relay.watchSilence(now, g.deadAfter) }); err != nil {
+			return
+		}
+	}
 }
 
 // joinLoop joins the gossip cluster, retrying while the seeds are not up

@@ -4,12 +4,14 @@ package gateway
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
 	"github.com/mrgw/mrgw/config"
 	"github.com/mrgw/mrgw/flowctl"
 	"github.com/mrgw/mrgw/internal/hrw"
+	"github.com/mrgw/mrgw/internal/liveness"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/metrics"
 	"github.com/mrgw/mrgw/region"
@@ -47,6 +49,8 @@ type connInfo struct {
 	// share (weighOpened); smallest is 0 before the first.
 	counts   map[string]int
 	smallest float64
+	// live watches a WAN peer for silence (watchSilence).
+	live liveness.Watch
 }
 
 type flowState uint8
@@ -226,12 +230,40 @@ func (r *relay) ensureConn(now time.Duration, ep *metaroce.Endpoint, p *wanPeer)
 // never saw its peer die, and its flows stalled until gossip declared the
 // peer dead or the control session's keepalives ran out (2.7 s and 3 s in
 // the chaos scenario, against wan.dead_after's 500 ms). With a PING in
-// flight, the peer's death takes every path down and the connection closes
-// after DeadAfter, whatever the flows do. The peer answers PONG (any
-// version), which the relay ignores.
+// flight, a dead peer is silent while waited on, and watchSilence drops the
+// connection DeadAfter later, whatever the flows do. The peer answers PONG
+// (any version), which the relay ignores.
 func (r *relay) keepalive(p *wanPeer) {
 	if ci := r.wan[p]; ci != nil && ci.up && !ci.dead {
 		r.sendCtl(ci, &flowctl.Msg{Type: flowctl.Ping})
+	}
+}
+
+// watchSilence drops every WAN connection whose peer has answered
+// nothing for DeadAfter while something waited for its answer
+// (internal/liveness; silenceLoop runs it every DeadAfter/50): its flows
+// are RESET upstream now and their sources re-open them elsewhere.
+// metaroce would close the connection only once every path had been
+// down for DeadAfter, and paths go down one by one on timeouts of their
+// own (an idle path that is still up never times out): in the chaos
+// scenario the last path to a killed gateway went down 0.4 to 1.7 s after
+// the kill and flows leaving through it stalled up to 2.3 s for a
+// wan.dead_after of 500 ms (docs/RESULTS.md). The PING every
+// wanPingEvery keeps something waiting for a live peer's answer.
+func (r *relay) watchSilence(now time.Duration, deadAfter time.Duration) {
+	for _, ci := range r.wan {
+		if !ci.up || ci.dead {
+			continue
+		}
+		c := ci.c
+		st := &c.Stats
+		silent, dead := ci.live.Observe(now, liveness.Sample{
+			Heard: st.AcksReceived + st.DataReceived, Waiting: c.InflightBytes() > 0, Timeouts: st.Timeouts,
+		}, deadAfter)
+		if dead {
+			r.dropConn(now, ci, fmt.Sprintf("peer silent: nothing heard from it for %v", silent.Round(time.Millisecond)))
+			c.Close(now)
+		}
 	}
 }
 
@@ -675,13 +707,16 @@ func (r *relay) routeExcept(flowID uint64, dst string, skip []*connInfo) (*connI
 	cfg := r.g.Config()
 	order := rankGateways(cfg, flowID, gws)
 	// Two passes: the first passes over a connection none of whose paths
-	// can carry data. Its peer is dying, or cut off: every path timed out
-	// and the connection closes after DeadAfter unless one comes back. A
+	// can carry data, or whose peer has answered nothing for two PING
+	// intervals (DeadAfter/4) while waited on. Its peer is dying, or cut
+	// off: the connection closes after DeadAfter unless it answers. A
 	// flow sent there stalls until then and is RESET, and its source's
 	// re-open came here precisely because another gateway of our region
 	// had just lost that peer (chaos scenario: 1.7 to 2 s stalls, two
 	// DeadAfters in series). The second pass takes it anyway rather than
 	// refuse.
+	now := r.g.ep.Now()
+	suspect := r.g.deadAfter / 4
 	for pass := range 2 {
 		for _, k := range order {
 			p := r.g.peer(gws[k].Name)
@@ -692,7 +727,7 @@ func (r *relay) routeExcept(flowID uint64, dst string, skip []*connInfo) (*connI
 			if ci == nil || !ci.up || ci.dead || slices.Contains(skip, ci) {
 				continue
 			}
-			if pass == 0 && ci.c.Paths().UsableCount() == 0 {
+			if pass == 0 && (ci.c.Paths().UsableCount() == 0 || ci.live.Silent(now) >= suspect) {
 				continue
 			}
 			if a := p.attached(); a == nil || a.Draining() {

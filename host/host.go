@@ -92,10 +92,11 @@ type Config struct {
 	// 1 ms: a host is a user-space process whose scheduling jitter would
 	// otherwise be read as loss.
 	Protocol metaroce.Config
-	// DeadAfter: a gateway connection whose paths have all been down this
-	// long is closed (default 500 ms), which triggers failover. Paths go
-	// down only after consecutive timeouts of their own, so this is added
-	// to a few PTOs; a host on a LAN pings every DeadAfter/4 (125 ms).
+	// DeadAfter: a gateway that has answered nothing for this long while
+	// the host waited for it (a PING or data in flight) is given up
+	// (default 500 ms), which triggers failover (internal/liveness).
+	// metaroce also closes a connection whose paths have all been down
+	// this long.
 	DeadAfter time.Duration
 	// OpenTimeout bounds REGISTER, OPEN and New's wait for the gateways
 	// (default 5 s).
@@ -106,8 +107,12 @@ type Config struct {
 	// ReconnectMin and ReconnectMax bound the backoff between attempts to
 	// reconnect to a gateway or re-open a flow (defaults 50 ms and 2 s).
 	ReconnectMin, ReconnectMax time.Duration
-	// PingEvery is how often an idle gateway connection carries a PING
-	// (default DeadAfter/4): failure detection needs data in flight.
+	// PingEvery is how often a gateway connection carries a PING (default
+	// DeadAfter/8): failure detection needs something in flight, and a
+	// gateway that dies while nothing is in flight to it is found only
+	// DeadAfter after the next PING. At DeadAfter/4 that was up to 125 ms
+	// more in the chaos scenario (a host whose flows waited for DONE); a
+	// PING is one small packet each way.
 	PingEvery time.Duration
 	// ReceiveCredit is the credit this host grants to incoming flows
 	// (default 64 MiB).
@@ -148,9 +153,9 @@ type Key struct {
 // DefaultSocketBuffer is Config.SocketBuffer's default.
 const DefaultSocketBuffer = 4 << 20
 
-// DefaultDeadAfter is Config.DeadAfter's default: with the timeouts that
-// take a LAN path down first, a host fails over from a dead gateway in
-// under a second.
+// DefaultDeadAfter is Config.DeadAfter's default: a host gives up a dead
+// gateway 500 to 580 ms after it died (DeadAfter, up to a PING interval
+// when nothing was in flight to it, and two 10 ms observations).
 const DefaultDeadAfter = 500 * time.Millisecond
 
 func (c Config) withDefaults() Config {
@@ -192,7 +197,7 @@ func (c Config) withDefaults() Config {
 		c.ReconnectMax = max(2*time.Second, c.ReconnectMin)
 	}
 	if c.PingEvery <= 0 {
-		c.PingEvery = c.DeadAfter / 4
+		c.PingEvery = c.DeadAfter / 8
 	}
 	if c.ReceiveCredit == 0 {
 		c.ReceiveCredit = 64 << 20
@@ -247,6 +252,9 @@ var (
 	ErrSendTooLarge = errors.New("host: SEND larger than the flow's segment size")
 	// ErrGatewayLost: the gateway connection carrying a flow closed.
 	ErrGatewayLost = errors.New("host: gateway connection lost")
+	// ErrGatewaySilent: a gateway answered nothing for DeadAfter while
+	// the host waited for it; its connection is given up as lost.
+	ErrGatewaySilent = errors.New("host: gateway silent")
 )
 
 // Delivery reports one message of an incoming flow that completed in this
@@ -270,12 +278,16 @@ type Stats struct {
 	// Gateway connections established, attempts that failed before
 	// establishing, and registrations accepted.
 	Connects, ConnectFailures, Registrations uint64
+	// SilentGateways counts gateway connections given up because the
+	// gateway answered nothing for DeadAfter (ErrGatewaySilent).
+	SilentGateways uint64
 }
 
 type counters struct {
 	flowsOpened, reopens, segsDone, bytesDone      atomic.Uint64
 	delivered, deliveredBytes, duplicates, doneSnt atomic.Uint64
 	connects, connFails, registrations             atomic.Uint64
+	silent                                         atomic.Uint64
 }
 
 // Host is one endpoint of a region, connected to its local gateway pair.
@@ -363,17 +375,10 @@ func New(cfg Config) (*Host, error) {
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
-	h.o.byConn = map[*metaroce.Conn]*gateway{}
-	h.o.ctl = map[*metaroce.Conn]map[uint64][]byte{}
-	h.o.flows = map[uint64]*Flow{}
-	h.o.txByStr = map[streamKey]*Flow{}
-	h.o.blocked = map[*Flow]struct{}{}
-	h.o.rx.init()
+	h.initOwner()
 	peers := make([]netio.Peer, len(cfg.Gateways))
-	for i, a := range cfg.Gateways {
-		id := metaroce.PeerID(i + 1)
-		peers[i] = netio.Peer{ID: id, Addr: a}
-		h.o.gws = append(h.o.gws, &gateway{idx: i, addr: a, peer: id, backoff: cfg.ReconnectMin})
+	for i, g := range h.o.gws {
+		peers[i] = netio.Peer{ID: g.peer, Addr: g.addr}
 	}
 	ep, err := netio.New(netio.Config{
 		Protocol: cfg.Protocol,
@@ -411,6 +416,20 @@ func New(cfg Config) (*Host, error) {
 		return nil, err
 	}
 	return h, nil
+}
+
+// initOwner makes the owner goroutine's state, before the endpoint
+// exists: gateway i of the configuration is peer i+1.
+func (h *Host) initOwner() {
+	h.o.byConn = map[*metaroce.Conn]*gateway{}
+	h.o.ctl = map[*metaroce.Conn]map[uint64][]byte{}
+	h.o.flows = map[uint64]*Flow{}
+	h.o.txByStr = map[streamKey]*Flow{}
+	h.o.blocked = map[*Flow]struct{}{}
+	h.o.rx.init()
+	for i, a := range h.cfg.Gateways {
+		h.o.gws = append(h.o.gws, &gateway{idx: i, addr: a, peer: metaroce.PeerID(i + 1), backoff: h.cfg.ReconnectMin})
+	}
 }
 
 // waitRegistered waits until every gateway has registered the host, or
@@ -525,6 +544,7 @@ func (h *Host) Stats() Stats {
 		Delivered: c.delivered.Load(), DeliveredBytes: c.deliveredBytes.Load(),
 		Duplicates: c.duplicates.Load(), DoneSent: c.doneSnt.Load(),
 		Connects: c.connects.Load(), ConnectFailures: c.connFails.Load(), Registrations: c.registrations.Load(),
+		SilentGateways: c.silent.Load(),
 	}
 }
 

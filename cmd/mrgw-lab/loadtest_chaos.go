@@ -97,7 +97,7 @@ failed, a flow did not recover, or a check failed.`,
 	fl.StringVar(&faults, "faults", "", "comma-separated fault types to inject (default all: "+strings.Join(chaos.AllFaults, ",")+")")
 	fl.BoolVar(&asJSON, "json", false, "print a JSON object per fault type (fault, recovery_ms, messages_lost, messages_duplicated, messages_corrupted, ...)")
 	fl.BoolVarP(&verbose, "verbose", "v", false, "also print every injection")
-	fl.DurationVar(&deadAfter, "host-dead-after", 0, "hosts declare a gateway dead after its paths are down this long (0: the host library's default)")
+	fl.DurationVar(&deadAfter, "host-dead-after", 0, "hosts give a gateway up when it has answered nothing this long while they waited for it (0: the host library's default)")
 	fl.DurationVar(&o.GossipProbe, "gossip-probe", 500*time.Millisecond, "gossip.probe_interval of the gateways (probe_timeout 4/5 of it, suspicion_mult 3)")
 	fl.StringVar(&binary, "mrgw-bin", "", "mrgw daemon binary that runs the gateways (default: go build ./cmd/mrgw from the module)")
 	fl.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
