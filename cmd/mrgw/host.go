@@ -55,7 +55,7 @@ func (f *hostFlags) add(cmd *cobra.Command) {
 	fl.IntVar(&f.mtu, "mtu", 4096, "MetaRoCE payload size")
 	fl.IntVar(&f.paths, "paths", 4, "paths per gateway connection")
 	fl.StringVar(&f.ccName, "cc", "fixed", "congestion controller of the gateway connections: "+strings.Join(lanControllers, " or ")+" (what the gateways' lan.congestion_control accepts)")
-	fl.DurationVar(&f.deadAfter, "dead-after", 2*time.Second, "give a gateway up (fail its flows over) when it has answered nothing this long while the host waited for it")
+	fl.DurationVar(&f.deadAfter, "dead-after", host.DefaultDeadAfter, "give a gateway up (fail its flows over) when it has answered nothing this long while the host waited for it")
 	fl.DurationVar(&f.openTimeout, "open-timeout", 5*time.Second, "bound on registering with the gateways and opening a flow")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "log connection and flow events")
 	fl.StringVar(&f.keyFile, "key-file", "", "file holding this host's credential, ID:BASE64 (an entry of the gateways' lan.host_keys)")
