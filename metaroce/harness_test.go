@@ -27,9 +27,18 @@ type testNet struct {
 	tap func(from int, b []byte)
 	// drop, if set, drops what it returns true for (from: the sender).
 	drop func(from int, tx Transmit, b []byte) bool
+	// paused[i]: endpoint i runs nothing before this time (stall): a
+	// descheduled process, whose timers and received datagrams wait.
+	paused [2]time.Duration
 
 	sent, lost, delivered int
 }
+
+// stall stops endpoint i until the simulated time until: it sends nothing,
+// its timers do not run, and the datagrams sent to it wait (in order), as
+// in the socket buffer of a process the scheduler left off the CPU. When
+// it wakes, its timers run first, then it reads what waited.
+func (n *testNet) stall(i int, until time.Duration) { n.paused[i] = until }
 
 type dgram struct {
 	at   time.Duration
@@ -86,6 +95,9 @@ func (n *testNet) plane(src, dst uint16) int {
 const listenPort = 4791
 
 func (n *testNet) flush(from int) {
+	if n.paused[from] > n.now {
+		return
+	}
 	ep := n.eps[from]
 	scratch := make([]byte, 0, 70000)
 	for {
@@ -131,8 +143,12 @@ func (n *testNet) run(limit time.Duration, cond func() bool) bool {
 		if n.q.Len() > 0 {
 			next = n.q[0].at
 		}
-		for _, ep := range n.eps {
-			if t := ep.NextTimeout(); t >= 0 && (next < 0 || t < next) {
+		for i, ep := range n.eps {
+			t := ep.NextTimeout()
+			if t >= 0 && t < n.paused[i] {
+				t = n.paused[i]
+			}
+			if t >= 0 && (next < 0 || t < next) {
 				next = t
 			}
 		}
@@ -142,12 +158,31 @@ func (n *testNet) run(limit time.Duration, cond func() bool) bool {
 		if next > n.now {
 			n.now = next
 		}
+		for i, ep := range n.eps {
+			if n.paused[i] > 0 && n.paused[i] <= n.now {
+				// Waking from a stall, the timers run before the
+				// datagrams that waited are read (the driver's reader
+				// was stalled too: they are still in the socket).
+				n.paused[i] = 0
+				if t := ep.NextTimeout(); t >= 0 && t <= n.now {
+					ep.HandleTimeout(n.now)
+				}
+			}
+		}
 		for n.q.Len() > 0 && n.q[0].at <= n.now {
 			d := heap.Pop(&n.q).(*dgram)
+			if n.paused[d.to] > n.now {
+				d.at = n.paused[d.to] // waits, in order (its seq)
+				heap.Push(&n.q, d)
+				continue
+			}
 			n.delivered++
 			n.eps[d.to].Receive(n.now, d.data, d.meta)
 		}
 		for i, ep := range n.eps {
+			if n.paused[i] > n.now {
+				continue
+			}
 			if t := ep.NextTimeout(); t >= 0 && t <= n.now {
 				ep.HandleTimeout(n.now)
 			}

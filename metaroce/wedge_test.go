@@ -1,0 +1,190 @@
+package metaroce
+
+import (
+	"testing"
+	"time"
+
+	"github.com/mrgw/mrgw/cc"
+	"github.com/mrgw/mrgw/pathmgr"
+	"github.com/mrgw/mrgw/units"
+)
+
+// The send-side wedge of the chaos run kept in docs/RESULTS.md ("One run of
+// fix 4 ... stalled two flows for 30 s"): every path of a WAN connection
+// timed out within 60 ms on a loaded host, the paths came back up on the
+// next acks, and then the connection sent no DATA for 90 s, with data
+// queued and nothing in flight. These tests drive the state machine
+// through the same moments with simulated time: a WAN-like connection
+// (one plane, 8 paths, 20 ms RTT, MTU 4096, so a full DATA datagram
+// (4200 bytes with the seal) is larger than the PMTU search's base of
+// 1200) carries a steady flow of 1 MiB WRITEs; then the sender's host
+// stalls or the plane's queue fills; then the network is clean again, and
+// the connection must complete a message again within a bounded time.
+
+// wedgeBound is how long after the network is clean again the connection
+// must have had wedgeProgress new DATA packets acknowledged: 25 probe timeouts of a 20 ms path
+// (about 40 ms each with its variance). The old code waited for the PMTU
+// raise interval (10 min) in the congestion cases.
+const wedgeBound = time.Second
+
+// wedgeProgress is how many DATA packets must be acknowledged within
+// wedgeBound: the connection sends again (a controller cut to its minimum
+// after the losses may still take seconds to complete a 1 MiB message).
+const wedgeProgress = 32
+
+// wedgeFlow is a connection from eps[0] to eps[1] with a sender that keeps
+// four 1 MiB WRITEs queued.
+type wedgeFlow struct {
+	n         *testNet
+	c         *Conn
+	src       []byte
+	completed int
+	lastDone  time.Duration
+	trans     []pathmgr.Transition
+}
+
+func newWedgeFlow(t *testing.T, ctl cc.Factory) *wedgeFlow {
+	t.Helper()
+	pc := pathmgr.DefaultConfig() // as the gateway's WAN (gateway.protocol)
+	pc.InitialRTT = 20 * time.Millisecond
+	cfg := Config{MTU: 4096, Paths: 8, CC: ctl, Path: pc, Seed: 5, WireVersions: []uint8{Version1, Version2}}
+	pm := PMTUConfig{Groups: 1, Overhead: 28} // the gateway's wanPMTU with one plane
+	cfgB := cfg
+	cfgB.AcceptOptions = func(PeerID) ConnOptions { return ConnOptions{PMTU: pm} }
+	n := newTestNet(t, cfg, cfgB, 1, 3)
+	n.delay[0] = 10 * time.Millisecond
+	if err := n.eps[1].Memory().Register(7, make([]byte, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	c, err := n.eps[0].ConnectWith(0, 1, ConnOptions{PMTU: pm})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &wedgeFlow{n: n, c: c, src: make([]byte, 1<<20)}
+	if !n.run(time.Second, c.Established) {
+		t.Fatal("no handshake")
+	}
+	// Data flowing, the search settled with full DATA datagrams allowed.
+	if !f.run(n.now+2*time.Second, func() bool {
+		g := c.PMTU()
+		return f.completed >= 4 && len(g) == 1 && g[0].Data
+	}) {
+		t.Fatalf("no steady state: %d completed, PMTU %+v", f.completed, c.PMTU())
+	}
+	return f
+}
+
+// step keeps the queue full and counts completions; it is run's condition.
+func (f *wedgeFlow) step() {
+	for _, ev := range drain(f.n.eps[0]) {
+		switch ev.Kind {
+		case EventSendComplete:
+			if ev.Err == nil {
+				f.completed++
+				f.lastDone = ev.At
+			}
+		case EventPath:
+			f.trans = append(f.trans, ev.Transition)
+		}
+	}
+	drain(f.n.eps[1])
+	for f.c.Established() && f.c.Queued() < 4 {
+		if _, err := f.c.Write(f.n.now, 1, 7, 0, f.src); err != nil {
+			f.n.t.Fatal(err)
+		}
+	}
+}
+
+// run runs the network until cond or until the simulated time until.
+func (f *wedgeFlow) run(until time.Duration, cond func() bool) bool {
+	return f.n.run(until, func() bool {
+		f.step()
+		return cond != nil && cond()
+	})
+}
+
+// acked is the DATA packets of the sender acknowledged so far.
+func (f *wedgeFlow) acked() (n uint64) {
+	for i := range f.c.paths.Paths {
+		n += f.c.paths.Paths[i].AckedPackets
+	}
+	return n
+}
+
+func (f *wedgeFlow) timeouts() (n int) {
+	for _, tr := range f.trans {
+		if tr.Reason == "timeout" || tr.Reason == "timeouts" {
+			n++
+		}
+	}
+	return n
+}
+
+// bigFrom drops the datagrams eps[from] sends that are larger than room
+// bytes with the driver's overhead: a drop-tail queue (netem's, the chaos
+// run's 62.5 kB) with room for a 1200-byte datagram and not for a
+// 4200-byte one, so full DATA and a PMTU confirmation probe of the
+// validated size are lost while its Base control probe, ACKs and PINGs
+// cross.
+func bigFrom(from, room int) func(int, Transmit, []byte) bool {
+	return func(f int, tx Transmit, _ []byte) bool { return f == from && tx.Len+28 > room }
+}
+
+// TestWedgeAfterAllPathsTimeOut: every path of the connection times out at
+// once, with the plane's queue full for a while afterwards (or not), and
+// the sender's host stalled (or not); once the network is clean, the
+// connection completes a message again within wedgeBound.
+func TestWedgeAfterAllPathsTimeOut(t *testing.T) {
+	fixed := cc.NewFixed(256<<10, 0)
+	paced := cc.NewFixed(256<<10, units.ByteRate(50e6))
+	aimd := cc.NewAIMD(cc.AIMDConfig{Name: "htcp-like", RefRTT: 50 * time.Millisecond, RTTFair: true,
+		DelayTarget: 25 * time.Millisecond, QueueShare: 10 * time.Millisecond, SearchStart: 1.0 / 256,
+		Params: cc.Params{LineRate: 200e6, BaseRTT: 20 * time.Millisecond},
+		Growth: func(g cc.GrowthState) float64 { return 0.005 * cc.Scale(g) / g.RefRTT.Seconds() }})
+	cases := []struct {
+		name string
+		ctl  cc.Factory
+		// stall: the sender's host runs nothing for this long (its
+		// timers and the datagrams to it wait); full: then the plane's
+		// queue has room for small datagrams only, for this long.
+		stall, full time.Duration
+	}{
+		{"stall", fixed, 300 * time.Millisecond, 0},
+		{"stall-paced", paced, 300 * time.Millisecond, 0},
+		{"stall-aimd", aimd, 300 * time.Millisecond, 0},
+		{"full-queue", fixed, 0, 300 * time.Millisecond},
+		{"full-queue-paced", paced, 0, 300 * time.Millisecond},
+		{"full-queue-aimd", aimd, 0, 300 * time.Millisecond},
+		{"stall-then-full-queue", fixed, 300 * time.Millisecond, 300 * time.Millisecond},
+		{"stall-then-full-queue-aimd", aimd, 300 * time.Millisecond, 300 * time.Millisecond},
+		{"long-full-queue", fixed, 0, 3 * time.Second},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newWedgeFlow(t, tc.ctl)
+			n, c := f.n, f.c
+			before := f.timeouts()
+			if tc.stall > 0 {
+				n.stall(0, n.now+tc.stall)
+			}
+			if tc.full > 0 {
+				n.drop = bigFrom(0, 1200)
+			}
+			f.run(n.now+tc.stall+tc.full, nil)
+			n.drop = nil
+			clean := n.now
+			if f.timeouts() == before {
+				t.Fatalf("no path timed out: the test did not reach the wedge's start")
+			}
+			acked := f.acked()
+			ok := f.run(clean+wedgeBound, func() bool { return f.acked() >= acked+wedgeProgress })
+			g := c.PMTU()
+			t.Logf("%s: %d path timeouts; after %v clean: %d DATA acknowledged, PMTU %+v, %d in flight, %d queued, stats %+v",
+				tc.name, f.timeouts()-before, n.now-clean, f.acked()-acked, g, c.InflightBytes(), c.Queued(), c.Stats)
+			if !ok {
+				t.Fatalf("%d DATA acknowledged within %v of the network being clean, want %d (%d in flight, %d queued; PMTU size %d, data %v, black holes %d)",
+					f.acked()-acked, wedgeBound, wedgeProgress, c.InflightBytes(), c.Queued(), g[0].Size, g[0].Data, g[0].Stats.BlackHoles)
+			}
+		})
+	}
+}
