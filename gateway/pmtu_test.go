@@ -61,7 +61,11 @@ func TestPMTUThroughEmulator(t *testing.T) {
 		mtus: []int{1280, 9000}, maxDatagram: 9100,
 		tweak: func(_ string, c *config.Config) { c.WAN.MTU = 8868 },
 		options: func(o *gateway.Options) {
-			o.PMTU = metaroce.PMTUConfig{ConfirmInterval: confirm, RaiseInterval: raise}
+			// RetryInterval as long as the raise: the retries of a full
+			// data datagram on a plane settled below it (1 s, 3 s, ...)
+			// are dropped for size by design, and this test counts
+			// every such drop after settling as a failure.
+			o.PMTU = metaroce.PMTUConfig{ConfirmInterval: confirm, RaiseInterval: raise, RetryInterval: raise}
 
 		}})
 	g := pl.gws["w1"]

@@ -36,6 +36,15 @@ import (
 //     failed, or lost a burst) judges no size: a dead plane is not a
 //     small one. Every RaiseInterval the search starts again above the
 //     validated size, so that a path that grew is used.
+//   - A settled size below Max (for a connection: the group may carry no
+//     DATA) is retried RetryInterval after the search settled with a
+//     probe of Max and a control, then after twice that, and so on up to
+//     RaiseInterval: a verdict that took the size away may have come from
+//     congestion (a drop-tail queue with room for a Base probe and not
+//     for a full-size one drops exactly what a black hole drops), and
+//     without it such a group carried nothing until the raise interval.
+//   - Data acknowledged proves its size as an answered probe does
+//     (OnDataAcked).
 //   - OnTooBig (the local stack refused a datagram: EMSGSIZE) bounds the
 //     search at once.
 type PMTUSearch struct {
@@ -53,7 +62,8 @@ type PMTUSearch struct {
 	roundEnd time.Duration
 	inRound  bool
 
-	confirmAt, raiseAt time.Duration
+	confirmAt, raiseAt, retryAt time.Duration
+	retryWait                   time.Duration // RetryInterval, doubled by each retry
 
 	// Counters since the search started.
 	Stats PMTUStats
@@ -63,6 +73,9 @@ type PMTUSearch struct {
 type PMTUStats struct {
 	ProbesSent, ProbesAcked, ProbesLost uint64
 	BlackHoles, TooBig, Raises          uint64
+	// Retries counts the probes of Max a search settled below it sent
+	// (RetryInterval).
+	Retries uint64
 	// Settled is when the search last completed (-1: never).
 	Settled time.Duration
 }
@@ -72,6 +85,7 @@ type pmtuProbe struct {
 	acked   bool
 	confirm bool // of the validated size, still crossing?
 	control bool // a size known to cross: did anything cross?
+	retry   bool // of Max, below which the search settled: crossing again?
 }
 
 // PMTUState is the state of a PMTUSearch.
@@ -121,6 +135,15 @@ type PMTUConfig struct {
 	// data of that size was acknowledged [15 s]; RaiseInterval how often
 	// a settled search tries larger sizes again [10 min].
 	ConfirmInterval, RaiseInterval time.Duration
+	// RetryInterval is how long after settling below Max a search probes
+	// Max again [1 s]; each unanswered retry doubles the wait, up to
+	// RaiseInterval. Two probes each (Max and a control): a group that a
+	// false verdict left unable to carry DATA (a congested queue dropped
+	// its full-size probes) carries it again within about a second of a
+	// short congestion ending, and within about the congestion's length
+	// of a long one; a plane that really is smaller costs about ten
+	// retries per raise interval.
+	RetryInterval time.Duration
 }
 
 // DefaultPMTUBase is the datagram every path is assumed to carry: QUIC's
@@ -160,6 +183,9 @@ func (c PMTUConfig) withDefaults() PMTUConfig {
 	if c.RaiseInterval == 0 {
 		c.RaiseInterval = 10 * time.Minute
 	}
+	if c.RetryInterval == 0 {
+		c.RetryInterval = time.Second
+	}
 	return c
 }
 
@@ -175,7 +201,7 @@ func (c PMTUConfig) Validate() error {
 		return fmt.Errorf("metaroce: PMTU sizes [%d, %d] outside [%d, %d]", d.Base, d.Max, PMTUProbeLen+d.Overhead, MaxPMTUSize)
 	case d.Step < 1 || d.ProbesPerRound < 1 || d.ProbesPerRound > 64 || d.MaxProbes < 1 || d.BlackHole < 1:
 		return fmt.Errorf("metaroce: PMTU step, probes per round (1..64), max probes and black hole must be positive")
-	case d.ConfirmInterval < 0 || d.RaiseInterval < 0:
+	case d.ConfirmInterval < 0 || d.RaiseInterval < 0 || d.RetryInterval < 0:
 		return fmt.Errorf("metaroce: PMTU intervals must not be negative")
 	}
 	return nil
@@ -224,6 +250,8 @@ func (s *PMTUSearch) settle(now time.Duration) {
 	s.Stats.Settled = now
 	s.confirmAt = now + s.cfg.ConfirmInterval
 	s.raiseAt = now + s.cfg.RaiseInterval
+	s.retryWait = s.cfg.RetryInterval
+	s.retryAt = now + s.retryWait
 }
 
 // Deadline is when the search next wants to run (Next): now or earlier
@@ -239,7 +267,7 @@ func (s *PMTUSearch) Deadline() time.Duration {
 	}
 	d := time.Duration(-1)
 	if s.lo < s.cfg.Max {
-		d = s.raiseAt
+		d = min(s.raiseAt, s.retryAt)
 	}
 	if s.lo > s.cfg.Base && (d < 0 || s.confirmAt < d) {
 		d = s.confirmAt
@@ -263,8 +291,21 @@ func (s *PMTUSearch) Next(now, pto time.Duration, dst []int) []int {
 	}
 	confirm := s.lo > s.cfg.Base && (s.check || s.loStrikes > 0 || s.state == PMTUComplete && now >= s.confirmAt)
 	if s.state == PMTUComplete && !confirm {
-		if now < s.raiseAt || s.lo >= s.cfg.Max {
+		if s.lo >= s.cfg.Max {
 			return dst
+		}
+		if now < s.raiseAt {
+			if now < s.retryAt {
+				return dst
+			}
+			// Max again, with the validated size as the control: an
+			// answer raises the size to Max (OnAck); silence judges
+			// nothing (the search already settled below it).
+			s.Stats.Retries++
+			s.retryWait = min(2*s.retryWait, s.cfg.RaiseInterval)
+			s.retryAt = now + s.retryWait
+			s.round = append(s.round[:0], pmtuProbe{size: s.cfg.Max, retry: true}, pmtuProbe{size: s.lo, control: true})
+			return s.start(now, pto, dst)
 		}
 		// Try larger sizes again: forget the upper bound.
 		s.Stats.Raises++
@@ -344,11 +385,14 @@ func (s *PMTUSearch) endRound(now time.Duration) {
 		if void {
 			continue
 		}
+		if p.retry {
+			continue
+		}
 		if p.confirm {
 			if p.size == s.lo {
 				s.loStrikes++
 				if s.loStrikes >= s.cfg.MaxProbes {
-					s.blackHole(now, s.lo)
+					s.blackHole(now, s.lo, false)
 					return
 				}
 			}
@@ -371,12 +415,23 @@ func (s *PMTUSearch) endRound(now time.Duration) {
 	}
 }
 
-// blackHole sends the group back to Base: size stopped crossing.
-func (s *PMTUSearch) blackHole(now time.Duration, size int) {
+// blackHole sends the group back to Base: size stopped crossing. Refused
+// by the local stack (tooBig), size bounds the search for good; lost in
+// confirmations, it is only suspected: the search probes it again in its
+// rounds like any size in doubt, because the confirmations ran while data
+// timed out, when a congested queue with room for the control and not for
+// the larger probe loses exactly what a black hole loses. Taken as
+// confirmed, a group whose lost size was the full DATA datagram carried
+// no DATA until the raise interval (10 min; the chaos run's wedge,
+// TestWedgeAfterAllPathsTimeOut).
+func (s *PMTUSearch) blackHole(now time.Duration, size int, tooBig bool) {
 	s.Stats.BlackHoles++
 	s.lo = s.cfg.Base
 	if size > s.lo && size < s.hi {
-		s.hi, s.hiStrikes = size, s.cfg.MaxProbes
+		s.hi, s.hiStrikes = size, 0
+		if tooBig {
+			s.hiStrikes = s.cfg.MaxProbes
+		}
 	}
 	s.loStrikes, s.timeouts, s.check = 0, 0, false
 	s.inRound = false
@@ -400,6 +455,15 @@ func (s *PMTUSearch) OnAck(now time.Duration, size int) {
 		}
 		all = all && s.round[i].acked
 	}
+	s.crossed(now, size)
+	if all {
+		s.endRound(now)
+	}
+}
+
+// crossed records that a datagram of size bytes (at most Max) crossed the
+// group: an answered probe, or acknowledged data.
+func (s *PMTUSearch) crossed(now time.Duration, size int) {
 	if size >= s.lo {
 		s.loStrikes = 0
 		s.timeouts = 0
@@ -417,9 +481,6 @@ func (s *PMTUSearch) OnAck(now time.Duration, size int) {
 			s.state = PMTUSearching // a late answer reopened the interval
 		}
 	}
-	if all {
-		s.endRound(now)
-	}
 }
 
 // OnTooBig records that the local stack refused to send size bytes
@@ -430,7 +491,7 @@ func (s *PMTUSearch) OnTooBig(now time.Duration, size int) {
 	}
 	s.Stats.TooBig++
 	if size <= s.lo {
-		s.blackHole(now, size)
+		s.blackHole(now, size, true)
 		return
 	}
 	if size < s.hi || !s.hiConfirmed() && size == s.hi {
@@ -444,10 +505,24 @@ func (s *PMTUSearch) OnTooBig(now time.Duration, size int) {
 
 // OnDataAcked records that data of size bytes was acknowledged on the
 // group: it confirms size, and, larger than Base, ends any run of
-// timeouts (a smaller packet proves the path, not the size).
+// timeouts (a smaller packet proves the path, not the size). Larger than
+// the validated size, it raises it, as an answered probe of that size
+// does: a datagram sent without fragmentation crossed. A group that lost
+// its size to a false black-hole verdict (congestion) while full-size
+// DATA was in flight gets it back with the first of those acknowledged.
 func (s *PMTUSearch) OnDataAcked(now time.Duration, size int) {
+	if s.state == PMTUDisabled {
+		return
+	}
 	if size > s.cfg.Base {
 		s.timeouts = 0
+	}
+	if size > s.lo && size <= s.cfg.Max {
+		s.crossed(now, size)
+		if s.state == PMTUSearching && !s.inRound && s.done() {
+			s.settle(now)
+		}
+		return
 	}
 	if size >= s.lo && s.state == PMTUComplete {
 		s.loStrikes = 0

@@ -296,3 +296,87 @@ func TestPMTUSmallAcksProveNoSize(t *testing.T) {
 		t.Fatalf("3 full-size timeouts between small acks: no confirmation due (deadline %v)", s.Deadline())
 	}
 }
+
+// congestedConfirmation settles s at 9000, then runs BlackHole data
+// timeouts and the confirmation they start through a plane whose queue has
+// room for the 1200-byte control and not for the 9000-byte confirmation
+// (drop-tail: what a black hole loses, a full queue loses too), for half a
+// second. It returns the time and the plane.
+func congestedConfirmation(t *testing.T, s *PMTUSearch) (time.Duration, *pmtuPlane) {
+	t.Helper()
+	p := &pmtuPlane{limit: 9000, rtt: 10 * time.Millisecond}
+	at := p.run(t, s, 0, time.Minute, true)
+	if s.Size() != 9000 {
+		t.Fatalf("size %d, want 9000", s.Size())
+	}
+	for range s.Config().BlackHole {
+		s.OnDataTimeout(at, 9000)
+	}
+	p.drop = func(size, _ int) bool { return size > 1200 }
+	at = p.run(t, s, at, at+500*time.Millisecond, false)
+	p.drop = nil
+	if s.Stats.BlackHoles != 1 || s.Size() >= 9000 {
+		t.Fatalf("no black-hole verdict from the congested confirmation: size %d, black holes %d", s.Size(), s.Stats.BlackHoles)
+	}
+	return at, p
+}
+
+// TestPMTUCongestedConfirmation: a black-hole verdict made while a full
+// queue dropped the large probes is undone soon after the queue drains: the
+// search settled below Max retries Max after RetryInterval (1 s), not at
+// the raise interval (10 s here, 10 min by default). The old search took
+// the lost size as confirmed too big and waited for the raise: a
+// connection's group that carries DATA only at that size sent nothing
+// meanwhile (the chaos run's wedge, TestWedgeAfterAllPathsTimeOut).
+func TestPMTUCongestedConfirmation(t *testing.T) {
+	s := NewPMTUSearch(testPMTUConfig(), 0)
+	at, p := congestedConfirmation(t, s)
+	low := s.Size()
+	end := p.run(t, s, at, at+1500*time.Millisecond, false)
+	if s.Size() != 9000 || s.State() != PMTUComplete || s.Stats.Raises != 0 {
+		t.Fatalf("%v after the queue drained: size %d (%d after the verdict), state %v, retries %d, raises %d; want 9000 back by a retry",
+			end-at, s.Size(), low, s.State(), s.Stats.Retries, s.Stats.Raises)
+	}
+}
+
+// TestPMTUDataAckedRaises: acknowledged data proves its size as an answered
+// probe does: after a (false) black-hole verdict, full-size DATA that was
+// in flight and is acknowledged restores the size at once.
+func TestPMTUDataAckedRaises(t *testing.T) {
+	s := NewPMTUSearch(testPMTUConfig(), 0)
+	at, _ := congestedConfirmation(t, s)
+	s.OnDataAcked(at, 4000)
+	if s.Size() != 4000 {
+		t.Fatalf("4000-byte data acknowledged: size %d", s.Size())
+	}
+	s.OnDataAcked(at, 9000)
+	if s.Size() != 9000 || s.State() != PMTUComplete {
+		t.Fatalf("9000-byte data acknowledged: size %d, state %v", s.Size(), s.State())
+	}
+	s.OnDataAcked(at, 20000) // above Max: not a size this search knows
+	if lo, hi := s.Bounds(); lo != 9000 || hi != 9001 {
+		t.Fatalf("bounds %d, %d", lo, hi)
+	}
+}
+
+// TestPMTURetryBacksOff: on a plane that really is smaller than Max, the
+// retries of Max come RetryInterval after settling, then after twice the
+// previous wait (1, 3, 7 s), one probe of Max each (and a control), and
+// never raise the size; a
+// plane that grew to Max is found by the next retry.
+func TestPMTURetryBacksOff(t *testing.T) {
+	s := NewPMTUSearch(testPMTUConfig(), 0)
+	p := &pmtuPlane{limit: 1472, rtt: 10 * time.Millisecond}
+	settled := p.run(t, s, 0, time.Minute, true)
+	p.oversize = 0
+	p.run(t, s, settled, settled+5*time.Second, false)
+	if s.Stats.Retries != 2 || s.Size() > 1472 || s.Stats.Raises != 0 || p.oversize != 2 {
+		t.Fatalf("5 s after settling: %d retries, %d probes too big, size %d, raises %d; want 2 retries (1 s, 3 s), 2 probes of Max too big, size <= 1472",
+			s.Stats.Retries, p.oversize, s.Size(), s.Stats.Raises)
+	}
+	p.limit = 9000
+	p.run(t, s, settled+5*time.Second, settled+7500*time.Millisecond, false)
+	if s.Size() != 9000 || s.Stats.Retries != 3 || s.Stats.Raises != 0 {
+		t.Fatalf("after the plane grew: size %d, retries %d, raises %d; want 9000 by the third retry (7 s)", s.Size(), s.Stats.Retries, s.Stats.Raises)
+	}
+}

@@ -22,10 +22,12 @@ import (
 // the connection must complete a message again within a bounded time.
 
 // wedgeBound is how long after the network is clean again the connection
-// must have had wedgeProgress new DATA packets acknowledged: 25 probe timeouts of a 20 ms path
-// (about 40 ms each with its variance). The old code waited for the PMTU
-// raise interval (10 min) in the congestion cases.
-const wedgeBound = time.Second
+// must have had wedgeProgress new DATA packets acknowledged: the PMTU
+// search's retry interval (a group that settled below a full DATA
+// datagram probes it again every PMTUConfig.RetryInterval, 1 s), then a
+// few round trips (20 ms) for the probe and the data. The old code waited
+// for the PMTU raise interval (10 min) in the congestion cases.
+const wedgeBound = time.Second + 200*time.Millisecond
 
 // wedgeProgress is how many DATA packets must be acknowledged within
 // wedgeBound: the connection sends again (a controller cut to its minimum
