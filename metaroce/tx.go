@@ -335,14 +335,7 @@ func (c *Conn) pollData(now time.Duration, buf []byte) (Transmit, bool) {
 			}
 		}
 	}
-	retransmit := false
-	if c.retxHead < len(c.retx) && c.retx[c.retxHead] == ref {
-		c.retx[c.retxHead] = chunkRef{}
-		c.retxHead++
-		retransmit = true
-	} else {
-		c.consumed(ref)
-	}
+	retransmit := c.retxHead < len(c.retx) && c.retx[c.retxHead] == ref
 	h := &c.tx[path]
 	if !h.reserve(c.ep.cfg.MaxPathInflight) {
 		c.cwndLimit = true
@@ -351,6 +344,17 @@ func (c *Conn) pollData(now time.Duration, buf []byte) (Transmit, bool) {
 	p, err := c.encodeData(buf, path, h.next, h.floor, ref, payload, retransmit, desc != 0, now)
 	if err != nil {
 		return Transmit{}, false
+	}
+	// The chunk leaves its queue only once its packet is built: taken
+	// before a refusal (the path's sequence space full, a driver's buffer
+	// too short), it was neither queued nor in flight, so nothing ever
+	// sent it again and its message never completed
+	// (TestPollRefusalKeepsChunk).
+	if retransmit {
+		c.retx[c.retxHead] = chunkRef{}
+		c.retxHead++
+	} else {
+		c.consumed(ref)
 	}
 	size = len(p)
 	seq := h.add(now, &c.paths.Paths[path], ref.msg, ref.idx, size)

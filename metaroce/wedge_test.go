@@ -190,3 +190,41 @@ func TestWedgeAfterAllPathsTimeOut(t *testing.T) {
 		})
 	}
 }
+
+// TestPollRefusalKeepsChunk: a poll that cannot build its DATA (here the
+// driver's buffer is too short; the path's sequence space full is the
+// other refusal) leaves the chunk queued. The old pollData took the chunk
+// off its queue before the refusal: it was then neither queued nor in
+// flight, no timeout could resend it, and its message never completed.
+func TestPollRefusalKeepsChunk(t *testing.T) {
+	for _, wire := range []uint8{Version1, Version2} {
+		n, c, s := establish(t, Config{MTU: 1024, Paths: 2, WireVersions: []uint8{wire}})
+		region := make([]byte, 4096)
+		if err := s.ep.Memory().Register(3, region); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Write(n.now, 1, 3, 0, make([]byte, 3000)); err != nil {
+			t.Fatal(err)
+		}
+		if tx, ok := n.eps[0].Poll(n.now, make([]byte, 0, 16)); ok {
+			t.Fatalf("wire %d: a DATA built into a 16-byte buffer: %+v", wire, tx)
+		}
+		// The next message wakes the connection (a refused poll arms no
+		// timer: the driver polls again when something happens).
+		if _, err := c.Write(n.now, 1, 3, 0, make([]byte, 100)); err != nil {
+			t.Fatal(err)
+		}
+		completed := 0
+		done := func() bool {
+			for _, ev := range drain(n.eps[0]) {
+				if ev.Kind == EventSendComplete && ev.Err == nil {
+					completed++
+				}
+			}
+			return completed == 2
+		}
+		if !n.run(n.now+time.Second, done) {
+			t.Fatalf("wire %d: %d of 2 messages completed after a refused poll (%d in flight, %d queued)", wire, completed, c.InflightBytes(), c.Queued())
+		}
+	}
+}
