@@ -509,7 +509,12 @@ func (s *PMTUSearch) OnTooBig(now time.Duration, size int) {
 // the validated size, it raises it, as an answered probe of that size
 // does: a datagram sent without fragmentation crossed. A group that lost
 // its size to a false black-hole verdict (congestion) while full-size
-// DATA was in flight gets it back with the first of those acknowledged.
+// DATA was in flight gets it back with the first of those acknowledged,
+// when that DATA is as large as the size the connection requires: a
+// version-1 connection's. A version-2 DATA is 48 bytes shorter than the
+// version-1 datagram a connection requires of its groups (Conn's
+// pmtuDataSize, whatever the wire), so on version 2 the search's own
+// rounds or its retry restore the size.
 func (s *PMTUSearch) OnDataAcked(now time.Duration, size int) {
 	if s.state == PMTUDisabled {
 		return
