@@ -152,10 +152,15 @@ func BenchmarkDatapath(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			start := p.dataIn
+			cpu0, cpuOK := processCPU()
 			for p.dataIn-start < uint64(b.N) {
 				p.round()
 			}
+			cpu1, _ := processCPU()
 			b.StopTimer()
+			if cpuOK {
+				b.ReportMetric(float64(cpu1-cpu0)/float64(p.dataIn-start), "cpu-ns/datagram")
+			}
 			st := p.conn.Stats
 			if to, rt := st.Timeouts-st0.Timeouts, st.Retransmits-st0.Retransmits; to != 0 || rt != 0 {
 				b.Fatalf("%d timeouts and %d retransmissions: not the steady state this measures", to, rt)

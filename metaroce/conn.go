@@ -111,10 +111,11 @@ type Conn struct {
 	ackedLargest                                  int           // the largest packet the ACK being handled acknowledged (pmtuProgress)
 
 	// Scheduler state (sched.go).
-	inReady  bool
-	removed  bool
-	deadline time.Duration
-	timerGen uint64
+	inReady    bool
+	timerDirty bool // queued in the endpoint's dirty list (sched.go)
+	removed    bool
+	deadline   time.Duration
+	timerGen   uint64
 
 	Stats ConnStats
 }
