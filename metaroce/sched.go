@@ -167,16 +167,25 @@ func (e *Endpoint) nextTimer() (timerEnt, bool) {
 func (e *Endpoint) pollReady(now time.Duration, buf []byte) (Transmit, bool) {
 	for n := len(e.ready) - e.readyHead; n > 0; n-- {
 		c := e.ready[e.readyHead]
-		e.ready[e.readyHead] = nil
-		e.readyHead++
 		if c.removed {
+			e.ready[e.readyHead] = nil
+			e.readyHead++
 			continue
 		}
 		if tx, ok := c.poll(now, buf); ok {
-			e.ready = append(e.ready, c)
-			e.compactReady()
+			// To the back of the queue, unless it is alone there (the
+			// common case of one busy connection: the move cost a slice
+			// copy and clear per datagram).
+			if e.readyHead < len(e.ready)-1 {
+				e.ready[e.readyHead] = nil
+				e.readyHead++
+				e.ready = append(e.ready, c)
+				e.compactReady()
+			}
 			return tx, true
 		}
+		e.ready[e.readyHead] = nil
+		e.readyHead++
 		c.inReady = false
 		c.markTimer()
 	}
