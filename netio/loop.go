@@ -279,6 +279,16 @@ func (e *Endpoint) readLoop(s *sock) {
 func (e *Endpoint) check(b *rxBatch, n int) int {
 	table := e.peers.Load()
 	k := 0
+	// A batch's datagrams mostly come from one source (GRO reads one
+	// flow's run at a time): its peer is looked up once per run. A path
+	// socket's datagrams miss byAddr and cost two more lookups by IP.
+	var (
+		last       netip.AddrPort
+		lastP      *Peer
+		lastExact  bool
+		lastShared []*Peer
+		looked     bool
+	)
 	for i := range n {
 		m := &b.msgs[i]
 		// lent is the datagram where the socket left it, if that is not
@@ -289,11 +299,15 @@ func (e *Endpoint) check(b *rxBatch, n int) int {
 			lent = m.Buf[:m.N]
 		}
 		m.Buf = own
-		p, exact := table.byAddr[m.Addr]
-		var shared []*Peer
-		if !exact {
-			p, shared = table.byIP[m.Addr.Addr()], table.shared[m.Addr.Addr()]
+		if !looked || m.Addr != last {
+			lastP, lastExact = table.byAddr[m.Addr]
+			lastShared = nil
+			if !lastExact {
+				lastP, lastShared = table.byIP[m.Addr.Addr()], table.shared[m.Addr.Addr()]
+			}
+			last, looked = m.Addr, true
 		}
+		p, exact, shared := lastP, lastExact, lastShared
 		if lent != nil && (p == nil || p.Sealer == nil || len(shared) > 1 || len(lent) > len(own)) {
 			// Only a datagram from one known sealed peer is opened from
 			// where it lies (into own, past the prefix); every other one
