@@ -111,10 +111,11 @@ type Conn struct {
 	ackedLargest                                  int           // the largest packet the ACK being handled acknowledged (pmtuProgress)
 
 	// Scheduler state (sched.go).
-	inReady  bool
-	removed  bool
-	deadline time.Duration
-	timerGen uint64
+	inReady    bool
+	timerDirty bool // queued in the endpoint's dirty list (sched.go)
+	removed    bool
+	deadline   time.Duration
+	timerGen   uint64
 
 	Stats ConnStats
 }
@@ -528,7 +529,10 @@ func (c *Conn) rto() time.Duration {
 
 func (c *Conn) pollProbe(now time.Duration, buf []byte) (Transmit, bool) {
 	for i := range c.paths.Paths {
-		if !c.paths.ProbeDue(now, i) {
+		// An up path is never due a probe (pathmgr's ProbeDue says no
+		// without changing anything); the check saves a call per path
+		// for every datagram polled.
+		if c.paths.Paths[i].State == pathmgr.Up || !c.paths.ProbeDue(now, i) {
 			continue
 		}
 		p, err := AppendProbe(buf[:0], TypeProbe, c.id, uint16(i), uint64(now)+1)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mrgw/mrgw/cc"
+	"github.com/mrgw/mrgw/pathmgr"
 
 	"github.com/mrgw/mrgw/units"
 )
@@ -273,5 +274,30 @@ func TestOneGiBMessage(t *testing.T) {
 	}
 	if c.Stats.Retransmits == 0 {
 		t.Fatal("expected some retransmissions at 0.1% loss")
+	}
+}
+
+// TestUpPathNeverProbeDue holds pathmgr to what pollProbe assumes when it
+// skips up paths without asking: ProbeDue is false for an up path, at any
+// time and whatever it has in flight, and changes nothing.
+func TestUpPathNeverProbeDue(t *testing.T) {
+	s := pathmgr.NewSet(4, pathmgr.DefaultConfig(), rand.New(rand.NewPCG(1, 2)))
+	for _, inflight := range []int{0, 1500} {
+		for _, now := range []time.Duration{0, time.Millisecond, time.Hour} {
+			for i := range s.Paths {
+				p := &s.Paths[i]
+				if p.State != pathmgr.Up {
+					t.Fatalf("path %d starts %v", i, p.State)
+				}
+				p.InflightBytes = inflight
+				before := *p
+				if s.ProbeDue(now, i) {
+					t.Fatalf("up path %d with %d bytes in flight due a probe at %v", i, inflight, now)
+				}
+				if *p != before {
+					t.Fatalf("ProbeDue changed up path %d", i)
+				}
+			}
+		}
 	}
 }

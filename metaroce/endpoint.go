@@ -63,6 +63,7 @@ type Endpoint struct {
 	// their connection tag (the low 32 bits of the id), which is all a
 	// version-2 DATA carries of the id (PROTOCOL.md §12).
 	tags     map[uint32]*Conn
+	lastTag  *Conn // the connection a version-2 DATA named last, nil if none: DATA comes in runs of one connection
 	versions uint8 // Config.WireVersions, bit i = version i+1
 	list     []*Conn
 	// ready and timers are the scheduler (sched.go); closing counts closed
@@ -70,6 +71,7 @@ type Endpoint struct {
 	ready     []*Conn
 	readyHead int
 	timers    timerHeap
+	dirty     []*Conn // touched since the timers were last read (retimeDirty)
 	due       []*Conn
 	closing   int
 
@@ -250,6 +252,9 @@ func (e *Endpoint) remove(c *Conn) {
 
 // untag takes c out of the version-2 table (it agreed version 1, or is gone).
 func (e *Endpoint) untag(c *Conn) {
+	if e.lastTag == c {
+		e.lastTag = nil
+	}
 	if e.tags[uint32(c.id)] == c {
 		delete(e.tags, uint32(c.id))
 	}
@@ -311,7 +316,12 @@ func (e *Endpoint) Receive(now time.Duration, b []byte, m RecvMeta) {
 	}
 	if ver == Version2 && t == TypeData && e.speaks(Version2) {
 		// A version-2 DATA names its connection by tag only.
-		c := e.tags[uint32(id)]
+		c := e.lastTag
+		if c == nil || uint32(c.id) != uint32(id) {
+			if c = e.tags[uint32(id)]; c != nil {
+				e.lastTag = c
+			}
+		}
 		if c == nil || c.peer != m.Peer {
 			e.Stats.UnknownConn++
 			return

@@ -49,6 +49,23 @@ type rxStream struct {
 	msgs  map[uint64]*rxMessage
 	dirty bool
 	sink  Sink // if set, chunks go here instead of memory (relay.go)
+	// last is the message looked up last (lastSeq), nil if none: the
+	// packets of one message come in runs, and each looked its message
+	// up in msgs two or three times (BenchmarkDatapath).
+	last    *rxMessage
+	lastSeq uint64
+}
+
+// msg returns message seq of the stream, or nil.
+func (rs *rxStream) msg(seq uint64) *rxMessage {
+	if rs.last != nil && rs.lastSeq == seq {
+		return rs.last
+	}
+	m := rs.msgs[seq]
+	if m != nil {
+		rs.last, rs.lastSeq = m, seq
+	}
+	return m
 }
 
 // maxStreams bounds the receive streams a peer may open on one connection.
@@ -66,7 +83,8 @@ type placer struct {
 	h        placeHandler
 
 	streams map[uint32]*rxStream
-	dirty   []uint32 // streams whose completion point the next ACK reports
+	last    *rxStream // the stream looked up last, nil if none (see rxStream.last)
+	dirty   []uint32  // streams whose completion point the next ACK reports
 	posted  map[uint64][]byte
 }
 
@@ -109,7 +127,7 @@ func (p *placer) validChunk(h *DataHeader, n int) bool {
 // stream returns the receive state of stream id, creating it; nil when the
 // peer has opened maxStreams already.
 func (p *placer) stream(id uint32) *rxStream {
-	rs := p.streams[id]
+	rs := p.lookup(id)
 	if rs == nil {
 		if len(p.streams) >= maxStreams {
 			return nil
@@ -120,6 +138,19 @@ func (p *placer) stream(id uint32) *rxStream {
 		}
 		rs = &rxStream{id: id, msgs: make(map[uint64]*rxMessage), sink: sink}
 		p.streams[id] = rs
+		p.last = rs
+	}
+	return rs
+}
+
+// lookup returns the receive state of stream id, or nil.
+func (p *placer) lookup(id uint32) *rxStream {
+	if p.last != nil && p.last.id == id {
+		return p.last
+	}
+	rs := p.streams[id]
+	if rs != nil {
+		p.last = rs
 	}
 	return rs
 }
@@ -145,7 +176,12 @@ func (p *placer) resume(stream uint32, next uint64) error {
 }
 
 // forget drops the receive state of stream (ForgetRecvStream).
-func (p *placer) forget(stream uint32) { delete(p.streams, stream) }
+func (p *placer) forget(stream uint32) {
+	if p.last != nil && p.last.id == stream {
+		p.last = nil
+	}
+	delete(p.streams, stream)
+}
 
 // place writes a payload straight into its destination, whatever order it
 // arrives in, and completes messages in order per stream. h must be a valid
@@ -198,7 +234,7 @@ func (p *placer) announce(now time.Duration, h *DataHeader, port uint16) {
 // a stream never heard of): what a version-2 message sequence is unwrapped
 // against.
 func (p *placer) completionPoint(stream uint32) uint64 {
-	if rs := p.streams[stream]; rs != nil {
+	if rs := p.lookup(stream); rs != nil {
 		return rs.next
 	}
 	return 0
@@ -208,14 +244,14 @@ func (p *placer) completionPoint(stream uint32) uint64 {
 // it completed already (dup). A version-2 DATA without descriptor can be
 // placed only if one of the two is true (PROTOCOL.md §12 "Orphans").
 func (p *placer) known(stream uint32, seq uint64) (m *rxMessage, dup bool) {
-	rs := p.streams[stream]
+	rs := p.lookup(stream)
 	if rs == nil {
 		return nil, false
 	}
 	if seq < rs.next {
 		return nil, true
 	}
-	return rs.msgs[seq], false
+	return rs.msg(seq), false
 }
 
 // message returns the message h belongs to, recording it (its destination
@@ -236,7 +272,7 @@ func (p *placer) message(now time.Duration, h *DataHeader, port uint16) (*rxStre
 		p.refuse(now, h, port, ErrCodeTooFarAhead)
 		return nil, nil
 	}
-	m := rs.msgs[h.MsgSeq]
+	m := rs.msg(h.MsgSeq)
 	if m == nil && rs.sink != nil {
 		m = p.newSinkMessage(h)
 		rs.msgs[h.MsgSeq] = m
@@ -336,11 +372,12 @@ func (p *placer) refuse(now time.Duration, h *DataHeader, port uint16, code Erro
 // marks the stream for the next ACK.
 func (p *placer) complete(now time.Duration, rs *rxStream) {
 	for {
-		m := rs.msgs[rs.next]
+		m := rs.msg(rs.next)
 		if m == nil || (m.err == nil && m.gotChunks < m.chunks) {
 			break
 		}
 		delete(rs.msgs, rs.next)
+		rs.last = nil
 		p.stats.MessagesReceived++
 		p.h.messageComplete(now, rs.id, rs.next, m)
 		rs.next++
@@ -357,7 +394,7 @@ func (p *placer) fillStreamAcks(a *Ack) {
 	for len(p.dirty) > 0 && a.NStreams < MaxAckStreams {
 		id := p.dirty[len(p.dirty)-1]
 		p.dirty = p.dirty[:len(p.dirty)-1]
-		if rs := p.streams[id]; rs != nil {
+		if rs := p.lookup(id); rs != nil {
 			rs.dirty = false
 			a.Streams[a.NStreams] = StreamAck{Stream: id, Completed: rs.next}
 			a.NStreams++

@@ -84,6 +84,13 @@ func (h timerHeap) down(i, n int) {
 
 // touch notes that c may have something to send or a new timer: every
 // operation that changes a connection ends with it.
+//
+// The deadline itself is recomputed lazily (retimeDirty), when the driver
+// next asks for the timers: nextTimeout scans every path (acknowledgement
+// and probe-timeout deadlines, probes), and touch runs for every datagram
+// received, so recomputing it here cost a scan of all paths and a heap
+// push per datagram where one per batch gives the same deadlines
+// (BenchmarkDatapath).
 func (c *Conn) touch() {
 	e := c.ep
 	if c.removed {
@@ -93,7 +100,27 @@ func (c *Conn) touch() {
 		c.inReady = true
 		e.ready = append(e.ready, c)
 	}
-	e.retime(c)
+	c.markTimer()
+}
+
+// markTimer queues c's deadline to be recomputed before the timers are
+// next read.
+func (c *Conn) markTimer() {
+	if !c.timerDirty {
+		c.timerDirty = true
+		c.ep.dirty = append(c.ep.dirty, c)
+	}
+}
+
+// retimeDirty recomputes the deadlines of the connections touched since
+// the timers were last read. Every reader of the heap calls it first.
+func (e *Endpoint) retimeDirty() {
+	for i, c := range e.dirty {
+		c.timerDirty = false
+		e.retime(c)
+		e.dirty[i] = nil
+	}
+	e.dirty = e.dirty[:0]
 }
 
 // retime recomputes c's deadline and files it in the heap if it changed.
@@ -123,6 +150,7 @@ func (e *Endpoint) retime(c *Conn) {
 
 // nextTimer drops stale heap entries and returns the earliest live one.
 func (e *Endpoint) nextTimer() (timerEnt, bool) {
+	e.retimeDirty()
 	for len(e.timers) > 0 {
 		t := e.timers[0]
 		if t.gen == t.c.timerGen && !t.c.removed {
@@ -139,18 +167,27 @@ func (e *Endpoint) nextTimer() (timerEnt, bool) {
 func (e *Endpoint) pollReady(now time.Duration, buf []byte) (Transmit, bool) {
 	for n := len(e.ready) - e.readyHead; n > 0; n-- {
 		c := e.ready[e.readyHead]
-		e.ready[e.readyHead] = nil
-		e.readyHead++
 		if c.removed {
+			e.ready[e.readyHead] = nil
+			e.readyHead++
 			continue
 		}
 		if tx, ok := c.poll(now, buf); ok {
-			e.ready = append(e.ready, c)
-			e.compactReady()
+			// To the back of the queue, unless it is alone there (the
+			// common case of one busy connection: the move cost a slice
+			// copy and clear per datagram).
+			if e.readyHead < len(e.ready)-1 {
+				e.ready[e.readyHead] = nil
+				e.readyHead++
+				e.ready = append(e.ready, c)
+				e.compactReady()
+			}
 			return tx, true
 		}
+		e.ready[e.readyHead] = nil
+		e.readyHead++
 		c.inReady = false
-		e.retime(c)
+		c.markTimer()
 	}
 	e.compactReady()
 	return Transmit{}, false

@@ -128,21 +128,23 @@ func (h *sentHistory) plausible(a *Ack) bool {
 // unreported (PROTOCOL.md §3 "Loss"). Then the floor moves past every
 // record no longer in flight. It returns the bytes acknowledged and lost.
 func (h *sentHistory) onAck(now time.Duration, a *Ack, ps *pathmgr.Path, hd sentHandler) (acked, lost int) {
-	end := a.Largest + 1
-	if a.Cum > end {
-		end = a.Cum
+	end := min(max(a.Largest+1, a.Cum), h.next)
+	seq := h.floor
+	// Below the cumulative point everything is acknowledged: no bit to
+	// test. Then the SACK vector, its base computed once, not per record.
+	for cum := min(a.Cum, end); seq < cum; seq++ {
+		if r := h.rec(seq); r.state == recInflight {
+			acked += h.ack(now, r, ps, hd)
+		}
 	}
-	for seq := h.floor; seq < end && seq < h.next; seq++ {
+	base := a.SackBase()
+	for ; seq < end; seq++ {
 		r := h.rec(seq)
 		if r.state != recInflight {
 			continue
 		}
-		if a.Acked(seq) {
-			r.state = recAcked
-			ps.InflightBytes -= int(r.size)
-			ps.AckedPackets++
-			acked += int(r.size)
-			hd.packetAcked(now, r)
+		if i := seq - base; seq >= base && i < SackBits && a.Sack[i/8]&(1<<(i%8)) != 0 {
+			acked += h.ack(now, r, ps, hd)
 		} else if seq < a.Largest {
 			h.lose(r, ps, hd)
 			lost += int(r.size)
@@ -150,6 +152,15 @@ func (h *sentHistory) onAck(now time.Duration, a *Ack, ps *pathmgr.Path, hd sent
 	}
 	h.advanceFloor()
 	return acked, lost
+}
+
+// ack marks r acknowledged and returns its size.
+func (h *sentHistory) ack(now time.Duration, r *txRecord, ps *pathmgr.Path, hd sentHandler) int {
+	r.state = recAcked
+	ps.InflightBytes -= int(r.size)
+	ps.AckedPackets++
+	hd.packetAcked(now, r)
+	return int(r.size)
 }
 
 // loseAll declares every record in flight lost (a probe timeout, or a path
@@ -245,11 +256,7 @@ func (h *sentHistory) ackBelow(now time.Duration, cum uint64, ps *pathmgr.Path, 
 	for h.floor < cum {
 		r := h.rec(h.floor)
 		if r.state == recInflight {
-			r.state = recAcked
-			ps.InflightBytes -= int(r.size)
-			ps.AckedPackets++
-			acked += int(r.size)
-			hd.packetAcked(now, r)
+			acked += h.ack(now, r, ps, hd)
 		}
 		*r = txRecord{sent: r.sent}
 		h.floor++

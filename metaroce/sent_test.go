@@ -1,6 +1,7 @@
 package metaroce
 
 import (
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -325,5 +326,60 @@ func TestSentHistoryAllocs(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Fatalf("%v allocations per packet sent and acknowledged, want 0", allocs)
+	}
+}
+
+// TestSentHistoryAckMatchesRule checks onAck, which walks the cumulative
+// range and the SACK vector separately, against the rule it implements
+// taken one sequence at a time (PROTOCOL.md §3 "Loss"): a record in flight
+// is acked if the ACK acknowledges it (Ack.Acked), else lost if it lies
+// below the ACK's largest; in sequence order. Random flights, earlier
+// acks and ACKs (cumulative points above and below the SACK window).
+func TestSentHistoryAckMatchesRule(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for trial := 0; trial < 2000; trial++ {
+		var h sentHistory
+		ps := &pathmgr.Path{}
+		n := 1 + rng.IntN(700)
+		sendN(t, &h, ps, &txMessage{}, 0, n, 100)
+		// Some earlier ACK left records acked or lost in the middle.
+		for range rng.IntN(5) {
+			seq := h.floor + uint64(rng.IntN(n))
+			if seq < h.next && h.rec(seq).state == recInflight {
+				h.rec(seq).state = recAcked + uint8(rng.IntN(2))
+				ps.InflightBytes -= 100
+			}
+		}
+		largest := uint64(rng.IntN(n))
+		cum := uint64(rng.IntN(int(largest) + 2))
+		var seqs []uint64
+		for s := uint64(0); s <= largest; s++ {
+			if rng.IntN(4) != 0 {
+				seqs = append(seqs, s)
+			}
+		}
+		a := sackAck(cum, largest, seqs...)
+
+		// The rule, one sequence at a time.
+		var want sentLog
+		var wantAcked, wantLost int
+		for seq := h.floor; seq < min(max(a.Largest+1, a.Cum), h.next); seq++ {
+			if h.rec(seq).state != recInflight {
+				continue
+			}
+			if a.Acked(seq) {
+				want.acked = append(want.acked, uint32(seq))
+				wantAcked += 100
+			} else if seq < a.Largest {
+				want.lost = append(want.lost, uint32(seq))
+				wantLost += 100
+			}
+		}
+		var got sentLog
+		acked, lost := h.onAck(0, a, ps, &got)
+		if acked != wantAcked || lost != wantLost || !slices.Equal(got.acked, want.acked) || !slices.Equal(got.lost, want.lost) {
+			t.Fatalf("trial %d (cum %d largest %d): acked %d %v lost %d %v, want %d %v, %d %v", trial, cum, largest,
+				acked, got.acked, lost, got.lost, wantAcked, want.acked, wantLost, want.lost)
+		}
 	}
 }
