@@ -144,7 +144,8 @@ type Gateway struct {
 	pt           peerTable
 	syncMu       sync.Mutex
 	peerRefusals *ratelog.Logger
-	startedAt    time.Time // when Run started (unseen gateways)
+	pmtuLog      *ratelog.Logger // path MTU black-hole verdicts (relay.logBlackHoles)
+	startedAt    time.Time       // when Run started (unseen gateways)
 
 	relay *relay // owner-goroutine state
 	// wanPingEvery: each WAN connection is PINGed this often (DeadAfter/8,
@@ -216,6 +217,7 @@ func New(cfg *config.Config, opts Options) (g *Gateway, err error) {
 	}
 	g.log = g.log.With("gateway", cfg.Node.Name)
 	g.peerRefusals = ratelog.New(g.log, 10*time.Second)
+	g.pmtuLog = ratelog.New(g.log.With("part", "pmtu"), 10*time.Second)
 	g.metrics = newMetrics(cfg)
 	if g.suite, err = suiteOf(cfg.WAN.Cipher); err != nil {
 		return nil, fmt.Errorf("%w: wan.cipher: %w", ErrInvalidConfig, err)

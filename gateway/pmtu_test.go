@@ -5,6 +5,8 @@ package gateway_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -56,6 +58,7 @@ func TestPMTUThroughEmulator(t *testing.T) {
 	defer cancel()
 	const oneWay = 10 * time.Millisecond
 	const confirm, raise = 300 * time.Millisecond, 4 * time.Second
+	var logs lockedBuffer // the gateways' warnings: the black hole must be logged
 	pl := newPlaneLab(t, planeLabConfig{planes: 2, paths: 8, oneWay: oneWay,
 		gws:  map[string][]string{"west": {"w1"}, "east": {"e1"}},
 		mtus: []int{1280, 9000}, maxDatagram: 9100,
@@ -66,6 +69,7 @@ func TestPMTUThroughEmulator(t *testing.T) {
 			// are dropped for size by design, and this test counts
 			// every such drop after settling as a failure.
 			o.PMTU = metaroce.PMTUConfig{ConfirmInterval: confirm, RaiseInterval: raise, RetryInterval: raise}
+			o.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
 		}})
 	g := pl.gws["w1"]
@@ -170,6 +174,18 @@ func TestPMTUThroughEmulator(t *testing.T) {
 		groups[1].Size, lowered.Round(time.Millisecond), confirm, groups[0].Size, took.Round(time.Millisecond), raise, groups[1].Stats.BlackHoles)
 	if !groups[0].Data || groups[1].Data {
 		t.Fatalf("after the swap: data on p0 %v, p1 %v; want only p0", groups[0].Data, groups[1].Data)
+	}
+	// p1's shrink is found by lost confirmations, a black-hole verdict,
+	// which the gateway logs at warn (watchSilence, within DeadAfter/50).
+	if groups[1].Stats.BlackHoles == 0 {
+		t.Fatalf("p1 shrank with no black-hole verdict: %+v", groups[1])
+	}
+	for !strings.Contains(logs.String(), "path MTU black hole") {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("p1's black hole (%d verdicts) was never logged; warnings:\n%s", groups[1].Stats.BlackHoles, logs.String())
+		case <-time.After(5 * time.Millisecond):
+		}
 	}
 	before = sizeDrops(pl)
 	time.Sleep(time.Second)

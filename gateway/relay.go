@@ -51,6 +51,9 @@ type connInfo struct {
 	smallest float64
 	// live watches a WAN peer for silence (watchSilence).
 	live liveness.Watch
+	// blackHoles is the connection's PMTU black-hole verdicts logged so
+	// far (watchSilence logs each new one).
+	blackHoles uint64
 }
 
 type flowState uint8
@@ -263,7 +266,29 @@ func (r *relay) watchSilence(now time.Duration, deadAfter time.Duration) {
 		if dead {
 			r.dropConn(now, ci, fmt.Sprintf("peer silent: nothing heard from it for %v", silent.Round(time.Millisecond)))
 			c.Close(now)
+			continue
 		}
+		r.logBlackHoles(ci)
+	}
+}
+
+// logBlackHoles warns when a WAN connection's path MTU discovery has
+// decided that a size stopped crossing a plane: until a retry proves the
+// size again, the plane carries smaller datagrams or no data at all, and
+// without this line an operator sees only a plane that went quiet.
+func (r *relay) logBlackHoles(ci *connInfo) {
+	n := ci.c.PMTUBlackHoles()
+	if n == ci.blackHoles {
+		return
+	}
+	ci.blackHoles = n
+	for _, gr := range ci.c.PMTU() {
+		if gr.Stats.BlackHoles == 0 {
+			continue
+		}
+		r.g.pmtuLog.Warn(ci.wan.name+"/"+r.g.planeName(gr.Group), "path MTU black hole: the size stopped crossing the plane; discovery searches again",
+			"peer", ci.wan.name, "plane", r.g.planeName(gr.Group), "datagram_bytes", gr.Size,
+			"carries_data", gr.Data, "black_holes", gr.Stats.BlackHoles)
 	}
 }
 
