@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/mrgw/mrgw/cc"
 	"github.com/mrgw/mrgw/internal/report"
 
 	"github.com/mrgw/mrgw/units"
@@ -89,8 +88,6 @@ func standingQueueMs(r report.Row) float64 {
 	fmt.Sscanf(r.Note, "standing queue %f ms", &q)
 	return q
 }
-
-var _ cc.Factory // the factory type of Setup.CC
 
 func init() { Scenarios["standing-queue"] = StandingQueue }
 
