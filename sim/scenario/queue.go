@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mrgw/mrgw/cc"
+	"github.com/mrgw/mrgw/cc/longrtt"
 	"github.com/mrgw/mrgw/internal/report"
 
 	"github.com/mrgw/mrgw/units"
@@ -27,7 +29,7 @@ const (
 	QueuePaths   = 4
 	// QueueRTTs is the run length in round trips; the second half is
 	// measured. Connections join over the first QueueJoinRTTs.
-	QueueRTTs     = 120
+	QueueRTTs     = 400
 	QueueJoinRTTs = 10
 )
 
@@ -35,9 +37,10 @@ const (
 var QueueCounts = []int{1, 2, 10, 64, 256}
 
 // StandingQueue runs the standing-queue scenario for each long-RTT
-// controller and each count in QueueCounts.
+// controller and longrtt-htcp with the marked-fraction price
+// (longrtt.MarkPriceName, not registered), for each count in QueueCounts.
 func StandingQueue(o Options) ([]report.Row, error) {
-	return standingQueueRuns(o, LongRTTControllers, QueueCounts)
+	return standingQueueRuns(o, append(append([]string{}, LongRTTControllers...), longrtt.MarkPriceName), QueueCounts)
 }
 
 func standingQueueRuns(o Options, names []string, counts []int) ([]report.Row, error) {
@@ -46,13 +49,16 @@ func standingQueueRuns(o Options, names []string, counts []int) ([]report.Row, e
 	bdp := units.BitRate(rate).Bytes().BytesIn(rtt)
 	var rows []report.Row
 	var runs []namedRun
+	var err error
 	total, i := len(names)*len(counts), 0
 	for _, name := range names {
 		for _, n := range counts {
 			i++
 			o.progress(i, total, fmt.Sprintf("standing-queue %s n=%d", name, n))
-			f, err := factory(name, rate, rtt)
-			if err != nil {
+			var f cc.Factory
+			if name == longrtt.MarkPriceName {
+				f = longrtt.NewHTCPMarkPrice(cc.Params{LineRate: units.BitRate(rate), BaseRTT: rtt})
+			} else if f, err = factory(name, rate, rtt); err != nil {
 				return nil, err
 			}
 			// Joins spread over the first round trips, as connections of a
@@ -70,6 +76,7 @@ func standingQueueRuns(o Options, names []string, counts []int) ([]report.Row, e
 				return nil, err
 			}
 			rw := ccRow("standing-queue", fmt.Sprintf("%d connections", n), s, r)
+			rw.CC = name
 			rw.Shares = nil
 			if n == 1 {
 				rw.Jain = 1
