@@ -46,7 +46,7 @@ var simCosts = map[string]simCost{
 	"regions":            {100e9, 150},
 	"coexistence":        {scenario.CoexistRateBps, 15},
 	"connections":        {100e9, 150},
-	"standing-queue":     {scenario.QueueRateBps, 60},
+	"standing-queue":     {scenario.QueueRateBps, 100},
 }
 
 // estimate is the expected wall time of a run with opts.
