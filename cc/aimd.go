@@ -76,6 +76,12 @@ type AIMDConfig struct {
 	QueueShare time.Duration
 	// EqGain is FAST's γ (default 0.7).
 	EqGain float64
+	// MarkPrice adds the marked-fraction price (markPrice) to the
+	// queueing delay the delay equilibrium answers, so that at a marking
+	// bottleneck the queue stays near the marking threshold whatever the
+	// number of connections (issue 16 item 2). Off in the registered
+	// controllers: it breaks other targets (docs/CC.md §7).
+	MarkPrice bool
 	// SearchStart, if positive, raises the starting rate of a connection
 	// without a hint to this fraction of the line rate when that is above
 	// the default (10 packets per base RTT): the search doubles per round
@@ -143,6 +149,11 @@ type AIMD struct {
 	// marks while the delay equilibrium steered: it rises by a quarter of
 	// the gap with every marked round and decays over MarkMemory.
 	markMem float64
+	// mkF is the running fraction of acked bytes that were marked, the
+	// input of the marked-fraction price (AIMDConfig.MarkPrice); mkLast
+	// its clock.
+	mkF    float64
+	mkLast time.Duration
 	// held is the rate the connection had before the receiver's hint
 	// capped it, less its own back-offs since: when the receiver releases
 	// its hold-back, the connection returns to it (never above the hint).
@@ -338,6 +349,11 @@ func (a *AIMD) OnAck(now time.Duration, path int, s AckSample) {
 	}
 	a.use.advance(now, a.PacingRate())
 	a.use.onAck(now, s.AckedBytes, a.maxSRTT())
+	if a.cfg.MarkPrice && a.cfg.QueueShare > 0 && !a.searching {
+		// Not while searching: the search's own overshoot marks
+		// everything, and is over in a few round trips.
+		a.markSample(now, s.AckedBytes, s.MarkedBytes)
+	}
 	a.grow(now, path)
 	if p.roundPkts == 0 {
 		p.roundStart = now
@@ -485,17 +501,20 @@ func (a *AIMD) equilibrium(now time.Duration) {
 		alpha *= float64(lim) / float64(q)
 	}
 	rtt := (base + q).Seconds()
+	// The price the law answers: the queueing delay, plus the marked
+	// fraction's price with AIMDConfig.MarkPrice (markPrice).
+	p := q + a.markPrice()
 	if a.searching {
 		// The search ends once the connection holds its share of the queue:
 		// from there the equilibrium steers.
-		if a.total*q.Seconds() >= alpha {
+		if a.total*p.Seconds() >= alpha {
 			a.searching = false
 			a.eqW = a.total * rtt
 			a.eqSet = a.total
 		}
 		return
 	}
-	if q < a.steerFrom(scale) {
+	if p < a.steerFrom(scale) {
 		// An (almost) empty queue says nothing about a share: the growth
 		// function probes for capacity.
 		a.eqW = 0
@@ -515,7 +534,20 @@ func (a *AIMD) equilibrium(now time.Duration) {
 	if g <= 0 {
 		g = 0.7
 	}
-	if dt > 0 {
+	if dt > 0 && a.cfg.MarkPrice {
+		// dw/dt = γ/rtt · (α − w·p/rtt), integrated exactly over dt: w
+		// relaxes towards α·rtt/p at the rate γ·p/rtt², at most
+		// MarkPriceRelax per round trip. With a price of seconds at a
+		// busy marking bottleneck the uncapped rate is many times per
+		// round trip: an Euler step overshoots, and even the exact step
+		// made the rates follow every swing of the queue (256
+		// connections: the queue swung between empty and full).
+		if ps := p.Seconds(); ps > 0 {
+			target := alpha * rtt / ps
+			k := math.Min(g*ps/rtt, MarkPriceRelax) / rtt
+			a.eqW = target + (a.eqW-target)*math.Exp(-k*dt.Seconds())
+		}
+	} else if dt > 0 {
 		a.eqW += g / rtt * (alpha - a.eqW*q.Seconds()/rtt) * dt.Seconds()
 	}
 	a.eqW = math.Max(a.eqW, a.minRate()*float64(len(a.paths))*rtt)
@@ -593,7 +625,70 @@ func (a *AIMD) steering() bool {
 		return false
 	}
 	_, q, _ := a.connDelay()
-	return q >= a.steerFrom(a.scale())
+	return q+a.markPrice() >= a.steerFrom(a.scale())
+}
+
+// MarkPriceBeta, MarkPriceTau, MarkPriceTauGrowth and MarkPriceRelax shape
+// the marked-fraction price (AIMDConfig.MarkPrice): a connection whose
+// running marked fraction is F adds QueueShare × (e^(MarkPriceBeta·F) − 1)
+// to the queueing delay its delay equilibrium answers; F is a time-weighted
+// running mean of the acks' marked fractions over MarkPriceTau ×
+// (1 + MarkPriceTauGrowth·F); and the equilibrium's window relaxes
+// towards its target by at most MarkPriceRelax per round trip. Chosen by
+// measurement in the standing-queue scenario (docs/CC.md §7): the marks
+// are a relay (the queue is above the threshold or not), and the relay
+// and the running mean make a limit cycle whose swing grows with
+// MarkPriceBeta/MarkPriceTau; with β = 7 and τ = 0.5 s the rates swung
+// by ±40% and the 5 ms queue emptied in every cycle (0.63 utilised at 10
+// connections). A larger β keeps F lower at a given number of
+// connections (F = ln(n + 1 − K/QueueShare)/β: 0.46 at 256 with 12),
+// so the queue sits above the threshold for less of each cycle; a longer
+// mean at high F slows the fall of the price when the marks stop, which
+// at 256 connections is what swung the rate most.
+const (
+	MarkPriceBeta      = 12.0
+	MarkPriceTau       = 5 * time.Second
+	MarkPriceTauGrowth = 4.0
+	MarkPriceRelax     = 0.25
+)
+
+// markPrice is the price of the marks at a marking bottleneck, in seconds
+// of virtual queue (issue 16 item 2). With the queueing delay alone as the
+// price, n connections each keeping α = QueueShare × scale in the queue
+// hold n·QueueShare of it: the price must grow with n, and a delay that
+// grows with n is a queue that does. A bottleneck that marks above a
+// threshold K gives a second price that can grow while the queue does not:
+// the fraction F of bytes marked, i.e. of the time the queue is above K.
+// The equilibrium answers p = q + V(F), V = QueueShare·(e^(βF) − 1), so at
+// equilibrium q + V(F) = n·QueueShare·scale/capacity: once that passes K,
+// F settles where V makes up the rest while the queue hovers about K
+// (marks raise F, the rates fall until the queue drops below K, which
+// stops the marks). The map is exponential so that F between 0 and 1 spans
+// prices of 1 to e^β connections (e^12 ≈ 160,000). Every connection
+// through the bottleneck measures the same F over the same time, so V,
+// like q, is common to them and the rates α/p stay equal. What it does not
+// give: a newcomer starts at F = 0 and needs about MarkPriceTau to read the
+// bottleneck's F, so for that long it takes more than its share.
+func (a *AIMD) markPrice() time.Duration {
+	if a.mkF <= 0 {
+		return 0
+	}
+	return time.Duration(float64(a.cfg.QueueShare) * math.Expm1(MarkPriceBeta*a.mkF))
+}
+
+// markSample folds one ack into the running marked fraction, weighted by
+// the time since the previous ack (a mean over time, whatever the
+// connection's rate: weighted by bytes over the connection's own rate it
+// moved at a third of the speed meant while the rate exceeded what was
+// delivered).
+func (a *AIMD) markSample(now time.Duration, acked, marked int) {
+	if acked <= 0 {
+		return
+	}
+	dt := max(0, now-a.mkLast)
+	a.mkLast = now
+	w := dt.Seconds() / (MarkPriceTau.Seconds() * (1 + MarkPriceTauGrowth*a.mkF))
+	a.mkF += math.Min(1, w) * (math.Min(1, float64(marked)/float64(acked)) - a.mkF)
 }
 
 func (a *AIMD) scale() float64 {
@@ -936,3 +1031,7 @@ const BalanceWindowGain = 1.25
 
 // Paths returns the number of paths the controller was built for.
 func (a *AIMD) Paths() int { return len(a.paths) }
+
+// MarkPrice returns the connection's marked-fraction price (0 unless
+// AIMDConfig.MarkPrice), for tests and plots.
+func (a *AIMD) MarkPrice() time.Duration { return a.markPrice() }

@@ -109,6 +109,21 @@ func NewHTCP(p cc.Params) cc.Factory {
 	return cc.NewAIMD(config("longrtt-htcp", p, HTCPGrowth))
 }
 
+// MarkPriceName names longrtt-htcp with the marked-fraction price
+// (cc.AIMDConfig.MarkPrice) in scenario rows. It is not registered: the
+// price bounds the standing queue at a marking bottleneck whatever the
+// number of connections, but it breaks the convergence, RTT-fairness,
+// planes and host-stall targets the registered controllers meet
+// (docs/CC.md §7, issue 16 item 2).
+const MarkPriceName = "longrtt-htcp+markprice"
+
+// NewHTCPMarkPrice returns longrtt-htcp with the marked-fraction price on.
+func NewHTCPMarkPrice(p cc.Params) cc.Factory {
+	c := config(MarkPriceName, p, HTCPGrowth)
+	c.MarkPrice = true
+	return cc.NewAIMD(c)
+}
+
 // HTCPGrowth is longrtt-htcp's growth function.
 func HTCPGrowth(g cc.GrowthState) float64 {
 	x := float64(g.SinceCongestion-g.RefRTT) / float64(4*g.RefRTT)

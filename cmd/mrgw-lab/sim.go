@@ -46,6 +46,7 @@ var simCosts = map[string]simCost{
 	"regions":            {100e9, 150},
 	"coexistence":        {scenario.CoexistRateBps, 15},
 	"connections":        {100e9, 150},
+	"standing-queue":     {scenario.QueueRateBps, 100},
 }
 
 // estimate is the expected wall time of a run with opts.
@@ -107,6 +108,8 @@ func simScenarios() map[string]simScenario {
 		"regions": {cols: []report.Column{colWindow, colElement, report.ColRTT, report.ColFlows, colCapShare, report.ColGoodput, colFracUtil, report.ColJain, segmentOnly(colQueue), segmentOnly(colDrops), colShares},
 			doc: "4 regions on a line, 5 region pairs sharing long-haul segments (20-140 ms RTT, 4 planes), then one plane of a segment fails"},
 		"coexistence": {cols: append(base, report.ColJain, colShares, colNote), doc: "mrgw and a classic-ECN flow on one 200 Mbit/s, 50 ms bottleneck marking at 0.1 BDP (and drop-tail): does either starve?"},
+		"standing-queue": {cols: append(base, report.ColJain, colQueue, colDrops, colNote),
+			doc: "1 to 256 connections on one 1 Gbit/s, 50 ms bottleneck marking at 0.1 BDP (hints off): does the standing queue grow with their number?"},
 		"connections": {cols: []report.Column{report.ColSystem, report.ColFlows, report.ColPlanes, report.ColCapacity, report.ColGoodput, report.ColFraction, report.ColJain, colState, report.ColSpeed},
 			doc: "1 to 10,000 concurrent connections over 8 planes: goodput, Jain index, protocol state per connection"},
 	}
