@@ -33,6 +33,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	rdebug "runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -64,7 +65,12 @@ type Options struct {
 	// counts as missed (default 10 s).
 	EventTimeout time.Duration
 	Seed         uint64
-	Progress     io.Writer // progress lines; nil: none
+	// Compress keeps memberlist's compression of gossip (as the gateway
+	// does); off by default, because in one process with G gateways it
+	// was the largest CPU cost (region.Config.NoCompression). Bytes on
+	// the wire are then uncompressed: an upper bound.
+	Compress bool
+	Progress io.Writer // progress lines; nil: none
 }
 
 func (o *Options) defaults() {
@@ -150,6 +156,12 @@ type Row struct {
 	WindowS        float64 `json:"window_s"`
 	LoadAvg        float64 `json:"load_avg"`
 	Profile        string  `json:"profile"`
+	// SchedLag: how late a goroutine that sleeps lagTick at a time wakes
+	// up, p99 and max over the window. It tells a starved process: the
+	// gossip timings of a window whose lag is comparable to the probe
+	// timeout (100 ms) measure the machine, not the gossip.
+	SchedLagP99ms float64 `json:"sched_lag_p99_ms"`
+	SchedLagMaxMs float64 `json:"sched_lag_max_ms"`
 }
 
 // Report is a run's result.
@@ -207,13 +219,42 @@ type fleet struct {
 	nodes  []*node // live and dead, in start order
 	tr     tracker
 	logf   func(format string, args ...any)
+	begin  time.Time // when forming began
+	lagMu  sync.Mutex
+	lags   []float64     // scheduling lag samples, ms (at most maxLags)
+	cpu0   time.Duration // the process's CPU time then
+}
+
+// Scheduling lag probe (Row.SchedLagP99ms).
+const (
+	lagTick = 10 * time.Millisecond
+	maxLags = 1 << 17 // 22 min of ticks; the run is shorter
+)
+
+// probeLag records how late each lagTick sleep wakes up, until ctx ends.
+func (f *fleet) probeLag(ctx context.Context) {
+	for ctx.Err() == nil {
+		t0 := time.Now()
+		time.Sleep(lagTick)
+		late := ms(time.Since(t0) - lagTick)
+		f.lagMu.Lock()
+		if len(f.lags) < maxLags {
+			f.lags = append(f.lags, late)
+		}
+		f.lagMu.Unlock()
+	}
+}
+
+// cpuSoFar is the cores this process used on average since forming began.
+func (f *fleet) cpuSoFar() float64 {
+	return (cpuTime() - f.cpu0).Seconds() / max(time.Since(f.begin).Seconds(), 1e-3)
 }
 
 // Run runs the scenario at o's size and returns its rows.
 func Run(ctx context.Context, o Options) (*Report, error) {
 	o.defaults()
 	raiseFDLimit()
-	f := &fleet{o: o, failed: map[string]bool{}, rng: rand.New(rand.NewPCG(o.Seed, 0x66_6c_65_65_74))}
+	f := &fleet{o: o, failed: map[string]bool{}, rng: newRng(o.Seed)}
 	f.logf = func(format string, args ...any) {
 		if o.Progress != nil {
 			fmt.Fprintf(o.Progress, "fleet G=%d P=%d: "+format+"\n", append([]any{o.Gateways, o.Planes}, args...)...)
@@ -228,30 +269,22 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	defer f.shutdown()
 	rep := &Report{}
 
-	begin := time.Now()
-	f.logf("starting %d gateways in %d regions, %d planes each (%s profile)", o.Gateways, o.Regions, o.Planes, o.Profile)
-	for i := range o.Gateways {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		r := fmt.Sprintf("r%02d", i%o.Regions)
-		n, err := f.start(fmt.Sprintf("g%03d-%s", i, r), r)
-		if err != nil {
-			return nil, err
-		}
-		if i > 0 {
-			if err := f.join(ctx, n); err != nil {
-				return nil, err
-			}
-		}
-		if (i+1)%16 == 0 {
-			f.logf("%d gateways started", i+1)
-		}
-	}
-	if err := f.converge(ctx, 120*time.Second+time.Duration(o.Gateways)*time.Second); err != nil {
+	// This process stands for G gateways' processes: a heap target G
+	// times one gateway's would be right; gcPercent is enough to keep the
+	// collector from pacing every goroutine (see form).
+	defer rdebug.SetGCPercent(rdebug.SetGCPercent(gcPercent))
+	lctx, stopLag := context.WithCancel(ctx)
+	defer stopLag()
+	go f.probeLag(lctx)
+	w := f.window()
+	f.begin, f.cpu0 = w.at, w.cpu
+	if err := f.form(ctx); err != nil {
 		return nil, err
 	}
-	f.logf("every gateway sees %d alive after %.1f s", o.Gateways, time.Since(begin).Seconds())
+	form := f.row("form", w, nil)
+	rep.Rows = append(rep.Rows, form)
+	f.logf("every gateway sees %d alive after %.1f s; the process used %.2f cores meanwhile (load average %.1f, scheduling lag p99 %.0f ms)",
+		o.Gateways, form.WindowS, form.CPUPerGateway*float64(o.Gateways), form.LoadAvg, form.SchedLagP99ms)
 	for _, n := range f.live() {
 		n.initSets()
 	}
@@ -261,12 +294,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 
 	// Steady state.
-	w := f.window()
+	w = f.window()
 	if err := sleep(ctx, o.Steady); err != nil {
 		return nil, err
 	}
-	rep.Rows = append(rep.Rows, f.row("steady", w, nil))
-	f.logf("steady: %.0f B/s sent per gateway, %.3f cores per gateway", rep.Rows[0].BytesSentPerS, rep.Rows[0].CPUPerGateway)
+	steady := f.row("steady", w, nil)
+	rep.Rows = append(rep.Rows, steady)
+	f.logf("steady: %.0f B/s sent per gateway, %.4f cores per gateway (%.2f in all), scheduling lag p99 %.0f ms", steady.BytesSentPerS, steady.CPUPerGateway, steady.CPUPerGateway*float64(o.Gateways), steady.SchedLagP99ms)
 
 	// Plane failures, one at a time.
 	w = f.window()
@@ -360,6 +394,88 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	return rep, nil
 }
 
+func newRng(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x66_6c_65_65_74)) }
+
+// form starts the G gateways and waits until every one sees every other
+// alive.
+//
+// Joining one gateway at a time, each waiting for the last, made forming
+// 64 gateways take 204 s on a loaded machine and 128 never finish: every
+// join is a push/pull stream with a seed plus an alive broadcast that every
+// member relays L times, each gossip packet compressed with a fresh LZW
+// table, so the process's CPU grows with G² while forming; on a machine
+// whose other load leaves this process a fraction of a core, the garbage
+// collector's assists parked the joins behind it (goroutine dumps: joins
+// waiting in gcParkAssist inside the TCP dial) and 100 ms probe timeouts
+// fired, whose suspicions and refutations added broadcasts of their own.
+// So: gateways join in waves that double the fleet (each joining through
+// formSeeds random members of the part already formed, formParallel at a
+// time), each wave awaited by membership progress (converge), not by the
+// wall clock; and the heap target is raised while the fleet runs
+// (gcPercent), because this process stands for G processes, each of which
+// would have a heap (and a collector) of its own.
+func (f *fleet) form(ctx context.Context) error {
+	o := f.o
+	f.logf("starting %d gateways in %d regions, %d planes each (%s profile)", o.Gateways, o.Regions, o.Planes, o.Profile)
+	started := 0
+	startOne := func(i int) (*node, error) {
+		r := fmt.Sprintf("r%02d", i%o.Regions)
+		return f.start(fmt.Sprintf("g%03d-%s", i, r), r)
+	}
+	if _, err := startOne(0); err != nil {
+		return err
+	}
+	started = 1
+	for started < o.Gateways {
+		formed := f.live()
+		wave := min(max(started, formParallel), o.Gateways-started)
+		nodes := make([]*node, wave)
+		for j := range wave {
+			n, err := startOne(started + j)
+			if err != nil {
+				return err
+			}
+			nodes[j] = n
+		}
+		seeds := make([][]string, wave)
+		for j := range wave {
+			for range formSeeds {
+				seeds[j] = append(seeds[j], formed[f.rng.IntN(len(formed))].c.Addr())
+			}
+		}
+		errs := make(chan error, wave)
+		sem := make(chan struct{}, formParallel)
+		for j, n := range nodes {
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem }()
+				errs <- f.joinVia(ctx, n, seeds[j])
+			}()
+		}
+		for range wave {
+			if err := <-errs; err != nil {
+				return err
+			}
+		}
+		started += wave
+		if err := f.converge(ctx, formStall); err != nil {
+			return err
+		}
+		f.logf("%d gateways formed (%.2f cores used by this process so far)", started, f.cpuSoFar())
+	}
+	return nil
+}
+
+// Forming the fleet (see form).
+const (
+	formSeeds    = 3
+	formParallel = 16
+	// formStall: forming fails when no gateway's view of the fleet grew
+	// for this long.
+	formStall = 60 * time.Second
+	gcPercent = 400
+)
+
 func (f *fleet) setFailed(name string, plane int, v bool) {
 	f.failMu.Lock()
 	defer f.failMu.Unlock()
@@ -415,7 +531,7 @@ func (f *fleet) start(name, reg string) (*node, error) {
 	}
 	prof, t := f.timings()
 	c, err := region.New(region.Config{Name: name, Meta: meta, Bind: "127.0.0.1:0", Keys: f.keys,
-		Profile: prof, Timings: t, JoinAttempts: 5}, nil)
+		Profile: prof, Timings: t, JoinAttempts: 5, NoCompression: !f.o.Compress}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("fleet: starting %s: %w", name, err)
 	}
@@ -446,6 +562,10 @@ func (f *fleet) join(ctx context.Context, n *node) error {
 	if len(seeds) == 0 {
 		seeds = []string{lv[0].c.Addr()}
 	}
+	return f.joinVia(ctx, n, seeds)
+}
+
+func (f *fleet) joinVia(ctx context.Context, n *node, seeds []string) error {
 	jctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if _, err := n.c.Join(jctx, seeds); err != nil {
@@ -454,12 +574,14 @@ func (f *fleet) join(ctx context.Context, n *node) error {
 	return nil
 }
 
-// converge waits until every live gateway sees every other alive.
-func (f *fleet) converge(ctx context.Context, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
+// converge waits until every live gateway sees every other alive. It
+// fails when the views stop growing for stall (membership progress, not
+// the wall clock: a loaded machine is slow, a stuck fleet is stuck).
+func (f *fleet) converge(ctx context.Context, stall time.Duration) error {
 	lv := f.live()
+	progress, lastSum := time.Now(), -1
 	for {
-		worst := len(lv)
+		worst, sum := len(lv), 0
 		for _, n := range lv {
 			alive := 0
 			for _, gws := range n.c.View().Regions {
@@ -470,14 +592,17 @@ func (f *fleet) converge(ctx context.Context, limit time.Duration) error {
 				}
 			}
 			worst = min(worst, alive)
+			sum += alive
 		}
 		if worst == len(lv) {
 			return nil
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("fleet: after %s a gateway sees only %d of %d alive", limit, worst, len(lv))
+		if sum != lastSum {
+			progress, lastSum = time.Now(), sum
+		} else if time.Since(progress) > stall {
+			return fmt.Errorf("fleet: no progress for %s: a gateway sees only %d of %d alive", stall, worst, len(lv))
 		}
-		if err := sleep(ctx, 500*time.Millisecond); err != nil {
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -762,6 +887,7 @@ func (f *fleet) storm(ctx context.Context) ([]*episode, error) {
 
 // window is the start of a measurement window.
 type window struct {
+	lag   int // index into fleet.lags
 	at    time.Time
 	cpu   time.Duration
 	stats map[string]region.Stats
@@ -776,7 +902,10 @@ func cpuTime() time.Duration {
 }
 
 func (f *fleet) window() window {
-	w := window{at: time.Now(), cpu: cpuTime(), stats: map[string]region.Stats{}}
+	f.lagMu.Lock()
+	lag := len(f.lags)
+	f.lagMu.Unlock()
+	w := window{lag: lag, at: time.Now(), cpu: cpuTime(), stats: map[string]region.Stats{}}
 	for _, n := range f.live() {
 		w.stats[n.name] = n.c.Stats()
 	}
@@ -829,6 +958,12 @@ func (f *fleet) row(event string, w window, evs []*episode) Row {
 	r.MemPerGateway = float64(ms.HeapInuse+ms.StackInuse) / g
 	r.RSSPerGateway = float64(rss()) / g
 	r.LoadAvg = loadAvg()
+	f.lagMu.Lock()
+	lags := slices.Clone(f.lags[min(w.lag, len(f.lags)):])
+	f.lagMu.Unlock()
+	if len(lags) > 0 {
+		r.SchedLagP99ms, r.SchedLagMaxMs = quantile(lags, 0.99), slices.Max(lags)
+	}
 	var spans, deliveries []float64
 	for _, ep := range evs {
 		spans = append(spans, ms2(ep.span()))
