@@ -101,6 +101,9 @@ type Config struct {
 	MaxHealthReports int
 	// JoinAttempts bounds the rounds [Cluster.Join] makes (default 5).
 	JoinAttempts int
+	// FlapDamping holds back the "up" of a verdict of this gateway's that
+	// flaps (damping.go); zero: the defaults, Off: none.
+	FlapDamping DampingConfig
 	// NoCompression turns off memberlist's compression of gossip packets
 	// and state exchanges. memberlist compresses each one with a new LZW
 	// writer, whose 64 KiB table is allocated and zeroed per packet: for
