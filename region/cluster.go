@@ -465,6 +465,12 @@ func (c *Cluster) send(out []HealthReport) {
 	}
 }
 
+// HealthBound is the health table's bound now: Config.MaxHealthReports
+// when set, else max(DefaultMaxHealthReports, 2 × Σ planes of the
+// gateways in the view) = 2·G·P. A gateway bounds its pathmgr.Reports by
+// it too (pathmgr.ReportsConfig.Bound).
+func (c *Cluster) HealthBound() int { return c.core.healthBound() }
+
 // HealthTables returns the sizes of the path-health tables.
 func (c *Cluster) HealthTables() HealthTables {
 	c.core.mu.Lock()
