@@ -70,7 +70,10 @@ type Options struct {
 	// was the largest CPU cost (region.Config.NoCompression). Bytes on
 	// the wire are then uncompressed: an upper bound.
 	Compress bool
-	Progress io.Writer // progress lines; nil: none
+	// NoDamping turns flap damping off (region.DampingConfig.Off): every
+	// transition of a flapping plane goes on the wire, as before it.
+	NoDamping bool
+	Progress  io.Writer // progress lines; nil: none
 }
 
 func (o *Options) defaults() {
@@ -131,20 +134,31 @@ type Row struct {
 	DeliveryP99ms float64 `json:"delivery_p99_ms"`
 	// Gossip per gateway over the row's window: all of it (datagrams and
 	// streams), and the health messages this gateway sent.
-	BytesSentPerS    float64 `json:"gossip_bytes_sent_per_s"`
-	BytesRecvPerS    float64 `json:"gossip_bytes_recv_per_s"`
-	HealthBytesPerS  float64 `json:"health_bytes_sent_per_s"`
-	HealthMsgsPerS   float64 `json:"health_msgs_sent_per_s"`
-	StreamBytesPerS  float64 `json:"stream_bytes_per_s"`
-	CPUPerGateway    float64 `json:"cpu_per_gateway"` // cores
-	MemPerGateway    float64 `json:"mem_per_gateway_bytes"`
-	RSSPerGateway    float64 `json:"rss_per_gateway_bytes"`
-	VerdictsMax      int     `json:"verdicts_max"`
-	VerdictBound     int     `json:"verdict_bound"`
-	OwnMax           int     `json:"own_max"`
-	QueuedMax        int     `json:"queued_max"`
-	ReportsMax       int     `json:"reports_max"`
-	MemberSocketsMax int     `json:"member_sockets_max"`
+	BytesSentPerS   float64 `json:"gossip_bytes_sent_per_s"`
+	BytesRecvPerS   float64 `json:"gossip_bytes_recv_per_s"`
+	HealthBytesPerS float64 `json:"health_bytes_sent_per_s"`
+	HealthMsgsPerS  float64 `json:"health_msgs_sent_per_s"`
+	StreamBytesPerS float64 `json:"stream_bytes_per_s"`
+	CPUPerGateway   float64 `json:"cpu_per_gateway"` // cores
+	MemPerGateway   float64 `json:"mem_per_gateway_bytes"`
+	RSSPerGateway   float64 `json:"rss_per_gateway_bytes"`
+	VerdictsMax     int     `json:"verdicts_max"`
+	VerdictBound    int     `json:"verdict_bound"`
+	OwnMax          int     `json:"own_max"`
+	QueuedMax       int     `json:"queued_max"`
+	ReportsMax      int     `json:"reports_max"`
+	ReportsBound    int     `json:"reports_bound"`
+	ReportsEvicted  uint64  `json:"reports_evicted"`
+	// Flap damping: the most verdicts of one gateway held back at the
+	// end of the window; ups held, and downs that needed no message,
+	// over the window, all gateways; Known: storm episodes every user
+	// already knew when the plane went down (its up had been held back,
+	// so they never saw it come up: 0 ms).
+	HeldMax          int    `json:"held_max"`
+	UpsHeld          uint64 `json:"ups_held"`
+	Absorbed         uint64 `json:"downs_absorbed"`
+	Known            int    `json:"known_at_t0"`
+	MemberSocketsMax int    `json:"member_sockets_max"`
 	// BroadcastsLost: health messages (and goodbyes) that gave way in a
 	// full queue before they were sent; DownEvicted: down verdicts that
 	// gave way in a full table; WatchDropped: reports a full watcher
@@ -531,13 +545,15 @@ func (f *fleet) start(name, reg string) (*node, error) {
 	}
 	prof, t := f.timings()
 	c, err := region.New(region.Config{Name: name, Meta: meta, Bind: "127.0.0.1:0", Keys: f.keys,
-		Profile: prof, Timings: t, JoinAttempts: 5, NoCompression: !f.o.Compress}, nil)
+		Profile: prof, Timings: t, JoinAttempts: 5, NoCompression: !f.o.Compress,
+		FlapDamping: region.DampingConfig{Off: f.o.NoDamping}}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("fleet: starting %s: %w", name, err)
 	}
 	n := &node{f: f, name: name, region: reg, c: c, sets: map[string]*pathmgr.Set{}, failed: map[int]bool{},
-		reports: pathmgr.NewReports(pathmgr.ReportsConfig{TTL: region.DefaultHealthTTL, HoldDown: 10 * time.Second}),
-		epoch:   time.Now()}
+		reports: pathmgr.NewReports(pathmgr.ReportsConfig{TTL: region.DefaultHealthTTL, HoldDown: 10 * time.Second,
+			Bound: c.HealthBound}), // as gateway/health.go: 2·G·P
+		epoch: time.Now()}
 	hch, hstop := c.WatchHealth(8192)
 	cch, cstop := c.WatchChanges(4096)
 	n.stopWatch = []func(){hstop, cstop}
@@ -822,8 +838,14 @@ func (f *fleet) storm(ctx context.Context) ([]*episode, error) {
 	}
 	lv := f.live()
 	users := map[*node][]string{}
+	userNodes := map[*node][]*node{}
 	for _, n := range lv {
 		users[n] = f.users(n)
+		for _, m := range lv {
+			if m.region != n.region {
+				userNodes[n] = append(userNodes[n], m)
+			}
+		}
 	}
 	var all []flapper
 	for _, n := range lv {
@@ -858,6 +880,7 @@ func (f *fleet) storm(ctx context.Context) ([]*episode, error) {
 					evs = append(evs, x.ep)
 				}
 				x.ep = f.tr.open("plane", x.n.name, planeName(x.plane), users[x.n], now)
+				f.knownDown(x.ep, x.n, x.plane, userNodes[x.n])
 				x.n.failPlane(x.plane)
 			} else {
 				f.debugMissed(x.ep)
@@ -883,6 +906,32 @@ func (f *fleet) storm(ctx context.Context) ([]*episode, error) {
 		}
 	}
 	return evs, sleep(ctx, 2*time.Second)
+}
+
+// knownDown: the users that already hold a down verdict on b's plane when
+// it goes down again get it at t0. With flap damping b held back the up
+// of its last flap, so they never saw the plane come back: nothing needs
+// to reach them (and nothing is sent). Without damping no user holds a
+// down then (the up went out and reached them before this flap: the
+// episode before ended with it).
+func (f *fleet) knownDown(ep *episode, b *node, plane int, users []*node) {
+	p := planeName(plane)
+	all := true
+	for _, u := range users {
+		h, ok := u.c.Health(b.name, p) // b's plane, whoever said it
+		if !ok || !(h.State == pathmgr.Down || h.State == pathmgr.Probing) {
+			h, ok = u.c.Health(u.name, p) // b's verdict on its paths to u
+			ok = ok && h.From == b.name
+		}
+		if ok && (h.State == pathmgr.Down || h.State == pathmgr.Probing) {
+			f.tr.deliver("plane", b.name, p, u.name)
+		} else {
+			all = false
+		}
+	}
+	ep.mu.Lock()
+	ep.known = all
+	ep.mu.Unlock()
 }
 
 // window is the start of a measurement window.
@@ -929,8 +978,11 @@ func (f *fleet) row(event string, w window, evs []*episode) Row {
 		r.OwnMax = max(r.OwnMax, t.Own)
 		r.QueuedMax = max(r.QueuedMax, t.Queued)
 		r.MemberSocketsMax = max(r.MemberSocketsMax, s.MemberSockets)
+		r.HeldMax = max(r.HeldMax, t.Held)
 		n.mu.Lock()
 		r.ReportsMax = max(r.ReportsMax, n.reports.Len())
+		r.ReportsBound = max(r.ReportsBound, n.reports.Bound())
+		r.ReportsEvicted += n.reports.Evicted()
 		n.mu.Unlock()
 		r.BroadcastsLost += s.BroadcastsLost
 		r.DownEvicted += s.HealthDownEvicted
@@ -943,6 +995,8 @@ func (f *fleet) row(event string, w window, evs []*episode) Row {
 		sent += float64(s.PacketBytesSent + s.StreamBytesSent - s0.PacketBytesSent - s0.StreamBytesSent)
 		recv += float64(s.PacketBytesReceived + s.StreamBytesReceived - s0.PacketBytesReceived - s0.StreamBytesReceived)
 		sb += float64(s.StreamBytesSent - s0.StreamBytesSent)
+		r.UpsHeld += s.HealthHeld - s0.HealthHeld
+		r.Absorbed += s.HealthAbsorbed - s0.HealthAbsorbed
 		hb += float64(s.HealthSentBytes - s0.HealthSentBytes)
 		hm += float64(s.HealthSent - s0.HealthSent)
 	}
@@ -966,6 +1020,11 @@ func (f *fleet) row(event string, w window, evs []*episode) Row {
 	}
 	var spans, deliveries []float64
 	for _, ep := range evs {
+		ep.mu.Lock()
+		if ep.known {
+			r.Known++
+		}
+		ep.mu.Unlock()
 		spans = append(spans, ms2(ep.span()))
 		for _, d := range ep.delays() {
 			deliveries = append(deliveries, ms2(d))
@@ -1030,6 +1089,7 @@ type episode struct {
 	need   map[string]bool
 	got    map[string]time.Duration
 	closed bool
+	known  bool // every user knew at t0 (see Row.Known)
 	done   chan struct{}
 }
 
