@@ -327,12 +327,18 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		b := lv[f.rng.IntN(len(lv))]
 		p := f.rng.IntN(o.Planes)
 		ep := f.tr.open("plane", b.name, planeName(p), f.users(b), time.Now())
+		f.knownDown(ep, b, p, f.userNodes(b))
 		b.failPlane(p)
 		f.tr.wait(ctx, ep, o.EventTimeout)
 		evs = append(evs, ep)
-		// Back up, and let the up reach everyone before the next.
+		// Back up, and let the up reach everyone before the next, unless
+		// flap damping holds it back (then the users keep the down, and
+		// a later failure of that plane is known at t0: knownDown).
 		up := f.tr.open("planeup", b.name, planeName(p), f.users(b), time.Now())
 		b.restorePlane(p)
+		if b.c.HealthTables().Held > 0 {
+			f.tr.close(up)
+		}
 		f.tr.wait(ctx, up, o.EventTimeout)
 		if (i+1)%5 == 0 {
 			f.logf("plane failures: %d of %d", i+1, o.Failures)
@@ -906,6 +912,17 @@ func (f *fleet) storm(ctx context.Context) ([]*episode, error) {
 		}
 	}
 	return evs, sleep(ctx, 2*time.Second)
+}
+
+// userNodes are the live gateways whose paths cross b's planes.
+func (f *fleet) userNodes(b *node) []*node {
+	var u []*node
+	for _, n := range f.live() {
+		if n.region != b.region {
+			u = append(u, n)
+		}
+	}
+	return u
 }
 
 // knownDown: the users that already hold a down verdict on b's plane when
