@@ -491,8 +491,8 @@ const (
 	formSeeds    = 3
 	formParallel = 16
 	// formStall: forming fails when no gateway's view of the fleet grew
-	// for this long.
-	formStall = 60 * time.Second
+	// for this long, repairs included (converge).
+	formStall = 90 * time.Second
 	gcPercent = 400
 )
 
@@ -599,11 +599,21 @@ func (f *fleet) joinVia(ctx context.Context, n *node, seeds []string) error {
 // converge waits until every live gateway sees every other alive. It
 // fails when the views stop growing for stall (membership progress, not
 // the wall clock: a loaded machine is slow, a stuck fleet is stuck).
+//
+// A gateway that missed a member's alive broadcast (on a starved process
+// the retransmissions can all go by before it is in anyone's view) learns
+// of it only at its next push/pull, every 30 s × (log₂ G − 4) in
+// memberlist: 60 s at 64 gateways, the first run's stall. So a gateway
+// whose view has not grown for repairAfter re-joins through formSeeds
+// random members, which is a push/pull of their whole state at once (what
+// an operator's retrying seed list does).
 func (f *fleet) converge(ctx context.Context, stall time.Duration) error {
 	lv := f.live()
 	progress, lastSum := time.Now(), -1
+	repaired := time.Now()
 	for {
 		worst, sum := len(lv), 0
+		var behind []*node
 		for _, n := range lv {
 			alive := 0
 			for _, gws := range n.c.View().Regions {
@@ -615,6 +625,9 @@ func (f *fleet) converge(ctx context.Context, stall time.Duration) error {
 			}
 			worst = min(worst, alive)
 			sum += alive
+			if alive < len(lv) {
+				behind = append(behind, n)
+			}
 		}
 		if worst == len(lv) {
 			return nil
@@ -624,10 +637,44 @@ func (f *fleet) converge(ctx context.Context, stall time.Duration) error {
 		} else if time.Since(progress) > stall {
 			return fmt.Errorf("fleet: no progress for %s: a gateway sees only %d of %d alive", stall, worst, len(lv))
 		}
+		if time.Since(progress) > repairAfter && time.Since(repaired) > repairAfter {
+			repaired = time.Now()
+			f.logf("%d gateways behind (the worst sees %d of %d): re-joining them through %d members each",
+				len(behind), worst, len(lv), formSeeds)
+			f.rejoin(ctx, behind, lv)
+		}
 		if err := sleep(ctx, 100*time.Millisecond); err != nil {
 			return err
 		}
 	}
+}
+
+// repairAfter: see converge.
+const repairAfter = 5 * time.Second
+
+// rejoin makes each of behind push/pull with formSeeds random members of
+// lv, formParallel at a time; errors only mean the repair did not help.
+func (f *fleet) rejoin(ctx context.Context, behind, lv []*node) {
+	sem := make(chan struct{}, formParallel)
+	var wg sync.WaitGroup
+	for _, n := range behind {
+		var seeds []string
+		for range formSeeds {
+			if s := lv[f.rng.IntN(len(lv))]; s != n {
+				seeds = append(seeds, s.c.Addr())
+			}
+		}
+		if len(seeds) == 0 {
+			continue
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			_ = f.joinVia(ctx, n, seeds)
+		}()
+	}
+	wg.Wait()
 }
 
 func (f *fleet) live() []*node {
