@@ -68,9 +68,14 @@ type healthState struct {
 	avoided uint64 // paths taken down on reports
 }
 
-func newHealthState(ttl time.Duration) healthState {
+// newHealthState: bound, when set, is the gossip's health-table bound
+// (2·G·P, region.Cluster.HealthBound), which Reports follows above its
+// 4096 floor (docs/GATEWAY.md); it is asked only when Reports is full by
+// the floor, i.e. once gossip delivers reports, after the cluster exists.
+func newHealthState(ttl time.Duration, bound func() int) healthState {
 	return healthState{
-		reports:   pathmgr.NewReports(pathmgr.ReportsConfig{TTL: ttl, Max: region.DefaultMaxHealthReports, HoldDown: healthHoldDown}),
+		reports: pathmgr.NewReports(pathmgr.ReportsConfig{TTL: ttl, Max: region.DefaultMaxHealthReports,
+			Bound: bound, HoldDown: healthHoldDown}),
 		published: map[healthKey]*healthPub{},
 		hearsay:   map[healthKey]bool{},
 		refresh:   ttl / 3,
@@ -141,8 +146,15 @@ func delta(cur, prev uint64) uint64 {
 
 // onReport takes in another gateway's verdict on plane towards peer.
 func (r *relay) onReport(now time.Duration, from string, peer *wanPeer, plane int, st pathmgr.State) {
+	ev := r.health.reports.Evicted()
 	if r.health.reports.Add(now, pathmgr.PeerReport{From: from, Peer: peer.name, Plane: plane, State: st}) {
 		r.actOnReport(now, from, peer, plane)
+	}
+	if n := r.health.reports.Evicted(); n > ev {
+		// 2·G·P cannot overflow unless more reporters speak of a peer's
+		// plane than the bound allows for: say so, it is not expected.
+		r.g.log.Warn("path-health reports table full: an unexpired report gave way",
+			"bound", r.health.reports.Bound(), "evicted_total", n)
 	}
 }
 

@@ -146,7 +146,12 @@ func newRelay(g *Gateway, cfg *config.Config) *relay {
 		g: g, conns: map[*metaroce.Conn]*connInfo{}, wan: map[*wanPeer]*connInfo{},
 		hosts: map[string]*connInfo{}, flows: map[uint64]*flow{},
 		ownRegion: cfg.Node.Region, bufSize: cfg.WAN.MTU,
-		health: newHealthState(region.DefaultHealthTTL),
+		health: newHealthState(region.DefaultHealthTTL, func() int {
+			if g.cluster == nil { // no gossip yet: no reports either
+				return 0
+			}
+			return g.cluster.HealthBound()
+		}),
 	}
 	r.adm = newAdmission(g)
 	r.apply(cfg)

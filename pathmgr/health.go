@@ -92,14 +92,27 @@ type ReportsConfig struct {
 	// TTL is how long a report is believed after it arrived, unless a newer
 	// one from the same reporter replaces it.
 	TTL time.Duration
-	// Max is the most reports kept (one per reporter, peer and plane).
+	// Max is the most reports kept (one per reporter, peer and plane)
+	// when Bound is nil, and the floor of the bound when it is set.
 	Max int
+	// Bound, when set, is the bound by the documented formula
+	// (docs/GATEWAY.md, "What path-health gossip costs"): the gateway
+	// passes region's health-table bound, max(4096, 2·Σ planes of the
+	// gateways in its view) = 2·G·P, so that the reports of a fleet
+	// larger than 4096/(2P) gateways are not evicted while they hold.
+	// It is asked only when the table is full by Max, and is clamped to
+	// [Max, MaxReportsCap].
+	Bound func() int
 	// HoldDown is how long after a report acted on a peer and plane no
 	// other report acts on them: a plane that flaps, or several reporters
 	// of one failure, take the paths down once per HoldDown, not at every
 	// report (0: no hold-down).
 	HoldDown time.Duration
 }
+
+// MaxReportsCap is the hard cap on Reports' entries whatever Bound says:
+// 2·G·P at 2,048 gateways × 32 planes; about 100 bytes each, 13 MB.
+const MaxReportsCap = 1 << 17
 
 // DefaultReportsConfig matches region's default health TTL.
 func DefaultReportsConfig() ReportsConfig {
@@ -134,6 +147,7 @@ type Reports struct {
 	cfg     ReportsConfig
 	entries map[reportKey]*reportEntry
 	acted   map[actKey]time.Duration // last action per peer and plane
+	evicted uint64                   // unexpired reports that gave way to a new one
 }
 
 type actKey struct {
@@ -166,7 +180,9 @@ func (rs *Reports) Add(now time.Duration, r PeerReport) bool {
 	wasDown := e != nil && now < e.expires && e.state == Down
 	if e == nil {
 		if len(rs.entries) >= rs.cfg.Max {
-			rs.evict(now)
+			if bound := rs.bound(); len(rs.entries) >= bound {
+				rs.evict(now, bound)
+			}
 		}
 		e = &reportEntry{}
 		rs.entries[k] = e
@@ -189,13 +205,13 @@ func (rs *Reports) act(now time.Duration, k reportKey, e *reportEntry) bool {
 	if last, ok := rs.acted[ak]; ok && now-last < rs.cfg.HoldDown {
 		return false
 	}
-	if len(rs.acted) >= rs.cfg.Max {
+	if len(rs.acted) >= rs.cfg.Max && len(rs.acted) >= rs.bound() {
 		for k, t := range rs.acted {
 			if now-t >= rs.cfg.HoldDown {
 				delete(rs.acted, k)
 			}
 		}
-		if len(rs.acted) >= rs.cfg.Max {
+		if len(rs.acted) >= rs.bound() {
 			clear(rs.acted) // bounded; at worst one extra action each
 		}
 	}
@@ -216,8 +232,23 @@ func (rs *Reports) Due(dst []PeerReport, now time.Duration) []PeerReport {
 	return dst
 }
 
+// bound is the most entries kept now (see ReportsConfig.Bound).
+func (rs *Reports) bound() int {
+	if rs.cfg.Bound == nil {
+		return rs.cfg.Max
+	}
+	return min(max(rs.cfg.Bound(), rs.cfg.Max), MaxReportsCap)
+}
+
+// Bound is the most reports kept now.
+func (rs *Reports) Bound() int { return rs.bound() }
+
+// Evicted is how many unexpired reports gave way in a full table: with
+// the bound 2·G·P it stays 0 (the caller logs it when it grows).
+func (rs *Reports) Evicted() uint64 { return rs.evicted }
+
 // evict drops expired entries, or else the one closest to expiry.
-func (rs *Reports) evict(now time.Duration) {
+func (rs *Reports) evict(now time.Duration, bound int) {
 	var victim reportKey
 	var found bool
 	var soonest time.Duration
@@ -230,8 +261,9 @@ func (rs *Reports) evict(now time.Duration) {
 			victim, soonest, found = k, e.expires, true
 		}
 	}
-	if len(rs.entries) >= rs.cfg.Max && found {
+	if len(rs.entries) >= bound && found {
 		delete(rs.entries, victim)
+		rs.evicted++
 	}
 }
 

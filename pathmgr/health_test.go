@@ -1,6 +1,7 @@
 package pathmgr
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -151,5 +152,34 @@ func TestReportsHoldDown(t *testing.T) {
 	rs.Add(11*time.Second, PeerReport{From: "a2", Peer: "c1", Plane: 1, State: Up})
 	if !rs.Add(20*time.Second, PeerReport{From: "a1", Peer: "c1", Plane: 1, State: Down}) {
 		t.Fatal("a new episode after the hold-down did not act")
+	}
+}
+
+// Reports follows the bound it is given (2·G·P from the gossip view) above
+// its Max floor, capped at MaxReportsCap: with 128 gateways × 16 planes
+// and a fixed 4,096 the reports of a fleet that grew beyond it were
+// evicted while they held (regression: the bound was fixed at Max).
+func TestReportsBoundFollowsFormula(t *testing.T) {
+	g, p := 128, 16
+	bound := func() int { return 2 * g * p * 2 } // 8,192: twice the fixed 4,096
+	rs := NewReports(ReportsConfig{TTL: time.Minute, Max: 4096, Bound: bound})
+	n := bound()
+	for i := range n {
+		rs.Add(0, PeerReport{From: fmt.Sprintf("r%d", i%7), Peer: fmt.Sprintf("g%d", i), Plane: i % p, State: Down})
+	}
+	if rs.Len() != n || rs.Evicted() != 0 {
+		t.Fatalf("%d reports held, %d evicted; want %d and 0", rs.Len(), rs.Evicted(), n)
+	}
+	rs.Add(0, PeerReport{From: "x", Peer: "y", Plane: 0, State: Down})
+	if rs.Len() != n || rs.Evicted() != 1 {
+		t.Errorf("beyond the bound: %d held, %d evicted; want %d and 1", rs.Len(), rs.Evicted(), n)
+	}
+	g = 1 << 20 // the hard cap
+	if rs.Bound() != MaxReportsCap {
+		t.Errorf("bound %d, want the cap %d", rs.Bound(), MaxReportsCap)
+	}
+	g = 1 // never below the floor
+	if rs.Bound() != 4096 {
+		t.Errorf("bound %d, want the floor 4096", rs.Bound())
 	}
 }

@@ -465,11 +465,17 @@ func (c *Cluster) send(out []HealthReport) {
 	}
 }
 
+// HealthBound is the health table's bound now: Config.MaxHealthReports
+// when set, else max(DefaultMaxHealthReports, 2 × Σ planes of the
+// gateways in the view) = 2·G·P. A gateway bounds its pathmgr.Reports by
+// it too (pathmgr.ReportsConfig.Bound).
+func (c *Cluster) HealthBound() int { return c.core.healthBound() }
+
 // HealthTables returns the sizes of the path-health tables.
 func (c *Cluster) HealthTables() HealthTables {
 	c.core.mu.Lock()
 	t := HealthTables{Verdicts: len(c.core.health), VerdictBound: c.core.healthBoundLocked(),
-		Own: c.core.own.n + len(c.core.own.self)}
+		Own: c.core.own.n + len(c.core.own.self), Damped: len(c.core.own.damp.entries), Held: c.core.own.damp.heldCount()}
 	c.core.mu.Unlock()
 	t.Queued = c.queue.len()
 	return t
@@ -503,6 +509,10 @@ func (c *Cluster) Stats() Stats {
 	}
 	s.DatagramsAccepted, s.DatagramsDropped, s.Refused = c.guard.stats()
 	s.MemberSockets = c.guard.memberSocketCount()
+	c.core.mu.Lock()
+	d := &c.core.own.damp
+	s.HealthHeld, s.HealthReleased, s.HealthAbsorbed = d.held, d.released, d.absorbed
+	c.core.mu.Unlock()
 	g := c.guard
 	s.PacketBytesSent, s.PacketBytesReceived = g.pktSent.Load(), g.pktRecv.Load()
 	s.StreamBytesSent, s.StreamBytesReceived = g.strSent.Load(), g.strRecv.Load()

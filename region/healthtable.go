@@ -54,6 +54,7 @@ type ownEntry struct {
 
 // selfEntry is this gateway's verdict on one of its own planes.
 type selfEntry struct {
+	local  pathmgr.State // the verdict as computed, before damping
 	wire   pathmgr.State
 	sentAt time.Time
 	wireAt time.Time
@@ -71,6 +72,8 @@ type ownHealth struct {
 	// would each go out on their own).
 	pending   map[healthKey]time.Time
 	attrDelay time.Duration
+	// damp holds back the ups of verdicts that flap (damping.go).
+	damp damper
 
 	originated, relayed, deduped, covered atomic.Uint64
 	downEvicted                           atomic.Uint64
@@ -78,7 +81,7 @@ type ownHealth struct {
 
 func newOwnHealth() ownHealth {
 	return ownHealth{peers: map[string]map[string]*ownEntry{}, self: map[string]*selfEntry{},
-		pending: map[healthKey]time.Time{}, attrDelay: defaultAttrDelay}
+		pending: map[healthKey]time.Time{}, attrDelay: defaultAttrDelay, damp: newDamper(DampingConfig{})}
 }
 
 // Self verdict thresholds: a gateway says its own plane is down when at
@@ -307,6 +310,9 @@ func (c *core) publishOwn(h HealthReport) ([]HealthReport, error) {
 		return nil, errNotNewer
 	}
 	changed := o == nil || o.r.State != h.State
+	if notUp(h.State) && (o == nil || !notUp(o.r.State)) && h.Peer != c.self {
+		c.own.damp.flap(healthKey{h.Peer, h.Plane}, now)
+	}
 	if o == nil {
 		if byPeer == nil {
 			byPeer = map[string]*ownEntry{}
@@ -327,7 +333,7 @@ func (c *core) publishOwn(h HealthReport) ([]HealthReport, error) {
 	var changes []Change
 	if h.Peer == c.self {
 		// A verdict on this gateway's own plane, given outright.
-		out, changes = c.emitSelfLocked(h.Plane, h.State, now, out, changes)
+		out, changes = c.setSelfLocked(h.Plane, h.State, now, out, changes)
 	} else {
 		out, changes = c.selfVerdictLocked(h.Plane, now, out, changes)
 		k := healthKey{h.Peer, h.Plane}
@@ -381,7 +387,7 @@ func (c *core) selfVerdictLocked(plane string, now time.Time, out []HealthReport
 	}
 	cur := pathmgr.Up
 	if s := c.own.self[plane]; s != nil {
-		cur = s.wire
+		cur = s.local
 	}
 	next := cur
 	switch {
@@ -399,19 +405,79 @@ func (c *core) selfVerdictLocked(plane string, now time.Time, out []HealthReport
 	if next == cur {
 		return out, changes
 	}
-	out, changes = c.emitSelfLocked(plane, next, now, out, changes)
-	if next == pathmgr.Up {
-		// What the own verdict covered goes out per peer: an up at once,
-		// a down after attrDelay (while the plane comes back, paths come
-		// back one after another: most will be up by then).
-		for peer, o := range c.own.peers[plane] {
-			switch {
-			case peer == c.self || now.Sub(o.seen) >= c.ttl:
-			case notUp(o.r.State) && o.r.State != o.wire:
-				if k := (healthKey{peer, plane}); c.own.pending[k].IsZero() {
-					c.own.pending[k] = now
-				}
-			default:
+	return c.setSelfLocked(plane, next, now, out, changes)
+}
+
+// setSelfLocked records st as the verdict on this gateway's own plane and
+// sends it, damped: a down (or probing) at once, an up unless it flapped
+// too often lately (then it is held, and the wire keeps saying down until
+// releaseHeldLocked lets it out).
+func (c *core) setSelfLocked(plane string, st pathmgr.State, now time.Time, out []HealthReport, changes []Change) ([]HealthReport, []Change) {
+	s := c.own.self[plane]
+	if s == nil {
+		s = &selfEntry{local: pathmgr.Up, wire: pathmgr.Up}
+		c.own.self[plane] = s
+	}
+	k := healthKey{c.self, plane}
+	prev := s.local
+	s.local = st
+	switch {
+	case notUp(st):
+		if !notUp(prev) {
+			c.own.damp.flap(k, now)
+		}
+		if c.own.damp.isHeld(k) {
+			c.own.damp.unhold(k)
+			if s.wire == st {
+				c.own.damp.absorbed++ // the wire never stopped saying it
+				return out, changes
+			}
+		}
+		if s.wire == st {
+			return out, changes
+		}
+		return c.emitSelfLocked(plane, st, now, out, changes)
+	case s.wire == pathmgr.Up:
+		return out, changes
+	case c.own.damp.holdUp(k, now):
+		return out, changes
+	}
+	out, changes = c.emitSelfLocked(plane, pathmgr.Up, now, out, changes)
+	return c.uncoverLocked(plane, now, out, changes)
+}
+
+// uncoverLocked: this gateway's own plane is up again on the wire; what
+// its verdict covered goes out per peer: an up at once, a down after
+// attrDelay (while the plane comes back, paths come back one after
+// another: most will be up by then).
+func (c *core) uncoverLocked(plane string, now time.Time, out []HealthReport, changes []Change) ([]HealthReport, []Change) {
+	for peer, o := range c.own.peers[plane] {
+		switch {
+		case peer == c.self || now.Sub(o.seen) >= c.ttl:
+		case notUp(o.r.State) && o.r.State != o.wire:
+			if k := (healthKey{peer, plane}); c.own.pending[k].IsZero() {
+				c.own.pending[k] = now
+			}
+		default:
+			out, changes = c.emitOwnLocked(o, now, out, changes)
+		}
+	}
+	return out, changes
+}
+
+// releaseHeldLocked sends the ups damping held back whose penalty has
+// decayed, if they are still up.
+func (c *core) releaseHeldLocked(now time.Time, out []HealthReport, changes []Change) ([]HealthReport, []Change) {
+	for _, k := range c.own.damp.due(now) {
+		if k.peer == c.self {
+			if s := c.own.self[k.plane]; s != nil && s.local == pathmgr.Up && s.wire != pathmgr.Up {
+				out, changes = c.emitSelfLocked(k.plane, pathmgr.Up, now, out, changes)
+				out, changes = c.uncoverLocked(k.plane, now, out, changes)
+			}
+			continue
+		}
+		if o := c.own.peers[k.plane][k.peer]; o != nil && o.r.State == pathmgr.Up {
+			if s := c.own.self[k.plane]; s == nil || s.wire == pathmgr.Up {
 				out, changes = c.emitOwnLocked(o, now, out, changes)
 			}
 		}
@@ -423,7 +489,7 @@ func (c *core) selfVerdictLocked(plane string, now time.Time, out []HealthReport
 func (c *core) emitSelfLocked(plane string, st pathmgr.State, now time.Time, out []HealthReport, changes []Change) ([]HealthReport, []Change) {
 	s := c.own.self[plane]
 	if s == nil {
-		s = &selfEntry{wire: pathmgr.Up}
+		s = &selfEntry{local: st, wire: pathmgr.Up}
 		c.own.self[plane] = s
 	}
 	h := HealthReport{From: c.self, Peer: c.self, Plane: plane, State: st, At: later(now, s.wireAt)}
@@ -442,10 +508,25 @@ func (c *core) emitSelfLocked(plane string, st pathmgr.State, now time.Time, out
 // fresh (another gateway said it: a copy would only cost bandwidth).
 func (c *core) emitOwnLocked(o *ownEntry, now time.Time, out []HealthReport, changes []Change) ([]HealthReport, []Change) {
 	st := o.r.State
+	k := healthKey{o.r.Peer, o.r.Plane}
+	if notUp(st) && c.own.damp.isHeld(k) {
+		c.own.damp.unhold(k)
+		if st == o.wire {
+			c.own.damp.absorbed++ // the wire never stopped saying it
+		}
+	}
+	if st == pathmgr.Up && o.wire != pathmgr.Up && c.own.damp.holdUp(k, now) {
+		// Held back: the wire keeps saying down, renewed as any down.
+		if now.Sub(o.sentAt) < c.refreshEvery() {
+			return out, changes
+		}
+		st = o.wire
+	}
 	if st == o.wire && (st == pathmgr.Up || now.Sub(o.sentAt) < c.refreshEvery()) {
 		return out, changes
 	}
 	h := o.r
+	h.State = st
 	h.At = later(h.At, o.wireAt)
 	o.wire, o.sentAt, o.wireAt = st, now, h.At
 	if !c.newsLocked(h, now, now) {
@@ -471,6 +552,7 @@ func (c *core) flushOwn() []HealthReport {
 	c.mu.Lock()
 	var out []HealthReport
 	var changes []Change
+	out, changes = c.releaseHeldLocked(now, out, changes)
 	for k, since := range c.own.pending {
 		if now.Sub(since) < c.own.attrDelay {
 			continue
@@ -513,10 +595,16 @@ func (c *core) refreshOwn() []HealthReport {
 		}
 	}
 	for plane, s := range c.own.self {
-		if _, ok := c.own.peers[plane]; !ok && s.wire == pathmgr.Up {
+		if _, ok := c.own.peers[plane]; !ok && s.wire == pathmgr.Up && s.local == pathmgr.Up {
 			delete(c.own.self, plane)
 		}
 	}
+	c.own.damp.prune(now, func(k healthKey) bool {
+		if k.peer == c.self {
+			return c.own.self[k.plane] != nil
+		}
+		return c.own.peers[k.plane][k.peer] != nil
+	})
 	planes := make(map[string]bool, len(c.own.peers)+len(c.own.self))
 	for p := range c.own.peers {
 		planes[p] = true
@@ -529,7 +617,7 @@ func (c *core) refreshOwn() []HealthReport {
 		s := c.own.self[plane]
 		selfDown := s != nil && s.wire != pathmgr.Up
 		if selfDown && now.Sub(s.sentAt) >= c.refreshEvery() {
-			out, changes = c.emitSelfLocked(plane, s.wire, now, out, changes)
+			out, changes = c.emitSelfLocked(plane, s.wire, now, out, changes) // a renewal: the local verdict stays
 		}
 		for peer, o := range c.own.peers[plane] {
 			if _, wait := c.own.pending[healthKey{peer, plane}]; peer != c.self && !selfDown && !wait {
@@ -555,4 +643,7 @@ type HealthTables struct {
 	// Queued health messages waiting to be gossiped (at most two per
 	// verdict).
 	Queued int
+	// Damped: verdicts with a flap penalty (at most Own), Held of them
+	// with an up held back.
+	Damped, Held int
 }

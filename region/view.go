@@ -154,6 +154,12 @@ type Stats struct {
 	// goodbyes) that gave way in a full gossip queue before they were
 	// sent once, BroadcastsLostDown of them down verdicts and goodbyes.
 	HealthDownEvicted, BroadcastsLost, BroadcastsLostDown uint64
+	// Flap damping (damping.go): HealthHeld: ups of this gateway's own
+	// verdicts held back (each up the relay reported while its verdict was
+	// held); HealthReleased: held ups that
+	// went out once their penalty decayed; HealthAbsorbed: downs that
+	// needed no message, because the wire still said down.
+	HealthHeld, HealthReleased, HealthAbsorbed uint64
 	// Bytes of gossip on the wire, both ways: datagrams (probes, acks,
 	// gossip with its piggybacked health messages) and streams
 	// (push/pull exchanges, joins).
@@ -215,6 +221,7 @@ func newCore(self string, cfg *Config, log *slog.Logger) *core {
 		own:       newOwnHealth(),
 		goodbyes:  map[string]bool{},
 	}
+	c.own.damp = newDamper(cfg.FlapDamping)
 	for _, r := range cfg.ExpectedRegions {
 		c.expected[r] = true
 	}

@@ -121,6 +121,8 @@ anything was lost or missed or a table overflowed.`,
 	fl.DurationVar(&o.Storm, "storm", 20*time.Second, "storm duration (a quarter of all planes flap)")
 	fl.DurationVar(&o.Flap, "flap", 3*time.Second, "a flapping plane's time down, then up (±25%)")
 	fl.Uint64Var(&o.Seed, "seed", 1, "seed of the choices")
+	fl.BoolVar(&o.NoDamping, "no-damping", false, "turn flap damping off: every transition of a flapping plane goes on the wire")
+	fl.BoolVar(&o.Compress, "compress", false, "keep memberlist's gossip compression, as the gateway does (off by default: in one process it was the largest CPU cost; bytes are then an upper bound)")
 	fl.BoolVar(&asJSON, "json", false, "one JSON object per row (gateways, planes, event, p50_ms, p99_ms, max_ms, gossip_bytes_sent_per_s, broadcasts_lost, ...)")
 	fl.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
 	fl.StringVar(&plotDir, "plot-dir", "", "write convergence and traffic against G to this directory")
@@ -167,12 +169,12 @@ func writeFleet(out io.Writer, rows []fleet.Row) {
 	r0 := rows[0]
 	fmt.Fprintf(out, "## loadtest fleet: %d gateways, %d regions, %d planes (%s; load average %.1f)\n\n", r0.Gateways, r0.Regions, r0.Planes, r0.Profile, rows[len(rows)-1].LoadAvg)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "event\tn\tp50\tp99\tmax\tsent B/s\trecv B/s\thealth B/s\tcpu/gw\tmem/gw\tverdicts\town\tqueued\treports\tlost\tmissed")
+	fmt.Fprintln(tw, "event\tn\tp50\tp99\tmax\tsent B/s\trecv B/s\thealth B/s\tcpu/gw\tmem/gw\tverdicts\town\tqueued\treports\tlost\tmissed\theld\tknown\tlag p99")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%d\t%.0f ms\t%.0f ms\t%.0f ms\t%.0f\t%.0f\t%.0f\t%.4f\t%.1f MB\t%d/%d\t%d\t%d\t%d\t%d\t%d\n",
+		fmt.Fprintf(tw, "%s\t%d\t%.0f ms\t%.0f ms\t%.0f ms\t%.0f\t%.0f\t%.0f\t%.4f\t%.1f MB\t%d/%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.0f ms\n",
 			r.Event, r.Samples, r.P50ms, r.P99ms, r.MaxMs, r.BytesSentPerS, r.BytesRecvPerS, r.HealthBytesPerS,
 			r.CPUPerGateway, r.MemPerGateway/1e6, r.VerdictsMax, r.VerdictBound, r.OwnMax, r.QueuedMax, r.ReportsMax,
-			r.BroadcastsLost, r.Missed)
+			r.BroadcastsLost, r.Missed, r.UpsHeld, r.Known, r.SchedLagP99ms)
 	}
 	tw.Flush()
 	fmt.Fprintln(out)

@@ -33,6 +33,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	rdebug "runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -64,7 +65,15 @@ type Options struct {
 	// counts as missed (default 10 s).
 	EventTimeout time.Duration
 	Seed         uint64
-	Progress     io.Writer // progress lines; nil: none
+	// Compress keeps memberlist's compression of gossip (as the gateway
+	// does); off by default, because in one process with G gateways it
+	// was the largest CPU cost (region.Config.NoCompression). Bytes on
+	// the wire are then uncompressed: an upper bound.
+	Compress bool
+	// NoDamping turns flap damping off (region.DampingConfig.Off): every
+	// transition of a flapping plane goes on the wire, as before it.
+	NoDamping bool
+	Progress  io.Writer // progress lines; nil: none
 }
 
 func (o *Options) defaults() {
@@ -125,20 +134,31 @@ type Row struct {
 	DeliveryP99ms float64 `json:"delivery_p99_ms"`
 	// Gossip per gateway over the row's window: all of it (datagrams and
 	// streams), and the health messages this gateway sent.
-	BytesSentPerS    float64 `json:"gossip_bytes_sent_per_s"`
-	BytesRecvPerS    float64 `json:"gossip_bytes_recv_per_s"`
-	HealthBytesPerS  float64 `json:"health_bytes_sent_per_s"`
-	HealthMsgsPerS   float64 `json:"health_msgs_sent_per_s"`
-	StreamBytesPerS  float64 `json:"stream_bytes_per_s"`
-	CPUPerGateway    float64 `json:"cpu_per_gateway"` // cores
-	MemPerGateway    float64 `json:"mem_per_gateway_bytes"`
-	RSSPerGateway    float64 `json:"rss_per_gateway_bytes"`
-	VerdictsMax      int     `json:"verdicts_max"`
-	VerdictBound     int     `json:"verdict_bound"`
-	OwnMax           int     `json:"own_max"`
-	QueuedMax        int     `json:"queued_max"`
-	ReportsMax       int     `json:"reports_max"`
-	MemberSocketsMax int     `json:"member_sockets_max"`
+	BytesSentPerS   float64 `json:"gossip_bytes_sent_per_s"`
+	BytesRecvPerS   float64 `json:"gossip_bytes_recv_per_s"`
+	HealthBytesPerS float64 `json:"health_bytes_sent_per_s"`
+	HealthMsgsPerS  float64 `json:"health_msgs_sent_per_s"`
+	StreamBytesPerS float64 `json:"stream_bytes_per_s"`
+	CPUPerGateway   float64 `json:"cpu_per_gateway"` // cores
+	MemPerGateway   float64 `json:"mem_per_gateway_bytes"`
+	RSSPerGateway   float64 `json:"rss_per_gateway_bytes"`
+	VerdictsMax     int     `json:"verdicts_max"`
+	VerdictBound    int     `json:"verdict_bound"`
+	OwnMax          int     `json:"own_max"`
+	QueuedMax       int     `json:"queued_max"`
+	ReportsMax      int     `json:"reports_max"`
+	ReportsBound    int     `json:"reports_bound"`
+	ReportsEvicted  uint64  `json:"reports_evicted"`
+	// Flap damping: the most verdicts of one gateway held back at the
+	// end of the window; ups held, and downs that needed no message,
+	// over the window, all gateways; Known: storm episodes every user
+	// already knew when the plane went down (its up had been held back,
+	// so they never saw it come up: 0 ms).
+	HeldMax          int    `json:"held_max"`
+	UpsHeld          uint64 `json:"ups_held"`
+	Absorbed         uint64 `json:"downs_absorbed"`
+	Known            int    `json:"known_at_t0"`
+	MemberSocketsMax int    `json:"member_sockets_max"`
 	// BroadcastsLost: health messages (and goodbyes) that gave way in a
 	// full queue before they were sent; DownEvicted: down verdicts that
 	// gave way in a full table; WatchDropped: reports a full watcher
@@ -150,6 +170,12 @@ type Row struct {
 	WindowS        float64 `json:"window_s"`
 	LoadAvg        float64 `json:"load_avg"`
 	Profile        string  `json:"profile"`
+	// SchedLag: how late a goroutine that sleeps lagTick at a time wakes
+	// up, p99 and max over the window. It tells a starved process: the
+	// gossip timings of a window whose lag is comparable to the probe
+	// timeout (100 ms) measure the machine, not the gossip.
+	SchedLagP99ms float64 `json:"sched_lag_p99_ms"`
+	SchedLagMaxMs float64 `json:"sched_lag_max_ms"`
 }
 
 // Report is a run's result.
@@ -207,13 +233,42 @@ type fleet struct {
 	nodes  []*node // live and dead, in start order
 	tr     tracker
 	logf   func(format string, args ...any)
+	begin  time.Time // when forming began
+	lagMu  sync.Mutex
+	lags   []float64     // scheduling lag samples, ms (at most maxLags)
+	cpu0   time.Duration // the process's CPU time then
+}
+
+// Scheduling lag probe (Row.SchedLagP99ms).
+const (
+	lagTick = 10 * time.Millisecond
+	maxLags = 1 << 17 // 22 min of ticks; the run is shorter
+)
+
+// probeLag records how late each lagTick sleep wakes up, until ctx ends.
+func (f *fleet) probeLag(ctx context.Context) {
+	for ctx.Err() == nil {
+		t0 := time.Now()
+		time.Sleep(lagTick)
+		late := ms(time.Since(t0) - lagTick)
+		f.lagMu.Lock()
+		if len(f.lags) < maxLags {
+			f.lags = append(f.lags, late)
+		}
+		f.lagMu.Unlock()
+	}
+}
+
+// cpuSoFar is the cores this process used on average since forming began.
+func (f *fleet) cpuSoFar() float64 {
+	return (cpuTime() - f.cpu0).Seconds() / max(time.Since(f.begin).Seconds(), 1e-3)
 }
 
 // Run runs the scenario at o's size and returns its rows.
 func Run(ctx context.Context, o Options) (*Report, error) {
 	o.defaults()
 	raiseFDLimit()
-	f := &fleet{o: o, failed: map[string]bool{}, rng: rand.New(rand.NewPCG(o.Seed, 0x66_6c_65_65_74))}
+	f := &fleet{o: o, failed: map[string]bool{}, rng: newRng(o.Seed)}
 	f.logf = func(format string, args ...any) {
 		if o.Progress != nil {
 			fmt.Fprintf(o.Progress, "fleet G=%d P=%d: "+format+"\n", append([]any{o.Gateways, o.Planes}, args...)...)
@@ -228,30 +283,22 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	defer f.shutdown()
 	rep := &Report{}
 
-	begin := time.Now()
-	f.logf("starting %d gateways in %d regions, %d planes each (%s profile)", o.Gateways, o.Regions, o.Planes, o.Profile)
-	for i := range o.Gateways {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		r := fmt.Sprintf("r%02d", i%o.Regions)
-		n, err := f.start(fmt.Sprintf("g%03d-%s", i, r), r)
-		if err != nil {
-			return nil, err
-		}
-		if i > 0 {
-			if err := f.join(ctx, n); err != nil {
-				return nil, err
-			}
-		}
-		if (i+1)%16 == 0 {
-			f.logf("%d gateways started", i+1)
-		}
-	}
-	if err := f.converge(ctx, 120*time.Second+time.Duration(o.Gateways)*time.Second); err != nil {
+	// This process stands for G gateways' processes: a heap target G
+	// times one gateway's would be right; gcPercent is enough to keep the
+	// collector from pacing every goroutine (see form).
+	defer rdebug.SetGCPercent(rdebug.SetGCPercent(gcPercent))
+	lctx, stopLag := context.WithCancel(ctx)
+	defer stopLag()
+	go f.probeLag(lctx)
+	w := f.window()
+	f.begin, f.cpu0 = w.at, w.cpu
+	if err := f.form(ctx); err != nil {
 		return nil, err
 	}
-	f.logf("every gateway sees %d alive after %.1f s", o.Gateways, time.Since(begin).Seconds())
+	form := f.row("form", w, nil)
+	rep.Rows = append(rep.Rows, form)
+	f.logf("every gateway sees %d alive after %.1f s; the process used %.2f cores meanwhile (load average %.1f, scheduling lag p99 %.0f ms)",
+		o.Gateways, form.WindowS, form.CPUPerGateway*float64(o.Gateways), form.LoadAvg, form.SchedLagP99ms)
 	for _, n := range f.live() {
 		n.initSets()
 	}
@@ -261,12 +308,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 
 	// Steady state.
-	w := f.window()
+	w = f.window()
 	if err := sleep(ctx, o.Steady); err != nil {
 		return nil, err
 	}
-	rep.Rows = append(rep.Rows, f.row("steady", w, nil))
-	f.logf("steady: %.0f B/s sent per gateway, %.3f cores per gateway", rep.Rows[0].BytesSentPerS, rep.Rows[0].CPUPerGateway)
+	steady := f.row("steady", w, nil)
+	rep.Rows = append(rep.Rows, steady)
+	f.logf("steady: %.0f B/s sent per gateway, %.4f cores per gateway (%.2f in all), scheduling lag p99 %.0f ms", steady.BytesSentPerS, steady.CPUPerGateway, steady.CPUPerGateway*float64(o.Gateways), steady.SchedLagP99ms)
 
 	// Plane failures, one at a time.
 	w = f.window()
@@ -279,12 +327,18 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		b := lv[f.rng.IntN(len(lv))]
 		p := f.rng.IntN(o.Planes)
 		ep := f.tr.open("plane", b.name, planeName(p), f.users(b), time.Now())
+		f.knownDown(ep, b, p, f.userNodes(b))
 		b.failPlane(p)
 		f.tr.wait(ctx, ep, o.EventTimeout)
 		evs = append(evs, ep)
-		// Back up, and let the up reach everyone before the next.
+		// Back up, and let the up reach everyone before the next, unless
+		// flap damping holds it back (then the users keep the down, and
+		// a later failure of that plane is known at t0: knownDown).
 		up := f.tr.open("planeup", b.name, planeName(p), f.users(b), time.Now())
 		b.restorePlane(p)
+		if b.c.HealthTables().Held > 0 {
+			f.tr.close(up)
+		}
 		f.tr.wait(ctx, up, o.EventTimeout)
 		if (i+1)%5 == 0 {
 			f.logf("plane failures: %d of %d", i+1, o.Failures)
@@ -360,6 +414,88 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	return rep, nil
 }
 
+func newRng(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x66_6c_65_65_74)) }
+
+// form starts the G gateways and waits until every one sees every other
+// alive.
+//
+// Joining one gateway at a time, each waiting for the last, made forming
+// 64 gateways take 204 s on a loaded machine and 128 never finish: every
+// join is a push/pull stream with a seed plus an alive broadcast that every
+// member relays L times, each gossip packet compressed with a fresh LZW
+// table, so the process's CPU grows with G² while forming; on a machine
+// whose other load leaves this process a fraction of a core, the garbage
+// collector's assists parked the joins behind it (goroutine dumps: joins
+// waiting in gcParkAssist inside the TCP dial) and 100 ms probe timeouts
+// fired, whose suspicions and refutations added broadcasts of their own.
+// So: gateways join in waves that double the fleet (each joining through
+// formSeeds random members of the part already formed, formParallel at a
+// time), each wave awaited by membership progress (converge), not by the
+// wall clock; and the heap target is raised while the fleet runs
+// (gcPercent), because this process stands for G processes, each of which
+// would have a heap (and a collector) of its own.
+func (f *fleet) form(ctx context.Context) error {
+	o := f.o
+	f.logf("starting %d gateways in %d regions, %d planes each (%s profile)", o.Gateways, o.Regions, o.Planes, o.Profile)
+	started := 0
+	startOne := func(i int) (*node, error) {
+		r := fmt.Sprintf("r%02d", i%o.Regions)
+		return f.start(fmt.Sprintf("g%03d-%s", i, r), r)
+	}
+	if _, err := startOne(0); err != nil {
+		return err
+	}
+	started = 1
+	for started < o.Gateways {
+		formed := f.live()
+		wave := min(max(started, formParallel), o.Gateways-started)
+		nodes := make([]*node, wave)
+		for j := range wave {
+			n, err := startOne(started + j)
+			if err != nil {
+				return err
+			}
+			nodes[j] = n
+		}
+		seeds := make([][]string, wave)
+		for j := range wave {
+			for range formSeeds {
+				seeds[j] = append(seeds[j], formed[f.rng.IntN(len(formed))].c.Addr())
+			}
+		}
+		errs := make(chan error, wave)
+		sem := make(chan struct{}, formParallel)
+		for j, n := range nodes {
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem }()
+				errs <- f.joinVia(ctx, n, seeds[j])
+			}()
+		}
+		for range wave {
+			if err := <-errs; err != nil {
+				return err
+			}
+		}
+		started += wave
+		if err := f.converge(ctx, formStall); err != nil {
+			return err
+		}
+		f.logf("%d gateways formed (%.2f cores used by this process so far)", started, f.cpuSoFar())
+	}
+	return nil
+}
+
+// Forming the fleet (see form).
+const (
+	formSeeds    = 3
+	formParallel = 16
+	// formStall: forming fails when no gateway's view of the fleet grew
+	// for this long, repairs included (converge).
+	formStall = 90 * time.Second
+	gcPercent = 400
+)
+
 func (f *fleet) setFailed(name string, plane int, v bool) {
 	f.failMu.Lock()
 	defer f.failMu.Unlock()
@@ -415,13 +551,15 @@ func (f *fleet) start(name, reg string) (*node, error) {
 	}
 	prof, t := f.timings()
 	c, err := region.New(region.Config{Name: name, Meta: meta, Bind: "127.0.0.1:0", Keys: f.keys,
-		Profile: prof, Timings: t, JoinAttempts: 5}, nil)
+		Profile: prof, Timings: t, JoinAttempts: 5, NoCompression: !f.o.Compress,
+		FlapDamping: region.DampingConfig{Off: f.o.NoDamping}}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("fleet: starting %s: %w", name, err)
 	}
 	n := &node{f: f, name: name, region: reg, c: c, sets: map[string]*pathmgr.Set{}, failed: map[int]bool{},
-		reports: pathmgr.NewReports(pathmgr.ReportsConfig{TTL: region.DefaultHealthTTL, HoldDown: 10 * time.Second}),
-		epoch:   time.Now()}
+		reports: pathmgr.NewReports(pathmgr.ReportsConfig{TTL: region.DefaultHealthTTL, HoldDown: 10 * time.Second,
+			Bound: c.HealthBound}), // as gateway/health.go: 2·G·P
+		epoch: time.Now()}
 	hch, hstop := c.WatchHealth(8192)
 	cch, cstop := c.WatchChanges(4096)
 	n.stopWatch = []func(){hstop, cstop}
@@ -446,6 +584,10 @@ func (f *fleet) join(ctx context.Context, n *node) error {
 	if len(seeds) == 0 {
 		seeds = []string{lv[0].c.Addr()}
 	}
+	return f.joinVia(ctx, n, seeds)
+}
+
+func (f *fleet) joinVia(ctx context.Context, n *node, seeds []string) error {
 	jctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if _, err := n.c.Join(jctx, seeds); err != nil {
@@ -454,12 +596,24 @@ func (f *fleet) join(ctx context.Context, n *node) error {
 	return nil
 }
 
-// converge waits until every live gateway sees every other alive.
-func (f *fleet) converge(ctx context.Context, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
+// converge waits until every live gateway sees every other alive. It
+// fails when the views stop growing for stall (membership progress, not
+// the wall clock: a loaded machine is slow, a stuck fleet is stuck).
+//
+// A gateway that missed a member's alive broadcast (on a starved process
+// the retransmissions can all go by before it is in anyone's view) learns
+// of it only at its next push/pull, every 30 s × (log₂ G − 4) in
+// memberlist: 60 s at 64 gateways, the first run's stall. So a gateway
+// whose view has not grown for repairAfter re-joins through formSeeds
+// random members, which is a push/pull of their whole state at once (what
+// an operator's retrying seed list does).
+func (f *fleet) converge(ctx context.Context, stall time.Duration) error {
 	lv := f.live()
+	progress, lastSum := time.Now(), -1
+	repaired := time.Now()
 	for {
-		worst := len(lv)
+		worst, sum := len(lv), 0
+		var behind []*node
 		for _, n := range lv {
 			alive := 0
 			for _, gws := range n.c.View().Regions {
@@ -470,17 +624,57 @@ func (f *fleet) converge(ctx context.Context, limit time.Duration) error {
 				}
 			}
 			worst = min(worst, alive)
+			sum += alive
+			if alive < len(lv) {
+				behind = append(behind, n)
+			}
 		}
 		if worst == len(lv) {
 			return nil
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("fleet: after %s a gateway sees only %d of %d alive", limit, worst, len(lv))
+		if sum != lastSum {
+			progress, lastSum = time.Now(), sum
+		} else if time.Since(progress) > stall {
+			return fmt.Errorf("fleet: no progress for %s: a gateway sees only %d of %d alive", stall, worst, len(lv))
 		}
-		if err := sleep(ctx, 500*time.Millisecond); err != nil {
+		if time.Since(progress) > repairAfter && time.Since(repaired) > repairAfter {
+			repaired = time.Now()
+			f.logf("%d gateways behind (the worst sees %d of %d): re-joining them through %d members each",
+				len(behind), worst, len(lv), formSeeds)
+			f.rejoin(ctx, behind, lv)
+		}
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
 			return err
 		}
 	}
+}
+
+// repairAfter: see converge.
+const repairAfter = 5 * time.Second
+
+// rejoin makes each of behind push/pull with formSeeds random members of
+// lv, formParallel at a time; errors only mean the repair did not help.
+func (f *fleet) rejoin(ctx context.Context, behind, lv []*node) {
+	sem := make(chan struct{}, formParallel)
+	var wg sync.WaitGroup
+	for _, n := range behind {
+		var seeds []string
+		for range formSeeds {
+			if s := lv[f.rng.IntN(len(lv))]; s != n {
+				seeds = append(seeds, s.c.Addr())
+			}
+		}
+		if len(seeds) == 0 {
+			continue
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			_ = f.joinVia(ctx, n, seeds)
+		}()
+	}
+	wg.Wait()
 }
 
 func (f *fleet) live() []*node {
@@ -697,8 +891,14 @@ func (f *fleet) storm(ctx context.Context) ([]*episode, error) {
 	}
 	lv := f.live()
 	users := map[*node][]string{}
+	userNodes := map[*node][]*node{}
 	for _, n := range lv {
 		users[n] = f.users(n)
+		for _, m := range lv {
+			if m.region != n.region {
+				userNodes[n] = append(userNodes[n], m)
+			}
+		}
 	}
 	var all []flapper
 	for _, n := range lv {
@@ -733,6 +933,7 @@ func (f *fleet) storm(ctx context.Context) ([]*episode, error) {
 					evs = append(evs, x.ep)
 				}
 				x.ep = f.tr.open("plane", x.n.name, planeName(x.plane), users[x.n], now)
+				f.knownDown(x.ep, x.n, x.plane, userNodes[x.n])
 				x.n.failPlane(x.plane)
 			} else {
 				f.debugMissed(x.ep)
@@ -760,8 +961,46 @@ func (f *fleet) storm(ctx context.Context) ([]*episode, error) {
 	return evs, sleep(ctx, 2*time.Second)
 }
 
+// userNodes are the live gateways whose paths cross b's planes.
+func (f *fleet) userNodes(b *node) []*node {
+	var u []*node
+	for _, n := range f.live() {
+		if n.region != b.region {
+			u = append(u, n)
+		}
+	}
+	return u
+}
+
+// knownDown: the users that already hold a down verdict on b's plane when
+// it goes down again get it at t0. With flap damping b held back the up
+// of its last flap, so they never saw the plane come back: nothing needs
+// to reach them (and nothing is sent). Without damping no user holds a
+// down then (the up went out and reached them before this flap: the
+// episode before ended with it).
+func (f *fleet) knownDown(ep *episode, b *node, plane int, users []*node) {
+	p := planeName(plane)
+	all := true
+	for _, u := range users {
+		h, ok := u.c.Health(b.name, p) // b's plane, whoever said it
+		if !ok || !(h.State == pathmgr.Down || h.State == pathmgr.Probing) {
+			h, ok = u.c.Health(u.name, p) // b's verdict on its paths to u
+			ok = ok && h.From == b.name
+		}
+		if ok && (h.State == pathmgr.Down || h.State == pathmgr.Probing) {
+			f.tr.deliver("plane", b.name, p, u.name)
+		} else {
+			all = false
+		}
+	}
+	ep.mu.Lock()
+	ep.known = all
+	ep.mu.Unlock()
+}
+
 // window is the start of a measurement window.
 type window struct {
+	lag   int // index into fleet.lags
 	at    time.Time
 	cpu   time.Duration
 	stats map[string]region.Stats
@@ -776,7 +1015,10 @@ func cpuTime() time.Duration {
 }
 
 func (f *fleet) window() window {
-	w := window{at: time.Now(), cpu: cpuTime(), stats: map[string]region.Stats{}}
+	f.lagMu.Lock()
+	lag := len(f.lags)
+	f.lagMu.Unlock()
+	w := window{lag: lag, at: time.Now(), cpu: cpuTime(), stats: map[string]region.Stats{}}
 	for _, n := range f.live() {
 		w.stats[n.name] = n.c.Stats()
 	}
@@ -800,8 +1042,11 @@ func (f *fleet) row(event string, w window, evs []*episode) Row {
 		r.OwnMax = max(r.OwnMax, t.Own)
 		r.QueuedMax = max(r.QueuedMax, t.Queued)
 		r.MemberSocketsMax = max(r.MemberSocketsMax, s.MemberSockets)
+		r.HeldMax = max(r.HeldMax, t.Held)
 		n.mu.Lock()
 		r.ReportsMax = max(r.ReportsMax, n.reports.Len())
+		r.ReportsBound = max(r.ReportsBound, n.reports.Bound())
+		r.ReportsEvicted += n.reports.Evicted()
 		n.mu.Unlock()
 		r.BroadcastsLost += s.BroadcastsLost
 		r.DownEvicted += s.HealthDownEvicted
@@ -814,6 +1059,8 @@ func (f *fleet) row(event string, w window, evs []*episode) Row {
 		sent += float64(s.PacketBytesSent + s.StreamBytesSent - s0.PacketBytesSent - s0.StreamBytesSent)
 		recv += float64(s.PacketBytesReceived + s.StreamBytesReceived - s0.PacketBytesReceived - s0.StreamBytesReceived)
 		sb += float64(s.StreamBytesSent - s0.StreamBytesSent)
+		r.UpsHeld += s.HealthHeld - s0.HealthHeld
+		r.Absorbed += s.HealthAbsorbed - s0.HealthAbsorbed
 		hb += float64(s.HealthSentBytes - s0.HealthSentBytes)
 		hm += float64(s.HealthSent - s0.HealthSent)
 	}
@@ -829,8 +1076,19 @@ func (f *fleet) row(event string, w window, evs []*episode) Row {
 	r.MemPerGateway = float64(ms.HeapInuse+ms.StackInuse) / g
 	r.RSSPerGateway = float64(rss()) / g
 	r.LoadAvg = loadAvg()
+	f.lagMu.Lock()
+	lags := slices.Clone(f.lags[min(w.lag, len(f.lags)):])
+	f.lagMu.Unlock()
+	if len(lags) > 0 {
+		r.SchedLagP99ms, r.SchedLagMaxMs = quantile(lags, 0.99), slices.Max(lags)
+	}
 	var spans, deliveries []float64
 	for _, ep := range evs {
+		ep.mu.Lock()
+		if ep.known {
+			r.Known++
+		}
+		ep.mu.Unlock()
 		spans = append(spans, ms2(ep.span()))
 		for _, d := range ep.delays() {
 			deliveries = append(deliveries, ms2(d))
@@ -895,6 +1153,7 @@ type episode struct {
 	need   map[string]bool
 	got    map[string]time.Duration
 	closed bool
+	known  bool // every user knew at t0 (see Row.Known)
 	done   chan struct{}
 }
 
