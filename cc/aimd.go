@@ -150,6 +150,12 @@ type AIMD struct {
 	// use tells whether the connection delivers what its rate allows; while
 	// it does not (application-limited), the rate does not grow (RFC 7661).
 	use useMeter
+	// The sending gateway's egress share (Params.Egress; issue 16 item 3):
+	// the connection's key there, the last level it gave, and the
+	// receiver's own hint. The hint the engine acts on (a.hint) is the
+	// smaller of the receiver's hint and the egress level.
+	egID             uint64
+	egLevel, rcvHint float64
 }
 
 // NewAIMD returns a Factory for the AIMD engine with cfg.
@@ -205,6 +211,13 @@ func (a *AIMD) Name() string { return a.cfg.Name }
 // Rate returns the connection's current rate in bytes per second, before the
 // hint cap (for tests and plots).
 func (a *AIMD) Rate() float64 { return a.total }
+
+// Hint returns the ceiling the connection acts on, bytes per second: the
+// smaller of the receiver's hint and the egress level (0: neither).
+func (a *AIMD) Hint() float64 { return a.hint }
+
+// Steering reports whether the delay equilibrium sets the rate now.
+func (a *AIMD) Steering() bool { return a.steering() }
 
 // PathRate returns one path's rate in bytes per second.
 func (a *AIMD) PathRate(path int) float64 { return a.paths[path].rate }
@@ -273,6 +286,25 @@ func (a *AIMD) PacingRate() units.ByteRate {
 func (a *AIMD) OnSent(now time.Duration, _ int, bytes int) {
 	a.use.advance(now, a.PacingRate())
 	a.use.onSent(bytes)
+	if e := a.cfg.Params.Egress; e != nil {
+		if a.egID == 0 {
+			a.egID = e.join()
+		}
+		if lvl := e.sent(now, a.egID, bytes); lvl != a.egLevel {
+			a.egLevel = lvl
+			a.setHint(now, a.effHint())
+		}
+	}
+}
+
+// effHint is the ceiling the hint logic acts on: the receiver's hint and
+// the sending gateway's egress level, whichever is lower and known.
+func (a *AIMD) effHint() float64 {
+	h := a.rcvHint
+	if a.egLevel > 0 && (h <= 0 || a.egLevel < h) {
+		h = a.egLevel
+	}
+	return h
 }
 
 func (a *AIMD) retotal() {
@@ -380,6 +412,11 @@ func (a *AIMD) OnAck(now time.Duration, path int, s AckSample) {
 	if a.cfg.QueueShare > 0 {
 		a.balance(now)
 		a.equilibrium(now)
+	}
+	if a.cfg.Params.Egress != nil && a.egLevel > 0 {
+		// The egress level acts as a receiver's hint would, which comes
+		// with every ack: its rises are taken on acks, as a hint's are.
+		a.setHint(now, a.effHint())
 	}
 }
 
@@ -535,6 +572,12 @@ func (a *AIMD) equilibrium(now time.Duration) {
 	a.setTotal(r)
 	a.eqSet = a.total
 }
+
+// MarkMemCalm is the memory of marks at a standing queue (markMem) below
+// which a connection counts as calm for the receiver hint's rises: above
+// it, the connection is yielding to a flow that pushes the queue up, and a
+// rise towards the hint would undo that.
+const MarkMemCalm = 0.05
 
 // MarkMemory is the time over which the memory of marks seen while the
 // delay equilibrium steers decays: longer than a classic flow's recovery
@@ -805,7 +848,15 @@ func (a *AIMD) OnLoss(now time.Duration, path int, bytes int) {
 // receiver knows its share better than any search could find it. A hint
 // below the current rate cuts it at once.
 func (a *AIMD) OnRateHint(now time.Duration, hint units.ByteRate) {
-	bps := float64(hint)
+	if float64(hint) <= 0 {
+		return
+	}
+	a.rcvHint = min(float64(hint), MaxRate)
+	a.setHint(now, a.effHint())
+}
+
+// setHint acts on a new value of the connection's ceiling (OnRateHint).
+func (a *AIMD) setHint(now time.Duration, bps float64) {
 	if bps <= 0 {
 		return
 	}
@@ -813,7 +864,16 @@ func (a *AIMD) OnRateHint(now time.Duration, hint units.ByteRate) {
 	bps = min(bps, MaxRate)
 	prev := a.hint
 	a.hint = bps
-	calm := now-a.lastCongestion > 2*a.maxSRTT()
+	// Calm: no back-off for two round trips, and no standing queue that
+	// the delay equilibrium answers (issue 16 items 3 and 4). The
+	// equilibrium's answers are no back-offs (they do not set
+	// lastCongestion), so without the second test a hint far above the
+	// connection's share of a fabric bottleneck lifted the rate half-way
+	// to the hint every round trip while the equilibrium pulled it back,
+	// and overflowed the queue (regions: 61,596 drops on A–B); and a
+	// connection yielding to a classic flow at a marked queue (markMem)
+	// was lifted back as well.
+	calm := now-a.lastCongestion > 2*a.maxSRTT() && !a.steering() && a.markMem < MarkMemCalm
 	if prev == 0 || (bps > prev*1.05 && calm) {
 		a.searching = false
 		if a.total < bps {
