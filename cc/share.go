@@ -364,6 +364,15 @@ func (e *Egress) sent(now time.Duration, id uint64, bytes int) float64 {
 	return float64(e.share.Share(now))
 }
 
+// SetCapacity changes the capacity (a live reload of the gateway's WAN
+// rate): the level falls back to the equal split of the new capacity and
+// is measured again from the next window, as FairShare.SetCapacity.
+func (e *Egress) SetCapacity(capacity units.BitRate) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.share.SetCapacity(units.BitRate(EgressUtilisation * float64(capacity)))
+}
+
 // Level returns the egress level now, bytes per second: what each
 // connection that is not held back elsewhere may send.
 func (e *Egress) Level(now time.Duration) units.ByteRate {
