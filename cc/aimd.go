@@ -573,11 +573,34 @@ func (a *AIMD) equilibrium(now time.Duration) {
 	a.eqSet = a.total
 }
 
-// MarkMemCalm is the memory of marks at a standing queue (markMem) below
-// which a connection counts as calm for the receiver hint's rises: above
-// it, the connection is yielding to a flow that pushes the queue up, and a
-// rise towards the hint would undo that.
+// HintStepMarked is the part of the gap to the hint that a calm connection
+// closes per round trip while it remembers marks at a standing queue
+// (markMem at least MarkMemCalm), instead of half: it is then yielding to
+// whatever pushes the queue up (markedShare), and half-gap steps undid
+// that (sim coexistence with hints: the classic-ECN flow kept 0.069 of the
+// pair; 0.271 with 1/32). Not nothing: a lone connection at 10 ms, whose
+// own equilibrium queue stands above a 0.1-BDP marking threshold, yields
+// too, and on a host that stalls it needs the small steps to refill the
+// link (TestCCHostStalls at 10 ms: 0.919 of the fixed window with no
+// steps, 0.924 with 1/32, 0.929 with 1/8, at which the classic flow kept
+// only 0.129).
+const HintStepMarked = 1.0 / 32
+
+// MarkMemCalm is the memory of marks at a standing queue (markMem) from
+// which the hint's rise takes HintStepMarked steps.
 const MarkMemCalm = 0.05
+
+// queueStands reports whether the connection's paths hold a queue of at
+// least a quarter of its full queue share (QueueShare/4, whatever
+// markedShare made of the steering threshold): a queue the delay
+// equilibrium answers, during which the hint's rises stand back.
+func (a *AIMD) queueStands() bool {
+	if a.cfg.QueueShare <= 0 || a.searching || !a.eqScaled() {
+		return false
+	}
+	_, q, _ := a.connDelay()
+	return q >= a.cfg.QueueShare/4
+}
 
 // MarkMemory is the time over which the memory of marks seen while the
 // delay equilibrium steers decays: longer than a classic flow's recovery
@@ -866,17 +889,17 @@ func (a *AIMD) setHint(now time.Duration, bps float64) {
 	prev := a.hint
 	a.hint = bps
 	// Calm: no back-off for two round trips, and no standing queue that
-	// the delay equilibrium answers (issue 16 items 3 and 4). The
-	// equilibrium's answers are no back-offs (they do not set
-	// lastCongestion), so without the second test a hint far above the
-	// connection's share of a fabric bottleneck lifted the rate half-way
-	// to the hint every round trip while the equilibrium pulled it back
+	// the delay equilibrium answers (issue 16 item 3). The equilibrium's
+	// answers are no back-offs (they do not set lastCongestion), so
+	// without the second test a hint far above the connection's share of
+	// a fabric bottleneck lifted the rate half-way to the hint every round
+	// trip while the equilibrium pulled it back
 	// (TestHintRiseStandsBackWhileSteering: 1.77 times the equilibrium's
 	// rate), feeding the fabric queue that overflowed in the regions
-	// scenario; and a connection yielding to a classic flow at a marked
-	// queue (markMem) was lifted back as well (sim coexistence with
-	// hints: the classic flow kept 0.069 of the pair, now 0.276).
-	calm := now-a.lastCongestion > 2*a.maxSRTT() && !a.steering() && a.markMem < MarkMemCalm
+	// scenario. The threshold is the full queue share's quarter, not the
+	// steering threshold that markedShare lowers: a lone connection on a
+	// stalling host needs the rises at a shallow queue (TestCCHostStalls).
+	calm := now-a.lastCongestion > 2*a.maxSRTT() && !a.queueStands()
 	if prev == 0 || (bps > prev*1.05 && calm) {
 		a.searching = false
 		if a.total < bps {
@@ -890,7 +913,11 @@ func (a *AIMD) setHint(now time.Duration, bps float64) {
 		// towards the hint reaches the share in a few round trips instead
 		// of crawling there additively, without overshooting a bottleneck
 		// elsewhere in the fabric, whose marks stop it again.
-		a.setTotal(a.total + (bps-a.total)/2)
+		step := 0.5
+		if a.markMem >= MarkMemCalm {
+			step = HintStepMarked
+		}
+		a.setTotal(a.total + (bps-a.total)*step)
 		a.lastHintRise = now
 	} else if bps > prev && a.held > a.total {
 		// The receiver releases (part of) a hold-back it imposed: return
