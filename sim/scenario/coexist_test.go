@@ -19,9 +19,9 @@ import (
 // of the pair; with it 0.271 (htcp) and 0.233 (scalable) with the receiver
 // loop off. With hints on, the receiver hint's half-gap rise lifted the
 // connection back while it yielded (the trace of docs/CC.md §7 on real
-// sockets): without the calm test of cc.AIMD.setHint the classic-ECN flow
-// kept 0.069 of the pair with hints on (0.14 of an equal share), with it
-// 0.276.
+// sockets): with half-gap rises the classic-ECN flow kept 0.069 of the
+// pair with hints on (0.14 of an equal share); with the rise taking 1/32 of
+// the gap while marks are remembered (cc.HintStepMarked), 0.271 (htcp).
 func TestCCCoexistence(t *testing.T) {
 	rows, err := Coexistence(Options{Seed: 1})
 	if err != nil {
