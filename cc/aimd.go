@@ -219,6 +219,14 @@ func (a *AIMD) Hint() float64 { return a.hint }
 // Steering reports whether the delay equilibrium sets the rate now.
 func (a *AIMD) Steering() bool { return a.steering() }
 
+// MarkMem returns the connection's memory of marks at a standing queue
+// (markMem; for tests and traces).
+func (a *AIMD) MarkMem() float64 { return a.markMem }
+
+// QueueDelay returns the connection's rate-weighted queueing delay (for
+// tests and traces).
+func (a *AIMD) QueueDelay() time.Duration { _, q, _ := a.connDelay(); return q }
+
 // PathRate returns one path's rate in bytes per second.
 func (a *AIMD) PathRate(path int) float64 { return a.paths[path].rate }
 
@@ -292,7 +300,14 @@ func (a *AIMD) OnSent(now time.Duration, _ int, bytes int) {
 		}
 		if lvl := e.sent(now, a.egID, bytes); lvl != a.egLevel {
 			a.egLevel = lvl
-			a.setHint(now, a.effHint())
+			if h := a.effHint(); h > 0 {
+				a.setHint(now, h)
+			} else {
+				// The egress lost its capacity (a reload to an
+				// unlimited rate) and no receiver hints: no ceiling
+				// is left, not the last level.
+				a.hint = 0
+			}
 		}
 	}
 }
