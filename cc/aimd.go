@@ -617,6 +617,17 @@ func (a *AIMD) queueStands() bool {
 	return q >= a.cfg.QueueShare/4
 }
 
+// AtHintFrac is the part of its hint from which a connection is at it
+// (atHint): where setHint's rises towards the hint stop.
+const AtHintFrac = 0.9
+
+// atHint reports whether the connection runs at its hint (at least
+// AtHintFrac of it): it holds the whole share its receiver and its egress
+// allow, so a queue it meets is not one it is still converging through.
+func (a *AIMD) atHint() bool {
+	return a.hint > 0 && a.total >= AtHintFrac*a.hint
+}
+
 // MarkMemory is the time over which the memory of marks seen while the
 // delay equilibrium steers decays: longer than a classic flow's recovery
 // from one cut at the bottlenecks in question (tens of round trips), so
@@ -760,8 +771,32 @@ func (a *AIMD) endRound(now time.Duration, path int) {
 		// delayed (its smallest too), as by a queue another flow keeps
 		// above the marking threshold. A burst of the sender's own (a
 		// late wake-up on a busy host) marks some packets but delays only
-		// those.
-		standing := roundMin > 0 && roundMin-p.minRTT >= a.cfg.QueueShare/4 && roundMax-roundMin < a.cfg.QueueShare/4
+		// those: the round's samples spread over more than the queue its
+		// smallest one saw.
+		//
+		// The spread allowed is QueueShare/4, and a quarter of the
+		// smallest queue while the connection runs at its hint
+		// (atHint): a deep queue that moves but never drains stands too.
+		// With QueueShare/4 alone, the fullest of 8 unevenly hashed
+		// planes (TestCCPlanes, 50 ms), whose queue of 10-40 ms moved by
+		// 3-15 ms per round trip, never counted: markMem stayed 0, the
+		// equilibrium kept its whole queue share, and the plane stood at
+		// 16.13 ms (bound 10; 4.97-5.27 ms with this test). On main the
+		// hint's half-gap rises overshot into that queue and made a
+		// flat marked round by accident; the calm test stopped them
+		// (setHint). Host stalls' own bursts spread over 1.4-5.5 times
+		// their smallest queue (10th-90th percentile, TestCCHostStalls
+		// at 50 ms and 10% loss), so they still do not count. Only at
+		// the hint: a connection below it is still converging (after a
+		// plane failure, to the room it left), and the queues it meets
+		// then move because every connection there moves; counting
+		// them made it yield the room it was to take
+		// (TestRegionsMaxMinDefaults after the failure: pair A→B 0.873
+		// of its max-min share, segment A–B 0.931 utilised; 0.927 and
+		// 0.955 at the hint only).
+		qmin, spread := roundMin-p.minRTT, roundMax-roundMin
+		standing := roundMin > 0 && qmin >= a.cfg.QueueShare/4 &&
+			(spread < a.cfg.QueueShare/4 || a.atHint() && spread < qmin/4)
 		if frac > 0 && standing && a.steering() {
 			a.markMem += (1 - a.markMem) / 4
 		} else if a.markMem > 0 {
@@ -921,7 +956,7 @@ func (a *AIMD) setHint(now time.Duration, bps float64) {
 			a.setTotal(bps)
 		}
 		a.lastHintRise = now
-	} else if calm && !a.searching && !a.use.limited && a.total < 0.9*bps && now-a.lastHintRise > a.maxSRTT() {
+	} else if calm && !a.searching && !a.use.limited && a.total < AtHintFrac*bps && now-a.lastHintRise > a.maxSRTT() {
 		// Well below the receiver's share with no congestion for two round
 		// trips (our own back-offs left us there, and the queue behind them
 		// has drained): close half the gap per round trip. Binary increase
