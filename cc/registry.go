@@ -32,6 +32,11 @@ type Params struct {
 	InitialRate units.BitRate
 	// WindowBytes is the per-path window of "fixed" (0: 256 KiB).
 	WindowBytes int
+	// Egress, if set, is the sending gateway's WAN capacity shared by all
+	// the connections it sends on (max-min over their demand): the AIMD
+	// controllers pace at no more than its level, as below a receiver's
+	// hint. Nil: each connection is capped by LineRate alone.
+	Egress *Egress
 }
 
 // Builder makes a Factory from Params.

@@ -1,7 +1,9 @@
 package cc
 
 import (
+	"math"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/mrgw/mrgw/units"
@@ -254,8 +256,20 @@ func maxMinLevel(capacity float64, demands []float64, unconstrained int) float64
 		left -= d
 	}
 	if unconstrained == 0 {
-		// Everyone is below what they could have: let them all grow.
-		return capacity / float64(len(demands))
+		// Everyone is below what they could have: the largest sender
+		// may take what the others leave (and everyone may grow to it).
+		// The equal split used here made the level flip: a sender still
+		// growing into a raised level is counted constrained, and when
+		// all were, the level fell back to the equal split below what the
+		// largest already used, which was then unconstrained for a window
+		// and raised the level again; the receiver's hints swung every
+		// 20-40 ms and the pair into D that others left room for got 0.59
+		// of its share (docs/results/regions.md).
+		rest := 0.0
+		for _, d := range demands[:len(demands)-1] {
+			rest += d
+		}
+		return math.Max(capacity/float64(len(demands)), capacity-rest)
 	}
 	return left / float64(unconstrained)
 }
@@ -274,4 +288,95 @@ func (f *FairShare) sweep(now time.Duration) {
 			f.level = 0
 		}
 	}
+}
+
+// Egress is the sending side's fair share: a gateway's WAN capacity
+// (wan.max_rate_bps) divided max-min among the connections it sends on,
+// by demand, exactly as FairShare divides a receiver's inbound capacity
+// among its senders. Every controller built with Params.Egress set to the
+// same Egress registers with it on its first send, reports the bytes it
+// sends, and paces at no more than min(receiver's hint, egress level).
+//
+// Why (issue 16 item 3): the line rate used to cap each connection alone,
+// so three connections of one gateway could each run at the gateway's
+// whole capacity, and a connection whose receiver had no other sender was
+// told all of that receiver's capacity. Where the shared long-haul segment
+// was the sending region's own uplink, nothing but the fabric's queue
+// then divided it: the delay equilibrium, whose queue share scales with
+// the hint (so the pair told most took most) and whose price is the sum
+// of the queues along the path (so the pair crossing most segments got
+// least: proportional, not max-min, fairness). With the two ends of every
+// connection each handing out an explicit max-min share of their own
+// access link, the connection runs at the smaller of the two, which is
+// its max-min share whenever the bottlenecks are the regions' access
+// links; a segment in the middle is still found by the fabric's queue.
+//
+// An Egress may be shared by controllers on several goroutines (a gateway
+// with several WAN endpoints), so it takes a lock; the controllers call it
+// once per sent packet and once per ack.
+type Egress struct {
+	mu    sync.Mutex
+	share *FairShare
+	next  uint64
+}
+
+// NewEgress returns an Egress for capacity, measuring each connection's
+// sending rate over window (a couple of the longest round trips: long
+// enough to hold several packets of every connection, short enough to
+// follow a connection that a bottleneck elsewhere holds back). A
+// connection that sent nothing for 50 windows is forgotten.
+func NewEgress(capacity units.BitRate, window time.Duration) *Egress {
+	if window <= 0 {
+		window = 100 * time.Millisecond
+	}
+	f := NewFairShare(units.BitRate(EgressUtilisation*float64(capacity)), 50*window)
+	f.Window = window
+	return &Egress{share: f}
+}
+
+// EgressUtilisation is the part of its capacity an Egress hands out. With
+// the whole of it, connections paced at levels that sum to the capacity
+// of the link they fill keep whatever queue a transient left there for
+// ever (the load matches the service rate exactly), and a connection that
+// shares that queue with others and is held by the delay equilibrium (a
+// longer path, more queues summed) never gets back to its level: the
+// others were given what it left. 2% of headroom drains such a queue.
+const EgressUtilisation = 0.98
+
+// join registers a new connection and returns its key.
+func (e *Egress) join() uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.next++
+	return e.next
+}
+
+// sent records that connection id sent bytes at now and returns the
+// egress level, bytes per second (0 without a capacity).
+func (e *Egress) sent(now time.Duration, id uint64, bytes int) float64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if bytes > 0 {
+		e.share.Account(now, id, bytes, false)
+	} else {
+		e.share.Observe(now, id)
+	}
+	return float64(e.share.Share(now))
+}
+
+// SetCapacity changes the capacity (a live reload of the gateway's WAN
+// rate): the level falls back to the equal split of the new capacity and
+// is measured again from the next window, as FairShare.SetCapacity.
+func (e *Egress) SetCapacity(capacity units.BitRate) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.share.SetCapacity(units.BitRate(EgressUtilisation * float64(capacity)))
+}
+
+// Level returns the egress level now, bytes per second: what each
+// connection that is not held back elsewhere may send.
+func (e *Egress) Level(now time.Duration) units.ByteRate {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.share.Share(now)
 }

@@ -134,8 +134,14 @@ type Gateway struct {
 	healthOut  chan region.HealthReport
 	wanCC      cc.Factory
 	lanCC      cc.Factory
-	admin      *http.Server
-	adminLn    net.Listener
+	// egress is the gateway's WAN capacity (wan.max_rate_bps) that the
+	// connections it sends on to other gateways share max-min (cc.Egress,
+	// issue 16 item 3): without it each connection was capped by the
+	// whole capacity alone. Nil while the rate is unlimited (0). Set in
+	// New and by applyRates on the endpoint's goroutine.
+	egress  *cc.Egress
+	admin   *http.Server
+	adminLn net.Listener
 
 	cancelListener context.CancelFunc
 
@@ -222,10 +228,11 @@ func New(cfg *config.Config, opts Options) (g *Gateway, err error) {
 	if g.suite, err = suiteOf(cfg.WAN.Cipher); err != nil {
 		return nil, fmt.Errorf("%w: wan.cipher: %w", ErrInvalidConfig, err)
 	}
-	if g.wanCC, err = controller(cfg.WAN.CongestionControl, cfg.WAN.MaxRate(), slowestHint(cfg)); err != nil {
+	g.egress = newEgress(cfg.WAN.MaxRate(), slowestHint(cfg))
+	if g.wanCC, err = controller(cfg.WAN.CongestionControl, wanParams(cfg, g.egress)); err != nil {
 		return nil, fmt.Errorf("%w: wan.congestion_control: %w", ErrInvalidConfig, err)
 	}
-	if g.lanCC, err = controller(cfg.LAN.CongestionControl, cfg.LAN.MaxRate(), 0); err != nil {
+	if g.lanCC, err = controller(cfg.LAN.CongestionControl, cc.Params{LineRate: cfg.LAN.MaxRate()}); err != nil {
 		return nil, fmt.Errorf("%w: lan.congestion_control: %w", ErrInvalidConfig, err)
 	}
 	creds, err := pki.LoadCredentials(cfg.Control.TLS.CAFile, cfg.Control.TLS.CertFile, cfg.Control.TLS.KeyFile, time.Now())
@@ -865,10 +872,11 @@ func (g *Gateway) applyRates(ep *metaroce.Endpoint, running, next *config.Config
 	if wan == running.WAN.MaxRate() && lan == running.LAN.MaxRate() {
 		return
 	}
-	if f, err := controller(next.WAN.CongestionControl, wan, slowestHint(next)); err == nil {
+	g.reloadEgress(wan, slowestHint(next))
+	if f, err := controller(next.WAN.CongestionControl, wanParams(next, g.egress)); err == nil {
 		g.wanCC = f
 	}
-	if f, err := controller(next.LAN.CongestionControl, lan, 0); err == nil {
+	if f, err := controller(next.LAN.CongestionControl, cc.Params{LineRate: lan}); err == nil {
 		g.lanCC = f
 	}
 	ep.SetReceiveCapacity(wan)
@@ -910,8 +918,46 @@ func suiteOf(name string) (seal.Suite, error) {
 
 // controller looks a congestion controller up by name (package cc's
 // registry; cc/longrtt registers the long-RTT ones).
-func controller(name string, maxRate units.BitRate, rtt time.Duration) (cc.Factory, error) {
-	return cc.Lookup(name, cc.Params{LineRate: maxRate, BaseRTT: rtt})
+func controller(name string, p cc.Params) (cc.Factory, error) {
+	return cc.Lookup(name, p)
+}
+
+// wanParams are the parameters of the controllers of the connections to
+// other gateways: wan.max_rate_bps as each one's ceiling, the slowest
+// region's RTT hint as the base RTT, and the gateway's egress share.
+func wanParams(cfg *config.Config, egress *cc.Egress) cc.Params {
+	return cc.Params{LineRate: cfg.WAN.MaxRate(), BaseRTT: slowestHint(cfg), Egress: egress}
+}
+
+// newEgress returns the egress share of a WAN capacity, measured over two
+// of the slowest region's round trips (cc.NewEgress), or nil for an
+// unlimited rate (0): there is nothing to share out.
+func newEgress(capacity units.BitRate, rtt time.Duration) *cc.Egress {
+	if capacity <= 0 {
+		return nil
+	}
+	return cc.NewEgress(capacity, 2*rtt)
+}
+
+// reloadEgress applies a reloaded wan.max_rate_bps to the egress share.
+// The connections already open keep the Egress they were built with: a
+// new capacity is set on it; an unlimited rate sets it to 0, which gives
+// them no level (their ceiling is the receiver's hint alone); a limit
+// where there was none makes a new Egress that only the connections
+// opened from now on share (the open ones are capped by SetLineRate
+// alone until they reconnect).
+func (g *Gateway) reloadEgress(capacity units.BitRate, rtt time.Duration) {
+	switch {
+	case capacity <= 0:
+		if g.egress != nil {
+			g.egress.SetCapacity(0)
+		}
+		g.egress = nil
+	case g.egress == nil:
+		g.egress = newEgress(capacity, rtt)
+	default:
+		g.egress.SetCapacity(capacity)
+	}
 }
 
 // slowestHint is the longest regions[].rtt_hint: it seeds the path timers

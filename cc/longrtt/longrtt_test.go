@@ -172,3 +172,54 @@ func TestLossWithMarksWhileSteering(t *testing.T) {
 		}
 	}
 }
+
+// TestMarksAtMovingStandingQueue: a single connection at its receiver's
+// share steers at a queue above the marking threshold that never drains
+// but moves by more than a quarter of its queue share within each round
+// trip (from 10.4 to 12.95 ms above the minimum), as the fullest of 8
+// unevenly hashed planes does in TestCCPlanes (by up to a quarter of its
+// depth). That is a standing queue, marked in every round: the connection
+// must remember the marks (markMem) and yield part of its queue share, as
+// it does at a flat queue. With the spread compared with QueueShare/4
+// alone (2.5 ms) no such round counted, markMem stayed 0, and the
+// equilibrium kept its whole share: 16.13 ms of standing queue on the
+// 8-plane row (bound 10).
+func TestMarksAtMovingStandingQueue(t *testing.T) {
+	base := 50 * time.Millisecond
+	run := func(name string, marked bool) (*cc.AIMD, float64) {
+		a := build(t, name, base)
+		a.OnRateHint(0, 50e6)
+		now := time.Duration(0)
+		srtt := base + 10600*time.Microsecond
+		sum, n := 0.0, 0
+		for r := 0; r < 60; r++ {
+			start := now
+			for now < start+srtt {
+				now += time.Duration(10 * pkt / float64(a.PacingRate()) * 1e9)
+				// The queue swings 10.4-12.95 ms over the round.
+				frac := float64(now-start) / float64(srtt)
+				rtt := base + 10400*time.Microsecond + time.Duration(frac*float64(2550*time.Microsecond))
+				m := 0
+				if marked {
+					m = 5 * pkt
+				}
+				a.OnAck(now, 0, cc.AckSample{AckedBytes: 10 * pkt, MarkedBytes: m, RTT: rtt, SRTT: srtt, MinRTT: base})
+				if r >= 30 {
+					sum += float64(a.PacingRate())
+					n++
+				}
+			}
+		}
+		return a, sum / float64(n)
+	}
+	for _, name := range []string{"longrtt-htcp", "longrtt-scalable"} {
+		a, with := run(name, true)
+		_, without := run(name, false)
+		if a.MarkMem() < 0.2 {
+			t.Errorf("%s: memory of marks %.3f after 60 marked rounds at a standing queue of 10.4-12.95 ms, want >= 0.2", name, a.MarkMem())
+		}
+		if with > 0.9*without {
+			t.Errorf("%s: mean rate %.4g with marks, %.4g without: the connection did not yield its queue share", name, with, without)
+		}
+	}
+}

@@ -35,51 +35,92 @@ const (
 const CoexistClassic = "reno-ecn"
 
 // Coexistence runs the classic-ECN pair (the baseline: what a classic flow
-// gets against another) and each long-RTT controller against a classic
-// flow, with ECN marking at 0.1 BDP and (variant "drop-tail") without.
-// Rows carry the shares of the pair; flow 0 is the system under test,
-// flow 1 the classic flow.
+// gets against another), each long-RTT controller against a classic flow
+// and each long-RTT controller alone, with ECN marking at 0.1 BDP and
+// (variant "drop-tail") without, each with the receiver loop off and on
+// (variant ", hints": the mrgw connection's receiver hints it the link's
+// capacity, as the real-socket load test's receiver does; the classic
+// flow takes no share). Rows carry the shares of the pair; flow 0 is the
+// system under test, flow 1 the classic flow.
 func Coexistence(o Options) ([]report.Row, error) {
-	return coexistence(o, append([]string{CoexistClassic}, LongRTTControllers...), []bool{true, false})
+	return coexistence(o, append([]string{CoexistClassic}, LongRTTControllers...), []bool{true, false}, []bool{false, true})
 }
 
-func coexistence(o Options, flows []string, ecn []bool) ([]report.Row, error) {
+// CoexistAlone is the Note of a row where the controller runs alone.
+const CoexistAlone = "alone"
+
+func coexistence(o Options, flows []string, ecn, hints []bool) ([]report.Row, error) {
 	rate := o.rateOr(CoexistRateBps)
 	rtt := CoexistRTT
 	bdp := units.BitRate(rate).Bytes().BytesIn(rtt)
 	var rows []report.Row
 	var runs []namedRun
-	n, i := len(flows)*len(ecn), 0
-	for _, marking := range ecn {
-		threshold, variant := int(bdp/10), "ECN at 0.1 BDP"
-		if !marking {
-			threshold, variant = 0, "drop-tail"
+	alone := 0
+	for _, name := range flows {
+		if name != CoexistClassic {
+			alone++
 		}
-		for _, name := range flows {
-			i++
-			o.progress(i, n, fmt.Sprintf("coexistence %s %s+%s", variant, name, CoexistClassic))
-			p := cc.Params{LineRate: units.BitRate(rate), BaseRTT: rtt}
-			classic := cc.NewRenoECN(p)
-			f := classic
-			if name != CoexistClassic {
-				var err error
-				if f, err = cc.Lookup(name, p); err != nil {
-					return nil, err
+	}
+	n, i := (len(flows)+alone)*len(ecn)*len(hints), 0
+	for _, marking := range ecn {
+		for _, hinted := range hints {
+			threshold, variant := int(bdp/10), "ECN at 0.1 BDP"
+			if !marking {
+				threshold, variant = 0, "drop-tail"
+			}
+			if hinted {
+				variant += ", hints"
+			}
+			type run struct {
+				name string
+				pair bool
+			}
+			var todo []run
+			for _, name := range flows {
+				todo = append(todo, run{name, true})
+			}
+			for _, name := range flows {
+				if name != CoexistClassic {
+					todo = append(todo, run{name, false})
 				}
 			}
-			s := Setup{Planes: 1, RateBps: rate, RTT: rtt, Flows: 2, FlowCC: []cc.Factory{f, classic}, FlowPaths: []int{CoexistPaths, 1},
-				Paths: CoexistPaths, MTU: CoexistMTU, NoHints: true, QueueBytes: int(bdp), ECNThreshold: threshold,
-				Duration: o.scale(CoexistDuration), Warmup: o.scale(CoexistWarmup), Seed: o.Seed + 19, Sample: rtt}
-			r, err := Run(s)
-			if err != nil {
-				return nil, err
+			for _, ru := range todo {
+				i++
+				what := ru.name + "+" + CoexistClassic
+				if !ru.pair {
+					what = ru.name + " " + CoexistAlone
+				}
+				o.progress(i, n, fmt.Sprintf("coexistence %s %s", variant, what))
+				p := cc.Params{LineRate: units.BitRate(rate), BaseRTT: rtt}
+				classic := cc.NewRenoECN(p)
+				f := classic
+				if ru.name != CoexistClassic {
+					var err error
+					if f, err = cc.Lookup(ru.name, p); err != nil {
+						return nil, err
+					}
+				}
+				s := Setup{Planes: 1, RateBps: rate, RTT: rtt, Flows: 2, FlowCC: []cc.Factory{f, classic}, FlowPaths: []int{CoexistPaths, 1},
+					Paths: CoexistPaths, MTU: CoexistMTU, NoHints: !hinted, QueueBytes: int(bdp), ECNThreshold: threshold,
+					FlowNoHint: []bool{ru.name == CoexistClassic, true}, ReceiverCapacityBps: rate,
+					Duration: o.scale(CoexistDuration), Warmup: o.scale(CoexistWarmup), Seed: o.Seed + 19, Sample: rtt}
+				if !ru.pair {
+					s.Flows = 1
+				}
+				r, err := Run(s)
+				if err != nil {
+					return nil, err
+				}
+				rw := ccRow("coexistence", variant, s, r)
+				rw.CC = what
+				rw.Paths = 0
+				rw.Note = "flow 0 under test, flow 1 classic ECN (reno, beta 0.7 per marked round trip)"
+				if !ru.pair {
+					rw.CC, rw.Note = ru.name, CoexistAlone
+				}
+				rows = append(rows, rw)
+				runs = append(runs, namedRun{variant + " " + rw.CC, s, r})
 			}
-			rw := ccRow("coexistence", variant, s, r)
-			rw.CC = name + "+" + CoexistClassic
-			rw.Paths = 0
-			rw.Note = "flow 0 under test, flow 1 classic ECN (reno, beta 0.7 per marked round trip)"
-			rows = append(rows, rw)
-			runs = append(runs, namedRun{variant + " " + rw.CC, s, r})
 		}
 	}
 	return rows, o.plot("coexistence", runs)

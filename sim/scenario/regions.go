@@ -5,6 +5,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/mrgw/mrgw/cc"
 	"github.com/mrgw/mrgw/internal/report"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/sim"
@@ -43,6 +44,11 @@ type RegionsSetup struct {
 	Seed             uint64
 	// NoHints turns the receivers' fair-share hints off (for comparison).
 	NoHints bool
+	// NoEgress turns the senders' egress shares off (cc.Egress: each
+	// gateway's capacity divided max-min among the connections it sends
+	// on), for comparison: each connection is then capped by the
+	// gateway's capacity alone, as before issue 16 item 3.
+	NoEgress bool
 }
 
 // DefaultRegions is the regions scenario's topology: four regions A, B, C,
@@ -324,16 +330,35 @@ func (r *regionsRun) connectPairs() error {
 	regionSize := max(regionBytes, s.MsgSize)
 	r.conns = make([][]*metaroce.Conn, len(s.Pairs))
 	r.res.Segments = r.nreg - 1
+	// Every sending gateway shares its capacity among its connections
+	// (cc.Egress), measuring their sending rates over its longest round
+	// trip.
+	egress := make([][]*cc.Egress, r.nreg)
+	if !s.NoEgress {
+		longest := make([]time.Duration, r.nreg)
+		for _, p := range s.Pairs {
+			longest[p.From] = max(longest[p.From], s.rtt(p))
+		}
+		for rg := range egress {
+			for g := 0; g < s.Gateways && longest[rg] > 0; g++ {
+				egress[rg] = append(egress[rg], cc.NewEgress(units.BitRate(r.gwCapacity), longest[rg]))
+			}
+		}
+	}
 	for i, p := range s.Pairs {
 		rtt := s.rtt(p)
-		f, err := factory(s.CC, r.gwCapacity, rtt)
-		if err != nil {
-			return err
-		}
 		// Enough messages outstanding that the application never limits:
 		// twice the gateway's capacity over the round trip.
 		outstanding := int(2*units.BitRate(r.gwCapacity).Bytes().BytesIn(rtt))/s.MsgSize + 4
 		for g := 0; g < s.Gateways; g++ {
+			params := cc.Params{LineRate: units.BitRate(r.gwCapacity), BaseRTT: rtt}
+			if egress[p.From] != nil {
+				params.Egress = egress[p.From][g]
+			}
+			f, err := cc.Lookup(s.CC, params)
+			if err != nil {
+				return err
+			}
 			from, to := r.gws[p.From][g], r.gws[p.To][g]
 			c, err := from.node.EP.ConnectWith(0, metaroce.PeerID(to.host.ID()), metaroce.ConnOptions{CC: f, Paths: s.Paths})
 			if err != nil {

@@ -34,62 +34,72 @@ func TestRegionsMaxMinShares(t *testing.T) {
 	check("line of 3", s.maxMinShares([]float64{4e9, 4e9}, payload), []float64{c / 2, c / 2, c / 2})
 }
 
+// TestRegionsMaxMinDefaults is issue 16 item 3's target, at the regions
+// defaults (`mrgw-lab sim regions`: 2.5 Gbit/s per plane, 10 Gbit/s per
+// segment, 11 s; about 30 s of CPU, skipped with -short), with the
+// receivers' hints on: in the steady window and after B–C's plane 1 fails,
+// every pair within ±10% of its max-min share, every segment at least
+// 0.95 utilised, and no queue drops. Before the sending gateways shared
+// their capacity (cc.Egress) and the hint's rises stood back while the
+// delay equilibrium steered (cc.AIMD.setHint), pairs got 0.68-1.14 of
+// their shares and segments 0.83-0.97, with 43,153 drops on A–B in the
+// steady window (docs/results/regions.md).
+func TestRegionsMaxMinDefaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("about 30 s of CPU")
+	}
+	s := DefaultRegions(Options{Seed: 1})
+	r, err := RunRegions(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRegions(t, s, r, 0.10, 0.95, true)
+}
+
 // TestRegionsSharedLongHaul runs the regions topology at a tenth of a
-// plane's default rate (0.25 Gbit/s per plane, 1 Gbit/s per segment) with
-// the real controllers and hints. The targets checked are those the
-// system meets (docs/results/regions.md gives the rest, and why):
-//
-//   - every segment: Jain's index of its connections' goodput over their
-//     max-min fair shares at least 0.9, before and after a plane fails;
-//   - the three pairs into D (the receiver's hints share D's capacity)
-//     within 20% of their fair share: without hints A→D falls to 0.55 of it
-//     and C→D rises to 1.14 (measured), so this fails if the receiver's
-//     fair share breaks. (The band was 15% until the equilibrium learned to
-//     yield at a marked standing queue (cc markedShare, for classic-ECN
-//     coexistence): C→D, the 20 ms pair, now takes 0.81 of its share here,
-//     was 0.89-0.93; docs/results/regions.md);
-//   - A–B and C–D at least 0.9 utilised, B–C at least 0.8 (the target of
-//     0.9 is not met there: A→C loses to A→B at A–B and leaves B–C idle);
-//   - no collapse: every pair at least half of its fair share in both
-//     windows, and the segment with a plane down still at least 0.85
-//     utilised.
+// plane's default rate (0.25 Gbit/s per plane, 1 Gbit/s per segment; a few
+// seconds of CPU) with the real controllers and hints. The targets there
+// are looser than at the defaults (TestRegionsMaxMinDefaults), since a
+// tenth of the rate holds a tenth of the packets per round trip and the
+// rates move in coarser steps: every pair within 15% of its max-min share
+// and every segment at least 0.9 utilised, in both windows, with no queue
+// drops (measured: pairs 0.960-1.008 of their shares in the steady window,
+// 0.893-1.014 after the fault, the lowest A→B, whose paths must move to the
+// plane that A→C and A→D no longer use; segments 0.929-0.979).
 func TestRegionsSharedLongHaul(t *testing.T) {
 	s := DefaultRegions(Options{Seed: 1, RateBps: 10e9})
 	r, err := RunRegions(s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows := regionRows(s, r)
-	for _, rw := range rows {
-		t.Logf("%-18s %-12s share/capacity %.3g goodput %.3g fraction %.3f jain %.3f peak queue %d shares %.3f",
-			rw.Variant, rw.Note, rw.CapacityBps, rw.GoodputBps, rw.Fraction, rw.Jain, rw.MaxQueueBytes, rw.Shares)
+	checkRegions(t, s, r, 0.15, 0.9, true)
+}
+
+// checkRegions asserts a regions run: two windows, every pair within tol of
+// its max-min share, every segment at least util busy and, if noDrops, no
+// queue drops on any segment.
+func checkRegions(t *testing.T, s RegionsSetup, r RegionsResult, tol, util float64, noDrops bool) {
+	t.Helper()
+	for _, rw := range regionRows(s, r) {
+		t.Logf("%-18s %-12s share/capacity %.3g goodput %.3g fraction %.3f jain %.3f peak queue %d drops %d shares %.3f",
+			rw.Variant, rw.Note, rw.CapacityBps, rw.GoodputBps, rw.Fraction, rw.Jain, rw.MaxQueueBytes, rw.QueueDrops, rw.Shares)
 	}
 	if len(r.Windows) != 2 || r.Unroute != 0 {
 		t.Fatalf("%d windows, %d unroutable datagrams; want 2 and 0", len(r.Windows), r.Unroute)
 	}
-	for wi, w := range r.Windows {
-		for k, j := range w.SegJain {
-			if j < 0.9 {
-				t.Errorf("%s: segment %d Jain %.3f over fair shares, want >= 0.9", w.Name, k, j)
-			}
-		}
+	for _, w := range r.Windows {
 		for i, p := range s.Pairs {
-			frac := w.PairBps[i] / w.FairBps[i]
-			if frac < 0.5 {
-				t.Errorf("%s: pair %v at %.3f of its fair share, want >= 0.5", w.Name, p, frac)
-			}
-			if wi == 0 && p.To == 3 && math.Abs(frac-1) > 0.20 {
-				t.Errorf("%s: pair %v into D at %.3f of its fair share, want within 20%%", w.Name, p, frac)
+			if frac := w.PairBps[i] / w.FairBps[i]; math.Abs(frac-1) > tol {
+				t.Errorf("%s: pair %s→%s at %.3f of its max-min share, want within %.0f%%", w.Name, regionName(p.From), regionName(p.To), frac, 100*tol)
 			}
 		}
-		if wi == 0 {
-			for k, want := range []float64{0.9, 0.8, 0.9} {
-				if w.SegUtil[k] < want {
-					t.Errorf("%s: segment %d utilised %.3f, want >= %g", w.Name, k, w.SegUtil[k], want)
-				}
+		for k, u := range w.SegUtil {
+			if u < util {
+				t.Errorf("%s: segment %s–%s utilised %.3f, want >= %g", w.Name, regionName(k), regionName(k+1), u, util)
 			}
-		} else if u := w.SegUtil[s.FaultSegment]; u < 0.85 {
-			t.Errorf("%s: the segment with a plane down utilised %.3f of what is left, want >= 0.85", w.Name, u)
+			if noDrops && w.SegDrops[k] != 0 {
+				t.Errorf("%s: segment %s–%s dropped %d datagrams, want none", w.Name, regionName(k), regionName(k+1), w.SegDrops[k])
+			}
 		}
 	}
 }

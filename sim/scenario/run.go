@@ -57,6 +57,11 @@ type Setup struct {
 	// NoHints turns the receiver loop off (no rate hints), so the
 	// bottleneck is the fabric's and only the sender loop acts.
 	NoHints bool
+	// FlowNoHint[i] leaves flow i out of the receiver loop
+	// (metaroce.ConnOptions.NoRateHint): it gets no hint and takes no
+	// share, as a flow that is no mrgw connection would (the classic flow
+	// of the coexistence scenario).
+	FlowNoHint []bool
 	// Sample, if positive, records time series every Sample of virtual time.
 	Sample time.Duration
 	// HostStalls, if its Every is set, stalls every host's driver (sim.Host.Stall)
@@ -247,7 +252,8 @@ func Run(in Setup) (Result, error) {
 		MaxMessagesAhead: 1 << 16,
 		PacingCatchUp:    s.PacingCatchUp,
 	}
-	recv, region, err := s.newReceiver(sm, net, mcfg)
+	noHint := map[metaroce.PeerID]bool{} // filled in by addSenders
+	recv, region, err := s.newReceiver(sm, net, mcfg, noHint)
 	if err != nil {
 		return Result{}, err
 	}
@@ -258,7 +264,7 @@ func Run(in Setup) (Result, error) {
 		src[i] = byte(rng.Uint32())
 	}
 	var res Result
-	if err := s.addSenders(sm, net, mcfg, recv.Host, src, len(region), bdp, &res); err != nil {
+	if err := s.addSenders(sm, net, mcfg, recv.Host, src, len(region), bdp, &res, noHint); err != nil {
 		return Result{}, err
 	}
 	if s.Sample > 0 {
@@ -304,9 +310,12 @@ func Run(in Setup) (Result, error) {
 
 // newReceiver makes the receiving endpoint at site B, with its registered
 // region, wide enough for every flow's paths.
-func (s *Setup) newReceiver(sm *sim.Sim, net *sim.Network, mcfg metaroce.Config) (*Node, []byte, error) {
+func (s *Setup) newReceiver(sm *sim.Sim, net *sim.Network, mcfg metaroce.Config, noHint map[metaroce.PeerID]bool) (*Node, []byte, error) {
 	rcfg := mcfg
 	rcfg.Listen = true
+	rcfg.AcceptOptions = func(peer metaroce.PeerID) metaroce.ConnOptions {
+		return metaroce.ConnOptions{NoRateHint: noHint[peer]}
+	}
 	rcfg.ReceiveCapacity = units.BitRate(s.ReceiverCapacityBps)
 	if s.NoHints {
 		rcfg.ReceiveCapacity = 0
@@ -335,7 +344,7 @@ func (s *Setup) newReceiver(sm *sim.Sim, net *sim.Network, mcfg metaroce.Config)
 // addSenders makes one sending endpoint per flow at site A, each with a
 // bulk sender (messages of src, into a region of regionSize bytes),
 // connected to the receiver now or at the flow's start time.
-func (s *Setup) addSenders(sm *sim.Sim, net *sim.Network, mcfg metaroce.Config, recvHost *sim.Host, src []byte, regionSize int, bdp float64, res *Result) error {
+func (s *Setup) addSenders(sm *sim.Sim, net *sim.Network, mcfg metaroce.Config, recvHost *sim.Host, src []byte, regionSize int, bdp float64, res *Result, noHint map[metaroce.PeerID]bool) error {
 	outstanding := int(6*s.WindowBDPs*bdp/float64(s.Flows)/float64(s.MsgSize)) + 4
 	res.Senders = make([]*metaroce.Conn, s.Flows)
 	res.ConnectedAt = make([]time.Duration, s.Flows)
@@ -368,6 +377,9 @@ func (s *Setup) addSenders(sm *sim.Sim, net *sim.Network, mcfg metaroce.Config, 
 		}
 		h := net.AddHost(sim.SiteA, node, hc)
 		node.Host = h
+		if f < len(s.FlowNoHint) && s.FlowNoHint[f] {
+			noHint[metaroce.PeerID(h.ID())] = true
+		}
 		s.HostStalls.schedule(sm, h, s.Seed, s.Duration)
 		connect := func(now time.Duration) error {
 			conn, err := node.EP.Connect(now, metaroce.PeerID(recvHost.ID()))

@@ -1,0 +1,78 @@
+package gateway
+
+import (
+	"testing"
+	"time"
+
+	"github.com/mrgw/mrgw/cc"
+	_ "github.com/mrgw/mrgw/cc/longrtt" // registers longrtt-htcp
+	"github.com/mrgw/mrgw/config"
+	"github.com/mrgw/mrgw/units"
+)
+
+// TestWANParamsCarryEgress: the WAN controllers' parameters carry the
+// gateway's egress share of wan.max_rate_bps (issue 16 item 3), so that
+// two connections told the whole capacity by their receivers pace at
+// half of it each, not at all of it (the line rate capped each connection
+// alone); an unlimited rate has no Egress; a live reload sets the new
+// capacity on the Egress the open connections hold, and a reload to
+// unlimited lifts their ceiling.
+func TestWANParamsCarryEgress(t *testing.T) {
+	const capacity = 1e9 // bit/s
+	cfg := &config.Config{}
+	cfg.WAN.MaxRateBps = capacity
+	cfg.Regions = []config.Region{{RTTHint: 50 * time.Millisecond}}
+	g := &Gateway{egress: newEgress(cfg.WAN.MaxRate(), slowestHint(cfg))}
+	p := wanParams(cfg, g.egress)
+	if p.Egress == nil || p.Egress != g.egress || p.LineRate != capacity || p.BaseRTT != 50*time.Millisecond {
+		t.Fatalf("wanParams = %+v, want the gateway's Egress, line rate %g, base RTT 50ms", p, float64(capacity))
+	}
+	f, err := controller("longrtt-htcp", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const pkt = 1400
+	c1, c2 := f(4, pkt), f(4, pkt)
+	whole := units.BitRate(capacity).Bytes()
+	c1.OnRateHint(0, whole) // each receiver has no other sender
+	c2.OnRateHint(0, whole)
+	// Both send for a second at what they may.
+	var now time.Duration
+	for now < time.Second {
+		now += 100 * time.Microsecond
+		for _, c := range []cc.Controller{c1, c2} {
+			for b := float64(c.PacingRate()) * 100e-6; b > 0; b -= pkt {
+				c.OnSent(now, 0, pkt)
+			}
+		}
+	}
+	half := cc.EgressUtilisation * float64(whole) / 2
+	for i, c := range []cc.Controller{c1, c2} {
+		if r := float64(c.PacingRate()); r > 1.01*half || r < 0.9*half {
+			t.Errorf("connection %d paces at %.4g B/s, want its egress share %.4g (capacity %.4g)", i, r, half, float64(whole))
+		}
+	}
+
+	old := g.egress
+	g.reloadEgress(capacity/2, slowestHint(cfg))
+	if g.egress != old {
+		t.Fatal("a new capacity replaced the Egress: the open connections would not see it")
+	}
+	if l, want := float64(old.Level(now)), cc.EgressUtilisation*float64(whole)/2/2; l != want {
+		t.Errorf("after a reload to half the capacity the level is %.4g B/s, want %.4g (the equal split of the new capacity for two)", l, want)
+	}
+
+	g.reloadEgress(0, slowestHint(cfg))
+	cfg.WAN.MaxRateBps = 0
+	if g.egress != nil || wanParams(cfg, g.egress).Egress != nil {
+		t.Fatal("an unlimited wan.max_rate_bps kept an Egress")
+	}
+	c1.OnSent(now+time.Millisecond, 0, pkt)
+	if r := float64(c1.PacingRate()); r < float64(whole) {
+		t.Errorf("after a reload to an unlimited rate the connection paces at %.4g B/s, want its receiver's hint %.4g", r, float64(whole))
+	}
+	g.reloadEgress(capacity, slowestHint(cfg))
+	if g.egress == nil || g.egress == old {
+		t.Fatal("a limit set where there was none gave no new Egress")
+	}
+}
