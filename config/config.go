@@ -95,7 +95,7 @@ type WAN struct {
 	PathsPerPeer      int           `mapstructure:"paths_per_peer" doc:"parallel paths (distinct UDP source ports) per peer gateway, 1..1024"`
 	MTU               int           `mapstructure:"mtu" doc:"largest tunnel datagram payload in bytes, 512..65000"`
 	CongestionControl string        `mapstructure:"congestion_control" doc:"long-RTT controller: longrtt-htcp, longrtt-scalable or fixed"`
-	MaxRateBps        int64         `mapstructure:"max_rate_bps" reload:"live" doc:"pacing ceiling per peer gateway in bit/s; 0 means none; required by the fixed controller"`
+	MaxRateBps        int64         `mapstructure:"max_rate_bps" reload:"live" doc:"the gateway's WAN capacity in bit/s, shared max-min by all its peer connections (each paces at most its share); 0 means none; required by the fixed controller"`
 	ECN               bool          `mapstructure:"ecn" doc:"send ECT(0) and read CE marks on WAN datagrams"`
 	GSO               bool          `mapstructure:"gso" doc:"use UDP generic segmentation offload when the kernel supports it"`
 	GRO               bool          `mapstructure:"gro" doc:"use UDP generic receive offload when the kernel supports it"`

@@ -10,6 +10,6 @@ import "github.com/mrgw/mrgw/units"
 // (0: none).
 func (l LAN) MaxRate() units.BitRate { return units.BitRate(l.MaxRateBps) }
 
-// MaxRate is wan.max_rate_bps: the pacing ceiling per peer gateway, and
+// MaxRate is wan.max_rate_bps: the gateway's WAN capacity (shared by its peer connections), and
 // the capacity the receiver divides among its senders (0: none).
 func (w WAN) MaxRate() units.BitRate { return units.BitRate(w.MaxRateBps) }
