@@ -457,11 +457,7 @@ func (c *Cluster) PublishHealth(h HealthReport) error {
 // send queues this gateway's own verdicts for gossip.
 func (c *Cluster) send(out []HealthReport) {
 	for _, h := range out {
-		msg, err := appendHealth(nil, h, 0)
-		if err != nil {
-			continue // validated when published
-		}
-		c.queue.queue(broadcastName(h), msg, notUp(h.State))
+		c.queueVerdict(h, 0)
 	}
 }
 
@@ -666,6 +662,23 @@ func (d *delegate) NotifyMsg(b []byte) {
 			return
 		}
 		d.c.relay(h, age)
+	case len(b) > 0 && b[0] == kindBatch:
+		hs, ages, err := decodeBatch(b)
+		for i := range hs {
+			if err = checkHealth(&hs[i]); err != nil {
+				break
+			}
+		}
+		if err != nil {
+			// The whole batch: a batch with one bad entry is not a
+			// gateway's (its encoder validates every entry).
+			core.badMessages.Add(1)
+			core.log.Debug("dropping verdict batch", "err", err)
+			return
+		}
+		for i, h := range hs {
+			d.c.relay(h, ages[i])
+		}
 	case len(b) > 0 && b[0] == kindGoodbye:
 		name, err := decodeGoodbye(b)
 		if err != nil {
@@ -689,12 +702,21 @@ func (c *Cluster) relay(h HealthReport, age time.Duration) {
 	if !c.core.addHealth(h, age, false) {
 		return
 	}
-	msg, err := appendHealth(nil, h, age+c.core.now().Sub(received))
-	if err != nil {
-		return
+	if c.queueVerdict(h, age+c.core.now().Sub(received)) {
+		c.core.own.relayed.Add(1)
 	}
-	c.queue.queue(broadcastName(h), msg, notUp(h.State))
-	c.core.own.relayed.Add(1)
+}
+
+// queueVerdict queues h, sent age after it was measured, as a verdict
+// batch entry: GetBroadcasts packs the entries of one reporter into one
+// message (health.go, "verdict batch").
+func (c *Cluster) queueVerdict(h HealthReport, age time.Duration) bool {
+	entry, err := appendBatchEntry(nil, h, age)
+	if err != nil {
+		return false // validated when published or decoded
+	}
+	c.queue.queueEntry(broadcastName(h), h.From, entry, notUp(h.State))
+	return true
 }
 
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -102,6 +103,19 @@ func sampleHealth() HealthReport {
 		Loss: 0.125, ECNFraction: 1, At: time.Unix(1700000000, 123456789)}
 }
 
+// sampleBatch is a verdict batch of two entries: one on the reporter's own
+// plane, one on a peer's.
+func sampleBatch() []byte {
+	h := sampleHealth()
+	b, _ := appendBatchHeader(nil, h.From)
+	own := h
+	own.Peer, own.State = h.From, pathmgr.Down
+	b, _ = appendBatchEntry(b, own, time.Second)
+	b, _ = appendBatchEntry(b, h, 2*time.Second)
+	b[batchHeaderSize(h.From)-1] = 2
+	return b
+}
+
 func TestHealthCodec(t *testing.T) {
 	h := sampleHealth()
 	b, err := appendHealth(nil, h, 1500*time.Millisecond)
@@ -181,6 +195,7 @@ func FuzzDecodeHealth(f *testing.F) {
 	f.Add(appendHealthBatch(nil, [][]byte{b}))
 	bye, _ := appendGoodbye(nil, "a1")
 	f.Add(bye)
+	f.Add(sampleBatch())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if h, age, err := decodeHealth(b); err == nil {
 			if err := checkHealth(&h); err != nil {
@@ -197,6 +212,25 @@ func FuzzDecodeHealth(f *testing.F) {
 		if recs, err := decodeHealthBatch(b); err == nil {
 			for _, r := range recs {
 				_, _, _ = decodeHealth(r)
+			}
+		}
+		if hs, ages, err := decodeBatch(b); err == nil {
+			// Re-encoding what decoded decodes to the same verdicts (not
+			// always the same bytes: a peer equal to the reporter may be
+			// spelt out, the encoder leaves it empty).
+			again, _ := appendBatchHeader(nil, hs[0].From)
+			for i, h := range hs {
+				if checkHealth(&h) != nil {
+					return
+				}
+				if again, err = appendBatchEntry(again, h, ages[i]); err != nil {
+					t.Fatalf("decoded %+v does not encode: %v", h, err)
+				}
+			}
+			again[batchHeaderSize(hs[0].From)-1] = byte(len(hs))
+			hs2, ages2, err := decodeBatch(again)
+			if err != nil || !reflect.DeepEqual(hs, hs2) || !reflect.DeepEqual(ages, ages2) {
+				t.Fatalf("batch re-encodes as %x: %v", again, err)
 			}
 		}
 		if name, err := decodeGoodbye(b); err == nil && b[1] == goodbyeVersion {
@@ -234,4 +268,5 @@ func TestWriteSeedCorpus(t *testing.T) {
 	write("FuzzDecodeHealth", "batch-v1", appendHealthBatch(nil, [][]byte{h, h}))
 	bye, _ := appendGoodbye(nil, "b2")
 	write("FuzzDecodeHealth", "goodbye-v1", bye)
+	write("FuzzDecodeHealth", "verdict-batch-v1", sampleBatch())
 }

@@ -194,3 +194,120 @@ func decodeGoodbye(b []byte) (string, error) {
 	}
 	return name, nil
 }
+
+// A verdict batch (kind 'b') carries several verdicts of one reporter in
+// one gossip message. It exists for storms: a version-1 health message
+// costs about 52 bytes on the wire (its header, the reporter's and the
+// peer's names, memberlist's 3 bytes of framing), so a 1,400-byte gossip
+// packet carried about 25 verdicts; in a batch the reporter's name and the
+// framing are paid once and a verdict on the reporter's own plane names no
+// peer, about 27 bytes a verdict (docs/GATEWAY.md, "Verdict batches").
+//
+// Wire layout, version 1:
+//
+//	kind     1 byte ('b')
+//	version  1 byte (1)
+//	from     len + bytes (the reporter of every entry)
+//	count    1 byte, 1..255 entries, each:
+//	  peer   len + bytes; length 0 means the reporter itself
+//	  plane  len + bytes
+//	  state  1 byte
+//	  rtt    uint32 microseconds
+//	  loss   uint16, fraction × 65535
+//	  ecn    uint16, fraction × 65535
+//	  at     int64 Unix nanoseconds (reporter's clock)
+//	  age    uint32 milliseconds
+//
+// Entries are queued one by one (healthQueue keeps one per verdict and
+// counts its transmissions): a batch is only how GetBroadcasts packs what
+// is due into a packet, so no entry ever replaces another across batches.
+const (
+	kindBatch      = 'b'
+	batchVersion   = 1
+	maxBatchCount  = 255
+	batchEntryBase = 1 + 1 + 4 + 2 + 2 + 8 + 4 // peer len, state, rtt, loss, ecn, at, age
+)
+
+// batchHeaderSize is the size of a batch's header for reporter from.
+func batchHeaderSize(from string) int { return 2 + 1 + len(from) + 1 }
+
+// appendBatchHeader starts a batch of reporter from with no entries; the
+// count byte is the last one written.
+func appendBatchHeader(b []byte, from string) ([]byte, error) {
+	b = append(b, kindBatch, batchVersion)
+	b, err := appendString(b, "from", from, false)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, 0), nil
+}
+
+// appendBatchEntry appends the batch entry of h, sent age after it was
+// measured.
+func appendBatchEntry(b []byte, h HealthReport, age time.Duration) ([]byte, error) {
+	if err := checkHealth(&h); err != nil {
+		return nil, err
+	}
+	peer := h.Peer
+	if peer == h.From {
+		peer = ""
+	}
+	var err error
+	if b, err = appendString(b, "peer", peer, true); err != nil {
+		return nil, err
+	}
+	if b, err = appendString(b, "plane", h.Plane, false); err != nil {
+		return nil, err
+	}
+	b = append(b, byte(h.State))
+	b = binary.BigEndian.AppendUint32(b, uint32(h.RTT/time.Microsecond))
+	b = binary.BigEndian.AppendUint16(b, fraction16(h.Loss))
+	b = binary.BigEndian.AppendUint16(b, fraction16(h.ECNFraction))
+	b = binary.BigEndian.AppendUint64(b, uint64(h.At.UnixNano()))
+	age = min(max(age, 0), maxAge)
+	return binary.BigEndian.AppendUint32(b, uint32(age/time.Millisecond)), nil
+}
+
+// decodeBatch decodes a verdict batch into its reports and their ages.
+func decodeBatch(b []byte) ([]HealthReport, []time.Duration, error) {
+	r := reader{b: b}
+	kind, v := r.byte(), r.byte()
+	switch {
+	case r.err != nil:
+	case kind != kindBatch:
+		return nil, nil, fmt.Errorf("%w: message kind %#x", errMalformed, kind)
+	case v != batchVersion:
+		// A later version may lay entries out differently: skip it whole.
+		return nil, nil, fmt.Errorf("%w: verdict batch version %d", errMalformed, v)
+	}
+	from := r.str(false)
+	n := int(r.byte())
+	if r.err == nil && n == 0 {
+		r.fail("empty verdict batch")
+	}
+	var hs []HealthReport
+	var ages []time.Duration
+	for i := 0; i < n && r.err == nil; i++ {
+		h := HealthReport{From: from, Peer: r.str(true), Plane: r.str(false)}
+		if h.Peer == "" {
+			h.Peer = from
+		}
+		h.State = pathmgr.State(r.byte())
+		h.RTT = time.Duration(r.u32()) * time.Microsecond
+		h.Loss = float64(r.u16()) / math.MaxUint16
+		h.ECNFraction = float64(r.u16()) / math.MaxUint16
+		h.At = time.Unix(0, int64(r.u64()))
+		age := time.Duration(r.u32()) * time.Millisecond
+		if r.err == nil && h.State > pathmgr.Probing {
+			r.fail("verdict batch state %d", h.State)
+		}
+		hs, ages = append(hs, h), append(ages, age)
+	}
+	switch {
+	case r.err != nil:
+		return nil, nil, fmt.Errorf("verdict batch: %w", r.err)
+	case len(r.b) != 0:
+		return nil, nil, fmt.Errorf("%w: %d trailing bytes in verdict batch", errMalformed, len(r.b))
+	}
+	return hs, ages, nil
+}

@@ -37,14 +37,15 @@ type healthQueue struct {
 	items map[string]*queuedMsg
 	seq   uint64
 
-	sent           atomic.Uint64 // messages handed to memberlist (each transmission)
+	sent           atomic.Uint64 // messages and batch entries handed to memberlist (each transmission)
 	sentBytes      atomic.Uint64
 	lost, lostDown atomic.Uint64 // given way before their first transmission
 }
 
 type queuedMsg struct {
-	name      string
-	msg       []byte
+	name string
+	msg  []byte // a whole message, or (from != "") one verdict batch entry
+	from string // the reporter of the entry: entries of one go in one batch
 	down      bool // a down verdict (or a goodbye): gives way last
 	transmits int
 	seq       uint64 // higher is newer
@@ -57,6 +58,21 @@ func newHealthQueue(numNodes func() int, mult int, max func() int) *healthQueue 
 // queue adds msg under name, replacing a message of that name; down marks
 // a message that must not give way to others while they can.
 func (q *healthQueue) queue(name string, msg []byte, down bool) {
+	q.add(name, "", msg, down)
+}
+
+// queueEntry adds a verdict batch entry of reporter from (appendBatchEntry)
+// under name, with queue's rules. Each entry keeps its own transmission
+// count: GetBroadcasts packs the entries due into one batch per reporter,
+// so a batch never supersedes another, and an entry leaves the queue only
+// after its own retransmit limit, or replaced under its own name (an up
+// and a down of one verdict have different names: a down not yet sent
+// survives any later up).
+func (q *healthQueue) queueEntry(name, from string, entry []byte, down bool) {
+	q.add(name, from, entry, down)
+}
+
+func (q *healthQueue) add(name, from string, msg []byte, down bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.seq++
@@ -79,7 +95,7 @@ func (q *healthQueue) queue(name string, msg []byte, down bool) {
 		}
 		delete(q.items, worst.name)
 	}
-	q.items[name] = &queuedMsg{name: name, msg: msg, down: down, seq: q.seq}
+	q.items[name] = &queuedMsg{name: name, msg: msg, from: from, down: down, seq: q.seq}
 }
 
 func (q *healthQueue) len() int {
@@ -107,7 +123,11 @@ func healthRetransmitLimit(mult, n int) int {
 }
 
 // GetBroadcasts returns messages whose sizes plus overhead each fit in
-// limit bytes in total, and counts one transmission for each.
+// limit bytes in total, and counts one transmission for each message or
+// batch entry. Batch entries are packed one batch per reporter (up to
+// maxBatchCount entries): the first entry of a reporter costs the batch's
+// header and memberlist's per-message overhead, each further one only its
+// own bytes.
 func (q *healthQueue) GetBroadcasts(overhead, limit int) [][]byte {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -126,19 +146,49 @@ func (q *healthQueue) GetBroadcasts(overhead, limit int) [][]byte {
 		return cmp.Compare(b.seq, a.seq)
 	})
 	var out [][]byte
+	open := map[string]int{} // reporter -> index in out of its open batch
 	used := 0
 	for _, it := range order {
-		if used+overhead+len(it.msg) > limit {
+		idx, ok := -1, false
+		cost := overhead + len(it.msg)
+		if it.from != "" {
+			if idx, ok = open[it.from]; ok && out[idx][batchHeaderSize(it.from)-1] == maxBatchCount {
+				ok = false
+			}
+			cost = len(it.msg)
+			if !ok {
+				cost += overhead + batchHeaderSize(it.from)
+			}
+		}
+		if used+cost > limit {
 			continue // a smaller one may still fit
 		}
-		used += overhead + len(it.msg)
-		out = append(out, it.msg)
+		switch {
+		case it.from == "":
+			out = append(out, it.msg)
+		case ok:
+			out[idx] = append(out[idx], it.msg...)
+			out[idx][batchHeaderSize(it.from)-1]++
+		default:
+			b, err := appendBatchHeader(make([]byte, 0, batchHeaderSize(it.from)+len(it.msg)), it.from)
+			if err != nil {
+				delete(q.items, it.name) // cannot happen: the name was checked when queued
+				continue
+			}
+			b = append(b, it.msg...)
+			b[len(b)-len(it.msg)-1] = 1
+			open[it.from] = len(out)
+			out = append(out, b)
+		}
+		used += cost
 		q.sent.Add(1)
-		q.sentBytes.Add(uint64(len(it.msg)))
 		it.transmits++
 		if it.transmits >= maxTransmits {
 			delete(q.items, it.name)
 		}
+	}
+	for _, m := range out {
+		q.sentBytes.Add(uint64(len(m)))
 	}
 	return out
 }
