@@ -1,6 +1,7 @@
 package region
 
 import (
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -40,65 +41,72 @@ func decodeAll(t *testing.T, msgs [][]byte) []HealthReport {
 func TestBatchCodec(t *testing.T) {
 	own := verdict("a1", "a1", "p0", pathmgr.Down, 1)
 	other := sampleHealth() // from a1, peer b2
-	b, _ := appendBatchHeader(nil, "a1")
-	b, _ = appendBatchEntry(b, own, 3*time.Second)
-	b, _ = appendBatchEntry(b, other, 1500*time.Millisecond)
-	b[batchHeaderSize("a1")-1] = 2
+	third := verdict("c3", "b2", "p1", pathmgr.Probing, 2)
+	e1, _ := appendBatchEntry(nil, own, 3*time.Second)
+	e2, _ := appendBatchEntry(nil, other, 1500*time.Millisecond)
+	e3, _ := appendBatchEntry(nil, third, 0)
+	b, err := appendBatchGroup([]byte{kindBatch, batchVersion}, "a1", [][]byte{e1, e2})
+	if err == nil {
+		b, err = appendBatchGroup(b, "c3", [][]byte{e3})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
 	hs, ages, err := decodeBatch(b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []HealthReport{own, other}
-	want[1].RTT, want[1].Loss = 87654*time.Microsecond, float64(fraction16(0.125))/65535
-	if !reflect.DeepEqual(hs, want) || !reflect.DeepEqual(ages, []time.Duration{3 * time.Second, 1500 * time.Millisecond}) {
+	want := []HealthReport{own, other, third}
+	want[1].Loss = float64(fraction16(0.125)) / 65535
+	if !reflect.DeepEqual(hs, want) || !reflect.DeepEqual(ages, []time.Duration{3 * time.Second, 1500 * time.Millisecond, 0}) {
 		t.Fatalf("decoded %+v %v, want %+v", hs, ages, want)
 	}
-	// An entry on the reporter's own plane names no peer: 27 bytes with a
-	// 2-byte plane name, against 52 for a version-1 message (with
-	// memberlist's 3 bytes of framing).
-	if e, _ := appendBatchEntry(nil, own, 0); len(e) != batchEntryBase+1+2 {
+	// An entry on the reporter's own plane names no peer: 26 bytes with a
+	// 3-byte plane name, against 45 + 3 for a version-1 message.
+	if e, _ := appendBatchEntry(nil, verdict("g001-r01", "g001-r01", "p03", pathmgr.Down, 1), 0); len(e) != 26 {
 		t.Fatalf("own-plane entry is %d bytes", len(e))
 	}
 	for _, bad := range [][]byte{
 		b[:len(b)-1],                              // truncated
-		append(append([]byte{}, b...), 0),         // trailing byte
-		{kindBatch, batchVersion, 2, 'a', '1', 0}, // empty
-		{kindBatch, 2, 2, 'a', '1', 0},            // unknown version
+		append(append([]byte{}, b...), 0),         // a trailing byte: a group cut short
+		{kindBatch, batchVersion},                 // no group
+		{kindBatch, batchVersion, 2, 'a', '1', 0}, // an empty group
+		{kindBatch, 2, 2, 'a', '1', 1},            // unknown version
 	} {
 		if _, _, err := decodeBatch(bad); err == nil {
 			t.Errorf("decodeBatch(%x) accepted", bad)
 		}
 	}
+	if _, err := appendBatchGroup(nil, "a1", nil); err == nil {
+		t.Error("an empty group encoded")
+	}
 }
 
-// Many verdicts of one reporter travel in one message: the packet carries
-// about twice as many as one message each did.
-func TestBatchPacksOneMessagePerReporter(t *testing.T) {
-	q := newHealthQueue(func() int { return 64 }, 4, func() int { return 10000 })
-	var hs []HealthReport
-	for i := range 100 {
-		from := []string{"gw-r01-g01", "gw-r02-g03"}[i%2]
-		hs = append(hs, verdict(from, from, "p"+string(rune('a'+i/2%26))+string(rune('a'+i/52)), pathmgr.Down, int64(i)))
+// The verdicts due travel in one message per packet, grouped by reporter:
+// a packet carries 1.3 to 1.9 times as many as with one message each.
+func TestBatchPacksOneMessagePerPacket(t *testing.T) {
+	const limit = 1400 - 2 - 29 // memberlist's budget: its compound header and encryption
+	v1, _ := appendHealth(nil, verdict("g001-r01", "g001-r01", "p03", pathmgr.Down, 0), 0)
+	old := limit / (3 + len(v1))
+	for _, tc := range []struct {
+		reporters int
+		atLeast   int
+	}{{1, 52}, {2, 50}, {100, 37}} {
+		q := newHealthQueue(func() int { return 64 }, 4, func() int { return 10000 })
+		for i := range 100 {
+			from := fmt.Sprintf("g%03d-r01", i%tc.reporters)
+			queueVerdicts(t, q, verdict(from, from, fmt.Sprintf("p%02d", i/tc.reporters), pathmgr.Down, int64(i)))
+		}
+		got := q.GetBroadcasts(3, limit)
+		if len(got) != 1 || 3+len(got[0]) > limit {
+			t.Fatalf("%d reporters: %d messages, want one of at most %d bytes", tc.reporters, len(got), limit)
+		}
+		n := len(decodeAll(t, got))
+		if n < tc.atLeast {
+			t.Errorf("%d reporters: %d verdicts in a packet, want at least %d (version 1: %d)", tc.reporters, n, tc.atLeast, old)
+		}
+		t.Logf("%d reporters: %d verdicts in a %d-byte packet (version 1: %d)", tc.reporters, n, limit, old)
 	}
-	queueVerdicts(t, q, hs...)
-	const limit = 1400 - 12 // memberlist's budget after its compound header
-	got := q.GetBroadcasts(3, limit)
-	if len(got) != 2 {
-		t.Fatalf("%d messages for two reporters, want 2", len(got))
-	}
-	n, size := 0, 0
-	for _, m := range got {
-		size += 3 + len(m)
-		n += len(decodeAll(t, [][]byte{m}))
-	}
-	if size > limit {
-		t.Fatalf("%d bytes packed in a %d-byte budget", size, limit)
-	}
-	v1, _ := appendHealth(nil, hs[0], 0)
-	if old := limit / (3 + len(v1)); n < 2*old-4 {
-		t.Fatalf("%d verdicts in a packet, version-1 messages fit %d", n, old)
-	}
-	t.Logf("%d verdicts per packet (version 1: %d)", n, limit/(3+len(v1)))
 }
 
 // The supersede rule: a later batch of a reporter replaces an earlier

@@ -103,16 +103,19 @@ func sampleHealth() HealthReport {
 		Loss: 0.125, ECNFraction: 1, At: time.Unix(1700000000, 123456789)}
 }
 
-// sampleBatch is a verdict batch of two entries: one on the reporter's own
-// plane, one on a peer's.
+// sampleBatch is a verdict batch of two reporters: one entry on the
+// reporter's own plane, one on a peer's, and one of another reporter.
 func sampleBatch() []byte {
 	h := sampleHealth()
-	b, _ := appendBatchHeader(nil, h.From)
 	own := h
 	own.Peer, own.State = h.From, pathmgr.Down
-	b, _ = appendBatchEntry(b, own, time.Second)
-	b, _ = appendBatchEntry(b, h, 2*time.Second)
-	b[batchHeaderSize(h.From)-1] = 2
+	e1, _ := appendBatchEntry(nil, own, time.Second)
+	e2, _ := appendBatchEntry(nil, h, 2*time.Second)
+	other := h
+	other.From = "c3"
+	e3, _ := appendBatchEntry(nil, other, 0)
+	b, _ := appendBatchGroup([]byte{kindBatch, batchVersion}, h.From, [][]byte{e1, e2})
+	b, _ = appendBatchGroup(b, other.From, [][]byte{e3})
 	return b
 }
 
@@ -218,16 +221,19 @@ func FuzzDecodeHealth(f *testing.F) {
 			// Re-encoding what decoded decodes to the same verdicts (not
 			// always the same bytes: a peer equal to the reporter may be
 			// spelt out, the encoder leaves it empty).
-			again, _ := appendBatchHeader(nil, hs[0].From)
+			again := []byte{kindBatch, batchVersion}
 			for i, h := range hs {
 				if checkHealth(&h) != nil {
 					return
 				}
-				if again, err = appendBatchEntry(again, h, ages[i]); err != nil {
+				e, err := appendBatchEntry(nil, h, ages[i])
+				if err != nil {
 					t.Fatalf("decoded %+v does not encode: %v", h, err)
 				}
+				if again, err = appendBatchGroup(again, h.From, [][]byte{e}); err != nil {
+					t.Fatal(err)
+				}
 			}
-			again[batchHeaderSize(hs[0].From)-1] = byte(len(hs))
 			hs2, ages2, err := decodeBatch(again)
 			if err != nil || !reflect.DeepEqual(hs, hs2) || !reflect.DeepEqual(ages, ages2) {
 				t.Fatalf("batch re-encodes as %x: %v", again, err)

@@ -195,28 +195,32 @@ func decodeGoodbye(b []byte) (string, error) {
 	return name, nil
 }
 
-// A verdict batch (kind 'b') carries several verdicts of one reporter in
-// one gossip message. It exists for storms: a version-1 health message
-// costs about 52 bytes on the wire (its header, the reporter's and the
-// peer's names, memberlist's 3 bytes of framing), so a 1,400-byte gossip
-// packet carried about 25 verdicts; in a batch the reporter's name and the
-// framing are paid once and a verdict on the reporter's own plane names no
-// peer, about 27 bytes a verdict (docs/GATEWAY.md, "Verdict batches").
+// A verdict batch (kind 'b') carries many verdicts, of several reporters,
+// in one gossip message. It exists for storms: a version-1 health message
+// costs about 48 bytes in a gossip packet (its header, the reporter's and
+// the peer's names, memberlist's 3 bytes of framing per message), so a
+// 1,369-byte packet (1,400 less memberlist's header and encryption)
+// carried 28 verdicts; in a batch the framing is paid once per packet,
+// the reporter's name once per reporter, and a verdict on the reporter's
+// own plane names no peer: 26 bytes an entry, 36 with the group header
+// when every entry has another reporter (docs/GATEWAY.md, "Verdict
+// batches").
 //
 // Wire layout, version 1:
 //
 //	kind     1 byte ('b')
 //	version  1 byte (1)
-//	from     len + bytes (the reporter of every entry)
-//	count    1 byte, 1..255 entries, each:
-//	  peer   len + bytes; length 0 means the reporter itself
-//	  plane  len + bytes
-//	  state  1 byte
-//	  rtt    uint32 microseconds
-//	  loss   uint16, fraction × 65535
-//	  ecn    uint16, fraction × 65535
-//	  at     int64 Unix nanoseconds (reporter's clock)
-//	  age    uint32 milliseconds
+//	then one or more groups, to the end of the message:
+//	  from   len + bytes: the reporter of the group's entries
+//	  count  1 byte, 1..255 entries, each:
+//	    peer   len + bytes; length 0 means the reporter itself
+//	    plane  len + bytes
+//	    state  1 byte
+//	    rtt    uint32 microseconds
+//	    loss   uint16, fraction × 65535
+//	    ecn    uint16, fraction × 65535
+//	    at     int64 Unix nanoseconds (reporter's clock)
+//	    age    uint32 milliseconds
 //
 // Entries are queued one by one (healthQueue keeps one per verdict and
 // counts its transmissions): a batch is only how GetBroadcasts packs what
@@ -224,22 +228,29 @@ func decodeGoodbye(b []byte) (string, error) {
 const (
 	kindBatch      = 'b'
 	batchVersion   = 1
+	batchHeader    = 2
 	maxBatchCount  = 255
 	batchEntryBase = 1 + 1 + 4 + 2 + 2 + 8 + 4 // peer len, state, rtt, loss, ecn, at, age
 )
 
-// batchHeaderSize is the size of a batch's header for reporter from.
-func batchHeaderSize(from string) int { return 2 + 1 + len(from) + 1 }
+// groupHeaderSize is the size of a group's header for reporter from.
+func groupHeaderSize(from string) int { return 1 + len(from) + 1 }
 
-// appendBatchHeader starts a batch of reporter from with no entries; the
-// count byte is the last one written.
-func appendBatchHeader(b []byte, from string) ([]byte, error) {
-	b = append(b, kindBatch, batchVersion)
+// appendBatchGroup appends a group of entries (appendBatchEntry) of
+// reporter from; a batch is kindBatch, batchVersion and one or more groups.
+func appendBatchGroup(b []byte, from string, entries [][]byte) ([]byte, error) {
+	if len(entries) == 0 || len(entries) > maxBatchCount {
+		return nil, fmt.Errorf("region: %d entries in a verdict batch group", len(entries))
+	}
 	b, err := appendString(b, "from", from, false)
 	if err != nil {
 		return nil, err
 	}
-	return append(b, 0), nil
+	b = append(b, byte(len(entries)))
+	for _, e := range entries {
+		b = append(b, e...)
+	}
+	return b, nil
 }
 
 // appendBatchEntry appends the batch entry of h, sent age after it was
@@ -247,6 +258,9 @@ func appendBatchHeader(b []byte, from string) ([]byte, error) {
 func appendBatchEntry(b []byte, h HealthReport, age time.Duration) ([]byte, error) {
 	if err := checkHealth(&h); err != nil {
 		return nil, err
+	}
+	if _, err := appendString(nil, "from", h.From, false); err != nil {
+		return nil, err // the group header will carry it
 	}
 	peer := h.Peer
 	if peer == h.From {
@@ -280,34 +294,36 @@ func decodeBatch(b []byte) ([]HealthReport, []time.Duration, error) {
 		// A later version may lay entries out differently: skip it whole.
 		return nil, nil, fmt.Errorf("%w: verdict batch version %d", errMalformed, v)
 	}
-	from := r.str(false)
-	n := int(r.byte())
-	if r.err == nil && n == 0 {
+	if r.err == nil && len(r.b) == 0 {
 		r.fail("empty verdict batch")
 	}
 	var hs []HealthReport
 	var ages []time.Duration
-	for i := 0; i < n && r.err == nil; i++ {
-		h := HealthReport{From: from, Peer: r.str(true), Plane: r.str(false)}
-		if h.Peer == "" {
-			h.Peer = from
+	for r.err == nil && len(r.b) > 0 {
+		from := r.str(false)
+		n := int(r.byte())
+		if r.err == nil && n == 0 {
+			r.fail("empty verdict batch group")
 		}
-		h.State = pathmgr.State(r.byte())
-		h.RTT = time.Duration(r.u32()) * time.Microsecond
-		h.Loss = float64(r.u16()) / math.MaxUint16
-		h.ECNFraction = float64(r.u16()) / math.MaxUint16
-		h.At = time.Unix(0, int64(r.u64()))
-		age := time.Duration(r.u32()) * time.Millisecond
-		if r.err == nil && h.State > pathmgr.Probing {
-			r.fail("verdict batch state %d", h.State)
+		for i := 0; i < n && r.err == nil; i++ {
+			h := HealthReport{From: from, Peer: r.str(true), Plane: r.str(false)}
+			if h.Peer == "" {
+				h.Peer = from
+			}
+			h.State = pathmgr.State(r.byte())
+			h.RTT = time.Duration(r.u32()) * time.Microsecond
+			h.Loss = float64(r.u16()) / math.MaxUint16
+			h.ECNFraction = float64(r.u16()) / math.MaxUint16
+			h.At = time.Unix(0, int64(r.u64()))
+			age := time.Duration(r.u32()) * time.Millisecond
+			if r.err == nil && h.State > pathmgr.Probing {
+				r.fail("verdict batch state %d", h.State)
+			}
+			hs, ages = append(hs, h), append(ages, age)
 		}
-		hs, ages = append(hs, h), append(ages, age)
 	}
-	switch {
-	case r.err != nil:
+	if r.err != nil {
 		return nil, nil, fmt.Errorf("verdict batch: %w", r.err)
-	case len(r.b) != 0:
-		return nil, nil, fmt.Errorf("%w: %d trailing bytes in verdict batch", errMalformed, len(r.b))
 	}
 	return hs, ages, nil
 }

@@ -43,10 +43,10 @@ type healthQueue struct {
 }
 
 type queuedMsg struct {
-	name string
-	msg  []byte // a whole message, or (from != "") one verdict batch entry
-	from string // the reporter of the entry: entries of one go in one batch
-	down      bool // a down verdict (or a goodbye): gives way last
+	name      string
+	msg       []byte // a whole message, or (from != "") one verdict batch entry
+	from      string // the reporter of the entry: entries of one go in one batch
+	down      bool   // a down verdict (or a goodbye): gives way last
 	transmits int
 	seq       uint64 // higher is newer
 }
@@ -124,10 +124,10 @@ func healthRetransmitLimit(mult, n int) int {
 
 // GetBroadcasts returns messages whose sizes plus overhead each fit in
 // limit bytes in total, and counts one transmission for each message or
-// batch entry. Batch entries are packed one batch per reporter (up to
-// maxBatchCount entries): the first entry of a reporter costs the batch's
-// header and memberlist's per-message overhead, each further one only its
-// own bytes.
+// batch entry. The batch entries that fit go in one verdict batch, grouped
+// by reporter: the batch costs overhead and its 2-byte header once, each
+// reporter its group header (up to maxBatchCount entries a group), each
+// entry its own bytes.
 func (q *healthQueue) GetBroadcasts(overhead, limit int) [][]byte {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -146,18 +146,24 @@ func (q *healthQueue) GetBroadcasts(overhead, limit int) [][]byte {
 		return cmp.Compare(b.seq, a.seq)
 	})
 	var out [][]byte
-	open := map[string]int{} // reporter -> index in out of its open batch
+	type group struct {
+		from    string
+		entries [][]byte
+	}
+	var groups []*group
+	open := map[string]*group{} // reporter -> its group with room
 	used := 0
 	for _, it := range order {
-		idx, ok := -1, false
+		g := open[it.from]
 		cost := overhead + len(it.msg)
 		if it.from != "" {
-			if idx, ok = open[it.from]; ok && out[idx][batchHeaderSize(it.from)-1] == maxBatchCount {
-				ok = false
-			}
 			cost = len(it.msg)
-			if !ok {
-				cost += overhead + batchHeaderSize(it.from)
+			if len(groups) == 0 {
+				cost += overhead + batchHeader
+			}
+			if g == nil || len(g.entries) == maxBatchCount {
+				cost += groupHeaderSize(it.from)
+				g = nil
 			}
 		}
 		if used+cost > limit {
@@ -166,19 +172,13 @@ func (q *healthQueue) GetBroadcasts(overhead, limit int) [][]byte {
 		switch {
 		case it.from == "":
 			out = append(out, it.msg)
-		case ok:
-			out[idx] = append(out[idx], it.msg...)
-			out[idx][batchHeaderSize(it.from)-1]++
+		case g == nil:
+			g = &group{from: it.from}
+			groups = append(groups, g)
+			open[it.from] = g
+			fallthrough
 		default:
-			b, err := appendBatchHeader(make([]byte, 0, batchHeaderSize(it.from)+len(it.msg)), it.from)
-			if err != nil {
-				delete(q.items, it.name) // cannot happen: the name was checked when queued
-				continue
-			}
-			b = append(b, it.msg...)
-			b[len(b)-len(it.msg)-1] = 1
-			open[it.from] = len(out)
-			out = append(out, b)
+			g.entries = append(g.entries, it.msg)
 		}
 		used += cost
 		q.sent.Add(1)
@@ -186,6 +186,20 @@ func (q *healthQueue) GetBroadcasts(overhead, limit int) [][]byte {
 		if it.transmits >= maxTransmits {
 			delete(q.items, it.name)
 		}
+	}
+	if len(groups) > 0 {
+		b := append(make([]byte, 0, used), kindBatch, batchVersion)
+		for _, g := range groups {
+			nb, err := appendBatchGroup(b, g.from, g.entries)
+			if err != nil {
+				// Cannot happen: appendBatchEntry checked the name, and
+				// the count is bounded above. Counted if it did.
+				q.lost.Add(uint64(len(g.entries)))
+				continue
+			}
+			b = nb
+		}
+		out = append(out, b)
 	}
 	for _, m := range out {
 		q.sentBytes.Add(uint64(len(m)))
