@@ -20,7 +20,11 @@ func queueVerdicts(t *testing.T, q *healthQueue, hs ...HealthReport) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		q.queueEntry(broadcastName(h), h.From, e, notUp(h.State))
+		v1, err := appendHealth(nil, h, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q.queueEntry(broadcastName(h), h.From, e, v1, notUp(h.State))
 	}
 }
 
@@ -158,5 +162,29 @@ func TestBatchEntriesCountTheirOwnTransmissions(t *testing.T) {
 	}
 	if want := []int{2, 1, 1, 0, 0}; !reflect.DeepEqual(counts, want) {
 		t.Fatalf("entries per round %v, want %v", counts, want)
+	}
+}
+
+// While a member does not read batches (CapHealthBatch), entries go out
+// as version-1 messages, each counted as before.
+func TestBatchFallsBackToVersion1(t *testing.T) {
+	q := newHealthQueue(func() int { return 4 }, 1, func() int { return 100 })
+	q.limit = func(int, int) int { return 1 }
+	batch := false
+	q.batch = func() bool { return batch }
+	queueVerdicts(t, q, verdict("a", "a", "p1", pathmgr.Down, 1), verdict("b", "a", "p2", pathmgr.Down, 2))
+	got := q.GetBroadcasts(3, 1369)
+	if len(got) != 2 {
+		t.Fatalf("%d messages, want 2 version-1 messages", len(got))
+	}
+	for _, m := range got {
+		if h, _, err := decodeHealth(m); err != nil || h.Peer != "a" {
+			t.Fatalf("%x: %+v %v", m, h, err)
+		}
+	}
+	batch = true
+	queueVerdicts(t, q, verdict("a", "a", "p1", pathmgr.Up, 3), verdict("b", "a", "p2", pathmgr.Up, 4))
+	if got := q.GetBroadcasts(3, 1369); len(got) != 1 || len(decodeAll(t, got)) != 2 {
+		t.Fatalf("%d messages, want one batch of 2", len(got))
 	}
 }

@@ -84,6 +84,10 @@ func New(cfg Config, logger *slog.Logger) (*Cluster, error) {
 	c.queue = newHealthQueue(func() int { return max(c.core.aliveCount(), 1) },
 		mc.RetransmitMult, func() int { return 2*c.core.healthBound() + 64 })
 	c.queue.limit = healthRetransmitLimit
+	// Verdict batches only when every member reads them: a gateway of an
+	// earlier build drops a batch as an unknown kind, and would miss every
+	// verdict in it.
+	c.queue.batch = func() bool { return c.core.allHave(CapHealthBatch) }
 	d := &delegate{c: c}
 	mc.Delegate, mc.Events, mc.Conflict, mc.Alive = d, d, d, d
 	// Logger only, never LogOutput as well: memberlist refuses both. No
@@ -715,7 +719,11 @@ func (c *Cluster) queueVerdict(h HealthReport, age time.Duration) bool {
 	if err != nil {
 		return false // validated when published or decoded
 	}
-	c.queue.queueEntry(broadcastName(h), h.From, entry, notUp(h.State))
+	v1, err := appendHealth(nil, h, age)
+	if err != nil {
+		return false
+	}
+	c.queue.queueEntry(broadcastName(h), h.From, entry, v1, notUp(h.State))
 	return true
 }
 

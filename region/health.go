@@ -225,6 +225,12 @@ func decodeGoodbye(b []byte) (string, error) {
 // Entries are queued one by one (healthQueue keeps one per verdict and
 // counts its transmissions): a batch is only how GetBroadcasts packs what
 // is due into a packet, so no entry ever replaces another across batches.
+// CapHealthBatch is the capability (Meta.Capabilities) of a gateway that
+// reads verdict batches. A gateway sends batches only while every alive
+// member announces it, else version-1 messages, so a fleet can be
+// upgraded one gateway at a time.
+const CapHealthBatch = "health-batch-v1"
+
 const (
 	kindBatch      = 'b'
 	batchVersion   = 1

@@ -32,6 +32,10 @@ type healthQueue struct {
 	mult     int
 	max      func() int // bound on queued messages
 	limit    func(mult, n int) int
+	// batch reports whether every member reads verdict batches
+	// (CapHealthBatch); when not, entries go out as version-1 messages.
+	// Nil: they do.
+	batch func() bool
 
 	mu    sync.Mutex
 	items map[string]*queuedMsg
@@ -46,6 +50,7 @@ type queuedMsg struct {
 	name      string
 	msg       []byte // a whole message, or (from != "") one verdict batch entry
 	from      string // the reporter of the entry: entries of one go in one batch
+	v1        []byte // the entry as a version-1 health message, for fleets with older gateways
 	down      bool   // a down verdict (or a goodbye): gives way last
 	transmits int
 	seq       uint64 // higher is newer
@@ -68,8 +73,11 @@ func (q *healthQueue) queue(name string, msg []byte, down bool) {
 // after its own retransmit limit, or replaced under its own name (an up
 // and a down of one verdict have different names: a down not yet sent
 // survives any later up).
-func (q *healthQueue) queueEntry(name, from string, entry []byte, down bool) {
+func (q *healthQueue) queueEntry(name, from string, entry, v1 []byte, down bool) {
 	q.add(name, from, entry, down)
+	q.mu.Lock()
+	q.items[name].v1 = v1
+	q.mu.Unlock()
 }
 
 func (q *healthQueue) add(name, from string, msg []byte, down bool) {
@@ -135,6 +143,7 @@ func (q *healthQueue) GetBroadcasts(overhead, limit int) [][]byte {
 		return nil
 	}
 	maxTransmits := max(q.limit(q.mult, q.numNodes()), 1)
+	batch := q.batch == nil || q.batch()
 	order := make([]*queuedMsg, 0, len(q.items))
 	for _, it := range q.items {
 		order = append(order, it)
@@ -154,15 +163,19 @@ func (q *healthQueue) GetBroadcasts(overhead, limit int) [][]byte {
 	open := map[string]*group{} // reporter -> its group with room
 	used := 0
 	for _, it := range order {
-		g := open[it.from]
-		cost := overhead + len(it.msg)
-		if it.from != "" {
-			cost = len(it.msg)
+		msg, from := it.msg, it.from
+		if from != "" && !batch {
+			msg, from = it.v1, ""
+		}
+		g := open[from]
+		cost := overhead + len(msg)
+		if from != "" {
+			cost = len(msg)
 			if len(groups) == 0 {
 				cost += overhead + batchHeader
 			}
 			if g == nil || len(g.entries) == maxBatchCount {
-				cost += groupHeaderSize(it.from)
+				cost += groupHeaderSize(from)
 				g = nil
 			}
 		}
@@ -170,15 +183,15 @@ func (q *healthQueue) GetBroadcasts(overhead, limit int) [][]byte {
 			continue // a smaller one may still fit
 		}
 		switch {
-		case it.from == "":
-			out = append(out, it.msg)
+		case from == "":
+			out = append(out, msg)
 		case g == nil:
-			g = &group{from: it.from}
+			g = &group{from: from}
 			groups = append(groups, g)
-			open[it.from] = g
+			open[from] = g
 			fallthrough
 		default:
-			g.entries = append(g.entries, it.msg)
+			g.entries = append(g.entries, msg)
 		}
 		used += cost
 		q.sent.Add(1)
