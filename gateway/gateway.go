@@ -464,7 +464,7 @@ func (g *Gateway) protocol(cfg *config.Config) metaroce.Config {
 func (g *Gateway) regionConfig(cfg *config.Config) (region.Config, error) {
 	rc := region.Config{
 		Name: cfg.Node.Name,
-		Meta: region.Meta{Region: cfg.Node.Region, Capabilities: []string{"relay-v1"},
+		Meta: region.Meta{Region: cfg.Node.Region, Capabilities: []string{"relay-v1", region.CapHealthBatch},
 			Wire: []uint8{metaroce.Version1, metaroce.Version2}, Capacity: uint32(cfg.Node.Capacity)},
 		Bind: cfg.Gossip.Bind, Advertise: cfg.Gossip.Advertise, Seeds: cfg.Gossip.Seeds,
 		Profile: cfg.Gossip.Profile,

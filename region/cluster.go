@@ -84,6 +84,10 @@ func New(cfg Config, logger *slog.Logger) (*Cluster, error) {
 	c.queue = newHealthQueue(func() int { return max(c.core.aliveCount(), 1) },
 		mc.RetransmitMult, func() int { return 2*c.core.healthBound() + 64 })
 	c.queue.limit = healthRetransmitLimit
+	// Verdict batches only when every member reads them: a gateway of an
+	// earlier build drops a batch as an unknown kind, and would miss every
+	// verdict in it.
+	c.queue.batch = func() bool { return c.core.allHave(CapHealthBatch) }
 	d := &delegate{c: c}
 	mc.Delegate, mc.Events, mc.Conflict, mc.Alive = d, d, d, d
 	// Logger only, never LogOutput as well: memberlist refuses both. No
@@ -457,11 +461,7 @@ func (c *Cluster) PublishHealth(h HealthReport) error {
 // send queues this gateway's own verdicts for gossip.
 func (c *Cluster) send(out []HealthReport) {
 	for _, h := range out {
-		msg, err := appendHealth(nil, h, 0)
-		if err != nil {
-			continue // validated when published
-		}
-		c.queue.queue(broadcastName(h), msg, notUp(h.State))
+		c.queueVerdict(h, 0)
 	}
 }
 
@@ -666,6 +666,23 @@ func (d *delegate) NotifyMsg(b []byte) {
 			return
 		}
 		d.c.relay(h, age)
+	case len(b) > 0 && b[0] == kindBatch:
+		hs, ages, err := decodeBatch(b)
+		for i := range hs {
+			if err = checkHealth(&hs[i]); err != nil {
+				break
+			}
+		}
+		if err != nil {
+			// The whole batch: a batch with one bad entry is not a
+			// gateway's (its encoder validates every entry).
+			core.badMessages.Add(1)
+			core.log.Debug("dropping verdict batch", "err", err)
+			return
+		}
+		for i, h := range hs {
+			d.c.relay(h, ages[i])
+		}
 	case len(b) > 0 && b[0] == kindGoodbye:
 		name, err := decodeGoodbye(b)
 		if err != nil {
@@ -689,12 +706,25 @@ func (c *Cluster) relay(h HealthReport, age time.Duration) {
 	if !c.core.addHealth(h, age, false) {
 		return
 	}
-	msg, err := appendHealth(nil, h, age+c.core.now().Sub(received))
-	if err != nil {
-		return
+	if c.queueVerdict(h, age+c.core.now().Sub(received)) {
+		c.core.own.relayed.Add(1)
 	}
-	c.queue.queue(broadcastName(h), msg, notUp(h.State))
-	c.core.own.relayed.Add(1)
+}
+
+// queueVerdict queues h, sent age after it was measured, as a verdict
+// batch entry: GetBroadcasts packs the entries of one reporter into one
+// message (health.go, "verdict batch").
+func (c *Cluster) queueVerdict(h HealthReport, age time.Duration) bool {
+	entry, err := appendBatchEntry(nil, h, age)
+	if err != nil {
+		return false // validated when published or decoded
+	}
+	v1, err := appendHealth(nil, h, age)
+	if err != nil {
+		return false
+	}
+	c.queue.queueEntry(broadcastName(h), h.From, entry, v1, notUp(h.State))
+	return true
 }
 
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {

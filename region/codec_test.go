@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -102,6 +103,22 @@ func sampleHealth() HealthReport {
 		Loss: 0.125, ECNFraction: 1, At: time.Unix(1700000000, 123456789)}
 }
 
+// sampleBatch is a verdict batch of two reporters: one entry on the
+// reporter's own plane, one on a peer's, and one of another reporter.
+func sampleBatch() []byte {
+	h := sampleHealth()
+	own := h
+	own.Peer, own.State = h.From, pathmgr.Down
+	e1, _ := appendBatchEntry(nil, own, time.Second)
+	e2, _ := appendBatchEntry(nil, h, 2*time.Second)
+	other := h
+	other.From = "c3"
+	e3, _ := appendBatchEntry(nil, other, 0)
+	b, _ := appendBatchGroup([]byte{kindBatch, batchVersion}, h.From, [][]byte{e1, e2})
+	b, _ = appendBatchGroup(b, other.From, [][]byte{e3})
+	return b
+}
+
 func TestHealthCodec(t *testing.T) {
 	h := sampleHealth()
 	b, err := appendHealth(nil, h, 1500*time.Millisecond)
@@ -181,6 +198,7 @@ func FuzzDecodeHealth(f *testing.F) {
 	f.Add(appendHealthBatch(nil, [][]byte{b}))
 	bye, _ := appendGoodbye(nil, "a1")
 	f.Add(bye)
+	f.Add(sampleBatch())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if h, age, err := decodeHealth(b); err == nil {
 			if err := checkHealth(&h); err != nil {
@@ -197,6 +215,28 @@ func FuzzDecodeHealth(f *testing.F) {
 		if recs, err := decodeHealthBatch(b); err == nil {
 			for _, r := range recs {
 				_, _, _ = decodeHealth(r)
+			}
+		}
+		if hs, ages, err := decodeBatch(b); err == nil {
+			// Re-encoding what decoded decodes to the same verdicts (not
+			// always the same bytes: a peer equal to the reporter may be
+			// spelt out, the encoder leaves it empty).
+			again := []byte{kindBatch, batchVersion}
+			for i, h := range hs {
+				if checkHealth(&h) != nil {
+					return
+				}
+				e, err := appendBatchEntry(nil, h, ages[i])
+				if err != nil {
+					t.Fatalf("decoded %+v does not encode: %v", h, err)
+				}
+				if again, err = appendBatchGroup(again, h.From, [][]byte{e}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			hs2, ages2, err := decodeBatch(again)
+			if err != nil || !reflect.DeepEqual(hs, hs2) || !reflect.DeepEqual(ages, ages2) {
+				t.Fatalf("batch re-encodes as %x: %v", again, err)
 			}
 		}
 		if name, err := decodeGoodbye(b); err == nil && b[1] == goodbyeVersion {
@@ -234,4 +274,5 @@ func TestWriteSeedCorpus(t *testing.T) {
 	write("FuzzDecodeHealth", "batch-v1", appendHealthBatch(nil, [][]byte{h, h}))
 	bye, _ := appendGoodbye(nil, "b2")
 	write("FuzzDecodeHealth", "goodbye-v1", bye)
+	write("FuzzDecodeHealth", "verdict-batch-v1", sampleBatch())
 }

@@ -194,3 +194,142 @@ func decodeGoodbye(b []byte) (string, error) {
 	}
 	return name, nil
 }
+
+// A verdict batch (kind 'b') carries many verdicts, of several reporters,
+// in one gossip message. It exists for storms: a version-1 health message
+// costs about 48 bytes in a gossip packet (its header, the reporter's and
+// the peer's names, memberlist's 3 bytes of framing per message), so a
+// 1,369-byte packet (1,400 less memberlist's header and encryption)
+// carried 28 verdicts; in a batch the framing is paid once per packet,
+// the reporter's name once per reporter, and a verdict on the reporter's
+// own plane names no peer: 26 bytes an entry, 36 with the group header
+// when every entry has another reporter (docs/GATEWAY.md, "Verdict
+// batches").
+//
+// Wire layout, version 1:
+//
+//	kind     1 byte ('b')
+//	version  1 byte (1)
+//	then one or more groups, to the end of the message:
+//	  from   len + bytes: the reporter of the group's entries
+//	  count  1 byte, 1..255 entries, each:
+//	    peer   len + bytes; length 0 means the reporter itself
+//	    plane  len + bytes
+//	    state  1 byte
+//	    rtt    uint32 microseconds
+//	    loss   uint16, fraction × 65535
+//	    ecn    uint16, fraction × 65535
+//	    at     int64 Unix nanoseconds (reporter's clock)
+//	    age    uint32 milliseconds
+//
+// Entries are queued one by one (healthQueue keeps one per verdict and
+// counts its transmissions): a batch is only how GetBroadcasts packs what
+// is due into a packet, so no entry ever replaces another across batches.
+// CapHealthBatch is the capability (Meta.Capabilities) of a gateway that
+// reads verdict batches. A gateway sends batches only while every alive
+// member announces it, else version-1 messages, so a fleet can be
+// upgraded one gateway at a time.
+const CapHealthBatch = "health-batch-v1"
+
+const (
+	kindBatch      = 'b'
+	batchVersion   = 1
+	batchHeader    = 2
+	maxBatchCount  = 255
+	batchEntryBase = 1 + 1 + 4 + 2 + 2 + 8 + 4 // peer len, state, rtt, loss, ecn, at, age
+)
+
+// groupHeaderSize is the size of a group's header for reporter from.
+func groupHeaderSize(from string) int { return 1 + len(from) + 1 }
+
+// appendBatchGroup appends a group of entries (appendBatchEntry) of
+// reporter from; a batch is kindBatch, batchVersion and one or more groups.
+func appendBatchGroup(b []byte, from string, entries [][]byte) ([]byte, error) {
+	if len(entries) == 0 || len(entries) > maxBatchCount {
+		return nil, fmt.Errorf("region: %d entries in a verdict batch group", len(entries))
+	}
+	b, err := appendString(b, "from", from, false)
+	if err != nil {
+		return nil, err
+	}
+	b = append(b, byte(len(entries)))
+	for _, e := range entries {
+		b = append(b, e...)
+	}
+	return b, nil
+}
+
+// appendBatchEntry appends the batch entry of h, sent age after it was
+// measured.
+func appendBatchEntry(b []byte, h HealthReport, age time.Duration) ([]byte, error) {
+	if err := checkHealth(&h); err != nil {
+		return nil, err
+	}
+	if _, err := appendString(nil, "from", h.From, false); err != nil {
+		return nil, err // the group header will carry it
+	}
+	peer := h.Peer
+	if peer == h.From {
+		peer = ""
+	}
+	var err error
+	if b, err = appendString(b, "peer", peer, true); err != nil {
+		return nil, err
+	}
+	if b, err = appendString(b, "plane", h.Plane, false); err != nil {
+		return nil, err
+	}
+	b = append(b, byte(h.State))
+	b = binary.BigEndian.AppendUint32(b, uint32(h.RTT/time.Microsecond))
+	b = binary.BigEndian.AppendUint16(b, fraction16(h.Loss))
+	b = binary.BigEndian.AppendUint16(b, fraction16(h.ECNFraction))
+	b = binary.BigEndian.AppendUint64(b, uint64(h.At.UnixNano()))
+	age = min(max(age, 0), maxAge)
+	return binary.BigEndian.AppendUint32(b, uint32(age/time.Millisecond)), nil
+}
+
+// decodeBatch decodes a verdict batch into its reports and their ages.
+func decodeBatch(b []byte) ([]HealthReport, []time.Duration, error) {
+	r := reader{b: b}
+	kind, v := r.byte(), r.byte()
+	switch {
+	case r.err != nil:
+	case kind != kindBatch:
+		return nil, nil, fmt.Errorf("%w: message kind %#x", errMalformed, kind)
+	case v != batchVersion:
+		// A later version may lay entries out differently: skip it whole.
+		return nil, nil, fmt.Errorf("%w: verdict batch version %d", errMalformed, v)
+	}
+	if r.err == nil && len(r.b) == 0 {
+		r.fail("empty verdict batch")
+	}
+	var hs []HealthReport
+	var ages []time.Duration
+	for r.err == nil && len(r.b) > 0 {
+		from := r.str(false)
+		n := int(r.byte())
+		if r.err == nil && n == 0 {
+			r.fail("empty verdict batch group")
+		}
+		for i := 0; i < n && r.err == nil; i++ {
+			h := HealthReport{From: from, Peer: r.str(true), Plane: r.str(false)}
+			if h.Peer == "" {
+				h.Peer = from
+			}
+			h.State = pathmgr.State(r.byte())
+			h.RTT = time.Duration(r.u32()) * time.Microsecond
+			h.Loss = float64(r.u16()) / math.MaxUint16
+			h.ECNFraction = float64(r.u16()) / math.MaxUint16
+			h.At = time.Unix(0, int64(r.u64()))
+			age := time.Duration(r.u32()) * time.Millisecond
+			if r.err == nil && h.State > pathmgr.Probing {
+				r.fail("verdict batch state %d", h.State)
+			}
+			hs, ages = append(hs, h), append(ages, age)
+		}
+	}
+	if r.err != nil {
+		return nil, nil, fmt.Errorf("verdict batch: %w", r.err)
+	}
+	return hs, ages, nil
+}

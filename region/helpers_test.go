@@ -41,7 +41,7 @@ func testMeta(region string, n int) Meta {
 			{Name: "p0", WAN: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(8000+n))},
 			{Name: "p1", WAN: netip.AddrPortFrom(netip.MustParseAddr("::1"), uint16(9000+n))},
 		},
-		Capabilities: []string{"metaroce-v1"},
+		Capabilities: []string{"metaroce-v1", CapHealthBatch},
 		Wire:         []uint8{1, 2},
 		Capacity:     uint32(100 * n),
 	}

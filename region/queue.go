@@ -32,20 +32,26 @@ type healthQueue struct {
 	mult     int
 	max      func() int // bound on queued messages
 	limit    func(mult, n int) int
+	// batch reports whether every member reads verdict batches
+	// (CapHealthBatch); when not, entries go out as version-1 messages.
+	// Nil: they do.
+	batch func() bool
 
 	mu    sync.Mutex
 	items map[string]*queuedMsg
 	seq   uint64
 
-	sent           atomic.Uint64 // messages handed to memberlist (each transmission)
+	sent           atomic.Uint64 // messages and batch entries handed to memberlist (each transmission)
 	sentBytes      atomic.Uint64
 	lost, lostDown atomic.Uint64 // given way before their first transmission
 }
 
 type queuedMsg struct {
 	name      string
-	msg       []byte
-	down      bool // a down verdict (or a goodbye): gives way last
+	msg       []byte // a whole message, or (from != "") one verdict batch entry
+	from      string // the reporter of the entry: entries of one go in one batch
+	v1        []byte // the entry as a version-1 health message, for fleets with older gateways
+	down      bool   // a down verdict (or a goodbye): gives way last
 	transmits int
 	seq       uint64 // higher is newer
 }
@@ -57,6 +63,24 @@ func newHealthQueue(numNodes func() int, mult int, max func() int) *healthQueue 
 // queue adds msg under name, replacing a message of that name; down marks
 // a message that must not give way to others while they can.
 func (q *healthQueue) queue(name string, msg []byte, down bool) {
+	q.add(name, "", msg, down)
+}
+
+// queueEntry adds a verdict batch entry of reporter from (appendBatchEntry)
+// under name, with queue's rules. Each entry keeps its own transmission
+// count: GetBroadcasts packs the entries due into one batch per reporter,
+// so a batch never supersedes another, and an entry leaves the queue only
+// after its own retransmit limit, or replaced under its own name (an up
+// and a down of one verdict have different names: a down not yet sent
+// survives any later up).
+func (q *healthQueue) queueEntry(name, from string, entry, v1 []byte, down bool) {
+	q.add(name, from, entry, down)
+	q.mu.Lock()
+	q.items[name].v1 = v1
+	q.mu.Unlock()
+}
+
+func (q *healthQueue) add(name, from string, msg []byte, down bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.seq++
@@ -79,7 +103,7 @@ func (q *healthQueue) queue(name string, msg []byte, down bool) {
 		}
 		delete(q.items, worst.name)
 	}
-	q.items[name] = &queuedMsg{name: name, msg: msg, down: down, seq: q.seq}
+	q.items[name] = &queuedMsg{name: name, msg: msg, from: from, down: down, seq: q.seq}
 }
 
 func (q *healthQueue) len() int {
@@ -107,7 +131,11 @@ func healthRetransmitLimit(mult, n int) int {
 }
 
 // GetBroadcasts returns messages whose sizes plus overhead each fit in
-// limit bytes in total, and counts one transmission for each.
+// limit bytes in total, and counts one transmission for each message or
+// batch entry. The batch entries that fit go in one verdict batch, grouped
+// by reporter: the batch costs overhead and its 2-byte header once, each
+// reporter its group header (up to maxBatchCount entries a group), each
+// entry its own bytes.
 func (q *healthQueue) GetBroadcasts(overhead, limit int) [][]byte {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -115,6 +143,7 @@ func (q *healthQueue) GetBroadcasts(overhead, limit int) [][]byte {
 		return nil
 	}
 	maxTransmits := max(q.limit(q.mult, q.numNodes()), 1)
+	batch := q.batch == nil || q.batch()
 	order := make([]*queuedMsg, 0, len(q.items))
 	for _, it := range q.items {
 		order = append(order, it)
@@ -126,19 +155,67 @@ func (q *healthQueue) GetBroadcasts(overhead, limit int) [][]byte {
 		return cmp.Compare(b.seq, a.seq)
 	})
 	var out [][]byte
+	type group struct {
+		from    string
+		entries [][]byte
+	}
+	var groups []*group
+	open := map[string]*group{} // reporter -> its group with room
 	used := 0
 	for _, it := range order {
-		if used+overhead+len(it.msg) > limit {
+		msg, from := it.msg, it.from
+		if from != "" && !batch {
+			msg, from = it.v1, ""
+		}
+		g := open[from]
+		cost := overhead + len(msg)
+		if from != "" {
+			cost = len(msg)
+			if len(groups) == 0 {
+				cost += overhead + batchHeader
+			}
+			if g == nil || len(g.entries) == maxBatchCount {
+				cost += groupHeaderSize(from)
+				g = nil
+			}
+		}
+		if used+cost > limit {
 			continue // a smaller one may still fit
 		}
-		used += overhead + len(it.msg)
-		out = append(out, it.msg)
+		switch {
+		case from == "":
+			out = append(out, msg)
+		case g == nil:
+			g = &group{from: from}
+			groups = append(groups, g)
+			open[from] = g
+			fallthrough
+		default:
+			g.entries = append(g.entries, msg)
+		}
+		used += cost
 		q.sent.Add(1)
-		q.sentBytes.Add(uint64(len(it.msg)))
 		it.transmits++
 		if it.transmits >= maxTransmits {
 			delete(q.items, it.name)
 		}
+	}
+	if len(groups) > 0 {
+		b := append(make([]byte, 0, used), kindBatch, batchVersion)
+		for _, g := range groups {
+			nb, err := appendBatchGroup(b, g.from, g.entries)
+			if err != nil {
+				// Cannot happen: appendBatchEntry checked the name, and
+				// the count is bounded above. Counted if it did.
+				q.lost.Add(uint64(len(g.entries)))
+				continue
+			}
+			b = nb
+		}
+		out = append(out, b)
+	}
+	for _, m := range out {
+		q.sentBytes.Add(uint64(len(m)))
 	}
 	return out
 }

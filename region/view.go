@@ -389,6 +389,18 @@ func (c *core) aliveCount() int {
 	return n
 }
 
+// allHave reports whether every alive member announces capability.
+func (c *core) allHave(capability string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, m := range c.members {
+		if m.gossip == Alive && !slices.Contains(m.gw.Meta.Capabilities, capability) {
+			return false
+		}
+	}
+	return true
+}
+
 func cloneMeta(m Meta) Meta {
 	m.Planes = slices.Clone(m.Planes)
 	m.Capabilities = slices.Clone(m.Capabilities)

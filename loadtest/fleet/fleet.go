@@ -545,7 +545,7 @@ func (f *fleet) timings() (string, region.Timings) {
 
 func (f *fleet) start(name, reg string) (*node, error) {
 	lo := netip.MustParseAddr("127.0.0.1")
-	meta := region.Meta{Region: reg, Control: netip.AddrPortFrom(lo, 1)}
+	meta := region.Meta{Region: reg, Control: netip.AddrPortFrom(lo, 1), Capabilities: []string{region.CapHealthBatch}}
 	for p := range f.o.Planes {
 		meta.Planes = append(meta.Planes, region.Plane{Name: planeName(p), WAN: netip.AddrPortFrom(lo, uint16(2+p))})
 	}
