@@ -164,6 +164,11 @@ func planesCC(o Options, names []string, rtts []time.Duration) ([]report.Row, er
 	rate := o.rate() / 10
 	var rows []report.Row
 	n, i := len(names)*len(rtts)*len(PlaneCounts), 0
+	for _, rtt := range rtts {
+		if rtt >= time.Millisecond {
+			n += len(names) // the unequal row
+		}
+	}
 	for _, name := range names {
 		for _, rtt := range rtts {
 			var one float64
@@ -194,6 +199,8 @@ func planesCC(o Options, names []string, rtts []time.Duration) ([]report.Row, er
 				rows = append(rows, rw)
 			}
 			if rtt >= time.Millisecond {
+				i++
+				o.progress(i, n, fmt.Sprintf("planes %s rtt=%v unequal", name, rtt))
 				rw, err := planesUnequal(o, name, rate, rtt)
 				if err != nil {
 					return nil, err
