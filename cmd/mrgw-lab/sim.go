@@ -98,7 +98,7 @@ func simScenarios() map[string]simScenario {
 		"loss-sweep": {cols: []report.Column{report.ColSystem, report.ColRTT, report.ColLoss, report.ColCapacity, report.ColGoodput, report.ColFraction, report.ColRel, report.ColRetx},
 			doc: "mrgw and the RoCEv2 baseline, 1 plane of 100 Gbit/s, 10µs and 50ms RTT, 0-10% random loss (fixed window)"},
 		"planes": {cols: []report.Column{report.ColSystem, report.ColCC, report.ColRTT, report.ColPlanes, report.ColCapacity, report.ColGoodput, report.ColFraction, report.ColEff, colQueue, colNote},
-			doc: "one connection over 1, 2, 4 and 8 planes of 100 Gbit/s behind ECMP (fixed window); then with the long-RTT controllers over planes of 10 Gbit/s at 10 µs and 50 ms"},
+			doc: "one connection over 1, 2, 4 and 8 planes of 100 Gbit/s behind ECMP (fixed window); then with the long-RTT controllers over planes of 10 Gbit/s at 10 µs and 50 ms, and over six unequal planes (one 5 ms slower, one at 2% loss, one at half rate) at 50 ms"},
 		"utilization":        {cols: append(base, colQueue), doc: "one flow on a 100 Gbit/s ECN bottleneck at 10, 50 and 100 ms RTT"},
 		"rtt-fairness":       {cols: append(base, report.ColJain, colShares, colNote), doc: "flows at 10, 50 and 150 ms RTT through one bottleneck: Jain index per controller"},
 		"convergence":        {cols: append(base, colSettle, colShares, colNote), doc: "a second flow joins a busy 100 Gbit/s, 100 ms link: round trips to the fair share"},

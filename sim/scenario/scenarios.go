@@ -7,6 +7,7 @@ import (
 
 	"github.com/mrgw/mrgw/internal/report"
 	"github.com/mrgw/mrgw/metaroce"
+	"github.com/mrgw/mrgw/sim"
 )
 
 // Options scale the reference scenarios. The zero value runs them as
@@ -163,6 +164,11 @@ func planesCC(o Options, names []string, rtts []time.Duration) ([]report.Row, er
 	rate := o.rate() / 10
 	var rows []report.Row
 	n, i := len(names)*len(rtts)*len(PlaneCounts), 0
+	for _, rtt := range rtts {
+		if rtt >= time.Millisecond {
+			n += len(names) // the unequal row
+		}
+	}
 	for _, name := range names {
 		for _, rtt := range rtts {
 			var one float64
@@ -192,9 +198,59 @@ func planesCC(o Options, names []string, rtts []time.Duration) ([]report.Row, er
 				rw.Note = fmt.Sprintf("standing queue %.2f ms", standingQueue(r, w)/float64(units.BitRate(rate).Bytes())*1e3)
 				rows = append(rows, rw)
 			}
+			if rtt >= time.Millisecond {
+				i++
+				o.progress(i, n, fmt.Sprintf("planes %s rtt=%v unequal", name, rtt))
+				rw, err := planesUnequal(o, name, rate, rtt)
+				if err != nil {
+					return nil, err
+				}
+				rows = append(rows, rw)
+			}
 		}
 	}
 	return rows, nil
+}
+
+// UnequalPlanes is the unequal row of the planes scenario: six planes, of
+// which plane 1 is 5 ms slower (one way), plane 2 loses 2% of its packets
+// and plane 3 runs at half rate, as in issue 16 item 5. The row's Fraction
+// is of the usable capacity: the planes' rates, the lossy one's less its
+// loss.
+const UnequalPlanes = 6
+
+// planesUnequal runs one connection of controller name over the unequal
+// planes (UnequalPlanes) at rtt, each plane of rate bit/s at most.
+func planesUnequal(o Options, name string, rate float64, rtt time.Duration) (report.Row, error) {
+	p := UnequalPlanes
+	f, err := factory(name, float64(p)*rate, rtt)
+	if err != nil {
+		return report.Row{}, err
+	}
+	d, w := o.scale(60*rtt), o.scale(30*rtt)
+	s := Setup{Planes: p, RateBps: rate, RTT: rtt, Paths: 16 * p, CC: f, ECNThreshold: ecnThreshold(rate, rtt),
+		Duration: d, Warmup: w, Seed: o.Seed + 2, Sample: max(rtt/4, 50*time.Microsecond),
+		Faults: func(n *sim.Network) {
+			for _, l := range n.Route(0, 1, 1) {
+				l.SetDelay(l.Config().Delay + 5*time.Millisecond)
+			}
+			for _, l := range n.Route(0, 1, 2) {
+				l.SetLoss(0.02)
+			}
+			for _, l := range n.Route(0, 1, 3) {
+				l.SetRate(int64(rate / 2))
+			}
+		}}
+	r, err := Run(s)
+	if err != nil {
+		return report.Row{}, err
+	}
+	usable := (float64(p-2) + 0.98 + 0.5) * rate
+	rw := ccRow("planes", "unequal", s, r)
+	rw.Jain, rw.Shares = 0, nil
+	rw.Fraction = r.GoodputBps / usable
+	rw.Note = fmt.Sprintf("standing queue %.2f ms (fullest plane); fraction of usable capacity: plane 1 +5 ms, plane 2 2%% loss, plane 3 half rate", standingQueue(r, w)/float64(units.BitRate(rate).Bytes())*1e3)
+	return rw, nil
 }
 
 // standingQueue is the mean, over the samples from `from` on, of the
