@@ -33,6 +33,11 @@ var notConversions = map[string]string{
 	"tunnel/control/session.go: (7*s.srtt + rtt) / 8": "SRTT gain 1/8",
 	"cc/aimd.go: (d - p.rttDev) / 8":                  "RTT deviation gain 1/8",
 	"loadtest/recovery/recovery.go: rtt / 8":          "sampling step of an eighth of a round trip",
+	"metaroce/sent.go: i / 8":                         "SACK bitmap index",
+	// PINGs: eight per dead-after, so that a peer silent for the
+	// dead-after has missed eight answers, not one.
+	"gateway/gateway.go: proto.DeadAfter / 8": "PING interval, an eighth of the dead-after",
+	"host/host.go: c.DeadAfter / 8":           "PING interval, an eighth of the dead-after",
 	// Counts of things.
 	"cc/aimd.go: 8 * a.pkt":                     "eight packets",
 	"loadtest/chaos/chaos.go: 8 * o.Window":     "eight windows of message slots",
