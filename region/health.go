@@ -94,13 +94,7 @@ func appendHealth(b []byte, h HealthReport, age time.Duration) ([]byte, error) {
 			return nil, err
 		}
 	}
-	b = append(b, byte(h.State))
-	b = binary.BigEndian.AppendUint32(b, uint32(h.RTT/time.Microsecond))
-	b = binary.BigEndian.AppendUint16(b, fraction16(h.Loss))
-	b = binary.BigEndian.AppendUint16(b, fraction16(h.ECNFraction))
-	b = binary.BigEndian.AppendUint64(b, uint64(h.At.UnixNano()))
-	age = min(max(age, 0), maxAge)
-	return binary.BigEndian.AppendUint32(b, uint32(age/time.Millisecond)), nil
+	return appendVerdict(b, h, age), nil
 }
 
 // decodeHealth decodes one health message and the age it was sent with.
@@ -279,13 +273,7 @@ func appendBatchEntry(b []byte, h HealthReport, age time.Duration) ([]byte, erro
 	if b, err = appendString(b, "plane", h.Plane, false); err != nil {
 		return nil, err
 	}
-	b = append(b, byte(h.State))
-	b = binary.BigEndian.AppendUint32(b, uint32(h.RTT/time.Microsecond))
-	b = binary.BigEndian.AppendUint16(b, fraction16(h.Loss))
-	b = binary.BigEndian.AppendUint16(b, fraction16(h.ECNFraction))
-	b = binary.BigEndian.AppendUint64(b, uint64(h.At.UnixNano()))
-	age = min(max(age, 0), maxAge)
-	return binary.BigEndian.AppendUint32(b, uint32(age/time.Millisecond)), nil
+	return appendVerdict(b, h, age), nil
 }
 
 // decodeBatch decodes a verdict batch into its reports and their ages.
@@ -332,4 +320,17 @@ func decodeBatch(b []byte) ([]HealthReport, []time.Duration, error) {
 		return nil, nil, fmt.Errorf("verdict batch: %w", r.err)
 	}
 	return hs, ages, nil
+}
+
+// appendVerdict appends what a single health message and a batch entry
+// share after the names: state, RTT, loss, ECN fraction, the time of the
+// verdict and the age it is sent with (clamped to maxAge).
+func appendVerdict(b []byte, h HealthReport, age time.Duration) []byte {
+	b = append(b, byte(h.State))
+	b = binary.BigEndian.AppendUint32(b, uint32(h.RTT/time.Microsecond))
+	b = binary.BigEndian.AppendUint16(b, fraction16(h.Loss))
+	b = binary.BigEndian.AppendUint16(b, fraction16(h.ECNFraction))
+	b = binary.BigEndian.AppendUint64(b, uint64(h.At.UnixNano()))
+	age = min(max(age, 0), maxAge)
+	return binary.BigEndian.AppendUint32(b, uint32(age/time.Millisecond))
 }
