@@ -686,6 +686,9 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	default:
 	}
 	g.log.Info("gateway draining")
+	if g.listener != nil {
+		g.listener.Draining()
+	}
 	bg := context.Background()
 	_ = g.ep.Call(bg, func(now time.Duration, _ *metaroce.Endpoint) { g.relay.draining = true })
 	_ = g.cluster.Leave(time.Second)

@@ -235,6 +235,11 @@ func Listen(ctx context.Context, addr string, cfg Config) (*Listener, error) {
 // timed out (guard.go). Safe for concurrent use.
 func (l *Listener) Stats() ListenerStats { return l.guard.stats() }
 
+// Draining tells the listener its gateway is shutting down: packets of the
+// connections it is closing and of the dials it cancelled still arrive for
+// a while, and are then counted but not warned about.
+func (l *Listener) Draining() { l.guard.draining.Store(true) }
+
 // SyscallConn is the listening socket's, for reading its kernel drop count.
 func (l *Listener) SyscallConn() (syscall.RawConn, error) {
 	return l.tr.Conn.(*net.UDPConn).SyscallConn()

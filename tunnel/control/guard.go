@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -108,7 +109,11 @@ type ListenerStats struct {
 var errBusy = errors.New("control: too many handshakes in progress")
 
 type guard struct {
-	log        *ratelog.Logger
+	log *ratelog.Logger
+	// draining: the gateway is shutting down; the stray packets of the
+	// connections it just closed or stopped dialing (unexpected, unknown
+	// connection) are counted but logged at debug, not warned.
+	draining   atomic.Bool
 	max        int64
 	inProgress atomic.Int64
 	dropped    [numGuardReasons]atomic.Uint64
@@ -143,6 +148,12 @@ func (g *guard) drop(reason string, remote net.Addr) {
 		g.log.Info("control_"+reason, "control: Initial without an address token answered with a Retry (stateless address validation)", "remote", addr)
 	case DropBusy:
 		g.log.Warn("control_"+reason, "control: handshake refused: too many in progress", "remote", addr, "max", g.max)
+	case DropUnexpected, DropUnknownConn:
+		level := slog.LevelWarn
+		if g.draining.Load() {
+			level = slog.LevelDebug
+		}
+		g.log.Log(level, "control_"+reason, "control: packet dropped before any connection", "remote", addr)
 	default:
 		g.log.Warn("control_"+reason, "control: packet dropped before any connection", "remote", addr)
 	}

@@ -1,11 +1,14 @@
 package control
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -169,5 +172,33 @@ func TestTriggerReasons(t *testing.T) {
 	}
 	if len(DropReasons) != numGuardReasons {
 		t.Errorf("numGuardReasons %d, DropReasons has %d", numGuardReasons, len(DropReasons))
+	}
+}
+
+// TestDrainingQuietsStrayPackets: a gateway that is shutting down still
+// receives packets of the connections it closed and of the dials it
+// cancelled; they are counted, but only a live listener warns about them.
+func TestDrainingQuietsStrayPackets(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	// A zero interval: every line is written, so a missing one is the level.
+	g := newGuard(ratelog.New(log, 0), MaxHandshakes)
+	g.drop(DropUnexpected, nil)
+	if !strings.Contains(buf.String(), "level=WARN") {
+		t.Fatalf("a live listener did not warn about an unexpected packet: %q", buf.String())
+	}
+	buf.Reset()
+	g.draining.Store(true)
+	g.drop(DropUnexpected, nil)
+	g.drop(DropUnknownConn, nil)
+	if buf.Len() != 0 {
+		t.Errorf("a draining listener warned about stray packets: %q", buf.String())
+	}
+	g.drop(DropMalformed, nil)
+	if !strings.Contains(buf.String(), "level=WARN") {
+		t.Errorf("a draining listener stopped warning about malformed packets: %q", buf.String())
+	}
+	if st := g.stats(); st.Dropped[DropUnexpected] != 2 || st.Dropped[DropUnknownConn] != 1 {
+		t.Errorf("stray packets not counted while draining: %v", st.Dropped)
 	}
 }
