@@ -1006,8 +1006,9 @@ func (f *fleet) knownDown(ep *episode, b *node, plane int, users []*node) {
 			// the far end die, which this harness does not model. The
 			// table's one slot per (gateway, plane) may show another
 			// reporter's verdict there, so the check above can miss it.
-			// Waiting for gossip here measured b's next renewal (a
-			// refresh interval: 2.9 s at 8 gateways) or nothing at all
+			// Waiting for gossip here measured whatever message came
+			// next (a renewal, up to TTL/3 = 10 s later, or a released
+			// hold: 2.9 s, 6.5 s, 6.9 s at 8 gateways) or nothing at all
 			// (missed), not the verdict's spread.
 			if w, own := b.c.OwnWire(u.name, p); own && (w == pathmgr.Down || w == pathmgr.Probing) {
 				h, ok = region.HealthReport{State: w}, true
