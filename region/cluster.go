@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/mrgw/mrgw/internal/ratelog"
+	"github.com/mrgw/mrgw/pathmgr"
 	"log"
 	"log/slog"
 	"net/netip"
@@ -486,6 +487,19 @@ func (c *Cluster) HealthTables() HealthTables {
 // has From = Peer); else this gateway's own verdict on its paths to peer
 // over plane.
 func (c *Cluster) Health(peer, plane string) (HealthReport, bool) { return c.core.latest(peer, plane) }
+
+// OwnWire returns what this gateway's own verdict on its paths to peer
+// over plane last said on the wire, which differs from the local verdict
+// while flap damping holds an up back (the wire keeps saying down).
+func (c *Cluster) OwnWire(peer, plane string) (pathmgr.State, bool) {
+	c.core.mu.Lock()
+	defer c.core.mu.Unlock()
+	o := c.core.own.peers[plane][peer]
+	if o == nil {
+		return pathmgr.Up, false
+	}
+	return o.wire, true
+}
 
 // Stats returns the cluster's counters.
 func (c *Cluster) Stats() Stats {

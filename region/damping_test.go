@@ -220,3 +220,42 @@ func TestFlapDampingMaxHold(t *testing.T) {
 		t.Errorf("still held %s after the last flap (MaxHold %s)", DefaultDampingMaxHold, DefaultDampingMaxHold)
 	}
 }
+
+// Issue #15, fleet at 8 gateways: a3 flapped its paths to b1 over p0, so
+// its up is held and the wire (and every table) keeps saying (b1, p0)
+// down, From a3. When b1's plane p0 then fails for real, b1's own verdict
+// is the owner's word and must go out at once: it used to be deduplicated
+// as "another reporter of the same verdict" against a3's held down, so
+// b1 sent nothing until its renewal a refresh interval later (2.9 s in
+// the fleet), and a3's released up could meanwhile say the plane was up.
+func TestOwnPlaneDownNotDedupedAgainstHeldPeerVerdict(t *testing.T) {
+	c, now := fakeCore(t, Config{HealthTTL: 9 * time.Second})
+	c.self = "b1"
+	// a3's verdict on its paths to b1 over p0, renewed while held.
+	if !c.addHealth(HealthReport{From: "a3", Peer: "b1", Plane: "p0", State: pathmgr.Down, At: *now}, 0, false) {
+		t.Fatal("a3's down refused")
+	}
+	*now = now.Add(100 * time.Millisecond) // inside the dedup window
+	if got := wire(own(t, c, now, "b1", "p0", pathmgr.Down)); got != "[b1/p0 down]" {
+		t.Fatalf("b1's own plane down sent %q, want it at once", got)
+	}
+	if got, _ := c.latest("b1", "p0"); got.From != "b1" || got.State != pathmgr.Down {
+		t.Errorf("table holds %+v, want b1's own down", got)
+	}
+
+	// A receiver holding a3's down takes b1's own down as news (and
+	// relays it); a second other reporter of it still is not news.
+	r, rnow := fakeCore(t, Config{HealthTTL: 9 * time.Second})
+	r.addHealth(HealthReport{From: "a3", Peer: "b1", Plane: "p0", State: pathmgr.Down, At: *rnow}, 0, false)
+	*rnow = rnow.Add(100 * time.Millisecond)
+	if !r.addHealth(HealthReport{From: "b1", Peer: "b1", Plane: "p0", State: pathmgr.Down, At: *rnow}, 0, false) {
+		t.Error("b1's own down was not news to a table holding a3's down on b1's plane")
+	}
+	*rnow = rnow.Add(100 * time.Millisecond)
+	if r.addHealth(HealthReport{From: "a2", Peer: "b1", Plane: "p0", State: pathmgr.Down, At: *rnow}, 0, false) {
+		t.Error("a second reporter's down after b1's own was news")
+	}
+	if r.addHealth(HealthReport{From: "b1", Peer: "b1", Plane: "p0", State: pathmgr.Down, At: rnow.Add(-time.Millisecond)}, 0, false) {
+		t.Error("a copy of b1's own down was news")
+	}
+}

@@ -155,8 +155,15 @@ func (c *core) newsLocked(h HealthReport, born, now time.Time) bool {
 		return false // the same reporter's, not newer (a copy, or late)
 	case old.r.From != h.From && !born.After(old.born):
 		return false // measured before the verdict held
-	case old.r.State == h.State && born.Sub(old.born) < c.dedupWindow():
-		return false // the same verdict, fresh: another reporter of it
+	case old.r.State == h.State && born.Sub(old.born) < c.dedupWindow() &&
+		!(h.From == h.Peer && old.r.From != old.r.Peer):
+		// The same verdict, fresh: another reporter of it. Not when h is
+		// the plane's own gateway's verdict on it and the table holds
+		// another's: a peer's verdict on its paths to that gateway (one
+		// damping may be holding at down long after the fact) must not
+		// silence the owner's, or the owner's down waits for its renewal
+		// (a refresh interval) and the peer's later up overwrites it.
+		return false
 	}
 	return true
 }
