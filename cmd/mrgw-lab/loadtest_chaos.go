@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/mrgw/mrgw/internal/report"
 	"github.com/mrgw/mrgw/loadtest/chaos"
 )
 
@@ -70,12 +70,8 @@ failed, a flow did not recover, or a check failed.`,
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetEscapeHTML(false)
-				for _, r := range rep.Rows {
-					if err := enc.Encode(r); err != nil {
-						return err
-					}
+				if err := report.WriteJSONLines(out, rep.Rows); err != nil {
+					return err
 				}
 			} else {
 				writeChaosReport(out, rep, verbose)

@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mrgw/mrgw/internal/plot"
+	"github.com/mrgw/mrgw/internal/report"
 	"github.com/mrgw/mrgw/loadtest/fleet"
 )
 
@@ -85,12 +86,8 @@ anything was lost or missed or a table overflowed.`,
 					ok = ok && rep.OK()
 					all = append(all, rep.Rows...)
 					if asJSON {
-						enc := json.NewEncoder(out)
-						enc.SetEscapeHTML(false)
-						for _, r := range rep.Rows {
-							if err := enc.Encode(r); err != nil {
-								return err
-							}
+						if err := report.WriteJSONLines(out, rep.Rows); err != nil {
+							return err
 						}
 					} else {
 						writeFleet(out, rep.Rows)

@@ -149,6 +149,19 @@ func WriteJSON(w io.Writer, rows []Row) error {
 	return nil
 }
 
+// WriteJSONLines writes rows of any type as JSON, one object per line, with
+// <, > and & left as they are (the load tests' notes carry them).
+func WriteJSONLines[T any](w io.Writer, rows []T) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	for i := range rows {
+		if err := enc.Encode(&rows[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Column is one column of a table.
 type Column struct {
 	Title string

@@ -106,3 +106,20 @@ func TestFormatForPeople(t *testing.T) {
 		t.Errorf("rtt column of a row of several round trips:\n%s", b.String())
 	}
 }
+
+// TestWriteJSONLines: one object per line, in order, with the notes' <, >
+// and & written as they are.
+func TestWriteJSONLines(t *testing.T) {
+	type row struct {
+		Fault string `json:"fault"`
+		Note  string `json:"note"`
+	}
+	var b strings.Builder
+	if err := WriteJSONLines(&b, []row{{"a", "p99 < 1 s & ok"}, {"b", ""}}); err != nil {
+		t.Fatal(err)
+	}
+	want := `{"fault":"a","note":"p99 < 1 s & ok"}` + "\n" + `{"fault":"b","note":""}` + "\n"
+	if b.String() != want {
+		t.Errorf("got %q, want %q", b.String(), want)
+	}
+}
