@@ -16,7 +16,8 @@ import (
 // wire, since what the others hold does not change. The up goes out when
 // the penalty has decayed below Reuse, if the verdict is still up then.
 // A plane that flaps every few seconds thus costs two messages per hold,
-// not two per flap; a plane that fails once or twice is never held.
+// not two per flap; a plane that fails once (or twice, more than 4.8 s
+// apart at the defaults) is never held.
 //
 // The penalty is capped so that no up is held longer than MaxHold after
 // the last flap. State: one entry per verdict this gateway publishes that

@@ -319,6 +319,13 @@ func decodeBatch(b []byte) ([]HealthReport, []time.Duration, error) {
 	if r.err != nil {
 		return nil, nil, fmt.Errorf("verdict batch: %w", r.err)
 	}
+	// A batch with one invalid entry is not a gateway's (its encoder
+	// validates every entry): refused whole.
+	for i := range hs {
+		if err := checkHealth(&hs[i]); err != nil {
+			return nil, nil, fmt.Errorf("verdict batch entry %d: %w", i, err)
+		}
+	}
 	return hs, ages, nil
 }
 

@@ -63,7 +63,7 @@ func newHealthQueue(numNodes func() int, mult int, max func() int) *healthQueue 
 // queue adds msg under name, replacing a message of that name; down marks
 // a message that must not give way to others while they can.
 func (q *healthQueue) queue(name string, msg []byte, down bool) {
-	q.add(name, "", msg, down)
+	q.add(name, "", msg, nil, down)
 }
 
 // queueEntry adds a verdict batch entry of reporter from (appendBatchEntry)
@@ -74,13 +74,12 @@ func (q *healthQueue) queue(name string, msg []byte, down bool) {
 // and a down of one verdict have different names: a down not yet sent
 // survives any later up).
 func (q *healthQueue) queueEntry(name, from string, entry, v1 []byte, down bool) {
-	q.add(name, from, entry, down)
-	q.mu.Lock()
-	q.items[name].v1 = v1
-	q.mu.Unlock()
+	q.add(name, from, entry, v1, down)
 }
 
-func (q *healthQueue) add(name, from string, msg []byte, down bool) {
+// add queues msg (and, for a batch entry, its version-1 form) in one
+// critical section: an entry is never seen, or evicted, without its v1.
+func (q *healthQueue) add(name, from string, msg, v1 []byte, down bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.seq++
@@ -103,7 +102,7 @@ func (q *healthQueue) add(name, from string, msg []byte, down bool) {
 		}
 		delete(q.items, worst.name)
 	}
-	q.items[name] = &queuedMsg{name: name, msg: msg, from: from, down: down, seq: q.seq}
+	q.items[name] = &queuedMsg{name: name, msg: msg, from: from, v1: v1, down: down, seq: q.seq}
 }
 
 func (q *healthQueue) len() int {
