@@ -52,8 +52,9 @@ type connInfo struct {
 	// live watches a WAN peer for silence (watchSilence).
 	live liveness.Watch
 	// blackHoles is the connection's PMTU black-hole verdicts logged so
-	// far (watchSilence logs each new one).
-	blackHoles uint64
+	// far, in all and per plane group (watchSilence logs each new one).
+	blackHoles      uint64
+	groupBlackHoles []uint64
 }
 
 type flowState uint8
@@ -288,9 +289,13 @@ func (r *relay) logBlackHoles(ci *connInfo) {
 	}
 	ci.blackHoles = n
 	for _, gr := range ci.c.PMTU() {
-		if gr.Stats.BlackHoles == 0 {
-			continue
+		for len(ci.groupBlackHoles) <= gr.Group {
+			ci.groupBlackHoles = append(ci.groupBlackHoles, 0)
 		}
+		if gr.Stats.BlackHoles == ci.groupBlackHoles[gr.Group] {
+			continue // no new verdict on this plane
+		}
+		ci.groupBlackHoles[gr.Group] = gr.Stats.BlackHoles
 		r.g.pmtuLog.Warn(ci.wan.name+"/"+r.g.planeName(gr.Group), "path MTU black hole: the size stopped crossing the plane; discovery searches again",
 			"peer", ci.wan.name, "plane", r.g.planeName(gr.Group), "datagram_bytes", gr.Size,
 			"carries_data", gr.Data, "black_holes", gr.Stats.BlackHoles)
@@ -746,7 +751,12 @@ func (r *relay) routeExcept(flowID uint64, dst string, skip []*connInfo) (*connI
 	// DeadAfters in series). The second pass takes it anyway rather than
 	// refuse.
 	now := r.g.ep.Now()
+	// Suspect: two PING intervals unanswered (DeadAfter/4 at the default
+	// PING interval of DeadAfter/8); without PINGs, DeadAfter/4.
 	suspect := r.g.deadAfter / 4
+	if r.g.wanPingEvery > 0 {
+		suspect = 2 * r.g.wanPingEvery
+	}
 	for pass := range 2 {
 		for _, k := range order {
 			p := r.g.peer(gws[k].Name)

@@ -280,8 +280,6 @@ func (c *Conn) OnTooBig(now time.Duration, path, size int) {
 	}
 }
 
-// PMTU returns the state of each path group's search (nil when discovery
-// is off or the connection is not established yet).
 // PMTUBlackHoles is how many black-hole verdicts c's path MTU discovery
 // has made over all its groups: a cheap counter a driver can poll to log
 // the verdicts (PMTU gives the detail, but allocates).
@@ -296,6 +294,8 @@ func (c *Conn) PMTUBlackHoles() uint64 {
 	return n
 }
 
+// PMTU returns the state of each path group's search (nil when discovery
+// is off or the connection is not established yet).
 func (c *Conn) PMTU() []PMTUGroup {
 	p := c.pmtu
 	if p == nil || len(p.groups) == 0 {
