@@ -152,8 +152,9 @@ type AIMD struct {
 	// mkF is the running fraction of acked bytes that were marked, the
 	// input of the marked-fraction price (AIMDConfig.MarkPrice); mkLast
 	// its clock.
-	mkF    float64
-	mkLast time.Duration
+	mkF       float64
+	mkLast    time.Duration
+	mkStarted bool // mkLast is set: the first sample only starts the clock
 	// held is the rate the connection had before the receiver's hint
 	// capped it, less its own back-offs since: when the receiver releases
 	// its hold-back, the connection returns to it (never above the hint).
@@ -775,6 +776,13 @@ func (a *AIMD) markPrice() time.Duration {
 // delivered).
 func (a *AIMD) markSample(now time.Duration, acked, marked int) {
 	if acked <= 0 {
+		return
+	}
+	if !a.mkStarted {
+		// The first sample after the search starts the clock: weighted
+		// by the time since the connection began (or since 0), one
+		// marked ack would set the price at its maximum.
+		a.mkStarted, a.mkLast = true, now
 		return
 	}
 	dt := max(0, now-a.mkLast)
