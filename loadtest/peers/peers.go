@@ -420,6 +420,9 @@ func Bulk(ctx context.Context, p Peer, l Link, warmup, duration time.Duration, o
 // measure samples a byte counter after warmup and after duration and
 // returns bits per second.
 func measure(ctx context.Context, count func() uint64, warmup, duration time.Duration) (float64, error) {
+	if err := firstProgress(ctx, count); err != nil {
+		return 0, err
+	}
 	stop := sample(ctx, []func() uint64{count}, warmup, warmup+duration)
 	defer stop()
 	if err := sleep(ctx, warmup); err != nil {
@@ -432,6 +435,31 @@ func measure(ctx context.Context, count func() uint64, warmup, duration time.Dur
 	t1, b1 := time.Now(), count()
 	return float64(units.Throughput(float64(b1-b0), t1.Sub(t0).Seconds())), nil
 }
+
+// firstProgress waits until count has moved from zero: the warm-up
+// starts when the flow does, not when it was asked to, so a handshake or
+// a first message slowed by a busy machine is not measured as a stall
+// (CI once saw mrgw's first 1 MiB message complete only after a 0.5 s
+// warm-up and 1 s window had passed). It waits on progress, bounded by ctx;
+// every system's measurement starts the same way.
+func firstProgress(ctx context.Context, count func() uint64) error {
+	ctx, cancel := context.WithTimeout(ctx, startLimit)
+	defer cancel()
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for count() == 0 {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return fmt.Errorf("peers: the flow moved nothing in its first %v: %w", startLimit, ctx.Err())
+		}
+	}
+	return nil
+}
+
+// startLimit bounds firstProgress: a flow that has completed nothing this
+// long after it started is broken, not slow.
+const startLimit = 30 * time.Second
 
 func sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)

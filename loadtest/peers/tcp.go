@@ -279,6 +279,9 @@ func tcpCCs(conns []net.Conn) (string, uint64) {
 // atEnd just after its last, so the check covers what the figure covers
 // (warm-up and bbr's startup excluded, as from the figure).
 func measureWindow(ctx context.Context, count func() uint64, warmup, duration time.Duration, atStart, atEnd func()) (float64, error) {
+	if err := firstProgress(ctx, count); err != nil {
+		return 0, err
+	}
 	stop := sample(ctx, []func() uint64{count}, warmup, warmup+duration)
 	defer stop()
 	if err := sleep(ctx, warmup); err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -330,6 +331,30 @@ func (f *tunnelFlow) result(ctx context.Context) Result {
 
 func (f *tunnelFlow) close() { f.p.close() }
 
+// diagnose describes the sender's state for an error that says a flow
+// stalled: its counters and each path's state, so that a rare stall seen
+// on a CI machine says where it was.
+func (f *tunnelFlow) diagnose(ctx context.Context) string {
+	out := "no connection"
+	_ = f.p.a.Endpoint().Call(ctx, func(_ time.Duration, _ *metaroce.Endpoint) {
+		f.mu.Lock()
+		c := f.sender
+		f.mu.Unlock()
+		if c == nil {
+			return
+		}
+		st := c.Stats
+		var b strings.Builder
+		fmt.Fprintf(&b, "sent %d, retransmits %d, acks %d, lost %d, timeouts %d, messages %d sent %d failed, pmtu probes %d/%d acked; paths:",
+			st.DataSent, st.Retransmits, st.AcksReceived, st.PacketsLost, st.Timeouts, st.MessagesSent, st.MessagesFailed, st.PMTUProbesSent, st.PMTUProbesAcked)
+		for i, p := range c.Paths().Paths {
+			fmt.Fprintf(&b, " %d:%v/srtt %v/window %d", i, p.State, p.SRTT, c.Controller().Window(i))
+		}
+		out = b.String()
+	})
+	return out
+}
+
 // pathProbe reads the sender's per-path state for plots (Options.Record).
 func (f *tunnelFlow) pathProbe() probeFunc {
 	return pathProbe(f.p.a, func() *metaroce.Conn {
@@ -393,7 +418,7 @@ func tunnelBulk(ctx context.Context, rocev2 bool, l Link, warmup, duration time.
 		return r, err
 	}
 	if bps == 0 {
-		return r, fmt.Errorf("peers: %s moved nothing during the measurement", map[bool]string{false: MRGW, true: RoCEv2}[rocev2])
+		return r, fmt.Errorf("peers: %s moved nothing during the measurement (%s)", map[bool]string{false: MRGW, true: RoCEv2}[rocev2], f.diagnose(ctx))
 	}
 	return r, nil
 }
