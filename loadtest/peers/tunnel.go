@@ -256,6 +256,12 @@ func newTunnelPair(ctx context.Context, n tunnelNet, protoA, protoB metaroce.Con
 // bulkMsg is the size of each WRITE in bulk transfers.
 const bulkMsg = 1 << 20
 
+// quickBulkMsg is the WRITE size of a Quick (test) bulk transfer: goodput
+// counts completed messages, and under the race detector on a busy
+// machine a tunnel may move less than one 1 MiB message per second (a
+// test's whole window), which would read as a stall.
+const quickBulkMsg = 64 << 10
+
 // bulkOutstanding is how many WRITEs a bulk transfer keeps queued. Messages
 // complete in order, so the oldest one, waiting for its last repairs, holds
 // the whole queue: under 10% loss a retransmission is lost again often
@@ -290,9 +296,12 @@ func startTunnelFlow(ctx context.Context, n tunnelNet, rocev2 bool, l Link, o Op
 		return nil, err
 	}
 	f = &tunnelFlow{ccName: ccName}
-	outstanding := bulkOutstanding(l)
-	src := make([]byte, bulkMsg)
-	dst := make([]byte, bulkMsg)
+	outstanding, msg := bulkOutstanding(l), bulkMsg
+	if o.Quick {
+		outstanding, msg = outstanding*(bulkMsg/quickBulkMsg), quickBulkMsg
+	}
+	src := make([]byte, msg)
+	dst := make([]byte, msg)
 	onA := func(now time.Duration, ev metaroce.Event) {
 		switch ev.Kind {
 		case metaroce.EventConnected:
