@@ -93,6 +93,17 @@ type Sealer interface {
 	Open(dst, datagram []byte) ([]byte, error)
 }
 
+// RunSealer is a Sealer that can also hand a sender goroutine a run of
+// counters at once. A sender then seals its batch for the peer from the
+// run (seal.Run.Seal, the same datagrams Seal makes) with one atomic
+// operation per batch instead of one per datagram on a counter that every
+// sender writes (see tx.go). Reserve replaces what r held; it returns how
+// many counters r got, fewer than n only when the key is exhausted.
+type RunSealer interface {
+	Sealer
+	Reserve(r *seal.Run, n int) int
+}
+
 // Peer is a remote endpoint.
 type Peer struct {
 	ID PeerID

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mrgw/mrgw/metaroce"
+	"github.com/mrgw/mrgw/netio/seal"
 	"github.com/mrgw/mrgw/netio/udp"
 )
 
@@ -60,6 +61,10 @@ type sendBatch struct {
 type txSender struct {
 	in    chan *sendBatch
 	dirty []*sock // sockets with datagrams waiting (sender only)
+	// run holds the counters this sender reserved for the rest of its
+	// batch from a RunSealer (sender only): one reservation per batch
+	// and peer, and a nonce buffer of its own.
+	run seal.Run
 }
 
 // txState is the owner goroutine's side of the pipeline.
@@ -144,12 +149,30 @@ func (e *Endpoint) sendLoop(w *txSender) {
 
 // writeBatch seals b's datagrams and writes them, one WriteBatch per socket.
 func (e *Endpoint) writeBatch(w *txSender, b *sendBatch) {
+	// runFor is the Sealer w.run's counters came from this batch, and rs
+	// it as a RunSealer (nil: it is not one, so each datagram takes its
+	// counter through Seal).
+	var runFor Sealer
+	var rs RunSealer
 	for i := range b.items {
 		it := &b.items[i]
 		wire := it.buf[maxOverhead : maxOverhead+it.n]
 		if it.sealer != nil {
 			start := maxOverhead - it.sealer.Prefix()
-			out, err := it.sealer.Seal(it.buf[start:start], wire)
+			if it.sealer != runFor {
+				runFor = it.sealer
+				rs, _ = it.sealer.(RunSealer)
+				if rs != nil {
+					rs.Reserve(&w.run, sealedFor(b.items[i:], it.sealer))
+				}
+			}
+			var out []byte
+			var err error
+			if rs != nil {
+				out, err = w.run.Seal(it.buf[start:start], wire)
+			} else {
+				out, err = it.sealer.Seal(it.buf[start:start], wire)
+			}
 			if err != nil {
 				e.ctr.sealErr.Add(1)
 				continue
@@ -200,6 +223,21 @@ func (e *Endpoint) writeBatch(w *txSender, b *sendBatch) {
 	}
 	clear(w.dirty)
 	w.dirty = w.dirty[:0]
+}
+
+// sealedFor counts the datagrams of items that s seals: the counters a
+// sender reserves when it meets s in its batch. A batch mostly holds one
+// peer's datagrams; those of another peer in between make s's run be
+// reserved again when s comes back (its unused counters are skipped, never
+// reused).
+func sealedFor(items []txItem, s Sealer) int {
+	n := 0
+	for i := range items {
+		if items[i].sealer == s {
+			n++
+		}
+	}
+	return n
 }
 
 // txFrom is the path a queued datagram was sent on (conn nil: a reply).
