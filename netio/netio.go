@@ -359,6 +359,11 @@ func New(cfg Config) (*Endpoint, error) {
 		// millisecond late; let the pacer send what fell due meanwhile.
 		cfg.Protocol.PacingSlack = DefaultPacingSlack
 	}
+	// A datagram leaves when its sender writes it, not when the owner
+	// polls it: the senders' returned batches say when (tx.go returned),
+	// and a datagram still with a sender does not start its path's probe
+	// timeout (metaroce Config.DepartureWait).
+	cfg.Protocol.DepartureWait = maxSenderWait
 	if !cfg.Listen.Addr().IsValid() {
 		return nil, fmt.Errorf("netio: Listen address is required")
 	}
