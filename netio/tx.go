@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"time"
 
+	"golang.org/x/sys/cpu"
+
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/netio/seal"
 	"github.com/mrgw/mrgw/netio/udp"
@@ -59,12 +61,19 @@ type sendBatch struct {
 
 // txSender is one sender goroutine's queue and its scratch state.
 type txSender struct {
-	in    chan *sendBatch
-	dirty []*sock // sockets with datagrams waiting (sender only)
+	in chan *sendBatch // the owner sends on it; never written after initTx
+	// What follows is written by the sender alone, run for every datagram
+	// it seals: on cache lines of its own, so that the two senders (whose
+	// structs are allocated side by side) and the owner do not pass a line
+	// back and forth per datagram (false sharing, as the one counter every
+	// sender took a datagram's counter from was: the line run replaces).
+	_     cpu.CacheLinePad
+	dirty []*sock // sockets with datagrams waiting
 	// run holds the counters this sender reserved for the rest of its
-	// batch from a RunSealer (sender only): one reservation per batch
-	// and peer, and a nonce buffer of its own.
+	// batch from a RunSealer: one reservation per batch and peer, and a
+	// nonce buffer of its own.
 	run seal.Run
+	_   cpu.CacheLinePad
 }
 
 // txState is the owner goroutine's side of the pipeline.
