@@ -96,8 +96,10 @@ type Config struct {
 	// HealthTTL is how long a path-health report is believed after it was
 	// measured (default 30 s). Reporters should republish well within it.
 	HealthTTL time.Duration
-	// MaxHealthReports bounds the health table (default 4096); when full,
-	// the oldest report gives way.
+	// MaxHealthReports bounds the health table; zero (the default) means
+	// max(DefaultMaxHealthReports, 2·G·P), which follows the fleet
+	// ([Cluster.HealthBound]). When full, the oldest report gives way (a
+	// down only to another down, counted).
 	MaxHealthReports int
 	// JoinAttempts bounds the rounds [Cluster.Join] makes (default 5).
 	JoinAttempts int
@@ -213,9 +215,6 @@ func (c *Config) withDefaults() Config {
 	d := *c
 	if d.HealthTTL == 0 {
 		d.HealthTTL = DefaultHealthTTL
-	}
-	if d.MaxHealthReports == 0 {
-		d.MaxHealthReports = DefaultMaxHealthReports
 	}
 	if d.JoinAttempts == 0 {
 		d.JoinAttempts = DefaultJoinAttempts

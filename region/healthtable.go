@@ -114,16 +114,13 @@ func (c *core) dedupWindow() time.Duration { return c.ttl / 6 }
 
 // healthBound is the most entries the table holds: Config.MaxHealthReports
 // when set, else max(DefaultMaxHealthReports, 2 × Σ planes of the
-// gateways in the view), i.e. twice G·P.
+// gateways in the view), i.e. twice G·P. The sum is kept as members come
+// and go (core.planeSum): the queue asks for every new message.
 func (c *core) healthBoundLocked() int {
 	if c.maxHealth > 0 {
 		return c.maxHealth
 	}
-	planes := 0
-	for _, m := range c.members {
-		planes += max(len(m.gw.Meta.Planes), 1)
-	}
-	return max(DefaultMaxHealthReports, 2*planes)
+	return max(DefaultMaxHealthReports, 2*c.planeSum)
 }
 
 func (c *core) healthBound() int {
