@@ -104,7 +104,8 @@ type Config struct {
 	// JoinAttempts bounds the rounds [Cluster.Join] makes (default 5).
 	JoinAttempts int
 	// FlapDamping holds back the "up" of a verdict of this gateway's that
-	// flaps (damping.go); zero: the defaults, Off: none.
+	// flaps (damping.go); zero: the defaults, Off: none; an invalid field
+	// (negative, say) is an error of New that names it.
 	FlapDamping DampingConfig
 	// NoCompression turns off memberlist's compression of gossip packets
 	// and state exchanges. memberlist compresses each one with a new LZW
@@ -182,6 +183,9 @@ func (c *Config) memberlistConfig() (*memberlist.Config, *memberlist.Keyring, er
 	}
 	if c.HealthTTL < 0 || c.MaxHealthReports < 0 || c.JoinAttempts < 0 {
 		return nil, nil, errors.New("region: HealthTTL, MaxHealthReports and JoinAttempts must not be negative")
+	}
+	if err := c.FlapDamping.Validate(); err != nil {
+		return nil, nil, fmt.Errorf("region: %w", err)
 	}
 
 	var mc *memberlist.Config
