@@ -78,17 +78,7 @@ func New(cfg Config, logger *slog.Logger) (*Cluster, error) {
 	}
 	c.core = newCore(cfg.Name, &cfg, logger)
 	c.core.own.attrDelay = attrDelay(mc.GossipInterval)
-	// Members are counted from our own view: the queue asks from
-	// memberlist's gossip goroutine, and the view needs no memberlist lock.
-	// The queue holds at most two messages per verdict (a down is never
-	// replaced by an up before it was sent).
-	c.queue = newHealthQueue(func() int { return max(c.core.aliveCount(), 1) },
-		mc.RetransmitMult, func() int { return 2*c.core.healthBound() + 64 })
-	c.queue.limit = healthRetransmitLimit
-	// Verdict batches only when every member reads them: a gateway of an
-	// earlier build drops a batch as an unknown kind, and would miss every
-	// verdict in it.
-	c.queue.batch = func() bool { return c.core.allHave(CapHealthBatch) }
+	c.queue = newCoreQueue(c.core, mc.RetransmitMult)
 	d := &delegate{c: c}
 	mc.Delegate, mc.Events, mc.Conflict, mc.Alive = d, d, d, d
 	// Logger only, never LogOutput as well: memberlist refuses both. No
@@ -127,6 +117,22 @@ func New(cfg Config, logger *slog.Logger) (*Cluster, error) {
 	c.wg.Add(1)
 	go c.pruneLoop()
 	return c, nil
+}
+
+// newCoreQueue is the gossip queue of health messages for core's view.
+// Members are counted from our own view: the queue asks from memberlist's
+// gossip goroutine, and the view needs no memberlist lock (and keeps the
+// counts as running totals: asking costs the same at any fleet size). The
+// queue holds at most two messages per verdict (a down is never replaced
+// by an up before it was sent). Verdict batches only while every alive
+// member reads them: a gateway of an earlier build drops a batch as an
+// unknown kind, and would miss every verdict in it.
+func newCoreQueue(core *core, mult int) *healthQueue {
+	q := newHealthQueue(func() int { return max(core.aliveCount(), 1) },
+		mult, func() int { return 2*core.healthBound() + 64 })
+	q.limit = healthRetransmitLimit
+	q.batch = func() bool { return core.allHave(CapHealthBatch) }
+	return q
 }
 
 // Addr is the address other members reach this one at (with the real
