@@ -465,11 +465,37 @@ func (c *Cluster) PublishHealth(h HealthReport) error {
 	return nil
 }
 
-// send queues this gateway's own verdicts for gossip.
+// send queues this gateway's own verdicts for gossip, and sends its
+// verdicts on peers straight to those peers too (core.directLocked).
 func (c *Cluster) send(out []HealthReport) {
 	for _, h := range out {
 		c.queueVerdict(h, 0)
 	}
+	for _, h := range c.core.takeDirect() {
+		c.sendDirect(h)
+	}
+}
+
+// sendDirect sends h to its peer in one gossip datagram (a version-1
+// health message, which every build reads; encrypted as all gossip). A
+// datagram lost on the way costs what the gossip alone would have: the
+// verdict's next renewal, or the peer's own probes.
+func (c *Cluster) sendDirect(h HealthReport) {
+	addr, ok := c.core.gossipAddr(h.Peer)
+	if !ok {
+		return // not alive: nothing to tell
+	}
+	msg, err := appendHealth(nil, h, 0)
+	if err != nil {
+		return // validated when published
+	}
+	node := &memberlist.Node{Name: h.Peer, Addr: addr.Addr().AsSlice(), Port: addr.Port()}
+	if err := c.ml.SendBestEffort(node, msg); err != nil {
+		c.core.own.directLost.Add(1)
+		c.log.Debug("cannot send a path-health verdict to its peer", "peer", h.Peer, "plane", h.Plane, "err", err)
+		return
+	}
+	c.core.own.directSent.Add(1)
 }
 
 // HealthBound is the health table's bound now: Config.MaxHealthReports
@@ -520,6 +546,8 @@ func (c *Cluster) Stats() Stats {
 		HealthDeduped:      c.core.own.deduped.Load(),
 		HealthCovered:      c.core.own.covered.Load(),
 		HealthDownEvicted:  c.core.own.downEvicted.Load(),
+		HealthDirect:       c.core.own.directSent.Load(),
+		HealthDirectLost:   c.core.own.directLost.Load(),
 		HealthSent:         c.queue.sent.Load(),
 		HealthSentBytes:    c.queue.sentBytes.Load(),
 		BroadcastsLost:     c.queue.lost.Load(),

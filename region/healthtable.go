@@ -2,6 +2,7 @@ package region
 
 import (
 	"errors"
+	"net/netip"
 	"sync/atomic"
 	"time"
 
@@ -77,11 +78,33 @@ type ownHealth struct {
 
 	originated, relayed, deduped, covered atomic.Uint64
 	downEvicted                           atomic.Uint64
+
+	// direct: verdicts on peers to send straight to their peer as well
+	// (see directLocked), drained by Cluster.send; at most maxDirect
+	// (what does not fit is counted in directLost).
+	direct                 []HealthReport
+	directSent, directLost atomic.Uint64
+	// aboutSelf: the last verdict each reporter gave on its paths to this
+	// gateway, per plane (see aboutSelfLocked); expired entries are
+	// pruned, and it holds at most the health table's bound.
+	aboutSelf map[healthKey]aboutEntry
 }
+
+// aboutEntry is one reporter's last verdict on its paths to this gateway.
+type aboutEntry struct {
+	state pathmgr.State
+	at    time.Time // the reporter's At
+	born  time.Time
+}
+
+// maxDirect bounds the verdicts waiting for a direct send between a
+// publish and Cluster.send (one call's worth: at most the own verdicts).
+const maxDirect = 4096
 
 func newOwnHealth() ownHealth {
 	return ownHealth{peers: map[string]map[string]*ownEntry{}, self: map[string]*selfEntry{},
-		pending: map[healthKey]time.Time{}, attrDelay: defaultAttrDelay, damp: newDamper(DampingConfig{})}
+		pending: map[healthKey]time.Time{}, attrDelay: defaultAttrDelay, damp: newDamper(DampingConfig{}),
+		aboutSelf: map[healthKey]aboutEntry{}}
 }
 
 // Self verdict thresholds: a gateway says its own plane is down when at
@@ -193,8 +216,15 @@ func (c *core) addHealth(h HealthReport, age time.Duration, local bool) bool {
 	now := c.now()
 	born := now.Add(-age)
 	c.mu.Lock()
+	about := !local && h.Peer == c.self && c.aboutSelfLocked(h, born, now)
 	if !c.newsLocked(h, born, now) {
 		c.mu.Unlock()
+		if about {
+			// Not news for the table (another reporter's verdict of the
+			// same state holds this gateway's key), but news for this
+			// gateway: the reporter's paths to it over the plane.
+			c.reports.send(h)
+		}
 		return false
 	}
 	changes := c.storeLocked(h, born, now)
@@ -205,6 +235,38 @@ func (c *core) addHealth(h HealthReport, age time.Duration, local bool) bool {
 	if !local {
 		c.reports.send(h)
 	}
+	return true
+}
+
+// aboutSelfLocked records h, a verdict of another gateway on its paths to
+// this one, and reports whether it is news for this gateway: the first
+// from that reporter on that plane, a change of its state, or a renewal
+// (later At). The table keeps one verdict per (gateway, plane) whoever
+// said it, which is right for everyone else (a verdict on this gateway's
+// plane tells them all the same thing) but not for this gateway, for
+// which each reporter's verdict is about its own link to it: with two
+// regions a gateway whose plane fails can only say so per peer, and
+// that verdict must reach the peer even when the key already holds a
+// third gateway's down (issue: the fleet storm's missed deliveries,
+// docs/results/fleet.md). Copies (the same At again) are not news.
+func (c *core) aboutSelfLocked(h HealthReport, born, now time.Time) bool {
+	k := healthKey{h.From, h.Plane}
+	if e, ok := c.own.aboutSelf[k]; ok && now.Sub(e.born) < c.ttl && e.state == h.State && !h.At.After(e.at) {
+		return false
+	}
+	if _, ok := c.own.aboutSelf[k]; !ok && len(c.own.aboutSelf) >= c.healthBoundLocked() {
+		// Full: the oldest gives way. At worst a copy of its next
+		// verdict is delivered twice; the watcher deduplicates.
+		var oldest healthKey
+		var ob time.Time
+		for ok, e := range c.own.aboutSelf {
+			if ob.IsZero() || e.born.Before(ob) {
+				oldest, ob = ok, e.born
+			}
+		}
+		delete(c.own.aboutSelf, oldest)
+	}
+	c.own.aboutSelf[k] = aboutEntry{state: h.State, at: h.At, born: born}
 	return true
 }
 
@@ -251,6 +313,11 @@ func (c *core) prune() {
 		if now.Sub(e.born) >= c.ttl {
 			delete(c.health, k)
 			peers[k.peer] = true
+		}
+	}
+	for k, e := range c.own.aboutSelf {
+		if now.Sub(e.born) >= c.ttl {
+			delete(c.own.aboutSelf, k)
 		}
 	}
 	var changes []Change
@@ -533,12 +600,54 @@ func (c *core) emitOwnLocked(o *ownEntry, now time.Time, out []HealthReport, cha
 	h.State = st
 	h.At = later(h.At, o.wireAt)
 	o.wire, o.sentAt, o.wireAt = st, now, h.At
+	c.directLocked(h)
 	if !c.newsLocked(h, now, now) {
 		c.own.deduped.Add(1)
 		return out, changes
 	}
 	c.own.originated.Add(1)
 	return append(out, h), append(changes, c.storeLocked(h, now, now)...)
+}
+
+// directLocked queues h, this gateway's verdict on its paths to h.Peer,
+// for a datagram straight to h.Peer besides the gossip. The gossip keeps
+// one verdict per (gateway, plane) whoever said it: when the key already
+// holds a third gateway's verdict of the same state, h is not news to
+// the table here nor at the relays, and was dropped, so the peer never
+// heard that this gateway's paths to it failed (its own plane looked the
+// same to the others): with two regions, where a failing plane can only
+// be said per peer, that was the fleet storm's missed deliveries. The
+// peer takes it in (aboutSelfLocked) whatever its table holds. One
+// datagram per verdict change or renewal, to one gateway: O(1).
+func (c *core) directLocked(h HealthReport) {
+	if h.Peer == c.self {
+		return
+	}
+	if len(c.own.direct) >= maxDirect {
+		c.own.directLost.Add(1)
+		return
+	}
+	c.own.direct = append(c.own.direct, h)
+}
+
+// takeDirect returns the verdicts waiting for a direct send.
+func (c *core) takeDirect() []HealthReport {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d := c.own.direct
+	c.own.direct = nil
+	return d
+}
+
+// gossipAddr is a member's gossip address, if it is known and alive.
+func (c *core) gossipAddr(name string) (netip.AddrPort, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.members[name]
+	if m == nil || m.gossip != Alive || !m.gw.Gossip.IsValid() {
+		return netip.AddrPort{}, false
+	}
+	return m.gw.Gossip, true
 }
 
 // later is t, or just after prev if t is not after it.

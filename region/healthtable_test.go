@@ -239,3 +239,83 @@ func TestHealthQueueKeepsDowns(t *testing.T) {
 		t.Errorf("lost %d (down %d), want 1 (0)", q.lost.Load(), q.lostDown.Load())
 	}
 }
+
+// With two regions a gateway whose plane fails says so per peer: its
+// verdict (Peer = u, From = b) is the only word u gets that b's side of
+// the plane is down. When u's key (u, p) already held a third gateway's
+// down (c's, on its own paths to u: held by damping, or from u's side
+// flapping earlier), b's verdict was "another reporter of the same
+// verdict": b did not send it, and u, had it come, would have dropped it
+// as well; u learnt of b's failure at b's next renewal (TTL/3) at best.
+// This was the fleet storm's missed deliveries at 8 gateways
+// (docs/results/fleet.md). Now b sends it straight to u as well, and u
+// takes every reporter's verdict on its paths to u in, whatever its
+// table holds (copies once). The table's rule for everyone else is
+// unchanged: still one verdict per (gateway, plane).
+func TestPeerVerdictReachesPeerPastAnotherReporter(t *testing.T) {
+	// At b ("self"): c1's down on u1's plane p0 is held; then b's own
+	// paths to u1 over p0 fail.
+	b, now := fakeCore(t, Config{HealthTTL: 30 * time.Second})
+	addMember(t, b, "u1", "r2")
+	addMember(t, b, "c1", "r1")
+	if !b.addHealth(HealthReport{From: "c1", Peer: "u1", Plane: "p0", State: pathmgr.Down, At: *now}, 0, false) {
+		t.Fatal("c1's down not news")
+	}
+	*now = now.Add(time.Second)
+	if out := ownDown(t, b, now, "u1", "p0"); len(out) != 0 {
+		t.Fatalf("gossiped %q: the table's dedup across reporters changed", wire(out))
+	}
+	if d := b.takeDirect(); wire(d) != "[u1/p0 down]" || d[0].From != "self" {
+		t.Fatalf("sent to u1 directly: %q, want b's down on its paths to u1", wire(d))
+	}
+
+	// At u ("self"): c1's down on its paths to u over p0 is held; b1's
+	// comes (direct or gossiped) and must reach u's relay.
+	u, unow := fakeCore(t, Config{HealthTTL: 30 * time.Second})
+	ch, stop := u.reports.add(8)
+	defer stop()
+	got := func() string {
+		s := ""
+		for {
+			select {
+			case h := <-ch:
+				s += fmt.Sprintf("[%s %s]", h.From, h.State)
+			default:
+				return s
+			}
+		}
+	}
+	if !u.addHealth(HealthReport{From: "c1", Peer: "self", Plane: "p0", State: pathmgr.Down, At: *unow}, 0, false) {
+		t.Fatal("c1's down on u not news")
+	}
+	*unow = unow.Add(time.Second)
+	b1 := HealthReport{From: "b1", Peer: "self", Plane: "p0", State: pathmgr.Down, At: *unow}
+	if u.addHealth(b1, 0, false) {
+		t.Error("b1's down was news for the table (it would be relayed: every reporter of a plane, every gateway)")
+	}
+	u.addHealth(b1, 100*time.Millisecond, false) // a copy: once is enough
+	if s := got(); s != "[c1 down][b1 down]" {
+		t.Fatalf("u's relay got %q, want c1's down and b1's down once", s)
+	}
+	// b1's renewal and its up are taken in too.
+	*unow = unow.Add(10 * time.Second)
+	u.addHealth(HealthReport{From: "b1", Peer: "self", Plane: "p0", State: pathmgr.Down, At: *unow}, 0, false)
+	*unow = unow.Add(time.Second)
+	u.addHealth(HealthReport{From: "b1", Peer: "self", Plane: "p0", State: pathmgr.Up, At: *unow}, 0, false)
+	if s := got(); s != "[b1 down][b1 up]" {
+		t.Fatalf("u's relay got %q, want b1's renewal and its up", s)
+	}
+	// A third party's table is unchanged: b1's down on u's plane is not
+	// news where c1's is held.
+	x, xnow := fakeCore(t, Config{HealthTTL: 30 * time.Second})
+	xc, xstop := x.reports.add(8)
+	defer xstop()
+	x.addHealth(HealthReport{From: "c1", Peer: "u1", Plane: "p0", State: pathmgr.Down, At: *xnow}, 0, false)
+	*xnow = xnow.Add(time.Second)
+	if x.addHealth(HealthReport{From: "b1", Peer: "u1", Plane: "p0", State: pathmgr.Down, At: *xnow}, 0, false) {
+		t.Error("a third party took b1's down on u1's plane as news")
+	}
+	if len(xc) != 1 {
+		t.Errorf("a third party's relay got %d reports, want c1's only", len(xc))
+	}
+}

@@ -154,6 +154,11 @@ type Stats struct {
 	// goodbyes) that gave way in a full gossip queue before they were
 	// sent once, BroadcastsLostDown of them down verdicts and goodbyes.
 	HealthDownEvicted, BroadcastsLost, BroadcastsLostDown uint64
+	// HealthDirect: verdicts on peers also sent straight to the peer (one
+	// datagram each: the gossip keeps one verdict per (gateway, plane)
+	// and may hold another reporter's, see healthtable.go directLocked);
+	// HealthDirectLost: those that could not be sent.
+	HealthDirect, HealthDirectLost uint64
 	// Flap damping (damping.go): HealthHeld: ups of this gateway's own
 	// verdicts held back (each up the relay reported while its verdict was
 	// held); HealthReleased: held ups that
