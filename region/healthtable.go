@@ -497,14 +497,21 @@ func (c *core) setSelfLocked(plane string, st pathmgr.State, now time.Time, out 
 		if !notUp(prev) {
 			c.own.damp.flap(k, now)
 		}
+		// What this gateway last said is still what the cluster holds on
+		// its plane: nothing to send. Not so when another gateway's later
+		// verdict took the key (its up on its paths to this gateway, say,
+		// while this gateway's own up was held back): then the down goes
+		// out again, or the others would hear of it only at the next
+		// renewal (TTL/3).
+		said := s.wire == st && c.holdsLocked(k, st, now)
 		if c.own.damp.isHeld(k) {
 			c.own.damp.unhold(k)
-			if s.wire == st {
+			if said {
 				c.own.damp.absorbed++ // the wire never stopped saying it
 				return out, changes
 			}
 		}
-		if s.wire == st {
+		if said {
 			return out, changes
 		}
 		return c.emitSelfLocked(plane, st, now, out, changes)
@@ -515,6 +522,12 @@ func (c *core) setSelfLocked(plane string, st pathmgr.State, now time.Time, out 
 	}
 	out, changes = c.emitSelfLocked(plane, pathmgr.Up, now, out, changes)
 	return c.uncoverLocked(plane, now, out, changes)
+}
+
+// holdsLocked reports whether the table holds st, unexpired, on k.
+func (c *core) holdsLocked(k healthKey, st pathmgr.State, now time.Time) bool {
+	e := c.health[k]
+	return e != nil && e.r.State == st && now.Sub(e.born) < c.ttl
 }
 
 // uncoverLocked: this gateway's own plane is up again on the wire; what
