@@ -175,6 +175,15 @@ func (c *core) newsLocked(h HealthReport, born, now time.Time) bool {
 		return false // the same reporter's, not newer (a copy, or late)
 	case old.r.From != h.From && !born.After(old.born):
 		return false // measured before the verdict held
+	case old.r.From == old.r.Peer && notUp(old.r.State) && h.From != h.Peer && !notUp(h.State):
+		// The plane's own gateway says its plane is down: another
+		// gateway's up on its paths to it (one link, often an up its
+		// damping held back and now releases) does not overrule it for
+		// everyone; the owner's own up, or the verdict's expiry, ends it.
+		// It took the key, and the owner's down, already sent, reached
+		// no one else until its renewal (the fleet storm, 8 gateways).
+		// The owner itself still takes that up in (aboutSelfLocked).
+		return false
 	case old.r.State == h.State && born.Sub(old.born) < c.dedupWindow() &&
 		!(h.From == h.Peer && old.r.From != old.r.Peer):
 		// The same verdict, fresh: another reporter of it. Not when h is

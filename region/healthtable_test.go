@@ -319,3 +319,51 @@ func TestPeerVerdictReachesPeerPastAnotherReporter(t *testing.T) {
 		t.Errorf("a third party's relay got %d reports, want c1's only", len(xc))
 	}
 }
+
+// A gateway's own verdict that its plane is down is not overruled by
+// another gateway's up on its paths to it (one link: often an up its
+// damping held back and releases later, measured after the owner's
+// down). It took the key everywhere, and the owner's down, already
+// sent, reached no one until its renewal 10 s later (the fleet storm at
+// 8 gateways, seed 3: one delivery missed). The owner's own up ends it,
+// and so does its expiry; the owner itself still takes the up in.
+func TestOwnPlaneDownNotOverruledByAnotherUp(t *testing.T) {
+	c, now := fakeCore(t, Config{HealthTTL: 30 * time.Second})
+	if !c.addHealth(HealthReport{From: "b1", Peer: "b1", Plane: "p0", State: pathmgr.Down, At: *now}, 0, false) {
+		t.Fatal("b1's own down not news")
+	}
+	*now = now.Add(time.Second)
+	if c.addHealth(HealthReport{From: "x1", Peer: "b1", Plane: "p0", State: pathmgr.Up, At: *now}, 0, false) {
+		t.Error("x1's up on its paths to b1 overruled b1's own down")
+	}
+	if h, _ := c.latest("b1", "p0"); h.From != "b1" || h.State != pathmgr.Down {
+		t.Errorf("table holds %s's %s, want b1's down", h.From, h.State)
+	}
+	// Another's down is news over the owner's up, as before.
+	*now = now.Add(time.Second)
+	if !c.addHealth(HealthReport{From: "b1", Peer: "b1", Plane: "p0", State: pathmgr.Up, At: *now}, 0, false) {
+		t.Error("b1's own up not news")
+	}
+	*now = now.Add(time.Second)
+	if !c.addHealth(HealthReport{From: "x1", Peer: "b1", Plane: "p0", State: pathmgr.Down, At: *now}, 0, false) {
+		t.Error("x1's down over b1's up not news")
+	}
+	// Once the owner's down has expired, another's up is news again.
+	c.addHealth(HealthReport{From: "b1", Peer: "b1", Plane: "p1", State: pathmgr.Down, At: *now}, 0, false)
+	*now = now.Add(31 * time.Second)
+	if !c.addHealth(HealthReport{From: "x1", Peer: "b1", Plane: "p1", State: pathmgr.Up, At: *now}, 0, false) {
+		t.Error("x1's up after b1's down expired not news")
+	}
+	// At the owner: another's up on its paths to it is taken in.
+	o, onow := fakeCore(t, Config{HealthTTL: 30 * time.Second})
+	oc, ostop := o.reports.add(8)
+	defer ostop()
+	o.mu.Lock()
+	o.storeLocked(HealthReport{From: "self", Peer: "self", Plane: "p0", State: pathmgr.Down, At: *onow}, *onow, *onow)
+	o.mu.Unlock()
+	*onow = onow.Add(time.Second)
+	o.addHealth(HealthReport{From: "x1", Peer: "self", Plane: "p0", State: pathmgr.Up, At: *onow}, 0, false)
+	if len(oc) != 1 {
+		t.Errorf("the owner's relay got %d reports, want x1's up", len(oc))
+	}
+}
