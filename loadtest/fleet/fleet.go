@@ -176,6 +176,11 @@ type Row struct {
 	// full queue before they were sent; DownEvicted: down verdicts that
 	// gave way in a full table; WatchDropped: reports a full watcher
 	// channel missed; Missed: events not seen everywhere in time.
+	// DirectSent: verdicts on peers also sent straight to the peer over
+	// the window, all gateways (region.Stats.HealthDirect); DirectLost:
+	// those that could not be sent (counted in OK as lost).
+	DirectSent     uint64  `json:"direct_sent"`
+	DirectLost     uint64  `json:"direct_lost"`
 	BroadcastsLost uint64  `json:"broadcasts_lost"`
 	DownEvicted    uint64  `json:"down_evicted"`
 	WatchDropped   uint64  `json:"watch_dropped"`
@@ -219,7 +224,7 @@ func (e timeoutError) Is(target error) bool { return target == ErrTimeout }
 // missed or overflowed.
 func (r *Report) OK() bool {
 	for _, row := range r.Rows {
-		if row.BroadcastsLost > 0 || row.DownEvicted > 0 || row.Missed > 0 ||
+		if row.BroadcastsLost > 0 || row.DownEvicted > 0 || row.Missed > 0 || row.DirectLost > 0 ||
 			row.VerdictsMax > row.VerdictBound || row.WatchDropped > 0 || row.Partial != "" {
 			return false
 		}
@@ -1180,6 +1185,8 @@ func (f *fleet) row(event string, w window, evs []*episode) Row {
 		recv += float64(s.PacketBytesReceived + s.StreamBytesReceived - s0.PacketBytesReceived - s0.StreamBytesReceived)
 		sb += float64(s.StreamBytesSent - s0.StreamBytesSent)
 		r.UpsHeld += s.HealthHeld - s0.HealthHeld
+		r.DirectSent += s.HealthDirect - s0.HealthDirect
+		r.DirectLost += s.HealthDirectLost - s0.HealthDirectLost
 		r.Absorbed += s.HealthAbsorbed - s0.HealthAbsorbed
 		hb += float64(s.HealthSentBytes - s0.HealthSentBytes)
 		hm += float64(s.HealthSent - s0.HealthSent)
