@@ -268,9 +268,9 @@ func (c *core) aboutSelfLocked(h HealthReport, born, now time.Time) bool {
 		// verdict is delivered twice; the watcher deduplicates.
 		var oldest healthKey
 		var ob time.Time
-		for ok, e := range c.own.aboutSelf {
+		for ak, e := range c.own.aboutSelf {
 			if ob.IsZero() || e.born.Before(ob) {
-				oldest, ob = ok, e.born
+				oldest, ob = ak, e.born
 			}
 		}
 		delete(c.own.aboutSelf, oldest)
@@ -507,11 +507,11 @@ func (c *core) setSelfLocked(plane string, st pathmgr.State, now time.Time, out 
 			c.own.damp.flap(k, now)
 		}
 		// What this gateway last said is still what the cluster holds on
-		// its plane: nothing to send. Not so when another gateway's later
-		// verdict took the key (its up on its paths to this gateway, say,
-		// while this gateway's own up was held back): then the down goes
-		// out again, or the others would hear of it only at the next
-		// renewal (TTL/3).
+		// its plane: nothing to send. Not so when the table no longer
+		// holds it (another gateway's later verdict took the key, its
+		// probing say, while this gateway's own up was held back; or it
+		// gave way): then the down goes out again, or the others would
+		// hear of it only at the next renewal (TTL/3).
 		said := s.wire == st && c.holdsLocked(k, st, now)
 		if c.own.damp.isHeld(k) {
 			c.own.damp.unhold(k)

@@ -367,3 +367,29 @@ func TestOwnPlaneDownNotOverruledByAnotherUp(t *testing.T) {
 		t.Errorf("the owner's relay got %d reports, want x1's up", len(oc))
 	}
 }
+
+// The verdicts on this gateway's own links are bounded by the health
+// table's bound (the oldest gives way) and expire with the TTL.
+func TestAboutSelfBounded(t *testing.T) {
+	c, now := fakeCore(t, Config{HealthTTL: 30 * time.Second, MaxHealthReports: 3})
+	ch, stop := c.reports.add(16)
+	defer stop()
+	for i := range 5 {
+		*now = now.Add(time.Second)
+		c.addHealth(HealthReport{From: fmt.Sprintf("x%d", i), Peer: c.self, Plane: "p0", State: pathmgr.Down, At: *now}, 0, false)
+		if n := len(c.own.aboutSelf); n > 3 {
+			t.Fatalf("%d entries, bound 3", n)
+		}
+	}
+	if len(ch) != 5 {
+		t.Errorf("%d of 5 reporters' verdicts taken in", len(ch))
+	}
+	if _, ok := c.own.aboutSelf[healthKey{"x0", "p0"}]; ok {
+		t.Error("the oldest did not give way")
+	}
+	*now = now.Add(31 * time.Second)
+	c.prune()
+	if n := len(c.own.aboutSelf); n != 0 {
+		t.Errorf("%d entries after the TTL", n)
+	}
+}
