@@ -254,6 +254,13 @@ type node struct {
 	epoch   time.Time
 	dead    atomic.Bool
 	failed  map[int]bool // n's own planes that failed
+	// hearsay: paths n took down on a third gateway's report (not the
+	// peer's own), which it does not publish until they work again, as
+	// gateway/health.go does (healthState.hearsay). Publishing them
+	// echoed one report as everyone's: since a gateway takes in every
+	// reporter's verdict on its links, each echo came back as a report
+	// on the echoing gateway's own link, and a storm cascaded.
+	hearsay map[hearsayKey]bool
 	expired time.Duration
 
 	stopWatch []func()
@@ -638,7 +645,7 @@ func (f *fleet) start(name, reg string) (*node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fleet: starting %s: %w", name, err)
 	}
-	n := &node{f: f, name: name, region: reg, c: c, sets: map[string]*pathmgr.Set{}, failed: map[int]bool{},
+	n := &node{f: f, name: name, region: reg, c: c, sets: map[string]*pathmgr.Set{}, failed: map[int]bool{}, hearsay: map[hearsayKey]bool{},
 		reports: pathmgr.NewReports(pathmgr.ReportsConfig{TTL: region.DefaultHealthTTL, HoldDown: 10 * time.Second,
 			Bound: c.HealthBound}), // as gateway/health.go: 2·G·P
 		epoch: time.Now()}
@@ -818,11 +825,24 @@ func (n *node) initSets() {
 
 func (n *node) now() time.Duration { return time.Since(n.epoch) }
 
+// hearsayKey names a path of n's: to peer, over plane.
+type hearsayKey struct {
+	peer  string
+	plane int
+}
+
 // publishLocked publishes n's verdict on its paths to peer over plane, as
-// the relay does (gateway/health.go publishPlanes).
+// the relay does (gateway/health.go publishPlanes): not while the path is
+// down on hearsay.
 func (n *node) publishLocked(peer string, plane int) {
 	set := n.sets[peer]
 	ps := set.PlaneSummary(plane, planeOf)
+	if k := (hearsayKey{peer, plane}); n.hearsay[k] {
+		if st := ps.State(); st == pathmgr.Down || st == pathmgr.Probing {
+			return
+		}
+		delete(n.hearsay, k)
+	}
 	at := time.Now()
 	if !at.After(n.lastAt) {
 		at = n.lastAt.Add(time.Microsecond)
@@ -844,6 +864,9 @@ func (n *node) failPlane(plane int) {
 	n.f.setFailed(n.name, plane, true)
 	for peer, set := range n.sets {
 		set.MarkDown(now, plane, "plane failed")
+		// n's own probes find its plane dead: first-hand, published
+		// even where a report had taken the path down before.
+		delete(n.hearsay, hearsayKey{peer, plane})
 		n.publishLocked(peer, plane)
 	}
 }
@@ -926,6 +949,10 @@ func (n *node) watchHealth(ch <-chan region.HealthReport) {
 		if n.reports.Add(now, pathmgr.PeerReport{From: h.From, Peer: peer, Plane: plane, State: h.State}) {
 			if set.Paths[plane].State.Usable() {
 				set.MarkDown(now, plane, "peer report")
+				if h.From != peer {
+					// A third gateway's report: not echoed (gateway/health.go).
+					n.hearsay[hearsayKey{peer, plane}] = true
+				}
 				n.publishLocked(peer, plane)
 			}
 		} else if h.State == pathmgr.Up && !n.failed[plane] && !n.f.isFailed(peer, plane) && restorePath(set, now, plane) {
