@@ -641,8 +641,23 @@ func (c *core) emitOwnLocked(o *ownEntry, now time.Time, out []HealthReport, cha
 // be said per peer, that was the fleet storm's missed deliveries. The
 // peer takes it in (aboutSelfLocked) whatever its table holds. One
 // datagram per verdict change or renewal, to one gateway: O(1).
+//
+// Not when the peer already said it (an echo): its own verdict on its
+// plane, or its verdict on its paths to this gateway, of the same state.
+// Then this gateway's verdict is most often its relay repeating the
+// peer's report (taking its paths down on it), and sent back it arrived
+// as news of this link, once the peer's paths had come back: the peer
+// took them down again on it, and the two kept each other down (in the
+// fleet test at 32 gateways, health traffic that never stopped).
 func (c *core) directLocked(h HealthReport) {
 	if h.Peer == c.self {
+		return
+	}
+	now := c.now()
+	if e := c.health[healthKey{h.Peer, h.Plane}]; e != nil && e.r.From == h.Peer && e.r.State == h.State && now.Sub(e.born) < c.ttl {
+		return
+	}
+	if e, ok := c.own.aboutSelf[healthKey{h.Peer, h.Plane}]; ok && e.state == h.State && now.Sub(e.born) < c.ttl {
 		return
 	}
 	if len(c.own.direct) >= maxDirect {

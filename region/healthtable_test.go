@@ -393,3 +393,27 @@ func TestAboutSelfBounded(t *testing.T) {
 		t.Errorf("%d entries after the TTL", n)
 	}
 }
+
+// A verdict on a peer that only repeats what the peer said (its own
+// verdict on its plane, or its verdict on its paths to this gateway, of
+// the same state) is not sent back to it: arriving after the peer's paths
+// came back, it took them down again, and the two kept each other down.
+func TestDirectVerdictNotEchoed(t *testing.T) {
+	c, now := fakeCore(t, Config{HealthTTL: 30 * time.Second})
+	addMember(t, c, "u1", "r2")
+	addMember(t, c, "u2", "r3")
+	c.addHealth(HealthReport{From: "u1", Peer: "u1", Plane: "p0", State: pathmgr.Down, At: *now}, 0, false)
+	c.addHealth(HealthReport{From: "u2", Peer: c.self, Plane: "p0", State: pathmgr.Down, At: *now}, 0, false)
+	*now = now.Add(time.Second)
+	ownDown(t, c, now, "u1", "p0")
+	ownDown(t, c, now, "u2", "p0")
+	if d := c.takeDirect(); len(d) != 0 {
+		t.Fatalf("echoed %q to the peers that said it", wire(d))
+	}
+	// What the peer did not say goes to it: the up.
+	*now = now.Add(time.Second)
+	own(t, c, now, "u2", "p0", pathmgr.Up)
+	if d := c.takeDirect(); wire(d) != "[u2/p0 up]" {
+		t.Fatalf("sent %q to u2, want the up", wire(d))
+	}
+}
