@@ -79,8 +79,9 @@ type AIMDConfig struct {
 	// MarkPrice adds the marked-fraction price (markPrice) to the
 	// queueing delay the delay equilibrium answers, so that at a marking
 	// bottleneck the queue stays near the marking threshold whatever the
-	// number of connections (issue 16 item 2). Off in the registered
-	// controllers: it breaks other targets (docs/CC.md §7).
+	// number of connections (issue 16 item 2). It acts only while the
+	// connection has no receiver hint (priceOn). On in the registered
+	// long-RTT controllers (docs/CC.md §4).
 	MarkPrice bool
 	// SearchStart, if positive, raises the starting rate of a connection
 	// without a hint to this fraction of the line rate when that is above
@@ -397,9 +398,19 @@ func (a *AIMD) OnAck(now time.Duration, path int, s AckSample) {
 	}
 	a.use.advance(now, a.PacingRate())
 	a.use.onAck(now, s.AckedBytes, a.maxSRTT())
-	if a.cfg.MarkPrice && a.cfg.QueueShare > 0 && !a.searching {
-		// Not while searching: the search's own overshoot marks
-		// everything, and is over in a few round trips.
+	if a.cfg.MarkPrice && a.cfg.QueueShare > 0 {
+		// From the connection's first ack, the search included: every
+		// connection through a bottleneck must read the same F, and
+		// connections that start together end their searches at
+		// different times (10, 50 and 150 ms flows: 0.4, 0.5 and 1.5 s),
+		// so starting F at the end of each one's search left the 150 ms
+		// flow a second of marks behind the others, its price a third
+		// of theirs and its rate twice theirs (rtt-fairness Jain 0.907,
+		// shares 0.255 / 0.261 / 0.484; 1.000 counting from the start).
+		// A newcomer's search into a marked queue reads the marks the
+		// incumbents read at the same time, which is how it catches up
+		// with their F (fabric convergence at 100 ms: 22 round trips;
+		// it never settled with F starting after the search).
 		a.markSample(now, s.AckedBytes, s.MarkedBytes)
 	}
 	a.grow(now, path)
@@ -587,7 +598,7 @@ func (a *AIMD) equilibrium(now time.Duration) {
 	if g <= 0 {
 		g = 0.7
 	}
-	if dt > 0 && a.cfg.MarkPrice {
+	if dt > 0 && a.priceOn() {
 		// dw/dt = γ/rtt · (α − w·p/rtt), integrated exactly over dt: w
 		// relaxes towards α·rtt/p at the rate γ·p/rtt², at most
 		// MarkPriceRelax per round trip. With a price of seconds at a
@@ -763,10 +774,37 @@ const (
 // give: a newcomer starts at F = 0 and needs about MarkPriceTau to read the
 // bottleneck's F, so for that long it takes more than its share.
 func (a *AIMD) markPrice() time.Duration {
-	if a.mkF <= 0 {
+	if a.mkF <= 0 || !a.priceOn() {
 		return 0
 	}
 	return time.Duration(float64(a.cfg.QueueShare) * math.Expm1(MarkPriceBeta*a.mkF))
+}
+
+// priceOn reports whether the marked-fraction price acts: MarkPrice is set
+// and the connection has no receiver hint (nor egress level). With a hint
+// the receiver loop hands out the shares (§3 of docs/CC.md: max-min over
+// measured demand) and the connection's scale is its share, so its delay
+// equilibrium keeps QueueShare at its share's rate, not the line rate's;
+// the price is for the bottleneck no receiver sees (the fabric, hints
+// off). And a lone connection at its hint pays for marks that are its
+// own: traced in TestCCHostStalls (200 Mbit/s, hints at the capacity,
+// the driver stalling), the catch-up bursts after stalls marked enough
+// for F to reach 0.13, a price of 40 ms and a rate swinging between 0.43
+// and 1 of the capacity (0.745 of the fixed window at 50 ms, want 0.92);
+// over planes the balance's per-plane queues did the same (TestCCPlanes
+// 0.79 / 0.84 of capacity over 4 / 8 planes). Counting only the marks of
+// rounds whose queue stands (markMem's test) kept the stalls' bursts out
+// but at 10 connections also most of the bottleneck's own marks (its
+// queue moves): 116 ms of standing queue. Fading the price with the
+// connection's own part of its scale above one half did not help the
+// stalls (0.59 of the fixed window at 10 ms: once its rate fell below
+// half its scale it paid the whole price), and a steeper fade makes two
+// connections' fair point unstable (the one above half pays less and
+// takes more). Ignoring only the marks a connection sees at its hint let
+// one whose stalls took it below the hint pay a price that kept it there
+// (0.61 of the fixed window at 10 ms).
+func (a *AIMD) priceOn() bool {
+	return a.cfg.MarkPrice && a.hint <= 0
 }
 
 // markSample folds one ack into the running marked fraction, weighted by

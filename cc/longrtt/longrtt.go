@@ -87,6 +87,7 @@ func config(name string, p cc.Params, g cc.Growth) cc.AIMDConfig {
 		DelayTargetFrac: 0,
 		QueueShare:      DefaultQueueShare,
 		SearchStart:     SearchStart,
+		MarkPrice:       true,
 		Params:          p,
 	}
 }
@@ -109,18 +110,17 @@ func NewHTCP(p cc.Params) cc.Factory {
 	return cc.NewAIMD(config("longrtt-htcp", p, HTCPGrowth))
 }
 
-// MarkPriceName names longrtt-htcp with the marked-fraction price
-// (cc.AIMDConfig.MarkPrice) in scenario rows. It is not registered: the
-// price bounds the standing queue at a marking bottleneck whatever the
-// number of connections, but it breaks the convergence, RTT-fairness,
-// planes and host-stall targets the registered controllers meet
-// (docs/CC.md §7, issue 16 item 2).
-const MarkPriceName = "longrtt-htcp+markprice"
+// DelayOnlyName names longrtt-htcp without the marked-fraction price
+// (cc.AIMDConfig.MarkPrice off: the delay equilibrium alone, as before
+// issue 16 item 2) in scenario rows, for comparison. It is not registered:
+// at a marking bottleneck its standing queue grows with the number of
+// connections (20 ms for 2, 200 ms for 256; docs/CC.md §4).
+const DelayOnlyName = "longrtt-htcp-delayonly"
 
-// NewHTCPMarkPrice returns longrtt-htcp with the marked-fraction price on.
-func NewHTCPMarkPrice(p cc.Params) cc.Factory {
-	c := config(MarkPriceName, p, HTCPGrowth)
-	c.MarkPrice = true
+// NewHTCPDelayOnly returns longrtt-htcp with the marked-fraction price off.
+func NewHTCPDelayOnly(p cc.Params) cc.Factory {
+	c := config(DelayOnlyName, p, HTCPGrowth)
+	c.MarkPrice = false
 	return cc.NewAIMD(c)
 }
 
