@@ -109,6 +109,7 @@ type aimdPath struct {
 	floorSet                           bool
 	cwrUntil                           time.Duration // signals before this are the last back-off's echo
 	everMarked                         bool
+	emptyRounds                        int // consecutive rounds without marks or queue (the mark price)
 	// RTT samples: the smallest and largest of the current round, and rttHi,
 	// a slowly decaying maximum. Queueing delay is read from the round's
 	// smallest sample (a standing queue delays every packet; a late timer
@@ -754,6 +755,14 @@ const (
 	MarkPriceTau       = 5 * time.Second
 	MarkPriceTauGrowth = 4.0
 	MarkPriceRelax     = 0.25
+	// MarkPriceTauEmpty is the time constant over which the price
+	// falls while a path's rounds pass without marks and with less than
+	// QueueShare/MarkPriceEmptyDiv of queue on any packet (endRound).
+	MarkPriceTauEmpty = 200 * time.Millisecond
+	MarkPriceEmptyDiv = 20
+	// MarkPriceEmptyRounds is how many consecutive such rounds of a path
+	// it takes.
+	MarkPriceEmptyRounds = 4
 )
 
 // markPrice is the price of the marks at a marking bottleneck, in seconds
@@ -825,7 +834,8 @@ func (a *AIMD) markSample(now time.Duration, acked, marked int) {
 	}
 	dt := max(0, now-a.mkLast)
 	a.mkLast = now
-	w := dt.Seconds() / (MarkPriceTau.Seconds() * (1 + MarkPriceTauGrowth*a.mkF))
+	tau := MarkPriceTau.Seconds() * (1 + MarkPriceTauGrowth*a.mkF)
+	w := dt.Seconds() / tau
 	a.mkF += math.Min(1, w) * (math.Min(1, float64(marked)/float64(acked)) - a.mkF)
 }
 
@@ -907,6 +917,29 @@ func (a *AIMD) endRound(now time.Duration, path int) {
 		frac = float64(marked) / float64(acked)
 	}
 	p.alpha += a.cfg.Gain * (frac - p.alpha)
+	if a.priceOn() && acked > 0 && marked == 0 && roundMax > 0 && roundMax-p.minRTT < a.cfg.QueueShare/MarkPriceEmptyDiv {
+		p.emptyRounds++
+	} else {
+		p.emptyRounds = 0
+	}
+	if p.emptyRounds >= MarkPriceEmptyRounds {
+		// A whole round of the path without a mark and without a queue
+		// (its largest sample too): the link has room, and the price
+		// that held the rate down must go within a few round trips, not
+		// over MarkPriceTau. With the slow mean alone, when one of two
+		// flows left, the other took 8.8 s to carry 0.95 of the link
+		// (0.81 s without the price), and a lone flow whose line rate is
+		// ten times the bottleneck's never came back from a 100 ms burst
+		// of 20% loss (TestVariantsDifferOnlyWhileProbing). Per sample
+		// (any unmarked packet that met less than QueueShare/8), the
+		// dips of the marking bottleneck's own cycle took the price away
+		// and 10 connections kept 31 ms; per connection (its smoothed
+		// queue below QueueShare/20), one connection of ten read its
+		// queue lower than the others, kept a fifth of their price and
+		// took 4.6 times their rate (Jain 0.613). Every path's rounds
+		// count: n paths, n rounds per srtt.
+		a.mkF *= math.Exp(-p.srtt.Seconds() / MarkPriceTauEmpty.Seconds() / float64(len(a.paths)))
+	}
 	if a.cfg.QueueShare > 0 && !a.searching {
 		// Only a standing queue counts: every sample of the round was
 		// delayed (its smallest too), as by a queue another flow keeps
