@@ -779,9 +779,11 @@ const (
 // stops the marks). The map is exponential so that F between 0 and 1 spans
 // prices of 1 to e^β connections (e^12 ≈ 160,000). Every connection
 // through the bottleneck measures the same F over the same time, so V,
-// like q, is common to them and the rates α/p stay equal. What it does not
-// give: a newcomer starts at F = 0 and needs about MarkPriceTau to read the
-// bottleneck's F, so for that long it takes more than its share.
+// like q, is common to them and the rates α/p stay equal (F is read from
+// the connection's first ack for that reason: see OnAck). A newcomer
+// starts at F = 0; its search into the marked queue reads the marks the
+// incumbents read at the same time, which is how it catches up (fabric
+// convergence at 100 ms: 27 round trips). Zero while priceOn is false.
 func (a *AIMD) markPrice() time.Duration {
 	if a.mkF <= 0 || !a.priceOn() {
 		return 0
@@ -826,7 +828,7 @@ func (a *AIMD) markSample(now time.Duration, acked, marked int) {
 		return
 	}
 	if !a.mkStarted {
-		// The first sample after the search starts the clock: weighted
+		// The connection's first sample starts the clock: weighted
 		// by the time since the connection began (or since 0), one
 		// marked ack would set the price at its maximum.
 		a.mkStarted, a.mkLast = true, now
