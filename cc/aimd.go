@@ -163,10 +163,10 @@ type AIMD struct {
 	// it does not (application-limited), the rate does not grow (RFC 7661).
 	use useMeter
 	// The sending gateway's egress share (Params.Egress; issue 16 item 3):
-	// the connection's key there, the last level it gave, and the
+	// the connection's place there, the last level it gave, and the
 	// receiver's own hint. The hint the engine acts on (a.hint) is the
 	// smaller of the receiver's hint and the egress level.
-	egID             uint64
+	eg               *egressConn
 	egLevel, rcvHint float64
 }
 
@@ -307,10 +307,10 @@ func (a *AIMD) OnSent(now time.Duration, _ int, bytes int) {
 	a.use.advance(now, a.PacingRate())
 	a.use.onSent(bytes)
 	if e := a.cfg.Params.Egress; e != nil {
-		if a.egID == 0 {
-			a.egID = e.join()
+		if a.eg == nil {
+			a.eg = e.join()
 		}
-		if lvl := e.sent(now, a.egID, bytes); lvl != a.egLevel {
+		if lvl := e.sent(now, a.eg, bytes); lvl != a.egLevel {
 			a.egLevel = lvl
 			if h := a.effHint(); h > 0 {
 				a.setHint(now, h)
@@ -321,6 +321,16 @@ func (a *AIMD) OnSent(now time.Duration, _ int, bytes int) {
 				a.hint = 0
 			}
 		}
+	}
+}
+
+// LeaveEgress takes the connection out of its gateway's egress share
+// (Params.Egress) at once: its connection closed, and the others' shares
+// rise now instead of after it idled for 50 windows. The gateway calls it
+// when it drops a connection.
+func (a *AIMD) LeaveEgress() {
+	if e := a.cfg.Params.Egress; e != nil && a.eg != nil {
+		e.leave(a.eg)
 	}
 }
 
