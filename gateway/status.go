@@ -251,6 +251,8 @@ func (g *Gateway) snapshot(prev *rateState) {
 	view := g.cluster.View()
 	gs := g.cluster.Stats()
 	g.metrics.SyncGossip(gs.DatagramsDropped, gs.Refused)
+	g.metrics.SyncGossipHealth(metrics.GossipHealth{Held: gs.HealthHeld, Released: gs.HealthReleased,
+		Absorbed: gs.HealthAbsorbed, DownEvicted: gs.HealthDownEvicted})
 	g.syncMembership(st, view, peerList)
 	st.Unseen = g.unseenGateways(view)
 	if len(st.Unseen) > 0 {
