@@ -64,7 +64,8 @@ type Options struct {
 	// AdminIdleTimeout (default 30 s), at most AdminMaxConns connections
 	// are open at once (default 64; more wait in the kernel's accept
 	// queue), and at most AdminMaxConnsPerSource of them from one source
-	// IP (default 16; more are closed as soon as they are accepted).
+	// IP (default a quarter of AdminMaxConns, at least 1: 16 of the
+	// default 64; more are closed as soon as they are accepted).
 	AdminIdleTimeout       time.Duration
 	AdminMaxConns          int
 	AdminMaxConnsPerSource int
@@ -95,11 +96,8 @@ type Options struct {
 const (
 	defaultAdminIdleTimeout = 30 * time.Second
 	defaultAdminMaxConns    = 64
-	// defaultAdminMaxConnsPerSource: a quarter of the total, so that one
-	// source leaves three quarters to Prometheus and the operators.
-	defaultAdminMaxConnsPerSource = 16
-	adminReadHeaderTimeout        = 5 * time.Second
-	adminReadTimeout              = 10 * time.Second
+	adminReadHeaderTimeout  = 5 * time.Second
+	adminReadTimeout        = 10 * time.Second
 	// adminWriteTimeout bounds one response; /metrics of a gateway with
 	// thousands of hosts is the largest.
 	adminWriteTimeout = 30 * time.Second
