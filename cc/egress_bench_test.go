@@ -7,7 +7,7 @@ import (
 
 // BenchmarkEgressSent is the per-packet cost of the egress share: one
 // call per data packet a WAN connection sends (AIMD.OnSent). Each packet
-// advances the clock by 1 µs, so the 40 ms window closes every 40,000
+// advances the clock by 1 µs, so the 20 ms window closes every 20,000
 // packets, as it would at 1400-byte packets and ~11 Gbit/s.
 func BenchmarkEgressSent(b *testing.B) {
 	e := NewEgress(10e9, 20*time.Millisecond)
