@@ -390,8 +390,8 @@ const tickEvery = 10 * time.Millisecond
 
 // New starts a Host: it connects to every gateway and returns once all of
 // them have registered it, or once OpenTimeout has passed with at least
-// one registration (ErrNoGateway if none; a registration lost again
-// meanwhile counts, the host registers again by itself).
+// one (ErrNoGateway if none; its error says whether the host was
+// registered and lost it again, or never got an answer).
 func New(cfg Config) (*Host, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -498,17 +498,19 @@ func (h *Host) waitRegistered(ctx context.Context) error {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			// A registration that was lost again meanwhile (the gateway
-			// fell silent for DeadAfter: a starved machine) still proves
-			// the gateway takes this host, which is registering again;
-			// "none registered" would be false.
-			if h.readyNow() > 0 || h.ctr.registrations.Load() > 0 {
+			if h.readyNow() > 0 {
 				return nil
 			}
 			if refusal != nil {
 				return refusal
 			}
 			st := h.Stats()
+			if st.Registrations > 0 {
+				// Registered, then lost again: a gateway silent for
+				// DeadAfter (on a starved machine, a live one).
+				return fmt.Errorf("%w: %s/%s was registered %d times within %v but no gateway of %v holds it now (%d given up as silent for DeadAfter %v): the gateways are unreachable or too busy to answer",
+					ErrNoGateway, h.cfg.Region, h.cfg.Name, st.Registrations, h.cfg.OpenTimeout, h.cfg.Gateways, st.SilentGateways, h.cfg.DeadAfter)
+			}
 			return fmt.Errorf("%w: none of %v registered %s/%s within %v (%d connections established, %d handshakes unanswered): check that the gateways run (mrgw status --admin ...) and that their lan.listen is reachable from here",
 				ErrNoGateway, h.cfg.Gateways, h.cfg.Region, h.cfg.Name, h.cfg.OpenTimeout, st.Connects, st.ConnectFailures)
 		}
