@@ -140,6 +140,9 @@ type simWorld struct {
 	delay func(r *rand.Rand) time.Duration // one-way, per datagram
 	buf   []byte
 	tick  time.Duration // next host tick
+	// lag, if set, is added to the delay of a datagram the host sends
+	// at time at (a starved gateway that reads its socket late).
+	lag func(at time.Duration) time.Duration
 }
 
 func newSimWorld(t *testing.T, cfg Config, delay func(*rand.Rand) time.Duration) *simWorld {
@@ -235,7 +238,11 @@ func (w *simWorld) run(end time.Duration) {
 					to = int(tx.Peer)
 				}
 				w.seq++
-				heap.Push(&w.q, &simDgram{at: now + w.delay(w.rng), seq: w.seq, from: i, to: to,
+				at := now + w.delay(w.rng)
+				if i == 0 && w.lag != nil {
+					at += w.lag(now)
+				}
+				heap.Push(&w.q, &simDgram{at: at, seq: w.seq, from: i, to: to,
 					b: append([]byte(nil), w.buf[:tx.Len]...), entropy: tx.Entropy})
 			}
 		}
@@ -373,5 +380,105 @@ func TestIdleGatewayFailsOverAfterDeadAfter(t *testing.T) {
 	}
 	if limit := deadAfter + ping + 50*time.Millisecond; detect > limit {
 		t.Fatalf("idle gateway given up %v after the kill, want within %v (DeadAfter %v, PingEvery %v)", detect, limit, deadAfter, ping)
+	}
+}
+
+// TestSlowGatewayRegistersWithinOpenTimeout: gateways that read what the
+// host sends a second late (starved: at a load average of 19 under the
+// race detector the lab's gateways answered INITs 0.8 to 3.3 s late) still
+// register the host within OpenTimeout, on the first connection. Before,
+// metaroce gave a connection up after 8 INITs 3×InitialRTT apart, doubling
+// (76.5 ms at the default 100 µs): every attempt was abandoned before its
+// ACCEPT came back, the next one started over with a new connection id
+// after the backoff (50 ms doubling to 2 s), and the host never
+// registered within 5 s (ErrNoGateway, TestDemoShort "none of [...]
+// registered us-east/trainer-b within 5s").
+func TestSlowGatewayRegistersWithinOpenTimeout(t *testing.T) {
+	const lag, until = time.Second, 4 * time.Second
+	w := newSimWorld(t, Config{}, func(r *rand.Rand) time.Duration {
+		return 100*time.Microsecond + time.Duration(r.Int64N(int64(time.Millisecond)))
+	})
+	// Everything the host sends in the first 4 s reaches the gateways a
+	// second late; later datagrams are on time (the machine recovered).
+	w.lag = func(at time.Duration) time.Duration {
+		if at < until {
+			return lag
+		}
+		return 0
+	}
+	open := w.h.cfg.OpenTimeout
+	var ready time.Duration = -1
+	for w.now < open && ready < 0 {
+		w.run(w.now + time.Millisecond)
+		if w.h.readyCount() == len(w.gws) {
+			ready = w.now
+		}
+	}
+	st := w.h.Stats()
+	if ready < 0 {
+		t.Fatalf("not registered with both gateways within OpenTimeout %v (%d of %d ready; connects %d, handshakes given up %d)",
+			open, w.h.readyCount(), len(w.gws), st.Connects, st.ConnectFailures)
+	}
+	t.Logf("registered with both gateways after %v (one-way lag %v); connects %d, handshakes given up %d", ready, lag, st.Connects, st.ConnectFailures)
+	if st.ConnectFailures != 0 || st.Connects != uint64(len(w.gws)) {
+		t.Fatalf("connects %d, handshakes given up %d: want each gateway's first connection to succeed", st.Connects, st.ConnectFailures)
+	}
+}
+
+// TestHandshakeRetriesSpanOpenTimeout: the INIT schedule metaroce runs
+// for a host's connection (3×InitialRTT, doubling) lasts at least
+// OpenTimeout, for the library default and for the lab's host settings.
+func TestHandshakeRetriesSpanOpenTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		initialRTT, open time.Duration
+	}{
+		{100 * time.Microsecond, 5 * time.Second},
+		{5 * time.Millisecond, 5 * time.Second},
+		{5 * time.Millisecond, 20 * time.Second},
+		{time.Second, time.Second},
+	} {
+		c := Config{OpenTimeout: tc.open}
+		c.Protocol.Path.InitialRTT = tc.initialRTT
+		c.Protocol.Path.MinPTO = time.Millisecond
+		c = c.withDefaults()
+		n := c.Protocol.HandshakeRetries
+		var span time.Duration
+		rto := 3 * tc.initialRTT
+		for range n {
+			span += rto
+			rto *= 2
+		}
+		if span < tc.open || n < 8 {
+			t.Errorf("InitialRTT %v, OpenTimeout %v: %d INITs span %v", tc.initialRTT, tc.open, n, span)
+		}
+		if n > 8 && span-rto/2 >= tc.open { // rto/2: the last interval
+			t.Errorf("InitialRTT %v, OpenTimeout %v: %d INITs span %v; one fewer would do", tc.initialRTT, tc.open, n, span)
+		}
+	}
+}
+
+// TestDeadGatewayHandshakeEndsAtOpenTimeout: a gateway that never answers
+// costs one connection attempt per OpenTimeout (plus the backoff), not
+// one every 77 ms: the INITs of an attempt span OpenTimeout and the tick
+// ends the attempt there, so its last, longest retransmission interval
+// does not run past it.
+func TestDeadGatewayHandshakeEndsAtOpenTimeout(t *testing.T) {
+	w := newSimWorld(t, Config{}, func(*rand.Rand) time.Duration { return 100 * time.Microsecond })
+	for _, g := range w.gws {
+		g.dead = true
+	}
+	open := w.h.cfg.OpenTimeout
+	w.run(open - 10*time.Millisecond)
+	if st := w.h.Stats(); st.ConnectFailures != 0 {
+		t.Fatalf("%d handshakes given up before OpenTimeout %v", st.ConnectFailures, open)
+	}
+	w.run(open + 100*time.Millisecond)
+	if st := w.h.Stats(); st.ConnectFailures != uint64(len(w.gws)) {
+		t.Fatalf("%d handshakes given up by OpenTimeout + 100 ms, want one per gateway", st.ConnectFailures)
+	}
+	for _, g := range w.h.o.gws {
+		if g.state != gwConnecting {
+			t.Fatalf("gateway %d in state %d after the backoff, want connecting again", g.idx, g.state)
+		}
 	}
 }

@@ -287,6 +287,15 @@ func (h *Host) tick(now time.Duration) {
 			if now >= g.retryAt {
 				h.connect(now, g)
 			}
+		case gwConnecting:
+			// metaroce retransmits the INIT over at least OpenTimeout
+			// (handshakeRetries); its last interval is as long as all
+			// the others, so the attempt ends here and the next one
+			// starts after the backoff.
+			if now-g.since > h.cfg.OpenTimeout {
+				h.log.Warn("host: no answer to the handshake; connecting again", "gateway", g.addr, "waited", (now - g.since).Round(time.Millisecond))
+				g.conn.Close(now) // EventClosed reconnects
+			}
 		case gwRegistering:
 			if now-g.since > h.cfg.OpenTimeout {
 				h.log.Warn("host: no REGISTER_OK", "gateway", g.addr)

@@ -187,6 +187,9 @@ func (c Config) withDefaults() Config {
 	if c.OpenTimeout <= 0 {
 		c.OpenTimeout = 5 * time.Second
 	}
+	if c.Protocol.HandshakeRetries == 0 {
+		c.Protocol.HandshakeRetries = handshakeRetries(c.Protocol.Path, c.OpenTimeout)
+	}
 	if c.FailAfter <= 0 {
 		c.FailAfter = 30 * time.Second
 	}
@@ -209,6 +212,35 @@ func (c Config) withDefaults() Config {
 		c.DeliveryQueue = 4096
 	}
 	return c
+}
+
+// handshakeRetries is how many INITs a gateway connection sends before
+// metaroce gives it up: enough that the schedule (3×InitialRTT, doubling
+// after each INIT) spans OpenTimeout; the host's tick closes a connection
+// still connecting at OpenTimeout (gwConnecting), so the last and longest
+// interval is cut there.
+//
+// metaroce's default of 8 INITs gives up after 255×3×InitialRTT: 76.5 ms at
+// the data-center default InitialRTT of 100 µs. Under CPU starvation that
+// is not a time but a count: the host's owner counts one try per turn it
+// gets, so an attempt lasted eight scheduling turns, 1.1 to 7 s at a load
+// average of 19 under the race detector, while the gateways, starved as
+// much, took 0.8 to 3.3 s to answer an INIT. Each abandoned attempt threw
+// away the gateway's ACCEPT on its way and started over with a new
+// connection id: one host failed six handshakes in a row and registered
+// after 21.7 s (docs/GATEWAY.md, "Registration under load"). Retransmitting
+// sooner gains a starved gateway nothing; only the patience matters.
+func handshakeRetries(p pathmgr.Config, openTimeout time.Duration) int {
+	rto := 3 * p.InitialRTT
+	if rto <= 0 {
+		return 0 // metaroce's default
+	}
+	n := 0
+	for sum := time.Duration(0); sum < openTimeout && n < 62; n++ {
+		sum += rto
+		rto *= 2
+	}
+	return max(n, 8)
 }
 
 func (c *Config) validate() error {
@@ -358,7 +390,8 @@ const tickEvery = 10 * time.Millisecond
 
 // New starts a Host: it connects to every gateway and returns once all of
 // them have registered it, or once OpenTimeout has passed with at least
-// one (ErrNoGateway if none).
+// one (ErrNoGateway if none; its error says whether the host was
+// registered and lost it again, or never got an answer).
 func New(cfg Config) (*Host, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -471,8 +504,15 @@ func (h *Host) waitRegistered(ctx context.Context) error {
 			if refusal != nil {
 				return refusal
 			}
-			return fmt.Errorf("%w: none of %v registered %s/%s within %v: check that the gateways run (mrgw status --admin ...) and that their lan.listen is reachable from here",
-				ErrNoGateway, h.cfg.Gateways, h.cfg.Region, h.cfg.Name, h.cfg.OpenTimeout)
+			st := h.Stats()
+			if st.Registrations > 0 {
+				// Registered, then lost again: a gateway silent for
+				// DeadAfter (on a starved machine, a live one).
+				return fmt.Errorf("%w: %s/%s was registered %d times within %v but no gateway of %v holds it now (%d given up as silent for DeadAfter %v): the gateways are unreachable or too busy to answer",
+					ErrNoGateway, h.cfg.Region, h.cfg.Name, st.Registrations, h.cfg.OpenTimeout, h.cfg.Gateways, st.SilentGateways, h.cfg.DeadAfter)
+			}
+			return fmt.Errorf("%w: none of %v registered %s/%s within %v (%d connections established, %d handshakes unanswered): check that the gateways run (mrgw status --admin ...) and that their lan.listen is reachable from here",
+				ErrNoGateway, h.cfg.Gateways, h.cfg.Region, h.cfg.Name, h.cfg.OpenTimeout, st.Connects, st.ConnectFailures)
 		}
 	}
 }

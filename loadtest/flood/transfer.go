@@ -61,11 +61,21 @@ func hostProtocol() metaroce.Config {
 	}
 }
 
+// transferOpenTimeout bounds the transfer hosts' REGISTER and OPEN
+// (host.Config.OpenTimeout), before any flood starts: under the race
+// detector at a load average of 12 to 16 an OPEN took more than the
+// library's 5 s (TestFloodShort lan-junk, wan-junk: "OPEN timed out:
+// us-east/flood-sink after 5s"); a starved lab's gateways answered a
+// host's INIT up to 3.3 s late (docs/GATEWAY.md, "Registration under
+// load"). As loadtest/gwload's hostOpenTimeout. The flood's own
+// registration probe (register) keeps the library's 5 s: it is measured.
+const transferOpenTimeout = 20 * time.Second
+
 func startTransfer(ctx context.Context, l *lab.Lab, msgSize int, logger *slog.Logger) (*transfer, error) {
 	t := &transfer{msgSize: msgSize, slots: 256, delivered: map[uint64]bool{}}
 	var err error
 	t.dst, err = host.New(host.Config{Name: "flood-sink", Region: lab.RegionB, Gateways: l.HostGateways(lab.RegionB), Key: l.HostKey,
-		DeadAfter: time.Second, Logger: logger, Protocol: hostProtocol()})
+		DeadAfter: time.Second, OpenTimeout: transferOpenTimeout, Logger: logger, Protocol: hostProtocol()})
 	if err != nil {
 		return nil, fmt.Errorf("flood: destination host: %w", err)
 	}
@@ -74,12 +84,12 @@ func startTransfer(ctx context.Context, l *lab.Lab, msgSize int, logger *slog.Lo
 		return nil, err
 	}
 	t.src, err = host.New(host.Config{Name: "flood-src", Region: lab.RegionA, Gateways: l.HostGateways(lab.RegionA), Key: l.HostKey,
-		DeadAfter: time.Second, Logger: logger, Protocol: hostProtocol()})
+		DeadAfter: time.Second, OpenTimeout: transferOpenTimeout, Logger: logger, Protocol: hostProtocol()})
 	if err != nil {
 		t.dst.Close()
 		return nil, fmt.Errorf("flood: source host: %w", err)
 	}
-	octx, ocancel := context.WithTimeout(ctx, 10*time.Second)
+	octx, ocancel := context.WithTimeout(ctx, transferOpenTimeout)
 	defer ocancel()
 	t.flow, err = t.src.OpenFlow(octx, lab.RegionB, "flood-sink", host.FlowOptions{})
 	if err != nil {
