@@ -98,8 +98,13 @@ type aimdPath struct {
 	rate         float64 // bytes/s
 	usable       bool
 	srtt, minRTT time.Duration
-	alpha        float64
-	lastUpdate   time.Duration
+	// ownMin is the path's own minimum RTT, not bounded by the configured
+	// base RTT as minRTT is: what balance measures the path's queue
+	// against. A path longer than the base RTT (a plane 5 ms slower) read
+	// its extra propagation as a queue and was starved (docs/CC.md §4).
+	ownMin     time.Duration
+	alpha      float64
+	lastUpdate time.Duration
 	// the current round
 	roundStart                         time.Duration
 	roundAcked, roundMarked, roundLost int
@@ -115,6 +120,9 @@ type aimdPath struct {
 	// acks that come late because the driver's timers fire late do not
 	// stall a path whose srtt is far smaller than that lateness.
 	roundMinRTT, roundMaxRTT, rttHi time.Duration
+	// lastRoundMin is the smallest RTT sample of the last closed round:
+	// the path's queue as balance reads it (splitQueue).
+	lastRoundMin time.Duration
 	// rttDev is the mean deviation of the RTT samples from srtt (gain
 	// 1/8): the noise the path's samples carry (ack delay, late timers).
 	// A delay target below it would read that noise as a queue.
@@ -145,6 +153,10 @@ type AIMD struct {
 	eqW, eqSet float64
 	eqLast     time.Duration
 	balLast    time.Duration // balance's clock
+	// What balance last measured, for SplitWeight: the number of paths
+	// it split over, the rate-weighted mean queue and its reference.
+	balN         int
+	balQ, balRef time.Duration
 	// markMem is how persistently the connection's paths have seen ECN
 	// marks while the delay equilibrium steered: it rises by a quarter of
 	// the gap with every marked round and decays over MarkMemory.
@@ -210,7 +222,7 @@ func NewAIMD(cfg AIMDConfig) Factory {
 			}
 		}
 		for i := range a.paths {
-			a.paths[i] = aimdPath{rate: start / float64(paths), usable: true, srtt: base, minRTT: base}
+			a.paths[i] = aimdPath{rate: start / float64(paths), usable: true, srtt: base, minRTT: base, ownMin: base}
 		}
 		a.total = start
 		return a
@@ -273,19 +285,14 @@ func (a *AIMD) Window(path int) int {
 	if p.rttHi > rtt {
 		rtt = p.rttHi
 	}
-	g := a.cfg.WindowGain
-	if n := a.usableCount(); a.cfg.QueueShare > 0 && g > BalanceWindowGain && n > 1 && p.rate*float64(n) < a.total {
-		// The split of the rate over the paths (balance) acts through
-		// the windows: the sprayer sends round robin over the paths with
-		// room, so a path below the mean carries less than the others
-		// only once its window fills. With the full headroom it carried
-		// the mean until its rate fell below half of it, and the split
-		// moved in jumps, each plane idling in turn. (Tight windows on
-		// every path did better over planes, 0.95 on 4 and 8, but cost
-		// the regions scenario's 140 ms pair half its share.)
-		g = BalanceWindowGain
-	}
-	return windowBytes(p.rate*rtt.Seconds()*g, 4*a.pkt)
+	// The full headroom on every path, also where balance splits the
+	// rate: the sender sprays by the split (Splitter), so windows need
+	// not carry it. (While the sprayer was round robin, a path below the
+	// connection's mean got 1.25 instead, so that its window filled and
+	// it carried less: the split then followed the windows, and the
+	// plane with the fewest paths idled; docs/CC.md §4.)
+	w := p.rate * rtt.Seconds() * a.cfg.WindowGain
+	return windowBytes(w, 4*a.pkt)
 }
 
 // PacingRate implements Controller: the sum of the path rates, capped by the
@@ -388,6 +395,7 @@ func (a *AIMD) OnAck(now time.Duration, path int, s AckSample) {
 	}
 	if s.MinRTT > 0 {
 		p.minRTT = s.MinRTT
+		p.ownMin = s.MinRTT
 		// A flow that starts into a standing queue never sees the true
 		// propagation delay; the configured base RTT is a lower bound on
 		// what it is measured against (it must not exceed the true one).
@@ -454,12 +462,29 @@ func (a *AIMD) OnAck(now time.Duration, path int, s AckSample) {
 
 // BalanceGain is how fast the split of a connection's rate over its paths
 // follows the paths' own queueing delays: per round trip, a path's share
-// moves by up to this fraction (e^±0.25), towards the paths whose queues
-// are shorter than the connection's mean.
-const BalanceGain = 0.1
+// moves by up to this fraction (e^±0.06), towards the paths whose queues
+// are shorter than the connection's mean. It was 0.1 while the sprayer was
+// round robin and the split reached the wire only through the windows;
+// now that the sender sprays by the split (Splitter), every step reaches
+// the planes and 0.1 swung them (TestCCPlanes 0.92 / 0.89 of capacity on
+// 4 / 8 planes, 1 Gbit/s, 50 ms); 0.03 was too slow to lift the plane ECMP
+// hashed the fewest paths onto within the warm-up (0.93 on 4); 0.06
+// with SplitDamp gives 0.97-0.98 (docs/CC.md §4).
+const BalanceGain = 0.06
+
+// SplitDamp is the proportional part of the split (SplitWeight): a path
+// whose queue is longer than the connection's mean is sent up to
+// e^SplitDamp less than its rate says, at once, while balance moves the
+// rate itself. Without it the split is a double integrator (balance
+// integrates the queue difference into the rate, the plane's queue
+// integrates the rate) and swings; with it, a damped one. It cannot be
+// large: the queue it answers is a round trip old, and such a loop is
+// stable only for SplitDamp·rtt/ref below π/2 (0.1 · 55 ms / 5 ms = 1.1 at
+// 50 ms).
+const SplitDamp = 0.1
 
 // balance moves the connection's rate between its paths after each path's
-// own queueing delay (its smoothed RTT above its minimum), keeping the total:
+// own queueing delay (splitQueue), keeping the total:
 // a path whose queue is longer than the connection's rate-weighted mean q̄
 // loses share, one whose queue is shorter gains, in proportion to the
 // difference relative to q̄ (bounded by ±1), BalanceGain per round trip.
@@ -470,9 +495,8 @@ const BalanceGain = 0.1
 // another holds a standing queue. Paths through one queue see the same
 // delay and are left as they are (the coupling of a shared bottleneck is
 // unchanged). The total is the equilibrium's or the growth function's; this
-// only splits it. A path's rate acts through its window (rate × rtt ×
-// WindowGain): the sprayer skips a path whose window is full, so a path
-// shrunk here carries less once its window binds.
+// only splits it. The split reaches the wire through the sprayer, which
+// sends each path in proportion to SplitWeight (Splitter).
 func (a *AIMD) balance(now time.Duration) {
 	dt := now - a.balLast
 	a.balLast = now
@@ -485,7 +509,7 @@ func (a *AIMD) balance(now time.Duration) {
 	if n < 2 || dt <= 0 || a.total <= 0 {
 		return
 	}
-	_, qbar, srtt := a.connDelay()
+	qbar, srtt := a.splitDelay()
 	if srtt <= 0 {
 		return
 	}
@@ -503,13 +527,78 @@ func (a *AIMD) balance(now time.Duration) {
 		if !p.usable || p.rate <= 0 {
 			continue
 		}
-		d := float64(qbar-max(0, p.srtt-p.minRTT)) / float64(ref)
+		d := float64(qbar-splitQueue(p)) / float64(ref)
 		d = math.Max(-1, math.Min(1, d))
 		p.rate = math.Max(floor, p.rate*math.Exp(BalanceGain*d*dt.Seconds()/srtt.Seconds()))
 	}
 	total := a.total
 	a.retotal()
 	a.setTotal(total)
+	a.balN, a.balQ, a.balRef = n, qbar, ref
+}
+
+// Splits implements Splitter: a connection with a queue share splits its
+// rate over its paths after their own queues (balance), and the sender
+// sprays by that split.
+func (a *AIMD) Splits() bool { return a.cfg.QueueShare > 0 && len(a.paths) > 1 }
+
+// SplitWeight implements Splitter: the path's rate over the connection's
+// mean per path, times exp(-SplitDamp·(q_p − q̄)/ref) (q_p the path's queue,
+// q̄ and ref balance's).
+func (a *AIMD) SplitWeight(path int) float64 {
+	p := &a.paths[path]
+	if !p.usable || a.total <= 0 {
+		return 0
+	}
+	n := a.balN
+	if n <= 0 {
+		n = len(a.paths)
+	}
+	w := p.rate / a.total * float64(n)
+	if a.balRef > 0 {
+		d := float64(a.balQ-splitQueue(p)) / float64(a.balRef)
+		w *= math.Exp(SplitDamp * math.Max(-1, math.Min(1, d)))
+	}
+	return w
+}
+
+// splitQueue is path p's queueing delay as balance reads it: the smaller of
+// its smoothed RTT and its last round's smallest sample, above the path's
+// own minimum. The round's smallest sample because a standing queue delays
+// every packet and a host's stall or a burst only some: a path the split
+// sends little to gets few samples, so a late ack kept its smoothed RTT
+// high for many round trips, balance shrank it further, and on one plane
+// with stalling hosts the split drifted apart on noise (TestCCHostStalls
+// at 10 ms: 0.703 of the capacity against 0.712 with round robin and 0.728
+// with this). The path's own minimum, not the one the configured base RTT
+// bounds (minRTT): a plane 5 ms longer read its extra propagation as a
+// queue and was starved (unequal planes: 0.84 of the usable capacity;
+// 0.97 with ownMin).
+func splitQueue(p *aimdPath) time.Duration {
+	r := p.srtt
+	if p.lastRoundMin > 0 && p.lastRoundMin < r {
+		r = p.lastRoundMin
+	}
+	return max(0, r-p.ownMin)
+}
+
+// splitDelay returns the connection's queueing delay as balance measures
+// it (splitQueue) and its smoothed RTT, both weighted by path rate.
+func (a *AIMD) splitDelay() (q, srtt time.Duration) {
+	var qq, sr, wsum float64
+	for i := range a.paths {
+		p := &a.paths[i]
+		if !p.usable || p.rate <= 0 {
+			continue
+		}
+		qq += p.rate * float64(splitQueue(p))
+		sr += p.rate * float64(p.srtt)
+		wsum += p.rate
+	}
+	if wsum <= 0 {
+		return 0, 0
+	}
+	return time.Duration(qq / wsum), time.Duration(sr / wsum)
 }
 
 // connDelay returns the connection's minimum RTT, queueing delay (smoothed
@@ -861,6 +950,9 @@ func (a *AIMD) endRound(now time.Duration, path int) {
 	p.roundStart = now
 	roundMin, roundMax := p.roundMinRTT, p.roundMaxRTT
 	p.roundMinRTT, p.roundMaxRTT = 0, 0
+	if roundMin > 0 {
+		p.lastRoundMin = roundMin
+	}
 	if roundMax > 0 && roundMax < p.rttHi {
 		p.rttHi -= (p.rttHi - roundMax) / 4
 	}
@@ -1172,10 +1264,6 @@ func (a *AIMD) usableCount() int {
 	}
 	return n
 }
-
-// BalanceWindowGain is the window headroom of a path whose rate is below
-// its connection's mean per path (see Window and balance).
-const BalanceWindowGain = 1.25
 
 // Paths returns the number of paths the controller was built for.
 func (a *AIMD) Paths() int { return len(a.paths) }
