@@ -120,9 +120,11 @@ type aimdPath struct {
 	// acks that come late because the driver's timers fire late do not
 	// stall a path whose srtt is far smaller than that lateness.
 	roundMinRTT, roundMaxRTT, rttHi time.Duration
-	// lastRoundMin is the smallest RTT sample of the last closed round:
-	// the path's queue as balance reads it (splitQueue).
-	lastRoundMin time.Duration
+	// rttLo follows the path's RTT samples down at once and up by 1/8
+	// of the difference per sample: a smoothed RTT that a late ack moves
+	// for one sample only. The path's queue as balance reads it
+	// (splitQueue).
+	rttLo time.Duration
 	// rttDev is the mean deviation of the RTT samples from srtt (gain
 	// 1/8): the noise the path's samples carry (ack delay, late timers).
 	// A delay target below it would read that noise as a queue.
@@ -426,6 +428,11 @@ func (a *AIMD) OnAck(now time.Duration, path int, s AckSample) {
 		if r > p.roundMaxRTT {
 			p.roundMaxRTT = r
 		}
+		if p.rttLo == 0 || r < p.rttLo {
+			p.rttLo = r
+		} else {
+			p.rttLo += (r - p.rttLo) / 8
+		}
 		// One outlier (a descheduled process) must not size the window
 		// for long: rttHi is bounded by a few srtt plus a few ms.
 		if lim := 4*p.srtt + 4*time.Millisecond; r > lim {
@@ -563,21 +570,24 @@ func (a *AIMD) SplitWeight(path int) float64 {
 }
 
 // splitQueue is path p's queueing delay as balance reads it: the smaller of
-// its smoothed RTT and its last round's smallest sample, above the path's
-// own minimum. The round's smallest sample because a standing queue delays
-// every packet and a host's stall or a burst only some: a path the split
-// sends little to gets few samples, so a late ack kept its smoothed RTT
-// high for many round trips, balance shrank it further, and on one plane
-// with stalling hosts the split drifted apart on noise (TestCCHostStalls
-// at 10 ms: 0.703 of the capacity against 0.712 with round robin and 0.728
-// with this). The path's own minimum, not the one the configured base RTT
-// bounds (minRTT): a plane 5 ms longer read its extra propagation as a
-// queue and was starved (unequal planes: 0.84 of the usable capacity;
+// its smoothed RTT and rttLo (which falls to a lower sample at once and
+// rises by 1/8 per sample), above the path's own minimum. A standing queue
+// delays every packet, a host's stall or a burst only some: a path the
+// split sends little gets few samples, so one late ack kept its smoothed
+// RTT high for many round trips, balance shrank it further, and on one
+// plane with stalling hosts the split drifted apart on noise
+// (TestCCHostStalls at 10 ms, no loss: 0.703 of the capacity from the
+// smoothed RTT, 0.712 with round robin, 0.732 from rttLo; 0.728 from the
+// last round's smallest sample, which lagged a round and cost the regions
+// scenario's pair A→B after the plane failure 0.865 of its share against
+// 0.933 with rttLo). The path's own minimum, not the one the configured
+// base RTT bounds (minRTT): a plane 5 ms longer read its extra propagation
+// as a queue and was starved (unequal planes: 0.84 of the usable capacity;
 // 0.97 with ownMin).
 func splitQueue(p *aimdPath) time.Duration {
 	r := p.srtt
-	if p.lastRoundMin > 0 && p.lastRoundMin < r {
-		r = p.lastRoundMin
+	if p.rttLo > 0 && p.rttLo < r {
+		r = p.rttLo
 	}
 	return max(0, r-p.ownMin)
 }
@@ -950,9 +960,6 @@ func (a *AIMD) endRound(now time.Duration, path int) {
 	p.roundStart = now
 	roundMin, roundMax := p.roundMinRTT, p.roundMaxRTT
 	p.roundMinRTT, p.roundMaxRTT = 0, 0
-	if roundMin > 0 {
-		p.lastRoundMin = roundMin
-	}
 	if roundMax > 0 && roundMax < p.rttHi {
 		p.rttHi -= (p.rttHi - roundMax) / 4
 	}
