@@ -431,7 +431,7 @@ func (a *AIMD) OnAck(now time.Duration, path int, s AckSample) {
 		if p.rttLo == 0 || r < p.rttLo {
 			p.rttLo = r
 		} else {
-			p.rttLo += (r - p.rttLo) / 8
+			p.rttLo += (r - p.rttLo) / rttLoRise
 		}
 		// One outlier (a descheduled process) must not size the window
 		// for long: rttHi is bounded by a few srtt plus a few ms.
@@ -568,6 +568,11 @@ func (a *AIMD) SplitWeight(path int) float64 {
 	}
 	return w
 }
+
+// rttLoRise is the inverse of the gain with which rttLo follows an RTT
+// sample above it: srtt's (RFC 6298), so that a queue that really grows is
+// read as fast as the smoothed RTT reads it.
+const rttLoRise = 8
 
 // splitQueue is path p's queueing delay as balance reads it: the smaller of
 // its smoothed RTT and rttLo (which falls to a lower sample at once and
