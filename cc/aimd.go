@@ -476,7 +476,7 @@ func (a *AIMD) OnAck(now time.Duration, path int, s AckSample) {
 // the planes and 0.1 swung them (TestCCPlanes 0.92 / 0.89 of capacity on
 // 4 / 8 planes, 1 Gbit/s, 50 ms); 0.03 was too slow to lift the plane ECMP
 // hashed the fewest paths onto within the warm-up (0.93 on 4); 0.06
-// with SplitDamp gives 0.97-0.98 (docs/CC.md §4).
+// with SplitDamp and BalanceDeadBand gives 0.965-0.982 (docs/CC.md §2).
 const BalanceGain = 0.06
 
 // BalanceDeadBand is the part of the reference (d, in balance) within which
