@@ -101,7 +101,7 @@ type aimdPath struct {
 	// ownMin is the path's own minimum RTT, not bounded by the configured
 	// base RTT as minRTT is: what balance measures the path's queue
 	// against. A path longer than the base RTT (a plane 5 ms slower) read
-	// its extra propagation as a queue and was starved (docs/CC.md §4).
+	// its extra propagation as a queue and was starved (docs/CC.md §2).
 	ownMin     time.Duration
 	alpha      float64
 	lastUpdate time.Duration
@@ -292,7 +292,7 @@ func (a *AIMD) Window(path int) int {
 	// not carry it. (While the sprayer was round robin, a path below the
 	// connection's mean got 1.25 instead, so that its window filled and
 	// it carried less: the split then followed the windows, and the
-	// plane with the fewest paths idled; docs/CC.md §4.)
+	// plane with the fewest paths idled; docs/CC.md §2.)
 	w := p.rate * rtt.Seconds() * a.cfg.WindowGain
 	return windowBytes(w, 4*a.pkt)
 }

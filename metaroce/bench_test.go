@@ -228,7 +228,7 @@ func TestDatapathAllocations(t *testing.T) {
 // TestSenderSpraysBySplit: a controller that splits its rate (cc.Splitter)
 // has its paths sent in proportion to its weights; without a split, round
 // robin sends each path the same (the planes with the fewest paths then
-// idled, docs/CC.md §4).
+// idled, docs/CC.md §2).
 func TestSenderSpraysBySplit(t *testing.T) {
 	// Paced, with windows far larger than what pacing puts in flight: a
 	// window that binds takes the path's turn away, whatever its weight.

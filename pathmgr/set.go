@@ -270,7 +270,7 @@ func (s *Set) Pick(size int, window func(path int) int) int {
 // Why not round robin: over planes that ECMP hashed unequal numbers of
 // paths onto, round robin sends each plane its number of paths' part of
 // the connection, whatever the controller's rate for those paths, and the
-// plane with the fewest paths idles (docs/CC.md §4, planes).
+// plane with the fewest paths idles (docs/CC.md §2, the split).
 func (s *Set) PickWeighted(size int, window func(path int) int, weight func(path int) float64) int {
 	n := len(s.Paths)
 	if n == 0 {

@@ -41,7 +41,7 @@ func TestPickWeightedFollowsWeights(t *testing.T) {
 }
 
 // TestPickWeightedSplitsPlanesByRate is the case round robin gets wrong
-// (docs/CC.md §4, planes): two planes of equal capacity, ECMP hashed 4
+// (docs/CC.md §2, the split): two planes of equal capacity, ECMP hashed 4
 // paths onto one and 12 onto the other. The controller gives each plane
 // half of the connection (per path: 2 on the first plane, 2/3 on the
 // second, relative to the mean). Round robin sends each plane its share

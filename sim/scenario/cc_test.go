@@ -208,7 +208,7 @@ var filepathGlob = filepath.Glob
 // controller's split (cc.Splitter, pathmgr.Set.PickWeighted) the plane
 // ECMP hashed the fewest paths onto idled: 0.928 / 0.934 of capacity over 4
 // / 8 planes at 50 ms, 0.757 of the usable capacity over the unequal
-// planes, 0.88-0.89 at 10 µs (docs/CC.md §4).
+// planes, 0.88-0.89 at 10 µs (docs/CC.md §2).
 func TestCCPlanes(t *testing.T) {
 	rows, err := planesCC(Options{Seed: 1, RateBps: 10e9}, LongRTTControllers, PlanesCCRTTs)
 	if err != nil {
