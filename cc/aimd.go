@@ -99,8 +99,13 @@ type aimdPath struct {
 	rate         float64 // bytes/s
 	usable       bool
 	srtt, minRTT time.Duration
-	alpha        float64
-	lastUpdate   time.Duration
+	// ownMin is the path's own minimum RTT, not bounded by the configured
+	// base RTT as minRTT is: what balance measures the path's queue
+	// against. A path longer than the base RTT (a plane 5 ms slower) read
+	// its extra propagation as a queue and was starved (docs/CC.md §2).
+	ownMin     time.Duration
+	alpha      float64
+	lastUpdate time.Duration
 	// the current round
 	roundStart                         time.Duration
 	roundAcked, roundMarked, roundLost int
@@ -117,6 +122,11 @@ type aimdPath struct {
 	// acks that come late because the driver's timers fire late do not
 	// stall a path whose srtt is far smaller than that lateness.
 	roundMinRTT, roundMaxRTT, rttHi time.Duration
+	// rttLo follows the path's RTT samples down at once and up by 1/8
+	// of the difference per sample: a smoothed RTT that a late ack moves
+	// for one sample only. The path's queue as balance reads it
+	// (splitQueue).
+	rttLo time.Duration
 	// rttDev is the mean deviation of the RTT samples from srtt (gain
 	// 1/8): the noise the path's samples carry (ack delay, late timers).
 	// A delay target below it would read that noise as a queue.
@@ -147,6 +157,10 @@ type AIMD struct {
 	eqW, eqSet float64
 	eqLast     time.Duration
 	balLast    time.Duration // balance's clock
+	// What balance last measured, for SplitWeight: the number of paths
+	// it split over, the rate-weighted mean queue and its reference.
+	balN         int
+	balQ, balRef time.Duration
 	// markMem is how persistently the connection's paths have seen ECN
 	// marks while the delay equilibrium steered: it rises by a quarter of
 	// the gap with every marked round and decays over MarkMemory.
@@ -212,7 +226,7 @@ func NewAIMD(cfg AIMDConfig) Factory {
 			}
 		}
 		for i := range a.paths {
-			a.paths[i] = aimdPath{rate: start / float64(paths), usable: true, srtt: base, minRTT: base}
+			a.paths[i] = aimdPath{rate: start / float64(paths), usable: true, srtt: base, minRTT: base, ownMin: base}
 		}
 		a.total = start
 		return a
@@ -275,19 +289,14 @@ func (a *AIMD) Window(path int) int {
 	if p.rttHi > rtt {
 		rtt = p.rttHi
 	}
-	g := a.cfg.WindowGain
-	if n := a.usableCount(); a.cfg.QueueShare > 0 && g > BalanceWindowGain && n > 1 && p.rate*float64(n) < a.total {
-		// The split of the rate over the paths (balance) acts through
-		// the windows: the sprayer sends round robin over the paths with
-		// room, so a path below the mean carries less than the others
-		// only once its window fills. With the full headroom it carried
-		// the mean until its rate fell below half of it, and the split
-		// moved in jumps, each plane idling in turn. (Tight windows on
-		// every path did better over planes, 0.95 on 4 and 8, but cost
-		// the regions scenario's 140 ms pair half its share.)
-		g = BalanceWindowGain
-	}
-	return windowBytes(p.rate*rtt.Seconds()*g, 4*a.pkt)
+	// The full headroom on every path, also where balance splits the
+	// rate: the sender sprays by the split (Splitter), so windows need
+	// not carry it. (While the sprayer was round robin, a path below the
+	// connection's mean got 1.25 instead, so that its window filled and
+	// it carried less: the split then followed the windows, and the
+	// plane with the fewest paths idled; docs/CC.md §2.)
+	w := p.rate * rtt.Seconds() * a.cfg.WindowGain
+	return windowBytes(w, 4*a.pkt)
 }
 
 // PacingRate implements Controller: the sum of the path rates, capped by the
@@ -400,6 +409,7 @@ func (a *AIMD) OnAck(now time.Duration, path int, s AckSample) {
 	}
 	if s.MinRTT > 0 {
 		p.minRTT = s.MinRTT
+		p.ownMin = s.MinRTT
 		// A flow that starts into a standing queue never sees the true
 		// propagation delay; the configured base RTT is a lower bound on
 		// what it is measured against (it must not exceed the true one).
@@ -439,6 +449,11 @@ func (a *AIMD) OnAck(now time.Duration, path int, s AckSample) {
 		}
 		if r > p.roundMaxRTT {
 			p.roundMaxRTT = r
+		}
+		if p.rttLo == 0 || r < p.rttLo {
+			p.rttLo = r
+		} else {
+			p.rttLo += (r - p.rttLo) / rttLoRise
 		}
 		// One outlier (a descheduled process) must not size the window
 		// for long: rttHi is bounded by a few srtt plus a few ms.
@@ -481,12 +496,42 @@ func (a *AIMD) OnAck(now time.Duration, path int, s AckSample) {
 
 // BalanceGain is how fast the split of a connection's rate over its paths
 // follows the paths' own queueing delays: per round trip, a path's share
-// moves by up to this fraction (e^±0.25), towards the paths whose queues
-// are shorter than the connection's mean.
-const BalanceGain = 0.1
+// moves by up to this fraction (e^±0.06), towards the paths whose queues
+// are shorter than the connection's mean. It was 0.1 while the sprayer was
+// round robin and the split reached the wire only through the windows;
+// now that the sender sprays by the split (Splitter), every step reaches
+// the planes and 0.1 swung them (TestCCPlanes 0.92 / 0.89 of capacity on
+// 4 / 8 planes, 1 Gbit/s, 50 ms); 0.03 was too slow to lift the plane ECMP
+// hashed the fewest paths onto within the warm-up (0.93 on 4); 0.06
+// with SplitDamp and BalanceDeadBand gives 0.965-0.982 (docs/CC.md §2).
+const BalanceGain = 0.06
+
+// BalanceDeadBand is the part of the reference (d, in balance) within which
+// a path's queue counts as the connection's mean: paths through one
+// bottleneck differ only by noise (which path a burst's packets took), and
+// since the sender sprays by the split, balance integrating that noise
+// moved real traffic between paths of one queue. At a single marked queue
+// shared with a classic-ECN flow (TestCCCoexistence, hints on) that left
+// the classic flow 0.157 of the link (want 0.2; 0.264 with the split off,
+// 0.220 with this band). Wider bands cost elsewhere: 0.1 gave the classic
+// flow 0.261 but TestCCHostStalls at 50 ms and 10% loss 0.909 of the fixed
+// window (want 0.92; 0.958 with 0.05), and 0.25 the planes rows their
+// target (0.925 on 4 planes).
+const BalanceDeadBand = 0.05
+
+// SplitDamp is the proportional part of the split (SplitWeight): a path
+// whose queue is longer than the connection's mean is sent up to
+// e^SplitDamp less than its rate says, at once, while balance moves the
+// rate itself. Without it the split is a double integrator (balance
+// integrates the queue difference into the rate, the plane's queue
+// integrates the rate) and swings; with it, a damped one. It cannot be
+// large: the queue it answers is a round trip old, and such a loop is
+// stable only for SplitDamp·rtt/ref below π/2 (0.1 · 55 ms / 5 ms = 1.1 at
+// 50 ms).
+const SplitDamp = 0.1
 
 // balance moves the connection's rate between its paths after each path's
-// own queueing delay (its smoothed RTT above its minimum), keeping the total:
+// own queueing delay (splitQueue), keeping the total:
 // a path whose queue is longer than the connection's rate-weighted mean q̄
 // loses share, one whose queue is shorter gains, in proportion to the
 // difference relative to q̄ (bounded by ±1), BalanceGain per round trip.
@@ -497,9 +542,8 @@ const BalanceGain = 0.1
 // another holds a standing queue. Paths through one queue see the same
 // delay and are left as they are (the coupling of a shared bottleneck is
 // unchanged). The total is the equilibrium's or the growth function's; this
-// only splits it. A path's rate acts through its window (rate × rtt ×
-// WindowGain): the sprayer skips a path whose window is full, so a path
-// shrunk here carries less once its window binds.
+// only splits it. The split reaches the wire through the sprayer, which
+// sends each path in proportion to SplitWeight (Splitter).
 func (a *AIMD) balance(now time.Duration) {
 	dt := now - a.balLast
 	a.balLast = now
@@ -512,7 +556,7 @@ func (a *AIMD) balance(now time.Duration) {
 	if n < 2 || dt <= 0 || a.total <= 0 {
 		return
 	}
-	_, qbar, srtt := a.connDelay()
+	qbar, srtt := a.splitDelay()
 	if srtt <= 0 {
 		return
 	}
@@ -530,13 +574,91 @@ func (a *AIMD) balance(now time.Duration) {
 		if !p.usable || p.rate <= 0 {
 			continue
 		}
-		d := float64(qbar-max(0, p.srtt-p.minRTT)) / float64(ref)
+		d := float64(qbar-splitQueue(p)) / float64(ref)
 		d = math.Max(-1, math.Min(1, d))
+		if math.Abs(d) <= BalanceDeadBand {
+			d = 0
+		} else {
+			d -= math.Copysign(BalanceDeadBand, d)
+		}
 		p.rate = math.Max(floor, p.rate*math.Exp(BalanceGain*d*dt.Seconds()/srtt.Seconds()))
 	}
 	total := a.total
 	a.retotal()
 	a.setTotal(total)
+	a.balN, a.balQ, a.balRef = n, qbar, ref
+}
+
+// Splits implements Splitter: a connection with a queue share splits its
+// rate over its paths after their own queues (balance), and the sender
+// sprays by that split.
+func (a *AIMD) Splits() bool { return a.cfg.QueueShare > 0 && len(a.paths) > 1 }
+
+// SplitWeight implements Splitter: the path's rate over the connection's
+// mean per path, times exp(-SplitDamp·(q_p − q̄)/ref) (q_p the path's queue,
+// q̄ and ref balance's).
+func (a *AIMD) SplitWeight(path int) float64 {
+	p := &a.paths[path]
+	if !p.usable || a.total <= 0 {
+		return 0
+	}
+	n := a.balN
+	if n <= 0 {
+		n = len(a.paths)
+	}
+	w := p.rate / a.total * float64(n)
+	if a.balRef > 0 {
+		d := float64(a.balQ-splitQueue(p)) / float64(a.balRef)
+		w *= math.Exp(SplitDamp * math.Max(-1, math.Min(1, d)))
+	}
+	return w
+}
+
+// rttLoRise is the inverse of the gain with which rttLo follows an RTT
+// sample above it: srtt's (RFC 6298), so that a queue that really grows is
+// read as fast as the smoothed RTT reads it.
+const rttLoRise = 8
+
+// splitQueue is path p's queueing delay as balance reads it: the smaller of
+// its smoothed RTT and rttLo (which falls to a lower sample at once and
+// rises by 1/8 per sample), above the path's own minimum. A standing queue
+// delays every packet, a host's stall or a burst only some: a path the
+// split sends little gets few samples, so one late ack kept its smoothed
+// RTT high for many round trips, balance shrank it further, and on one
+// plane with stalling hosts the split drifted apart on noise
+// (TestCCHostStalls at 10 ms, no loss: 0.703 of the capacity from the
+// smoothed RTT, 0.712 with round robin, 0.732 from rttLo; 0.728 from the
+// last round's smallest sample, which lagged a round and cost the regions
+// scenario's pair A→B after the plane failure 0.865 of its share against
+// 0.933 with rttLo). The path's own minimum, not the one the configured
+// base RTT bounds (minRTT): a plane 5 ms longer read its extra propagation
+// as a queue and was starved (unequal planes: 0.84 of the usable capacity;
+// 0.97 with ownMin).
+func splitQueue(p *aimdPath) time.Duration {
+	r := p.srtt
+	if p.rttLo > 0 && p.rttLo < r {
+		r = p.rttLo
+	}
+	return max(0, r-p.ownMin)
+}
+
+// splitDelay returns the connection's queueing delay as balance measures
+// it (splitQueue) and its smoothed RTT, both weighted by path rate.
+func (a *AIMD) splitDelay() (q, srtt time.Duration) {
+	var qq, sr, wsum float64
+	for i := range a.paths {
+		p := &a.paths[i]
+		if !p.usable || p.rate <= 0 {
+			continue
+		}
+		qq += p.rate * float64(splitQueue(p))
+		sr += p.rate * float64(p.srtt)
+		wsum += p.rate
+	}
+	if wsum <= 0 {
+		return 0, 0
+	}
+	return time.Duration(qq / wsum), time.Duration(sr / wsum)
 }
 
 // connDelay returns the connection's minimum RTT, queueing delay (smoothed
@@ -1260,10 +1382,6 @@ func (a *AIMD) usableCount() int {
 	}
 	return n
 }
-
-// BalanceWindowGain is the window headroom of a path whose rate is below
-// its connection's mean per path (see Window and balance).
-const BalanceWindowGain = 1.25
 
 // Paths returns the number of paths the controller was built for.
 func (a *AIMD) Paths() int { return len(a.paths) }

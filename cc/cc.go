@@ -63,6 +63,20 @@ type Controller interface {
 	OnPathState(now time.Duration, path int, usable bool)
 }
 
+// Splitter is implemented by a Controller that sets how the connection's
+// sending divides over its paths (cc.AIMD with a queue share: balance). The
+// state machine then sprays each path in proportion to its weight
+// (pathmgr.Set.PickWeighted) instead of round robin, so that the split the
+// controller computes from each path's own signals is the split on the wire.
+type Splitter interface {
+	// Splits reports whether the sender should follow SplitWeight (it is
+	// asked once, when the connection is made).
+	Splits() bool
+	// SplitWeight is path's part of the connection's sending relative to
+	// an equal split over the usable paths (1: the mean).
+	SplitWeight(path int) float64
+}
+
 // Factory builds a Controller for a connection with the given number of paths
 // and maximum packet size (payload plus header, in bytes).
 type Factory func(paths int, packetSize int) Controller

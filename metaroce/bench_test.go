@@ -2,6 +2,7 @@ package metaroce
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"testing"
 	"time"
@@ -48,7 +49,20 @@ const (
 
 func newBenchPipe(tb testing.TB, mtu int) *benchPipe {
 	tb.Helper()
-	cfg := Config{MTU: mtu, Paths: 8, Seed: 1, CC: cc.NewFixed(256<<10, 0), WireVersions: []uint8{Version2}}
+	return newBenchPipeCC(tb, mtu, cc.NewFixed(256<<10, 0))
+}
+
+// splitFixed is the fixed window with a split (cc.Splitter): the sender
+// sprays it by weight (pathmgr.Set.PickWeighted), as it does a long-RTT
+// controller's.
+type splitFixed struct{ cc.Controller }
+
+func (splitFixed) Splits() bool                 { return true }
+func (splitFixed) SplitWeight(path int) float64 { return 0.5 + float64(path%3)/2 }
+
+func newBenchPipeCC(tb testing.TB, mtu int, f cc.Factory) *benchPipe {
+	tb.Helper()
+	cfg := Config{MTU: mtu, Paths: 8, Seed: 1, CC: f, WireVersions: []uint8{Version2}}
 	p := &benchPipe{src: make([]byte, 1<<20), ack: make([]byte, 0, 2048)}
 	var err error
 	if p.a, err = NewEndpoint(cfg, NewMemory()); err != nil {
@@ -176,9 +190,19 @@ func BenchmarkDatapath(b *testing.B) {
 // is left is per message, each 1 MiB WRITE's records at both ends (about
 // 4 allocations per message: 0.005 per datagram at payload 1316, 0.03 at
 // 8916).
+//
+// The same with a controller that splits its rate (cc.Splitter): the
+// weighted sprayer allocates nothing either.
 func TestDatapathAllocations(t *testing.T) {
-	for _, mtu := range []int{1316, 8916} {
-		p := newBenchPipe(t, mtu)
+	fixed := cc.NewFixed(256<<10, 0)
+	split := func(paths, size int) cc.Controller { return splitFixed{fixed(paths, size)} }
+	for _, k := range []struct {
+		name string
+		mtu  int
+		f    cc.Factory
+	}{{"fixed", 1316, fixed}, {"fixed", 8916, fixed}, {"split", 1316, split}} {
+		mtu := k.mtu
+		p := newBenchPipeCC(t, mtu, k.f)
 		for range 4 * benchDelay {
 			p.round()
 		}
@@ -194,9 +218,48 @@ func TestDatapathAllocations(t *testing.T) {
 		if n < 10000 || msgs < 10 {
 			t.Fatalf("payload %d: only %d datagrams and %d messages in 2000 rounds", mtu, n, msgs)
 		}
-		t.Logf("payload %d: %d allocations, %d datagrams, %d messages", mtu, allocs, n, msgs)
+		t.Logf("%s payload %d: %d allocations, %d datagrams, %d messages", k.name, mtu, allocs, n, msgs)
 		if per := float64(allocs) / float64(msgs); per > 6 {
-			t.Errorf("payload %d: %.1f allocations per message (%.3f per datagram), want at most 6 (per message only)", mtu, per, float64(allocs)/float64(n))
+			t.Errorf("%s payload %d: %.1f allocations per message (%.3f per datagram), want at most 6 (per message only)", k.name, mtu, per, float64(allocs)/float64(n))
+		}
+	}
+}
+
+// TestSenderSpraysBySplit: a controller that splits its rate (cc.Splitter)
+// has its paths sent in proportion to its weights; without a split, round
+// robin sends each path the same (the planes with the fewest paths then
+// idled, docs/CC.md §2).
+func TestSenderSpraysBySplit(t *testing.T) {
+	// Paced, with windows far larger than what pacing puts in flight: a
+	// window that binds takes the path's turn away, whatever its weight.
+	fixed := cc.NewFixed(16<<20, 2e9)
+	split := func(paths, size int) cc.Controller { return splitFixed{fixed(paths, size)} }
+	for _, k := range []struct {
+		name string
+		f    cc.Factory
+		want func(path int) float64
+	}{
+		{"round robin", fixed, func(int) float64 { return 1 }},
+		{"split", split, splitFixed{}.SplitWeight},
+	} {
+		p := newBenchPipeCC(t, 1316, k.f)
+		for range 2000 {
+			p.round()
+		}
+		var sent, wsum float64
+		for i := range p.conn.paths.Paths {
+			sent += float64(p.conn.paths.Paths[i].SentPackets)
+			wsum += k.want(i)
+		}
+		if sent < 4000 { // ~5000 at this pacing rate
+			t.Fatalf("%s: only %.0f packets sent", k.name, sent)
+		}
+		for i := range p.conn.paths.Paths {
+			got := float64(p.conn.paths.Paths[i].SentPackets) / sent
+			want := k.want(i) / wsum
+			if math.Abs(got-want) > 0.01 {
+				t.Errorf("%s: path %d carried %.3f of the packets, want %.3f", k.name, i, got, want)
+			}
 		}
 	}
 }

@@ -65,6 +65,9 @@ type Conn struct {
 	paths    *pathmgr.Set
 	ctl      cc.Controller
 	windowFn func(int) int
+	// weightFn is the controller's split (cc.Splitter), when it has one:
+	// the sprayer then sends by it (pathmgr.Set.PickWeighted).
+	weightFn func(int) float64
 	// rxHdr is the header of the DATA packet being received: a field
 	// rather than a local, because a stream Sink is handed a pointer to it
 	// and a local would then escape, one allocation per packet. rxHdr2 is
@@ -152,6 +155,9 @@ func newConn(e *Endpoint, id uint64, peer PeerID, initiator bool, paths, mtu int
 	c.paths = pathmgr.NewSet(paths, cfg.Path, rand.New(rand.NewPCG(seed, id)))
 	c.ctl = factory(paths, mtu+DataHeaderLen)
 	c.windowFn = c.window
+	if sp, ok := c.ctl.(cc.Splitter); ok && sp.Splits() {
+		c.weightFn = sp.SplitWeight
+	}
 	c.placer = newPlacer(mtu, cfg.MaxMessagesAhead, e.mem, &e.sinks, &c.Stats, c)
 	c.tx = make([]sentHistory, paths)
 	c.rx = make([]rxPath, paths)

@@ -312,6 +312,8 @@ func (c *Conn) pollData(now time.Duration, buf []byte) (Transmit, bool) {
 	if c.descNext.ref == ref && ref.msg != nil && c.paths.Paths[c.descNext.path].State.Usable() {
 		// The chunk whose descriptor just went alone follows it on its path.
 		path = c.descNext.path
+	} else if c.weightFn != nil {
+		path = c.paths.PickWeighted(size, c.windowFn, c.weightFn)
 	} else {
 		path = c.paths.Pick(size, c.windowFn)
 	}

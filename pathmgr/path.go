@@ -122,6 +122,10 @@ type Path struct {
 	ProbeOutstanding bool
 	// LastProgress is the last time an ack acknowledged something new.
 	LastProgress time.Duration
+
+	// deficit is the bytes the path may still send in the weighted
+	// sprayer's current turn (Set.PickWeighted, deficit round robin).
+	deficit float64
 }
 
 // OnRTTSample folds one round-trip sample into the estimator.

@@ -12,6 +12,9 @@ type Set struct {
 	Paths []Path
 	rng   *rand.Rand
 	next  int // round-robin cursor of the sprayer
+	// credited: the path under the cursor has had its quantum for this
+	// turn (PickWeighted).
+	credited bool
 
 	transitions []Transition // pending, drained by the owner
 }
@@ -247,6 +250,77 @@ func (s *Set) Pick(size int, window func(path int) int) int {
 	}
 	if suspect >= 0 {
 		s.next = (suspect + 1) % n
+	}
+	return suspect
+}
+
+// PickWeighted chooses the path for the next packet of size bytes so that,
+// among the up paths with window room, each carries packets in proportion
+// to weight(path): deficit round robin (Shreedhar and Varghese 1995), each
+// path's quantum weight × size per turn, so a path of weight 1 sends one
+// packet per turn, one of weight 2 two in a row, one of weight ¼ one every
+// fourth turn. Weights are read at each path's turn, so they may change
+// between packets; they are relative (a controller passes each path's rate
+// over the connection's mean per path). A path without room loses its
+// turn and what it had saved (no catch-up burst when its window reopens).
+// Up paths are preferred to suspect ones, as in Pick; it returns -1 if no
+// path has room. Work per packet is constant on average: about the
+// largest weight over the mean weight of the paths with room.
+//
+// Why not round robin: over planes that ECMP hashed unequal numbers of
+// paths onto, round robin sends each plane its number of paths' part of
+// the connection, whatever the controller's rate for those paths, and the
+// plane with the fewest paths idles (docs/CC.md §2, the split).
+func (s *Set) PickWeighted(size int, window func(path int) int, weight func(path int) float64) int {
+	n := len(s.Paths)
+	if n == 0 {
+		return -1
+	}
+	suspect := -1
+	fsize := float64(size)
+	// A lap of n turns that finds no up path with room ends the search
+	// (every path was seen, so a suspect path with room was too); laps in
+	// which the paths with room only save (weights far below 1) end it
+	// after maxLaps, so that a pick never loops for long.
+	const maxLaps = 64
+	roomy, firstRoomy := false, -1
+	for k := 0; k < maxLaps*n; k++ {
+		if k > 0 && k%n == 0 {
+			if !roomy {
+				break
+			}
+			roomy = false
+		}
+		i := s.next
+		p := &s.Paths[i]
+		if p.State == Up && p.InflightBytes+size <= window(i) {
+			roomy = true
+			if firstRoomy < 0 {
+				firstRoomy = i
+			}
+			if !s.credited {
+				s.credited = true
+				if w := weight(i); w > 0 {
+					p.deficit += w * fsize
+				}
+			}
+			if p.deficit >= fsize {
+				p.deficit -= fsize
+				return i
+			}
+		} else {
+			if suspect < 0 && p.State == Suspect && p.InflightBytes+size <= window(i) {
+				suspect = i
+			}
+			p.deficit = 0
+		}
+		s.next = (i + 1) % n
+		s.credited = false
+	}
+	if firstRoomy >= 0 {
+		// maxLaps of saving: weights this small are the controller's
+		// business, not a reason to stall the connection.
+		return firstRoomy
 	}
 	return suspect
 }

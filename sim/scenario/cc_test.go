@@ -201,15 +201,16 @@ var filepathGlob = filepath.Glob
 
 // TestCCPlanes is the planes scenario with the long-RTT controllers (issue
 // 16 item 5) at a tenth of its default rate (1 Gbit/s planes): one
-// connection, 16 paths per plane, ECN at 0.1 BDP. At 50 ms every plane
-// count must carry at least 0.95 of the capacity with a standing queue of
-// at most 10 ms (before the paths' split followed their own queues: 0.83 on
-// 2 planes and 0.68 on 6, with 20 and 82 ms of standing queue). Not met
-// yet, so asserted lower: 0.928 / 0.934 (htcp) and 0.929 / 0.931 (scalable)
-// over 4 / 8 planes (at least 0.92 asserted). The 10 µs rows are not run here (0.88-0.89 of capacity
-// over 2-8 planes at this scale; docs/CC.md §7).
+// connection, 16 paths per plane, ECN at 0.1 BDP. Every plane count must
+// carry at least 0.95 of the capacity, at 10 µs and at 50 ms, and over the
+// unequal planes at least 0.90 of the usable capacity, with a standing
+// queue of at most 10 ms at 50 ms. Before the sender sprayed by the
+// controller's split (cc.Splitter, pathmgr.Set.PickWeighted) the plane
+// ECMP hashed the fewest paths onto idled: 0.928 / 0.934 of capacity over 4
+// / 8 planes at 50 ms, 0.757 of the usable capacity over the unequal
+// planes, 0.88-0.89 at 10 µs (docs/CC.md §2).
 func TestCCPlanes(t *testing.T) {
-	rows, err := planesCC(Options{Seed: 1, RateBps: 10e9}, LongRTTControllers, PlanesCCRTTs[1:])
+	rows, err := planesCC(Options{Seed: 1, RateBps: 10e9}, LongRTTControllers, PlanesCCRTTs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,27 +235,22 @@ func checkPlanesCC(t *testing.T, rows []report.Row, rate float64) {
 	t.Helper()
 	for _, r := range rows {
 		t.Logf("%s rtt=%gms planes=%d frac=%.3f eff=%.3f peak q=%d %s", r.CC, r.RTTms, r.Planes, r.Fraction, r.Efficiency, r.MaxQueueBytes, r.Note)
-		if r.RTTms < 1 {
-			continue
-		}
 		var q float64
 		fmt.Sscanf(r.Note, "standing queue %f ms", &q)
+		// The queue bound is issue 16 item 2's, for a WAN round trip; at
+		// 10 µs a queue of milliseconds would be a hundred round trips,
+		// and the fraction shows it.
+		queueOK := r.RTTms < 1 || q <= 10
 		if r.Variant == "unequal" {
-			// Issue 16 item 5's target over unequal planes is >= 0.90 of
-			// the usable capacity with the standing queue within 10 ms:
-			// the queue bound is met, the fraction is not (0.757 / 0.756),
-			// so this guards the measured figure (docs/CC.md §4).
-			if r.Fraction < 0.72 || q > 10 {
-				t.Errorf("%s at %g ms over unequal planes: %.3f of usable capacity (measured 0.756-0.757, want >= 0.72), standing queue %.2f ms (want <= 10)", r.CC, r.RTTms, r.Fraction, q)
+			// Fraction of the usable capacity (the lossy plane less its
+			// loss, the half-rate plane's half).
+			if r.Fraction < 0.90 || !queueOK {
+				t.Errorf("%s at %g ms over unequal planes: %.3f of usable capacity (want >= 0.90), standing queue %.2f ms (want <= 10)", r.CC, r.RTTms, r.Fraction, q)
 			}
 			continue
 		}
-		want := 0.95
-		if r.Planes >= 4 {
-			want = 0.92 // measured 0.926-0.939 on 4 and 8 planes: the 0.95 target is not met
-		}
-		if r.Fraction < want || q > 10 {
-			t.Errorf("%s at %g ms over %d planes: %.3f of capacity (want >= %.2f), standing queue %.2f ms (want <= 10)", r.CC, r.RTTms, r.Planes, r.Fraction, want, q)
+		if r.Fraction < 0.95 || !queueOK {
+			t.Errorf("%s at %g ms over %d planes: %.3f of capacity (want >= 0.95), standing queue %.2f ms (want <= 10)", r.CC, r.RTTms, r.Planes, r.Fraction, q)
 		}
 	}
 }
