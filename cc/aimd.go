@@ -616,7 +616,7 @@ func (a *AIMD) equilibrium(now time.Duration) {
 	r := a.eqW / rtt
 	if ceiling := a.ceiling(); r > ceiling {
 		r = ceiling
-		a.eqW = a.ceilingWindow(ceiling, alpha, base+stall, rtt)
+		a.eqW = a.ceilingWindow(ceiling, alpha, base, stall, rtt)
 	}
 	if a.use.limited && r > a.total {
 		// The equilibrium, too, raises only a rate the sender uses.
@@ -677,23 +677,26 @@ func (a *AIMD) stallAllowance(now, base time.Duration) time.Duration {
 }
 
 // ceilingWindow is the equilibrium's window for a connection held at its
-// ceiling (hint or line rate): the window with which it would still pace at
-// the ceiling while its queue is the equilibrium's own at that rate, α over
-// the ceiling, not the queue it happens to see now. At the ceiling the law
-// has nothing to settle (the rate cannot rise), and with the window clamped
-// to ceiling × the current round trip every later rise of the RTT cut the
-// rate at once, although the law's own fixed point at that rate, q = α/rate,
-// was not reached: on a host that stalls, a lone connection at its ceiling
-// read each stall's late acks as queue and paced 6% below the ceiling on
-// average, and the link idled when the next stall outlasted the short queue
-// (TestCCHostStallsEfficiency). With this window the rate stays at the
-// ceiling until the RTT exceeds base + α/ceiling, where the law would cut
-// anyway, and falls as w/rtt beyond; the equilibrium's fixed point, and so
-// the queue a connection holds, is unchanged. Never below the clamp it
-// replaces (ceiling × rtt), so that a queue already above α/ceiling does not
-// cut the rate either, as it did not before.
-func (a *AIMD) ceilingWindow(ceiling, alpha float64, base time.Duration, rtt float64) float64 {
-	return ceiling * math.Max(rtt, base.Seconds()+alpha/ceiling)
+// ceiling (hint or line rate) whose driver stalls (stallAllowance > 0).
+// With the window clamped to ceiling × the current round trip, every later
+// rise of the RTT cut the rate at once by the ratio of the round trips, and
+// the law took round trips to grow it back: on a host that stalls, a lone
+// connection at its ceiling read each stall's late acks as such a rise and
+// paced 6% below its ceiling on average (TestCCHostStalls at 50 ms), and
+// the link idled when the next stall outlasted the short queue. The window
+// is ceiling × (base + s + min(s, α/ceiling)), s the allowance: the rate
+// stays at the ceiling while the queue is within the allowance and as much
+// again (at most the law's own fixed point at the ceiling, α/ceiling, above
+// it), and falls as w/rtt beyond. On a driver that does not stall (s = 0)
+// it is the clamp it replaces, ceiling × rtt: a first version, ceiling ×
+// (base + α/ceiling) whatever the stalls, also changed the regions scenario,
+// whose pairs run at their hints and meet each other's queues
+// (TestRegionsMaxMinDefaults: pair A→B after the plane failure at 0.899 of
+// its max-min share, target 0.9). Never below
+// ceiling × rtt, so a queue already above it does not cut the rate either.
+func (a *AIMD) ceilingWindow(ceiling, alpha float64, base, stall time.Duration, rtt float64) float64 {
+	s := stall.Seconds()
+	return ceiling * math.Max(rtt, base.Seconds()+s+math.Min(s, alpha/ceiling))
 }
 
 // HintStepMarked is the part of the gap to the hint that a calm connection

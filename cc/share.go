@@ -65,25 +65,30 @@ type shareSender struct {
 	measured float64 // bytes/s over the last full window, -1 if none yet
 }
 
-// DefaultDrainGain is FairShare's default DrainGain, 1/64. Over a mark
-// window of two round trips a fully marked window holds back a thirty-
-// second of a bandwidth-delay product, so a standing queue at the marking
-// threshold (a tenth of a BDP in the scenarios and load tests) drains in
-// about three windows. The senders' own controllers drain a queue too
-// (DCTCP's cut in dc-aimd; the delay equilibrium in the long-RTT
-// controllers): the receiver's drain is for a queue that nobody else
-// drains, such as one a paced fixed-rate sender left, and for that it may
-// be slow. It was 1/2, which held back up to a full BDP per window: on
-// real sockets, where a sender that wakes late sends a burst and the marks
-// it draws come and go every few tens of milliseconds, the hints fell to
-// 0.55-0.75 of the capacity at every burst and the link idled (docs/CC.md
-// §3). Then 1/16 (DCTCP's gain): a lone long-RTT connection on a host that
-// stalls keeps a queue that covers the stalls (the delay equilibrium's
-// stall allowance), above a 0.1-BDP marking threshold, and the drain held
-// its hint 4% below the capacity on average, which is link time lost
-// (TestCCHostStalls at 50 ms: 0.956 of the fixed window's goodput with
-// 1/16, 0.987 with 1/64, 1.000 with no drain at all).
-const DefaultDrainGain = 1.0 / 64
+// DefaultDrainGain is FairShare's default DrainGain, 1/16 (DCTCP's gain).
+// Over a mark window of two round trips a fully marked window then holds
+// back an eighth of a bandwidth-delay product: about the depth at which
+// marking starts (a tenth of a BDP in the scenarios and load tests), so the
+// drain empties a standing queue down to the marking threshold in a few
+// windows without draining far below it. It was 1/2, which held back up to
+// a full BDP per window: on real sockets, where a sender that wakes late
+// sends a burst and the marks it draws come and go every few tens of
+// milliseconds, the hints fell to 0.55-0.75 of the capacity at every burst
+// and the link idled (docs/CC.md §3). The senders' own controllers drain a
+// queue too (DCTCP's cut in dc-aimd; the delay equilibrium in the long-RTT
+// controllers, which holds at most QueueShare of it, more than a marking
+// threshold of 0.1 BDP at short round trips): the receiver's drain is for
+// a queue that nobody else drains, such as one a paced fixed-rate sender
+// left, and for that it may be slow. Not slower than this yet: a lone
+// long-RTT connection on a host that stalls keeps a queue that covers the
+// stalls (the delay equilibrium's stall allowance), above a 0.1-BDP
+// marking threshold, and this drain then holds its hint about 4% below the
+// capacity (TestCCHostStalls at 50 ms: 0.956 of the fixed window's goodput
+// with 1/16, 0.987 with 1/64, 1.000 with no drain), but 1/64 moved the
+// regions scenario's pair A→B after its plane failure to 0.891 of its
+// max-min share and segment A–B to 0.931 utilised (targets 0.9 and 0.95;
+// docs/CC.md §7).
+const DefaultDrainGain = 1.0 / 16
 
 // NewFairShare returns a FairShare for capacity with senders forgotten after idle.
 func NewFairShare(capacity units.BitRate, idle time.Duration) *FairShare {

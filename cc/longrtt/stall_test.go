@@ -51,31 +51,36 @@ func (l *stallLink) feed(q, d time.Duration) {
 
 func (l *stallLink) mean() float64 { return l.sumR / float64(l.n) }
 
-// TestCeilingHeldBelowTheQueueShare: a connection at its ceiling whose
-// queueing delay rises, but stays below its queue share at that rate
-// (α/ceiling = DefaultQueueShare), keeps pacing at the ceiling. Before,
-// the equilibrium's window was clamped to ceiling × the current round
-// trip, so every rise of the RTT cut the rate at once by the ratio of the
-// round trips (here 54/58 = 0.93) and the law took round trips to grow it
-// back, although its fixed point at the ceiling, q = α/ceiling, was not
-// reached: on a host that stalls, late acks read as such rises.
-func TestCeilingHeldBelowTheQueueShare(t *testing.T) {
+// TestCeilingHeldWhileStalling: a connection at its ceiling whose driver
+// stalls for 6 ms keeps pacing at the ceiling while its queueing delay
+// rises within the allowance and as much again (here from 4 to 11 ms).
+// Before, the equilibrium's window was clamped to ceiling × the current
+// round trip, so every rise of the RTT (on a stalling host, late acks)
+// cut the rate at once by the ratio of the round trips (here 54/61 =
+// 0.885) and the law took round trips to grow it back. Without stalls the
+// clamp is as it was.
+func TestCeilingHeldWhileStalling(t *testing.T) {
 	const ceil = 25e6 // 200 Mbit/s
 	base := 50 * time.Millisecond
-	l := newStallLink(t, ceil, base)
-	l.feed(4*time.Millisecond, 3*time.Second)
-	if m := l.mean(); m < 0.99 {
-		t.Fatalf("setup: mean rate %.3f of the ceiling at a 4 ms queue, want the ceiling", m)
-	}
-	l.feed(8*time.Millisecond, 2*base)
-	t.Logf("queue 4 → 8 ms: rate min %.3f, mean %.3f of the ceiling", l.minR, l.mean())
-	if l.minR < 0.99 {
-		t.Errorf("a queue of 8 ms (below the 10 ms share) cut the rate to %.3f of the ceiling, want it held", l.minR)
-	}
-	// Beyond the share the law still cuts: at 20 ms, to α/q, half.
-	l.feed(20*time.Millisecond, 3*time.Second)
-	if m := l.mean(); m > 0.9 {
-		t.Errorf("at a 20 ms queue the rate stayed at %.3f of the ceiling, want the equilibrium's cut", m)
+	for _, stall := range []time.Duration{0, 6 * time.Millisecond} {
+		l := newStallLink(t, ceil, base)
+		for i := 0; i < 30; i++ {
+			if stall > 0 {
+				l.a.OnSendLate(l.now, stall)
+			}
+			l.feed(4*time.Millisecond, 100*time.Millisecond)
+		}
+		if m := l.mean(); m < 0.99 {
+			t.Fatalf("stall %v, setup: mean rate %.3f of the ceiling at a 4 ms queue, want the ceiling", stall, m)
+		}
+		l.feed(11*time.Millisecond, 2*base)
+		t.Logf("stall %v, queue 4 → 11 ms: rate min %.3f, mean %.3f of the ceiling", stall, l.minR, l.mean())
+		switch {
+		case stall > 0 && l.minR < 0.99:
+			t.Errorf("stalls of %v: a queue of 11 ms cut the rate to %.3f of the ceiling, want it held", stall, l.minR)
+		case stall == 0 && l.minR > 0.95:
+			t.Errorf("no stalls: a queue of 11 ms left the rate at %.3f of the ceiling, want the old clamp's cut (54/61)", l.minR)
+		}
 	}
 }
 
