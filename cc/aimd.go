@@ -79,8 +79,9 @@ type AIMDConfig struct {
 	// MarkPrice adds the marked-fraction price (markPrice) to the
 	// queueing delay the delay equilibrium answers, so that at a marking
 	// bottleneck the queue stays near the marking threshold whatever the
-	// number of connections (issue 16 item 2). Off in the registered
-	// controllers: it breaks other targets (docs/CC.md §7).
+	// number of connections (issue 16 item 2). It acts only while the
+	// connection has no receiver hint (priceOn). On in the registered
+	// long-RTT controllers (docs/CC.md §4).
 	MarkPrice bool
 	// SearchStart, if positive, raises the starting rate of a connection
 	// without a hint to this fraction of the line rate when that is above
@@ -108,6 +109,7 @@ type aimdPath struct {
 	floorSet                           bool
 	cwrUntil                           time.Duration // signals before this are the last back-off's echo
 	everMarked                         bool
+	emptyRounds                        int // consecutive rounds without marks or queue (the mark price)
 	// RTT samples: the smallest and largest of the current round, and rttHi,
 	// a slowly decaying maximum. Queueing delay is read from the round's
 	// smallest sample (a standing queue delays every packet; a late timer
@@ -166,10 +168,10 @@ type AIMD struct {
 	// it does not (application-limited), the rate does not grow (RFC 7661).
 	use useMeter
 	// The sending gateway's egress share (Params.Egress; issue 16 item 3):
-	// the connection's key there, the last level it gave, and the
+	// the connection's place there, the last level it gave, and the
 	// receiver's own hint. The hint the engine acts on (a.hint) is the
 	// smaller of the receiver's hint and the egress level.
-	egID             uint64
+	eg               *egressConn
 	egLevel, rcvHint float64
 }
 
@@ -310,10 +312,10 @@ func (a *AIMD) OnSent(now time.Duration, _ int, bytes int) {
 	a.use.advance(now, a.PacingRate())
 	a.use.onSent(bytes)
 	if e := a.cfg.Params.Egress; e != nil {
-		if a.egID == 0 {
-			a.egID = e.join()
+		if a.eg == nil {
+			a.eg = e.join()
 		}
-		if lvl := e.sent(now, a.egID, bytes); lvl != a.egLevel {
+		if lvl := e.sent(now, a.eg, bytes); lvl != a.egLevel {
 			a.egLevel = lvl
 			if h := a.effHint(); h > 0 {
 				a.setHint(now, h)
@@ -324,6 +326,16 @@ func (a *AIMD) OnSent(now time.Duration, _ int, bytes int) {
 				a.hint = 0
 			}
 		}
+	}
+}
+
+// LeaveEgress takes the connection out of its gateway's egress share
+// (Params.Egress) at once: its connection closed, and the others' shares
+// rise now instead of after it idled for 50 windows. The gateway calls it
+// when it drops a connection.
+func (a *AIMD) LeaveEgress() {
+	if e := a.cfg.Params.Egress; e != nil && a.eg != nil {
+		e.leave(a.eg)
 	}
 }
 
@@ -400,9 +412,19 @@ func (a *AIMD) OnAck(now time.Duration, path int, s AckSample) {
 	}
 	a.use.advance(now, a.PacingRate())
 	a.use.onAck(now, s.AckedBytes, a.maxSRTT())
-	if a.cfg.MarkPrice && a.cfg.QueueShare > 0 && !a.searching {
-		// Not while searching: the search's own overshoot marks
-		// everything, and is over in a few round trips.
+	if a.cfg.MarkPrice && a.cfg.QueueShare > 0 {
+		// From the connection's first ack, the search included: every
+		// connection through a bottleneck must read the same F, and
+		// connections that start together end their searches at
+		// different times (10, 50 and 150 ms flows: 0.4, 0.5 and 1.5 s),
+		// so starting F at the end of each one's search left the 150 ms
+		// flow a second of marks behind the others, its price a third
+		// of theirs and its rate twice theirs (rtt-fairness Jain 0.907,
+		// shares 0.255 / 0.261 / 0.484; 1.000 counting from the start).
+		// A newcomer's search into a marked queue reads the marks the
+		// incumbents read at the same time, which is how it catches up
+		// with their F (fabric convergence at 100 ms: 22 round trips;
+		// it never settled with F starting after the search).
 		a.markSample(now, s.AckedBytes, s.MarkedBytes)
 	}
 	a.grow(now, path)
@@ -451,6 +473,11 @@ func (a *AIMD) OnAck(now time.Duration, path int, s AckSample) {
 	if a.cfg.Params.Egress != nil && a.egLevel > 0 {
 		// The egress level acts as a receiver's hint would, which comes
 		// with every ack: its rises are taken on acks, as a hint's are.
+		// Not redundant with OnRateHint's call on the same ack, which
+		// comes before this ack's round, balance and equilibrium: in the
+		// regions and coexistence scenarios this second call changed the
+		// state on 7.4% of such acks (mostly a cut back to the ceiling of
+		// what the ack raised above it, and held; docs/CC.md §3).
 		a.setHint(now, a.effHint())
 	}
 }
@@ -596,7 +623,7 @@ func (a *AIMD) equilibrium(now time.Duration) {
 	if g <= 0 {
 		g = 0.7
 	}
-	if dt > 0 && a.cfg.MarkPrice {
+	if dt > 0 && a.priceOn() {
 		// dw/dt = γ/rtt · (α − w·p/rtt), integrated exactly over dt: w
 		// relaxes towards α·rtt/p at the rate γ·p/rtt², at most
 		// MarkPriceRelax per round trip. With a price of seconds at a
@@ -821,6 +848,14 @@ const (
 	MarkPriceTau       = 5 * time.Second
 	MarkPriceTauGrowth = 4.0
 	MarkPriceRelax     = 0.25
+	// MarkPriceTauEmpty is the time constant over which the price
+	// falls while a path's rounds pass without marks and with less than
+	// QueueShare/MarkPriceEmptyDiv of queue on any packet (endRound).
+	MarkPriceTauEmpty = 200 * time.Millisecond
+	MarkPriceEmptyDiv = 20
+	// MarkPriceEmptyRounds is how many consecutive such rounds of a path
+	// it takes.
+	MarkPriceEmptyRounds = 4
 )
 
 // markPrice is the price of the marks at a marking bottleneck, in seconds
@@ -837,14 +872,43 @@ const (
 // stops the marks). The map is exponential so that F between 0 and 1 spans
 // prices of 1 to e^β connections (e^12 ≈ 160,000). Every connection
 // through the bottleneck measures the same F over the same time, so V,
-// like q, is common to them and the rates α/p stay equal. What it does not
-// give: a newcomer starts at F = 0 and needs about MarkPriceTau to read the
-// bottleneck's F, so for that long it takes more than its share.
+// like q, is common to them and the rates α/p stay equal (F is read from
+// the connection's first ack for that reason: see OnAck). A newcomer
+// starts at F = 0; its search into the marked queue reads the marks the
+// incumbents read at the same time, which is how it catches up (fabric
+// convergence at 100 ms: 27 round trips). Zero while priceOn is false.
 func (a *AIMD) markPrice() time.Duration {
-	if a.mkF <= 0 {
+	if a.mkF <= 0 || !a.priceOn() {
 		return 0
 	}
 	return time.Duration(float64(a.cfg.QueueShare) * math.Expm1(MarkPriceBeta*a.mkF))
+}
+
+// priceOn reports whether the marked-fraction price acts: MarkPrice is set
+// and the connection has no receiver hint (nor egress level). With a hint
+// the receiver loop hands out the shares (§3 of docs/CC.md: max-min over
+// measured demand) and the connection's scale is its share, so its delay
+// equilibrium keeps QueueShare at its share's rate, not the line rate's;
+// the price is for the bottleneck no receiver sees (the fabric, hints
+// off). And a lone connection at its hint pays for marks that are its
+// own: traced in TestCCHostStalls (200 Mbit/s, hints at the capacity,
+// the driver stalling), the catch-up bursts after stalls marked enough
+// for F to reach 0.13, a price of 40 ms and a rate swinging between 0.43
+// and 1 of the capacity (0.745 of the fixed window at 50 ms, want 0.92);
+// over planes the balance's per-plane queues did the same (TestCCPlanes
+// 0.79 / 0.84 of capacity over 4 / 8 planes). Counting only the marks of
+// rounds whose queue stands (markMem's test) kept the stalls' bursts out
+// but at 10 connections also most of the bottleneck's own marks (its
+// queue moves): 116 ms of standing queue. Fading the price with the
+// connection's own part of its scale above one half did not help the
+// stalls (0.59 of the fixed window at 10 ms: once its rate fell below
+// half its scale it paid the whole price), and a steeper fade makes two
+// connections' fair point unstable (the one above half pays less and
+// takes more). Ignoring only the marks a connection sees at its hint let
+// one whose stalls took it below the hint pay a price that kept it there
+// (0.61 of the fixed window at 10 ms).
+func (a *AIMD) priceOn() bool {
+	return a.cfg.MarkPrice && a.hint <= 0
 }
 
 // markSample folds one ack into the running marked fraction, weighted by
@@ -857,7 +921,7 @@ func (a *AIMD) markSample(now time.Duration, acked, marked int) {
 		return
 	}
 	if !a.mkStarted {
-		// The first sample after the search starts the clock: weighted
+		// The connection's first sample starts the clock: weighted
 		// by the time since the connection began (or since 0), one
 		// marked ack would set the price at its maximum.
 		a.mkStarted, a.mkLast = true, now
@@ -865,7 +929,8 @@ func (a *AIMD) markSample(now time.Duration, acked, marked int) {
 	}
 	dt := max(0, now-a.mkLast)
 	a.mkLast = now
-	w := dt.Seconds() / (MarkPriceTau.Seconds() * (1 + MarkPriceTauGrowth*a.mkF))
+	tau := MarkPriceTau.Seconds() * (1 + MarkPriceTauGrowth*a.mkF)
+	w := dt.Seconds() / tau
 	a.mkF += math.Min(1, w) * (math.Min(1, float64(marked)/float64(acked)) - a.mkF)
 }
 
@@ -947,6 +1012,29 @@ func (a *AIMD) endRound(now time.Duration, path int) {
 		frac = float64(marked) / float64(acked)
 	}
 	p.alpha += a.cfg.Gain * (frac - p.alpha)
+	if a.priceOn() && acked > 0 && marked == 0 && roundMax > 0 && roundMax-p.minRTT < a.cfg.QueueShare/MarkPriceEmptyDiv {
+		p.emptyRounds++
+	} else {
+		p.emptyRounds = 0
+	}
+	if p.emptyRounds >= MarkPriceEmptyRounds {
+		// A whole round of the path without a mark and without a queue
+		// (its largest sample too): the link has room, and the price
+		// that held the rate down must go within a few round trips, not
+		// over MarkPriceTau. With the slow mean alone, when one of two
+		// flows left, the other took 8.8 s to carry 0.95 of the link
+		// (0.81 s without the price), and a lone flow whose line rate is
+		// ten times the bottleneck's never came back from a 100 ms burst
+		// of 20% loss (TestVariantsDifferOnlyWhileProbing). Per sample
+		// (any unmarked packet that met less than QueueShare/8), the
+		// dips of the marking bottleneck's own cycle took the price away
+		// and 10 connections kept 31 ms; per connection (its smoothed
+		// queue below QueueShare/20), one connection of ten read its
+		// queue lower than the others, kept a fifth of their price and
+		// took 4.6 times their rate (Jain 0.613). Every path's rounds
+		// count: n paths, n rounds per srtt.
+		a.mkF *= math.Exp(-p.srtt.Seconds() / MarkPriceTauEmpty.Seconds() / float64(len(a.paths)))
+	}
 	if a.cfg.QueueShare > 0 && !a.searching {
 		// Only a standing queue counts: every sample of the round was
 		// delayed (its smallest too), as by a queue another flow keeps

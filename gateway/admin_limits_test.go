@@ -55,8 +55,11 @@ func TestAdminConnectionsBounded(t *testing.T) {
 	go g.Run(ctx)
 	defer g.Close()
 	addr := g.AdminAddr()
-	dial := func() (net.Conn, *bufio.Reader) {
-		c, err := net.Dial("tcp", addr)
+	// Each connection from a source of its own: the per-source cap
+	// (a quarter of the total, at least 1) does not bind, the total does.
+	dial := func(src string) (net.Conn, *bufio.Reader) {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+		c, err := d.DialContext(ctx, "tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -64,8 +67,8 @@ func TestAdminConnectionsBounded(t *testing.T) {
 		return c, bufio.NewReader(c)
 	}
 	// Two keep-alive connections, served and now idle: the cap is reached.
-	a, abr := dial()
-	b, bbr := dial()
+	a, abr := dial("127.0.0.1")
+	b, bbr := dial("127.0.0.2")
 	for _, x := range []struct {
 		c  net.Conn
 		br *bufio.Reader
@@ -75,7 +78,7 @@ func TestAdminConnectionsBounded(t *testing.T) {
 		}
 	}
 	// A third is not served while they are open...
-	c, cbr := dial()
+	c, cbr := dial("127.0.0.3")
 	answered := make(chan error, 1)
 	go func() { answered <- adminGet(c, cbr) }()
 	select {
@@ -124,10 +127,13 @@ func (b *lockedBuffer) String() string {
 }
 
 // TestAdminConnectionsPerSource: one source IP holds at most
-// AdminMaxConnsPerSource admin connections; one more is closed at accept,
-// counted in mrgw_admin_connections_refused_total{reason="per_source"} and
-// logged at warn, while another source is served. Before, only the total
-// cap (64) existed and one client could hold every connection.
+// AdminMaxConnsPerSource admin connections, by default a quarter of the
+// total (2 of 8 here); one more is closed at accept, counted in
+// mrgw_admin_connections_refused_total{reason="per_source"} and logged at
+// warn, while another source is served. Before, only the total cap (64)
+// existed and one client could hold every connection; then the per-source
+// default was 16 whatever the total, and with a total of 8 one source
+// could still hold all 8.
 func TestAdminConnectionsPerSource(t *testing.T) {
 	l, err := lab.New(context.Background(), lab.Config{Dir: t.TempDir(), Admin: true})
 	if err != nil {
@@ -138,7 +144,7 @@ func TestAdminConnectionsPerSource(t *testing.T) {
 	var logs lockedBuffer
 	g, err := gateway.New(&cfg, gateway.Options{
 		Logger:        slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		AdminMaxConns: 8, AdminMaxConnsPerSource: 2,
+		AdminMaxConns: 8, // the per-source cap is derived: 2
 	})
 	if err != nil {
 		t.Fatal(err)

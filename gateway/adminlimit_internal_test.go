@@ -76,3 +76,24 @@ func TestSourceLimitListener(t *testing.T) {
 		t.Errorf("sourceAddr of a unix address = %v, want the zero Addr", got)
 	}
 }
+
+// TestAdminCaps: the per-source cap defaults to a quarter of the total,
+// at least 1, so that it binds whatever the total (it was 16 whatever the
+// total: nothing with a total of 16 or less); one set explicitly is kept,
+// up to the total.
+func TestAdminCaps(t *testing.T) {
+	for _, c := range []struct{ total, perSource, wantTotal, wantPer int }{
+		{0, 0, 64, 16},
+		{64, 0, 64, 16},
+		{16, 0, 16, 4},
+		{8, 0, 8, 2},
+		{2, 0, 2, 1},
+		{1, 0, 1, 1},
+		{8, 5, 8, 5},
+		{4, 10, 4, 4},
+	} {
+		if total, per := adminCaps(c.total, c.perSource); total != c.wantTotal || per != c.wantPer {
+			t.Errorf("adminCaps(%d, %d) = %d, %d; want %d, %d", c.total, c.perSource, total, per, c.wantTotal, c.wantPer)
+		}
+	}
+}

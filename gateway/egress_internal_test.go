@@ -54,7 +54,7 @@ func TestWANParamsCarryEgress(t *testing.T) {
 	}
 
 	old := g.egress
-	g.reloadEgress(capacity/2, slowestHint(cfg))
+	g.reloadEgress(capacity / 2)
 	if g.egress != old {
 		t.Fatal("a new capacity replaced the Egress: the open connections would not see it")
 	}
@@ -62,17 +62,65 @@ func TestWANParamsCarryEgress(t *testing.T) {
 		t.Errorf("after a reload to half the capacity the level is %.4g B/s, want %.4g (the equal split of the new capacity for two)", l, want)
 	}
 
-	g.reloadEgress(0, slowestHint(cfg))
+	g.reloadEgress(0)
 	cfg.WAN.MaxRateBps = 0
-	if g.egress != nil || wanParams(cfg, g.egress).Egress != nil {
-		t.Fatal("an unlimited wan.max_rate_bps kept an Egress")
+	if g.egress != old || wanParams(cfg, g.egress).Egress != old {
+		t.Fatal("a reload to an unlimited wan.max_rate_bps dropped the Egress the open connections hold")
 	}
 	c1.OnSent(now+time.Millisecond, 0, pkt)
 	if r := float64(c1.PacingRate()); r < float64(whole) {
 		t.Errorf("after a reload to an unlimited rate the connection paces at %.4g B/s, want its receiver's hint %.4g", r, float64(whole))
 	}
-	g.reloadEgress(capacity, slowestHint(cfg))
-	if g.egress == nil || g.egress == old {
-		t.Fatal("a limit set where there was none gave no new Egress")
+}
+
+// TestReloadEgressZeroAndBack: wan.max_rate_bps reloaded to 0 (unlimited)
+// and back to a limit shares the limit among the connections that stayed
+// open all along. reloadEgress dropped the Egress on the reload to 0 and
+// made a new one for the limit, which only connections opened after it
+// shared: the two open ones kept the dropped Egress at capacity 0 and each
+// paced at its receiver's hint, the whole capacity, twice the limit in
+// total.
+func TestReloadEgressZeroAndBack(t *testing.T) {
+	const capacity = 1e9 // bit/s
+	cfg := &config.Config{}
+	cfg.WAN.MaxRateBps = capacity
+	cfg.Regions = []config.Region{{RTTHint: 50 * time.Millisecond}}
+	g := &Gateway{egress: newEgress(cfg.WAN.MaxRate(), slowestHint(cfg))}
+	f, err := controller("longrtt-htcp", wanParams(cfg, g.egress))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const pkt = 1400
+	whole := units.BitRate(capacity).Bytes()
+	conns := []cc.Controller{f(4, pkt), f(4, pkt)}
+	for _, c := range conns {
+		c.OnRateHint(0, whole) // each receiver has no other sender
+	}
+	var now time.Duration
+	send := func(d time.Duration) {
+		for end := now + d; now < end; {
+			now += 100 * time.Microsecond
+			for _, c := range conns {
+				for b := float64(c.PacingRate()) * 100e-6; b > 0; b -= pkt {
+					c.OnSent(now, 0, pkt)
+				}
+			}
+		}
+	}
+	send(time.Second)
+	g.reloadEgress(0)
+	send(time.Second)
+	for i, c := range conns {
+		if r := float64(c.PacingRate()); r < float64(whole) {
+			t.Errorf("unlimited: connection %d paces at %.4g B/s, want its receiver's hint %.4g", i, r, float64(whole))
+		}
+	}
+	g.reloadEgress(capacity)
+	send(time.Second)
+	half := cc.EgressUtilisation * float64(whole) / 2
+	for i, c := range conns {
+		if r := float64(c.PacingRate()); r > 1.01*half || r < 0.9*half {
+			t.Errorf("limit back: connection %d paces at %.4g B/s, want its egress share %.4g of %.4g", i, r, half, float64(whole))
+		}
 	}
 }

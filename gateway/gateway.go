@@ -64,7 +64,8 @@ type Options struct {
 	// AdminIdleTimeout (default 30 s), at most AdminMaxConns connections
 	// are open at once (default 64; more wait in the kernel's accept
 	// queue), and at most AdminMaxConnsPerSource of them from one source
-	// IP (default 16; more are closed as soon as they are accepted).
+	// IP (default a quarter of AdminMaxConns, at least 1: 16 of the
+	// default 64; more are closed as soon as they are accepted).
 	AdminIdleTimeout       time.Duration
 	AdminMaxConns          int
 	AdminMaxConnsPerSource int
@@ -95,11 +96,8 @@ type Options struct {
 const (
 	defaultAdminIdleTimeout = 30 * time.Second
 	defaultAdminMaxConns    = 64
-	// defaultAdminMaxConnsPerSource: a quarter of the total, so that one
-	// source leaves three quarters to Prometheus and the operators.
-	defaultAdminMaxConnsPerSource = 16
-	adminReadHeaderTimeout        = 5 * time.Second
-	adminReadTimeout              = 10 * time.Second
+	adminReadHeaderTimeout  = 5 * time.Second
+	adminReadTimeout        = 10 * time.Second
 	// adminWriteTimeout bounds one response; /metrics of a gateway with
 	// thousands of hosts is the largest.
 	adminWriteTimeout = 30 * time.Second
@@ -137,8 +135,9 @@ type Gateway struct {
 	// egress is the gateway's WAN capacity (wan.max_rate_bps) that the
 	// connections it sends on to other gateways share max-min (cc.Egress,
 	// issue 16 item 3): without it each connection was capped by the
-	// whole capacity alone. Nil while the rate is unlimited (0). Set in
-	// New and by applyRates on the endpoint's goroutine.
+	// whole capacity alone. One for the gateway's life (its capacity 0
+	// while the rate is unlimited), so that a reload reaches every open
+	// connection (reloadEgress).
 	egress  *cc.Egress
 	admin   *http.Server
 	adminLn net.Listener
@@ -875,7 +874,7 @@ func (g *Gateway) applyRates(ep *metaroce.Endpoint, running, next *config.Config
 	if wan == running.WAN.MaxRate() && lan == running.LAN.MaxRate() {
 		return
 	}
-	g.reloadEgress(wan, slowestHint(next))
+	g.reloadEgress(wan)
 	if f, err := controller(next.WAN.CongestionControl, wanParams(next, g.egress)); err == nil {
 		g.wanCC = f
 	}
@@ -933,33 +932,33 @@ func wanParams(cfg *config.Config, egress *cc.Egress) cc.Params {
 }
 
 // newEgress returns the egress share of a WAN capacity, measured over two
-// of the slowest region's round trips (cc.NewEgress), or nil for an
-// unlimited rate (0): there is nothing to share out.
+// of the slowest region's round trips (cc.NewEgress). An unlimited rate (0)
+// gets one too, with no capacity: it hands out no level, but it counts the
+// connections, so that a limit reloaded later is shared among the ones
+// already open.
 func newEgress(capacity units.BitRate, rtt time.Duration) *cc.Egress {
-	if capacity <= 0 {
-		return nil
-	}
 	return cc.NewEgress(capacity, 2*rtt)
 }
 
-// reloadEgress applies a reloaded wan.max_rate_bps to the egress share.
-// The connections already open keep the Egress they were built with: a
-// new capacity is set on it; an unlimited rate sets it to 0, which gives
-// them no level (their ceiling is the receiver's hint alone); a limit
-// where there was none makes a new Egress that only the connections
-// opened from now on share (the open ones are capped by SetLineRate
-// alone until they reconnect).
-func (g *Gateway) reloadEgress(capacity units.BitRate, rtt time.Duration) {
-	switch {
-	case capacity <= 0:
-		if g.egress != nil {
-			g.egress.SetCapacity(0)
-		}
-		g.egress = nil
-	case g.egress == nil:
-		g.egress = newEgress(capacity, rtt)
-	default:
-		g.egress.SetCapacity(capacity)
+// reloadEgress applies a reloaded wan.max_rate_bps to the egress share:
+// the gateway keeps one Egress for its life, which every WAN connection's
+// controller holds, and sets the new capacity on it (0: unlimited, no
+// level). It used to drop the Egress on a reload to 0 and make a new one
+// when a limit came back, which only the connections opened after that
+// shared: the open ones kept the dropped Egress, at capacity 0, and each
+// paced at its receiver's hint, up to the whole capacity each
+// (TestReloadEgressZeroAndBack).
+func (g *Gateway) reloadEgress(capacity units.BitRate) {
+	g.egress.SetCapacity(capacity)
+}
+
+// leaveEgress takes a closed connection out of the egress share at once
+// (cc.AIMD.LeaveEgress): the others' shares rise now rather than after it
+// idled for 50 windows. A controller without an egress share (a host
+// connection's, cc.Fixed) has no such method.
+func leaveEgress(c *metaroce.Conn) {
+	if l, ok := c.Controller().(interface{ LeaveEgress() }); ok {
+		l.LeaveEgress()
 	}
 }
 

@@ -151,6 +151,7 @@ func (r *relay) onReport(now time.Duration, from string, peer *wanPeer, plane in
 		r.actOnReport(now, from, peer, plane)
 	}
 	if n := r.health.reports.Evicted(); n > ev {
+		r.g.metrics.HealthReportsEvicted.Add(float64(n - ev))
 		// 2·G·P cannot overflow unless more reporters speak of a peer's
 		// plane than the bound allows for: say so, it is not expected.
 		r.g.log.Warn("path-health reports table full: an unexpired report gave way",

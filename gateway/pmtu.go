@@ -67,7 +67,7 @@ func (g *Gateway) pmtuStatus(p *wanPeer, c *metaroce.Conn) []PlaneMTUStatus {
 	}
 	cfg := g.Config()
 	out := make([]PlaneMTUStatus, 0, len(groups))
-	data := metaroce.DataHeaderLen + c.MTU() + seal.Overhead
+	data := c.MaxDataLen() + seal.Overhead
 	for _, gr := range groups {
 		name := g.planeName(gr.Group)
 		s := PlaneMTUStatus{Plane: name, State: gr.State.String(), Datagram: gr.Size,

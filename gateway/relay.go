@@ -270,12 +270,20 @@ func (r *relay) watchSilence(now time.Duration, deadAfter time.Duration) {
 			Heard: st.AcksReceived + st.DataReceived, Waiting: c.InflightBytes() > 0, Timeouts: st.Timeouts,
 		}, deadAfter)
 		if dead {
-			r.dropConn(now, ci, fmt.Sprintf("peer silent: nothing heard from it for %v", silent.Round(time.Millisecond)))
-			c.Close(now)
+			r.dropSilent(now, ci, silent)
 			continue
 		}
 		r.logBlackHoles(ci)
 	}
+}
+
+// dropSilent acts on the liveness verdict: ci's peer has been silent for
+// silent while waited on. It is counted (mrgw_peer_silence_drops_total),
+// the connection's flows are RESET upstream and it closes.
+func (r *relay) dropSilent(now time.Duration, ci *connInfo, silent time.Duration) {
+	ci.wan.metrics.SilenceDrop()
+	r.dropConn(now, ci, fmt.Sprintf("peer silent: nothing heard from it for %v", silent.Round(time.Millisecond)))
+	ci.c.Close(now)
 }
 
 // logBlackHoles warns when a WAN connection's path MTU discovery has
@@ -373,6 +381,7 @@ func (r *relay) dropConn(now time.Duration, ci *connInfo, reason string) {
 		return
 	}
 	ci.dead = true
+	leaveEgress(ci.c)
 	for _, f := range ci.out {
 		if f.up != nil && !f.up.dead {
 			r.sendCtl(f.up, &flowctl.Msg{Type: flowctl.Reset, Flow: f.id, Code: flowctl.CodeRouteLost, Reason: reason})
@@ -741,42 +750,57 @@ func (r *relay) routeExcept(flowID uint64, dst string, skip []*connInfo) (*connI
 	}
 	cfg := r.g.Config()
 	order := rankGateways(cfg, flowID, gws)
-	// Two passes: the first passes over a connection none of whose paths
-	// can carry data, or whose peer has answered nothing for two PING
-	// intervals (DeadAfter/4) while waited on. Its peer is dying, or cut
-	// off: the connection closes after DeadAfter unless it answers. A
-	// flow sent there stalls until then and is RESET, and its source's
-	// re-open came here precisely because another gateway of our region
-	// had just lost that peer (chaos scenario: 1.7 to 2 s stalls, two
-	// DeadAfters in series). The second pass takes it anyway rather than
-	// refuse.
-	now := r.g.ep.Now()
-	// Suspect: two PING intervals unanswered (DeadAfter/4 at the default
-	// PING interval of DeadAfter/8); without PINGs, DeadAfter/4.
-	suspect := r.g.deadAfter / 4
-	if r.g.wanPingEvery > 0 {
-		suspect = 2 * r.g.wanPingEvery
-	}
-	for pass := range 2 {
-		for _, k := range order {
-			p := r.g.peer(gws[k].Name)
-			if p == nil {
-				continue
-			}
-			ci := r.wan[p]
-			if ci == nil || !ci.up || ci.dead || slices.Contains(skip, ci) {
-				continue
-			}
-			if pass == 0 && (ci.c.Paths().UsableCount() == 0 || ci.live.Silent(now) >= suspect) {
-				continue
-			}
-			if a := p.attached(); a == nil || a.Draining() {
-				continue
-			}
-			return ci, 0, ""
+	cands := make([]*connInfo, 0, len(order))
+	for _, k := range order {
+		p := r.g.peer(gws[k].Name)
+		if p == nil {
+			continue
 		}
+		ci := r.wan[p]
+		if ci == nil || !ci.up || ci.dead || slices.Contains(skip, ci) {
+			continue
+		}
+		if a := p.attached(); a == nil || a.Draining() {
+			continue
+		}
+		cands = append(cands, ci)
+	}
+	if ci := pickRoute(cands, r.g.ep.Now(), r.g.suspectAfter()); ci != nil {
+		return ci, 0, ""
 	}
 	return nil, flowctl.CodeRegionUnreachable, "no WAN connection to a live gateway of " + dst
+}
+
+// suspectAfter is how long a WAN peer may be silent while waited on before
+// routing passes over it (pickRoute): two PING intervals (DeadAfter/4 at
+// the default PING interval of DeadAfter/8); without PINGs, DeadAfter/4.
+func (g *Gateway) suspectAfter() time.Duration {
+	if g.wanPingEvery > 0 {
+		return 2 * g.wanPingEvery
+	}
+	return g.deadAfter / 4
+}
+
+// pickRoute takes the first of cands (established connections to live,
+// attached gateways, in the flow's rendezvous order) in two passes: the
+// first passes over a connection none of whose paths can carry data, or
+// whose peer has answered nothing for suspect while waited on. Its peer
+// is dying, or cut off: the connection closes after DeadAfter unless it
+// answers. A flow sent there stalls until then and is RESET, and its
+// source's re-open came here precisely because another gateway of our
+// region had just lost that peer (chaos scenario: 1.7 to 2 s stalls, two
+// DeadAfters in series). The second pass takes the first anyway rather
+// than refuse. Nil if cands is empty.
+func pickRoute(cands []*connInfo, now, suspect time.Duration) *connInfo {
+	for _, ci := range cands {
+		if ci.c.Paths().UsableCount() > 0 && ci.live.Silent(now) < suspect {
+			return ci
+		}
+	}
+	if len(cands) > 0 {
+		return cands[0]
+	}
+	return nil
 }
 
 // rankGateways orders gws (live gateways of one region) for a flow:

@@ -251,6 +251,8 @@ func (g *Gateway) snapshot(prev *rateState) {
 	view := g.cluster.View()
 	gs := g.cluster.Stats()
 	g.metrics.SyncGossip(gs.DatagramsDropped, gs.Refused)
+	g.metrics.SyncGossipHealth(metrics.GossipHealth{Held: gs.HealthHeld, Released: gs.HealthReleased,
+		Absorbed: gs.HealthAbsorbed, DownEvicted: gs.HealthDownEvicted})
 	g.syncMembership(st, view, peerList)
 	st.Unseen = g.unseenGateways(view)
 	if len(st.Unseen) > 0 {
@@ -352,6 +354,23 @@ func dropReasonIndex(e int) int {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
+// adminCaps returns the admin server's total and per-source connection
+// caps from Options.AdminMaxConns and AdminMaxConnsPerSource (0: default).
+// The per-source cap defaults to a quarter of the total (at least 1), so
+// that one source leaves three quarters to Prometheus and the operators
+// whatever the total: it was 16 whatever the total, which with a total of
+// 16 or less let one source take every slot. A per-source cap above the
+// total is the total (it could never bind).
+func adminCaps(total, perSource int) (int, int) {
+	if total <= 0 {
+		total = defaultAdminMaxConns
+	}
+	if perSource <= 0 {
+		perSource = max(1, total/4)
+	}
+	return total, min(perSource, total)
+}
+
 // adminServer builds the admin HTTP server on g.adminLn, which it wraps in
 // connection caps: every timeout is set, so an idle or slow client holds a
 // connection (and its goroutine) for a bounded time; at most
@@ -362,16 +381,11 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // mrgw_admin_connections_refused_total and logged at warn, at most once a
 // second).
 func (g *Gateway) adminServer() *http.Server {
-	idle, maxConns, perSource := g.opts.AdminIdleTimeout, g.opts.AdminMaxConns, g.opts.AdminMaxConnsPerSource
+	idle := g.opts.AdminIdleTimeout
 	if idle <= 0 {
 		idle = defaultAdminIdleTimeout
 	}
-	if maxConns <= 0 {
-		maxConns = defaultAdminMaxConns
-	}
-	if perSource <= 0 {
-		perSource = defaultAdminMaxConnsPerSource
-	}
+	maxConns, perSource := adminCaps(g.opts.AdminMaxConns, g.opts.AdminMaxConnsPerSource)
 	refusals := ratelog.New(g.log.With("part", "admin"), time.Second)
 	perSourceLn := newSourceLimitListener(g.adminLn, perSource, func(src netip.Addr, open int) {
 		g.metrics.AdminRefused(metrics.AdminPerSource)

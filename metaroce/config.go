@@ -55,6 +55,17 @@ type Config struct {
 	// MaxPathInflight bounds the packets in flight on one path (default 65536);
 	// it sizes the receiver's per-path tracking window.
 	MaxPathInflight int
+	// DepartureWait, if set, says the driver reports when each DATA
+	// datagram actually left (Conn.Departed): a driver that seals and
+	// writes what it polled on other goroutines (netio) hands a datagram
+	// to the network later than Poll returned it, by far more than a
+	// probe timeout when the machine does not run its sender. A datagram
+	// not reported yet has not left, so its path's probe timeout does not
+	// run from its poll but from when it leaves, taken as at most
+	// DepartureWait after its poll until the driver says; a reported one's
+	// send time is when it left. 0: a datagram leaves when it is polled
+	// (the simulator, a driver that writes at once).
+	DepartureWait time.Duration
 	// MaxMessagesAhead bounds how far beyond its oldest incomplete message a
 	// stream may have messages in flight (default 4096).
 	MaxMessagesAhead int

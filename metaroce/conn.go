@@ -184,6 +184,18 @@ func (c *Conn) WireVersion() int { return int(c.wire) }
 // MTU returns the negotiated payload size.
 func (c *Conn) MTU() int { return c.mtu }
 
+// MaxDataLen returns the length of the largest DATA packet the connection
+// sends: a full payload behind its wire version's header (a version-2
+// descriptor never makes a DATA longer: it travels beside a shorter
+// payload or alone, PROTOCOL.md §12). Before the version is agreed it is
+// version 1's, the larger.
+func (c *Conn) MaxDataLen() int {
+	if c.wire == Version2 {
+		return DataHeaderLenV2 + c.mtu
+	}
+	return DataHeaderLen + c.mtu
+}
+
 // Paths returns the connection's path set (read-only use: states, RTTs, counters).
 func (c *Conn) Paths() *pathmgr.Set { return c.paths }
 

@@ -40,6 +40,11 @@ type Transmit struct {
 	// ECT asks the driver to send the datagram ECN-capable (ECT(0)).
 	ECT bool
 	Len int
+	// Tracked marks a DATA datagram recorded in its path's sent history
+	// as sequence Seq: what a driver with Config.DepartureWait reports to
+	// Conn.Departed once it has left.
+	Tracked bool
+	Seq     uint64
 }
 
 // EndpointStats counts what the Endpoint dropped before any connection saw it.

@@ -510,11 +510,8 @@ func (s *PMTUSearch) OnTooBig(now time.Duration, size int) {
 // does: a datagram sent without fragmentation crossed. A group that lost
 // its size to a false black-hole verdict (congestion) while full-size
 // DATA was in flight gets it back with the first of those acknowledged,
-// when that DATA is as large as the size the connection requires: a
-// version-1 connection's. A version-2 DATA is 48 bytes shorter than the
-// version-1 datagram a connection requires of its groups (Conn's
-// pmtuDataSize, whatever the wire), so on version 2 the search's own
-// rounds or its retry restore the size.
+// when that DATA is as large as the size the connection requires (Conn's
+// pmtuDataSize: a full DATA of the connection's wire version).
 func (s *PMTUSearch) OnDataAcked(now time.Duration, size int) {
 	if s.state == PMTUDisabled {
 		return

@@ -7,7 +7,8 @@ import "time"
 // this side owes the peer's probes.
 //
 // Data follows the searches: a path whose group has not validated the
-// size of a full DATA datagram (DataHeaderLen + MTU + Overhead) gets no
+// size of a full DATA datagram (MaxDataLen + Overhead: the header of the
+// connection's wire version, the MTU and the driver's envelope) gets no
 // window, so the connection never sends DATA larger than what the
 // group's plane is known to carry. With the default sizes (a DATA
 // datagram no larger than Base) every path is always eligible and the
@@ -59,7 +60,7 @@ func (c *Conn) setPMTU(o PMTUConfig) {
 func (p *pmtuConn) start(c *Conn, now time.Duration) {
 	cfg := p.cfg
 	if cfg.Max == 0 {
-		cfg.Max = DataHeaderLen + c.mtu + cfg.Overhead
+		cfg.Max = c.MaxDataLen() + cfg.Overhead
 	}
 	// A probe must fit the driver's buffers (Poll's buf: MTU+DataHeaderLen).
 	cfg.Max = min(cfg.Max, DataHeaderLen+c.ep.cfg.MTU+cfg.Overhead)
@@ -72,8 +73,11 @@ func (p *pmtuConn) start(c *Conn, now time.Duration) {
 	p.out = make([]pmtuOut, 0, cfg.Groups*(cfg.ProbesPerRound+1))
 }
 
-// dataSize is the datagram of a full DATA packet.
-func (c *Conn) pmtuDataSize() int { return DataHeaderLen + c.mtu + c.pmtu.cfg.Overhead }
+// pmtuDataSize is the datagram of a full DATA packet of the connection's
+// wire version. (Version 2 connections used to require version 1's, 48
+// bytes more than they send: a plane sized for version 2's datagram
+// carried no data at all.)
+func (c *Conn) pmtuDataSize() int { return c.MaxDataLen() + c.pmtu.cfg.Overhead }
 
 // pmtuBlocks reports whether path may not carry DATA: its group has not
 // validated a full DATA datagram.

@@ -26,9 +26,9 @@ func (l *pmtuLimits) drop(from int, tx Transmit, b []byte) bool {
 	return true
 }
 
-func pmtuNet(t *testing.T, mtu int, pc PMTUConfig, l *pmtuLimits) (*testNet, *Conn) {
+func pmtuNet(t *testing.T, mtu int, pc PMTUConfig, l *pmtuLimits, wire ...uint8) (*testNet, *Conn) {
 	t.Helper()
-	cfg := Config{MTU: mtu, Paths: 8}
+	cfg := Config{MTU: mtu, Paths: 8, WireVersions: wire}
 	cfgB := cfg
 	cfgB.AcceptOptions = func(PeerID) ConnOptions { return ConnOptions{PMTU: pc} }
 	n := newTestNet(t, cfg, cfgB, 1, 1)
@@ -117,6 +117,64 @@ func TestConnPMTUDataFollows(t *testing.T) {
 	for i := range c.paths.Paths {
 		if i%2 == 0 && c.paths.Paths[i].SentPackets != 0 {
 			t.Fatalf("path %d of group 0 sent %d DATA", i, c.paths.Paths[i].SentPackets)
+		}
+	}
+}
+
+// TestConnPMTUVersion2DataSize: a version-2 connection requires of a
+// plane only its own full DATA datagram (28-byte header), not version 1's
+// (76): over a 1,500-byte IP path (1,472-byte datagrams) with the 1,416
+// bytes of payload that version 2 fits there, the data flows. Before, the
+// search validated 1,472 and every path waited for 1,520: nothing was
+// sent. A version-1 connection at the same MTU is still held back.
+func TestConnPMTUVersion2DataSize(t *testing.T) {
+	const overhead, datagram = 28, 1472
+	mtu := datagram - overhead - DataHeaderLenV2
+	pc := PMTUConfig{Groups: 2, Overhead: overhead}
+	for _, v := range []uint8{Version2, Version1} {
+		l := &pmtuLimits{limits: []int{datagram}, overhead: overhead}
+		n, c := pmtuNet(t, mtu, pc, l, v)
+		region := make([]byte, 256<<10)
+		if err := n.eps[1].Memory().Register(7, region); err != nil {
+			t.Fatal(err)
+		}
+		if !n.run(time.Second, func() bool { return c.state == stateEstablished }) {
+			t.Fatalf("v%d: not connected", v)
+		}
+		if c.WireVersion() != int(v) {
+			t.Fatalf("agreed version %d, want %d", c.WireVersion(), v)
+		}
+		src := bytes.Repeat([]byte{0x5a}, len(region))
+		if _, err := c.Write(n.now, 0, 7, 0, src); err != nil {
+			t.Fatal(err)
+		}
+		done := func() bool {
+			for _, ev := range drain(n.eps[0]) {
+				if ev.Kind == EventSendComplete {
+					return true
+				}
+			}
+			return false
+		}
+		completed := n.run(n.now+5*time.Second, done)
+		g := c.PMTU()
+		if v == Version1 {
+			if completed || c.Stats.DataSent != 0 || g[0].Data {
+				t.Fatalf("v1 at a payload its datagram cannot carry: completed %v, %d DATA sent, groups %+v", completed, c.Stats.DataSent, g)
+			}
+			continue
+		}
+		if !completed {
+			t.Fatalf("v2 write did not complete: %d DATA sent, groups %+v", c.Stats.DataSent, g)
+		}
+		if !bytes.Equal(region, src) {
+			t.Fatal("region differs")
+		}
+		if !g[0].Data || !g[1].Data || g[0].Size != datagram {
+			t.Fatalf("v2 groups %+v: want both carrying data at %d", g, datagram)
+		}
+		if l.dropped[TypeData] != 0 {
+			t.Fatalf("%d DATA datagrams dropped for size", l.dropped[TypeData])
 		}
 	}
 }

@@ -100,7 +100,52 @@ func (c *Conn) packetLost(r *txRecord) {
 
 // ptoDeadline returns when path's oldest packet in flight times out.
 func (c *Conn) ptoDeadline(path int) (time.Duration, bool) {
-	return c.tx[path].ptoDeadline(&c.paths.Paths[path], c.paths.Config())
+	h := &c.tx[path]
+	cfg := c.paths.Config()
+	d, ok := h.ptoDeadline(&c.paths.Paths[path], cfg)
+	if w := c.ep.cfg.DepartureWait; ok && w > 0 && h.floor >= h.departed && c.mode == ModeMetaRoCE {
+		// The oldest packet in flight is still with the driver: the probe
+		// timeout runs from when it leaves, at most w after its poll
+		// (Departed brings the deadline back once it has left).
+		d = max(d, h.rec(h.floor).sent+w+c.paths.Paths[path].PTO(cfg))
+	}
+	return d, ok
+}
+
+// departureSlack is how much later than its poll a datagram may leave
+// and keep its poll time as its send time: Departed rewrites the send
+// times of a run of datagrams only when the driver held them longer (a
+// stalled sender), so a driver that sends at once costs no write per
+// datagram.
+const departureSlack = time.Millisecond
+
+// Departed tells the connection that its DATA datagrams on path with
+// sequences below upTo (Transmit.Seq) have left, the last of them at at
+// (the driver's clock, as now). A driver that sets Config.DepartureWait
+// calls it as its datagrams leave, in order on each path; a datagram
+// held longer than departureSlack gets at as its send time, so its probe
+// timeout and the round trip its acknowledgement measures run from when
+// it left, not from when it was polled: a driver's stall is not the
+// path's silence.
+func (c *Conn) Departed(path int, upTo uint64, at time.Duration) {
+	if c.ep.cfg.DepartureWait <= 0 || path < 0 || path >= len(c.tx) || c.mode != ModeMetaRoCE || c.removed {
+		return
+	}
+	h := &c.tx[path]
+	upTo = min(upTo, h.next)
+	if upTo <= h.departed {
+		return
+	}
+	from := max(h.departed, h.floor)
+	h.departed = upTo
+	if from < upTo && at-h.rec(from).sent > departureSlack {
+		for s := from; s < upTo; s++ {
+			if r := h.rec(s); at > r.sent {
+				r.sent = at
+			}
+		}
+	}
+	c.markTimer()
 }
 
 // onPTO handles a path whose data went unacknowledged for a probe timeout:

@@ -69,6 +69,9 @@ type sentHistory struct {
 	lastCE      uint64     // CE count of the last ACK
 	lastRx      uint64     // RX count of the last ACK
 	gbnResend   uint64     // RoCEv2: next sequence to resend after a NAK
+	// departed: the driver reported every sequence below it as left
+	// (Config.DepartureWait; Conn.Departed).
+	departed uint64
 }
 
 // rec returns the record of seq, which must lie in [floor, next).

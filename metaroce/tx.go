@@ -436,7 +436,8 @@ func (c *Conn) sent(now time.Duration, path, size, payload int, retransmit bool,
 		c.Stats.Retransmits++
 	}
 	c.pace(now, size, rate)
-	return Transmit{Peer: c.peer, Conn: c, Path: path, Entropy: c.paths.Paths[path].Entropy, ECT: true, Len: n}
+	return Transmit{Peer: c.peer, Conn: c, Path: path, Entropy: c.paths.Paths[path].Entropy, ECT: true, Len: n,
+		Tracked: true, Seq: c.tx[path].next - 1}
 }
 
 // pace advances the pacing clock by one packet of size bytes at rate bytes/s.

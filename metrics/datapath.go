@@ -138,6 +138,7 @@ type PeerMetrics struct {
 	retransmits, lost          counterSync
 	timeouts, duplicates       counterSync
 	rotationsOK, rotationsFail prometheus.Counter
+	silenceDrops               prometheus.Counter
 }
 
 // Peer returns the series of the WAN connection to peer, a gateway of
@@ -166,6 +167,7 @@ func (m *Metrics) Peer(peer, region string) *PeerMetrics {
 		duplicates:    counterSync{c: m.PeerDuplicates.WithLabelValues(peer, region)},
 		rotationsOK:   m.KeyRotations.WithLabelValues(peer, region, ResultOK),
 		rotationsFail: m.KeyRotations.WithLabelValues(peer, region, ResultFailed),
+		silenceDrops:  m.PeerSilenceDrops.WithLabelValues(peer, region),
 	}
 	m.peers[k] = p
 	return p
@@ -200,6 +202,10 @@ func (p *PeerMetrics) SetRates(hint, pacing units.ByteRate) {
 	p.rateHint.Set(float64(hint))
 	p.pacing.Set(float64(pacing))
 }
+
+// SilenceDrop counts one WAN connection to the peer dropped on the
+// liveness verdict (the peer silent for wan.dead_after while waited on).
+func (p *PeerMetrics) SilenceDrop() { p.silenceDrops.Inc() }
 
 // KeyRotation counts one key rotation with the peer.
 func (p *PeerMetrics) KeyRotation(ok bool) {
@@ -490,4 +496,25 @@ func (m *Metrics) gossipSyncLocked(k gossipKey, vec *prometheus.CounterVec) *cou
 		m.gossip[k] = s
 	}
 	return s
+}
+
+// GossipHealth are path-health gossip's cumulative counters of flap
+// damping and of its table's bound (region.Stats).
+type GossipHealth struct {
+	Held, Released, Absorbed, DownEvicted uint64
+}
+
+// SyncGossipHealth folds gossip's cumulative path-health counters into
+// mrgw_gossip_health_held_total, _released_total, _absorbed_total and
+// _down_evicted_total. Safe for concurrent use.
+func (m *Metrics) SyncGossipHealth(h GossipHealth) {
+	m.pathMu.Lock()
+	defer m.pathMu.Unlock()
+	if m.gossipHealth == nil {
+		m.gossipHealth = &[4]counterSync{{c: m.GossipHealthHeld}, {c: m.GossipHealthReleased},
+			{c: m.GossipHealthAbsorbed}, {c: m.GossipHealthDownEvicted}}
+	}
+	for i, v := range [4]uint64{h.Held, h.Released, h.Absorbed, h.DownEvicted} {
+		m.gossipHealth[i].set(v)
+	}
 }

@@ -46,3 +46,35 @@ func TestSyncGossip(t *testing.T) {
 		}
 	}
 }
+
+// TestSyncGossipHealth: region.Stats' cumulative flap-damping and eviction
+// counts become counter increments, each in its own family.
+func TestSyncGossipHealth(t *testing.T) {
+	m := New(WithIdentity("euw-gw1", "eu-west"))
+	m.SyncGossipHealth(GossipHealth{Held: 3, Released: 1})
+	m.SyncGossipHealth(GossipHealth{Held: 5, Released: 2, Absorbed: 4, DownEvicted: 1})
+	for _, c := range []struct {
+		name      string
+		got, want float64
+	}{
+		{"held", counterValue(t, m.GossipHealthHeld), 5},
+		{"released", counterValue(t, m.GossipHealthReleased), 2},
+		{"absorbed", counterValue(t, m.GossipHealthAbsorbed), 4},
+		{"down evicted", counterValue(t, m.GossipHealthDownEvicted), 1},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, c.got, c.want)
+		}
+	}
+}
+
+// TestSilenceDrop: a liveness verdict counts on the peer's series.
+func TestSilenceDrop(t *testing.T) {
+	m := New(WithIdentity("euw-gw1", "eu-west"))
+	p := m.Peer("use-gw1", "us-east")
+	p.SilenceDrop()
+	p.SilenceDrop()
+	if v := counterValue(t, m.PeerSilenceDrops.WithLabelValues("use-gw1", "us-east")); v != 2 {
+		t.Errorf("mrgw_peer_silence_drops_total = %v, want 2", v)
+	}
+}

@@ -304,6 +304,13 @@ type Metrics struct {
 	PeersAlive             *prometheus.GaugeVec   // peer_region
 	GossipDatagramsDropped *prometheus.CounterVec // reason
 	GossipRefused          *prometheus.CounterVec // reason
+	// Path-health gossip's flap damping and bounds (region.Stats,
+	// [Metrics.SyncGossipHealth]) and the relay's report table.
+	GossipHealthHeld        prometheus.Counter
+	GossipHealthReleased    prometheus.Counter
+	GossipHealthAbsorbed    prometheus.Counter
+	GossipHealthDownEvicted prometheus.Counter
+	HealthReportsEvicted    prometheus.Counter
 
 	// Control channel.
 	ControlSessionsActive *prometheus.GaugeVec   // peer_region
@@ -338,6 +345,7 @@ type Metrics struct {
 	PeerDuplicates       *prometheus.CounterVec // peer, peer_region
 	PeerRateHint         *prometheus.GaugeVec   // peer, peer_region
 	PeerPacingRate       *prometheus.GaugeVec   // peer, peer_region
+	PeerSilenceDrops     *prometheus.CounterVec // peer, peer_region
 
 	// Paths (peer, peer_region, plane, path).
 	PathState        *prometheus.GaugeVec // + state
@@ -359,7 +367,7 @@ type Metrics struct {
 	// Path MTU discovery (pmtu.go).
 	PathMTU *prometheus.GaugeVec // peer, peer_region, plane
 
-	pathMu sync.Mutex // guards paths, peers, wan and drops
+	pathMu sync.Mutex // guards paths, peers, wan, drops and the syncs below
 	paths  map[pathKey]*PathMetrics
 	peers  map[peerKey]*PeerMetrics
 	wan    map[wanKey]*wanSync
@@ -367,6 +375,8 @@ type Metrics struct {
 	lan    map[LANDropReason]*counterSync
 	gossip map[gossipKey]*counterSync
 	synced map[syncKey]*counterSync // SyncProtocolDropped, SyncControl
+	// gossipHealth: held, released, absorbed, down evicted (SyncGossipHealth).
+	gossipHealth *[4]counterSync
 }
 
 // Option changes what New builds.
@@ -501,6 +511,17 @@ func New(opts ...Option) *Metrics {
 		"Gossip refused, by reason: stream_limit, stream_timeout, stream_size (streams beyond the bounds), keyring (a gateway with another keyring), unencrypted (a gateway without one), not_gateway, name_conflict.",
 		LabelReason)
 
+	m.GossipHealthHeld = b.counter("mrgw_gossip_health_held_total",
+		"Path-health verdicts of this gateway's own that flap damping held back: each up the relay reported while the plane's verdict was held after repeated downs (published once the penalty decays).")
+	m.GossipHealthReleased = b.counter("mrgw_gossip_health_released_total",
+		"Held path-health ups that went out once their flap-damping penalty decayed.")
+	m.GossipHealthAbsorbed = b.counter("mrgw_gossip_health_absorbed_total",
+		"Path-health downs that needed no gossip message because the last verdict on the wire still said down (flap damping had held the up).")
+	m.GossipHealthDownEvicted = b.counter("mrgw_gossip_health_down_evicted_total",
+		"Down path-health verdicts that gave way in the gossip's health table, full of down verdicts (each also logged at warn): more planes down than the table's bound allows for.")
+	m.HealthReportsEvicted = b.counter("mrgw_path_health_reports_evicted_total",
+		"Unexpired path-health reports of other gateways that gave way in this gateway's report table, full (each also logged at warn): more reporters on a peer's plane than its bound (2 x gateways x planes) allows for; not expected.")
+
 	// Control channel.
 	m.ControlSessionsActive = b.gaugeVec("mrgw_control_sessions_active",
 		"Authenticated QUIC control sessions open now, per remote region (the gateways of one region hold none with each other).",
@@ -577,6 +598,10 @@ func New(opts ...Option) *Metrics {
 		peerLabels...)
 	m.PeerPacingRate = b.gaugeVec("mrgw_peer_pacing_rate_bytes_per_second",
 		"The congestion controller's pacing rate towards the peer gateway, in bytes per second; 0 means window-limited only.",
+		peerLabels...)
+
+	m.PeerSilenceDrops = b.counterVec("mrgw_peer_silence_drops_total",
+		"WAN connections to the peer gateway dropped because it answered nothing for wan.dead_after while something waited for its answer (the liveness verdict; its flows are RESET so their sources re-open them elsewhere).",
 		peerLabels...)
 
 	// Paths.

@@ -131,6 +131,7 @@ func TestInitServesEveryFamily(t *testing.T) {
 		{"mrgw_path_state", nil, 3 * 4 * len(PathStates)}, // peers x paths x states
 		{"mrgw_path_state", map[string]string{"path": "3", "plane": "p1"}, 3 * len(PathStates)},
 		{"mrgw_key_rotations_total", map[string]string{"result": ResultFailed}, 3},
+		{"mrgw_peer_silence_drops_total", nil, 3}, // every peer, at zero
 	} {
 		if n := count(c.name, c.label); n != c.want {
 			t.Errorf("%s%v: %d series, want %d", c.name, c.label, n, c.want)

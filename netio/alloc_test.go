@@ -21,7 +21,8 @@ func TestSteadyStateAllocations(t *testing.T) {
 		t.Skip("sync.Pool drops items at random under the race detector")
 	}
 	ctx := testCtx(t)
-	sa, sb := newSealers(t)
+	// Sealed as the tunnel seals: from runs of counters (RunSealer).
+	sa, sb := newRunSealers(t)
 	src := make([]byte, 1<<20)
 	dst := make([]byte, 1<<20)
 	var sender *metaroce.Conn

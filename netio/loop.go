@@ -444,17 +444,16 @@ func (e *Endpoint) run() {
 	for {
 		now := e.Now()
 		due := o.deadline >= 0 && now >= o.deadline
-		hold, heldFor := time.Duration(-1), o.deadline
-		if due {
-			if hold = e.holdTimers(now, o.deadline); hold > now {
-				due = false
-			}
+		if due && e.holdTimers(now, o.deadline) > now {
+			due = false
 		}
 		if due {
 			// Acknowledgements that arrived while this goroutine was not
 			// running (a busy machine, a GC pause) go in before the timers
 			// run: a timer that fires only because its answer was not read
-			// yet would declare a whole path's flight lost.
+			// yet would declare a whole path's flight lost. So do the
+			// batches the senders have written: when their datagrams left.
+			e.reclaimAll()
 			for range maxRxBurst {
 				select {
 				case b := <-e.rx:
@@ -486,9 +485,6 @@ func (e *Endpoint) run() {
 			d := o.deadline
 			if o.graceFor == d {
 				d = max(d, o.graceUntil)
-			}
-			if heldFor == d && hold > d {
-				d = hold // a sender returning its batch wakes the owner sooner
 			}
 			wait = min(wait, d-now)
 		}
@@ -527,52 +523,26 @@ func (e *Endpoint) run() {
 // holdTimers returns until when the timers due at deadline d must wait;
 // at or before now, they run now.
 //
-// A datagram's probe timeout must run from when it left, but the protocol
-// records a datagram as sent when the owner polls it, and a sender seals
-// and writes it later: a sender goroutine the machine did not run for tens
-// of milliseconds made its datagrams' paths look silent, and their whole
-// flights were declared lost (false timeouts under load). So the owner
-// keeps what the senders tell it: when each batch's datagrams were polled
-// (all of one batch in one flush, at one time) and when they left.
-//
-//   - This goroutine ran far past the deadline (the machine held it up,
-//     and on loopback the readers and the peer with it): what was in
-//     flight is given as long again (bounded) to arrive.
-//   - Datagrams polled before the deadline are still with a sender,
-//     waiting longer than lateAfter: nothing can be said about them yet;
-//     the timers wait for the batch (its return wakes the owner), at most
-//     maxSenderWait.
-//   - A batch left lag after it was polled (a stall): a deadline that a
-//     datagram of it may have set (polled + MinPTO to polled + the largest
-//     probe timeout of its paths) runs lag later, where the datagram's own
-//     would have been had its send time been taken when it left.
+// This goroutine ran far past the deadline (the machine held it up, and on
+// loopback the readers and the peer with it): what was in flight is given
+// as long again (at most maxGrace) to arrive. A datagram still with a
+// sender, or one that waited there, needs no hold here: the protocol's
+// probe timeouts run from when each datagram left (returned, metaroce
+// Config.DepartureWait), per path, so a stalled sender holds no other
+// path's timers (it held every timer of the endpoint, up to 500 ms, before).
 func (e *Endpoint) holdTimers(now, d time.Duration) time.Duration {
 	o := &e.owner
-	t := &o.tx
 	if now-d > lateAfter && o.graceFor != d {
 		o.graceFor, o.graceUntil = d, now+min(now-d, maxGrace)
 	}
-	hold := time.Duration(-1)
 	if o.graceFor == d {
-		hold = o.graceUntil
+		return o.graceUntil
 	}
-	e.reclaimAll()
-	for _, b := range t.all {
-		if b.withSender && b.polled <= d && now-b.polled > lateAfter && now-b.polled < maxSenderWait {
-			hold = max(hold, b.polled+maxSenderWait)
-		}
-	}
-	n := min(t.nstall, txStallsKept)
-	for i := range n {
-		s := &t.stalls[i]
-		if d >= s.polled+s.minPTO && d <= s.polled+s.maxPTO {
-			hold = max(hold, d+min(s.lag, maxSenderWait))
-		}
-	}
-	return hold
+	return -1
 }
 
-// maxSenderWait bounds how long timers wait for a sender (holdTimers).
+// maxSenderWait bounds how long a datagram polled but not yet written by
+// its sender holds its path's probe timeout (metaroce Config.DepartureWait).
 const maxSenderWait = 500 * time.Millisecond
 
 func (e *Endpoint) shutdown() {
@@ -1054,6 +1024,6 @@ func (e *Endpoint) sendRaw(s *sock, dst netip.AddrPort, pkt []byte) bool {
 	buf := t.spare[len(t.spare)-1]
 	t.spare = t.spare[:len(t.spare)-1]
 	n := copy(buf[maxOverhead:], pkt)
-	e.queue(e.Now(), txItem{buf: buf, n: n, s: s, dst: dst})
+	e.queue(txItem{buf: buf, n: n, s: s, dst: dst})
 	return true
 }

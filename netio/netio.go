@@ -93,6 +93,17 @@ type Sealer interface {
 	Open(dst, datagram []byte) ([]byte, error)
 }
 
+// RunSealer is a Sealer that can also hand a sender goroutine a run of
+// counters at once. A sender then seals its batch for the peer from the
+// run (seal.Run.Seal, the same datagrams Seal makes) with one atomic
+// operation per batch instead of one per datagram on a counter that every
+// sender writes (see tx.go). Reserve replaces what r held; it returns how
+// many counters r got, fewer than n only when the key is exhausted.
+type RunSealer interface {
+	Sealer
+	Reserve(r *seal.Run, n int) int
+}
+
 // Peer is a remote endpoint.
 type Peer struct {
 	ID PeerID
@@ -348,6 +359,11 @@ func New(cfg Config) (*Endpoint, error) {
 		// millisecond late; let the pacer send what fell due meanwhile.
 		cfg.Protocol.PacingSlack = DefaultPacingSlack
 	}
+	// A datagram leaves when its sender writes it, not when the owner
+	// polls it: the senders' returned batches say when (tx.go returned),
+	// and a datagram still with a sender does not start its path's probe
+	// timeout (metaroce Config.DepartureWait).
+	cfg.Protocol.DepartureWait = maxSenderWait
 	if !cfg.Listen.Addr().IsValid() {
 		return nil, fmt.Errorf("netio: Listen address is required")
 	}

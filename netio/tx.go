@@ -6,7 +6,10 @@ import (
 	"net/netip"
 	"time"
 
+	"golang.org/x/sys/cpu"
+
 	"github.com/mrgw/mrgw/metaroce"
+	"github.com/mrgw/mrgw/netio/seal"
 	"github.com/mrgw/mrgw/netio/udp"
 )
 
@@ -40,26 +43,37 @@ type txItem struct {
 	dst    netip.AddrPort
 	// conn and path name the path a non-reply datagram was sent on, so
 	// that a send the kernel refuses for its size (EMSGSIZE) can be told
-	// to the connection's path MTU discovery.
-	conn *metaroce.Conn
-	path int
+	// to the connection's path MTU discovery; a tracked one (DATA) is the
+	// path's sequence seq, whose departure the owner reports (returned).
+	conn    *metaroce.Conn
+	path    int32
+	tracked bool
+	seq     uint64
 }
 
 // sendBatch is a run of datagrams for one sender.
 type sendBatch struct {
 	items []txItem // len: datagrams in the batch; cap: txBatch
-	// polled is when its first (oldest) datagram was polled, on the
-	// endpoint's clock (Endpoint.Now); left is when the sender finished
-	// writing it. withSender: handed to a sender and not returned yet
-	// (owner only).
-	polled, left time.Duration
-	withSender   bool
+	// left is when the sender finished writing it, on the endpoint's
+	// clock (Endpoint.Now).
+	left time.Duration
 }
 
 // txSender is one sender goroutine's queue and its scratch state.
 type txSender struct {
-	in    chan *sendBatch
-	dirty []*sock // sockets with datagrams waiting (sender only)
+	in chan *sendBatch // the owner sends on it; never written after initTx
+	// What follows is written by the sender alone, run for every datagram
+	// it seals: on cache lines of its own, so that the two senders (whose
+	// structs are allocated side by side) and the owner do not pass a line
+	// back and forth per datagram (false sharing, as the one counter every
+	// sender took a datagram's counter from was: the line run replaces).
+	_     cpu.CacheLinePad
+	dirty []*sock // sockets with datagrams waiting
+	// run holds the counters this sender reserved for the rest of its
+	// batch from a RunSealer: one reservation per batch and peer, and a
+	// nonce buffer of its own.
+	run seal.Run
+	_   cpu.CacheLinePad
 }
 
 // txState is the owner goroutine's side of the pipeline.
@@ -73,27 +87,7 @@ type txState struct {
 	filling int
 	// starved: the last flush stopped for want of a buffer or a batch.
 	starved bool
-	// all is every batch, to find the oldest one still with a sender.
-	all []*sendBatch
-	// stalls are the latest batches that left more than lateAfter after
-	// their first datagram was polled (see holdTimers).
-	stalls [txStallsKept]txStall
-	nstall int
 }
-
-// txStall is a batch that waited with its sender: polled when its first
-// datagram was polled, lag how long that datagram waited before it left.
-type txStall struct {
-	polled, lag time.Duration
-	// The deadlines its datagrams may have set lie between polled+minPTO
-	// and polled+maxPTO (the longest probe timeout of its paths, plus lag).
-	minPTO, maxPTO time.Duration
-}
-
-// txStallsKept bounds the stalls remembered; stalls are rare (the process
-// or one of its sender goroutines did not run), so a few cover the probe
-// timeouts they can affect.
-const txStallsKept = 16
 
 // txBatchesPerSender is how many batches circulate per sender (one being
 // sent, one queued behind it, one being filled).
@@ -112,7 +106,6 @@ func (e *Endpoint) initTx(bufLen int) {
 	for range nb {
 		b := &sendBatch{items: make([]txItem, 0, txBatch)}
 		t.free = append(t.free, b)
-		t.all = append(t.all, b)
 		for range txBatch {
 			t.spare = append(t.spare, make([]byte, bufLen))
 		}
@@ -144,12 +137,30 @@ func (e *Endpoint) sendLoop(w *txSender) {
 
 // writeBatch seals b's datagrams and writes them, one WriteBatch per socket.
 func (e *Endpoint) writeBatch(w *txSender, b *sendBatch) {
+	// runFor is the Sealer w.run's counters came from this batch, and rs
+	// it as a RunSealer (nil: it is not one, so each datagram takes its
+	// counter through Seal).
+	var runFor Sealer
+	var rs RunSealer
 	for i := range b.items {
 		it := &b.items[i]
 		wire := it.buf[maxOverhead : maxOverhead+it.n]
 		if it.sealer != nil {
 			start := maxOverhead - it.sealer.Prefix()
-			out, err := it.sealer.Seal(it.buf[start:start], wire)
+			if it.sealer != runFor {
+				runFor = it.sealer
+				rs, _ = it.sealer.(RunSealer)
+				if rs != nil {
+					rs.Reserve(&w.run, sealedFor(b.items[i:], it.sealer))
+				}
+			}
+			var out []byte
+			var err error
+			if rs != nil {
+				out, err = w.run.Seal(it.buf[start:start], wire)
+			} else {
+				out, err = it.sealer.Seal(it.buf[start:start], wire)
+			}
 			if err != nil {
 				e.ctr.sealErr.Add(1)
 				continue
@@ -158,7 +169,7 @@ func (e *Endpoint) writeBatch(w *txSender, b *sendBatch) {
 		}
 		s := it.s
 		s.out = append(s.out, udp.Message{Buf: wire, N: len(wire), Addr: it.dst})
-		s.outFrom = append(s.outFrom, txFrom{conn: it.conn, path: it.path})
+		s.outFrom = append(s.outFrom, txFrom{conn: it.conn, path: int(it.path)})
 		if !s.dirty {
 			s.dirty = true
 			w.dirty = append(w.dirty, s)
@@ -202,6 +213,21 @@ func (e *Endpoint) writeBatch(w *txSender, b *sendBatch) {
 	w.dirty = w.dirty[:0]
 }
 
+// sealedFor counts the datagrams of items that s seals: the counters a
+// sender reserves when it meets s in its batch. A batch mostly holds one
+// peer's datagrams; those of another peer in between make s's run be
+// reserved again when s comes back (its unused counters are skipped, never
+// reused).
+func sealedFor(items []txItem, s Sealer) int {
+	n := 0
+	for i := range items {
+		if items[i].sealer == s {
+			n++
+		}
+	}
+	return n
+}
+
 // txFrom is the path a queued datagram was sent on (conn nil: a reply).
 type txFrom struct {
 	conn *metaroce.Conn
@@ -223,35 +249,35 @@ func (e *Endpoint) tooBig(f txFrom, size int) {
 	}
 }
 
-// returned takes back a batch a sender has finished with.
+// returned takes back a batch a sender has finished with, and tells each
+// connection that its DATA datagrams in it have left, and when: the
+// protocol's probe timeouts and round trips run from there, not from the
+// poll. A sender the machine did not run for tens of milliseconds made its
+// datagrams' paths look silent (their whole flights declared lost) when
+// the send time was the poll's (TestStalledSenderIsNotASilentPath). One
+// report per run of a path's datagrams (a batch holds long runs of one
+// path), in sequence order: one socket, hence one sender, per path.
 func (e *Endpoint) returned(b *sendBatch) {
 	t := &e.owner.tx
-	b.withSender = false
-	if lag := b.left - b.polled; lag > lateAfter {
-		st := txStall{polled: b.polled, lag: lag, minPTO: -1}
-		for i := range b.items {
-			it := &b.items[i]
-			if it.conn == nil {
-				continue // a reply: no probe timeout of ours
-			}
-			ps := it.conn.Paths()
-			if it.path < len(ps.Paths) {
-				cfg := ps.Config()
-				if st.minPTO < 0 || cfg.MinPTO < st.minPTO {
-					st.minPTO = cfg.MinPTO
-				}
-				st.maxPTO = max(st.maxPTO, ps.Paths[it.path].PTO(cfg))
-			}
-		}
-		if st.minPTO >= 0 {
-			st.maxPTO += lag
-			t.stalls[t.nstall%txStallsKept] = st
-			t.nstall++
-		}
-	}
+	var conn *metaroce.Conn
+	var path int32
+	var upTo uint64
 	for i := range b.items {
-		t.spare = append(t.spare, b.items[i].buf)
-		b.items[i] = txItem{}
+		it := &b.items[i]
+		if it.tracked {
+			if it.conn != conn || it.path != path {
+				if conn != nil {
+					conn.Departed(int(path), upTo, b.left)
+				}
+				conn, path = it.conn, it.path
+			}
+			upTo = it.seq + 1
+		}
+		t.spare = append(t.spare, it.buf)
+		*it = txItem{}
+	}
+	if conn != nil {
+		conn.Departed(int(path), upTo, b.left)
 	}
 	b.items = b.items[:0]
 	t.free = append(t.free, b)
@@ -283,7 +309,6 @@ func (e *Endpoint) dispatch() {
 
 func (e *Endpoint) send(w int, b *sendBatch) {
 	t := &e.owner.tx
-	b.withSender = true
 	t.senders[w].in <- b // never blocks: in has room for every batch
 	t.cur[w] = nil
 	t.filling--
@@ -300,9 +325,9 @@ func (e *Endpoint) room() bool {
 	return len(t.spare) > 0 && len(t.free) >= len(t.senders)-t.filling
 }
 
-// queue adds a datagram polled at now to its socket's sender, dispatching
-// the sender's batch when it is full. room must have reported true.
-func (e *Endpoint) queue(now time.Duration, it txItem) {
+// queue adds a datagram to its socket's sender, dispatching the sender's
+// batch when it is full. room must have reported true.
+func (e *Endpoint) queue(it txItem) {
 	t := &e.owner.tx
 	w := it.s.shard
 	b := t.cur[w]
@@ -312,7 +337,6 @@ func (e *Endpoint) queue(now time.Duration, it txItem) {
 		t.free = t.free[:n-1]
 		t.cur[w] = b
 		t.filling++
-		b.polled = now
 	}
 	b.items = append(b.items, it)
 	if len(b.items) == cap(b.items) {
@@ -353,6 +377,7 @@ func (e *Endpoint) flush(now time.Duration) bool {
 		}
 		if p == nil {
 			e.ctr.noSocket.Add(1)
+			e.gone(now, &tx)
 			continue
 		}
 		var s *sock
@@ -363,6 +388,7 @@ func (e *Endpoint) flush(now time.Duration) bool {
 			s, dst = e.pathSock(now, p, &tx), p.dest(tx.Path)
 			if s == nil {
 				e.ctr.noSocket.Add(1)
+				e.gone(now, &tx)
 				continue
 			}
 		}
@@ -372,9 +398,10 @@ func (e *Endpoint) flush(now time.Duration) bool {
 		}
 		it := txItem{buf: buf, n: tx.Len, sealer: p.Sealer, s: s, dst: dst}
 		if !tx.Reply {
-			it.conn, it.path = tx.Conn, tx.Path
+			it.conn, it.path = tx.Conn, int32(tx.Path)
+			it.tracked, it.seq = tx.Tracked, tx.Seq
 		}
-		e.queue(now, it)
+		e.queue(it)
 		// Counted per plane here, by the owner (whose cache of the
 		// counters needs no lock), when the datagram is handed to its
 		// sender: plaintext length, not the sealed wire length.
@@ -382,6 +409,15 @@ func (e *Endpoint) flush(now time.Duration) bool {
 		polled++
 	}
 	return polled >= txRounds*txBatch
+}
+
+// gone reports a DATA datagram that was polled but will never be written
+// (no socket for it) as departed now: lost on the way, its path's probe
+// timeout runs as if it had left.
+func (e *Endpoint) gone(now time.Duration, tx *metaroce.Transmit) {
+	if tx.Tracked && tx.Conn != nil {
+		tx.Conn.Departed(tx.Path, tx.Seq+1, now)
+	}
 }
 
 // txBufLen is the size of a send buffer: room for the largest envelope in

@@ -31,8 +31,9 @@ func (s stallSocket) WriteBatch(msgs []udp.Message) (int, error) {
 // TestStalledSenderIsNotASilentPath: a sender that holds a batch of DATA
 // for several probe timeouts before writing it must not make the paths of
 // those datagrams time out. The protocol records a datagram as sent when
-// the owner polls it; before the owner learned when batches actually left
-// (holdTimers), the probe timeout ran from the poll, fired while the
+// the owner polls it; before the owner told it when each datagram actually
+// left (returned, metaroce Conn.Departed; before that, holdTimers held the
+// endpoint's timers), the probe timeout ran from the poll, fired while the
 // datagrams were still with the sender, and declared the flight lost (a
 // false timeout, then every chunk of it sent again).
 func TestStalledSenderIsNotASilentPath(t *testing.T) {

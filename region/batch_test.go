@@ -2,7 +2,9 @@ package region
 
 import (
 	"fmt"
+	"net/netip"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -186,5 +188,71 @@ func TestBatchFallsBackToVersion1(t *testing.T) {
 	queueVerdicts(t, q, verdict("a", "a", "p1", pathmgr.Up, 3), verdict("b", "a", "p2", pathmgr.Up, 4))
 	if got := q.GetBroadcasts(3, 1369); len(got) != 1 || len(decodeAll(t, got)) != 2 {
 		t.Fatalf("%d messages, want one batch of 2", len(got))
+	}
+}
+
+// The capability gate at the core: verdicts go out in batches while every
+// alive member announces CapHealthBatch, as version-1 messages from the
+// moment one alive member does not (it joins, or an upgraded one comes
+// back on its old build), and in batches again once that member is dead,
+// has left, or announces the capability (upgraded in place: a metadata
+// update). The queue is the one New builds (newCoreQueue), members come
+// and go through setMember and goodbye as memberlist's callbacks do.
+func TestBatchCapabilityGateFollowsMembers(t *testing.T) {
+	c, _ := fakeCore(t, Config{})
+	q := newCoreQueue(c, 4)
+	addr := netip.MustParseAddrPort("127.0.0.1:1")
+	join := func(name string, caps ...string) {
+		m := testMeta("r1", 1)
+		m.Capabilities = caps
+		b, err := EncodeMeta(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.setMember(name, addr, b, Alive)
+	}
+	at := int64(0)
+	// kinds queues one down verdict and reports the kinds of the messages
+	// GetBroadcasts packs it in: "b" a batch, "h" version 1.
+	kinds := func() string {
+		at++
+		queueVerdicts(t, q, verdict("self", "self", fmt.Sprintf("p%d", at), pathmgr.Down, at))
+		var k []byte
+		for {
+			msgs := q.GetBroadcasts(3, 1369)
+			if len(msgs) == 0 {
+				break
+			}
+			for _, m := range msgs {
+				if !slices.Contains(k, m[0]) {
+					k = append(k, m[0])
+				}
+			}
+		}
+		return string(k)
+	}
+	join("self", "metaroce-v1", CapHealthBatch)
+	join("a1", CapHealthBatch)
+	join("b1", "metaroce-v1", CapHealthBatch)
+	for _, step := range []struct {
+		what string
+		do   func()
+		want string
+	}{
+		{"every member reads batches", func() {}, "b"},
+		{"old1 joins without the capability", func() { join("old1", "metaroce-v1") }, "h"},
+		{"old1 dies", func() { c.setMember("old1", addr, nil, Dead) }, "b"},
+		{"old1 comes back, still old", func() { join("old1", "metaroce-v1") }, "h"},
+		{"old1 upgraded in place (metadata update)", func() { join("old1", "metaroce-v1", CapHealthBatch) }, "b"},
+		{"b1 downgraded (rolled back)", func() { join("b1", "metaroce-v1") }, "h"},
+		{"b1 says goodbye and leaves", func() { c.goodbye("b1"); c.setMember("b1", addr, nil, Dead) }, "b"},
+		{"old2 joins without the capability", func() { join("old2") }, "h"},
+		{"old2 dies, then its goodbye arrives", func() { c.setMember("old2", addr, nil, Dead); c.goodbye("old2") }, "b"},
+		{"b1 returns upgraded", func() { join("b1", CapHealthBatch) }, "b"},
+	} {
+		step.do()
+		if got := kinds(); got != step.want {
+			t.Fatalf("%s: verdict sent as %q, want %q (alive %d)", step.what, got, step.want, c.aliveCount())
+		}
 	}
 }

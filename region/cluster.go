@@ -78,17 +78,7 @@ func New(cfg Config, logger *slog.Logger) (*Cluster, error) {
 	}
 	c.core = newCore(cfg.Name, &cfg, logger)
 	c.core.own.attrDelay = attrDelay(mc.GossipInterval)
-	// Members are counted from our own view: the queue asks from
-	// memberlist's gossip goroutine, and the view needs no memberlist lock.
-	// The queue holds at most two messages per verdict (a down is never
-	// replaced by an up before it was sent).
-	c.queue = newHealthQueue(func() int { return max(c.core.aliveCount(), 1) },
-		mc.RetransmitMult, func() int { return 2*c.core.healthBound() + 64 })
-	c.queue.limit = healthRetransmitLimit
-	// Verdict batches only when every member reads them: a gateway of an
-	// earlier build drops a batch as an unknown kind, and would miss every
-	// verdict in it.
-	c.queue.batch = func() bool { return c.core.allHave(CapHealthBatch) }
+	c.queue = newCoreQueue(c.core, mc.RetransmitMult)
 	d := &delegate{c: c}
 	mc.Delegate, mc.Events, mc.Conflict, mc.Alive = d, d, d, d
 	// Logger only, never LogOutput as well: memberlist refuses both. No
@@ -127,6 +117,22 @@ func New(cfg Config, logger *slog.Logger) (*Cluster, error) {
 	c.wg.Add(1)
 	go c.pruneLoop()
 	return c, nil
+}
+
+// newCoreQueue is the gossip queue of health messages for core's view.
+// Members are counted from our own view: the queue asks from memberlist's
+// gossip goroutine, and the view needs no memberlist lock (and keeps the
+// counts as running totals: asking costs the same at any fleet size). The
+// queue holds at most two messages per verdict (a down is never replaced
+// by an up before it was sent). Verdict batches only while every alive
+// member reads them: a gateway of an earlier build drops a batch as an
+// unknown kind, and would miss every verdict in it.
+func newCoreQueue(core *core, mult int) *healthQueue {
+	q := newHealthQueue(func() int { return max(core.aliveCount(), 1) },
+		mult, func() int { return 2*core.healthBound() + 64 })
+	q.limit = healthRetransmitLimit
+	q.batch = func() bool { return core.allHave(CapHealthBatch) }
+	return q
 }
 
 // Addr is the address other members reach this one at (with the real
@@ -459,11 +465,37 @@ func (c *Cluster) PublishHealth(h HealthReport) error {
 	return nil
 }
 
-// send queues this gateway's own verdicts for gossip.
+// send queues this gateway's own verdicts for gossip, and sends its
+// verdicts on peers straight to those peers too (core.directLocked).
 func (c *Cluster) send(out []HealthReport) {
 	for _, h := range out {
 		c.queueVerdict(h, 0)
 	}
+	for _, h := range c.core.takeDirect() {
+		c.sendDirect(h)
+	}
+}
+
+// sendDirect sends h to its peer in one gossip datagram (a version-1
+// health message, which every build reads; encrypted as all gossip). A
+// datagram lost on the way costs what the gossip alone would have: the
+// verdict's next renewal, or the peer's own probes.
+func (c *Cluster) sendDirect(h HealthReport) {
+	addr, ok := c.core.gossipAddr(h.Peer)
+	if !ok {
+		return // not alive: nothing to tell
+	}
+	msg, err := appendHealth(nil, h, 0)
+	if err != nil {
+		return // validated when published
+	}
+	node := &memberlist.Node{Name: h.Peer, Addr: addr.Addr().AsSlice(), Port: addr.Port()}
+	if err := c.ml.SendBestEffort(node, msg); err != nil {
+		c.core.own.directLost.Add(1)
+		c.log.Debug("cannot send a path-health verdict to its peer", "peer", h.Peer, "plane", h.Plane, "err", err)
+		return
+	}
+	c.core.own.directSent.Add(1)
 }
 
 // HealthBound is the health table's bound now: Config.MaxHealthReports
@@ -514,6 +546,8 @@ func (c *Cluster) Stats() Stats {
 		HealthDeduped:      c.core.own.deduped.Load(),
 		HealthCovered:      c.core.own.covered.Load(),
 		HealthDownEvicted:  c.core.own.downEvicted.Load(),
+		HealthDirect:       c.core.own.directSent.Load(),
+		HealthDirectLost:   c.core.own.directLost.Load(),
 		HealthSent:         c.queue.sent.Load(),
 		HealthSentBytes:    c.queue.sentBytes.Load(),
 		BroadcastsLost:     c.queue.lost.Load(),

@@ -96,13 +96,16 @@ type Config struct {
 	// HealthTTL is how long a path-health report is believed after it was
 	// measured (default 30 s). Reporters should republish well within it.
 	HealthTTL time.Duration
-	// MaxHealthReports bounds the health table (default 4096); when full,
-	// the oldest report gives way.
+	// MaxHealthReports bounds the health table; zero (the default) means
+	// max(DefaultMaxHealthReports, 2·G·P), which follows the fleet
+	// ([Cluster.HealthBound]). When full, the oldest report gives way (a
+	// down only to another down, counted).
 	MaxHealthReports int
 	// JoinAttempts bounds the rounds [Cluster.Join] makes (default 5).
 	JoinAttempts int
 	// FlapDamping holds back the "up" of a verdict of this gateway's that
-	// flaps (damping.go); zero: the defaults, Off: none.
+	// flaps (damping.go); zero: the defaults, Off: none; an invalid field
+	// (negative, say) is an error of New that names it.
 	FlapDamping DampingConfig
 	// NoCompression turns off memberlist's compression of gossip packets
 	// and state exchanges. memberlist compresses each one with a new LZW
@@ -181,6 +184,9 @@ func (c *Config) memberlistConfig() (*memberlist.Config, *memberlist.Keyring, er
 	if c.HealthTTL < 0 || c.MaxHealthReports < 0 || c.JoinAttempts < 0 {
 		return nil, nil, errors.New("region: HealthTTL, MaxHealthReports and JoinAttempts must not be negative")
 	}
+	if err := c.FlapDamping.Validate(); err != nil {
+		return nil, nil, fmt.Errorf("region: %w", err)
+	}
 
 	var mc *memberlist.Config
 	if c.Profile == ProfileLAN || c.Profile == ProfileCustom {
@@ -213,9 +219,6 @@ func (c *Config) withDefaults() Config {
 	d := *c
 	if d.HealthTTL == 0 {
 		d.HealthTTL = DefaultHealthTTL
-	}
-	if d.MaxHealthReports == 0 {
-		d.MaxHealthReports = DefaultMaxHealthReports
 	}
 	if d.JoinAttempts == 0 {
 		d.JoinAttempts = DefaultJoinAttempts

@@ -14,7 +14,7 @@ import (
 )
 
 // fakeCore is a core with a clock the test moves.
-func fakeCore(t *testing.T, cfg Config) (*core, *time.Time) {
+func fakeCore(t testing.TB, cfg Config) (*core, *time.Time) {
 	t.Helper()
 	cfg = cfg.withDefaults()
 	c := newCore("self", &cfg, slog.New(slog.DiscardHandler))
@@ -23,7 +23,7 @@ func fakeCore(t *testing.T, cfg Config) (*core, *time.Time) {
 	return c, &now
 }
 
-func addMember(t *testing.T, c *core, name, region string) {
+func addMember(t testing.TB, c *core, name, region string) {
 	t.Helper()
 	b, err := EncodeMeta(testMeta(region, 1))
 	if err != nil {

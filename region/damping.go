@@ -1,6 +1,7 @@
 package region
 
 import (
+	"fmt"
 	"math"
 	"time"
 )
@@ -24,7 +25,9 @@ import (
 // has flapped lately (bounded by its own verdict table), dropped when its
 // penalty has decayed to nothing.
 
-// DampingConfig tunes flap damping; zero fields take the defaults.
+// DampingConfig tunes flap damping; zero fields take the defaults, and a
+// negative or otherwise invalid one is an error of [New] naming the field
+// ([DampingConfig.Validate]).
 type DampingConfig struct {
 	// Off turns damping off: every transition goes on the wire.
 	Off bool
@@ -51,6 +54,39 @@ const (
 	DefaultDampingMaxHold  = 60 * time.Second
 )
 
+// Validate reports the first invalid field, by name and why: a negative
+// duration or threshold (zero takes the default: a negative one used to
+// be taken for zero without a word), a threshold that is not a finite
+// number, Reuse not below Suppress (a held up would never come back by
+// decay alone), and a MaxHold shorter than the penalty takes to decay
+// from Suppress to Reuse (the cap could not keep its promise). The
+// checks apply to the values with the defaults filled in, so that
+// Reuse 1 alone is compared with the default Suppress; they apply with
+// Off too (a configuration that turns damping back on must be valid).
+func (d DampingConfig) Validate() error {
+	switch {
+	case d.HalfLife < 0:
+		return fmt.Errorf("FlapDamping.HalfLife %s: must not be negative (0 takes the default %s)", d.HalfLife, DefaultDampingHalfLife)
+	case d.MaxHold < 0:
+		return fmt.Errorf("FlapDamping.MaxHold %s: must not be negative (0 takes the default %s)", d.MaxHold, DefaultDampingMaxHold)
+	case math.IsNaN(d.Suppress) || math.IsInf(d.Suppress, 0) || d.Suppress < 0:
+		return fmt.Errorf("FlapDamping.Suppress %v: must be a finite number, not negative (0 takes the default %v)", d.Suppress, DefaultDampingSuppress)
+	case math.IsNaN(d.Reuse) || math.IsInf(d.Reuse, 0) || d.Reuse < 0:
+		return fmt.Errorf("FlapDamping.Reuse %v: must be a finite number, not negative (0 takes the default %v)", d.Reuse, DefaultDampingReuse)
+	}
+	e := d.withDefaults()
+	if d.Reuse > 0 && d.Reuse >= e.Suppress {
+		return fmt.Errorf("FlapDamping.Reuse %v: must be below Suppress %v (a held up goes out when the penalty decays below Reuse)", d.Reuse, e.Suppress)
+	}
+	if decay := time.Duration(math.Log2(e.Suppress/e.Reuse) * float64(e.HalfLife)); e.MaxHold < decay {
+		return fmt.Errorf("FlapDamping.MaxHold %s: shorter than the %s the penalty takes to decay from Suppress %v to Reuse %v (HalfLife %s), so no hold could be kept within it",
+			e.MaxHold, decay.Round(time.Millisecond), e.Suppress, e.Reuse, e.HalfLife)
+	}
+	return nil
+}
+
+// withDefaults fills in the zero fields; a Reuse left at zero is the
+// default, or half of a Suppress set below it.
 func (d DampingConfig) withDefaults() DampingConfig {
 	if d.HalfLife <= 0 {
 		d.HalfLife = DefaultDampingHalfLife

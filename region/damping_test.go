@@ -259,3 +259,42 @@ func TestOwnPlaneDownNotDedupedAgainstHeldPeerVerdict(t *testing.T) {
 		t.Error("a copy of b1's own down was news")
 	}
 }
+
+// A gateway whose own up is held back keeps saying down on the wire, and
+// a later down of its plane needs no message, since the others still
+// hold the down. Not when another gateway's later verdict took the key
+// meanwhile (the table keeps one verdict per (gateway, plane), whoever
+// said it): then the others hold that, and the down must go out again.
+// It was absorbed, and the others heard of the failure only at the
+// renewal, 10 s later (the fleet storm at 8 gateways, seed 5: a down
+// everyone got after 10.4 s, where another's up had taken the key; an up
+// no longer can, TestOwnPlaneDownNotOverruledByAnotherUp, so here the
+// key is taken by another's probing).
+func TestOwnPlaneDownResentWhenAnotherTookTheKey(t *testing.T) {
+	c, now := fakeCore(t, Config{HealthTTL: 30 * time.Second})
+	for range 3 { // down 2 s, up 2 s: the third up is held
+		own(t, c, now, c.self, "p0", pathmgr.Down)
+		*now = now.Add(2 * time.Second)
+		own(t, c, now, c.self, "p0", pathmgr.Up)
+		*now = now.Add(2 * time.Second)
+	}
+	if s := c.own.self["p0"]; s.wire != pathmgr.Down || !c.own.damp.isHeld(healthKey{c.self, "p0"}) {
+		t.Fatalf("wire %v, held %v: want the up held", s.wire, c.own.damp.isHeld(healthKey{c.self, "p0"}))
+	}
+	// Another gateway's verdict on its paths to this one over p0, later:
+	// it takes the key everywhere (here too).
+	if !c.addHealth(HealthReport{From: "x1", Peer: c.self, Plane: "p0", State: pathmgr.Probing, At: *now}, 0, false) {
+		t.Fatal("x1's probing not news")
+	}
+	*now = now.Add(time.Second)
+	if out := own(t, c, now, c.self, "p0", pathmgr.Down); wire(out) != "[self/p0 down]" {
+		t.Fatalf("the plane failed again: sent %q, want the down (the others hold x1's probing)", wire(out))
+	}
+	// While the key holds this gateway's down, a repeat costs nothing.
+	*now = now.Add(time.Second)
+	own(t, c, now, c.self, "p0", pathmgr.Up)
+	*now = now.Add(time.Second)
+	if out := own(t, c, now, c.self, "p0", pathmgr.Down); len(out) != 0 {
+		t.Fatalf("sent %q while the cluster held the down", wire(out))
+	}
+}

@@ -2,6 +2,7 @@ package region
 
 import (
 	"errors"
+	"net/netip"
 	"sync/atomic"
 	"time"
 
@@ -77,11 +78,33 @@ type ownHealth struct {
 
 	originated, relayed, deduped, covered atomic.Uint64
 	downEvicted                           atomic.Uint64
+
+	// direct: verdicts on peers to send straight to their peer as well
+	// (see directLocked), drained by Cluster.send; at most maxDirect
+	// (what does not fit is counted in directLost).
+	direct                 []HealthReport
+	directSent, directLost atomic.Uint64
+	// aboutSelf: the last verdict each reporter gave on its paths to this
+	// gateway, per plane (see aboutSelfLocked); expired entries are
+	// pruned, and it holds at most the health table's bound.
+	aboutSelf map[healthKey]aboutEntry
 }
+
+// aboutEntry is one reporter's last verdict on its paths to this gateway.
+type aboutEntry struct {
+	state pathmgr.State
+	at    time.Time // the reporter's At
+	born  time.Time
+}
+
+// maxDirect bounds the verdicts waiting for a direct send between a
+// publish and Cluster.send (one call's worth: at most the own verdicts).
+const maxDirect = 4096
 
 func newOwnHealth() ownHealth {
 	return ownHealth{peers: map[string]map[string]*ownEntry{}, self: map[string]*selfEntry{},
-		pending: map[healthKey]time.Time{}, attrDelay: defaultAttrDelay, damp: newDamper(DampingConfig{})}
+		pending: map[healthKey]time.Time{}, attrDelay: defaultAttrDelay, damp: newDamper(DampingConfig{}),
+		aboutSelf: map[healthKey]aboutEntry{}}
 }
 
 // Self verdict thresholds: a gateway says its own plane is down when at
@@ -114,16 +137,13 @@ func (c *core) dedupWindow() time.Duration { return c.ttl / 6 }
 
 // healthBound is the most entries the table holds: Config.MaxHealthReports
 // when set, else max(DefaultMaxHealthReports, 2 × Σ planes of the
-// gateways in the view), i.e. twice G·P.
+// gateways in the view), i.e. twice G·P. The sum is kept as members come
+// and go (core.planeSum): the queue asks for every new message.
 func (c *core) healthBoundLocked() int {
 	if c.maxHealth > 0 {
 		return c.maxHealth
 	}
-	planes := 0
-	for _, m := range c.members {
-		planes += max(len(m.gw.Meta.Planes), 1)
-	}
-	return max(DefaultMaxHealthReports, 2*planes)
+	return max(DefaultMaxHealthReports, 2*c.planeSum)
 }
 
 func (c *core) healthBound() int {
@@ -155,6 +175,15 @@ func (c *core) newsLocked(h HealthReport, born, now time.Time) bool {
 		return false // the same reporter's, not newer (a copy, or late)
 	case old.r.From != h.From && !born.After(old.born):
 		return false // measured before the verdict held
+	case old.r.From == old.r.Peer && notUp(old.r.State) && h.From != h.Peer && !notUp(h.State):
+		// The plane's own gateway says its plane is down: another
+		// gateway's up on its paths to it (one link, often an up its
+		// damping held back and now releases) does not overrule it for
+		// everyone; the owner's own up, or the verdict's expiry, ends it.
+		// It took the key, and the owner's down, already sent, reached
+		// no one else until its renewal (the fleet storm, 8 gateways).
+		// The owner itself still takes that up in (aboutSelfLocked).
+		return false
 	case old.r.State == h.State && born.Sub(old.born) < c.dedupWindow() &&
 		!(h.From == h.Peer && old.r.From != old.r.Peer):
 		// The same verdict, fresh: another reporter of it. Not when h is
@@ -196,8 +225,15 @@ func (c *core) addHealth(h HealthReport, age time.Duration, local bool) bool {
 	now := c.now()
 	born := now.Add(-age)
 	c.mu.Lock()
+	about := !local && h.Peer == c.self && c.aboutSelfLocked(h, born, now)
 	if !c.newsLocked(h, born, now) {
 		c.mu.Unlock()
+		if about {
+			// Not news for the table (another reporter's verdict of the
+			// same state holds this gateway's key), but news for this
+			// gateway: the reporter's paths to it over the plane.
+			c.reports.send(h)
+		}
 		return false
 	}
 	changes := c.storeLocked(h, born, now)
@@ -208,6 +244,38 @@ func (c *core) addHealth(h HealthReport, age time.Duration, local bool) bool {
 	if !local {
 		c.reports.send(h)
 	}
+	return true
+}
+
+// aboutSelfLocked records h, a verdict of another gateway on its paths to
+// this one, and reports whether it is news for this gateway: the first
+// from that reporter on that plane, a change of its state, or a renewal
+// (later At). The table keeps one verdict per (gateway, plane) whoever
+// said it, which is right for everyone else (a verdict on this gateway's
+// plane tells them all the same thing) but not for this gateway, for
+// which each reporter's verdict is about its own link to it: with two
+// regions a gateway whose plane fails can only say so per peer, and
+// that verdict must reach the peer even when the key already holds a
+// third gateway's down (issue: the fleet storm's missed deliveries,
+// docs/results/fleet.md). Copies (the same At again) are not news.
+func (c *core) aboutSelfLocked(h HealthReport, born, now time.Time) bool {
+	k := healthKey{h.From, h.Plane}
+	if e, ok := c.own.aboutSelf[k]; ok && now.Sub(e.born) < c.ttl && e.state == h.State && !h.At.After(e.at) {
+		return false
+	}
+	if _, ok := c.own.aboutSelf[k]; !ok && len(c.own.aboutSelf) >= c.healthBoundLocked() {
+		// Full: the oldest gives way. At worst a copy of its next
+		// verdict is delivered twice; the watcher deduplicates.
+		var oldest healthKey
+		var ob time.Time
+		for ak, e := range c.own.aboutSelf {
+			if ob.IsZero() || e.born.Before(ob) {
+				oldest, ob = ak, e.born
+			}
+		}
+		delete(c.own.aboutSelf, oldest)
+	}
+	c.own.aboutSelf[k] = aboutEntry{state: h.State, at: h.At, born: born}
 	return true
 }
 
@@ -254,6 +322,11 @@ func (c *core) prune() {
 		if now.Sub(e.born) >= c.ttl {
 			delete(c.health, k)
 			peers[k.peer] = true
+		}
+	}
+	for k, e := range c.own.aboutSelf {
+		if now.Sub(e.born) >= c.ttl {
+			delete(c.own.aboutSelf, k)
 		}
 	}
 	var changes []Change
@@ -433,14 +506,21 @@ func (c *core) setSelfLocked(plane string, st pathmgr.State, now time.Time, out 
 		if !notUp(prev) {
 			c.own.damp.flap(k, now)
 		}
+		// What this gateway last said is still what the cluster holds on
+		// its plane: nothing to send. Not so when the table no longer
+		// holds it (another gateway's later verdict took the key, its
+		// probing say, while this gateway's own up was held back; or it
+		// gave way): then the down goes out again, or the others would
+		// hear of it only at the next renewal (TTL/3).
+		said := s.wire == st && c.holdsLocked(k, st, now)
 		if c.own.damp.isHeld(k) {
 			c.own.damp.unhold(k)
-			if s.wire == st {
+			if said {
 				c.own.damp.absorbed++ // the wire never stopped saying it
 				return out, changes
 			}
 		}
-		if s.wire == st {
+		if said {
 			return out, changes
 		}
 		return c.emitSelfLocked(plane, st, now, out, changes)
@@ -451,6 +531,12 @@ func (c *core) setSelfLocked(plane string, st pathmgr.State, now time.Time, out 
 	}
 	out, changes = c.emitSelfLocked(plane, pathmgr.Up, now, out, changes)
 	return c.uncoverLocked(plane, now, out, changes)
+}
+
+// holdsLocked reports whether the table holds st, unexpired, on k.
+func (c *core) holdsLocked(k healthKey, st pathmgr.State, now time.Time) bool {
+	e := c.health[k]
+	return e != nil && e.r.State == st && now.Sub(e.born) < c.ttl
 }
 
 // uncoverLocked: this gateway's own plane is up again on the wire; what
@@ -536,12 +622,69 @@ func (c *core) emitOwnLocked(o *ownEntry, now time.Time, out []HealthReport, cha
 	h.State = st
 	h.At = later(h.At, o.wireAt)
 	o.wire, o.sentAt, o.wireAt = st, now, h.At
+	c.directLocked(h)
 	if !c.newsLocked(h, now, now) {
 		c.own.deduped.Add(1)
 		return out, changes
 	}
 	c.own.originated.Add(1)
 	return append(out, h), append(changes, c.storeLocked(h, now, now)...)
+}
+
+// directLocked queues h, this gateway's verdict on its paths to h.Peer,
+// for a datagram straight to h.Peer besides the gossip. The gossip keeps
+// one verdict per (gateway, plane) whoever said it: when the key already
+// holds a third gateway's verdict of the same state, h is not news to
+// the table here nor at the relays, and was dropped, so the peer never
+// heard that this gateway's paths to it failed (its own plane looked the
+// same to the others): with two regions, where a failing plane can only
+// be said per peer, that was the fleet storm's missed deliveries. The
+// peer takes it in (aboutSelfLocked) whatever its table holds. One
+// datagram per verdict change or renewal, to one gateway: O(1).
+//
+// Not when the peer already said it (an echo): its own verdict on its
+// plane, or its verdict on its paths to this gateway, of the same state.
+// Then this gateway's verdict is most often its relay repeating the
+// peer's report (taking its paths down on it), and sent back it arrived
+// as news of this link, once the peer's paths had come back: the peer
+// took them down again on it, and the two kept each other down (in the
+// fleet test at 32 gateways, health traffic that never stopped).
+func (c *core) directLocked(h HealthReport) {
+	if h.Peer == c.self {
+		return
+	}
+	now := c.now()
+	if e := c.health[healthKey{h.Peer, h.Plane}]; e != nil && e.r.From == h.Peer && e.r.State == h.State && now.Sub(e.born) < c.ttl {
+		return
+	}
+	if e, ok := c.own.aboutSelf[healthKey{h.Peer, h.Plane}]; ok && e.state == h.State && now.Sub(e.born) < c.ttl {
+		return
+	}
+	if len(c.own.direct) >= maxDirect {
+		c.own.directLost.Add(1)
+		return
+	}
+	c.own.direct = append(c.own.direct, h)
+}
+
+// takeDirect returns the verdicts waiting for a direct send.
+func (c *core) takeDirect() []HealthReport {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d := c.own.direct
+	c.own.direct = nil
+	return d
+}
+
+// gossipAddr is a member's gossip address, if it is known and alive.
+func (c *core) gossipAddr(name string) (netip.AddrPort, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.members[name]
+	if m == nil || m.gossip != Alive || !m.gw.Gossip.IsValid() {
+		return netip.AddrPort{}, false
+	}
+	return m.gw.Gossip, true
 }
 
 // later is t, or just after prev if t is not after it.

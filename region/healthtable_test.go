@@ -239,3 +239,181 @@ func TestHealthQueueKeepsDowns(t *testing.T) {
 		t.Errorf("lost %d (down %d), want 1 (0)", q.lost.Load(), q.lostDown.Load())
 	}
 }
+
+// With two regions a gateway whose plane fails says so per peer: its
+// verdict (Peer = u, From = b) is the only word u gets that b's side of
+// the plane is down. When u's key (u, p) already held a third gateway's
+// down (c's, on its own paths to u: held by damping, or from u's side
+// flapping earlier), b's verdict was "another reporter of the same
+// verdict": b did not send it, and u, had it come, would have dropped it
+// as well; u learnt of b's failure at b's next renewal (TTL/3) at best.
+// This was the fleet storm's missed deliveries at 8 gateways
+// (docs/results/fleet.md). Now b sends it straight to u as well, and u
+// takes every reporter's verdict on its paths to u in, whatever its
+// table holds (copies once). The table's rule for everyone else is
+// unchanged: still one verdict per (gateway, plane).
+func TestPeerVerdictReachesPeerPastAnotherReporter(t *testing.T) {
+	// At b ("self"): c1's down on u1's plane p0 is held; then b's own
+	// paths to u1 over p0 fail.
+	b, now := fakeCore(t, Config{HealthTTL: 30 * time.Second})
+	addMember(t, b, "u1", "r2")
+	addMember(t, b, "c1", "r1")
+	if !b.addHealth(HealthReport{From: "c1", Peer: "u1", Plane: "p0", State: pathmgr.Down, At: *now}, 0, false) {
+		t.Fatal("c1's down not news")
+	}
+	*now = now.Add(time.Second)
+	if out := ownDown(t, b, now, "u1", "p0"); len(out) != 0 {
+		t.Fatalf("gossiped %q: the table's dedup across reporters changed", wire(out))
+	}
+	if d := b.takeDirect(); wire(d) != "[u1/p0 down]" || d[0].From != "self" {
+		t.Fatalf("sent to u1 directly: %q, want b's down on its paths to u1", wire(d))
+	}
+
+	// At u ("self"): c1's down on its paths to u over p0 is held; b1's
+	// comes (direct or gossiped) and must reach u's relay.
+	u, unow := fakeCore(t, Config{HealthTTL: 30 * time.Second})
+	ch, stop := u.reports.add(8)
+	defer stop()
+	got := func() string {
+		s := ""
+		for {
+			select {
+			case h := <-ch:
+				s += fmt.Sprintf("[%s %s]", h.From, h.State)
+			default:
+				return s
+			}
+		}
+	}
+	if !u.addHealth(HealthReport{From: "c1", Peer: "self", Plane: "p0", State: pathmgr.Down, At: *unow}, 0, false) {
+		t.Fatal("c1's down on u not news")
+	}
+	*unow = unow.Add(time.Second)
+	b1 := HealthReport{From: "b1", Peer: "self", Plane: "p0", State: pathmgr.Down, At: *unow}
+	if u.addHealth(b1, 0, false) {
+		t.Error("b1's down was news for the table (it would be relayed: every reporter of a plane, every gateway)")
+	}
+	u.addHealth(b1, 100*time.Millisecond, false) // a copy: once is enough
+	if s := got(); s != "[c1 down][b1 down]" {
+		t.Fatalf("u's relay got %q, want c1's down and b1's down once", s)
+	}
+	// b1's renewal and its up are taken in too.
+	*unow = unow.Add(10 * time.Second)
+	u.addHealth(HealthReport{From: "b1", Peer: "self", Plane: "p0", State: pathmgr.Down, At: *unow}, 0, false)
+	*unow = unow.Add(time.Second)
+	u.addHealth(HealthReport{From: "b1", Peer: "self", Plane: "p0", State: pathmgr.Up, At: *unow}, 0, false)
+	if s := got(); s != "[b1 down][b1 up]" {
+		t.Fatalf("u's relay got %q, want b1's renewal and its up", s)
+	}
+	// A third party's table is unchanged: b1's down on u's plane is not
+	// news where c1's is held.
+	x, xnow := fakeCore(t, Config{HealthTTL: 30 * time.Second})
+	xc, xstop := x.reports.add(8)
+	defer xstop()
+	x.addHealth(HealthReport{From: "c1", Peer: "u1", Plane: "p0", State: pathmgr.Down, At: *xnow}, 0, false)
+	*xnow = xnow.Add(time.Second)
+	if x.addHealth(HealthReport{From: "b1", Peer: "u1", Plane: "p0", State: pathmgr.Down, At: *xnow}, 0, false) {
+		t.Error("a third party took b1's down on u1's plane as news")
+	}
+	if len(xc) != 1 {
+		t.Errorf("a third party's relay got %d reports, want c1's only", len(xc))
+	}
+}
+
+// A gateway's own verdict that its plane is down is not overruled by
+// another gateway's up on its paths to it (one link: often an up its
+// damping held back and releases later, measured after the owner's
+// down). It took the key everywhere, and the owner's down, already
+// sent, reached no one until its renewal 10 s later (the fleet storm at
+// 8 gateways, seed 3: one delivery missed). The owner's own up ends it,
+// and so does its expiry; the owner itself still takes the up in.
+func TestOwnPlaneDownNotOverruledByAnotherUp(t *testing.T) {
+	c, now := fakeCore(t, Config{HealthTTL: 30 * time.Second})
+	if !c.addHealth(HealthReport{From: "b1", Peer: "b1", Plane: "p0", State: pathmgr.Down, At: *now}, 0, false) {
+		t.Fatal("b1's own down not news")
+	}
+	*now = now.Add(time.Second)
+	if c.addHealth(HealthReport{From: "x1", Peer: "b1", Plane: "p0", State: pathmgr.Up, At: *now}, 0, false) {
+		t.Error("x1's up on its paths to b1 overruled b1's own down")
+	}
+	if h, _ := c.latest("b1", "p0"); h.From != "b1" || h.State != pathmgr.Down {
+		t.Errorf("table holds %s's %s, want b1's down", h.From, h.State)
+	}
+	// Another's down is news over the owner's up, as before.
+	*now = now.Add(time.Second)
+	if !c.addHealth(HealthReport{From: "b1", Peer: "b1", Plane: "p0", State: pathmgr.Up, At: *now}, 0, false) {
+		t.Error("b1's own up not news")
+	}
+	*now = now.Add(time.Second)
+	if !c.addHealth(HealthReport{From: "x1", Peer: "b1", Plane: "p0", State: pathmgr.Down, At: *now}, 0, false) {
+		t.Error("x1's down over b1's up not news")
+	}
+	// Once the owner's down has expired, another's up is news again.
+	c.addHealth(HealthReport{From: "b1", Peer: "b1", Plane: "p1", State: pathmgr.Down, At: *now}, 0, false)
+	*now = now.Add(31 * time.Second)
+	if !c.addHealth(HealthReport{From: "x1", Peer: "b1", Plane: "p1", State: pathmgr.Up, At: *now}, 0, false) {
+		t.Error("x1's up after b1's down expired not news")
+	}
+	// At the owner: another's up on its paths to it is taken in.
+	o, onow := fakeCore(t, Config{HealthTTL: 30 * time.Second})
+	oc, ostop := o.reports.add(8)
+	defer ostop()
+	o.mu.Lock()
+	o.storeLocked(HealthReport{From: "self", Peer: "self", Plane: "p0", State: pathmgr.Down, At: *onow}, *onow, *onow)
+	o.mu.Unlock()
+	*onow = onow.Add(time.Second)
+	o.addHealth(HealthReport{From: "x1", Peer: "self", Plane: "p0", State: pathmgr.Up, At: *onow}, 0, false)
+	if len(oc) != 1 {
+		t.Errorf("the owner's relay got %d reports, want x1's up", len(oc))
+	}
+}
+
+// The verdicts on this gateway's own links are bounded by the health
+// table's bound (the oldest gives way) and expire with the TTL.
+func TestAboutSelfBounded(t *testing.T) {
+	c, now := fakeCore(t, Config{HealthTTL: 30 * time.Second, MaxHealthReports: 3})
+	ch, stop := c.reports.add(16)
+	defer stop()
+	for i := range 5 {
+		*now = now.Add(time.Second)
+		c.addHealth(HealthReport{From: fmt.Sprintf("x%d", i), Peer: c.self, Plane: "p0", State: pathmgr.Down, At: *now}, 0, false)
+		if n := len(c.own.aboutSelf); n > 3 {
+			t.Fatalf("%d entries, bound 3", n)
+		}
+	}
+	if len(ch) != 5 {
+		t.Errorf("%d of 5 reporters' verdicts taken in", len(ch))
+	}
+	if _, ok := c.own.aboutSelf[healthKey{"x0", "p0"}]; ok {
+		t.Error("the oldest did not give way")
+	}
+	*now = now.Add(31 * time.Second)
+	c.prune()
+	if n := len(c.own.aboutSelf); n != 0 {
+		t.Errorf("%d entries after the TTL", n)
+	}
+}
+
+// A verdict on a peer that only repeats what the peer said (its own
+// verdict on its plane, or its verdict on its paths to this gateway, of
+// the same state) is not sent back to it: arriving after the peer's paths
+// came back, it took them down again, and the two kept each other down.
+func TestDirectVerdictNotEchoed(t *testing.T) {
+	c, now := fakeCore(t, Config{HealthTTL: 30 * time.Second})
+	addMember(t, c, "u1", "r2")
+	addMember(t, c, "u2", "r3")
+	c.addHealth(HealthReport{From: "u1", Peer: "u1", Plane: "p0", State: pathmgr.Down, At: *now}, 0, false)
+	c.addHealth(HealthReport{From: "u2", Peer: c.self, Plane: "p0", State: pathmgr.Down, At: *now}, 0, false)
+	*now = now.Add(time.Second)
+	ownDown(t, c, now, "u1", "p0")
+	ownDown(t, c, now, "u2", "p0")
+	if d := c.takeDirect(); len(d) != 0 {
+		t.Fatalf("echoed %q to the peers that said it", wire(d))
+	}
+	// What the peer did not say goes to it: the up.
+	*now = now.Add(time.Second)
+	own(t, c, now, "u2", "p0", pathmgr.Up)
+	if d := c.takeDirect(); wire(d) != "[u2/p0 up]" {
+		t.Fatalf("sent %q to u2, want the up", wire(d))
+	}
+}

@@ -154,6 +154,11 @@ type Stats struct {
 	// goodbyes) that gave way in a full gossip queue before they were
 	// sent once, BroadcastsLostDown of them down verdicts and goodbyes.
 	HealthDownEvicted, BroadcastsLost, BroadcastsLostDown uint64
+	// HealthDirect: verdicts on peers also sent straight to the peer (one
+	// datagram each: the gossip keeps one verdict per (gateway, plane)
+	// and may hold another reporter's, see healthtable.go directLocked);
+	// HealthDirectLost: those that could not be sent.
+	HealthDirect, HealthDirectLost uint64
 	// Flap damping (damping.go): HealthHeld: ups of this gateway's own
 	// verdicts held back (each up the relay reported while its verdict was
 	// held); HealthReleased: held ups that
@@ -202,6 +207,20 @@ type core struct {
 	own      ownHealth                  // this gateway's own verdicts: healthtable.go
 	goodbyes map[string]bool            // members that said they are leaving
 
+	// Running totals over members, kept by setMember and goodbye (the
+	// only writers of a member's metadata and gossip state), so that what
+	// the gossip queue asks for every new message and every packet costs
+	// the same at 8 gateways and at thousands, instead of a walk of every
+	// member under mu: planeSum is Σ max(len(planes), 1) over every member
+	// whatever its state (healthBoundLocked), alive the members
+	// memberlist says are alive (aliveCount), aliveCaps how many of those
+	// announce each capability (allHave). Bounded: a member's
+	// capabilities are bounded by MaxMetaSize, and a capability no alive
+	// member announces is deleted.
+	planeSum  int
+	alive     int
+	aliveCaps map[string]int
+
 	messages, badMessages, badMeta, conflicts atomic.Uint64
 
 	changes fanout[Change]
@@ -220,6 +239,7 @@ func newCore(self string, cfg *Config, log *slog.Logger) *core {
 		health:    map[healthKey]*healthEntry{},
 		own:       newOwnHealth(),
 		goodbyes:  map[string]bool{},
+		aliveCaps: map[string]int{},
 	}
 	c.own.damp = newDamper(cfg.FlapDamping)
 	for _, r := range cfg.ExpectedRegions {
@@ -251,6 +271,8 @@ func (c *core) setMember(name string, addr netip.AddrPort, rawMeta []byte, st St
 		}
 		m = &member{gw: Gateway{Name: name}}
 		c.members[name] = m
+	} else {
+		c.tallyLocked(m, -1) // counted again below, as it is now
 	}
 	if st == Alive || rawMeta != nil {
 		m.gw.Meta, m.gw.Gossip = meta, addr
@@ -262,6 +284,7 @@ func (c *core) setMember(name string, addr netip.AddrPort, rawMeta []byte, st St
 		st = Left
 	}
 	m.gossip = st
+	c.tallyLocked(m, +1)
 	ch, ok := c.refreshLocked(m)
 	c.mu.Unlock()
 	if ok {
@@ -282,7 +305,9 @@ func (c *core) goodbye(name string) bool {
 	var ch Change
 	var ok bool
 	if m := c.members[name]; m != nil && m.gossip == Dead {
+		c.tallyLocked(m, -1)
 		m.gossip = Left
+		c.tallyLocked(m, +1)
 		ch, ok = c.refreshLocked(m)
 	}
 	c.mu.Unlock()
@@ -377,28 +402,40 @@ func (c *core) route(region string) ([]Gateway, error) {
 	return nil, &RouteError{Region: region, Err: ErrRegionUnreachable, Gateways: all}
 }
 
+// tallyLocked adds m's share to the running totals (sign +1), or takes
+// it away (-1) before m's metadata or gossip state changes.
+func (c *core) tallyLocked(m *member, sign int) {
+	c.planeSum += sign * max(len(m.gw.Meta.Planes), 1)
+	if m.gossip != Alive {
+		return
+	}
+	c.alive += sign
+	caps := m.gw.Meta.Capabilities
+	for i, cp := range caps {
+		if slices.Index(caps, cp) != i {
+			continue // announced twice, counted once
+		}
+		if n := c.aliveCaps[cp] + sign; n > 0 {
+			c.aliveCaps[cp] = n
+		} else {
+			delete(c.aliveCaps, cp)
+		}
+	}
+}
+
+// aliveCount is how many members memberlist says are alive (this gateway
+// included, once it has seen itself join).
 func (c *core) aliveCount() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n := 0
-	for _, m := range c.members {
-		if m.gossip == Alive {
-			n++
-		}
-	}
-	return n
+	return c.alive
 }
 
 // allHave reports whether every alive member announces capability.
 func (c *core) allHave(capability string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, m := range c.members {
-		if m.gossip == Alive && !slices.Contains(m.gw.Meta.Capabilities, capability) {
-			return false
-		}
-	}
-	return true
+	return c.aliveCaps[capability] == c.alive
 }
 
 func cloneMeta(m Meta) Meta {

@@ -168,6 +168,18 @@ func (k *keyring) Seal(dst, plaintext []byte) ([]byte, error) {
 	return out, err
 }
 
+// Reserve implements netio.RunSealer: a sender's batch takes its counters
+// from the current key at once. A rotation that lands meanwhile leaves the
+// rest of the batch under the previous key, which the peer still opens.
+func (k *keyring) Reserve(r *seal.Run, n int) int {
+	s := k.send.Load()
+	got := s.Reserve(r, n)
+	if s.Sent() >= k.rekeyAfter && k.rotating.CompareAndSwap(false, true) {
+		k.startRotation()
+	}
+	return got
+}
+
 func (k *keyring) startRotation() {
 	started := k.t.goTracked(func(ctx context.Context) {
 		if _, err := k.t.session().RotateKeys(ctx); err != nil {

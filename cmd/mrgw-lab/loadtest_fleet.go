@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -46,7 +47,8 @@ per second, CPU and memory per gateway and the size of every table, in steady st
 a quarter of all planes flap (with the plane verdicts of that storm); broadcasts lost and
 events not seen everywhere (both must be 0). --gateways and --planes take lists
 (8,32,64,128); each size is one run (about 1-3 min). Progress on stderr. Exit status 1 if
-anything was lost or missed or a table overflowed.`,
+anything was lost or missed, a table overflowed or a size was cut short (--timeout:
+its rows are printed, the step cut short marked partial).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if plotFrom != "" {
@@ -80,17 +82,28 @@ anything was lost or missed or a table overflowed.`,
 					run := o
 					run.Gateways, run.Planes = g, p
 					rep, err := fleet.Run(ctx, run)
-					if err != nil {
-						return err
-					}
-					ok = ok && rep.OK()
-					all = append(all, rep.Rows...)
-					if asJSON {
-						if err := report.WriteJSONLines(out, rep.Rows); err != nil {
-							return err
+					if rep != nil {
+						// A run cut short still prints what it measured:
+						// the step cut short is marked (partial).
+						ok = ok && rep.OK()
+						all = append(all, rep.Rows...)
+						if asJSON {
+							if werr := report.WriteJSONLines(out, rep.Rows); werr != nil {
+								return werr
+							}
+						} else {
+							writeFleet(out, rep.Rows)
 						}
-					} else {
-						writeFleet(out, rep.Rows)
+						for _, n := range rep.Notes {
+							fmt.Fprintln(cmd.ErrOrStderr(), "fleet: "+n)
+						}
+					}
+					switch {
+					case err == nil:
+					case errors.Is(err, fleet.ErrTimeout) && rep != nil:
+						ok = false // this size's rows are out; on to the next
+					default:
+						return err
 					}
 				}
 			}
@@ -100,7 +113,7 @@ anything was lost or missed or a table overflowed.`,
 				}
 			}
 			if !ok {
-				fmt.Fprintln(cmd.ErrOrStderr(), "fleet: FAILED: broadcasts lost, events missed or a table over its bound")
+				fmt.Fprintln(cmd.ErrOrStderr(), "fleet: FAILED: broadcasts lost, events missed, a table over its bound or a size cut short")
 				return errSilent
 			}
 			return nil
@@ -118,6 +131,8 @@ anything was lost or missed or a table overflowed.`,
 	fl.DurationVar(&o.Storm, "storm", 20*time.Second, "storm duration (a quarter of all planes flap)")
 	fl.DurationVar(&o.Flap, "flap", 3*time.Second, "a flapping plane's time down, then up (±25%)")
 	fl.Uint64Var(&o.Seed, "seed", 1, "seed of the choices")
+	fl.DurationVar(&o.Timeout, "timeout", 0, "bound each size's run (0: none); when it passes, the rows measured so far are printed, the step it cut short marked partial (the \"partial\" field with --json, naming the timeout), and the next size runs; an interrupt prints them too")
+	fl.DurationVar(&o.EventTimeout, "event-timeout", 10*time.Second, "a verdict, death or new region not seen everywhere within this counts as missed")
 	fl.BoolVar(&o.NoDamping, "no-damping", false, "turn flap damping off: every transition of a flapping plane goes on the wire")
 	fl.BoolVar(&o.Compress, "compress", false, "keep memberlist's gossip compression, as the gateway does (off by default: in one process it was the largest CPU cost; bytes are then an upper bound)")
 	fl.BoolVar(&asJSON, "json", false, "one JSON object per row (gateways, planes, event, p50_ms, p99_ms, max_ms, gossip_bytes_sent_per_s, broadcasts_lost, ...)")
@@ -167,13 +182,22 @@ func writeFleet(out io.Writer, rows []fleet.Row) {
 	fmt.Fprintf(out, "## loadtest fleet: %d gateways, %d regions, %d planes (%s; load average %.1f)\n\n", r0.Gateways, r0.Regions, r0.Planes, r0.Profile, rows[len(rows)-1].LoadAvg)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "event\tn\tp50\tp99\tmax\tsent B/s\trecv B/s\thealth B/s\tcpu/gw\tmem/gw\tverdicts\town\tqueued\treports\tlost\tmissed\theld\tknown\tlag p99")
+	var partial []string
 	for _, r := range rows {
+		ev := r.Event
+		if r.Partial != "" {
+			ev += " (partial)"
+			partial = append(partial, fmt.Sprintf("%s: %s", r.Event, r.Partial))
+		}
 		fmt.Fprintf(tw, "%s\t%d\t%.0f ms\t%.0f ms\t%.0f ms\t%.0f\t%.0f\t%.0f\t%.4f\t%.1f MB\t%d/%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.0f ms\n",
-			r.Event, r.Samples, r.P50ms, r.P99ms, r.MaxMs, r.BytesSentPerS, r.BytesRecvPerS, r.HealthBytesPerS,
+			ev, r.Samples, r.P50ms, r.P99ms, r.MaxMs, r.BytesSentPerS, r.BytesRecvPerS, r.HealthBytesPerS,
 			r.CPUPerGateway, r.MemPerGateway/1e6, r.VerdictsMax, r.VerdictBound, r.OwnMax, r.QueuedMax, r.ReportsMax,
 			r.BroadcastsLost, r.Missed, r.UpsHeld, r.Known, r.SchedLagP99ms)
 	}
 	tw.Flush()
+	for _, p := range partial {
+		fmt.Fprintln(out, "partial: "+p)
+	}
 	fmt.Fprintln(out)
 }
 

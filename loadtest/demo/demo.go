@@ -10,6 +10,7 @@ package demo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -212,7 +213,7 @@ func (r *rig) build(ctx context.Context) error {
 	}
 	r.say("gateways up: gossip joined, 8 sealed WAN connections established\n")
 	for reg, name := range map[string]string{lab.RegionA: "trainer-a", lab.RegionB: "trainer-b"} {
-		h, err := host.New(host.Config{Name: name, Region: reg, Gateways: l.HostGateways(reg), Key: l.HostKey, Logger: o.Logger})
+		h, err := newHost(ctx, host.Config{Name: name, Region: reg, Gateways: l.HostGateways(reg), Key: l.HostKey, Logger: o.Logger}, r.say)
 		if err != nil {
 			return err
 		}
@@ -457,4 +458,22 @@ func gatewayPathStats(l *lab.Lab) (rttMS float64, retrans uint64) {
 		rttMS /= float64(n)
 	}
 	return rttMS, retrans
+}
+
+// hostAttempts bounds newHost's attempts.
+const hostAttempts = 4
+
+// newHost starts a host, trying again when no gateway registered it within
+// the host's OpenTimeout (5 s): the gateways are ready by then, so that
+// only happens on a machine too busy to finish a few loopback round trips
+// in time (seen under the race detector at a load average of 16), and a
+// demo that gave up there would report the machine, not the gateway.
+func newHost(ctx context.Context, cfg host.Config, say func(string, ...any)) (*host.Host, error) {
+	for attempt := 1; ; attempt++ {
+		h, err := host.New(cfg)
+		if err == nil || !errors.Is(err, host.ErrNoGateway) || attempt == hostAttempts || ctx.Err() != nil {
+			return h, err
+		}
+		say("host %s/%s not registered yet (attempt %d of %d): %v\n", cfg.Region, cfg.Name, attempt, hostAttempts, err)
+	}
 }

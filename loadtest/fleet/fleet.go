@@ -27,6 +27,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -64,7 +65,13 @@ type Options struct {
 	// EventTimeout: a verdict, death or join not seen everywhere within it
 	// counts as missed (default 10 s).
 	EventTimeout time.Duration
-	Seed         uint64
+	// Timeout bounds the whole run (0: none). When it passes, Run stops
+	// and returns what it measured: the rows of the steps done, the step
+	// it cut short as a row marked Partial (naming the timeout), a note,
+	// and an error matching ErrTimeout. The same happens when ctx ends (an
+	// interrupt): a run that took 25 minutes used to print nothing.
+	Timeout time.Duration
+	Seed    uint64
 	// Compress keeps memberlist's compression of gossip (as the gateway
 	// does); off by default, because in one process with G gateways it
 	// was the largest CPU cost (region.Config.NoCompression). Bytes on
@@ -169,6 +176,11 @@ type Row struct {
 	// full queue before they were sent; DownEvicted: down verdicts that
 	// gave way in a full table; WatchDropped: reports a full watcher
 	// channel missed; Missed: events not seen everywhere in time.
+	// DirectSent: verdicts on peers also sent straight to the peer over
+	// the window, all gateways (region.Stats.HealthDirect); DirectLost:
+	// those that could not be sent (counted in OK as lost).
+	DirectSent     uint64  `json:"direct_sent"`
+	DirectLost     uint64  `json:"direct_lost"`
 	BroadcastsLost uint64  `json:"broadcasts_lost"`
 	DownEvicted    uint64  `json:"down_evicted"`
 	WatchDropped   uint64  `json:"watch_dropped"`
@@ -182,6 +194,11 @@ type Row struct {
 	// timeout (100 ms) measure the machine, not the gossip.
 	SchedLagP99ms float64 `json:"sched_lag_p99_ms"`
 	SchedLagMaxMs float64 `json:"sched_lag_max_ms"`
+	// Partial: the step was cut short (the run's timeout passed, it was
+	// interrupted, or forming failed), and why: the row holds what was
+	// measured until then; the event in flight is left out (not counted
+	// as missed). Empty for a step that ran to its end.
+	Partial string `json:"partial,omitempty"`
 }
 
 // Report is a run's result.
@@ -190,11 +207,25 @@ type Report struct {
 	Notes []string
 }
 
-// OK reports whether nothing was lost, missed or overflowed.
+// ErrTimeout: the run's Options.Timeout passed before it finished (Run's
+// error matches it with errors.Is; its Report holds what was measured).
+var ErrTimeout = errors.New("fleet: the run's timeout passed")
+
+// timeoutError is ErrTimeout naming the timeout.
+type timeoutError time.Duration
+
+func (e timeoutError) Error() string {
+	return fmt.Sprintf("the run's timeout of %s passed", time.Duration(e))
+}
+
+func (e timeoutError) Is(target error) bool { return target == ErrTimeout }
+
+// OK reports whether every step ran to its end and nothing was lost,
+// missed or overflowed.
 func (r *Report) OK() bool {
 	for _, row := range r.Rows {
-		if row.BroadcastsLost > 0 || row.DownEvicted > 0 || row.Missed > 0 ||
-			row.VerdictsMax > row.VerdictBound || row.WatchDropped > 0 {
+		if row.BroadcastsLost > 0 || row.DownEvicted > 0 || row.Missed > 0 || row.DirectLost > 0 ||
+			row.VerdictsMax > row.VerdictBound || row.WatchDropped > 0 || row.Partial != "" {
 			return false
 		}
 	}
@@ -223,6 +254,13 @@ type node struct {
 	epoch   time.Time
 	dead    atomic.Bool
 	failed  map[int]bool // n's own planes that failed
+	// hearsay: paths n took down on a third gateway's report (not the
+	// peer's own), which it does not publish until they work again, as
+	// gateway/health.go does (healthState.hearsay). Publishing them
+	// echoed one report as everyone's: since a gateway takes in every
+	// reporter's verdict on its links, each echo came back as a report
+	// on the echoing gateway's own link, and a storm cascaded.
+	hearsay map[hearsayKey]bool
 	expired time.Duration
 
 	stopWatch []func()
@@ -270,9 +308,17 @@ func (f *fleet) cpuSoFar() float64 {
 	return (cpuTime() - f.cpu0).Seconds() / max(time.Since(f.begin).Seconds(), 1e-3)
 }
 
-// Run runs the scenario at o's size and returns its rows.
+// Run runs the scenario at o's size and returns its rows. When the run
+// stops early (o.Timeout passed, ctx ended, or the fleet did not form),
+// it returns the rows measured so far with the step it cut short marked
+// Partial, and an error (matching ErrTimeout for o.Timeout).
 func Run(ctx context.Context, o Options) (*Report, error) {
 	o.defaults()
+	if o.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, o.Timeout, timeoutError(o.Timeout))
+		defer cancel()
+	}
 	raiseFDLimit()
 	f := &fleet{o: o, failed: map[string]bool{}, rng: newRng(o.Seed)}
 	f.logf = func(format string, args ...any) {
@@ -288,6 +334,34 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	f.keys = [][]byte{key}
 	defer f.shutdown()
 	rep := &Report{}
+	label := func() {
+		for i := range rep.Rows {
+			rep.Rows[i].Gateways, rep.Rows[i].Regions, rep.Rows[i].Planes = o.Gateways, o.Regions, o.Planes
+			rep.Rows[i].Profile = o.Profile
+		}
+	}
+	// cut ends the run early: the rows of the steps done, then the rows
+	// of the step cut short (events is what it had measured), marked
+	// Partial with the reason; the rows of the steps not run are absent.
+	cut := func(err error, w window, evs []*episode, events ...string) (*Report, error) {
+		if c := context.Cause(ctx); c != nil {
+			err = c // the timeout, or an interrupt, rather than what it broke
+		}
+		started := ""
+		if events[0] == "form" {
+			started = fmt.Sprintf(" (%d of %d gateways started)", len(f.live()), o.Gateways)
+		}
+		for _, ev := range events {
+			r := f.row(ev, w, evs)
+			r.Partial = fmt.Sprintf("cut short after %.1f s%s: %v", r.WindowS, started, err)
+			rep.Rows = append(rep.Rows, r)
+		}
+		rep.Notes = append(rep.Notes, fmt.Sprintf("%d gateways × %d planes: stopped in %s after %.0f s: %v; the steps after it were not run",
+			o.Gateways, o.Planes, events[0], time.Since(f.begin).Seconds(), err))
+		f.logf("stopped in %s: %v", events[0], err)
+		label()
+		return rep, fmt.Errorf("fleet: %d gateways × %d planes stopped in %s: %w", o.Gateways, o.Planes, events[0], err)
+	}
 
 	// This process stands for G gateways' processes: a heap target G
 	// times one gateway's would be right; gcPercent is enough to keep the
@@ -299,7 +373,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	w := f.window()
 	f.begin, f.cpu0 = w.at, w.cpu
 	if err := f.form(ctx); err != nil {
-		return nil, err
+		return cut(err, w, nil, "form")
 	}
 	form := f.row("form", w, nil)
 	rep.Rows = append(rep.Rows, form)
@@ -309,25 +383,27 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		n.initSets()
 	}
 	// Let the joins' gossip settle before measuring steady state.
+	w = f.window()
 	if err := sleep(ctx, 3*time.Second); err != nil {
-		return nil, err
+		return cut(err, w, nil, "steady")
 	}
 
 	// Steady state.
 	w = f.window()
 	if err := sleep(ctx, o.Steady); err != nil {
-		return nil, err
+		return cut(err, w, nil, "steady")
 	}
 	steady := f.row("steady", w, nil)
 	rep.Rows = append(rep.Rows, steady)
 	f.logf("steady: %.0f B/s sent per gateway, %.4f cores per gateway (%.2f in all), scheduling lag p99 %.0f ms", steady.BytesSentPerS, steady.CPUPerGateway, steady.CPUPerGateway*float64(o.Gateways), steady.SchedLagP99ms)
 
-	// Plane failures, one at a time.
+	// Plane failures, one at a time. An event the stop cut short is left
+	// out of the row: it was not measured to its end.
 	w = f.window()
 	var evs []*episode
 	for i := range o.Failures {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return cut(err, w, evs, "plane_verdict")
 		}
 		lv := f.live()
 		b := lv[f.rng.IntN(len(lv))]
@@ -336,6 +412,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		f.knownDown(ep, b, p, f.userNodes(b))
 		b.failPlane(p)
 		f.tr.wait(ctx, ep, o.EventTimeout)
+		if err := ctx.Err(); err != nil {
+			return cut(err, w, evs, "plane_verdict")
+		}
+		f.debugMissed(ep)
 		evs = append(evs, ep)
 		// Back up, and let the up reach everyone before the next, unless
 		// flap damping holds it back (then the users keep the down, and
@@ -370,6 +450,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		ep := f.tr.open("dead", x.name, "", others, time.Now())
 		x.kill()
 		f.tr.wait(ctx, ep, o.EventTimeout)
+		if err := ctx.Err(); err != nil {
+			return cut(err, w, evs, "gateway_dead")
+		}
 		evs = append(evs, ep)
 		f.logf("gateway %s killed: routed around everywhere in %.0f ms (missed by %d)", x.name, ms(ep.span()), ep.missed())
 	}
@@ -392,9 +475,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			return nil, err
 		}
 		if err := f.join(ctx, n); err != nil {
-			return nil, err
+			return cut(err, w, evs, "region_join")
 		}
 		f.tr.wait(ctx, ep, o.EventTimeout)
+		if err := ctx.Err(); err != nil {
+			return cut(err, w, evs, "region_join")
+		}
 		evs = append(evs, ep)
 		f.logf("region %s: routable everywhere in %.0f ms (missed by %d)", r, ms(ep.span()), ep.missed())
 	}
@@ -407,16 +493,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	w = f.window()
 	evs, err := f.storm(ctx)
 	if err != nil {
-		return nil, err
+		return cut(err, w, evs, "storm_plane_verdict", "storm")
 	}
 	storm := f.row("storm", w, nil)
 	sv := f.row("storm_plane_verdict", w, evs)
 	rep.Rows = append(rep.Rows, sv, storm)
 	f.logf("storm: %d verdicts, p99 %.0f ms, %.0f B/s sent per gateway", sv.Samples, sv.P99ms, storm.BytesSentPerS)
-	for i := range rep.Rows {
-		rep.Rows[i].Gateways, rep.Rows[i].Regions, rep.Rows[i].Planes = o.Gateways, o.Regions, o.Planes
-		rep.Rows[i].Profile = o.Profile
-	}
+	label()
 	return rep, nil
 }
 
@@ -562,7 +645,7 @@ func (f *fleet) start(name, reg string) (*node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fleet: starting %s: %w", name, err)
 	}
-	n := &node{f: f, name: name, region: reg, c: c, sets: map[string]*pathmgr.Set{}, failed: map[int]bool{},
+	n := &node{f: f, name: name, region: reg, c: c, sets: map[string]*pathmgr.Set{}, failed: map[int]bool{}, hearsay: map[hearsayKey]bool{},
 		reports: pathmgr.NewReports(pathmgr.ReportsConfig{TTL: region.DefaultHealthTTL, HoldDown: 10 * time.Second,
 			Bound: c.HealthBound}), // as gateway/health.go: 2·G·P
 		epoch: time.Now()}
@@ -742,11 +825,24 @@ func (n *node) initSets() {
 
 func (n *node) now() time.Duration { return time.Since(n.epoch) }
 
+// hearsayKey names a path of n's: to peer, over plane.
+type hearsayKey struct {
+	peer  string
+	plane int
+}
+
 // publishLocked publishes n's verdict on its paths to peer over plane, as
-// the relay does (gateway/health.go publishPlanes).
+// the relay does (gateway/health.go publishPlanes): not while the path is
+// down on hearsay.
 func (n *node) publishLocked(peer string, plane int) {
 	set := n.sets[peer]
 	ps := set.PlaneSummary(plane, planeOf)
+	if k := (hearsayKey{peer, plane}); n.hearsay[k] {
+		if st := ps.State(); st == pathmgr.Down || st == pathmgr.Probing {
+			return
+		}
+		delete(n.hearsay, k)
+	}
 	at := time.Now()
 	if !at.After(n.lastAt) {
 		at = n.lastAt.Add(time.Microsecond)
@@ -768,6 +864,9 @@ func (n *node) failPlane(plane int) {
 	n.f.setFailed(n.name, plane, true)
 	for peer, set := range n.sets {
 		set.MarkDown(now, plane, "plane failed")
+		// n's own probes find its plane dead: first-hand, published
+		// even where a report had taken the path down before.
+		delete(n.hearsay, hearsayKey{peer, plane})
 		n.publishLocked(peer, plane)
 	}
 }
@@ -850,6 +949,10 @@ func (n *node) watchHealth(ch <-chan region.HealthReport) {
 		if n.reports.Add(now, pathmgr.PeerReport{From: h.From, Peer: peer, Plane: plane, State: h.State}) {
 			if set.Paths[plane].State.Usable() {
 				set.MarkDown(now, plane, "peer report")
+				if h.From != peer {
+					// A third gateway's report: not echoed (gateway/health.go).
+					n.hearsay[hearsayKey{peer, plane}] = true
+				}
 				n.publishLocked(peer, plane)
 			}
 		} else if h.State == pathmgr.Up && !n.failed[plane] && !n.f.isFailed(peer, plane) && restorePath(set, now, plane) {
@@ -924,9 +1027,23 @@ func (f *fleet) storm(ctx context.Context) ([]*episode, error) {
 		return f.o.Flap*3/4 + time.Duration(f.rng.Int64N(int64(f.o.Flap/2)+1))
 	}
 	end := start.Add(f.o.Storm)
+	// stopped: the episodes that ended (their plane came back up); those
+	// still open were cut short.
+	stopped := func(err error) ([]*episode, error) {
+		for i := range fl {
+			switch x := &fl[i]; {
+			case x.ep == nil:
+			case x.down:
+				f.tr.close(x.ep)
+			default:
+				evs = append(evs, x.ep)
+			}
+		}
+		return evs, err
+	}
 	for time.Now().Before(end) {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return stopped(err)
 		}
 		now := time.Now()
 		for i := range fl {
@@ -950,18 +1067,25 @@ func (f *fleet) storm(ctx context.Context) ([]*episode, error) {
 			x.next = now.Add(jitter())
 		}
 		if err := sleep(ctx, 20*time.Millisecond); err != nil {
-			return nil, err
+			return stopped(err)
 		}
 	}
 	// The planes still down: their verdicts get EventTimeout to arrive,
 	// then they come back.
 	for i := range fl {
-		if x := &fl[i]; x.down {
+		x := &fl[i]
+		if x.down {
 			f.tr.wait(ctx, x.ep, max(f.o.EventTimeout-time.Since(end), 0))
+			if err := ctx.Err(); err != nil {
+				return stopped(err)
+			}
+			f.debugMissed(x.ep)
 			x.n.restorePlane(x.plane)
+			x.down = false
 		}
-		if fl[i].ep != nil {
-			evs = append(evs, fl[i].ep)
+		if x.ep != nil {
+			evs = append(evs, x.ep)
+			x.ep = nil
 		}
 	}
 	return evs, sleep(ctx, 2*time.Second)
@@ -1088,6 +1212,8 @@ func (f *fleet) row(event string, w window, evs []*episode) Row {
 		recv += float64(s.PacketBytesReceived + s.StreamBytesReceived - s0.PacketBytesReceived - s0.StreamBytesReceived)
 		sb += float64(s.StreamBytesSent - s0.StreamBytesSent)
 		r.UpsHeld += s.HealthHeld - s0.HealthHeld
+		r.DirectSent += s.HealthDirect - s0.HealthDirect
+		r.DirectLost += s.HealthDirectLost - s0.HealthDirectLost
 		r.Absorbed += s.HealthAbsorbed - s0.HealthAbsorbed
 		hb += float64(s.HealthSentBytes - s0.HealthSentBytes)
 		hm += float64(s.HealthSent - s0.HealthSent)
@@ -1228,6 +1354,9 @@ func (t *tracker) deliver(kind, subject, plane, who string) {
 	}
 	delete(ep.need, who)
 	ep.got[who] = at.Sub(ep.t0)
+	if debug != "" && at.Sub(ep.t0) > time.Second {
+		fmt.Fprintf(os.Stderr, "LATE %s by %s after %s\n", ep.key, who, at.Sub(ep.t0))
+	}
 	if len(ep.need) == 0 {
 		ep.closed = true
 		close(ep.done)
@@ -1267,14 +1396,33 @@ func (f *fleet) debugMissed(ep *episode) {
 		return
 	}
 	parts := strings.Split(ep.key, "/")
+	b, p := f.node(parts[1]), parts[2]
 	for who := range ep.need {
-		for _, n := range f.live() {
-			if n.name == who {
-				h, ok := n.c.Health(parts[1], parts[2])
-				fmt.Fprintf(os.Stderr, "MISSED %s by %s after %s: holds %+v %v\n", ep.key, who, time.Since(ep.t0), h, ok)
-			}
+		u := f.node(who)
+		if u == nil || b == nil {
+			continue
+		}
+		// What u holds on b's plane and on its own (where b's verdict on
+		// its paths to u lands), and what b holds and last said on it.
+		hb, okb := u.c.Health(b.name, p)
+		hu, oku := u.c.Health(u.name, p)
+		bw, bown := b.c.OwnWire(u.name, p)
+		bt, okbt := b.c.Health(u.name, p)
+		fmt.Fprintf(os.Stderr, "MISSED %s by %s after %s (known %v): u holds (b,p) %s from %s %v; (u,p) %s from %s %v; b wire (u,p) %s %v; b holds (u,p) %s from %s %v\n",
+			ep.key, who, time.Since(ep.t0), ep.known, hb.State, hb.From, okb, hu.State, hu.From, oku, bw, bown, bt.State, bt.From, okbt)
+	}
+}
+
+// node finds a gateway by name (nil if none).
+func (f *fleet) node(name string) *node {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, n := range f.nodes {
+		if n.name == name {
+			return n
 		}
 	}
+	return nil
 }
 
 func (t *tracker) wait(ctx context.Context, ep *episode, limit time.Duration) {

@@ -4,7 +4,10 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"os"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -49,4 +52,68 @@ func TestFleetShort(t *testing.T) {
 	if !rep.OK() {
 		t.Error("report not OK")
 	}
+}
+
+// A run whose timeout passes returns what it measured, the step it cut
+// short marked partial and naming the timeout; it used to return no rows
+// at all (a 128-gateway run bounded by `timeout 1500` printed nothing).
+// 1 ms passes while the fleet forms, whatever the machine's load.
+func TestFleetTimeoutKeepsRows(t *testing.T) {
+	rep, err := Run(context.Background(), Options{Gateways: 4, Regions: 2, Planes: 2, Timeout: time.Millisecond})
+	if !errors.Is(err, ErrTimeout) {
+		t.Fatalf("error %v, want one matching ErrTimeout", err)
+	}
+	if rep == nil || len(rep.Rows) == 0 {
+		t.Fatal("no rows")
+	}
+	last := rep.Rows[len(rep.Rows)-1]
+	if !strings.Contains(last.Partial, "timeout of 1ms") || last.Gateways != 4 || last.Planes != 2 {
+		t.Errorf("last row %s: partial %q, %d gateways × %d planes; want the timeout named, 4 × 2", last.Event, last.Partial, last.Gateways, last.Planes)
+	}
+	if len(rep.Notes) == 0 || !strings.Contains(rep.Notes[0], "timeout of 1ms") {
+		t.Errorf("notes %q, want the timeout named", rep.Notes)
+	}
+	if rep.OK() {
+		t.Error("a run cut short is OK")
+	}
+}
+
+// A run stopped mid-way (here ctx ends once the steady state is
+// measured, as an interrupt would) keeps the rows of the steps it
+// finished, unmarked, and marks the one it was in.
+func TestFleetStopKeepsMeasuredRows(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	o := Options{Gateways: 4, Regions: 2, Planes: 2, Steady: 500 * time.Millisecond,
+		Progress: cancelOn{"steady:", cancel}}
+	rep, err := Run(ctx, o)
+	if err == nil || errors.Is(err, ErrTimeout) {
+		t.Fatalf("error %v, want the cancellation", err)
+	}
+	var events []string
+	for _, r := range rep.Rows {
+		events = append(events, r.Event)
+		if done := r.Event == "form" || r.Event == "steady"; done != (r.Partial == "") {
+			t.Errorf("%s: partial %q", r.Event, r.Partial)
+		}
+	}
+	if want := []string{"form", "steady", "plane_verdict"}; !slices.Equal(events, want) {
+		t.Fatalf("rows %v, want %v", events, want)
+	}
+	if p := rep.Rows[2].Partial; !strings.Contains(p, "context canceled") {
+		t.Errorf("plane_verdict partial %q, want the reason", p)
+	}
+}
+
+// cancelOn cancels when a progress line contains s.
+type cancelOn struct {
+	s      string
+	cancel context.CancelFunc
+}
+
+func (c cancelOn) Write(p []byte) (int, error) {
+	if strings.Contains(string(p), c.s) {
+		c.cancel()
+	}
+	return len(p), nil
 }

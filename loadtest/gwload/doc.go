@@ -20,7 +20,9 @@
 // still incomplete when the drain time is over, and messages that failed
 // with an error, are counted separately: both are outcomes, not crashes.
 //
-// Every loop is bounded: the run lasts Scenario.Duration plus at most
-// Options.Drain, each step of a synchronized workload at most the time
-// left, and opening flows at most Options.OpenTimeout.
+// Every loop is bounded: the run lasts Scenario.Duration, then drains
+// what is in flight until nothing was delivered for Options.Drain (no
+// write starts after Duration, so the drain ends: at worst one Drain per
+// message in flight), each step of a synchronized workload at most that,
+// and opening flows at most Options.OpenTimeout.
 package gwload

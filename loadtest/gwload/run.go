@@ -29,7 +29,8 @@ import (
 type Options struct {
 	// Bin is the goodput sampling interval [100ms].
 	Bin time.Duration
-	// Drain bounds the wait for messages in flight after Duration [15s].
+	// Drain ends the wait for messages in flight after Duration once
+	// nothing was delivered for this long [15s].
 	Drain time.Duration
 	// OpenTimeout bounds the start: gateways ready and flows opened [60s].
 	OpenTimeout time.Duration

@@ -23,7 +23,7 @@ func TestSmokePlaneFailure(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the gateway lab for a few seconds")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	s := Scenario{
 		Name: "smoke", Duration: 3 * time.Second, Planes: 2,
@@ -83,7 +83,7 @@ func TestSteppedWorkloadsComplete(t *testing.T) {
 		{Pattern: PatternAllreduce, Hosts: 4, MessageSize: "512KiB", Steps: 3},
 	} {
 		t.Run(w.Pattern, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			s := Scenario{
 				Name: w.Pattern, Duration: 30 * time.Second, Planes: 2,
@@ -145,7 +145,7 @@ func TestFairnessSources(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the gateway lab for a few seconds")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	s := Scenario{
 		Name: "fairness", Duration: 5 * time.Second, Planes: 2,

@@ -118,7 +118,7 @@ type Scenario struct {
 	Name        string `yaml:"name"`
 	Description string `yaml:"description,omitempty"`
 	// Duration is how long traffic runs [10s]; draining what is in flight
-	// afterwards takes at most Options.Drain more.
+	// afterwards ends once nothing was delivered for Options.Drain.
 	Duration time.Duration `yaml:"duration"`
 	// Planes are the emulated ECMP planes [4].
 	Planes int `yaml:"planes,omitempty"`

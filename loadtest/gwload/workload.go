@@ -37,7 +37,11 @@ func (e *env) hosts() error {
 	// Only hosts that receive register memory (allreduce: all of them).
 	mk := func(region, name string) (*host.Host, error) {
 		h, err := host.New(host.Config{Name: name, Region: region, Gateways: e.l.HostGateways(region), Key: e.l.HostKey,
-			DeadAfter: time.Second, Logger: e.o.Logger, MaxFlowMessages: 1024, Protocol: labHostProtocol()})
+			DeadAfter: time.Second, Logger: e.o.Logger, MaxFlowMessages: 1024, Protocol: labHostProtocol(),
+			// The load measures goodput and shares, not how long a
+			// REGISTER or OPEN takes: a host default of 5 s failed the
+			// run under the race detector at a load average of 16.
+			OpenTimeout: hostOpenTimeout})
 		if err != nil {
 			return nil, fmt.Errorf("gwload: host %s: %w", name, err)
 		}
@@ -185,12 +189,12 @@ func payload(n int) []byte {
 }
 
 // bulk keeps Window messages in flight on every flow until deadline, then
-// waits at most Drain for what is in flight.
+// waits for what is in flight until nothing was delivered for Drain.
 func (e *env) bulk(ctx context.Context, deadline time.Time) {
 	w := e.sc.Workload
 	data := payload(e.sc.msgSize)
 	slots := e.area / uint64(e.sc.msgSize)
-	dctx, dcancel := context.WithDeadline(ctx, deadline.Add(e.o.Drain))
+	dctx, dcancel := drainContext(ctx, deadline, e.o.Drain, e.tr.total.Load)
 	defer dcancel()
 	var wg sync.WaitGroup
 	for _, fr := range e.flows {
@@ -262,7 +266,7 @@ func (e *env) stepped(ctx context.Context, deadline time.Time) ([]time.Duration,
 	var steps []time.Duration
 	var rates []float64
 	for s := 0; s < e.sc.Workload.Steps && time.Now().Before(deadline); s++ {
-		sctx, scancel := context.WithDeadline(ctx, deadline.Add(e.o.Drain))
+		sctx, scancel := drainContext(ctx, deadline, e.o.Drain, e.tr.total.Load)
 		t0 := time.Now()
 		var wg sync.WaitGroup
 		var mu sync.Mutex
@@ -306,4 +310,43 @@ func (e *env) stepped(ctx context.Context, deadline time.Time) ([]time.Duration,
 		steps = append(steps, time.Since(t0))
 	}
 	return steps, rates
+}
+
+// hostOpenTimeout bounds the hosts' REGISTER and OPEN (host.Config.OpenTimeout).
+const hostOpenTimeout = 20 * time.Second
+
+// drainContext returns a context that ends once deadline has passed and
+// progress (bytes delivered) has not moved for idle: the wait for messages
+// in flight is a wait on progress, so a machine too busy to finish them
+// within a fixed budget (under the race detector at a load average of 16,
+// 13 of 48 messages were cut off by a 15 s one) slows the run down
+// instead of failing it, and a run whose traffic stopped ends idle later.
+func drainContext(ctx context.Context, deadline time.Time, idle time.Duration, progress func() uint64) (context.Context, context.CancelFunc) {
+	dctx, cancel := context.WithCancel(ctx)
+	go func() {
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-dctx.Done():
+			return
+		}
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		last, since := progress(), time.Now()
+		for {
+			select {
+			case <-dctx.Done():
+				return
+			case <-tick.C:
+			}
+			if p := progress(); p != last {
+				last, since = p, time.Now()
+			} else if time.Since(since) >= idle {
+				cancel()
+				return
+			}
+		}
+	}()
+	return dctx, cancel
 }

@@ -18,8 +18,11 @@ func TestJumboFrames(t *testing.T) {
 	o.MTU = 9000
 	o = o.withDefaults()
 	l := o.link(1, 200e6, 10*time.Millisecond, 0)
-	if l.IPMTU() != 9000 || l.mrgwMTU() != 9000-28-28-76 {
-		t.Fatalf("link mtu %d, mrgw payload %d", l.IPMTU(), l.mrgwMTU())
+	if l.IPMTU() != 9000 || l.mrgwMTU() != 9000-28-28-28 || l.rocev2MTU() != 9000-28-28-76 {
+		t.Fatalf("link mtu %d, mrgw payload %d (wire v2), rocev2 payload %d (v1)", l.IPMTU(), l.mrgwMTU(), l.rocev2MTU())
+	}
+	if v1 := (Link{MTU: 9000, Wire: 1}); v1.mrgwMTU() != 9000-28-28-76 {
+		t.Fatalf("wire v1 payload %d", v1.mrgwMTU())
 	}
 	n, _, closeNet, err := o.tunnelNet(ctx, l)
 	if err != nil {

@@ -95,8 +95,8 @@ import (
 
 	"github.com/mrgw/mrgw/internal/report"
 	"github.com/mrgw/mrgw/loadtest/tunemu"
+	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/netem"
-
 	"github.com/mrgw/mrgw/units"
 )
 
@@ -185,6 +185,11 @@ type Options struct {
 	// MSS follows it. kcp-go and quic-go cannot use more than 1472 and
 	// 1452 bytes of UDP payload, and their rows say so.
 	MTU int
+	// Wire is mrgw's wire version (default 2, what gateways of this
+	// release speak to each other; 1 for the original 76-byte DATA header):
+	// mrgw's payload per datagram is what fills the IP MTU behind that
+	// version's header. rocev2 always speaks version 1.
+	Wire int
 	// Quick shortens everything for tests (1 s runs, 0.5 s warm-up, small
 	// messages).
 	Quick bool
@@ -258,6 +263,9 @@ func (o Options) withDefaults() Options {
 	if o.MTU == 0 {
 		o.MTU = DefaultMTU
 	}
+	if o.Wire == 0 {
+		o.Wire = metaroce.Version2
+	}
 	return o
 }
 
@@ -289,6 +297,8 @@ type Link struct {
 	// MTU is the IP MTU of every system's packets (0: DefaultMTU): the TUN
 	// devices' MTU and the largest datagram the UDP emulator takes.
 	MTU int
+	// Wire is mrgw's wire version (0: version 2; Options.Wire).
+	Wire int
 }
 
 // IPMTU is the link's IP MTU.
@@ -304,7 +314,7 @@ func (o *Options) link(planes int, capacity float64, rtt time.Duration, loss flo
 	per := capacity / float64(planes)
 	bdp := units.BitRate(per).Bytes().BytesIn(rtt)
 	l := Link{Planes: planes, RateBps: per, RTT: rtt, Loss: loss, Seed: o.Seed + 1,
-		QueueBytes: max(64<<10, int(o.QueueBDP*bdp)), MTU: o.MTU}
+		QueueBytes: max(64<<10, int(o.QueueBDP*bdp)), MTU: o.MTU, Wire: o.Wire}
 	if o.ECNBDP > 0 {
 		l.ECNThreshold = max(16<<10, int(o.ECNBDP*bdp))
 	}
@@ -492,6 +502,9 @@ func row(scenario string, p Peer, l Link, r Result) report.Row {
 	}
 	if p.System == RoCEv2 {
 		rw.Paths = 1
+	}
+	if p.System == MRGW && l.wire() != metaroce.Version2 {
+		rw.Note = joinNote(rw.Note, fmt.Sprintf("wire v%d", l.wire()))
 	}
 	return rw
 }

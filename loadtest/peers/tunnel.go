@@ -36,23 +36,52 @@ const CCFixedPaced = "fixed-1.5bdp-paced"
 
 // mrgwMTU is the MetaRoCE payload per datagram on the WAN: the largest
 // whose sealed datagram fits the link's IP MTU (IPv4 and UDP headers 28
-// bytes, AEAD envelope seal.Overhead, DATA header metaroce.DataHeaderLen).
-// At 1500 that is 1368 bytes of payload in a 1472-byte UDP payload, where
-// TCP carries 1448 (with timestamps). As emu and tunemu charge a
-// datagram's UDP payload (a TCP segment its IP length less 28), the
-// ceilings of goodput over capacity are 1368/1472 = 0.929 for mrgw and
-// 1448/1472 = 0.984 for TCP; at 9000, 8868/8972 = 0.988 and 8948/8972 =
+// bytes, AEAD envelope seal.Overhead, the DATA header of the link's wire
+// version). At 1500 that is 1416 bytes of payload in a 1472-byte UDP
+// payload on version 2 (1368 on version 1), where TCP carries 1448 (with
+// timestamps). As emu and tunemu charge a datagram's UDP payload (a TCP
+// segment its IP length less 28), the ceilings of goodput over capacity
+// are 1416/1472 = 0.962 for mrgw (0.929 on version 1) and 1448/1472 =
+// 0.984 for TCP; at 9000, 8916/8972 = 0.994 (0.988) and 8948/8972 =
 // 0.997.
 func (l Link) mrgwMTU() int {
+	return l.IPMTU() - 28 - seal.Overhead - dataHeaderLen(l.wire())
+}
+
+// rocev2MTU is mrgwMTU for the RoCEv2 baseline, which speaks version 1.
+func (l Link) rocev2MTU() int {
 	return l.IPMTU() - 28 - seal.Overhead - metaroce.DataHeaderLen
+}
+
+// wire is the link's wire version for mrgw (version 2 unless set).
+func (l Link) wire() int {
+	if l.Wire == 0 {
+		return metaroce.Version2
+	}
+	return l.Wire
+}
+
+// dataHeaderLen is the DATA header of wire version v.
+func dataHeaderLen(v int) int {
+	if v == metaroce.Version2 {
+		return metaroce.DataHeaderLenV2
+	}
+	return metaroce.DataHeaderLen
 }
 
 // protocol returns the MetaRoCE configuration of one tunnel end and the
 // name of its controller.
 func protocol(rocev2 bool, l Link, o Options, listen bool) (metaroce.Config, string, error) {
 	capacity := l.Capacity()
+	wire, mtu := l.wire(), l.mrgwMTU()
+	if rocev2 {
+		wire, mtu = metaroce.Version1, l.rocev2MTU()
+	}
+	if wire != metaroce.Version1 && wire != metaroce.Version2 {
+		return metaroce.Config{}, "", fmt.Errorf("peers: wire version %d: want 1 or 2", wire)
+	}
 	cfg := metaroce.Config{
-		MTU: l.mrgwMTU(), Paths: o.Paths, Listen: listen, Seed: 7,
+		MTU: mtu, Paths: o.Paths, Listen: listen, Seed: 7, WireVersions: []uint8{uint8(wire)},
 		MaxAckDelay: 2 * time.Millisecond,
 		// A late driver catches up half a round trip of pacing (see
 		// metaroce.Config.PacingCatchUp): this process also runs the
@@ -72,7 +101,7 @@ func protocol(rocev2 bool, l Link, o Options, listen bool) (metaroce.Config, str
 	// the simulator, the same overdrive takes longrtt-htcp from 0.95 to
 	// 0.86 of capacity at 50 ms. So the capacity is stated in the unit the
 	// controller counts.
-	capacity *= protoShare(l.mrgwMTU())
+	capacity *= protoShare(mtu, dataHeaderLen(wire))
 	var name string
 	if rocev2 {
 		cfg.Mode = metaroce.ModeRoCEv2
@@ -108,8 +137,8 @@ func protocol(rocev2 bool, l Link, o Options, listen bool) (metaroce.Config, str
 // protoShare is the part of a full sealed datagram that the protocol
 // counts: MetaRoCE header and payload, without the AEAD envelope. (emu
 // charges a UDP datagram's payload, so UDP and IP headers do not count.)
-func protoShare(mtu int) float64 {
-	return float64(mtu+metaroce.DataHeaderLen) / float64(mtu+metaroce.DataHeaderLen+seal.Overhead)
+func protoShare(mtu, header int) float64 {
+	return float64(mtu+header) / float64(mtu+header+seal.Overhead)
 }
 
 // tunnelNet is where a tunnel pair's data planes meet: emu's relay on
@@ -227,6 +256,12 @@ func newTunnelPair(ctx context.Context, n tunnelNet, protoA, protoB metaroce.Con
 // bulkMsg is the size of each WRITE in bulk transfers.
 const bulkMsg = 1 << 20
 
+// quickBulkMsg is the WRITE size of a Quick (test) bulk transfer: goodput
+// counts completed messages, and under the race detector on a busy
+// machine a tunnel may move less than one 1 MiB message per second (a
+// test's whole window), which would read as a stall.
+const quickBulkMsg = 64 << 10
+
 // bulkOutstanding is how many WRITEs a bulk transfer keeps queued. Messages
 // complete in order, so the oldest one, waiting for its last repairs, holds
 // the whole queue: under 10% loss a retransmission is lost again often
@@ -261,9 +296,12 @@ func startTunnelFlow(ctx context.Context, n tunnelNet, rocev2 bool, l Link, o Op
 		return nil, err
 	}
 	f = &tunnelFlow{ccName: ccName}
-	outstanding := bulkOutstanding(l)
-	src := make([]byte, bulkMsg)
-	dst := make([]byte, bulkMsg)
+	outstanding, msg := bulkOutstanding(l), bulkMsg
+	if o.Quick {
+		outstanding, msg = outstanding*(bulkMsg/quickBulkMsg), quickBulkMsg
+	}
+	src := make([]byte, msg)
+	dst := make([]byte, msg)
 	onA := func(now time.Duration, ev metaroce.Event) {
 		switch ev.Kind {
 		case metaroce.EventConnected:

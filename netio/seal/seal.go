@@ -218,7 +218,13 @@ var nonces = sync.Pool{New: func() any { return new([NonceLen]byte) }}
 
 func getNonce(counter uint64) *[NonceLen]byte {
 	n := nonces.Get().(*[NonceLen]byte)
+	putNonce(n, counter)
+	return n
+}
+
+// putNonce writes counter's nonce into n: four zero bytes, then the
+// counter.
+func putNonce(n *[NonceLen]byte, counter uint64) {
 	n[0], n[1], n[2], n[3] = 0, 0, 0, 0
 	binary.BigEndian.PutUint64(n[4:], counter)
-	return n
 }

@@ -67,3 +67,69 @@ func (s *Sealer) Seal(dst, plaintext []byte) ([]byte, error) {
 	nonces.Put(nonce)
 	return out, nil
 }
+
+// Run is a run of consecutive counters that one goroutine took from a
+// Sealer at once (Sealer.Reserve) and seals with, one datagram per counter.
+//
+// Why: two sender goroutines sealing for one peer each took every counter
+// with a compare-and-swap on the Sealer's one counter, a cache line both
+// cores wrote for every datagram, and each seal borrowed a nonce buffer
+// from a sync.Pool. A sender reserves its batch's counters in one
+// compare-and-swap and seals them from a nonce buffer of its own. The
+// datagrams two runs seal reach the peer out of counter order, as they
+// did when the senders took counters one at a time; the peer's replay
+// window (netio/replay.WindowSize) is far wider than a batch.
+//
+// A Run is not safe for concurrent use; its zero value has no counters.
+// Counters left unused in a Run are never used by anyone: a gap the
+// receiver sees as lost datagrams, never a reused nonce.
+type Run struct {
+	s         *Sealer
+	next, end uint64
+	nonce     [NonceLen]byte
+}
+
+// Reserve hands r the next n counters (fewer if the limit comes first,
+// none once it is reached), replacing whatever r had left. It reports how
+// many r got.
+func (s *Sealer) Reserve(r *Run, n int) int {
+	r.s = s
+	r.next, r.end = 0, 0
+	if n <= 0 {
+		return 0
+	}
+	for {
+		ctr := s.next.Load()
+		if ctr >= s.limit {
+			return 0
+		}
+		k := min(uint64(n), s.limit-ctr)
+		if s.next.CompareAndSwap(ctr, ctr+k) {
+			r.next, r.end = ctr, ctr+k
+			return int(k)
+		}
+	}
+}
+
+// Left returns how many counters r has not used yet.
+func (r *Run) Left() int { return int(r.end - r.next) }
+
+// Sealer returns the Sealer r's counters came from (nil: never reserved).
+func (r *Run) Sealer() *Sealer { return r.s }
+
+// Seal is Sealer.Seal with r's next counter: the same datagram, the same
+// in-place contract. It returns ErrKeyExhausted and dst unchanged when r
+// has no counter left.
+func (r *Run) Seal(dst, plaintext []byte) ([]byte, error) {
+	if r.next >= r.end {
+		return dst, ErrKeyExhausted
+	}
+	ctr := r.next
+	r.next++
+	s := r.s
+	n := len(dst)
+	out := slices.Grow(dst, Overhead+len(plaintext))[:n+HeaderLen]
+	putHeader(out[n:], s.epoch, ctr)
+	putNonce(&r.nonce, ctr)
+	return s.aead.Seal(out, r.nonce[:], plaintext, out[n:n+HeaderLen]), nil
+}

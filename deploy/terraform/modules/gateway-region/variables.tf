@@ -220,7 +220,7 @@ variable "lan" {
 }
 
 variable "wan" {
-  description = "Inter-region side: paths per peer, datagram payload size (1024 works on any WAN; at most 1368 on a 1500-byte IPv4 WAN MTU), controller, cipher and key rotation interval."
+  description = "Inter-region side: paths per peer, datagram payload size (1024 works on any WAN; at most 1368 on a 1500-byte IPv4 WAN MTU, 1416 when every peer speaks wire version 2), controller, cipher and key rotation interval."
   type = object({
     paths_per_peer     = optional(number, 16)
     mtu                = optional(number, 1024)
@@ -239,7 +239,7 @@ variable "wan" {
   }
   validation {
     condition     = floor(var.wan.mtu) == var.wan.mtu && var.wan.mtu >= 512 && var.wan.mtu <= 65000
-    error_message = "wan.mtu must be an integer 512..65000 (1024, the default, works on any WAN; at most 1368 on a 1500-byte IPv4 WAN MTU)."
+    error_message = "wan.mtu must be an integer 512..65000 (1024, the default, works on any WAN; at most 1368 on a 1500-byte IPv4 WAN MTU, 1416 when every peer speaks wire version 2)."
   }
   validation {
     condition     = contains(["longrtt-htcp", "longrtt-scalable", "fixed"], var.wan.congestion_control) && var.wan.max_rate_bps >= 0 && (var.wan.congestion_control != "fixed" || var.wan.max_rate_bps > 0)
