@@ -161,6 +161,9 @@ type AIMD struct {
 	// it split over, the rate-weighted mean queue and its reference.
 	balN         int
 	balQ, balRef time.Duration
+	// lateMax is the largest lateness of a paced send (OnSendLate) at
+	// lateAt, decaying from then on (stallAllowance).
+	lateMax, lateAt time.Duration
 	// markMem is how persistently the connection's paths have seen ECN
 	// marks while the delay equilibrium steered: it rises by a quarter of
 	// the gap with every marked round and decays over MarkMemory.
@@ -706,6 +709,12 @@ func (a *AIMD) equilibrium(now time.Duration) {
 	// The price the law answers: the queueing delay, plus the marked
 	// fraction's price with AIMDConfig.MarkPrice (markPrice).
 	p := q + a.markPrice()
+	// The queue that covers the sender's own stalls is no price
+	// (stallAllowance); the search's end and the steering threshold still
+	// read the whole queue.
+	stall := a.stallAllowance(now, base)
+	lawQ := max(0, q-stall)
+	lawP := lawQ + a.markPrice()
 	if a.searching {
 		// The search ends once the connection holds its share of the queue:
 		// from there the equilibrium steers.
@@ -744,19 +753,19 @@ func (a *AIMD) equilibrium(now time.Duration) {
 		// round trip: an Euler step overshoots, and even the exact step
 		// made the rates follow every swing of the queue (256
 		// connections: the queue swung between empty and full).
-		if ps := p.Seconds(); ps > 0 {
+		if ps := lawP.Seconds(); ps > 0 {
 			target := alpha * rtt / ps
 			k := math.Min(g*ps/rtt, MarkPriceRelax) / rtt
 			a.eqW = target + (a.eqW-target)*math.Exp(-k*dt.Seconds())
 		}
 	} else if dt > 0 {
-		a.eqW += g / rtt * (alpha - a.eqW*q.Seconds()/rtt) * dt.Seconds()
+		a.eqW += g / rtt * (alpha - a.eqW*lawQ.Seconds()/rtt) * dt.Seconds()
 	}
 	a.eqW = math.Max(a.eqW, a.minRate()*float64(len(a.paths))*rtt)
 	r := a.eqW / rtt
 	if ceiling := a.ceiling(); r > ceiling {
 		r = ceiling
-		a.eqW = r * rtt
+		a.eqW = a.ceilingWindow(ceiling, alpha, base, stall, rtt)
 	}
 	if a.use.limited && r > a.total {
 		// The equilibrium, too, raises only a rate the sender uses.
@@ -768,6 +777,75 @@ func (a *AIMD) equilibrium(now time.Duration) {
 	}
 	a.setTotal(r)
 	a.eqSet = a.total
+}
+
+// StallMemory is the time constant over which the largest lateness of a
+// paced send (OnSendLate) is forgotten: long against the host's stalls
+// (several per 100 ms on the loaded test machine), so that the allowance
+// does not fall between two of them, and short enough that a host that has
+// become quiet gives the queue back within a few seconds.
+const StallMemory = 2 * time.Second
+
+// OnSendLate implements SendLateObserver: it remembers the largest
+// lateness of the sender's driver, decaying over StallMemory.
+func (a *AIMD) OnSendLate(now, late time.Duration) {
+	if late <= 0 {
+		return
+	}
+	if cur := a.decayedLate(now); late >= cur {
+		a.lateMax, a.lateAt = late, now
+	}
+}
+
+func (a *AIMD) decayedLate(now time.Duration) time.Duration {
+	if a.lateMax <= 0 {
+		return 0
+	}
+	return time.Duration(float64(a.lateMax) * math.Exp(-float64(now-a.lateAt)/float64(StallMemory)))
+}
+
+// stallAllowance is the queueing delay the delay equilibrium does not
+// price: the longest recent stall of the sender's driver (OnSendLate), at
+// most 2 × QueueShare and half the base round trip. While the sender is
+// descheduled only the bottleneck's queue keeps the link busy, and on
+// waking it catches up what fell due (metaroce.Config.PacingCatchUp), so a
+// queue as long as its stalls costs no link time and a shorter one idles
+// the link for the difference. The law answers q − allowance: a connection
+// holds its α of queue above the allowance, so connections through one
+// bottleneck whose hosts stall alike still hold equal rates, and a host
+// that does not stall (every scenario with a perfect driver) changes
+// nothing. Measured on the simulator with the load test's stalls
+// (TestCCHostStalls: every 15-45 ms for 0-12 ms), where a lone connection
+// at its ceiling kept 0.937-0.974 of a fixed 1.5-BDP window's goodput at 50
+// and 100 ms before, and 0.956-0.990 with this and ceilingWindow. Bounded because a stall longer than half the round
+// trip cannot be caught up anyway (PacingCatchUp ≤ 1), and a queue beyond
+// twice the queue share is delay every other flow pays.
+func (a *AIMD) stallAllowance(now, base time.Duration) time.Duration {
+	s := a.decayedLate(now)
+	return min(s, 2*a.cfg.QueueShare, base/2)
+}
+
+// ceilingWindow is the equilibrium's window for a connection held at its
+// ceiling (hint or line rate) whose driver stalls (stallAllowance > 0).
+// With the window clamped to ceiling × the current round trip, every later
+// rise of the RTT cut the rate at once by the ratio of the round trips, and
+// the law took round trips to grow it back: on a host that stalls, a lone
+// connection at its ceiling read each stall's late acks as such a rise and
+// paced 6% below its ceiling on average (TestCCHostStalls at 50 ms), and
+// the link idled when the next stall outlasted the short queue. The window
+// is ceiling × (base + s + min(s, α/ceiling)), s the allowance: the rate
+// stays at the ceiling while the queue is within the allowance and as much
+// again (at most the law's own fixed point at the ceiling, α/ceiling, above
+// it), and falls as w/rtt beyond. On a driver that does not stall (s = 0)
+// it is the clamp it replaces, ceiling × rtt: a first version, ceiling ×
+// (base + α/ceiling) whatever the stalls, also changed the regions scenario,
+// whose pairs run at their hints and meet each other's queues
+// (TestRegionsMaxMinDefaults: pair A→B after the plane failure at 0.899 of
+// its max-min share, target 0.9). Never below ceiling × rtt, so a queue
+// already above it does not cut the rate either.
+func (a *AIMD) ceilingWindow(ceiling, alpha float64, base, stall time.Duration, rtt float64) float64 {
+	s := stall.Seconds()
+	return ceiling * math.Max(rtt, base.Seconds()+s+math.Min(s, alpha/ceiling))
 }
 
 // HintStepMarked is the part of the gap to the hint that a calm connection

@@ -77,6 +77,18 @@ type Splitter interface {
 	SplitWeight(path int) float64
 }
 
+// SendLateObserver is implemented by a controller that wants to know how
+// late its driver came back for a paced send: the state machine's pacer
+// reports, when a connection that was waiting for its next pacing slot
+// sends more than a few packets' gaps after it fell due, how late it was.
+// On a busy host that is the time the sender was descheduled (the owner
+// goroutine stalls for milliseconds, docs/CC.md §7), during which only a
+// queue at the bottleneck keeps the link busy. Optional: a controller
+// without it is never told.
+type SendLateObserver interface {
+	OnSendLate(now, late time.Duration)
+}
+
 // Factory builds a Controller for a connection with the given number of paths
 // and maximum packet size (payload plus header, in bytes).
 type Factory func(paths int, packetSize int) Controller

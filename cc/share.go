@@ -80,7 +80,15 @@ type shareSender struct {
 // controllers, which holds at most QueueShare of it, more than a marking
 // threshold of 0.1 BDP at short round trips): the receiver's drain is for
 // a queue that nobody else drains, such as one a paced fixed-rate sender
-// left, and for that it may be slow.
+// left, and for that it may be slow. Not slower than this yet: a lone
+// long-RTT connection on a host that stalls keeps a queue that covers the
+// stalls (the delay equilibrium's stall allowance), above a 0.1-BDP
+// marking threshold, and this drain then holds its hint about 4% below the
+// capacity (TestCCHostStalls at 50 ms: 0.956 of the fixed window's goodput
+// with 1/16, 0.987 with 1/64, 1.000 with no drain), but 1/64 moved the
+// regions scenario's pair A→B after its plane failure to 0.891 of its
+// max-min share and segment A–B to 0.931 utilised (targets 0.9 and 0.95;
+// docs/CC.md §7).
 const DefaultDrainGain = 1.0 / 16
 
 // NewFairShare returns a FairShare for capacity with senders forgotten after idle.

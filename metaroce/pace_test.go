@@ -3,6 +3,8 @@ package metaroce
 import (
 	"testing"
 	"time"
+
+	"github.com/mrgw/mrgw/cc"
 )
 
 // TestPacerCatchesUpAfterALateDriver: a connection waiting for its next
@@ -71,5 +73,43 @@ func TestPacerCatchesUpAfterALateDriver(t *testing.T) {
 	}
 	if got := time.Duration(e.Stats.PacingForfeitNs); got != 28*time.Millisecond {
 		t.Errorf("catch-up off: forfeit %v, want 28ms", got)
+	}
+}
+
+// lateRecorder is a controller that records what the pacer reports of a
+// late driver (cc.SendLateObserver); nothing else of it is called.
+type lateRecorder struct {
+	cc.Controller
+	late []time.Duration
+}
+
+func (l *lateRecorder) OnSendLate(_, late time.Duration) { l.late = append(l.late, late) }
+
+// TestPacerReportsLateness: a connection that waited for its pacing slot
+// and whose driver came back late tells a controller that observes it how
+// late (cc.SendLateObserver: the delay equilibrium keeps a queue that
+// covers the host's stalls); a send on time, or after an idle spell, is
+// not reported.
+func TestPacerReportsLateness(t *testing.T) {
+	const rate = 25e6
+	const size = 1500
+	rec := &lateRecorder{}
+	c := &Conn{ep: &Endpoint{cfg: Config{PacingSlack: 2 * time.Millisecond, PacingCatchUp: 0.5}}, minRTT: 50 * time.Millisecond, ctl: rec}
+
+	c.nextSend, c.paceWait = 10*time.Millisecond, true
+	c.pace(10*time.Millisecond, size, rate) // on time
+	c.pace(c.nextSend+time.Microsecond, size, rate)
+	if len(rec.late) != 0 {
+		t.Fatalf("on-time sends reported late: %v", rec.late)
+	}
+	due := c.nextSend
+	c.pace(due+12*time.Millisecond, size, rate) // a 12 ms stall
+	if len(rec.late) != 1 || rec.late[0] != 12*time.Millisecond {
+		t.Fatalf("after a 12 ms stall reported %v, want [12ms]", rec.late)
+	}
+	c.paceWait = false // idle: not a stall
+	c.pace(time.Second, size, rate)
+	if len(rec.late) != 1 {
+		t.Fatalf("a send after an idle spell reported late: %v", rec.late)
 	}
 }

@@ -471,6 +471,13 @@ func (c *Conn) pace(now time.Duration, size int, rate float64) {
 			slack = s
 		}
 	}
+	if c.paceWait && now-c.nextSend > 4*gap {
+		// The driver came back late for a slot that fell due: tell a
+		// controller that sizes its queue after the host's stalls.
+		if o, ok := c.ctl.(cc.SendLateObserver); ok {
+			o.OnSendLate(now, now-c.nextSend)
+		}
+	}
 	if floor := now - slack; c.nextSend < floor {
 		if c.paceWait {
 			c.Stats.PacingForfeitNs += uint64(floor - c.nextSend)
