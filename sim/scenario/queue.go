@@ -37,11 +37,11 @@ const (
 var QueueCounts = []int{1, 2, 10, 64, 256}
 
 // StandingQueue runs the standing-queue scenario for each long-RTT
-// controller and, for comparison, longrtt-htcp without the marked-fraction
-// price (longrtt.DelayOnlyName, not registered), for each count in
+// controller and longrtt-htcp with the marked-fraction price
+// (longrtt.MarkPriceName, opt-in, not registered), for each count in
 // QueueCounts.
 func StandingQueue(o Options) ([]report.Row, error) {
-	return standingQueueRuns(o, append(append([]string{}, LongRTTControllers...), longrtt.DelayOnlyName), QueueCounts)
+	return standingQueueRuns(o, append(append([]string{}, LongRTTControllers...), longrtt.MarkPriceName), QueueCounts)
 }
 
 func standingQueueRuns(o Options, names []string, counts []int) ([]report.Row, error) {
@@ -57,8 +57,8 @@ func standingQueueRuns(o Options, names []string, counts []int) ([]report.Row, e
 			i++
 			o.progress(i, total, fmt.Sprintf("standing-queue %s n=%d", name, n))
 			var f cc.Factory
-			if name == longrtt.DelayOnlyName {
-				f = longrtt.NewHTCPDelayOnly(cc.Params{LineRate: units.BitRate(rate), BaseRTT: rtt})
+			if name == longrtt.MarkPriceName {
+				f = longrtt.NewHTCPMarkPrice(cc.Params{LineRate: units.BitRate(rate), BaseRTT: rtt})
 			} else if f, err = factory(name, rate, rtt); err != nil {
 				return nil, err
 			}
