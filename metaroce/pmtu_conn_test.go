@@ -90,18 +90,7 @@ func TestConnPMTUDataFollows(t *testing.T) {
 		t.Fatal("not connected")
 	}
 	src := bytes.Repeat([]byte{0xab}, len(region))
-	if _, err := c.Write(n.now, 0, 7, 0, src); err != nil {
-		t.Fatal(err)
-	}
-	done := func() bool {
-		for _, ev := range drain(n.eps[0]) {
-			if ev.Kind == EventSendComplete {
-				return true
-			}
-		}
-		return false
-	}
-	if !n.run(10*time.Second, done) {
+	if !writeAndRun(t, n, c, src, 10*time.Second) {
 		t.Fatalf("write did not complete: %+v", c.PMTU())
 	}
 	if !bytes.Equal(region, src) {
@@ -119,6 +108,23 @@ func TestConnPMTUDataFollows(t *testing.T) {
 			t.Fatalf("path %d of group 0 sent %d DATA", i, c.paths.Paths[i].SentPackets)
 		}
 	}
+}
+
+// writeAndRun WRITEs src to key 7 at offset 0 on c and runs n until the
+// write completes (true) or the simulated clock reaches until.
+func writeAndRun(t *testing.T, n *testNet, c *Conn, src []byte, until time.Duration) bool {
+	t.Helper()
+	if _, err := c.Write(n.now, 0, 7, 0, src); err != nil {
+		t.Fatal(err)
+	}
+	return n.run(until, func() bool {
+		for _, ev := range drain(n.eps[0]) {
+			if ev.Kind == EventSendComplete {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // TestConnPMTUVersion2DataSize: a version-2 connection requires of a
@@ -145,18 +151,7 @@ func TestConnPMTUVersion2DataSize(t *testing.T) {
 			t.Fatalf("agreed version %d, want %d", c.WireVersion(), v)
 		}
 		src := bytes.Repeat([]byte{0x5a}, len(region))
-		if _, err := c.Write(n.now, 0, 7, 0, src); err != nil {
-			t.Fatal(err)
-		}
-		done := func() bool {
-			for _, ev := range drain(n.eps[0]) {
-				if ev.Kind == EventSendComplete {
-					return true
-				}
-			}
-			return false
-		}
-		completed := n.run(n.now+5*time.Second, done)
+		completed := writeAndRun(t, n, c, src, n.now+5*time.Second)
 		g := c.PMTU()
 		if v == Version1 {
 			if completed || c.Stats.DataSent != 0 || g[0].Data {

@@ -349,13 +349,7 @@ func (f *tunnelFlow) received() uint64 { return f.got.Load() }
 func (f *tunnelFlow) result(ctx context.Context) Result {
 	r := Result{CC: f.ccName}
 	planes := map[int]bool{}
-	_ = f.p.a.Endpoint().Call(ctx, func(_ time.Duration, ep *metaroce.Endpoint) {
-		f.mu.Lock()
-		c := f.sender
-		f.mu.Unlock()
-		if c == nil {
-			return
-		}
+	f.withSender(ctx, func(c *metaroce.Conn) {
 		r.Retransmits = c.Stats.Retransmits
 		for _, path := range c.Paths().Paths {
 			if la, ok := f.p.a.Endpoint().PathAddr(tunnel.PeerID, path.Entropy); ok {
@@ -369,18 +363,25 @@ func (f *tunnelFlow) result(ctx context.Context) Result {
 
 func (f *tunnelFlow) close() { f.p.close() }
 
+// withSender runs fn on the sending endpoint's goroutine with the sender's
+// connection, if it has one yet.
+func (f *tunnelFlow) withSender(ctx context.Context, fn func(c *metaroce.Conn)) {
+	_ = f.p.a.Endpoint().Call(ctx, func(time.Duration, *metaroce.Endpoint) {
+		f.mu.Lock()
+		c := f.sender
+		f.mu.Unlock()
+		if c != nil {
+			fn(c)
+		}
+	})
+}
+
 // diagnose describes the sender's state for an error that says a flow
 // stalled: its counters and each path's state, so that a rare stall seen
 // on a CI machine says where it was.
 func (f *tunnelFlow) diagnose(ctx context.Context) string {
 	out := "no connection"
-	_ = f.p.a.Endpoint().Call(ctx, func(_ time.Duration, _ *metaroce.Endpoint) {
-		f.mu.Lock()
-		c := f.sender
-		f.mu.Unlock()
-		if c == nil {
-			return
-		}
+	f.withSender(ctx, func(c *metaroce.Conn) {
 		st := c.Stats
 		var b strings.Builder
 		fmt.Fprintf(&b, "sent %d, retransmits %d, acks %d, lost %d, timeouts %d, messages %d sent %d failed, pmtu probes %d/%d acked; paths:",
