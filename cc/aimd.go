@@ -1451,16 +1451,6 @@ func (a *AIMD) OnPathState(now time.Duration, path int, usable bool) {
 	a.setTotal(total)
 }
 
-func (a *AIMD) usableCount() int {
-	n := 0
-	for i := range a.paths {
-		if a.paths[i].usable {
-			n++
-		}
-	}
-	return n
-}
-
 // Paths returns the number of paths the controller was built for.
 func (a *AIMD) Paths() int { return len(a.paths) }
 
