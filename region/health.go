@@ -109,12 +109,7 @@ func decodeHealth(b []byte) (HealthReport, time.Duration, error) {
 		return HealthReport{}, 0, fmt.Errorf("%w: health message version 0", errMalformed)
 	}
 	h := HealthReport{From: r.str(false), Peer: r.str(false), Plane: r.str(false)}
-	h.State = pathmgr.State(r.byte())
-	h.RTT = time.Duration(r.u32()) * time.Microsecond
-	h.Loss = float64(r.u16()) / math.MaxUint16
-	h.ECNFraction = float64(r.u16()) / math.MaxUint16
-	h.At = time.Unix(0, int64(r.u64()))
-	age := time.Duration(r.u32()) * time.Millisecond
+	age := readVerdict(&r, &h)
 	switch {
 	case r.err != nil:
 		return HealthReport{}, 0, fmt.Errorf("health report: %w", r.err)
@@ -304,12 +299,7 @@ func decodeBatch(b []byte) ([]HealthReport, []time.Duration, error) {
 			if h.Peer == "" {
 				h.Peer = from
 			}
-			h.State = pathmgr.State(r.byte())
-			h.RTT = time.Duration(r.u32()) * time.Microsecond
-			h.Loss = float64(r.u16()) / math.MaxUint16
-			h.ECNFraction = float64(r.u16()) / math.MaxUint16
-			h.At = time.Unix(0, int64(r.u64()))
-			age := time.Duration(r.u32()) * time.Millisecond
+			age := readVerdict(&r, &h)
 			if r.err == nil && h.State > pathmgr.Probing {
 				r.fail("verdict batch state %d", h.State)
 			}
@@ -332,6 +322,17 @@ func decodeBatch(b []byte) ([]HealthReport, []time.Duration, error) {
 // appendVerdict appends what a single health message and a batch entry
 // share after the names: state, RTT, loss, ECN fraction, the time of the
 // verdict and the age it is sent with (clamped to maxAge).
+// readVerdict reads what appendVerdict wrote into h and returns the age;
+// r's error says whether it was there.
+func readVerdict(r *reader, h *HealthReport) time.Duration {
+	h.State = pathmgr.State(r.byte())
+	h.RTT = time.Duration(r.u32()) * time.Microsecond
+	h.Loss = float64(r.u16()) / math.MaxUint16
+	h.ECNFraction = float64(r.u16()) / math.MaxUint16
+	h.At = time.Unix(0, int64(r.u64()))
+	return time.Duration(r.u32()) * time.Millisecond
+}
+
 func appendVerdict(b []byte, h HealthReport, age time.Duration) []byte {
 	b = append(b, byte(h.State))
 	b = binary.BigEndian.AppendUint32(b, uint32(h.RTT/time.Microsecond))
