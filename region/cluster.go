@@ -9,6 +9,7 @@ import (
 	"github.com/mrgw/mrgw/pathmgr"
 	"log"
 	"log/slog"
+	"math"
 	"net/netip"
 	"slices"
 	"strings"
@@ -35,6 +36,7 @@ type Cluster struct {
 	joinErr *JoinError // why the last Join found nobody; nil once one succeeded
 
 	gossipInterval time.Duration
+	pushPull       time.Duration // memberlist's base push/pull (anti-entropy) interval
 
 	metaMu sync.Mutex
 	meta   []byte // encoded Meta announced by NodeMeta
@@ -114,6 +116,7 @@ func New(cfg Config, logger *slog.Logger) (*Cluster, error) {
 		return nil, fmt.Errorf("region: starting memberlist on %s: %w", cfg.Bind, err)
 	}
 	c.ml = ml
+	c.pushPull = mc.PushPullInterval
 	c.wg.Add(1)
 	go c.pruneLoop()
 	return c, nil
@@ -138,6 +141,25 @@ func newCoreQueue(core *core, mult int) *healthQueue {
 // Addr is the address other members reach this one at (with the real
 // port when Bind asked for port 0).
 func (c *Cluster) Addr() string { return c.ml.LocalNode().Address() }
+
+// AntiEntropyInterval is how often memberlist exchanges its whole state
+// with one random member (push/pull) at the current fleet size: the bound
+// on how long a gateway that missed every copy of a broadcast (a join, a
+// death) goes without it. memberlist scales its base interval by
+// ⌈log₂ n − log₂ 32⌉ + 1 above 32 members (pushPullScale in its util.go).
+func (c *Cluster) AntiEntropyInterval() time.Duration {
+	return pushPullScale(c.pushPull, c.ml.NumMembers())
+}
+
+// pushPullScale mirrors memberlist's unexported scaling of the push/pull
+// interval with the number of members.
+func pushPullScale(interval time.Duration, n int) time.Duration {
+	const threshold = 32
+	if n <= threshold {
+		return interval
+	}
+	return time.Duration(math.Ceil(math.Log2(float64(n))-math.Log2(threshold))+1) * interval
+}
 
 // Name is this gateway's member name.
 func (c *Cluster) Name() string { return c.cfg.Name }

@@ -195,6 +195,11 @@ func writeFleet(out io.Writer, rows []fleet.Row) {
 			r.BroadcastsLost, r.Missed, r.UpsHeld, r.Known, r.SchedLagP99ms)
 	}
 	tw.Flush()
+	for _, r := range rows {
+		if r.Late > 0 {
+			fmt.Fprintf(out, "late: %s: %d deliveries came by memberlist's push/pull after the event timeout (the broadcast missed them)\n", r.Event, r.Late)
+		}
+	}
 	for _, p := range partial {
 		fmt.Fprintln(out, "partial: "+p)
 	}

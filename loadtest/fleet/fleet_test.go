@@ -14,7 +14,10 @@ import (
 
 // TestFleetShort: 8 gateways in 4 regions, 4 planes, real memberlist on
 // loopback. It asserts correctness only (never how fast): every plane
-// verdict, death and new region reaches every gateway that needs it, no
+// verdict, death and new region reaches every gateway that needs it (a
+// death or join within memberlist's push/pull bound: a gateway that
+// missed the broadcast, as one did on a loaded CI machine, has it by
+// anti-entropy; see membershipWait), no
 // broadcast is lost, no down verdict evicted, tables within their bound.
 func TestFleetShort(t *testing.T) {
 	if testing.Short() {
@@ -33,15 +36,16 @@ func TestFleetShort(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range rep.Rows {
-		t.Logf("%-20s n=%-3d p50 %6.0f ms  p99 %6.0f ms  max %6.0f ms  sent %7.0f B/s  health %6.0f B/s  verdicts %d/%d  queued %d  lost %d  missed %d",
+		t.Logf("%-20s n=%-3d p50 %6.0f ms  p99 %6.0f ms  max %6.0f ms  sent %7.0f B/s  health %6.0f B/s  verdicts %d/%d  queued %d  lost %d  missed %d  late %d",
 			r.Event, r.Samples, r.P50ms, r.P99ms, r.MaxMs, r.BytesSentPerS, r.HealthBytesPerS,
-			r.VerdictsMax, r.VerdictBound, r.QueuedMax, r.BroadcastsLost, r.Missed)
-		switch {
-		case r.Missed > 0:
+			r.VerdictsMax, r.VerdictBound, r.QueuedMax, r.BroadcastsLost, r.Missed, r.Late)
+		if r.Missed > 0 {
 			t.Errorf("%s: %d deliveries missed", r.Event, r.Missed)
-		case r.BroadcastsLost > 0 || r.DownEvicted > 0 || r.WatchDropped > 0:
+		}
+		if r.BroadcastsLost > 0 || r.DownEvicted > 0 || r.WatchDropped > 0 {
 			t.Errorf("%s: %d broadcasts lost, %d down verdicts evicted, %d reports dropped", r.Event, r.BroadcastsLost, r.DownEvicted, r.WatchDropped)
-		case r.VerdictsMax > r.VerdictBound:
+		}
+		if r.VerdictsMax > r.VerdictBound {
 			t.Errorf("%s: %d verdicts held, bound %d", r.Event, r.VerdictsMax, r.VerdictBound)
 		}
 		want := map[string]int{"plane_verdict": 4, "gateway_dead": 1, "region_join": 1}[r.Event]
