@@ -132,7 +132,7 @@ its rows are printed, the step cut short marked partial).`,
 	fl.DurationVar(&o.Flap, "flap", 3*time.Second, "a flapping plane's time down, then up (±25%)")
 	fl.Uint64Var(&o.Seed, "seed", 1, "seed of the choices")
 	fl.DurationVar(&o.Timeout, "timeout", 0, "bound each size's run (0: none); when it passes, the rows measured so far are printed, the step it cut short marked partial (the \"partial\" field with --json, naming the timeout), and the next size runs; an interrupt prints them too")
-	fl.DurationVar(&o.EventTimeout, "event-timeout", 10*time.Second, "a verdict, death or new region not seen everywhere within this counts as missed")
+	fl.DurationVar(&o.EventTimeout, "event-timeout", 10*time.Second, "a verdict not seen everywhere within this counts as missed (a death or new region: memberlist's push/pull interval more)")
 	fl.BoolVar(&o.NoDamping, "no-damping", false, "turn flap damping off: every transition of a flapping plane goes on the wire")
 	fl.BoolVar(&o.Compress, "compress", false, "keep memberlist's gossip compression, as the gateway does (off by default: in one process it was the largest CPU cost; bytes are then an upper bound)")
 	fl.BoolVar(&asJSON, "json", false, "one JSON object per row (gateways, planes, event, p50_ms, p99_ms, max_ms, gossip_bytes_sent_per_s, broadcasts_lost, ...)")
