@@ -45,6 +45,7 @@ var simCosts = map[string]simCost{
 	"loss-sweep-cc":      {100e9, 1410},
 	"regions":            {100e9, 150},
 	"coexistence":        {scenario.CoexistRateBps, 15},
+	"coexistence-stalls": {scenario.CoexistRateBps, 15},
 	"connections":        {100e9, 150},
 	"standing-queue":     {scenario.QueueRateBps, 100},
 }
@@ -107,7 +108,8 @@ func simScenarios() map[string]simScenario {
 		"loss-sweep-cc":      {cols: append(base, report.ColRel), doc: "loss sweep with the real controllers and ECN-marking bottlenecks at 50 ms"},
 		"regions": {cols: []report.Column{colWindow, colElement, report.ColRTT, report.ColFlows, colCapShare, report.ColGoodput, colFracUtil, report.ColJain, segmentOnly(colQueue), segmentOnly(colDrops), colShares},
 			doc: "4 regions on a line, 5 region pairs sharing long-haul segments (20-140 ms RTT, 4 planes), then one plane of a segment fails"},
-		"coexistence": {cols: append(base, report.ColJain, colShares, colNote), doc: "mrgw and a classic-ECN flow on one 200 Mbit/s, 50 ms bottleneck marking at 0.1 BDP (and drop-tail): does either starve?"},
+		"coexistence":        {cols: append(base, report.ColJain, colShares, colNote), doc: "mrgw and a classic-ECN flow on one 200 Mbit/s, 50 ms bottleneck marking at 0.1 BDP (and drop-tail): does either starve?"},
+		"coexistence-stalls": {cols: append(base, report.ColJain, colShares, colNote), doc: "coexistence with the mrgw sender stalling as on a busy host (every 15-45 ms for 0-12 ms, catching up half a round trip); the classic flow and receiver unstalled: issue 16 items 4 and 7 side by side"},
 		"standing-queue": {cols: append(base, report.ColJain, colQueue, colDrops, colNote),
 			doc: "1 to 256 connections on one 1 Gbit/s, 50 ms bottleneck marking at 0.1 BDP (hints off): does the standing queue grow with their number?"},
 		"connections": {cols: []report.Column{report.ColSystem, report.ColFlows, report.ColPlanes, report.ColCapacity, report.ColGoodput, report.ColFraction, report.ColJain, colState, report.ColSpeed},

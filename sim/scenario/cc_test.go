@@ -180,7 +180,7 @@ func TestCCLossSweep(t *testing.T) {
 }
 
 func TestScenarioRegistry(t *testing.T) {
-	for _, n := range []string{"loss-sweep", "planes", "utilization", "rtt-fairness", "convergence", "incast", "multipath-coupling", "loss-sweep-cc", "coexistence", "standing-queue"} {
+	for _, n := range []string{"loss-sweep", "planes", "utilization", "rtt-fairness", "convergence", "incast", "multipath-coupling", "loss-sweep-cc", "coexistence", "coexistence-stalls", "standing-queue"} {
 		if Scenarios[n] == nil {
 			t.Errorf("scenario %q not registered", n)
 		}

@@ -25,6 +25,7 @@ var Scenarios = map[string]func(Options) ([]report.Row, error){
 	"multipath-coupling": MultipathCoupling,
 	"loss-sweep-cc":      LossSweepCC,
 	"coexistence":        Coexistence,
+	"coexistence-stalls": CoexistenceStalls,
 }
 
 // Controller names used by the congestion-control scenarios.

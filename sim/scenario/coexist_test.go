@@ -2,8 +2,10 @@ package scenario
 
 import (
 	"testing"
+	"time"
 
 	"github.com/mrgw/mrgw/metaroce"
+	"github.com/mrgw/mrgw/units"
 )
 
 // TestCCCoexistence: mrgw's WAN controllers must leave room for classic
@@ -55,5 +57,26 @@ func TestCCCoexistence(t *testing.T) {
 	}
 	if want := len(LongRTTControllers) * 4; alone != want {
 		t.Errorf("%d rows of a controller alone, want %d", alone, want)
+	}
+}
+
+// StallFlows stalls only the senders it marks: the coexistence-stalls
+// scenario's classic flow and receiver must run as an unstalled kernel
+// would. A stalled pacer forfeits send time (PacingForfeitNs); one that
+// never stalls forfeits none.
+func TestStallFlowsStallOnlyThoseFlows(t *testing.T) {
+	rate, rtt := 50e6, 20*time.Millisecond
+	bdp := units.BitRate(rate).Bytes().BytesIn(rtt)
+	s := Setup{Planes: 1, RateBps: rate, RTT: rtt, Flows: 2, Paths: 4, MTU: CoexistMTU, QueueBytes: int(bdp),
+		Duration: time.Second, Warmup: 200 * time.Millisecond, Seed: 3,
+		HostStalls: CoexistStalls, StallFlows: []bool{true, false}}
+	r, err := Run(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stalled, free := r.Senders[0].Stats.PacingForfeitNs, r.Senders[1].Stats.PacingForfeitNs
+	t.Logf("pacing forfeit: stalled flow %v, unstalled flow %v", time.Duration(stalled), time.Duration(free))
+	if stalled == 0 || free != 0 {
+		t.Errorf("pacing forfeit %v on the stalled flow, %v on the other: want some, none", time.Duration(stalled), time.Duration(free))
 	}
 }

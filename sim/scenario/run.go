@@ -67,6 +67,10 @@ type Setup struct {
 	// HostStalls, if its Every is set, stalls every host's driver (sim.Host.Stall)
 	// as a user-space driver on a busy machine is: see HostStalls.
 	HostStalls HostStalls
+	// StallFlows, if set, limits HostStalls to the sending hosts of the
+	// flows it marks: the receiver and the other senders run unstalled,
+	// as a kernel TCP flow beside a user-space mrgw does.
+	StallFlows []bool
 	// PacingCatchUp is metaroce.Config.PacingCatchUp for every endpoint.
 	PacingCatchUp float64
 }
@@ -337,7 +341,9 @@ func (s *Setup) newReceiver(sm *sim.Sim, net *sim.Network, mcfg metaroce.Config,
 	}
 	recvHost := net.AddHost(sim.SiteB, recv, sim.HostConfig{})
 	recv.Host = recvHost
-	s.HostStalls.schedule(sm, recvHost, s.Seed, s.Duration)
+	if s.StallFlows == nil {
+		s.HostStalls.schedule(sm, recvHost, s.Seed, s.Duration)
+	}
 	return recv, region, nil
 }
 
@@ -380,7 +386,9 @@ func (s *Setup) addSenders(sm *sim.Sim, net *sim.Network, mcfg metaroce.Config, 
 		if f < len(s.FlowNoHint) && s.FlowNoHint[f] {
 			noHint[metaroce.PeerID(h.ID())] = true
 		}
-		s.HostStalls.schedule(sm, h, s.Seed, s.Duration)
+		if s.StallFlows == nil || f < len(s.StallFlows) && s.StallFlows[f] {
+			s.HostStalls.schedule(sm, h, s.Seed, s.Duration)
+		}
 		connect := func(now time.Duration) error {
 			conn, err := node.EP.Connect(now, metaroce.PeerID(recvHost.ID()))
 			if err != nil {
