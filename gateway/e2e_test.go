@@ -235,7 +235,7 @@ func TestRelayByteExact(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	var flows []*host.Flow
 	for range 4 {
-		f, err := src.OpenFlow(ctx, lab.RegionB, "trainer-b", host.FlowOptions{})
+		f, err := lab.OpenFlow(ctx, src, lab.RegionB, "trainer-b", host.FlowOptions{}, t.Logf)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -297,7 +297,7 @@ func TestGatewayKilledMidTransfer(t *testing.T) {
 			// six may all miss it.
 			var flows []*host.Flow
 			for len(flows) < 6 || (l.Gateways[victim].Status().Flows.Active == 0 && len(flows) < 24) {
-				f, err := src.OpenFlow(ctx, lab.RegionB, "trainer-b", host.FlowOptions{})
+				f, err := lab.OpenFlow(ctx, src, lab.RegionB, "trainer-b", host.FlowOptions{}, t.Logf)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -83,7 +83,7 @@ func moveAndCheck(t *testing.T, ctx context.Context, src, dst *host.Host, region
 	rng := rand.New(rand.NewPCG(seed, 1))
 	var flows []*host.Flow
 	for range 4 {
-		f, err := src.OpenFlow(ctx, region, dst.Name(), host.FlowOptions{})
+		f, err := lab.OpenFlow(ctx, src, region, dst.Name(), host.FlowOptions{}, t.Logf)
 		if err != nil {
 			t.Fatalf("open a flow to %s: %v", region, err)
 		}
@@ -129,7 +129,7 @@ func TestFlowsSpreadByRendezvousAndOnlyTheDeadGatewaysMove(t *testing.T) {
 	const nflows = 24
 	var flows []*host.Flow
 	for range nflows {
-		f, err := src.OpenFlow(ctx, lab.RegionB, "trainer", host.FlowOptions{})
+		f, err := lab.OpenFlow(ctx, src, lab.RegionB, "trainer", host.FlowOptions{}, t.Logf)
 		if err != nil {
 			t.Fatal(err)
 		}

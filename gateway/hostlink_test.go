@@ -39,7 +39,7 @@ func TestHostReceiveCapacityBoundsGatewayRate(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	var flows []*host.Flow
 	for range 4 {
-		f, err := src.OpenFlow(ctx, lab.RegionB, "dst", host.FlowOptions{})
+		f, err := lab.OpenFlow(ctx, src, lab.RegionB, "dst", host.FlowOptions{}, t.Logf)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/mrgw/mrgw/config"
 	"github.com/mrgw/mrgw/gateway"
 	"github.com/mrgw/mrgw/host"
+	"github.com/mrgw/mrgw/loadtest/lab"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/netem"
 )
@@ -114,7 +115,7 @@ func TestPMTUThroughEmulator(t *testing.T) {
 	if err := dst.RegisterMemory(1, make([]byte, region)); err != nil {
 		t.Fatal(err)
 	}
-	f, err := src.OpenFlow(ctx, "east", "dst", host.FlowOptions{})
+	f, err := lab.OpenFlow(ctx, src, "east", "dst", host.FlowOptions{}, t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -112,7 +112,7 @@ func TestReloadReachesExistingConnections(t *testing.T) {
 	go tr.receive(rctx)
 	var flows []*host.Flow
 	for range 4 { // flows are spread over use-gw1 and use-gw2 by id
-		f, err := src.OpenFlow(ctx, lab.RegionB, "dst", host.FlowOptions{})
+		f, err := lab.OpenFlow(ctx, src, lab.RegionB, "dst", host.FlowOptions{}, t.Logf)
 		if err != nil {
 			t.Fatal(err)
 		}

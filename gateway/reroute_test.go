@@ -84,7 +84,7 @@ func TestIdleWANConnectionFindsDeadPeer(t *testing.T) {
 	rctx, rcancel := context.WithCancel(ctx)
 	defer rcancel()
 	go tr.receive(rctx)
-	f, err := src.OpenFlow(ctx, lab.RegionB, "dst", host.FlowOptions{})
+	f, err := lab.OpenFlow(ctx, src, lab.RegionB, "dst", host.FlowOptions{}, t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}

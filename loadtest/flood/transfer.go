@@ -91,7 +91,11 @@ func startTransfer(ctx context.Context, l *lab.Lab, msgSize int, logger *slog.Lo
 	}
 	octx, ocancel := context.WithTimeout(ctx, transferOpenTimeout)
 	defer ocancel()
-	t.flow, err = t.src.OpenFlow(octx, lab.RegionB, "flood-sink", host.FlowOptions{})
+	// Opened again on a failure a busy machine causes (lab.OpenFlow),
+	// within transferOpenTimeout.
+	t.flow, err = lab.OpenFlow(octx, t.src, lab.RegionB, "flood-sink", host.FlowOptions{}, func(format string, args ...any) {
+		logger.Warn(fmt.Sprintf(format, args...))
+	})
 	if err != nil {
 		t.close()
 		return nil, fmt.Errorf("flood: open flow: %w", err)
