@@ -27,7 +27,7 @@ func TestHostReceiveCapacityBoundsGatewayRate(t *testing.T) {
 	const capacity units.BitRate = 400e6
 	src := newHost(t, l, "src", lab.RegionA)
 	dst, err := host.New(host.Config{Name: "dst", Region: lab.RegionB, Gateways: l.HostGateways(lab.RegionB), Key: l.HostKey,
-		DeadAfter: time.Second, Logger: testLogger(t), Protocol: metaroce.Config{ReceiveCapacity: capacity}})
+		DeadAfter: time.Second, OpenTimeout: hostOpenTimeout, Logger: testLogger(t), Protocol: metaroce.Config{ReceiveCapacity: capacity}})
 	if err != nil {
 		t.Fatal(err)
 	}

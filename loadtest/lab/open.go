@@ -32,10 +32,17 @@ import (
 // holds (a name that is not registered, a region that does not exist) is
 // still returned once ctx ends, with the attempts made.
 func OpenFlow(ctx context.Context, h *host.Host, region, endpoint string, opts host.FlowOptions, logf func(format string, args ...any)) (*host.Flow, error) {
+	return OpenFlowIf(ctx, h, region, endpoint, opts, Transient, logf)
+}
+
+// OpenFlowIf is OpenFlow opening again only while retry(err) says so: a
+// test of one of the refusals Transient names passes a narrower retry, so
+// that the refusal it guards against is never retried away.
+func OpenFlowIf(ctx context.Context, h *host.Host, region, endpoint string, opts host.FlowOptions, retry func(error) bool, logf func(format string, args ...any)) (*host.Flow, error) {
 	pause := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		f, err := h.OpenFlow(ctx, region, endpoint, opts)
-		if err == nil || !Transient(err) {
+		if err == nil || !retry(err) {
 			return f, err
 		}
 		if logf != nil {
