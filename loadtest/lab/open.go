@@ -40,11 +40,16 @@ func OpenFlow(ctx context.Context, h *host.Host, region, endpoint string, opts h
 // that the refusal it guards against is never retried away.
 func OpenFlowIf(ctx context.Context, h *host.Host, region, endpoint string, opts host.FlowOptions, retry func(error) bool, logf func(format string, args ...any)) (*host.Flow, error) {
 	pause := 100 * time.Millisecond
+	var last error // the last attempt's failure, for an error at ctx's end
 	for attempt := 1; ; attempt++ {
 		f, err := h.OpenFlow(ctx, region, endpoint, opts)
+		if err != nil && last != nil && ctx.Err() != nil {
+			return nil, fmt.Errorf("%w (after %d attempts, the last failed: %v)", err, attempt, last)
+		}
 		if err == nil || !retry(err) {
 			return f, err
 		}
+		last = err
 		if logf != nil {
 			logf("lab: open %s -> %s/%s, attempt %d: %v (the lab recovers from this on a busy machine; opening again)", h.Name(), region, endpoint, attempt, err)
 		}
