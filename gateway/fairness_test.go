@@ -9,6 +9,7 @@ import (
 
 	"github.com/mrgw/mrgw/config"
 	"github.com/mrgw/mrgw/host"
+	"github.com/mrgw/mrgw/loadtest/lab"
 )
 
 // classShares runs an elephant class (elephants flows of 64 KiB
@@ -40,7 +41,7 @@ func classShares(t *testing.T, weights map[string]int, elephants int) (mice floa
 	classOf := map[uint64]string{}
 	var flows []*host.Flow
 	open := func(class string) *host.Flow {
-		f, err := src.OpenFlow(ctx, "east", "dst", host.FlowOptions{Class: class})
+		f, err := lab.OpenFlow(ctx, src, "east", "dst", host.FlowOptions{Class: class}, t.Logf)
 		if err != nil {
 			t.Fatal(err)
 		}

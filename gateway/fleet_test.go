@@ -4,7 +4,9 @@ package gateway_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -83,7 +85,7 @@ func moveAndCheck(t *testing.T, ctx context.Context, src, dst *host.Host, region
 	rng := rand.New(rand.NewPCG(seed, 1))
 	var flows []*host.Flow
 	for range 4 {
-		f, err := src.OpenFlow(ctx, region, dst.Name(), host.FlowOptions{})
+		f, err := lab.OpenFlow(ctx, src, region, dst.Name(), host.FlowOptions{}, t.Logf)
 		if err != nil {
 			t.Fatalf("open a flow to %s: %v", region, err)
 		}
@@ -127,23 +129,36 @@ func TestFlowsSpreadByRendezvousAndOnlyTheDeadGatewaysMove(t *testing.T) {
 		return among[hrw.Rank(id, len(among), func(i int) string { return among[i] }, func(int) float64 { return 100 })[0]]
 	}
 	const nflows = 24
+	gw := l.Gateways["euw-gw1"]
+	// Placement departs from the hash only where the source gateway had
+	// to (a gateway suspect or silent at that moment, an endpoint refused
+	// by one gateway while its host re-registered): Detoured counts each
+	// such route, and only that many flows are excused. Under -race at
+	// load 12-16 two runs in two moved 3 and 6 of use-gw2's flows to the
+	// other survivor, the gateways being starved, not misplacing.
+	detours := gw.Detoured()
 	var flows []*host.Flow
 	for range nflows {
-		f, err := src.OpenFlow(ctx, lab.RegionB, "trainer", host.FlowOptions{})
+		f, err := lab.OpenFlow(ctx, src, lab.RegionB, "trainer", host.FlowOptions{}, t.Logf)
 		if err != nil {
 			t.Fatal(err)
 		}
 		flows = append(flows, f)
 	}
-	gw := l.Gateways["euw-gw1"]
 	first := gw.FlowRoutes()
 	per := map[string]int{}
+	var off []string
 	for _, f := range flows {
 		got, want := first[f.ID()], rank(f.ID(), bgws)
 		if got != want {
-			t.Fatalf("flow %x relayed to %q, rendezvous hashing says %q", f.ID(), got, want)
+			off = append(off, fmt.Sprintf("flow %x relayed to %q, rendezvous hashing says %q", f.ID(), got, want))
 		}
 		per[got]++
+	}
+	if d := gw.Detoured() - detours; uint64(len(off)) > d {
+		t.Fatalf("%d flows off their rendezvous gateway, %d detours counted:\n%s", len(off), d, strings.Join(off, "\n"))
+	} else if len(off) > 0 {
+		t.Logf("%d flows off their rendezvous gateway, all with a detour counted (%d):\n%s", len(off), d, strings.Join(off, "\n"))
 	}
 	t.Logf("flows per gateway of %s: %v", lab.RegionB, per)
 	for _, n := range bgws {
@@ -202,6 +217,7 @@ func TestFlowsSpreadByRendezvousAndOnlyTheDeadGatewaysMove(t *testing.T) {
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+	detours = gw.Detoured()
 	l.Gateways[victim].Close()
 	close(killed)
 	wg.Wait()
@@ -215,16 +231,23 @@ func TestFlowsSpreadByRendezvousAndOnlyTheDeadGatewaysMove(t *testing.T) {
 	after := gw.FlowRoutes()
 	survivors := []string{bgws[0], bgws[2]}
 	moved := 0
+	off = off[:0]
 	for _, f := range flows {
 		was, now := first[f.ID()], after[f.ID()]
 		switch {
 		case was != victim && now != was:
 			t.Errorf("flow %x moved from %s to %s although %s is alive", f.ID(), was, now, was)
 		case was == victim && now != rank(f.ID(), survivors):
-			t.Errorf("flow %x of %s moved to %s, rendezvous hashing says %s", f.ID(), victim, now, rank(f.ID(), survivors))
+			off = append(off, fmt.Sprintf("flow %x of %s moved to %s, rendezvous hashing says %s", f.ID(), victim, now, rank(f.ID(), survivors)))
+			moved++
 		case was == victim:
 			moved++
 		}
+	}
+	if d := gw.Detoured() - detours; uint64(len(off)) > d {
+		t.Errorf("%d flows of %s off their next rendezvous gateway, %d detours counted:\n%s", len(off), victim, d, strings.Join(off, "\n"))
+	} else if len(off) > 0 {
+		t.Logf("%d flows of %s off their next rendezvous gateway, all with a detour counted (%d):\n%s", len(off), victim, d, strings.Join(off, "\n"))
 	}
 	t.Logf("%d flows of %s moved to their next gateway, %d stayed", moved, victim, nflows-moved)
 }

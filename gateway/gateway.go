@@ -259,10 +259,16 @@ func New(cfg *config.Config, opts Options) (g *Gateway, err error) {
 	if err := g.newEndpoint(cfg, planeAddrs, onClose); err != nil {
 		return nil, err
 	}
-	if err := g.newControl(cfg, creds, onClose); err != nil {
+	// Gossip before the control listener: the listener verifies a peer's
+	// handshake (acceptPeer, against the gossip view) from the moment it
+	// is bound, before Run. In the other order a peer that dialled in
+	// between read g.cluster while newRegion wrote it (the race detector
+	// caught it in TestPlaneReportAvoidedByPeer under -race at load 16; a
+	// nil cluster would have panicked).
+	if err := g.newRegion(cfg, onClose); err != nil {
 		return nil, err
 	}
-	if err := g.newRegion(cfg, onClose); err != nil {
+	if err := g.newControl(cfg, creds, onClose); err != nil {
 		return nil, err
 	}
 	if err := g.newAdmin(cfg, onClose); err != nil {

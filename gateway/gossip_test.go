@@ -10,6 +10,7 @@ import (
 
 	"github.com/mrgw/mrgw/gateway"
 	"github.com/mrgw/mrgw/host"
+	"github.com/mrgw/mrgw/loadtest/lab"
 	"github.com/mrgw/mrgw/pathmgr"
 )
 
@@ -51,7 +52,7 @@ func TestPlaneReportAvoidedByPeer(t *testing.T) {
 	rctx, rcancel := context.WithCancel(ctx)
 	defer rcancel()
 	go tr.receive(rctx)
-	f1, err := src1.OpenFlow(ctx, "east", "dst", host.FlowOptions{})
+	f1, err := lab.OpenFlow(ctx, src1, "east", "dst", host.FlowOptions{}, t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +115,7 @@ func TestPlaneReportAvoidedByPeer(t *testing.T) {
 
 	// Now w2 carries traffic of its own: nothing goes onto p2.
 	rng2 := rand.New(rand.NewPCG(5, 6))
-	f2, err := src2.OpenFlow(ctx, "east", "dst", host.FlowOptions{})
+	f2, err := lab.OpenFlow(ctx, src2, "east", "dst", host.FlowOptions{}, t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ func TestHostReceiveCapacityBoundsGatewayRate(t *testing.T) {
 	const capacity units.BitRate = 400e6
 	src := newHost(t, l, "src", lab.RegionA)
 	dst, err := host.New(host.Config{Name: "dst", Region: lab.RegionB, Gateways: l.HostGateways(lab.RegionB), Key: l.HostKey,
-		DeadAfter: time.Second, Logger: testLogger(t), Protocol: metaroce.Config{ReceiveCapacity: capacity}})
+		DeadAfter: time.Second, OpenTimeout: hostOpenTimeout, Logger: testLogger(t), Protocol: metaroce.Config{ReceiveCapacity: capacity}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func TestHostReceiveCapacityBoundsGatewayRate(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	var flows []*host.Flow
 	for range 4 {
-		f, err := src.OpenFlow(ctx, lab.RegionB, "dst", host.FlowOptions{})
+		f, err := lab.OpenFlow(ctx, src, lab.RegionB, "dst", host.FlowOptions{}, t.Logf)
 		if err != nil {
 			t.Fatal(err)
 		}

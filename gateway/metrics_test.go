@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mrgw/mrgw/host"
+	"github.com/mrgw/mrgw/loadtest/lab"
 )
 
 // series is one sample of a scraped exposition.
@@ -92,7 +93,7 @@ func TestMetricsAfterTraffic(t *testing.T) {
 	rctx, rcancel := context.WithCancel(ctx)
 	defer rcancel()
 	go tr.receive(rctx)
-	f, err := src.OpenFlow(ctx, "east", "dst", host.FlowOptions{})
+	f, err := lab.OpenFlow(ctx, src, "east", "dst", host.FlowOptions{}, t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}

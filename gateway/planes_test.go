@@ -306,7 +306,7 @@ func (pl *planeLab) waitReady(t *testing.T, ctx context.Context) {
 func (pl *planeLab) hostVia(t *testing.T, name, gw string) *host.Host {
 	t.Helper()
 	h, err := host.New(host.Config{Name: name, Region: pl.regionOf[gw],
-		Gateways: []netip.AddrPort{netip.MustParseAddrPort(pl.cfgs[gw].LAN.Listen)}, DeadAfter: time.Second, Logger: testLogger(t)})
+		Gateways: []netip.AddrPort{netip.MustParseAddrPort(pl.cfgs[gw].LAN.Listen)}, DeadAfter: time.Second, OpenTimeout: hostOpenTimeout, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -140,6 +140,12 @@ type relay struct {
 	// relayed from local hosts (towards remote regions) and to them.
 	completed, refused, resets uint64
 	fromHosts, toHosts         uint64
+	// detoured counts routes (OPENs and re-opens sent on) that took
+	// another gateway than the one rendezvous hashing ranks first among
+	// those with an established WAN connection: it was gossip-suspect,
+	// silent for suspectAfter (pickRoute), or had refused the flow's
+	// endpoint (retryOpen). Status.Flows.Detoured.
+	detoured uint64
 }
 
 func newRelay(g *Gateway, cfg *config.Config) *relay {
@@ -751,21 +757,35 @@ func (r *relay) routeExcept(flowID uint64, dst string, skip []*connInfo) (*connI
 	cfg := r.g.Config()
 	order := rankGateways(cfg, flowID, gws)
 	cands := make([]*connInfo, 0, len(order))
+	// first is the connection rendezvous hashing alone ranks first among
+	// those that could carry the flow (skip and gossip's suspect state
+	// aside): a choice other than it is a detour.
+	var first *connInfo
+	firstScore := 0.0
 	for _, k := range order {
 		p := r.g.peer(gws[k].Name)
 		if p == nil {
 			continue
 		}
 		ci := r.wan[p]
-		if ci == nil || !ci.up || ci.dead || slices.Contains(skip, ci) {
+		if ci == nil || !ci.up || ci.dead {
 			continue
 		}
 		if a := p.attached(); a == nil || a.Draining() {
 			continue
 		}
+		if sc := hrw.Score(flowID, gws[k].Name, peerWeight(cfg, gws[k])); first == nil || sc > firstScore {
+			first, firstScore = ci, sc
+		}
+		if slices.Contains(skip, ci) {
+			continue
+		}
 		cands = append(cands, ci)
 	}
 	if ci := pickRoute(cands, r.g.ep.Now(), r.g.suspectAfter()); ci != nil {
+		if ci != first {
+			r.detoured++
+		}
 		return ci, 0, ""
 	}
 	return nil, flowctl.CodeRegionUnreachable, "no WAN connection to a live gateway of " + dst

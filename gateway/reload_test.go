@@ -69,9 +69,17 @@ func TestReloadReachesExistingConnections(t *testing.T) {
 	const slow, fast = 8e6, 80e6 // bit/s
 	l := startLab(t, ctx, lab.Config{WANControl: config.WANControllerFixed, WANRateBps: slow, OneWay: 5 * time.Millisecond})
 	g := l.Gateways["euw-gw1"]
+	// Both WAN connections were up at WaitReady; on a starved machine one
+	// may be dropped as silent and dialled again right after (under -race
+	// at load 12-16: "1 WAN connections"), so wait for the pair.
 	ids, rates := wanConns(t, g)
-	if len(ids) != 2 {
-		t.Fatalf("euw-gw1 has %d WAN connections, want 2", len(ids))
+	for len(ids) != 2 {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("euw-gw1 has %d WAN connections, want 2", len(ids))
+		case <-time.After(20 * time.Millisecond):
+		}
+		ids, rates = wanConns(t, g)
 	}
 	for _, r := range rates {
 		if r > slow/8 {
@@ -100,7 +108,7 @@ func TestReloadReachesExistingConnections(t *testing.T) {
 	// Traffic through euw-gw1 brings the receivers' new hints back in
 	// acks; the existing connections then pace above the old ceiling.
 	src, err := host.New(host.Config{Name: "src", Region: lab.RegionA, Gateways: []netip.AddrPort{netip.MustParseAddrPort(l.Configs["euw-gw1"].LAN.Listen)}, Key: l.HostKey,
-		DeadAfter: time.Second, Logger: testLogger(t)})
+		DeadAfter: time.Second, OpenTimeout: hostOpenTimeout, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +120,7 @@ func TestReloadReachesExistingConnections(t *testing.T) {
 	go tr.receive(rctx)
 	var flows []*host.Flow
 	for range 4 { // flows are spread over use-gw1 and use-gw2 by id
-		f, err := src.OpenFlow(ctx, lab.RegionB, "dst", host.FlowOptions{})
+		f, err := lab.OpenFlow(ctx, src, lab.RegionB, "dst", host.FlowOptions{}, t.Logf)
 		if err != nil {
 			t.Fatal(err)
 		}

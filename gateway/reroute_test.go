@@ -4,6 +4,7 @@ package gateway_test
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/mrgw/mrgw/gateway"
 	"github.com/mrgw/mrgw/host"
+	"github.com/mrgw/mrgw/internal/hrw"
 	"github.com/mrgw/mrgw/loadtest/lab"
 )
 
@@ -27,7 +29,7 @@ func TestOpenReachesHostRegisteredAtOneGateway(t *testing.T) {
 	l := startLab(t, ctx, lab.Config{OneWay: 5 * time.Millisecond})
 	src := newHost(t, l, "src", lab.RegionA)
 	only := l.HostGateways(lab.RegionB)[1:] // use-gw2 alone
-	dst, err := host.New(host.Config{Name: "dst", Region: lab.RegionB, Gateways: only, Key: l.HostKey, DeadAfter: time.Second, Logger: testLogger(t)})
+	dst, err := host.New(host.Config{Name: "dst", Region: lab.RegionB, Gateways: only, Key: l.HostKey, DeadAfter: time.Second, OpenTimeout: hostOpenTimeout, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,10 +40,27 @@ func TestOpenReachesHostRegisteredAtOneGateway(t *testing.T) {
 	go tr.receive(rctx)
 	rng := rand.New(rand.NewPCG(3, 4))
 	const flows = 12 // all twelve on one destination gateway by chance: 1 in 4096
+	srcGWs := l.Names[lab.RegionA]
+	detours := func() (n uint64) {
+		for _, g := range srcGWs {
+			n += l.Gateways[g].Detoured()
+		}
+		return n
+	}
+	before := detours()
+	bgws := l.Names[lab.RegionB]
+	toGW1 := 0 // flows the hash sends to use-gw1 first: each a detour
 	for i := range flows {
-		f, err := src.OpenFlow(ctx, lab.RegionB, "dst", host.FlowOptions{})
+		// Opened again only when the OPEN timed out (a starved machine):
+		// "unknown endpoint", the regression this test guards, is never
+		// retried.
+		f, err := lab.OpenFlowIf(ctx, src, lab.RegionB, "dst", host.FlowOptions{},
+			func(err error) bool { return errors.Is(err, host.ErrOpenTimeout) }, t.Logf)
 		if err != nil {
 			t.Fatalf("flow %d of %d: %v", i+1, flows, err)
+		}
+		if bgws[hrw.Rank(f.ID(), len(bgws), func(i int) string { return bgws[i] }, func(int) float64 { return 100 })[0]] == "use-gw1" {
+			toGW1++
 		}
 		if err := tr.send(ctx, f, rng); err != nil {
 			t.Fatal(err)
@@ -51,6 +70,11 @@ func TestOpenReachesHostRegisteredAtOneGateway(t *testing.T) {
 	tr.check()
 	if st := l.Gateways["use-gw1"].Status(); st.Flows.Active != 0 {
 		t.Fatalf("use-gw1, which does not know the host, carries %d flows", st.Flows.Active)
+	}
+	// Every flow the hash ranks use-gw1 first for went to use-gw2 on a
+	// retry: a detour each (more only if the machine starved a gateway).
+	if d := detours() - before; d < uint64(toGW1) {
+		t.Fatalf("%d detours counted, want at least the %d flows use-gw1 refused", d, toGW1)
 	}
 }
 
@@ -84,7 +108,7 @@ func TestIdleWANConnectionFindsDeadPeer(t *testing.T) {
 	rctx, rcancel := context.WithCancel(ctx)
 	defer rcancel()
 	go tr.receive(rctx)
-	f, err := src.OpenFlow(ctx, lab.RegionB, "dst", host.FlowOptions{})
+	f, err := lab.OpenFlow(ctx, src, lab.RegionB, "dst", host.FlowOptions{}, t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}

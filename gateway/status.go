@@ -112,6 +112,11 @@ type FlowStatus struct {
 	Refused   uint64 `json:"refused"`
 	Resets    uint64 `json:"resets"`
 	Completed uint64 `json:"messages_completed"`
+	// Detoured counts routes that passed over the gateway rendezvous
+	// hashing ranks first for the flow among those with an established
+	// WAN connection (gossip-suspect, silent while waited on, or it
+	// refused the endpoint): placement departs from the hash only then.
+	Detoured uint64 `json:"detoured"`
 }
 
 // MemoryStatus is the relay buffer budget.
@@ -172,7 +177,7 @@ func (g *Gateway) snapshot(prev *rateState) {
 		st.Draining = r.draining
 		r.adm.reclaim(epNow)
 		st.Admission = r.adm.status(epNow)
-		st.Flows = FlowStatus{Active: len(r.flows), Refused: r.refused, Resets: r.resets, Completed: r.completed}
+		st.Flows = FlowStatus{Active: len(r.flows), Refused: r.refused, Resets: r.resets, Completed: r.completed, Detoured: r.detoured}
 		st.Memory = MemoryStatus{InUse: r.inUse, Reserved: r.reserved, Limit: r.memLimit}
 		st.LANOutBps = units.ByteRate(float64(r.fromHosts-prev.fromHosts) / dt)
 		st.LANInBps = units.ByteRate(float64(r.toHosts-prev.toHosts) / dt)

@@ -31,6 +31,23 @@ func TestProbeThroughLab(t *testing.T) {
 		t.Fatal(err)
 	}
 	admin := l.Gateways["euw-gw1"].AdminAddr()
+	// The probe runs on euw-gw1's WAN connections: both were up at
+	// WaitReady, but on a starved machine one may be dropped as silent and
+	// dialled again right after (load 17: "use-gw1: planes []"), so wait
+	// until both are up again (progress, bounded by ctx).
+	for up := 0; up < 2; {
+		up = 0
+		for _, p := range l.Gateways["euw-gw1"].Status().Peers {
+			if p.State == "up" {
+				up++
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("euw-gw1 has %d WAN connections up, want 2", up)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 	start := time.Now()
 	out, errOut, err := run(t, "probe", "--admin", admin, "--region", "us-east", "--rounds", "40", "--every", "25ms", "--json")
 	if err != nil {

@@ -258,7 +258,17 @@ func (r *rig) startWriters(ctx context.Context) error {
 			dstName = "trainer-a"
 		}
 		for i := range r.o.Flows {
-			f, err := r.hosts[src].OpenFlow(ctx, dst, dstName, host.FlowOptions{})
+			// The gateways were ready, and the destination host
+			// registered: an OPEN refused or unanswered now is a machine
+			// too busy to run the lab (TestDemoShort under -race at load
+			// 10-16: "region unreachable" after a WAN connection was
+			// dropped as silent, "OPEN timed out"), which the lab gets over
+			// in seconds; lab.OpenFlow opens again, for at most openBudget.
+			octx, ocancel := context.WithTimeout(ctx, openBudget)
+			f, err := lab.OpenFlow(octx, r.hosts[src], dst, dstName, host.FlowOptions{}, func(format string, args ...any) {
+				r.say(format+"\n", args...)
+			})
+			ocancel()
 			if err != nil {
 				return fmt.Errorf("open flow %s -> %s: %w", src, dst, err)
 			}
@@ -459,6 +469,10 @@ func gatewayPathStats(l *lab.Lab) (rttMS float64, retrans uint64) {
 	}
 	return rttMS, retrans
 }
+
+// openBudget bounds the opening of one flow, attempts included
+// (lab.OpenFlow).
+const openBudget = 60 * time.Second
 
 // hostAttempts bounds newHost's attempts.
 const hostAttempts = 4

@@ -76,6 +76,13 @@ type Options struct {
 	// transfer whose goodput a flood could only lower.
 	MessageSize int
 	RateMbit    float64
+	// RegisterTimeout bounds each newcomer's registration with the flooded
+	// gateway (host.Config.OpenTimeout); one that fails is a lockout [5 s].
+	// TestFloodShort, which asserts no time, gives it the transfer hosts'
+	// 20 s: under -race at load 17 a newcomer's registration ran past 5 s
+	// while the gateways were starved, not locked out ("0 connections
+	// established, 0 handshakes unanswered": its attempt was still going).
+	RegisterTimeout time.Duration
 	// MaxRSSMB and MaxGoroutines stop a flood early (reported as aborted)
 	// rather than let it take the machine down [4096 MiB, 200,000].
 	MaxRSSMB      float64
@@ -110,6 +117,9 @@ func (o *Options) fill() error {
 	}
 	if o.Duration == 0 {
 		o.Duration = 10 * time.Second
+	}
+	if o.RegisterTimeout == 0 {
+		o.RegisterTimeout = 5 * time.Second
 	}
 	if o.Conns == 0 {
 		o.Conns = 1000
@@ -501,7 +511,7 @@ func (r *targetRun) startProbes(fctx context.Context) *sync.WaitGroup {
 			wg.Add(2)
 			go func() {
 				defer wg.Done()
-				ms, err := register(l, gwAddr, o.NewcomerIP, fmt.Sprintf("newcomer-%d", k), o.Logger)
+				ms, err := register(l, gwAddr, o.NewcomerIP, fmt.Sprintf("newcomer-%d", k), o.RegisterTimeout, o.Logger)
 				pmu.Lock()
 				row.Registrations++
 				row.RegisterMs = max(row.RegisterMs, ms)
@@ -673,10 +683,10 @@ func floodIPs() []netip.Addr {
 
 // register starts a host that registers with the flooded gateway alone and
 // returns how long that took.
-func register(l *lab.Lab, gw netip.AddrPort, listen netip.Addr, name string, logger *slog.Logger) (float64, error) {
+func register(l *lab.Lab, gw netip.AddrPort, listen netip.Addr, name string, timeout time.Duration, logger *slog.Logger) (float64, error) {
 	t := time.Now()
 	h, err := host.New(host.Config{Name: name, Region: lab.RegionA, Gateways: []netip.AddrPort{gw}, Key: l.HostKey, Listen: netip.AddrPortFrom(listen, 0),
-		DeadAfter: time.Second, OpenTimeout: 5 * time.Second, Logger: logger, Protocol: hostProtocol()})
+		DeadAfter: time.Second, OpenTimeout: timeout, Logger: logger, Protocol: hostProtocol()})
 	d := ms(time.Since(t))
 	if err != nil {
 		return d, err

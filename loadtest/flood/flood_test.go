@@ -45,7 +45,7 @@ func TestFloodShort(t *testing.T) {
 		t.Run(target, func(t *testing.T) {
 			o := Options{Targets: []string{target}, Count: 50_000, Duration: 2 * time.Second,
 				Before: time.Second, After: 3 * time.Second, Conns: 200, ConnTotal: 400,
-				MaxRSSMB: 3072, MaxGoroutines: 100_000}
+				MaxRSSMB: 3072, MaxGoroutines: 100_000, RegisterTimeout: transferOpenTimeout}
 			if raceEnabled {
 				// The race detector allows 8,128 goroutines.
 				o.MaxGoroutines = 7_500

@@ -58,7 +58,7 @@ func TestReproSharedIPHostClose(t *testing.T) {
 		t0 := time.Now()
 		// Three times: the stall comes in about one case in three.
 		for k := range 3 {
-			if _, err := register(l, tr.flow.Gateway(), netip.MustParseAddr(ip), fmt.Sprintf("other-%d", k), nil); err != nil {
+			if _, err := register(l, tr.flow.Gateway(), netip.MustParseAddr(ip), fmt.Sprintf("other-%d", k), 5*time.Second, nil); err != nil {
 				t.Fatal(err)
 			}
 			time.Sleep(4 * time.Second)

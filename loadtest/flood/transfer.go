@@ -68,7 +68,8 @@ func hostProtocol() metaroce.Config {
 // us-east/flood-sink after 5s"); a starved lab's gateways answered a
 // host's INIT up to 3.3 s late (docs/GATEWAY.md, "Registration under
 // load"). As loadtest/gwload's hostOpenTimeout. The flood's own
-// registration probe (register) keeps the library's 5 s: it is measured.
+// registration probe (register) keeps the library's 5 s in a run (it is measured;
+// Options.RegisterTimeout), TestFloodShort gives it this.
 const transferOpenTimeout = 20 * time.Second
 
 func startTransfer(ctx context.Context, l *lab.Lab, msgSize int, logger *slog.Logger) (*transfer, error) {
@@ -91,7 +92,11 @@ func startTransfer(ctx context.Context, l *lab.Lab, msgSize int, logger *slog.Lo
 	}
 	octx, ocancel := context.WithTimeout(ctx, transferOpenTimeout)
 	defer ocancel()
-	t.flow, err = t.src.OpenFlow(octx, lab.RegionB, "flood-sink", host.FlowOptions{})
+	// Opened again on a failure a busy machine causes (lab.OpenFlow),
+	// within transferOpenTimeout.
+	t.flow, err = lab.OpenFlow(octx, t.src, lab.RegionB, "flood-sink", host.FlowOptions{}, func(format string, args ...any) {
+		logger.Warn(fmt.Sprintf(format, args...))
+	})
 	if err != nil {
 		t.close()
 		return nil, fmt.Errorf("flood: open flow: %w", err)

@@ -153,7 +153,10 @@ func (e *env) open(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			f, err := j.from.OpenFlow(ctx, j.region, j.dstName, host.FlowOptions{Class: w.Class})
+			// The gateways were ready: what fails an OPEN now is a machine
+			// too busy to run the lab (lab.OpenFlow says which failures
+			// and why); ctx bounds the start (Options.OpenTimeout).
+			f, err := lab.OpenFlow(ctx, j.from, j.region, j.dstName, host.FlowOptions{Class: w.Class}, e.warnf)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -349,4 +352,12 @@ func drainContext(ctx context.Context, deadline time.Time, idle time.Duration, p
 		}
 	}()
 	return dctx, cancel
+}
+
+// warnf logs a failed OPEN attempt at warn (lab.OpenFlow), when the run
+// has a logger.
+func (e *env) warnf(format string, args ...any) {
+	if e.o.Logger != nil {
+		e.o.Logger.Warn(fmt.Sprintf(format, args...))
+	}
 }
