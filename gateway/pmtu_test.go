@@ -175,7 +175,9 @@ func TestPMTUThroughEmulator(t *testing.T) {
 	t.Logf("steady 1 s with a host transfer (%d KiB written): size drops p0 %d, p1 %d", written.Load()*64, after[0]-before[0], after[1]-before[1])
 	for k := range after {
 		if after[k] != before[k] {
-			t.Errorf("plane p%d: %d datagrams dropped for size after settling", k, after[k]-before[k])
+			st := pl.emus[k].Stats()
+			t.Errorf("plane p%d: %d datagrams dropped for size after settling (the last dropped: %d bytes A→B, %d B→A)",
+				k, after[k]-before[k], st.Links[netem.AtoB][0].SizeDropLast, st.Links[netem.BtoA][0].SizeDropLast)
 		}
 	}
 
@@ -234,7 +236,9 @@ func TestPMTUThroughEmulator(t *testing.T) {
 	for k := range after {
 		probes := probesAfter[k].Stats.ProbesSent - probesBefore[k].Stats.ProbesSent
 		if after[k]-before[k] > probes {
-			t.Errorf("plane p%d: %d datagrams dropped for size after re-settling, only %d of them probes", k, after[k]-before[k], probes)
+			st := pl.emus[k].Stats()
+			t.Errorf("plane p%d: %d datagrams dropped for size after re-settling, only %d of them probes (the last dropped: %d bytes A→B, %d B→A; groups %+v)",
+				k, after[k]-before[k], probes, st.Links[netem.AtoB][0].SizeDropLast, st.Links[netem.BtoA][0].SizeDropLast, probesAfter)
 		}
 	}
 	// Status and metrics show it.

@@ -71,6 +71,7 @@ type linkCounters struct {
 	downDrops, ceMarks        atomic.Uint64
 	maxQueue                  atomic.Uint64
 	sizeDrops                 atomic.Uint64
+	sizeDropLast              atomic.Uint64 // size of the last datagram dropped for size
 }
 
 // link is one plane in one direction: the queue model (the datagrams
@@ -158,6 +159,7 @@ func (l *link) admitVia(now time.Duration, size int, cp ecn.Codepoint, full bool
 	}
 	if l.cfg.MTU > 0 && size+IPHeaderLen > l.cfg.MTU {
 		l.c.sizeDrops.Add(1)
+		l.c.sizeDropLast.Store(uint64(size))
 		return DroppedSize
 	}
 	if full {

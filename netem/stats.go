@@ -14,6 +14,7 @@ type LinkStats struct {
 	LossDrops      uint64 // random loss after the queue
 	DownDrops      uint64 // the plane was failed on arrival or in flight
 	SizeDrops      uint64 // larger than the plane's MTU clamp (LinkConfig.MTU)
+	SizeDropLast   uint64 // the UDP payload size of the last of those (what was too big)
 	CEMarks        uint64 // ECT datagrams forwarded as CE
 	MaxQueueBytes  uint64 // the deepest the queue has been, in bytes
 }
@@ -28,6 +29,9 @@ func (s *LinkStats) add(o LinkStats) {
 	s.LossDrops += o.LossDrops
 	s.DownDrops += o.DownDrops
 	s.SizeDrops += o.SizeDrops
+	if o.SizeDropLast != 0 {
+		s.SizeDropLast = o.SizeDropLast
+	}
 	s.CEMarks += o.CEMarks
 	s.MaxQueueBytes = max(s.MaxQueueBytes, o.MaxQueueBytes)
 }
@@ -92,6 +96,7 @@ func (em *Emulator) Stats() Stats {
 				LossDrops:      c.lossDrops.Load(),
 				DownDrops:      c.downDrops.Load(),
 				SizeDrops:      c.sizeDrops.Load(),
+				SizeDropLast:   c.sizeDropLast.Load(),
 				CEMarks:        c.ceMarks.Load(),
 				MaxQueueBytes:  c.maxQueue.Load(),
 			}
