@@ -265,6 +265,7 @@ func (g *Gateway) snapshot(prev *rateState) {
 	}
 	g.metrics.MemoryBufferedBytes.Set(float64(st.Memory.InUse))
 	g.metrics.HostFlowsActive.Set(float64(st.Flows.Active))
+	g.metrics.SyncDetoured(st.Flows.Detoured)
 	st.Ready = g.ready(st)
 	g.status.Store(st)
 }

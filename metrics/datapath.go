@@ -504,6 +504,17 @@ type GossipHealth struct {
 	Held, Released, Absorbed, DownEvicted uint64
 }
 
+// SyncDetoured sets mrgw_host_flows_detoured_total to the relay's running
+// count of detoured routes (gateway Status.Flows.Detoured).
+func (m *Metrics) SyncDetoured(n uint64) {
+	m.pathMu.Lock()
+	defer m.pathMu.Unlock()
+	if m.detoured.c == nil {
+		m.detoured.c = m.HostFlowsDetoured
+	}
+	m.detoured.set(n)
+}
+
 // SyncGossipHealth folds gossip's cumulative path-health counters into
 // mrgw_gossip_health_held_total, _released_total, _absorbed_total and
 // _down_evicted_total. Safe for concurrent use.

@@ -78,3 +78,15 @@ func TestSilenceDrop(t *testing.T) {
 		t.Errorf("mrgw_peer_silence_drops_total = %v, want 2", v)
 	}
 }
+
+// TestSyncDetoured: the relay's running count of detoured routes becomes
+// a counter that only grows (a restart of the count adds the new value).
+func TestSyncDetoured(t *testing.T) {
+	m := New(WithIdentity("euw-gw1", "eu-west"))
+	for _, n := range []uint64{2, 5, 5, 1} {
+		m.SyncDetoured(n)
+	}
+	if got := counterValue(t, m.HostFlowsDetoured); got != 6 {
+		t.Errorf("mrgw_host_flows_detoured_total %v, want 6 (2, then +3, then +1 after the count restarted)", got)
+	}
+}

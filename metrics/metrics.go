@@ -286,6 +286,7 @@ type Metrics struct {
 	HostFlowsActive      prometheus.Gauge       //
 	HostFlowsLimit       prometheus.Gauge       //
 	HostFlowsRefused     *prometheus.CounterVec // reason
+	HostFlowsDetoured    prometheus.Counter     //
 	LANAdmissionRefused  *prometheus.CounterVec // reason
 	RegistrationsRefused *prometheus.CounterVec // reason
 	LANPeersReclaimed    *prometheus.CounterVec // reason
@@ -377,6 +378,7 @@ type Metrics struct {
 	synced map[syncKey]*counterSync // SyncProtocolDropped, SyncControl
 	// gossipHealth: held, released, absorbed, down evicted (SyncGossipHealth).
 	gossipHealth *[4]counterSync
+	detoured     counterSync // HostFlowsDetoured, from the relay's running count
 }
 
 // Option changes what New builds.
@@ -463,6 +465,8 @@ func New(opts ...Option) *Metrics {
 	m.HostFlowsRefused = b.counterVec("mrgw_host_flows_refused_total",
 		"Host flows refused at admission, by reason: limit (max_flows or memory reached), no_route (no reachable gateway of the destination region), bad_request.",
 		LabelReason)
+	m.HostFlowsDetoured = b.counter("mrgw_host_flows_detoured_total",
+		"Host flows (OPENs and re-opens) routed past the gateway that rendezvous hashing ranks first among those with a WAN connection, because it was gossip-suspect, silent or refused the endpoint: steady growth means a remote gateway is flapping.")
 	m.LANAdmissionRefused = b.counterVec("mrgw_lan_admissions_refused_total",
 		"INITs from new LAN sources not admitted, by reason: retry (under load, answered with a cookie challenge), bad_cookie, rate_limited (per source IP), pending_limit (too many peers not yet registered), full (the LAN peer table is full).",
 		LabelReason)
