@@ -162,8 +162,13 @@ func (l *fluidLink) timeTo(f *fluidFlow, frac float64, hold, limit time.Duration
 // scalable at 1% of its rate plus 0.5% of the scale: about 1.5%. Reclaim
 // and recovery take about 1.4 and 1.25 times as long with scalable. With
 // the scale ten times the bottleneck, the probing overshoots into a queue at
-// once, the delay equilibrium sets the rate, and the two give the same
-// numbers (as in rtt-fairness, utilization and convergence, docs/CC.md §4).
+// once and the delay equilibrium with the marked-fraction price sets the
+// rate; the two gave the same numbers there until the price gave way to the
+// growth function's probe once the marks stop (cc.AIMD.priceProbe, issue 16
+// item 2): a flow whose competitor left, or whose rate a loss burst cut,
+// now probes past the price with its own growth function, so the two
+// differ there too, by their probe (htcp reclaims in 1.49 s, scalable in
+// 1.75 s). Both must still share fairly and come back.
 func TestVariantsDifferOnlyWhileProbing(t *testing.T) {
 	const capacity = 125e6 // bytes/s
 	type result struct{ shareA, shareB, reclaim, recover float64 }
@@ -204,8 +209,6 @@ func TestVariantsDifferOnlyWhileProbing(t *testing.T) {
 			if h.reclaim > 0.85*s.reclaim || h.recover > 0.9*s.recover {
 				t.Errorf("scale at the bottleneck: htcp reclaim %.3f s / recovery %.3f s, scalable %.3f / %.3f: the variants no longer differ while probing", h.reclaim, h.recover, s.reclaim, s.recover)
 			}
-		} else if h != s {
-			t.Errorf("scale far above the bottleneck: htcp %+v, scalable %+v: expected the equilibrium to make them one", h, s)
 		}
 	}
 }
