@@ -972,13 +972,16 @@ const (
 	MarkPriceTau       = 5 * time.Second
 	MarkPriceTauGrowth = 4.0
 	MarkPriceRelax     = 0.25
-	// MarkPriceProbeGain is the part of its growth function's step a
-	// connection takes, in proportion to its part of its scale, while
-	// it probes past the price (priceProbe). With the whole step
-	// (1.0) 256 connections at the standing-queue bottleneck shared it
-	// with Jain 0.954; with 0.5, fabric convergence at 100 ms took 31
-	// round trips (target 30); 0.75: 0.968 and 26 (docs/CC.md §4).
-	MarkPriceProbeGain = 0.75
+	// MarkPriceProbeStep is how fast a connection probes past the price
+	// once the marks stop (priceProbe): this fraction of its own rate per
+	// RefRTT. Measured in the growth function's terms first (its step
+	// times the connection's part of its scale, htcp): with the whole
+	// step (2% per RefRTT away from congestion) 256 connections at the
+	// standing-queue bottleneck shared it with Jain 0.954; with half of
+	// it fabric convergence at 100 ms took 31 round trips (target 30);
+	// with 0.75 of it 0.968 and 26, but scalable, whose step is smaller,
+	// 32. A fixed 1.5% (htcp's 0.75 × 2%) gives both 26 (docs/CC.md §4).
+	MarkPriceProbeStep = 0.015
 )
 
 // markPrice is the price of the marks at a marking bottleneck, in seconds
@@ -1068,10 +1071,9 @@ func (a *AIMD) priceOn() bool {
 // The marks, unlike the RTT samples, are common to every connection
 // through the bottleneck (a threshold marker marks every packet while its
 // queue is above the threshold), so the probe starts alike for all of
-// them. The growth function then raises the rate, by MarkPriceProbeGain of
-// its step times the connection's part of its scale (so every connection
-// rises by the same fraction of its rate, and n of them together as fast
-// as one), and the price gives way by as much (priceGiveWay). In a dip of
+// them. The rate then rises by MarkPriceProbeStep of itself per RefRTT
+// (every connection by the same fraction of its rate, n of them together
+// as fast as one), and the price gives way by as much (priceGiveWay). In a dip of
 // the relay the queue comes back within a round trip or two and the marks
 // stop the probe; after a load drop the probe goes on until the link is
 // full. Tried and not kept: a fall of F after a round trip or 0.5-1 s
@@ -1160,8 +1162,8 @@ func (a *AIMD) grow(now time.Duration, path int) {
 		return
 	}
 	// Not while the equilibrium steers, unless only the marked-fraction
-	// price holds the rate and the marks have stopped: then the growth
-	// function probes and the price gives way (priceProbe).
+	// price holds the rate and the marks have stopped: then the rate
+	// probes and the price gives way (priceProbe).
 	probe := false
 	if a.steering() {
 		if !a.priceProbe() {
@@ -1180,12 +1182,12 @@ func (a *AIMD) grow(now time.Duration, path int) {
 		})
 		inc = g * dt.Seconds() * share
 		if probe {
-			// In proportion to the connection's part of its scale: n
-			// connections at a bottleneck probe together as fast as one,
-			// whatever n, and each by the same fraction of its rate.
-			if sc := a.scale(); sc > 0 {
-				inc *= MarkPriceProbeGain * math.Min(1, a.total/sc)
-			}
+			// Not the growth function's step, which is a fraction of the
+			// scale: MarkPriceProbeStep of the connection's own rate per
+			// RefRTT, so that every connection at the bottleneck rises
+			// by the same fraction of its rate and n of them together as
+			// fast as one, whatever n and whichever controller.
+			inc = MarkPriceProbeStep * a.total * dt.Seconds() / a.cfg.RefRTT.Seconds() * share
 		}
 	}
 	before := a.total

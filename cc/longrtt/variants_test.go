@@ -163,12 +163,18 @@ func (l *fluidLink) timeTo(f *fluidFlow, frac float64, hold, limit time.Duration
 // and recovery take about 1.4 and 1.25 times as long with scalable. With
 // the scale ten times the bottleneck, the probing overshoots into a queue at
 // once and the delay equilibrium with the marked-fraction price sets the
-// rate; the two gave the same numbers there until the price gave way to the
-// growth function's probe once the marks stop (cc.AIMD.priceProbe, issue 16
-// item 2): a flow whose competitor left, or whose rate a loss burst cut,
-// now probes past the price with its own growth function, so the two
-// differ there too, by their probe (htcp reclaims in 1.49 s, scalable in
-// 1.75 s). Both must still share fairly and come back.
+// rate, and the two give the same numbers (as in rtt-fairness, utilization
+// and convergence, docs/CC.md §4).
+//
+// Reclaim at a marking bottleneck is not the growth functions' since the
+// marked-fraction price is on (issue 16 item 2): the remaining flow is held
+// by the price, which gives way to a probe of the engine's own once the
+// marks stop (cc.AIMD.priceProbe, MarkPriceProbeStep), the same for both
+// (4.26 s at the scale of the bottleneck, 1.49 s at ten times; it was
+// 1.41 / 1.68 s with the price's previous fall, which read the receiver's
+// ack timer as a queue, and 0.81 / 1.14 s without the price). So at the
+// bottleneck's scale only the recovery from the loss burst, where the
+// growth functions act, must differ.
 func TestVariantsDifferOnlyWhileProbing(t *testing.T) {
 	const capacity = 125e6 // bytes/s
 	type result struct{ shareA, shareB, reclaim, recover float64 }
@@ -206,9 +212,11 @@ func TestVariantsDifferOnlyWhileProbing(t *testing.T) {
 			}
 		}
 		if line == capacity {
-			if h.reclaim > 0.85*s.reclaim || h.recover > 0.9*s.recover {
+			if h.recover > 0.9*s.recover {
 				t.Errorf("scale at the bottleneck: htcp reclaim %.3f s / recovery %.3f s, scalable %.3f / %.3f: the variants no longer differ while probing", h.reclaim, h.recover, s.reclaim, s.recover)
 			}
+		} else if h != s {
+			t.Errorf("scale far above the bottleneck: htcp %+v, scalable %+v: expected the equilibrium to make them one", h, s)
 		}
 	}
 }
