@@ -1037,11 +1037,19 @@ func (a *AIMD) priceOn() bool {
 	return a.cfg.MarkPrice && a.hint <= 0
 }
 
-// priceProbe reports whether the growth function probes past the
-// marked-fraction price: the price acts (priceOn, F > 0), the connection
-// is not searching, and no ack has carried a mark for a round trip (the
-// connection's rate-weighted srtt), i.e. the bottleneck's queue has been
-// below its marking threshold for that long.
+// priceProbe reports whether the rate probes past the marked-fraction
+// price: the price acts (priceOn, F > 0), the connection is not
+// searching, no ack has carried a mark for a round trip (the connection's
+// rate-weighted srtt), i.e. the bottleneck's queue has been below its
+// marking threshold for that long, and the connection's own queueing
+// delay is below its steering threshold (steerFrom: QueueShare/4, lower
+// while markedShare yields). The last test is for a classic-ECN flow in
+// the same queue: it keeps the queue below the threshold but not empty,
+// and on the marks alone the probe took back the room markedShare had
+// yielded (TestCCCoexistence without hints: the classic flow kept 0.121 /
+// 0.183 of the link, htcp / scalable, want 0.2; 0.298 with it). The
+// threshold (2.5 ms while a connection takes at most half its scale, as
+// each of several does) is above the receiver's 1 ms ack timer below.
 //
 // Why (issue 16 item 2). F is a mean over seconds (MarkPriceTau), so when
 // the load falls (a competitor leaves) the price holds the rate at α/V
@@ -1087,8 +1095,8 @@ func (a *AIMD) priceProbe() bool {
 	if !a.priceOn() || a.mkF <= 0 || a.searching {
 		return false
 	}
-	_, _, srtt := a.connDelay()
-	return srtt > 0 && a.mkLast-a.mkMarkAt >= srtt
+	_, q, srtt := a.connDelay()
+	return srtt > 0 && a.mkLast-a.mkMarkAt >= srtt && q < a.steerFrom(a.scale())
 }
 
 // priceGiveWay lowers the marked-fraction price after the probe raised the

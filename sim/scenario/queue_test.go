@@ -3,6 +3,9 @@ package scenario
 import (
 	"testing"
 
+	"github.com/mrgw/mrgw/cc"
+	"github.com/mrgw/mrgw/cc/longrtt"
+
 	"github.com/mrgw/mrgw/internal/report"
 )
 
@@ -65,12 +68,25 @@ func TestCCStandingQueueFewPaths(t *testing.T) {
 	}
 }
 
+// noPrice names, in this test binary only, longrtt-htcp without the
+// marked-fraction price: the delay equilibrium alone, whose standing queue
+// is known in closed form (n × QueueShare).
+const noPrice = "longrtt-htcp-noprice"
+
+func init() {
+	cc.Register(noPrice, func(p cc.Params) cc.Factory {
+		return cc.NewAIMD(cc.AIMDConfig{Name: noPrice, Growth: longrtt.HTCPGrowth, RefRTT: longrtt.DefaultRefRTT, RTTFair: true,
+			DelayTarget: longrtt.DefaultDelayTarget, QueueShare: longrtt.DefaultQueueShare, SearchStart: longrtt.SearchStart, Params: p})
+	})
+}
+
 // TestStandingQueueScenarioMeasures checks the scenario's measurement, which
-// the target above depends on, on the delay equilibrium alone: two
-// connections hold about 2 × QueueShare (20 ms) of standing queue, fairly,
-// with the link full; a lone connection at its line rate holds none.
+// the target above depends on, on the delay equilibrium alone (longrtt-htcp
+// without the price): two connections hold about 2 × QueueShare (20 ms) of
+// standing queue, fairly, with the link full; a lone connection at its line
+// rate holds none.
 func TestStandingQueueScenarioMeasures(t *testing.T) {
-	rows, err := standingQueueRuns(Options{Seed: 1, Scale: 0.25}, []string{"longrtt-htcp"}, []int{1, 2})
+	rows, err := standingQueueRuns(Options{Seed: 1, Scale: 0.25}, []string{noPrice}, []int{1, 2})
 	if err != nil {
 		t.Fatal(err)
 	}
