@@ -170,7 +170,7 @@ func (l *fluidLink) timeTo(f *fluidFlow, frac float64, hold, limit time.Duration
 // marked-fraction price is on (issue 16 item 2): the remaining flow is held
 // by the price, which gives way to a probe of the engine's own once the
 // marks stop (cc.AIMD.priceProbe, MarkPriceProbeStep), the same for both
-// (4.26 s at the scale of the bottleneck, 1.49 s at ten times; it was
+// (4.68 s at the scale of the bottleneck, 1.10 s at ten times; it was
 // 1.41 / 1.68 s with the price's previous fall, which read the receiver's
 // ack timer as a queue, and 0.81 / 1.14 s without the price). So at the
 // bottleneck's scale only the recovery from the loss burst, where the
