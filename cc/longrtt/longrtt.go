@@ -92,7 +92,7 @@ func config(name string, p cc.Params, g cc.Growth) cc.AIMDConfig {
 		DelayTargetFrac: 0,
 		QueueShare:      DefaultQueueShare,
 		SearchStart:     SearchStart,
-		MarkPrice:       false, // opt-in: NewHTCPMarkPrice (docs/CC.md §7)
+		MarkPrice:       true,
 		Params:          p,
 	}
 }
@@ -113,22 +113,6 @@ const (
 // 1 Gbit/s and at 100 Gbit/s.
 func NewHTCP(p cc.Params) cc.Factory {
 	return cc.NewAIMD(config("longrtt-htcp", p, HTCPGrowth))
-}
-
-// MarkPriceName names longrtt-htcp with the marked-fraction price
-// (cc.AIMDConfig.MarkPrice) in scenario rows. It is not registered: with
-// it on in the registered controllers, together with the weighted split
-// of a connection over its paths (cc.Splitter), two connections at a
-// 100 ms fabric bottleneck took 44 round trips to converge (want <= 30),
-// and with an even split ten connections at the standing-queue
-// bottleneck shared it with Jain 0.34 (docs/CC.md §7).
-const MarkPriceName = "longrtt-htcp+markprice"
-
-// NewHTCPMarkPrice returns longrtt-htcp with the marked-fraction price on.
-func NewHTCPMarkPrice(p cc.Params) cc.Factory {
-	c := config(MarkPriceName, p, HTCPGrowth)
-	c.MarkPrice = true
-	return cc.NewAIMD(c)
 }
 
 // HTCPGrowth is longrtt-htcp's growth function.

@@ -162,8 +162,19 @@ func (l *fluidLink) timeTo(f *fluidFlow, frac float64, hold, limit time.Duration
 // scalable at 1% of its rate plus 0.5% of the scale: about 1.5%. Reclaim
 // and recovery take about 1.4 and 1.25 times as long with scalable. With
 // the scale ten times the bottleneck, the probing overshoots into a queue at
-// once, the delay equilibrium sets the rate, and the two give the same
-// numbers (as in rtt-fairness, utilization and convergence, docs/CC.md §4).
+// once and the delay equilibrium with the marked-fraction price sets the
+// rate, and the two give the same numbers (as in rtt-fairness, utilization
+// and convergence, docs/CC.md §4).
+//
+// Reclaim at a marking bottleneck is not the growth functions' since the
+// marked-fraction price is on (issue 16 item 2): the remaining flow is held
+// by the price, which gives way to a probe of the engine's own once the
+// marks stop (cc.AIMD.priceProbe, MarkPriceProbeStep), the same for both
+// (4.68 s at the scale of the bottleneck, 1.10 s at ten times; it was
+// 1.41 / 1.68 s with the price's previous fall, which read the receiver's
+// ack timer as a queue, and 0.81 / 1.14 s without the price). So at the
+// bottleneck's scale only the recovery from the loss burst, where the
+// growth functions act, must differ.
 func TestVariantsDifferOnlyWhileProbing(t *testing.T) {
 	const capacity = 125e6 // bytes/s
 	type result struct{ shareA, shareB, reclaim, recover float64 }
@@ -201,7 +212,7 @@ func TestVariantsDifferOnlyWhileProbing(t *testing.T) {
 			}
 		}
 		if line == capacity {
-			if h.reclaim > 0.85*s.reclaim || h.recover > 0.9*s.recover {
+			if h.recover > 0.9*s.recover {
 				t.Errorf("scale at the bottleneck: htcp reclaim %.3f s / recovery %.3f s, scalable %.3f / %.3f: the variants no longer differ while probing", h.reclaim, h.recover, s.reclaim, s.recover)
 			}
 		} else if h != s {

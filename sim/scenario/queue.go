@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/mrgw/mrgw/cc"
-	"github.com/mrgw/mrgw/cc/longrtt"
 	"github.com/mrgw/mrgw/internal/report"
 
 	"github.com/mrgw/mrgw/units"
@@ -37,29 +35,31 @@ const (
 var QueueCounts = []int{1, 2, 10, 64, 256}
 
 // StandingQueue runs the standing-queue scenario for each long-RTT
-// controller and longrtt-htcp with the marked-fraction price
-// (longrtt.MarkPriceName, opt-in, not registered), for each count in
-// QueueCounts.
+// controller (both with the marked-fraction price, cc.AIMDConfig.MarkPrice)
+// for each count in QueueCounts.
 func StandingQueue(o Options) ([]report.Row, error) {
-	return standingQueueRuns(o, append(append([]string{}, LongRTTControllers...), longrtt.MarkPriceName), QueueCounts)
+	return standingQueueRuns(o, LongRTTControllers, QueueCounts)
 }
 
 func standingQueueRuns(o Options, names []string, counts []int) ([]report.Row, error) {
+	return standingQueueRunsPaths(o, names, counts, QueuePaths)
+}
+
+// standingQueueRunsPaths is standingQueueRuns with paths paths per
+// connection.
+func standingQueueRunsPaths(o Options, names []string, counts []int, paths int) ([]report.Row, error) {
 	rate := o.rateOr(QueueRateBps)
 	rtt := QueueRTT
 	bdp := units.BitRate(rate).Bytes().BytesIn(rtt)
 	var rows []report.Row
 	var runs []namedRun
-	var err error
 	total, i := len(names)*len(counts), 0
 	for _, name := range names {
 		for _, n := range counts {
 			i++
 			o.progress(i, total, fmt.Sprintf("standing-queue %s n=%d", name, n))
-			var f cc.Factory
-			if name == longrtt.MarkPriceName {
-				f = longrtt.NewHTCPMarkPrice(cc.Params{LineRate: units.BitRate(rate), BaseRTT: rtt})
-			} else if f, err = factory(name, rate, rtt); err != nil {
+			f, err := factory(name, rate, rtt)
+			if err != nil {
 				return nil, err
 			}
 			// Joins spread over the first round trips, as connections of a
@@ -69,7 +69,7 @@ func standingQueueRuns(o Options, names []string, counts []int) ([]report.Row, e
 				start[k] = time.Duration(k) * QueueJoinRTTs * rtt / time.Duration(n)
 			}
 			d := o.scaleRTTs(QueueRTTs) * rtt
-			s := Setup{Planes: 1, RateBps: rate, RTT: rtt, Flows: n, FlowStart: start, CC: f, Paths: QueuePaths, NoHints: true,
+			s := Setup{Planes: 1, RateBps: rate, RTT: rtt, Flows: n, FlowStart: start, CC: f, Paths: paths, NoHints: true,
 				ECNThreshold: ecnThreshold(rate, rtt), QueueBytes: int(4 * bdp), MsgSize: 256 << 10,
 				Duration: d, Warmup: d / 2, Seed: o.Seed + 30, Sample: rtt / 4}
 			r, err := Run(s)
