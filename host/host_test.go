@@ -328,14 +328,22 @@ func TestOpenRefused(t *testing.T) {
 		{"us", "nobody", flowctl.CodeUnknownEndpoint},
 		{"mars", "dst", flowctl.CodeUnknownRegion},
 	} {
-		start := time.Now()
-		_, err := w.src.OpenFlow(ctx, tc.region, tc.endpoint, FlowOptions{})
-		var fe *flowctl.Error
-		if !errors.As(err, &fe) || fe.Code != tc.code {
-			t.Fatalf("open %s/%s: %v, want code %v", tc.region, tc.endpoint, err, tc.code)
+		// At once: the gateway's typed refusal, not the OpenTimeout
+		// (3 s here, ErrOpenTimeout). The fastest of three opens is
+		// compared, so that one descheduling of a loaded test machine
+		// does not read as a wait for the timeout.
+		fastest := time.Hour
+		for range 3 {
+			start := time.Now()
+			_, err := w.src.OpenFlow(ctx, tc.region, tc.endpoint, FlowOptions{})
+			var fe *flowctl.Error
+			if !errors.As(err, &fe) || fe.Code != tc.code {
+				t.Fatalf("open %s/%s: %v, want code %v", tc.region, tc.endpoint, err, tc.code)
+			}
+			fastest = min(fastest, time.Since(start))
 		}
-		if d := time.Since(start); d > 2*time.Second {
-			t.Fatalf("open %s/%s took %v", tc.region, tc.endpoint, d)
+		if fastest > 2*time.Second {
+			t.Fatalf("open %s/%s took at least %v in three tries", tc.region, tc.endpoint, fastest)
 		}
 	}
 

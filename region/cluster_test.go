@@ -76,10 +76,18 @@ func TestClusterLifecycle(t *testing.T) {
 	}
 	waitChange(t, changes, Change{Name: "b2", Region: "b", From: Alive, To: Left})
 
-	begin := time.Now()
-	gws, err = a1.Route("b")
-	if took := time.Since(begin); took > 100*time.Millisecond {
-		t.Errorf("Route took %s; it must answer from local state", took)
+	// It answers from local state: no call waits for the network (a
+	// probe would take a probe timeout, 100 ms or more). The fastest of
+	// five calls is compared, so that one descheduling of a loaded test
+	// machine does not read as a network wait.
+	fastest := time.Hour
+	for range 5 {
+		begin := time.Now()
+		gws, err = a1.Route("b")
+		fastest = min(fastest, time.Since(begin))
+	}
+	if fastest > 100*time.Millisecond {
+		t.Errorf("Route took at least %s in five calls; it must answer from local state", fastest)
 	}
 	if gws != nil || !errors.Is(err, ErrRegionUnreachable) || !errors.As(err, &re) {
 		t.Fatalf("Route(b) with both gone = %v, %v; want ErrRegionUnreachable", names(gws), err)
