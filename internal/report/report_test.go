@@ -53,6 +53,10 @@ func TestJain(t *testing.T) {
 	if j := Jain([]float64{1, 0, 0, 0}); j != 0.25 {
 		t.Fatalf("one takes all: %v", j)
 	}
+	// Equal shares whose sums round up: the raw ratio is 1.0000000000000002.
+	if j := Jain([]float64{0.333, 0.333, 0.333}); j != 1 {
+		t.Fatalf("equal shares with rounding: %v, want 1", j)
+	}
 }
 
 func TestSlug(t *testing.T) {
