@@ -19,10 +19,7 @@ import (
 // unlimited lifts their ceiling.
 func TestWANParamsCarryEgress(t *testing.T) {
 	const capacity = 1e9 // bit/s
-	cfg := &config.Config{}
-	cfg.WAN.MaxRateBps = capacity
-	cfg.Regions = []config.Region{{RTTHint: 50 * time.Millisecond}}
-	g := &Gateway{egress: newEgress(cfg.WAN.MaxRate(), slowestHint(cfg))}
+	cfg, g := egressGateway(capacity)
 	p := wanParams(cfg, g.egress)
 	if p.Egress == nil || p.Egress != g.egress || p.LineRate != capacity || p.BaseRTT != 50*time.Millisecond {
 		t.Fatalf("wanParams = %+v, want the gateway's Egress, line rate %g, base RTT 50ms", p, float64(capacity))
@@ -82,10 +79,7 @@ func TestWANParamsCarryEgress(t *testing.T) {
 // total.
 func TestReloadEgressZeroAndBack(t *testing.T) {
 	const capacity = 1e9 // bit/s
-	cfg := &config.Config{}
-	cfg.WAN.MaxRateBps = capacity
-	cfg.Regions = []config.Region{{RTTHint: 50 * time.Millisecond}}
-	g := &Gateway{egress: newEgress(cfg.WAN.MaxRate(), slowestHint(cfg))}
+	cfg, g := egressGateway(capacity)
 	f, err := controller("longrtt-htcp", wanParams(cfg, g.egress))
 	if err != nil {
 		t.Fatal(err)
@@ -123,4 +117,13 @@ func TestReloadEgressZeroAndBack(t *testing.T) {
 			t.Errorf("limit back: connection %d paces at %.4g B/s, want its egress share %.4g of %.4g", i, r, half, float64(whole))
 		}
 	}
+}
+
+// egressGateway is a gateway of one region at 50 ms whose WAN is limited
+// to capacity bit/s, with the Egress New would give it.
+func egressGateway(capacity int64) (*config.Config, *Gateway) {
+	cfg := &config.Config{}
+	cfg.WAN.MaxRateBps = capacity
+	cfg.Regions = []config.Region{{RTTHint: 50 * time.Millisecond}}
+	return cfg, &Gateway{egress: newEgress(cfg.WAN.MaxRate(), slowestHint(cfg))}
 }
