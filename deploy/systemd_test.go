@@ -2,10 +2,12 @@ package deploy_test
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -128,6 +130,70 @@ func TestSystemdAnalyzeVerify(t *testing.T) {
 	}
 	if out, _ := exec.Command(sa, "verify", bad).CombinedOutput(); !strings.Contains(string(out), "NoNewPrivilege") {
 		t.Errorf("systemd-analyze verify does not report a misspelt key:\n%s", out)
+	}
+}
+
+// TestSystemdRealtimeDropIn: the optional real-time drop-in is valid
+// beside the unit (systemd-analyze verify reads the unit's .d directory),
+// asks for SCHED_FIFO at a priority Linux accepts, and lifts the base
+// unit's RestrictRealtime (which would otherwise forbid it).
+func TestSystemdRealtimeDropIn(t *testing.T) {
+	drop := unit(t, filepath.Join("systemd", "realtime.conf"))["Service"]
+	if got := drop["CPUSchedulingPolicy"]; len(got) != 1 || got[0] != "fifo" {
+		t.Errorf("CPUSchedulingPolicy = %q, want fifo", got)
+	}
+	if got := drop["RestrictRealtime"]; len(got) != 1 || got[0] != "no" {
+		t.Errorf("RestrictRealtime = %q, want no: the base unit forbids real-time scheduling", got)
+	}
+	if got := drop["CPUSchedulingPriority"]; len(got) != 1 {
+		t.Errorf("CPUSchedulingPriority = %q, want one value", got)
+	} else if p, err := strconv.Atoi(got[0]); err != nil || p < 1 || p > 99 {
+		t.Errorf("CPUSchedulingPriority = %q, want 1..99", got[0])
+	}
+
+	sa, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Skip("systemd-analyze not installed")
+	}
+	dir := t.TempDir()
+	stub := filepath.Join(dir, "mrgw")
+	if err := os.WriteFile(stub, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join("systemd", "mrgw.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	unitPath := filepath.Join(dir, "mrgw.service")
+	if err := os.WriteFile(unitPath, []byte(strings.ReplaceAll(string(b), "/usr/local/bin/mrgw", stub)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d, err := os.ReadFile(filepath.Join("systemd", "realtime.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	verify := func(dropIn []byte) string {
+		t.Helper()
+		if err := os.MkdirAll(unitPath+".d", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(unitPath+".d", "realtime.conf"), dropIn, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(sa, "verify", unitPath)
+		cmd.Env = append(os.Environ(), "SYSTEMD_LOG_COLOR=0")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Sprintf("%v: %s", err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	if out := verify(d); out != "" {
+		t.Errorf("systemd-analyze verify with the drop-in: %s", out)
+	}
+	// Not vacuous: the drop-in is read, and a misspelt key in it reported.
+	if out := verify([]byte(strings.Replace(string(d), "CPUSchedulingPolicy=", "CPUSchedulingPolicyX=", 1))); !strings.Contains(out, "CPUSchedulingPolicyX") {
+		t.Errorf("systemd-analyze verify does not read the drop-in directory:\n%s", out)
 	}
 }
 

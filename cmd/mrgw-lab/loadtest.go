@@ -11,6 +11,7 @@ import (
 	"github.com/mrgw/mrgw/internal/cli"
 	"github.com/mrgw/mrgw/internal/plot"
 	"github.com/mrgw/mrgw/internal/report"
+	"github.com/mrgw/mrgw/internal/rtsched"
 	"github.com/mrgw/mrgw/loadtest/datapath"
 	"github.com/mrgw/mrgw/loadtest/peers"
 	"github.com/mrgw/mrgw/netio/seal"
@@ -21,10 +22,36 @@ import (
 
 // newLoadtestCmd groups the real-time load tests over real sockets.
 func newLoadtestCmd() *cobra.Command {
+	var realtime int
+	var restore func() error
 	cmd := &cobra.Command{
 		Use:   "loadtest",
 		Short: "Run load tests with real sockets on this machine (loopback only)",
+		// --realtime runs every thread of this process (emulators, mrgw,
+		// the kernel flows' Go endpoints alike) under SCHED_FIFO, as a
+		// dedicated gateway host runs its datapath: the measurement then
+		// shows the controllers, not the load-test host's scheduler.
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if realtime == 0 {
+				return nil
+			}
+			var err error
+			if restore, err = rtsched.FIFO(realtime); err != nil {
+				return fmt.Errorf("--realtime %d: %w", realtime, err)
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "loadtest: every thread under SCHED_FIFO priority %d (--realtime)\n", realtime)
+			return nil
+		},
+		PersistentPostRunE: func(*cobra.Command, []string) error {
+			if restore == nil {
+				return nil
+			}
+			return restore()
+		},
 	}
+	cmd.PersistentFlags().IntVar(&realtime, "realtime", 0,
+		"run every thread of the load test under SCHED_FIFO at this priority, 1-99 (root or CAP_SYS_NICE; 0: the host's normal scheduling). "+
+			"Removes the host's millisecond stalls of the user-space senders; docs/CC.md §7")
 	cmd.AddCommand(newDatapathCmd(),
 		newPeersCmd("loss-sweep", "mrgw, RoCEv2, kernel TCP (cubic, bbr; 1 and 8 streams), QUIC and kcp on one emulated bottleneck, 0-10% loss at 10/50/100 ms RTT",
 			peers.LossSweep, lossCols),
