@@ -5,12 +5,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/mrgw/mrgw/internal/hrtimer"
 )
 
 // Sched is the delivery half of one direction of an emulator: a FIFO per
 // queue (a plane, or a plane and a delay class) of items waiting for
 // their delivery times, and the dispatcher that hands them over on time,
-// in batches, sleeping on a timerfd in between (Go's timers are ~1 ms
+// in batches, sleeping on a timerfd (internal/hrtimer) in between (Go's timers are ~1 ms
 // late here) and yield-spinning only for waits under spinWindow. This
 // package's UDP relay and the TUN emulator (loadtest/tunemu) both run
 // their directions on it, so that the two deliver with the same
@@ -25,7 +27,7 @@ type Sched[T any] struct {
 	Mu sync.Mutex
 
 	now   func() time.Duration
-	timer *timer
+	timer *hrtimer.FD
 	q     []ring[T]
 	// stale reports, with Mu held, whether an item of queue i was in
 	// flight when its plane failed: it is dropped (and given to drop)
@@ -80,7 +82,7 @@ const (
 
 // NewSched returns a scheduler; start its dispatcher with Run.
 func NewSched[T any](c SchedConfig[T]) (*Sched[T], error) {
-	t, err := newTimer()
+	t, err := hrtimer.NewFD()
 	if err != nil {
 		return nil, err
 	}
@@ -101,7 +103,7 @@ func (s *Sched[T]) Push(i int, it Item[T]) {
 	s.q[i].push(it)
 	if s.sleeping && it.Deliver < s.armedAt {
 		s.armedAt = it.Deliver
-		s.timer.arm(int64(it.Deliver - earlyWake - s.now()))
+		s.timer.Arm(it.Deliver - earlyWake - s.now())
 	}
 }
 
@@ -131,7 +133,7 @@ func (s *Sched[T]) Run() {
 			s.send(b)
 			clear(b)
 		case sleep:
-			if !s.timer.wait() {
+			if !s.timer.Wait() {
 				return
 			}
 		default:
@@ -185,10 +187,10 @@ func (s *Sched[T]) collect(batch []Item[T]) (_ []Item[T], next time.Duration, sl
 	s.sleeping = true
 	if next == math.MaxInt64 {
 		if s.armedAt != math.MaxInt64 {
-			s.timer.disarm()
+			s.timer.Disarm()
 		}
 	} else {
-		s.timer.arm(int64(next - earlyWake - now))
+		s.timer.Arm(next - earlyWake - now)
 	}
 	s.armedAt = next
 	return batch, next, true, true
@@ -198,7 +200,7 @@ func (s *Sched[T]) collect(batch []Item[T]) (_ []Item[T], next time.Duration, sl
 func (s *Sched[T]) Close() {
 	if !s.closed {
 		s.closed = true
-		s.timer.close()
+		s.timer.Close()
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 
 	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
@@ -59,48 +58,3 @@ func setBuffers(uc *net.UDPConn) {
 		_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, sockBufBytes)
 	})
 }
-
-// timer is a CLOCK_MONOTONIC timerfd read through the Go netpoller. Go's
-// own timers wake about 1 ms late on Linux (the netpoller sleeps in whole
-// milliseconds; measured here: a 100 µs time.Sleep takes ~1.1 ms), far too
-// coarse for pacing datagrams microseconds apart. A timerfd becomes
-// readable at its hrtimer deadline and wakes the poller at once (measured
-// here: ~30-60 µs late at the median), and arming it is one syscall that any
-// goroutine may make.
-type timer struct {
-	fd int
-	f  *os.File
-}
-
-func newTimer() (*timer, error) {
-	fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
-	if err != nil {
-		return nil, fmt.Errorf("emu: timerfd_create: %w", err)
-	}
-	// A non-blocking fd given to os.NewFile is registered with the netpoller,
-	// so Read parks the goroutine instead of a thread, and Close wakes it.
-	return &timer{fd: fd, f: os.NewFile(uintptr(fd), "emu-timerfd")}, nil
-}
-
-// arm sets the timer to fire after d (at least 1 ns: 0 would disarm it).
-func (t *timer) arm(d int64) {
-	if d < 1 {
-		d = 1
-	}
-	spec := unix.ItimerSpec{Value: unix.NsecToTimespec(d)}
-	_ = unix.TimerfdSettime(t.fd, 0, &spec, nil)
-}
-
-// disarm stops the timer.
-func (t *timer) disarm() {
-	_ = unix.TimerfdSettime(t.fd, 0, &unix.ItimerSpec{}, nil)
-}
-
-// wait blocks until the timer fires or is closed (then it returns false).
-func (t *timer) wait() bool {
-	var b [8]byte
-	_, err := t.f.Read(b[:])
-	return err == nil
-}
-
-func (t *timer) close() error { return t.f.Close() }
