@@ -95,6 +95,28 @@ func TestSystemdUnitHardening(t *testing.T) {
 	}
 }
 
+// stubUnit writes the unit into a temporary directory with its binary
+// path pointed at a stand-in executable there (mrgw is not installed
+// here), and returns the unit's path, its text as shipped and the stub's
+// path.
+func stubUnit(t *testing.T) (unitPath string, shipped []byte, stub string) {
+	t.Helper()
+	dir := t.TempDir()
+	stub = filepath.Join(dir, "mrgw")
+	if err := os.WriteFile(stub, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	shipped, err := os.ReadFile(filepath.Join("systemd", "mrgw.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	unitPath = filepath.Join(dir, "mrgw.service")
+	if err := os.WriteFile(unitPath, []byte(strings.ReplaceAll(string(shipped), "/usr/local/bin/mrgw", stub)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return unitPath, shipped, stub
+}
+
 // TestSystemdAnalyzeVerify runs systemd-analyze verify on the unit (with the
 // binary path pointed at a stand-in executable: mrgw is not installed here).
 // Any warning fails the test.
@@ -103,19 +125,7 @@ func TestSystemdAnalyzeVerify(t *testing.T) {
 	if err != nil {
 		t.Skip("systemd-analyze not installed")
 	}
-	dir := t.TempDir()
-	stub := filepath.Join(dir, "mrgw")
-	if err := os.WriteFile(stub, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(filepath.Join("systemd", "mrgw.service"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	unitPath := filepath.Join(dir, "mrgw.service")
-	if err := os.WriteFile(unitPath, []byte(strings.ReplaceAll(string(b), "/usr/local/bin/mrgw", stub)), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	unitPath, b, stub := stubUnit(t)
 	cmd := exec.Command(sa, "verify", unitPath)
 	cmd.Env = append(os.Environ(), "SYSTEMD_LOG_COLOR=0")
 	out, err := cmd.CombinedOutput()
@@ -124,7 +134,7 @@ func TestSystemdAnalyzeVerify(t *testing.T) {
 	}
 
 	// The check is not vacuous: a misspelt directive is reported.
-	bad := filepath.Join(dir, "bad.service")
+	bad := filepath.Join(filepath.Dir(unitPath), "bad.service")
 	if err := os.WriteFile(bad, []byte(strings.Replace(strings.ReplaceAll(string(b), "/usr/local/bin/mrgw", stub), "NoNewPrivileges=", "NoNewPrivilege=", 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -155,19 +165,7 @@ func TestSystemdRealtimeDropIn(t *testing.T) {
 	if err != nil {
 		t.Skip("systemd-analyze not installed")
 	}
-	dir := t.TempDir()
-	stub := filepath.Join(dir, "mrgw")
-	if err := os.WriteFile(stub, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(filepath.Join("systemd", "mrgw.service"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	unitPath := filepath.Join(dir, "mrgw.service")
-	if err := os.WriteFile(unitPath, []byte(strings.ReplaceAll(string(b), "/usr/local/bin/mrgw", stub)), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	unitPath, _, _ := stubUnit(t)
 	d, err := os.ReadFile(filepath.Join("systemd", "realtime.conf"))
 	if err != nil {
 		t.Fatal(err)
