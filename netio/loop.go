@@ -11,7 +11,6 @@ import (
 	"golang.org/x/sys/cpu"
 
 	"github.com/mrgw/mrgw/internal/ecn"
-	"github.com/mrgw/mrgw/internal/hrtimer"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/netio/udp"
 )
@@ -117,8 +116,6 @@ type ownerState struct {
 	// map lookups (release clears it).
 	txConn  *metaroce.Conn
 	txPaths *connPaths
-	// wake is the owner's timer (run).
-	wake *hrtimer.Timer
 }
 
 // sentInit is an INIT as it left: its bytes, socket and destination.
@@ -144,10 +141,6 @@ const (
 	lateAfter = 5 * time.Millisecond
 	maxGrace  = 20 * time.Millisecond
 )
-
-// preciseBelow: the owner waits on its timerfd (ownerState.wake) for waits
-// shorter than this, on a Go timer for longer ones (run).
-const preciseBelow = 2 * time.Millisecond
 
 // janitorEvery is how often lingering path sockets are looked at; it is
 // also the longest the owner sleeps.
@@ -446,20 +439,8 @@ func (e *Endpoint) run() {
 	defer e.wg.Done()
 	defer close(e.done)
 	o := &e.owner
-	// The owner sleeps on a timerfd when the wait is short, not on a
-	// time.Timer: Go's timers wake about 1 ms late here (internal/hrtimer),
-	// and the pacer's next slot or an ack timer is due tens of
-	// microseconds ahead; a wake-up 1 ms late sends 1 ms of datagrams at
-	// once (a burst that a shallow ECN threshold marks, every other flow's
-	// packets with it) and reads to the controller as a stalled host
-	// (cc.SendLateObserver). Longer waits (probe timeouts, the janitor)
-	// keep the Go timer: re-arming it costs no system call, and those
-	// deadlines move with nearly every ack.
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	precise := o.wake
-	defer precise.Close()
-	preciseFor := time.Duration(-1) // the deadline precise is armed for
 	for {
 		now := e.Now()
 		due := o.deadline >= 0 && now >= o.deadline
@@ -523,21 +504,7 @@ func (e *Endpoint) run() {
 			}
 			continue
 		}
-		if wait < preciseBelow {
-			// Re-arming is a system call: skip it while the timer is
-			// armed for this very deadline (a wake-up for something else
-			// came first).
-			if at := now + wait; at != preciseFor {
-				precise.Reset(wait)
-				preciseFor = at
-			}
-		} else {
-			if preciseFor >= 0 {
-				precise.Stop()
-				preciseFor = -1
-			}
-			timer.Reset(wait)
-		}
+		timer.Reset(wait)
 		select {
 		case b := <-e.rx:
 			e.receive(b)
@@ -546,8 +513,6 @@ func (e *Endpoint) run() {
 		case b := <-o.tx.done:
 			e.returned(b) // a starved owner sends again
 		case <-timer.C:
-		case <-precise.C():
-			preciseFor = -1
 		case <-e.quit:
 			e.shutdown()
 			return

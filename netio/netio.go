@@ -71,7 +71,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/mrgw/mrgw/internal/hrtimer"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/netio/seal"
 	"github.com/mrgw/mrgw/netio/udp"
@@ -409,9 +408,6 @@ func New(cfg Config) (*Endpoint, error) {
 	// never blocks on it for long: readers block on their free lists.
 	e.rx = make(chan *rxBatch, cfg.RxBatches*(cfg.MaxPathSockets+1+len(cfg.ExtraListen)))
 	e.owner.init(e)
-	if e.owner.wake, err = hrtimer.New(); err != nil {
-		return nil, fmt.Errorf("netio: owner timer: %w", err)
-	}
 	for i, a := range append([]netip.AddrPort{cfg.Listen}, cfg.ExtraListen...) {
 		ls, err := e.openSock(a, true, i == 0, 0, 0, i-1) // ExtraListen[j] is plane j
 		if err != nil {
@@ -421,7 +417,6 @@ func New(cfg Config) (*Endpoint, error) {
 			}
 			e.closeOnce.Do(func() { close(e.quit) })
 			e.wg.Wait()
-			_ = e.owner.wake.Close() // run, which closes it, never started
 			return nil, err
 		}
 		e.listens = append(e.listens, ls)

@@ -11,9 +11,10 @@
 // timerfd becomes readable at its hrtimer deadline and wakes the
 // netpoller at once (measured: 33–45 µs late at the median).
 //
-// FD is the bare timerfd for a goroutine that does nothing but wait on it
-// (the emulator's dispatcher); Timer adds a channel for a goroutine that
-// waits on other channels too (netio's owner loop).
+// The link emulator's dispatcher (netem.Sched) sleeps on it. netio's owner
+// loop does not: tried there for the pacer's wake-ups, it cost the paced
+// long-RTT controller 0.02–0.04 of the link on the loaded 2-core test host
+// (docs/CC.md §7, "Real-time scheduling and precise wake-ups").
 package hrtimer
 
 import (
@@ -64,68 +65,3 @@ func (t *FD) Wait() bool {
 
 // Close releases the timer and ends a Wait in progress.
 func (t *FD) Close() error { return t.f.Close() }
-
-// Timer is a one-shot timer whose firings arrive on a channel, like a
-// time.Timer's, but within tens of microseconds of the deadline. One
-// goroutine of its own waits on the timerfd.
-//
-// C may deliver a firing that was already under way when Reset or Stop
-// was called: a receiver must treat a value on C as "look at the clock",
-// not as "the deadline passed".
-type Timer struct {
-	fd   *FD
-	c    chan struct{}
-	done chan struct{}
-}
-
-// New starts a disarmed Timer; Close releases it.
-func New() (*Timer, error) {
-	fd, err := NewFD()
-	if err != nil {
-		return nil, err
-	}
-	t := &Timer{fd: fd, c: make(chan struct{}, 1), done: make(chan struct{})}
-	go t.relay()
-	return t, nil
-}
-
-func (t *Timer) relay() {
-	defer close(t.done)
-	for t.fd.Wait() {
-		select {
-		case t.c <- struct{}{}:
-		default: // one firing pending is enough: the receiver looks at the clock
-		}
-	}
-}
-
-// C delivers the timer's firings.
-func (t *Timer) C() <-chan struct{} { return t.c }
-
-// Reset arms the timer to fire once after d, replacing any earlier
-// setting, and discards a firing not yet received.
-func (t *Timer) Reset(d time.Duration) {
-	t.drain()
-	t.fd.Arm(d)
-}
-
-// Stop disarms the timer and discards a firing not yet received.
-func (t *Timer) Stop() {
-	t.fd.Disarm()
-	t.drain()
-}
-
-func (t *Timer) drain() {
-	select {
-	case <-t.c:
-	default:
-	}
-}
-
-// Close stops the timer and its goroutine, and waits for that goroutine to
-// end.
-func (t *Timer) Close() error {
-	err := t.fd.Close()
-	<-t.done
-	return err
-}
