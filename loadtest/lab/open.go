@@ -35,14 +35,35 @@ func OpenFlow(ctx context.Context, h *host.Host, region, endpoint string, opts h
 	return OpenFlowIf(ctx, h, region, endpoint, opts, Transient, logf)
 }
 
+// OpenPatience bounds OpenFlow and OpenFlowIf when ctx has no deadline.
+const OpenPatience = time.Minute
+
 // OpenFlowIf is OpenFlow opening again only while retry(err) says so: a
 // test of one of the refusals Transient names passes a narrower retry, so
 // that the refusal it guards against is never retried away.
 func OpenFlowIf(ctx context.Context, h *host.Host, region, endpoint string, opts host.FlowOptions, retry func(error) bool, logf func(format string, args ...any)) (*host.Flow, error) {
+	what := fmt.Sprintf("%s -> %s/%s", h.Name(), region, endpoint)
+	return openRetrying(ctx, OpenPatience, what, func(ctx context.Context) (*host.Flow, error) {
+		return h.OpenFlow(ctx, region, endpoint, opts)
+	}, retry, logf)
+}
+
+// openRetrying calls open until it succeeds, fails in a way retry does
+// not accept, or ctx ends; a ctx without a deadline is given patience.
+func openRetrying(ctx context.Context, patience time.Duration, what string, open func(context.Context) (*host.Flow, error),
+	retry func(error) bool, logf func(format string, args ...any)) (*host.Flow, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		// Every retry loop ends by itself: a caller without a deadline
+		// gets its patience, not a loop that a refusal which holds (a
+		// name never registered) would keep going for ever.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, patience)
+		defer cancel()
+	}
 	pause := 100 * time.Millisecond
 	var last error // the last attempt's failure, for an error at ctx's end
 	for attempt := 1; ; attempt++ {
-		f, err := h.OpenFlow(ctx, region, endpoint, opts)
+		f, err := open(ctx)
 		if err != nil && last != nil && ctx.Err() != nil {
 			return nil, fmt.Errorf("%w (after %d attempts, the last failed: %v)", err, attempt, last)
 		}
@@ -51,11 +72,11 @@ func OpenFlowIf(ctx context.Context, h *host.Host, region, endpoint string, opts
 		}
 		last = err
 		if logf != nil {
-			logf("lab: open %s -> %s/%s, attempt %d: %v (the lab recovers from this on a busy machine; opening again)", h.Name(), region, endpoint, attempt, err)
+			logf("lab: open %s, attempt %d: %v (the lab recovers from this on a busy machine; opening again)", what, attempt, err)
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w (after %d attempts; %v)", err, attempt, ctx.Err())
+			return nil, fmt.Errorf("%w (after %d attempts; %w)", err, attempt, ctx.Err())
 		case <-time.After(pause):
 		}
 		pause = min(2*pause, 2*time.Second)

@@ -4,8 +4,10 @@ package lab
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/mrgw/mrgw/flowctl"
 	"github.com/mrgw/mrgw/host"
@@ -32,5 +34,31 @@ func TestTransient(t *testing.T) {
 		if got := Transient(tc.err); got != tc.want {
 			t.Errorf("Transient(%v) = %v, want %v", tc.err, got, tc.want)
 		}
+	}
+}
+
+// TestOpenRetryingEndsWithoutADeadline: a caller whose context has no
+// deadline still gets an answer when every open fails transiently: the
+// loop gives up after its patience, with the last failure and the count of
+// attempts, and a refusal retry does not accept ends it at the first try.
+func TestOpenRetryingEndsWithoutADeadline(t *testing.T) {
+	transient := &flowctl.Error{Code: flowctl.CodeUnknownEndpoint}
+	calls := 0
+	_, err := openRetrying(context.Background(), 300*time.Millisecond, "test", func(context.Context) (*host.Flow, error) {
+		calls++
+		return nil, transient
+	}, Transient, t.Logf)
+	if !errors.Is(err, transient) || !errors.Is(err, context.DeadlineExceeded) || calls < 2 {
+		t.Errorf("after %d calls: %v; want the transient refusal, retried, ended by the patience", calls, err)
+	}
+
+	held := &flowctl.Error{Code: flowctl.CodeUnknownRegion}
+	calls = 0
+	_, err = openRetrying(context.Background(), time.Hour, "test", func(context.Context) (*host.Flow, error) {
+		calls++
+		return nil, held
+	}, Transient, t.Logf)
+	if !errors.Is(err, held) || calls != 1 {
+		t.Errorf("after %d calls: %v; want the held refusal at once", calls, err)
 	}
 }
