@@ -65,7 +65,7 @@ func openRetrying(ctx context.Context, patience time.Duration, what string, open
 	for attempt := 1; ; attempt++ {
 		f, err := open(ctx)
 		if err != nil && last != nil && ctx.Err() != nil {
-			return nil, fmt.Errorf("%w (after %d attempts, the last failed: %v)", err, attempt, last)
+			return nil, fmt.Errorf("%w (after %d attempts, the last failed: %v; %w)", err, attempt, last, ctx.Err())
 		}
 		if err == nil || !retry(err) {
 			return f, err
