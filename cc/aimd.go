@@ -96,18 +96,8 @@ type AIMDConfig struct {
 
 // aimdPath is one path's state.
 type aimdPath struct {
-	balAt  time.Duration // the path's last balance step
-	rate   float64       // bytes/s; 0 while the path is out of the split (inSplit)
-	usable bool          // up or on standby: the path has a window
-	// standby: the sprayer holds the path in reserve (PathStandby). Unless
-	// no path is up, it is out of the split: no rate, no part of the
-	// split's mean, its samples not read as a queue (inSplit).
-	standby bool
-	// share is the path's part of the connection's rate when it last left
-	// the split for standby, given back when it rejoins (0: none, e.g.
-	// after it went down, whose new entropy may hash it onto another
-	// plane).
-	share        float64
+	rate         float64 // bytes/s
+	usable       bool
 	srtt, minRTT time.Duration
 	// ownMin is the path's own minimum RTT, not bounded by the configured
 	// base RTT as minRTT is: what balance measures the path's queue
@@ -116,6 +106,7 @@ type aimdPath struct {
 	ownMin     time.Duration
 	alpha      float64
 	lastUpdate time.Duration
+	balAt      time.Duration // the path's last step of balance
 	// the current round
 	roundStart                         time.Duration
 	roundAcked, roundMarked, roundLost int
@@ -153,10 +144,7 @@ type AIMD struct {
 	cfg   AIMDConfig
 	pkt   int
 	paths []aimdPath
-	total float64 // sum of the rates of the paths in the split, bytes/s
-	// nUp is the number of paths up (usable, not on standby): the split
-	// covers them, or the standby paths while it is 0 (inSplit).
-	nUp int
+	total float64 // sum of usable path rates, bytes/s
 	// parked is the connection's rate while no path is usable: it is given
 	// back to the first path that returns, so a moment with every path
 	// down (a host's LAN link flapping) does not reset the rate to zero.
@@ -168,7 +156,6 @@ type AIMD struct {
 	// the delay equilibrium: its window, the rate it last set, its clock
 	eqW, eqSet float64
 	eqLast     time.Duration
-	balLast    time.Duration // balance's clock
 	// What balance last measured, for SplitWeight: the number of paths
 	// it split over, the rate-weighted mean queue and its reference.
 	balN         int
@@ -247,7 +234,6 @@ func NewAIMD(cfg AIMDConfig) Factory {
 			a.paths[i] = aimdPath{rate: start / float64(paths), usable: true, srtt: base, minRTT: base, ownMin: base}
 		}
 		a.total = start
-		a.nUp = paths
 		return a
 	}
 }
@@ -307,11 +293,6 @@ func (a *AIMD) Window(path int) int {
 	rtt := p.srtt
 	if p.rttHi > rtt {
 		rtt = p.rttHi
-	}
-	if !a.inSplit(p) {
-		// On standby: room for the split's floor, what the weighted
-		// sprayer sends it (SplitWeight), or round robin's overflow.
-		return windowBytes(a.standbyRate()*rtt.Seconds()*a.cfg.WindowGain, 4*a.pkt)
 	}
 	// The full headroom on every path, also where balance splits the
 	// rate: the sender sprays by the split (Splitter), so windows need
@@ -568,16 +549,33 @@ const SplitDamp = 0.1
 // unchanged). The total is the equilibrium's or the growth function's; this
 // only splits it. The split reaches the wire through the sprayer, which
 // sends each path in proportion to SplitWeight (Splitter).
+//
+// Each path steps on its own acks (path is the one acked), by the time
+// since its previous step but at most one round trip: its queue is known
+// only from its own RTT samples, so a path that is sent a packet every
+// few round trips moves by one round trip's step per sample, not by every
+// round trip it had no news in. Stepping every path on every ack of the
+// connection integrated a sparse path's last reading for as long as it
+// got no new one: at 10 µs over 10 Gbit/s planes, where a path at the
+// mean gets a packet every 2-3 round trips and one at the floor every
+// 40, the split fell onto a handful of paths, every other one at the
+// floor (the receiver's ack timer delays the ack of a lone packet, so a
+// sparse path's samples read the timer as a queue and it got sparser),
+// and the rate decayed with the bursts on those few paths
+// (TestCCPlanesDefaults' 10 µs rows: 0.95 of capacity, 0.90 over three
+// times the window; 0.96-0.97 with this, docs/CC.md §7). Where the
+// samples are dense (every row at 50 ms) the steps over a round trip add
+// up to what they were.
 func (a *AIMD) balance(now time.Duration, path int) {
 	p := &a.paths[path]
 	dt := now - p.balAt
 	p.balAt = now
-	if !a.inSplit(p) || p.rate <= 0 {
+	if !p.usable || p.rate <= 0 {
 		return
 	}
 	n := 0
 	for i := range a.paths {
-		if q := &a.paths[i]; a.inSplit(q) && q.rate > 0 {
+		if a.paths[i].usable && a.paths[i].rate > 0 {
 			n++
 		}
 	}
@@ -589,8 +587,14 @@ func (a *AIMD) balance(now time.Duration, path int) {
 		return
 	}
 	dt = min(dt, srtt)
+	// Differences are measured against the mean queue, but never against
+	// less than half the queue share or a quarter of the round trip: a
+	// few milliseconds of difference between planes whose queues are
+	// nearly empty is noise to be moved slowly, not a signal to act on at
+	// full gain (with a reference of QueueShare/16 the split swung
+	// between the planes, each idling in turn).
 	ref := max(qbar, min(a.cfg.QueueShare/2, srtt/4))
-	floor := a.total / float64(n) * SplitFloor
+	floor := a.total / float64(n) / 16
 	d := float64(qbar-splitQueue(p)) / float64(ref)
 	d = math.Max(-1, math.Min(1, d))
 	if math.Abs(d) <= BalanceDeadBand {
@@ -613,18 +617,9 @@ func (a *AIMD) Splits() bool { return a.cfg.QueueShare > 0 && len(a.paths) > 1 }
 // SplitWeight implements Splitter: the path's rate over the connection's
 // mean per path, times exp(-SplitDamp·(q_p − q̄)/ref) (q_p the path's queue,
 // q̄ and ref balance's).
-//
-// A path on standby (PathStandby) while some path is up gets SplitFloor: no
-// share of the split beyond the trickle whose acks bring it back up.
 func (a *AIMD) SplitWeight(path int) float64 {
 	p := &a.paths[path]
-	if !p.usable {
-		return 0
-	}
-	if !a.inSplit(p) {
-		return SplitFloor
-	}
-	if a.total <= 0 {
+	if !p.usable || a.total <= 0 {
 		return 0
 	}
 	n := a.balN
@@ -637,36 +632,6 @@ func (a *AIMD) SplitWeight(path int) float64 {
 		w *= math.Exp(SplitDamp * math.Max(-1, math.Min(1, d)))
 	}
 	return w
-}
-
-// SplitFloor is the least part of the connection's mean per path that the
-// split gives a path (balance's floor: a path it has all but given up on
-// still gets samples and can win its share back), and what a path on
-// standby is sprayed (SplitWeight): enough that an ack of its data brings
-// it up again once it is alive, little enough that a dead one loses few
-// packets before its timeouts take it down.
-const SplitFloor = 1.0 / 16
-
-// inSplit reports whether p is one of the paths the connection's rate is
-// split over: the up paths, or, while none is up, the paths on standby
-// (the sprayer then sends to them as pathmgr's sprayers do). A path out of
-// the split holds no rate, does not count in balance's mean, and its RTT
-// samples, stale since the sprayer stopped sending it, are not read as a
-// queue (docs/CC.md §2, "Paths on standby").
-func (a *AIMD) inSplit(p *aimdPath) bool { return splitMember(p, a.nUp) }
-
-// splitMember is inSplit with nUp paths up.
-func splitMember(p *aimdPath, nUp int) bool {
-	return p.usable && (!p.standby || nUp == 0)
-}
-
-// standbyRate is the rate a path on standby is sized for (its window): the
-// split's floor of the mean per up path.
-func (a *AIMD) standbyRate() float64 {
-	if a.nUp <= 0 {
-		return 0
-	}
-	return a.total / float64(a.nUp) * SplitFloor
 }
 
 // rttLoRise is the inverse of the gain with which rttLo follows an RTT
@@ -1203,7 +1168,7 @@ func (a *AIMD) grow(now time.Duration, path int) {
 	p := &a.paths[path]
 	dt := now - p.lastUpdate
 	p.lastUpdate = now
-	if dt <= 0 || !a.inSplit(p) {
+	if dt <= 0 || !p.usable {
 		return
 	}
 	if dt > p.srtt {
@@ -1386,8 +1351,7 @@ func (a *AIMD) endRound(now time.Duration, path int) {
 	if lossCongestion {
 		cut = math.Max(cut, math.Min(0.5, lossRate-p.lossFloor))
 	}
-	if cut == 0 || now < p.cwrUntil || !a.inSplit(p) {
-		// (A path on standby holds no rate to cut.)
+	if cut == 0 || now < p.cwrUntil {
 		return
 	}
 	if a.cfg.RTTFair && !a.searching {
@@ -1416,9 +1380,6 @@ func (a *AIMD) endRound(now time.Duration, path int) {
 // rather than per round also spreads the back-off smoothly over the round.
 func (a *AIMD) markedBackoff(now time.Duration, path int, marked int) {
 	p := &a.paths[path]
-	if !a.inSplit(p) {
-		return // on standby: no rate to take marks off
-	}
 	dec := a.cfg.MarkGain * float64(marked) / a.cfg.RefRTT.Seconds()
 	if dec > p.rate/2 {
 		dec = p.rate / 2
@@ -1535,107 +1496,51 @@ func (a *AIMD) maxSRTT() time.Duration {
 	return m
 }
 
-// OnPathState implements Controller. The connection's rate is split over
-// the paths the sprayer sends by it (inSplit): the up paths, or the paths
-// on standby while none is up. A path that leaves the split (down, or on
-// standby while another path is up) hands its rate to the others: the
-// connection's share does not change because one route failed or is held
-// in reserve. A path on standby remembers its part of the rate and takes it
-// back when it comes up again; a path coming back from down takes an equal
-// part and starts its estimates afresh.
-func (a *AIMD) OnPathState(now time.Duration, path int, state PathState) {
+// OnPathState implements Controller: a path that goes down hands its rate to
+// the others (the connection's share does not change because one route
+// failed); a path that comes back takes an equal part of the connection's
+// rate and starts its estimates afresh.
+func (a *AIMD) OnPathState(now time.Duration, path int, usable bool) {
 	p := &a.paths[path]
-	usable, standby := state.Usable(), state == PathStandby
-	if !a.Splits() {
-		// No split: the sprayer is round robin over the paths with
-		// window room (pathmgr.Set.Pick), and a suspect path's window
-		// is what gives it the packets the up paths have no room for,
-		// whose acks bring it back up. Standby is usable, as before.
-		standby = false
-	}
-	if p.usable == usable && p.standby == (usable && standby) {
+	if p.usable == usable {
 		return
 	}
 	a.use.advance(now, a.PacingRate())
 	total := a.total
-	if total <= 0 && a.parked > 0 {
-		total = a.parked
-	}
-	// Who is in the split before the change (only p's flags and nUp
-	// change) and after it.
-	oldUp := a.nUp
-	pWas := a.inSplit(p)
-	fromDown := !p.usable
-	if p.usable && !p.standby {
-		a.nUp--
-	}
-	p.usable, p.standby = usable, usable && standby
-	if p.usable && !p.standby {
-		a.nUp++
-	}
-	if !usable {
-		// A new entropy (pathmgr re-rolls a path it takes down) may
-		// hash the path onto another plane: its old part says nothing.
-		p.share = 0
-	}
-	was := func(q *aimdPath) bool {
-		if q == p {
-			return pWas
-		}
-		return splitMember(q, oldUp)
-	}
+	p.usable = usable
 	n := 0
 	for i := range a.paths {
-		q := &a.paths[i]
-		if a.inSplit(q) {
+		if a.paths[i].usable {
 			n++
-		} else if was(q) {
-			if q.usable && total > 0 {
-				q.share = q.rate / total
-			}
-			// Its samples age from now on: the next one starts the
-			// low-passed RTT afresh (splitQueue).
-			q.rate, q.rttLo = 0, 0
 		}
 	}
-	if fromDown && usable {
+	if usable {
+		if total <= 0 && a.parked > 0 {
+			total = a.parked
+		}
+		a.parked = 0
+		p.rate = total / float64(n)
 		p.alpha, p.floorSet, p.roundPkts, p.roundAcked, p.roundMarked, p.roundLost = 0, false, 0, 0, 0, 0
+		p.lastUpdate = now
+		a.retotal()
+		a.setTotal(total)
+		return
 	}
+	a.retotal()
 	if n == 0 {
-		// Nothing to split over: park the rate for the first path back,
-		// so that a moment with every path down (a host's LAN link
-		// flapping) does not reset the connection's rate to zero.
-		if total > 0 {
-			a.parked = total
+		a.parked = total
+		return
+	}
+	if a.total <= 0 {
+		for i := range a.paths {
+			if a.paths[i].usable {
+				a.paths[i].rate = total / float64(n)
+			}
 		}
 		a.retotal()
 		return
 	}
-	a.parked = 0
-	for i := range a.paths {
-		q := &a.paths[i]
-		if !a.inSplit(q) || was(q) {
-			continue
-		}
-		q.rate = total / float64(n)
-		if q.share > 0 {
-			q.rate = q.share * total
-		}
-		q.share = 0
-		q.lastUpdate = now
-	}
-	a.retotal()
-	if a.total > 0 {
-		a.setTotal(total)
-	} else {
-		for i := range a.paths {
-			if q := &a.paths[i]; a.inSplit(q) {
-				q.rate = total / float64(n)
-			}
-		}
-		a.retotal()
-	}
-	a.balN = n
+	a.setTotal(total)
 }
 
 // Paths returns the number of paths the controller was built for.

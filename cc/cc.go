@@ -17,7 +17,6 @@
 package cc
 
 import (
-	"strconv"
 	"time"
 
 	"github.com/mrgw/mrgw/units"
@@ -59,52 +58,9 @@ type Controller interface {
 	// in bytes per second; the controller must never pace above it. 0 means
 	// the receiver gave no hint.
 	OnRateHint(now time.Duration, hint units.ByteRate)
-	// OnPathState tells the controller that path changed state: up,
-	// on standby or down (PathState). Down paths get no window; a path
-	// coming back from down starts afresh.
-	OnPathState(now time.Duration, path int, state PathState)
-}
-
-// PathState is what the state machine tells a controller about one of its
-// paths: whether the sprayer sends it its part of the connection (up),
-// holds it in reserve (standby), or sends it nothing (down). The state
-// machine derives it from the path's health (pathmgr: up, suspect, down,
-// probing); the controller owns the rates and, for a Splitter, the split,
-// and needs to know which paths the sprayer really sends: a path held in
-// reserve that the split counted as usable kept a share that reached no
-// wire, and its stale RTT samples read as an empty queue (docs/CC.md §2,
-// "Paths on standby").
-type PathState uint8
-
-const (
-	// PathUp paths are sprayed: round robin, or by SplitWeight.
-	PathUp PathState = iota
-	// PathStandby paths may carry data but are held in reserve: pathmgr's
-	// suspect paths, which timed out and have had no ack of their data
-	// since. Round robin sends them only what the up paths have no room
-	// for; the weighted sprayer sends them their SplitWeight, which a
-	// Splitter keeps at the split's floor (SplitFloor) so that an ack of
-	// that data can bring them up. They keep a window.
-	PathStandby
-	// PathDown paths carry nothing (pathmgr's down and probing paths):
-	// no window.
-	PathDown
-)
-
-// Usable reports whether the path may carry data (up or on standby): what
-// a controller without a split needs to know.
-func (s PathState) Usable() bool { return s != PathDown }
-
-func (s PathState) String() string {
-	switch s {
-	case PathUp:
-		return "up"
-	case PathStandby:
-		return "standby"
-	case PathDown:
-		return "down"
-	}
-	return "PathState(" + strconv.Itoa(int(s)) + ")"
+	// OnPathState tells the controller that path became usable or not
+	// (down paths get no window; a path coming back starts afresh).
+	OnPathState(now time.Duration, path int, usable bool)
 }
 
 // Splitter is implemented by a Controller that sets how the connection's

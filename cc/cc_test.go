@@ -191,11 +191,11 @@ func TestCoupledGrowth(t *testing.T) {
 func TestPathDownKeepsRate(t *testing.T) {
 	a := newDC(t, 4)
 	a.OnRateHint(0, 1e9)
-	a.OnPathState(0, 2, PathDown)
+	a.OnPathState(0, 2, false)
 	if a.Window(2) != 0 || math.Abs(a.Rate()-1e9) > 1 {
 		t.Fatalf("down path window %d, rate %g", a.Window(2), a.Rate())
 	}
-	a.OnPathState(0, 2, PathUp)
+	a.OnPathState(0, 2, true)
 	if a.Window(2) == 0 || math.Abs(a.Rate()-1e9) > 1 {
 		t.Fatalf("back: window %d, rate %g", a.Window(2), a.Rate())
 	}
@@ -206,16 +206,16 @@ func TestPathDownKeepsRate(t *testing.T) {
 func TestAllPathsDownKeepsRate(t *testing.T) {
 	a := newDC(t, 2)
 	a.OnRateHint(0, 1e9)
-	a.OnPathState(0, 0, PathDown)
-	a.OnPathState(0, 1, PathDown)
+	a.OnPathState(0, 0, false)
+	a.OnPathState(0, 1, false)
 	if a.Window(0) != 0 || a.Window(1) != 0 {
 		t.Fatalf("windows with every path down: %d, %d", a.Window(0), a.Window(1))
 	}
-	a.OnPathState(time.Millisecond, 1, PathUp)
+	a.OnPathState(time.Millisecond, 1, true)
 	if math.Abs(a.Rate()-1e9) > 1 || math.Abs(a.PathRate(1)-1e9) > 1 {
 		t.Fatalf("after one path came back: rate %g, path 1 %g; want 1e9 on path 1", a.Rate(), a.PathRate(1))
 	}
-	a.OnPathState(time.Millisecond, 0, PathUp)
+	a.OnPathState(time.Millisecond, 0, true)
 	if math.Abs(a.Rate()-1e9) > 1 || a.PathRate(0) <= 0 {
 		t.Fatalf("both back: rate %g, path 0 %g; want 1e9 over both paths", a.Rate(), a.PathRate(0))
 	}

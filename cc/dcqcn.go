@@ -153,10 +153,8 @@ func (d *DCQCN) OnLoss(time.Duration, int, int) {}
 // OnRateHint implements Controller: RoCEv2 has no receiver loop.
 func (d *DCQCN) OnRateHint(time.Duration, units.ByteRate) {}
 
-// OnPathState implements Controller: a path on standby counts as usable
-// (its window stays open for what the up paths have no room for).
-func (d *DCQCN) OnPathState(_ time.Duration, path int, state PathState) {
-	usable := state.Usable()
+// OnPathState implements Controller.
+func (d *DCQCN) OnPathState(_ time.Duration, path int, usable bool) {
 	if d.usable[path] == usable {
 		return
 	}

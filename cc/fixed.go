@@ -61,4 +61,4 @@ func (f *Fixed) SetLineRate(rate units.ByteRate) { f.rate = max(float64(rate), 0
 func (f *Fixed) OnRateHint(_ time.Duration, hint units.ByteRate) { f.hint = float64(hint) }
 
 // OnPathState implements Controller.
-func (f *Fixed) OnPathState(time.Duration, int, PathState) {}
+func (f *Fixed) OnPathState(time.Duration, int, bool) {}

@@ -140,10 +140,8 @@ func (r *Reno) OnLoss(now time.Duration, path int, bytes int) {
 // OnRateHint implements Controller: Reno ignores the receiver.
 func (r *Reno) OnRateHint(time.Duration, units.ByteRate) {}
 
-// OnPathState implements Controller: a path on standby counts as usable
-// (its window stays open for what the up paths have no room for).
-func (r *Reno) OnPathState(_ time.Duration, path int, state PathState) {
-	usable := state.Usable()
+// OnPathState implements Controller.
+func (r *Reno) OnPathState(_ time.Duration, path int, usable bool) {
 	if r.usable[path] == usable {
 		return
 	}

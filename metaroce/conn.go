@@ -663,31 +663,14 @@ func (c *Conn) checkDead(now time.Duration) {
 }
 
 // flushTransitions turns recorded path transitions into events and tells
-// the controller which paths the sprayer sends (ctlPathState).
+// the controller which paths are usable.
 func (c *Conn) flushTransitions(now time.Duration) {
 	c.trans = c.paths.DrainTransitions(c.trans[:0])
 	for _, tr := range c.trans {
-		if from, to := ctlPathState(tr.From), ctlPathState(tr.To); from != to {
-			c.ctl.OnPathState(now, tr.Path, to)
+		if tr.From.Usable() != tr.To.Usable() {
+			c.ctl.OnPathState(now, tr.Path, tr.To.Usable())
 			c.cwndLimit = false
 		}
 		c.ep.emit(Event{Kind: EventPath, Conn: c, At: now, Transition: tr})
 	}
-}
-
-// ctlPathState is what the controller is told of a path in health state
-// s: up paths are sprayed, suspect ones held in reserve (the sprayers
-// prefer up paths: pathmgr.Set.Pick, PickWeighted), down and probing ones
-// carry nothing. Suspect is not up for the controller: a controller that
-// splits its rate (cc.Splitter) counted a suspect path's share as sent
-// while the sprayer sent it nothing, and read its stale RTT samples as an
-// empty queue (docs/CC.md §2, "Paths on standby").
-func ctlPathState(s pathmgr.State) cc.PathState {
-	switch s {
-	case pathmgr.Up:
-		return cc.PathUp
-	case pathmgr.Suspect:
-		return cc.PathStandby
-	}
-	return cc.PathDown
 }

@@ -267,16 +267,16 @@ func (s *Set) Pick(size int, window func(path int) int) int {
 // on average: about the largest weight over the mean weight of the paths
 // with room.
 //
-// Suspect paths take their turns too, at their weight: the controller is
-// told they are on standby (cc.PathStandby) and gives them the split's
-// floor, a trickle whose acks bring a live path back up (OnProgress; a
-// probe's answer does not, see OnProbeAck) and whose loss takes a dead one
-// down after DownAfter timeouts. Pick sends a suspect path only what the up
-// paths have no room for, and a weighted split leaves the up paths room:
-// preferring up paths here left a suspect path idle for good, and over 8
-// planes at 10 µs the paths of two planes all suspect, the planes idle
-// (docs/CC.md §2, "Paths on standby"). When the weights are too small to
-// reach a packet within maxLaps, an up path with room is preferred.
+// Suspect paths take their turns too, at their weight, unlike Pick's
+// preference for up paths: the weights are the controller's split, which
+// counts every usable path, and a weighted split leaves the up paths room,
+// so a suspect path sent only what they had no room for was sent nothing
+// again and never acked back up, while the controller kept its share and
+// read its stale samples as an empty queue (docs/CC.md §2, "Suspect
+// paths"). Sent its share, a live suspect path is acked up within a round
+// trip (OnProgress); a dead one is taken down by its DownAfter timeouts.
+// When the weights are too small to reach a packet within maxLaps, an up
+// path with room is preferred.
 //
 // Why not round robin: over planes that ECMP hashed unequal numbers of
 // paths onto, round robin sends each plane its number of paths' part of
