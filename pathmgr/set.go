@@ -90,7 +90,7 @@ func (s *Set) OnTimeout(now time.Duration, path int) bool {
 	}
 	s.move(p, Suspect, now, "timeout")
 	p.suspectMisses = 0
-	// Should the path carry nothing from now on (the sprayer prefers up
+	// Should the path carry nothing from now on (round robin prefers up
 	// paths), a probe tests it after one more PTO (ProbeDue).
 	p.ProbeOutstanding = false
 	p.NextProbe = now + p.PTO(&s.cfg)
