@@ -563,9 +563,10 @@ const SplitDamp = 0.1
 // sparse path's samples read the timer as a queue and it got sparser),
 // and the rate decayed with the bursts on those few paths
 // (TestCCPlanesDefaults' 10 µs rows: 0.95 of capacity, 0.90 over three
-// times the window; 0.96-0.97 with this, docs/CC.md §7). Where the
-// samples are dense (every row at 50 ms) the steps over a round trip add
-// up to what they were.
+// times the window; 0.96-0.97 with this and the weighted sprayer sending
+// suspect paths their share, 0.951 with the latter alone; docs/CC.md §7).
+// Where the samples are dense (every row at 50 ms) the steps over a round
+// trip add up to what they were.
 func (a *AIMD) balance(now time.Duration, path int) {
 	p := &a.paths[path]
 	dt := now - p.balAt
