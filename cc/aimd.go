@@ -106,6 +106,7 @@ type aimdPath struct {
 	ownMin     time.Duration
 	alpha      float64
 	lastUpdate time.Duration
+	balAt      time.Duration // the path's last step of balance
 	// the current round
 	roundStart                         time.Duration
 	roundAcked, roundMarked, roundLost int
@@ -155,7 +156,6 @@ type AIMD struct {
 	// the delay equilibrium: its window, the rate it last set, its clock
 	eqW, eqSet float64
 	eqLast     time.Duration
-	balLast    time.Duration // balance's clock
 	// What balance last measured, for SplitWeight: the number of paths
 	// it split over, the rate-weighted mean queue and its reference.
 	balN         int
@@ -484,7 +484,7 @@ func (a *AIMD) OnAck(now time.Duration, path int, s AckSample) {
 		a.endRound(now, path)
 	}
 	if a.cfg.QueueShare > 0 {
-		a.balance(now)
+		a.balance(now, path)
 		a.equilibrium(now)
 	}
 	if a.cfg.Params.Egress != nil && a.egLevel > 0 {
@@ -549,9 +549,31 @@ const SplitDamp = 0.1
 // unchanged). The total is the equilibrium's or the growth function's; this
 // only splits it. The split reaches the wire through the sprayer, which
 // sends each path in proportion to SplitWeight (Splitter).
-func (a *AIMD) balance(now time.Duration) {
-	dt := now - a.balLast
-	a.balLast = now
+//
+// Each path steps on its own acks (path is the one acked), by the time
+// since its previous step but at most one round trip: its queue is known
+// only from its own RTT samples, so a path that is sent a packet every
+// few round trips moves by one round trip's step per sample, not by every
+// round trip it had no news in. Stepping every path on every ack of the
+// connection integrated a sparse path's last reading for as long as it
+// got no new one: at 10 µs over 10 Gbit/s planes, where a path at the
+// mean gets a packet every 2-3 round trips and one at the floor every
+// 40, the split fell onto a handful of paths, every other one at the
+// floor (the receiver's ack timer delays the ack of a lone packet, so a
+// sparse path's samples read the timer as a queue and it got sparser),
+// and the rate decayed with the bursts on those few paths
+// (TestCCPlanesDefaults' 10 µs rows: 0.95 of capacity, 0.90 over three
+// times the window; 0.96-0.97 with this and the weighted sprayer sending
+// suspect paths their share, 0.951 with the latter alone; docs/CC.md §7).
+// Where the samples are dense (every row at 50 ms) the steps over a round
+// trip add up to what they were.
+func (a *AIMD) balance(now time.Duration, path int) {
+	p := &a.paths[path]
+	dt := now - p.balAt
+	p.balAt = now
+	if !p.usable || p.rate <= 0 {
+		return
+	}
 	n := 0
 	for i := range a.paths {
 		if a.paths[i].usable && a.paths[i].rate > 0 {
@@ -574,20 +596,14 @@ func (a *AIMD) balance(now time.Duration) {
 	// between the planes, each idling in turn).
 	ref := max(qbar, min(a.cfg.QueueShare/2, srtt/4))
 	floor := a.total / float64(n) / 16
-	for i := range a.paths {
-		p := &a.paths[i]
-		if !p.usable || p.rate <= 0 {
-			continue
-		}
-		d := float64(qbar-splitQueue(p)) / float64(ref)
-		d = math.Max(-1, math.Min(1, d))
-		if math.Abs(d) <= BalanceDeadBand {
-			d = 0
-		} else {
-			d -= math.Copysign(BalanceDeadBand, d)
-		}
-		p.rate = math.Max(floor, p.rate*math.Exp(BalanceGain*d*dt.Seconds()/srtt.Seconds()))
+	d := float64(qbar-splitQueue(p)) / float64(ref)
+	d = math.Max(-1, math.Min(1, d))
+	if math.Abs(d) <= BalanceDeadBand {
+		d = 0
+	} else {
+		d -= math.Copysign(BalanceDeadBand, d)
 	}
+	p.rate = math.Max(floor, p.rate*math.Exp(BalanceGain*d*dt.Seconds()/srtt.Seconds()))
 	total := a.total
 	a.retotal()
 	a.setTotal(total)

@@ -24,8 +24,10 @@ type State uint8
 const (
 	// Up paths carry data.
 	Up State = iota
-	// Suspect paths timed out once; they carry data again as soon as an ack
-	// arrives, and go down if the timeouts continue.
+	// Suspect paths timed out once; an ack of their data brings them up,
+	// and they go down if the timeouts continue. Round robin (Set.Pick)
+	// sends them only what the up paths have no room for, the weighted
+	// sprayer (Set.PickWeighted) their weight, as up paths.
 	Suspect
 	// Down paths carry no data; their entropy has been re-rolled and they
 	// are probed.

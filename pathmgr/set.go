@@ -90,7 +90,7 @@ func (s *Set) OnTimeout(now time.Duration, path int) bool {
 	}
 	s.move(p, Suspect, now, "timeout")
 	p.suspectMisses = 0
-	// Should the path carry nothing from now on (the sprayer prefers up
+	// Should the path carry nothing from now on (round robin prefers up
 	// paths), a probe tests it after one more PTO (ProbeDue).
 	p.ProbeOutstanding = false
 	p.NextProbe = now + p.PTO(&s.cfg)
@@ -255,17 +255,28 @@ func (s *Set) Pick(size int, window func(path int) int) int {
 }
 
 // PickWeighted chooses the path for the next packet of size bytes so that,
-// among the up paths with window room, each carries packets in proportion
-// to weight(path): deficit round robin (Shreedhar and Varghese 1995), each
-// path's quantum weight × size per turn, so a path of weight 1 sends one
-// packet per turn, one of weight 2 two in a row, one of weight ¼ one every
-// fourth turn. Weights are read at each path's turn, so they may change
-// between packets; they are relative (a controller passes each path's rate
-// over the connection's mean per path). A path without room loses its
-// turn and what it had saved (no catch-up burst when its window reopens).
-// Up paths are preferred to suspect ones, as in Pick; it returns -1 if no
-// path has room. Work per packet is constant on average: about the
-// largest weight over the mean weight of the paths with room.
+// among the usable paths with window room, each carries packets in
+// proportion to weight(path): deficit round robin (Shreedhar and Varghese
+// 1995), each path's quantum weight × size per turn, so a path of weight 1
+// sends one packet per turn, one of weight 2 two in a row, one of weight ¼
+// one every fourth turn. Weights are read at each path's turn, so they may
+// change between packets; they are relative (a controller passes each
+// path's rate over the connection's mean per path). A path without room
+// loses its turn and what it had saved (no catch-up burst when its window
+// reopens). It returns -1 if no path has room. Work per packet is constant
+// on average: about the largest weight over the mean weight of the paths
+// with room.
+//
+// Suspect paths take their turns too, at their weight, unlike Pick's
+// preference for up paths: the weights are the controller's split, which
+// counts every usable path, and a weighted split leaves the up paths room,
+// so a suspect path sent only what they had no room for was sent nothing
+// again and never acked back up, while the controller kept its share and
+// read its stale samples as an empty queue (docs/CC.md §2, "Suspect
+// paths"). Sent its share, a live suspect path is acked up within a round
+// trip (OnProgress); a dead one is taken down by its DownAfter timeouts.
+// When the weights are too small to reach a packet within maxLaps, an up
+// path with room is preferred.
 //
 // Why not round robin: over planes that ECMP hashed unequal numbers of
 // paths onto, round robin sends each plane its number of paths' part of
@@ -276,14 +287,12 @@ func (s *Set) PickWeighted(size int, window func(path int) int, weight func(path
 	if n == 0 {
 		return -1
 	}
-	suspect := -1
 	fsize := float64(size)
-	// A lap of n turns that finds no up path with room ends the search
-	// (every path was seen, so a suspect path with room was too); laps in
-	// which the paths with room only save (weights far below 1) end it
-	// after maxLaps, so that a pick never loops for long.
+	// A lap of n turns that finds no path with room ends the search;
+	// laps in which the paths with room only save (weights far below 1)
+	// end it after maxLaps, so that a pick never loops for long.
 	const maxLaps = 64
-	roomy, firstRoomy := false, -1
+	roomy, firstUp, firstSuspect := false, -1, -1
 	for k := 0; k < maxLaps*n; k++ {
 		if k > 0 && k%n == 0 {
 			if !roomy {
@@ -293,10 +302,12 @@ func (s *Set) PickWeighted(size int, window func(path int) int, weight func(path
 		}
 		i := s.next
 		p := &s.Paths[i]
-		if p.State == Up && p.InflightBytes+size <= window(i) {
+		if p.State.Usable() && p.InflightBytes+size <= window(i) {
 			roomy = true
-			if firstRoomy < 0 {
-				firstRoomy = i
+			if p.State == Up && firstUp < 0 {
+				firstUp = i
+			} else if p.State == Suspect && firstSuspect < 0 {
+				firstSuspect = i
 			}
 			if !s.credited {
 				s.credited = true
@@ -309,20 +320,17 @@ func (s *Set) PickWeighted(size int, window func(path int) int, weight func(path
 				return i
 			}
 		} else {
-			if suspect < 0 && p.State == Suspect && p.InflightBytes+size <= window(i) {
-				suspect = i
-			}
 			p.deficit = 0
 		}
 		s.next = (i + 1) % n
 		s.credited = false
 	}
-	if firstRoomy >= 0 {
-		// maxLaps of saving: weights this small are the controller's
-		// business, not a reason to stall the connection.
-		return firstRoomy
+	// maxLaps of saving: weights this small are the controller's
+	// business, not a reason to stall the connection.
+	if firstUp >= 0 {
+		return firstUp
 	}
-	return suspect
+	return firstSuspect
 }
 
 // UsableCount returns the number of paths that may carry data.

@@ -81,9 +81,10 @@ func TestPickWeightedSplitsPlanesByRate(t *testing.T) {
 }
 
 // TestPickWeightedWindowsAndState: a path without room loses its turn and
-// what it saved (no burst when its window reopens); suspect paths carry
-// only when no up path has room; -1 when nothing has room; weights too
-// small to ever reach a packet do not stall the connection.
+// what it saved (no burst when its window reopens); a suspect path takes
+// its turns at its weight as an up one does; -1 when nothing has room;
+// weights too small to ever reach a packet do not stall the connection,
+// and then an up path is preferred.
 func TestPickWeightedWindowsAndState(t *testing.T) {
 	s := newTestSet(4)
 	open := []bool{false, true, true, true}
@@ -110,28 +111,41 @@ func TestPickWeightedWindowsAndState(t *testing.T) {
 		t.Errorf("path 0 got %d of the 8 packets after its window reopened, want its share, 2", got)
 	}
 
-	// Suspect paths only as a fallback.
+	// A suspect path gets its weight's part, here a sixteenth of an up
+	// path's (docs/CC.md §2): the weighted split leaves the up paths
+	// room, so a suspect path sent only when they had none was never
+	// sent anything again, and never acked back up.
 	s.Paths[1].State = Suspect
-	for k := 0; k < 30; k++ {
-		if s.PickWeighted(1000, window, one) == 1 {
-			t.Fatal("a suspect path carried data while up paths had room")
+	small := func(i int) float64 {
+		if i == 1 {
+			return 1.0 / 16
 		}
+		return 1
+	}
+	counts := make([]int, 4)
+	const picks = 49 * 40 // 40 laps of total weight 3 + 1/16
+	for k := 0; k < picks; k++ {
+		counts[s.PickWeighted(1000, window, small)]++
+	}
+	if counts[1] < 39 || counts[1] > 41 {
+		t.Errorf("suspect path of weight 1/16: %d of %d packets, want 40 (%v)", counts[1], picks, counts)
 	}
 	open[0], open[2], open[3] = false, false, false
-	if i := s.PickWeighted(1000, window, one); i != 1 {
+	if i := s.PickWeighted(1000, window, small); i != 1 {
 		t.Errorf("only the suspect path has room: picked %d, want 1", i)
 	}
 	open[1] = false
-	if i := s.PickWeighted(1000, window, one); i != -1 {
+	if i := s.PickWeighted(1000, window, small); i != -1 {
 		t.Errorf("no room anywhere: picked %d, want -1", i)
 	}
 
-	// Tiny weights: a path with room is still picked.
+	// Tiny weights: a path with room is still picked, an up one first.
 	s = newTestSet(4)
+	s.Paths[0].State = Suspect
 	tiny := func(int) float64 { return 1e-9 }
 	all := func(int) int { return 1 << 30 }
-	if i := s.PickWeighted(1000, all, tiny); i < 0 {
-		t.Error("weights of 1e-9: no path picked although all have room")
+	if i := s.PickWeighted(1000, all, tiny); i != 1 {
+		t.Errorf("weights of 1e-9, path 0 suspect: picked %d, want 1, the first up path with room", i)
 	}
 }
 
