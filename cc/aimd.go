@@ -938,6 +938,24 @@ func (a *AIMD) markedShare(scale float64) float64 {
 	return 1 - math.Min(1, 2*a.markMem)*(1-m)
 }
 
+// markEvidence is how much a round without marks at a standing queue,
+// whose smallest queueing delay was q, says that the marks have stopped:
+// (q/onset)², at most 1, once the onset is known (1 before). A connection
+// that yields keeps its queue under the onset on purpose (markedShareMin),
+// so its rounds without marks are no evidence that the marks stopped;
+// decaying the memory on them anyway made it take its queue share back
+// every 7-8 s, push the queue to the onset and mark the classic flow,
+// which is the memory's refresh: a cycle that cost the classic flow a cut
+// each time. A round whose queue reached the onset and saw no mark is
+// full evidence (the threshold moved, or marking stopped).
+func (a *AIMD) markEvidence(q time.Duration) float64 {
+	if a.onset <= 0 {
+		return 1
+	}
+	x := math.Max(0, float64(q)/float64(a.onset))
+	return math.Min(1, x*x)
+}
+
 // MarkOnsetRoom is the part of the marking onset (markOnset) below which a
 // connection that yields (markedShare) keeps its queue at its ceiling,
 // stall allowance included: the floor of its queue share is
@@ -958,7 +976,7 @@ const MarkOnsetRoom = 0.5
 // with the 5 ms onset of the coexistence scenario and stalls of up to 2 ms
 // the yielding connection kept about 3.5-4 ms of queue, its jitter crossed
 // the onset in most round trips, and the classic-ECN flow kept 0.07 of the
-// pair (0.30 with this floor; TestCCCoexistenceSenderStalls). Without
+// pair (0.31 with this floor; TestCCCoexistenceSenderStalls). Without
 // stalls the floor is unchanged at a 5 ms onset (room 2.5 ms > 2 ms).
 func (a *AIMD) markedShareMin() float64 {
 	if a.onset <= 0 || a.cfg.QueueShare <= 0 {
@@ -986,10 +1004,16 @@ func (a *AIMD) markOnset(q time.Duration) {
 		a.onset = q
 		return
 	}
+	// A quantile, not a mean: fixed steps of onset/32, down by 15/16 of
+	// a step for a sample below, up by 1/16 for one above, balance where
+	// 1/16 of the samples are below (a step in proportion to the distance
+	// tracks an expectile, which the marked samples' long upper tail
+	// pulled up: 6.4 ms for a 5 ms threshold with 1 ms of ack delay).
+	step := a.onset / 32
 	if q < a.onset {
-		a.onset += (q - a.onset) / 4
+		a.onset -= step * 15 / 16
 	} else {
-		a.onset += (q - a.onset) / 64
+		a.onset += step / 16
 	}
 }
 
@@ -1367,7 +1391,7 @@ func (a *AIMD) endRound(now time.Duration, path int) {
 			a.markMem += (1 - a.markMem) / 4
 		} else if a.markMem > 0 {
 			// Every path's rounds decay it: n paths, n rounds per srtt.
-			a.markMem *= math.Exp(-p.srtt.Seconds() / MarkMemory.Seconds() / float64(len(a.paths)))
+			a.markMem *= math.Exp(-p.srtt.Seconds() / MarkMemory.Seconds() / float64(len(a.paths)) * a.markEvidence(qmin))
 		}
 	}
 	lossRate := 0.0
