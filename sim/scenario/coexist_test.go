@@ -80,3 +80,51 @@ func TestStallFlowsStallOnlyThoseFlows(t *testing.T) {
 		t.Errorf("pacing forfeit %v on the stalled flow, %v on the other: want some, none", time.Duration(stalled), time.Duration(free))
 	}
 }
+
+// TestCCCoexistenceSenderStalls: room for a classic flow must survive
+// small host stalls of the mrgw sender (issue 16 item 4). The coexistence
+// bottleneck of TestCCCoexistence (200 Mbit/s, 50 ms, 1-BDP queue, CE
+// above 0.1 BDP = 5 ms, or drop-tail), the receiver loop on as in every
+// gateway connection, and the mrgw sender's driver stalling every 15-45 ms
+// for up to 1 or 2 ms and catching up half a round trip (PacingCatchUp
+// 0.5), while the classic flow and the receiver run unstalled
+// (CoexistenceStalls' model with smaller stalls). The classic flow
+// (cc.NewRenoECN) must keep at least 0.2 of the link against each
+// long-RTT controller, and each controller alone at least 0.95 of it.
+// Before the equilibrium's window bounded the bytes in flight and the
+// yielding connection's queue was kept under the learnt marking onset
+// (cc.AIMD.eqWindow, markedShareMin; docs/CC.md §4), the classic-ECN flow
+// kept 0.036 (1 ms) and 0.021 (2 ms) of the link against htcp: the
+// equilibrium's pacing cycled the queue between empty and the marking
+// threshold every 6-7 round trips, and the stall allowance sat under the
+// whole yielded queue share, so any jitter marked the classic flow.
+func TestCCCoexistenceSenderStalls(t *testing.T) {
+	ceiling := float64(CoexistMTU) / float64(CoexistMTU+metaroce.DataHeaderLen)
+	for _, max := range []time.Duration{time.Millisecond, 2 * time.Millisecond} {
+		rows, err := coexistenceWith(Options{Seed: 1}, LongRTTControllers, []bool{true, false}, []bool{true},
+			HostStalls{Every: CoexistStalls.Every, Max: max})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("sender stalls up to %v:", max)
+		logRows(t, rows)
+		if want := 4 * len(LongRTTControllers); len(rows) != want {
+			t.Fatalf("stalls up to %v: %d rows, want %d", max, len(rows), want)
+		}
+		for _, r := range rows {
+			if r.Note == CoexistAlone {
+				if link := r.Fraction / ceiling; link < 0.95 {
+					t.Errorf("stalls up to %v: %s alone, %s: %.3f of the link, want >= 0.95", max, r.CC, r.Variant, link)
+				}
+				continue
+			}
+			if len(r.Shares) != 2 {
+				t.Fatalf("stalls up to %v: %s, %s: shares %v, want two flows", max, r.CC, r.Variant, r.Shares)
+			}
+			if classic := r.Shares[1] * r.Fraction / ceiling; classic < 0.2 {
+				t.Errorf("stalls up to %v: %s, %s: classic flow keeps %.3f of the link (%.3f of the pair), want >= 0.2",
+					max, r.CC, r.Variant, classic, r.Shares[1])
+			}
+		}
+	}
+}
