@@ -167,10 +167,6 @@ type AIMD struct {
 	// marks while the delay equilibrium steered: it rises by a quarter of
 	// the gap with every marked round and decays over MarkMemory.
 	markMem float64
-	// onset is the queueing delay at which the bottleneck's marks begin,
-	// learnt from the RTT samples of marked acks (markOnset); eqStall is
-	// the stall allowance the equilibrium last used (stallAllowance).
-	onset, eqStall time.Duration
 	// mkF is the running fraction of acked bytes that were marked, the
 	// input of the marked-fraction price (AIMDConfig.MarkPrice); mkLast
 	// its clock.
@@ -305,11 +301,6 @@ func (a *AIMD) Window(path int) int {
 	// it carried less: the split then followed the windows, and the
 	// plane with the fewest paths idled; docs/CC.md §2.)
 	w := p.rate * rtt.Seconds() * a.cfg.WindowGain
-	if a.eqW > 0 && a.total > 0 {
-		// While the delay equilibrium steers, its window is a real one
-		// (eqWindow): the path's part of it.
-		w = math.Min(w, a.eqWindow()*p.rate/a.total)
-	}
 	return windowBytes(w, 4*a.pkt)
 }
 
@@ -485,9 +476,6 @@ func (a *AIMD) OnAck(now time.Duration, path int, s AckSample) {
 	}
 	if s.MarkedBytes > 0 {
 		p.everMarked = true
-		if a.cfg.QueueShare > 0 && s.RTT > 0 {
-			a.markOnset(s.RTT - p.minRTT)
-		}
 		if a.cfg.RTTFair && !a.searching && !a.steering() {
 			a.markedBackoff(now, path, s.MarkedBytes)
 		}
@@ -722,7 +710,6 @@ func (a *AIMD) connDelay() (base, q, srtt time.Duration) {
 func (a *AIMD) equilibrium(now time.Duration) {
 	base, q, srtt := a.connDelay()
 	if srtt <= 0 || base <= 0 || !a.eqScaled() {
-		a.eqW = 0 // not steering: no window of its own (Window)
 		return
 	}
 	dt := now - a.eqLast
@@ -744,7 +731,6 @@ func (a *AIMD) equilibrium(now time.Duration) {
 	// (stallAllowance); the search's end and the steering threshold still
 	// read the whole queue.
 	stall := a.stallAllowance(now, base)
-	a.eqStall = stall
 	lawQ := max(0, q-stall)
 	lawP := lawQ + a.markPrice()
 	if a.searching {
@@ -948,117 +934,9 @@ func (a *AIMD) markedShare(scale float64) float64 {
 		return 1
 	}
 	x := a.total / scale
-	lo := a.markedShareMin()
-	m := 1 - (x-MarkedShareFrom)/(MarkedShareTo-MarkedShareFrom)*(1-lo)
-	m = math.Min(1, math.Max(lo, m))
+	m := 1 - (x-MarkedShareFrom)/(MarkedShareTo-MarkedShareFrom)*(1-MarkedShareMin)
+	m = math.Min(1, math.Max(MarkedShareMin, m))
 	return 1 - math.Min(1, 2*a.markMem)*(1-m)
-}
-
-// markEvidence is how much a round without marks at a standing queue,
-// whose smallest queueing delay was q, says that the marks have stopped:
-// (q/onset)², at most 1, once the onset is known (1 before). A connection
-// that yields keeps its queue under the onset on purpose (markedShareMin),
-// so its rounds without marks are no evidence that the marks stopped;
-// decaying the memory on them anyway made it take its queue share back
-// every 7-8 s, push the queue to the onset and mark the classic flow,
-// which is the memory's refresh: a cycle that cost the classic flow a cut
-// each time. A round whose queue reached the onset and saw no mark is
-// full evidence (the threshold moved, or marking stopped).
-func (a *AIMD) markEvidence(q time.Duration) float64 {
-	if a.onset <= 0 {
-		return 1
-	}
-	x := math.Max(0, float64(q)/float64(a.onset))
-	return math.Min(1, x*x)
-}
-
-// MarkOnsetRoom is the part of the marking onset (markOnset) below which a
-// connection that yields (markedShare) keeps its queue at its ceiling,
-// stall allowance included: the floor of its queue share is
-// MarkOnsetRoom × onset less the allowance (markedShareMin). Half the
-// onset leaves the other half for what the sender's own jitter adds and
-// for a classic flow to grow into before it is marked: the delay
-// equilibrium's rate α/(q − s) is at most half its ceiling when a classic
-// flow pushes the queue to the onset (docs/CC.md §4, "Room under the
-// marking onset").
-const MarkOnsetRoom = 0.5
-
-// markedShareMin is the floor of markedShare's factor: MarkedShareMin, or,
-// once the connection has learnt where the marks begin (onset), the
-// fraction of QueueShare that keeps its queue at the ceiling —
-// stall allowance s plus α/scale — at MarkOnsetRoom × onset, whichever is
-// lower; never below a quarter of that room. Without it a host that stalls
-// by s put s under the whole floor of 2 ms (QueueShare × MarkedShareMin):
-// with the 5 ms onset of the coexistence scenario and stalls of up to 2 ms
-// the yielding connection kept about 3.5-4 ms of queue, its jitter crossed
-// the onset in most round trips, and the classic-ECN flow kept 0.07 of the
-// pair (0.31 with this floor; TestCCCoexistenceSenderStalls). Without
-// stalls the floor is unchanged at a 5 ms onset (room 2.5 ms > 2 ms).
-func (a *AIMD) markedShareMin() float64 {
-	if a.onset <= 0 || a.cfg.QueueShare <= 0 {
-		return MarkedShareMin
-	}
-	room := time.Duration(MarkOnsetRoom * float64(a.onset))
-	q := max(room-a.eqStall, room/4)
-	return math.Min(MarkedShareMin, float64(q)/float64(a.cfg.QueueShare))
-}
-
-// markOnset folds the queueing delay q (RTT sample less the minimum) of
-// an ack that carried marks into onset, the queueing delay at which the
-// bottleneck begins to mark. A threshold marker marks a packet only when
-// the queue ahead of it is above its threshold, so a marked packet's
-// sample is at least the threshold; the receiver's ack delay and the
-// sender's own lateness only add to it. onset therefore tracks a low
-// quantile of the marked samples: it follows a lower one by a quarter of
-// the difference and a higher one by 1/64 (about the 6th percentile).
-// The coexistence scenario's 5 ms threshold is read as 5.1-5.6 ms.
-func (a *AIMD) markOnset(q time.Duration) {
-	if q <= 0 {
-		return
-	}
-	if a.onset <= 0 {
-		a.onset = q
-		return
-	}
-	// A quantile, not a mean: fixed steps of onset/32, down by 15/16 of
-	// a step for a sample below, up by 1/16 for one above, balance where
-	// 1/16 of the samples are below (a step in proportion to the distance
-	// tracks an expectile, which the marked samples' long upper tail
-	// pulled up: 6.4 ms for a 5 ms threshold with 1 ms of ack delay).
-	step := a.onset / 32
-	if q < a.onset {
-		a.onset -= step * 15 / 16
-	} else {
-		a.onset += step / 16
-	}
-}
-
-// MarkOnset returns the queueing delay at which the connection has seen
-// the bottleneck's marks begin (0: no marks yet), for tests and traces.
-func (a *AIMD) MarkOnset() time.Duration { return a.onset }
-
-// eqWindow is the delay equilibrium's window as a limit on the bytes in
-// flight: its window eqW, plus what the sender's own stalls hold back
-// (rate × stall allowance: acks that arrived while the driver was
-// descheduled are read only when it wakes, so the bytes in flight as
-// the sender counts them exceed the network's by that much).
-//
-// Why a real window. The equilibrium sets the rate to eqW over the
-// measured round trip, which stands in for a window's self-clocking; but
-// the queueing delay it divides by is a round trip old and smoothed, and
-// a pacing rate that answers a delayed queue with gain 1/rtt is at the
-// edge of stability (x' = −x(t−τ)/rtt oscillates once τ ≳ 1.5 rtt). With
-// the window twice the rate × RTT (WindowGain) the queue cycled between
-// empty and 5 ms every 6-7 round trips at the coexistence bottleneck
-// (rate swinging 0.72-0.81 of the link), crossing the 5 ms marking
-// threshold in every cycle: that, not the sender's stalls, was what
-// marked the classic-ECN flow. With the window bounding the bytes in
-// flight the queue is set by the windows at once, as FAST TCP assumes,
-// and the cycle is gone (queue 2.1-3.7 ms, classic flow 0.29 of the pair
-// with 1 ms stalls instead of 0.04). Any headroom brings it back: 2%
-// over eqW gave the classic flow 0.23, 5% 0.04 (docs/CC.md §4).
-func (a *AIMD) eqWindow() float64 {
-	return a.eqW + a.total*a.eqStall.Seconds()
 }
 
 // MarkedShareFrom, MarkedShareTo and MarkedShareMin shape markedShare: the
@@ -1407,7 +1285,7 @@ func (a *AIMD) endRound(now time.Duration, path int) {
 			a.markMem += (1 - a.markMem) / 4
 		} else if a.markMem > 0 {
 			// Every path's rounds decay it: n paths, n rounds per srtt.
-			a.markMem *= math.Exp(-p.srtt.Seconds() / MarkMemory.Seconds() / float64(len(a.paths)) * a.markEvidence(qmin))
+			a.markMem *= math.Exp(-p.srtt.Seconds() / MarkMemory.Seconds() / float64(len(a.paths)))
 		}
 	}
 	lossRate := 0.0

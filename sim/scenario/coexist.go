@@ -63,9 +63,7 @@ var CoexistStalls = HostStalls{Every: 30 * time.Millisecond, Max: 12 * time.Mill
 // both sides of issue 16's items 4 and 7 at once: the classic flow's
 // share against mrgw (item 4) and mrgw's fraction of the link alone
 // (item 7). No test asserts item 4's target on it: it is not met there
-// (docs/CC.md §7, "Coexistence on a host that stalls"); with stalls of up
-// to 1 or 2 ms it is, and TestCCCoexistenceSenderStalls asserts it
-// (docs/CC.md §4, "Room under the marking onset").
+// (docs/CC.md §7, "Coexistence on a host that stalls").
 func CoexistenceStalls(o Options) ([]report.Row, error) {
 	return coexistenceWith(o, LongRTTControllers, []bool{true, false}, []bool{false, true}, CoexistStalls)
 }
