@@ -196,7 +196,7 @@ error naming the reason; nothing is estimated in their place.`,
 	cli.FractionsVar(f, &o.Losses, "loss", nil, "random loss rates, fractions or percentages (default 0,0.1%,1%,5%,10%)")
 	f.StringSliceVar(&o.Systems, "systems", nil, "systems to run (default all: mrgw,rocev2,tcp-cubic,tcp-bbr,quic,kcp)")
 	f.IntVar(&o.MTU, "mtu", 0, "IP MTU of every system: tunemu's TUN devices, netem's largest datagram and MTU clamp (default 1500; 9000: jumbo frames)")
-	f.StringVar(&o.MRGWCC, "cc", "", "mrgw's congestion controller (default longrtt-htcp)")
+	f.StringVar(&o.MRGWCC, "cc", "", "mrgw's congestion controller (default longrtt-htcp; also fixed-1.5bdp, fixed-1.5bdp-paced, or paced-F: a sender paced at the fraction F of the capacity that reacts to nothing)")
 	f.IntVar(&o.Wire, "wire", 2, "mrgw's wire version, 1 or 2 (its payload fills the MTU behind that version's DATA header; rocev2 speaks 1)")
 	f.Uint64Var(&o.Seed, "seed", 1, "seed of the emulators")
 	f.BoolVar(&o.Quick, "quick", false, "short runs (a smoke test, not a measurement)")

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,6 +34,26 @@ const CCFixed = "fixed-1.5bdp"
 // CCFixedPaced is CCFixed paced at the link's capacity: the transport and
 // the pacer without a controller.
 const CCFixedPaced = "fixed-1.5bdp-paced"
+
+// CCPacedPrefix followed by a fraction ("paced-0.5") selects a window of
+// 1.5 BDP paced at that fraction of the link's capacity: a sender that does
+// not react to anything. Against a classic flow it separates what the
+// controller does from what the datapath's timing does (does the classic
+// flow get the rest of the link when mrgw holds a steady half?).
+const CCPacedPrefix = "paced-"
+
+// pacedFraction reports the fraction a CCPacedPrefix name asks for.
+func pacedFraction(name string) (float64, bool, error) {
+	rest, ok := strings.CutPrefix(name, CCPacedPrefix)
+	if !ok {
+		return 0, false, nil
+	}
+	f, err := strconv.ParseFloat(rest, 64)
+	if err != nil || !(f > 0 && f <= 1) {
+		return 0, true, fmt.Errorf("controller %q: the fraction after %q must be in (0, 1]", name, CCPacedPrefix)
+	}
+	return f, true, nil
+}
 
 // mrgwMTU is the MetaRoCE payload per datagram on the WAN: the largest
 // whose sealed datagram fits the link's IP MTU (IPv4 and UDP headers 28
@@ -108,6 +129,13 @@ func protocol(rocev2 bool, l Link, o Options, listen bool) (metaroce.Config, str
 		w := int(1.5 * l.BDP())
 		cfg.CC = cc.NewFixed(max(w, 64<<10), units.BitRate(capacity).Bytes())
 		name = "fixed"
+	} else if frac, ok, err := pacedFraction(o.MRGWCC); ok {
+		if err != nil {
+			return cfg, "", err
+		}
+		w := int(1.5 * l.BDP() / float64(o.Paths))
+		cfg.CC = cc.NewFixed(max(w, 16<<10), units.ByteRate(frac*float64(units.BitRate(capacity).Bytes())))
+		name = o.MRGWCC
 	} else if o.MRGWCC == CCFixed || o.MRGWCC == CCFixedPaced {
 		// A fixed window of 1.5 BDP split over the paths, unpaced or paced
 		// at the capacity.
