@@ -167,6 +167,8 @@ type AIMD struct {
 	// marks while the delay equilibrium steered: it rises by a quarter of
 	// the gap with every marked round and decays over MarkMemory.
 	markMem float64
+	// fb is the classic fallback's state (Params.ClassicFallback).
+	fb fallbackState
 	// mkF is the running fraction of acked bytes that were marked, the
 	// input of the marked-fraction price (AIMDConfig.MarkPrice); mkLast
 	// its clock.
@@ -357,7 +359,7 @@ func (a *AIMD) effHint() float64 {
 	if a.egLevel > 0 && (h <= 0 || a.egLevel < h) {
 		h = a.egLevel
 	}
-	return h
+	return h * a.headroom()
 }
 
 func (a *AIMD) retotal() {
@@ -487,6 +489,7 @@ func (a *AIMD) OnAck(now time.Duration, path int, s AckSample) {
 		a.balance(now, path)
 		a.equilibrium(now)
 	}
+	defer a.fallbackAck(now, s.MarkedBytes)
 	if a.cfg.Params.Egress != nil && a.egLevel > 0 {
 		// The egress level acts as a receiver's hint would, which comes
 		// with every ack: its rises are taken on acks, as a hint's are.
@@ -1411,6 +1414,7 @@ func (a *AIMD) OnRateHint(now time.Duration, hint units.ByteRate) {
 	}
 	a.rcvHint = min(float64(hint), MaxRate)
 	a.setHint(now, a.effHint())
+	a.fallbackCap(now)
 }
 
 // setHint acts on a new value of the connection's ceiling (OnRateHint).
@@ -1481,7 +1485,7 @@ func (a *AIMD) ceiling() float64 {
 	if a.hint > 0 && a.hint < c {
 		c = a.hint
 	}
-	if lr := float64(a.cfg.Params.LineRate.Bytes()); lr > 0 && lr < c {
+	if lr := float64(a.cfg.Params.LineRate.Bytes()) * a.headroom(); lr > 0 && lr < c {
 		c = lr
 	}
 	return c

@@ -37,6 +37,13 @@ type Params struct {
 	// controllers pace at no more than its level, as below a receiver's
 	// hint. Nil: each connection is capped by LineRate alone.
 	Egress *Egress
+	// ClassicFallback makes the AIMD controllers answer ECN marks as CUBIC
+	// does (a 30% cut per marked round trip, growth back no faster than
+	// CUBIC's window curve) and keep FallbackHeadroom of their ceiling
+	// free, so that a classic-ECN flow sharing a marking queue keeps its
+	// share; it costs a lone connection whatever its own marks cost
+	// (fallback.go, docs/CC.md §4).
+	ClassicFallback bool
 }
 
 // Builder makes a Factory from Params.

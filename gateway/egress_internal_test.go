@@ -127,3 +127,17 @@ func egressGateway(capacity int64) (*config.Config, *Gateway) {
 	cfg.Regions = []config.Region{{RTTHint: 50 * time.Millisecond}}
 	return cfg, &Gateway{egress: newEgress(cfg.WAN.MaxRate(), slowestHint(cfg))}
 }
+
+// TestWANParamsCarryClassicFallback: wan.classic_fallback reaches the WAN
+// controllers' parameters (off unless set), so that the operator's choice
+// for a WAN shared with classic-ECN traffic is the controllers' too.
+func TestWANParamsCarryClassicFallback(t *testing.T) {
+	cfg, g := egressGateway(1e9)
+	if wanParams(cfg, g.egress).ClassicFallback {
+		t.Fatal("the classic fallback is on without wan.classic_fallback")
+	}
+	cfg.WAN.ClassicFallback = true
+	if !wanParams(cfg, g.egress).ClassicFallback {
+		t.Fatal("wan.classic_fallback: true does not reach the controllers' parameters")
+	}
+}

@@ -932,9 +932,10 @@ func controller(name string, p cc.Params) (cc.Factory, error) {
 
 // wanParams are the parameters of the controllers of the connections to
 // other gateways: wan.max_rate_bps as each one's ceiling, the slowest
-// region's RTT hint as the base RTT, and the gateway's egress share.
+// region's RTT hint as the base RTT, the gateway's egress share, and
+// wan.classic_fallback.
 func wanParams(cfg *config.Config, egress *cc.Egress) cc.Params {
-	return cc.Params{LineRate: cfg.WAN.MaxRate(), BaseRTT: slowestHint(cfg), Egress: egress}
+	return cc.Params{LineRate: cfg.WAN.MaxRate(), BaseRTT: slowestHint(cfg), Egress: egress, ClassicFallback: cfg.WAN.ClassicFallback}
 }
 
 // newEgress returns the egress share of a WAN capacity, measured over two

@@ -197,6 +197,7 @@ error naming the reason; nothing is estimated in their place.`,
 	f.StringSliceVar(&o.Systems, "systems", nil, "systems to run (default all: mrgw,rocev2,tcp-cubic,tcp-bbr,quic,kcp)")
 	f.IntVar(&o.MTU, "mtu", 0, "IP MTU of every system: tunemu's TUN devices, netem's largest datagram and MTU clamp (default 1500; 9000: jumbo frames)")
 	f.StringVar(&o.MRGWCC, "cc", "", "mrgw's congestion controller (default longrtt-htcp; also fixed-1.5bdp, fixed-1.5bdp-paced, or paced-F: a sender paced at the fraction F of the capacity that reacts to nothing)")
+	f.BoolVar(&o.ClassicFallback, "classic-fallback", false, "mrgw's controller answers ECN marks as CUBIC does and keeps 3% of its ceiling free (for WANs shared with classic-ECN traffic; docs/CC.md §4)")
 	f.IntVar(&o.Wire, "wire", 2, "mrgw's wire version, 1 or 2 (its payload fills the MTU behind that version's DATA header; rocev2 speaks 1)")
 	f.Uint64Var(&o.Seed, "seed", 1, "seed of the emulators")
 	f.BoolVar(&o.Quick, "quick", false, "short runs (a smoke test, not a measurement)")

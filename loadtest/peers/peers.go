@@ -177,6 +177,9 @@ type Options struct {
 	// (default CCFixed: shows the transport without the pacer; "none":
 	// no extra row).
 	MRGWExtraCC string
+	// ClassicFallback turns on mrgw's classic fallback (cc.Params;
+	// docs/CC.md §4) for the controller under test.
+	ClassicFallback bool
 	// Seed seeds the emulators (ECMP hash, loss).
 	Seed uint64
 	// MTU is the IP MTU of every system (default 1500; 9000 for a DCI

@@ -147,7 +147,7 @@ func protocol(rocev2 bool, l Link, o Options, listen bool) (metaroce.Config, str
 		cfg.CC = cc.NewFixed(max(w, 16<<10), rate)
 		name = o.MRGWCC
 	} else {
-		f, err := cc.Lookup(o.MRGWCC, cc.Params{LineRate: units.BitRate(capacity), BaseRTT: l.RTT})
+		f, err := cc.Lookup(o.MRGWCC, cc.Params{LineRate: units.BitRate(capacity), BaseRTT: l.RTT, ClassicFallback: o.ClassicFallback})
 		if err != nil {
 			return cfg, "", err
 		}

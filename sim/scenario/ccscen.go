@@ -16,16 +16,17 @@ import (
 
 // Scenarios maps each `mrgw sim` scenario name to its function.
 var Scenarios = map[string]func(Options) ([]report.Row, error){
-	"loss-sweep":         LossSweep,
-	"planes":             Planes,
-	"utilization":        Utilization,
-	"rtt-fairness":       RTTFairness,
-	"convergence":        Convergence,
-	"incast":             Incast,
-	"multipath-coupling": MultipathCoupling,
-	"loss-sweep-cc":      LossSweepCC,
-	"coexistence":        Coexistence,
-	"coexistence-stalls": CoexistenceStalls,
+	"loss-sweep":           LossSweep,
+	"planes":               Planes,
+	"utilization":          Utilization,
+	"rtt-fairness":         RTTFairness,
+	"convergence":          Convergence,
+	"incast":               Incast,
+	"multipath-coupling":   MultipathCoupling,
+	"loss-sweep-cc":        LossSweepCC,
+	"coexistence":          Coexistence,
+	"coexistence-stalls":   CoexistenceStalls,
+	"coexistence-fallback": CoexistenceFallback,
 }
 
 // Controller names used by the congestion-control scenarios.

@@ -68,11 +68,24 @@ func CoexistenceStalls(o Options) ([]report.Row, error) {
 	return coexistenceWith(o, LongRTTControllers, []bool{true, false}, []bool{false, true}, CoexistStalls)
 }
 
+// CoexistenceFallback is the coexistence scenario at the marking
+// bottleneck with the long-RTT controllers' classic fallback on
+// (cc.Params.ClassicFallback), receiver loop off and on: the classic flow's
+// share against a sender that answers marks as CUBIC does, and what the
+// fallback's headroom costs the sender alone.
+func CoexistenceFallback(o Options) ([]report.Row, error) {
+	return coexistenceRun(o, LongRTTControllers, []bool{true}, []bool{false, true}, HostStalls{}, true)
+}
+
 func coexistence(o Options, flows []string, ecn, hints []bool) ([]report.Row, error) {
 	return coexistenceWith(o, flows, ecn, hints, HostStalls{})
 }
 
 func coexistenceWith(o Options, flows []string, ecn, hints []bool, stalls HostStalls) ([]report.Row, error) {
+	return coexistenceRun(o, flows, ecn, hints, stalls, false)
+}
+
+func coexistenceRun(o Options, flows []string, ecn, hints []bool, stalls HostStalls, fallback bool) ([]report.Row, error) {
 	rate := o.rateOr(CoexistRateBps)
 	rtt := CoexistRTT
 	bdp := units.BitRate(rate).Bytes().BytesIn(rtt)
@@ -96,6 +109,9 @@ func coexistenceWith(o Options, flows []string, ecn, hints []bool, stalls HostSt
 			}
 			if stalls.Every > 0 {
 				variant += ", sender stalls"
+			}
+			if fallback {
+				variant += ", classic fallback"
 			}
 			type run struct {
 				name string
@@ -122,7 +138,9 @@ func coexistenceWith(o Options, flows []string, ecn, hints []bool, stalls HostSt
 				f := classic
 				if ru.name != CoexistClassic {
 					var err error
-					if f, err = cc.Lookup(ru.name, p); err != nil {
+					pp := p
+					pp.ClassicFallback = fallback
+					if f, err = cc.Lookup(ru.name, pp); err != nil {
 						return nil, err
 					}
 				}
@@ -153,8 +171,11 @@ func coexistenceWith(o Options, flows []string, ecn, hints []bool, stalls HostSt
 		}
 	}
 	name := "coexistence"
-	if stalls.Every > 0 {
+	switch {
+	case stalls.Every > 0:
 		name = "coexistence-stalls"
+	case fallback:
+		name = "coexistence-fallback"
 	}
 	return rows, o.plot(name, runs)
 }

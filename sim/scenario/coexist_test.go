@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mrgw/mrgw/cc"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/units"
 )
@@ -78,5 +79,46 @@ func TestStallFlowsStallOnlyThoseFlows(t *testing.T) {
 	t.Logf("pacing forfeit: stalled flow %v, unstalled flow %v", time.Duration(stalled), time.Duration(free))
 	if stalled == 0 || free != 0 {
 		t.Errorf("pacing forfeit %v on the stalled flow, %v on the other: want some, none", time.Duration(stalled), time.Duration(free))
+	}
+}
+
+// TestCCCoexistenceClassicFallback: with the classic fallback on
+// (cc.Params.ClassicFallback), the classic-ECN flow keeps at least the
+// issue's 0.4 of an equal share with the receiver loop off and on, the pair
+// keeps the link busy as a classic pair does (reno-ecn+reno-ecn: 0.88 of
+// the link; a pair that answers marks as CUBIC gives up what two classic
+// flows give up), and alone the controller loses no more than the
+// fallback's headroom.
+func TestCCCoexistenceClassicFallback(t *testing.T) {
+	rows, err := CoexistenceFallback(Options{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logRows(t, rows)
+	ceiling := float64(CoexistMTU) / float64(CoexistMTU+metaroce.DataHeaderLen)
+	alone, pairs := 0, 0
+	for _, r := range rows {
+		if r.Note == CoexistAlone {
+			alone++
+			if link, want := r.Fraction/ceiling, 0.95*(1-cc.FallbackHeadroom); link < want {
+				t.Errorf("%s alone, %s: %.3f of the link, want >= %.3f", r.CC, r.Variant, link, want)
+			}
+			continue
+		}
+		pairs++
+		if len(r.Shares) != 2 {
+			t.Fatalf("%s, %s: shares %v, want two flows", r.CC, r.Variant, r.Shares)
+		}
+		classic := r.Shares[1] * r.Fraction / ceiling
+		if classic < 0.4*0.5 {
+			t.Errorf("%s, %s: classic flow keeps %.3f of the link (%.3f of an equal share), want >= 0.4 of an equal share",
+				r.CC, r.Variant, classic, classic/0.5)
+		}
+		if r.Fraction/ceiling < 0.75 {
+			t.Errorf("%s, %s: link %.3f busy, want >= 0.75", r.CC, r.Variant, r.Fraction/ceiling)
+		}
+	}
+	if want := len(LongRTTControllers) * 2; alone != want || pairs != want {
+		t.Errorf("%d rows alone and %d pairs, want %d of each", alone, pairs, want)
 	}
 }
