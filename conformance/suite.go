@@ -405,15 +405,21 @@ func (c *client) sendRaw(sock int, b []byte, cp ecn.Codepoint) {
 	}
 }
 
-// connect opens the connection: INIT (repeated up to three times) until
-// ACCEPT, then one socket per negotiated path.
+// initTries is how many times connect sends its INIT before it gives up:
+// a lost INIT or ACCEPT is retried, a target that answers none of them is
+// silent. The count, not a clock, bounds a run against a silent target
+// (with runner.silent); TestSilentTargetFailsFast counts it.
+const initTries = 3
+
+// connect opens the connection: INIT (repeated up to initTries times)
+// until ACCEPT, then one socket per negotiated path.
 func (c *client) connect() error {
 	o := c.r.opts
 	if c.r.silent {
 		return fmt.Errorf("target %v answered no INIT earlier in this run; not trying again", c.target)
 	}
 	init := (&hsPkt{Type: tInit, Conn: c.id, MTU: uint16(o.MTU), Paths: uint16(o.Paths), Offer: c.offer})
-	for try := 0; try < 3 && len(c.accepts) == 0; try++ {
+	for try := 0; try < initTries && len(c.accepts) == 0; try++ {
 		init.TS = c.ts()
 		nv, nc := len(c.versions), len(c.closes)
 		c.sendRaw(0, init.encode(), ecn.NotECT)
@@ -424,7 +430,7 @@ func (c *client) connect() error {
 			c.r.silent = true
 		}
 		return fmt.Errorf("no ACCEPT for INIT(conn %#x, MTU %d, paths %d) within %v (closes %d, versions %d)",
-			c.id, o.MTU, o.Paths, 3*o.Timeout, len(c.closes), len(c.versions))
+			c.id, o.MTU, o.Paths, initTries*o.Timeout, len(c.closes), len(c.versions))
 	}
 	a := c.accepts[0]
 	if a.MTU < 256 {

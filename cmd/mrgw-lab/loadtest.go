@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -21,9 +22,13 @@ import (
 )
 
 // newLoadtestCmd groups the real-time load tests over real sockets.
-func newLoadtestCmd() *cobra.Command {
-	var realtime int
-	var restore func() error
+func newLoadtestCmd() *cobra.Command { return newLoadtestCmdWith(rtsched.FIFO) }
+
+// newLoadtestCmdWith is newLoadtestCmd with the entry point --realtime
+// calls (rtsched.FIFO) as a parameter, so that a test can check the flag's
+// wiring without changing this process's scheduling.
+func newLoadtestCmdWith(fifo func(prio int) (restore func() error, err error)) *cobra.Command {
+	rt := &realtimeFlag{fifo: fifo}
 	cmd := &cobra.Command{
 		Use:   "loadtest",
 		Short: "Run load tests with real sockets on this machine (loopback only)",
@@ -32,24 +37,13 @@ func newLoadtestCmd() *cobra.Command {
 		// dedicated gateway host runs its datapath: the measurement then
 		// shows the controllers, not the load-test host's scheduler.
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			if realtime == 0 {
-				return nil
-			}
-			var err error
-			if restore, err = rtsched.FIFO(realtime); err != nil {
-				return fmt.Errorf("--realtime %d: %w", realtime, err)
-			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "loadtest: every thread under SCHED_FIFO priority %d (--realtime)\n", realtime)
-			return nil
+			return rt.apply(cmd.ErrOrStderr())
 		},
 		PersistentPostRunE: func(*cobra.Command, []string) error {
-			if restore == nil {
-				return nil
-			}
-			return restore()
+			return rt.undo()
 		},
 	}
-	cmd.PersistentFlags().IntVar(&realtime, "realtime", 0,
+	cmd.PersistentFlags().IntVar(&rt.prio, "realtime", 0,
 		"run every thread of the load test under SCHED_FIFO at this priority, 1-99 (root or CAP_SYS_NICE; 0: the host's normal scheduling). "+
 			"Removes the host's millisecond stalls of the user-space senders; docs/CC.md §7")
 	cmd.AddCommand(newDatapathCmd(),
@@ -68,6 +62,45 @@ func newLoadtestCmd() *cobra.Command {
 
 	cmd.AddCommand(newFleetCmd())
 	return cmd
+}
+
+// realtimeFlag is loadtest's --realtime: apply runs before the chosen load
+// test (the command tree's PersistentPreRunE), undo after it
+// (PersistentPostRunE).
+type realtimeFlag struct {
+	prio    int                                              // the flag; 0: leave scheduling alone
+	fifo    func(prio int) (restore func() error, err error) // rtsched.FIFO
+	restore func() error                                     // set by a successful apply
+}
+
+// apply puts every thread under SCHED_FIFO at prio, and says so on w. An
+// error names the flag: a priority outside 1..rtsched.MaxPriority is
+// refused before the scheduler is asked, and the scheduler's own refusal
+// (no root or CAP_SYS_NICE) is passed on with its reason.
+func (r *realtimeFlag) apply(w io.Writer) error {
+	if r.prio == 0 {
+		return nil
+	}
+	if r.prio < 1 || r.prio > rtsched.MaxPriority {
+		return fmt.Errorf("--realtime %d: priority outside 1..%d (0: the host's normal scheduling)", r.prio, rtsched.MaxPriority)
+	}
+	restore, err := r.fifo(r.prio)
+	if err != nil {
+		return fmt.Errorf("--realtime %d: %w", r.prio, err)
+	}
+	r.restore = restore
+	fmt.Fprintf(w, "loadtest: every thread under SCHED_FIFO priority %d (--realtime)\n", r.prio)
+	return nil
+}
+
+// undo puts the threads back to the policy they had before apply, once.
+func (r *realtimeFlag) undo() error {
+	restore := r.restore
+	if restore == nil {
+		return nil
+	}
+	r.restore = nil
+	return restore()
 }
 
 var lossCols = []report.Column{
