@@ -97,7 +97,7 @@ type WAN struct {
 	CongestionControl string        `mapstructure:"congestion_control" doc:"long-RTT controller: longrtt-htcp, longrtt-scalable or fixed"`
 	MaxRateBps        int64         `mapstructure:"max_rate_bps" reload:"live" doc:"the gateway's WAN capacity in bit/s, shared max-min by all its peer connections (each paces at most its share); 0 means none; required by the fixed controller"`
 	ECN               bool          `mapstructure:"ecn" doc:"send ECT(0) and read CE marks on WAN datagrams"`
-	ClassicFallback   bool          `mapstructure:"classic_fallback" doc:"answer ECN marks as CUBIC does and keep 3% of the WAN rate free, so classic-ECN traffic sharing a marking queue keeps its share; costs about that 3% on a link mrgw has to itself (docs/CC.md §4)"`
+	ClassicFallback   bool          `mapstructure:"classic_fallback" doc:"answer ECN marks as CUBIC does and keep 3% of the WAN rate free, so classic-ECN traffic sharing a marking queue keeps its share; costs at least that 3% on a link mrgw has to itself, much more on a host that holds the sender off for milliseconds (docs/OPERATIONS.md)"`
 	GSO               bool          `mapstructure:"gso" doc:"use UDP generic segmentation offload when the kernel supports it"`
 	GRO               bool          `mapstructure:"gro" doc:"use UDP generic receive offload when the kernel supports it"`
 	Cipher            string        `mapstructure:"cipher" doc:"datagram AEAD: aes-128-gcm, aes-256-gcm or chacha20-poly1305"`
