@@ -379,7 +379,7 @@ func (a *AIMD) retotal() {
 // it at once; a higher ceiling is grown into as usual.
 func (a *AIMD) SetLineRate(rate units.ByteRate) {
 	a.cfg.Params.LineRate = max(rate, 0).Bits()
-	a.capTo(float64(rate))
+	a.capTo(float64(rate) * a.headroom()) // as ceiling() reads it
 }
 
 func (a *AIMD) capTo(c float64) bool {
@@ -489,7 +489,6 @@ func (a *AIMD) OnAck(now time.Duration, path int, s AckSample) {
 		a.balance(now, path)
 		a.equilibrium(now)
 	}
-	defer a.fallbackAck(now, s.MarkedBytes)
 	if a.cfg.Params.Egress != nil && a.egLevel > 0 {
 		// The egress level acts as a receiver's hint would, which comes
 		// with every ack: its rises are taken on acks, as a hint's are.
@@ -500,6 +499,9 @@ func (a *AIMD) OnAck(now time.Duration, path int, s AckSample) {
 		// what the ack raised above it, and held; docs/CC.md §3).
 		a.setHint(now, a.effHint())
 	}
+	// Last: the classic fallback's cut and curve bound whatever the
+	// rounds, the equilibrium and the hint made of this ack.
+	a.fallbackAck(now, s.MarkedBytes)
 }
 
 // BalanceGain is how fast the split of a connection's rate over its paths

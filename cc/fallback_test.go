@@ -119,3 +119,23 @@ func TestClassicFallbackFollowsTheCubicCurve(t *testing.T) {
 		t.Errorf("without the fallback, a second after a marked ack the rate is %.3f of what it was (active %v); want it back", off.ctl.Rate()/before, off.ctl.FallbackActive())
 	}
 }
+
+// TestClassicFallbackHeadroomOnALiveLineRate: a live change of the line
+// rate (a reload of wan.max_rate_bps) brings the rate down to the new
+// ceiling less the fallback's headroom at once, as the ceiling reads it,
+// and to the whole new rate without the fallback.
+func TestClassicFallbackHeadroomOnALiveLineRate(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		d := newFallbackDriver(t, on)
+		d.run(3 * time.Second)
+		lower := units.ByteRate(fbHint / 2)
+		d.ctl.SetLineRate(lower)
+		want := float64(lower)
+		if on {
+			want *= 1 - cc.FallbackHeadroom
+		}
+		if r := d.ctl.Rate(); r > want*1.0001 || r < 0.99*want {
+			t.Errorf("fallback %v: after the line rate fell to %.0f B/s the rate is %.0f, want %.0f", on, float64(lower), r, want)
+		}
+	}
+}
