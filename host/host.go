@@ -601,6 +601,19 @@ func (h *Host) RegisterMemory(key uint32, buf []byte) error {
 	return err
 }
 
+// ReplaceMemory puts buf under key in place of the region registered
+// there, in one step: no WRITE finds the key unregistered in between.
+func (h *Host) ReplaceMemory(key uint32, buf []byte) error {
+	var err error
+	if cerr := h.ep.Call(context.Background(), func(time.Duration, *metaroce.Endpoint) {
+		h.mem.Deregister(key)
+		err = h.mem.Register(key, buf)
+	}); cerr != nil {
+		return ErrClosed
+	}
+	return err
+}
+
 // DeregisterMemory removes key; WRITEs naming it afterwards are refused.
 func (h *Host) DeregisterMemory(key uint32) error {
 	if err := h.ep.Call(context.Background(), func(time.Duration, *metaroce.Endpoint) {

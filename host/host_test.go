@@ -635,3 +635,54 @@ func TestRefusedMessageFailsFlow(t *testing.T) {
 		t.Fatalf("%d re-opens: a refused message must not be re-routed", r)
 	}
 }
+
+// TestResumeNeverPlacesAReportedMessageAgain: once a message was reported,
+// the application may reuse its memory. A source that re-sends it from an
+// older resume point (its DONE was lost with a gateway) must not
+// overwrite that memory: the re-opened stream starts after the last
+// reported message.
+func TestResumeNeverPlacesAReportedMessageAgain(t *testing.T) {
+	ctx := testCtx(t)
+	w := newWorld(t, 2, 4<<20)
+	region := make([]byte, 1<<20)
+	if err := w.dst.RegisterMemory(1, region); err != nil {
+		t.Fatal(err)
+	}
+	col := collect(t, w.dst)
+	f, err := w.src.OpenFlow(ctx, "us", "dst", FlowOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g *fakeGW
+	for _, x := range w.gws {
+		if x.addr() == f.Gateway() {
+			g = x
+		}
+	}
+	g.dropDone.Store(true)
+	msgs := layout(rand.New(rand.NewPCG(7, 8)), 0, 1<<20, 64<<10)
+	ps, err := writeAll(ctx, f, 1, msgs, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	col.waitFor(t, ctx, len(msgs))
+	// The application takes its memory back after the deliveries.
+	reused := bytes.Repeat([]byte{0xA5}, len(region))
+	_ = w.dst.call(ctx, func(time.Duration) { copy(region, reused) })
+	g.resetFlow(t, f.ID())
+	for _, p := range ps {
+		if err := p.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := make([]byte, len(region))
+	if err := w.dst.ReadMemory(ctx, 1, 0, got); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, reused) {
+		t.Fatal("a re-sent message was placed again over memory the application had reused")
+	}
+	if d := w.dst.Stats().Duplicates; d == 0 {
+		t.Fatal("nothing was re-sent")
+	}
+}

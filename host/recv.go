@@ -77,7 +77,18 @@ func (h *Host) rxOpen(now time.Duration, c *metaroce.Conn, m *flowctl.Msg) {
 		refuse(flowctl.CodeBadRequest, "flow id in use by another source")
 		return
 	}
-	if err := c.ResumeStream(m.Stream, m.Resume); err != nil {
+	// A message this host already reported is never placed again: the
+	// stream starts after the last one, so that a copy re-sent from an
+	// older resume point cannot overwrite memory the application took
+	// back after its Delivery (a ring the source has filled anew).
+	resume := m.Resume
+	if rf != nil && rf.seen.below > resume {
+		resume = rf.seen.below
+		// The copies the source re-sends below resume are dropped
+		// unplaced: count them as the duplicates they are.
+		h.ctr.duplicates.Add(resume - m.Resume)
+	}
+	if err := c.ResumeStream(m.Stream, resume); err != nil {
 		refuse(flowctl.CodeBadRequest, err.Error())
 		return
 	}

@@ -58,8 +58,9 @@ var rank = map[string]int{
 	"conformance/responder": 3,
 	"netio/netiotest":       3,
 
-	// 4: the daemon.
+	// 4: the daemon, and the streams hosts run over their flows.
 	"gateway": 4,
+	"stream":  4,
 
 	// 5-6: the lab: the in-process two-region lab and the shared bulk
 	// transfer loop, then the load tests.

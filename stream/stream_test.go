@@ -1,0 +1,290 @@
+//go:build linux
+
+package stream_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mrgw/mrgw/host"
+	"github.com/mrgw/mrgw/loadtest/lab"
+	"github.com/mrgw/mrgw/stream"
+)
+
+// patience bounds every wait: a deadline for a failure, never a
+// performance threshold.
+const patience = 90 * time.Second
+
+func testLogger() *slog.Logger {
+	if os.Getenv("MRGW_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+func startLab(t *testing.T, ctx context.Context, cfg lab.Config) *lab.Lab {
+	t.Helper()
+	cfg.Dir = t.TempDir()
+	cfg.Logger = testLogger()
+	l, err := lab.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	l.Start()
+	if err := l.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func newMux(t *testing.T, l *lab.Lab, name, region string, cfg stream.Config) *stream.Mux {
+	t.Helper()
+	h, err := host.New(host.Config{Name: name, Region: region, Gateways: l.HostGateways(region), Key: l.HostKey,
+		DeadAfter: time.Second, OpenTimeout: patience / 4, Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Logger = testLogger()
+	m, err := stream.New(h, cfg)
+	if err != nil {
+		h.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		m.Close()
+		h.Close()
+	})
+	return m
+}
+
+// pair is a dialer in eu-west and a listener in us-east.
+func pair(t *testing.T, ctx context.Context, l *lab.Lab, cfg stream.Config) (a, b *stream.Conn, ma, mb *stream.Mux) {
+	t.Helper()
+	ma = newMux(t, l, "client", lab.RegionA, cfg)
+	mb = newMux(t, l, "server", lab.RegionB, cfg)
+	ln, err := mb.Listen("7000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	acc := make(chan *stream.Conn, 1)
+	go func() {
+		c, err := ln.AcceptStream(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		acc <- c
+	}()
+	a, err = ma.Dial(ctx, lab.RegionB+"/server:7000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = <-acc
+	if b == nil {
+		t.FailNow()
+	}
+	return a, b, ma, mb
+}
+
+func randBytes(seed uint64, n int) []byte {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	return b
+}
+
+// pump writes data in random-sized pieces, then CloseWrite.
+func pump(c *stream.Conn, data []byte, seed uint64) error {
+	rng := rand.New(rand.NewPCG(seed, 2))
+	for len(data) > 0 {
+		n := min(len(data), 1+rng.IntN(300<<10))
+		if _, err := c.Write(data[:n]); err != nil {
+			return err
+		}
+		data = data[n:]
+	}
+	return c.CloseWrite()
+}
+
+// TestStreamBothWaysInOrder sends different data each way at once, in
+// pieces of random sizes through a window small enough to wrap many
+// times, and checks both arrive whole and in order, each ending in EOF
+// after CloseWrite.
+func TestStreamBothWaysInOrder(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	l := startLab(t, ctx, lab.Config{Direct: true})
+	a, b, ma, mb := pair(t, ctx, l, stream.Config{Window: 256 << 10})
+	ab, ba := randBytes(1, 6<<20+123), randBytes(2, 5<<20+7)
+	var wg sync.WaitGroup
+	var gotB, gotA []byte
+	var errs [4]error
+	wg.Add(4)
+	go func() { defer wg.Done(); errs[0] = pump(a, ab, 3) }()
+	go func() { defer wg.Done(); errs[1] = pump(b, ba, 4) }()
+	go func() { defer wg.Done(); gotB, errs[2] = io.ReadAll(b) }()
+	go func() { defer wg.Done(); gotA, errs[3] = io.ReadAll(a) }()
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("goroutine %d: %v", i, err)
+		}
+	}
+	if !bytes.Equal(gotB, ab) || !bytes.Equal(gotA, ba) {
+		t.Fatalf("data differs: a→b %d of %d bytes (sha %x, want %x), b→a %d of %d", len(gotB), len(ab),
+			sha256.Sum256(gotB), sha256.Sum256(ab), len(gotA), len(ba))
+	}
+	a.Close()
+	b.Close()
+	waitFor(t, ctx, "both ends torn down", func() bool { return ma.Stats().Open == 0 && mb.Stats().Open == 0 })
+	if s := ma.Stats(); s.Resets != 0 || s.BytesSent != uint64(len(ab)) || s.BytesReceived != uint64(len(ba)) {
+		t.Fatalf("dialer stats %+v", s)
+	}
+}
+
+func waitFor(t *testing.T, ctx context.Context, what string, ok func() bool) {
+	t.Helper()
+	for !ok() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("waiting for %s: %v", what, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// TestStreamRefusedAndReset: a dial to a port nobody listens on fails at
+// once with ErrRefused; a Reset makes the peer's Read and Write fail with
+// ErrReset; the refusals are counted on the refusing side.
+func TestStreamRefusedAndReset(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	l := startLab(t, ctx, lab.Config{Direct: true})
+	a, b, ma, mb := pair(t, ctx, l, stream.Config{})
+	if _, err := ma.Dial(ctx, lab.RegionB+"/server:7001"); !errors.Is(err, stream.ErrRefused) {
+		t.Fatalf("dial to a closed port: %v, want ErrRefused", err)
+	}
+	if n := mb.Stats().RefusedNoListener; n != 1 {
+		t.Fatalf("refusals counted: %d, want 1", n)
+	}
+	if _, err := a.Write([]byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 5)
+	if _, err := io.ReadFull(b, buf); err != nil || string(buf) != "hello" {
+		t.Fatalf("read %q %v", buf, err)
+	}
+	b.Reset()
+	_, err := a.Read(buf)
+	var re *stream.ResetError
+	if !errors.Is(err, stream.ErrReset) || !errors.As(err, &re) || !re.Remote || re.Code != stream.CodeAborted {
+		t.Fatalf("read after the peer's reset: %v", err)
+	}
+	if _, err := a.Write([]byte("x")); !errors.Is(err, stream.ErrReset) {
+		t.Fatalf("write after the peer's reset: %v", err)
+	}
+	waitFor(t, ctx, "both ends torn down", func() bool { return ma.Stats().Open == 0 && mb.Stats().Open == 0 })
+}
+
+// TestStreamDeadlines: a read deadline in the past fails Read with a
+// timeout at once, one in the future fails it when it passes, and a
+// cleared deadline lets the data through. A write deadline bounds the
+// wait for window when the peer does not read.
+func TestStreamDeadlines(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	l := startLab(t, ctx, lab.Config{Direct: true})
+	a, b, _, _ := pair(t, ctx, l, stream.Config{Window: 64 << 10})
+	buf := make([]byte, 10)
+	a.SetReadDeadline(time.Now().Add(-time.Second))
+	if _, err := a.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read past its deadline: %v", err)
+	}
+	a.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	_, err := a.Read(buf)
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("read with a deadline and no data: %v, want a timeout", err)
+	}
+	a.SetReadDeadline(time.Time{})
+	if _, err := b.Write([]byte("late")); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := a.Read(buf); err != nil || string(buf[:n]) != "late" {
+		t.Fatalf("read after clearing the deadline: %q %v", buf[:n], err)
+	}
+	// Nobody reads b: a's window (64 KiB) fills, then Write waits for
+	// room until its deadline.
+	a.SetWriteDeadline(time.Now().Add(500 * time.Millisecond))
+	n, err := a.Write(make([]byte, 1<<20))
+	if !errors.Is(err, os.ErrDeadlineExceeded) || n != 64<<10 {
+		t.Fatalf("write into a full window: %d bytes, %v; want 65536 and a timeout", n, err)
+	}
+}
+
+// TestStreamSurvivesGatewayDeath kills the gateway that carries one
+// direction of a stream (in the dialer's region, then in the listener's)
+// while data crosses the emulated WAN both ways: the stream stays open
+// and every byte arrives once, in order.
+func TestStreamSurvivesGatewayDeath(t *testing.T) {
+	for _, side := range []string{lab.RegionA, lab.RegionB} {
+		t.Run(side, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*patience)
+			defer cancel()
+			l := startLab(t, ctx, lab.Config{OneWay: 5 * time.Millisecond, Loss: 0.005})
+			a, b, ma, mb := pair(t, ctx, l, stream.Config{Window: 1 << 20})
+			route := a.Route()
+			if side == lab.RegionB {
+				route = b.Route()
+			}
+			victim := ""
+			for i, addr := range l.HostGateways(side) {
+				if addr == route {
+					victim = l.Names[side][i]
+				}
+			}
+			if victim == "" {
+				t.Fatalf("route %v is none of %v", route, l.HostGateways(side))
+			}
+			ab, ba := randBytes(5, 24<<20), randBytes(6, 8<<20)
+			var wg sync.WaitGroup
+			var gotB, gotA []byte
+			var errs [4]error
+			wg.Add(4)
+			go func() { defer wg.Done(); errs[0] = pump(a, ab, 7) }()
+			go func() { defer wg.Done(); errs[1] = pump(b, ba, 8) }()
+			go func() { defer wg.Done(); gotB, errs[2] = io.ReadAll(b) }()
+			go func() { defer wg.Done(); gotA, errs[3] = io.ReadAll(a) }()
+			// Kill the gateway once a quarter of the data has crossed.
+			waitFor(t, ctx, "a quarter of the data", func() bool { return mb.Stats().BytesReceived >= uint64(len(ab)/4) })
+			l.Gateways[victim].Close()
+			wg.Wait()
+			for i, err := range errs {
+				if err != nil {
+					t.Fatalf("goroutine %d: %v", i, err)
+				}
+			}
+			if !bytes.Equal(gotB, ab) || !bytes.Equal(gotA, ba) {
+				t.Fatalf("data differs: a→b %d of %d bytes, b→a %d of %d", len(gotB), len(ab), len(gotA), len(ba))
+			}
+			sa, sb := ma.Host().Stats(), mb.Host().Stats()
+			t.Logf("%s killed: re-opens %d + %d, duplicates dropped %d + %d", victim, sa.Reopens, sb.Reopens, sa.Duplicates, sb.Duplicates)
+			if sa.Reopens+sb.Reopens == 0 {
+				t.Fatalf("no flow failed over")
+			}
+		})
+	}
+}
