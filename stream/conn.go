@@ -468,6 +468,16 @@ func (c *Conn) Reset() error {
 	return nil
 }
 
+// ResetCode is Reset with the application's own reason, a code from
+// CodeApplication up, which the peer's ResetError carries.
+func (c *Conn) ResetCode(code uint32) error {
+	if code < CodeApplication {
+		return fmt.Errorf("stream: reset code %d below CodeApplication", code)
+	}
+	c.abort(code, nil, true)
+	return nil
+}
+
 // abort resets the stream with code and tears it down; tell sends the
 // reset to the peer.
 func (c *Conn) abort(code uint32, cause error, tell bool) {

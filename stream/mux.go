@@ -53,7 +53,7 @@ type Config struct {
 	// reads a message only once all of it has arrived.
 	MaxMessage int
 	// Backlog bounds the streams a listener holds that Accept has not
-	// taken [128]; further connection requests are refused.
+	// taken [1024]; further connection requests are refused.
 	Backlog int
 	// MaxStreams bounds the stream ends open at once on this host [4096];
 	// further dials fail and further connection requests are refused.
@@ -82,7 +82,7 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("stream: MaxMessage %d: want 1 to Window (%d)", c.MaxMessage, c.Window)
 	}
 	if c.Backlog <= 0 {
-		c.Backlog = 128
+		c.Backlog = 1024
 	}
 	if c.MaxStreams <= 0 {
 		c.MaxStreams = 4096
@@ -137,6 +137,12 @@ func (e *ResetError) Is(target error) bool {
 
 func (e *ResetError) Unwrap() error { return e.Cause }
 
+// IsResetCode reports whether err is a reset with code.
+func IsResetCode(err error, code uint32) bool {
+	var re *ResetError
+	return errors.As(err, &re) && re.Code == code
+}
+
 func codeName(c uint32) string {
 	switch c {
 	case CodeAborted:
@@ -151,6 +157,9 @@ func codeName(c uint32) string {
 		return "data after close"
 	case CodeUnreachable:
 		return "peer unreachable"
+	}
+	if c >= CodeApplication {
+		return fmt.Sprintf("application code %d", c)
 	}
 	return fmt.Sprintf("code %d", c)
 }
@@ -556,7 +565,6 @@ func (m *Mux) request(d host.Delivery) {
 	key := m.freeKey()
 	c, err := m.newConn(key, nil, l.addr, src)
 	if err != nil {
-		l.unreserve()
 		m.ctr.refusedLimit.Add(1)
 		m.refuse(d, CodeBacklog)
 		return
@@ -575,18 +583,19 @@ func (m *Mux) request(d host.Delivery) {
 		defer cancel()
 		f, err := m.h.OpenFlow(ctx, src.Region, src.Endpoint, host.FlowOptions{Class: m.cfg.Class})
 		if err != nil {
-			l.unreserve()
 			c.fail(&ResetError{Code: CodeUnreachable, Cause: err})
 			m.rl.Warn("answer", "stream: cannot answer a connection request", "from", src.String(), "err", err)
 			return
 		}
 		if !c.attachOut(f, dialKey(d.Flow)) {
-			l.unreserve()
 			f.Close()
 			return
 		}
 		if !l.deliver(c) {
-			c.abort(CodeRefused, ErrClosed, true)
+			m.ctr.refusedBacklog.Add(1)
+			m.rl.Warn("refuse:backlog", "stream: connection refused", "port", l.addr.Port, "from", src.String(), "reason", codeName(CodeBacklog))
+			c.abort(CodeBacklog, ErrRefused, true)
+			return
 		}
 		m.ctr.accepted.Add(1)
 	}()
@@ -637,42 +646,36 @@ func (m *Mux) refuse(d host.Delivery, code uint32) {
 
 // Listener accepts streams to one port.
 type Listener struct {
-	m        *Mux
-	addr     Addr
-	queue    chan *Conn
-	mu       sync.Mutex
-	reserved int
-	closed   bool
-	done     chan struct{}
+	m      *Mux
+	addr   Addr
+	queue  chan *Conn
+	mu     sync.Mutex
+	closed bool
+	done   chan struct{}
 }
 
-// reserve takes a place in the accept queue for a stream being set up.
+// reserve admits a connection request while its stream is set up (its
+// reverse flow opens): only MaxStreams bounds those, as a SYN queue.
 func (l *Listener) reserve() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.closed || l.reserved+len(l.queue) >= cap(l.queue) {
-		return false
-	}
-	l.reserved++
-	return true
+	return !l.closed
 }
 
-func (l *Listener) unreserve() {
-	l.mu.Lock()
-	l.reserved--
-	l.mu.Unlock()
-}
-
-// deliver queues an established stream for Accept.
+// deliver queues an established stream for Accept; false when the
+// listener is closed or its accept queue (Backlog) is full.
 func (l *Listener) deliver(c *Conn) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.reserved--
 	if l.closed {
 		return false
 	}
-	l.queue <- c // reserved: never blocks
-	return true
+	select {
+	case l.queue <- c:
+		return true
+	default:
+		return false
+	}
 }
 
 // Accept waits for the next stream.

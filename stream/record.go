@@ -34,6 +34,9 @@ const (
 	CodeProtocol    uint32 = 4 // the peer broke the stream protocol
 	CodeClosed      uint32 = 5 // data arrived after the application closed the stream
 	CodeUnreachable uint32 = 6 // the reverse flow could not be opened
+	// CodeApplication and above are the application's own codes
+	// (Conn.ResetCode), carried as they are.
+	CodeApplication uint32 = 256
 )
 
 // record is one end's cumulative state as its peer sees it. Every field is

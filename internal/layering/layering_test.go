@@ -65,6 +65,7 @@ var rank = map[string]int{
 	// 5-6: the lab: the in-process two-region lab and the shared bulk
 	// transfer loop, then the load tests.
 	"loadtest/lab":  5,
+	"forward":       5,
 	"loadtest/bulk": 5,
 	"loadtest/":     6,
 
