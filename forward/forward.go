@@ -117,13 +117,27 @@ type Forwarder struct {
 	refusedMu                    sync.Mutex
 	refused                      map[string]uint64
 	wg                           sync.WaitGroup
+	// base ends with Close: every connection still forwarded is reset.
+	base   context.Context
+	cancel context.CancelFunc
 }
 
 // New returns a Forwarder over mux.
 func New(mux *stream.Mux, cfg Config) *Forwarder {
 	cfg = cfg.withDefaults()
-	return &Forwarder{mux: mux, cfg: cfg, log: cfg.Logger, rl: ratelog.New(cfg.Logger, 10*time.Second),
+	f := &Forwarder{mux: mux, cfg: cfg, log: cfg.Logger, rl: ratelog.New(cfg.Logger, 10*time.Second),
 		sem: make(chan struct{}, cfg.MaxConns), refused: map[string]uint64{}}
+	f.base, f.cancel = context.WithCancel(context.Background())
+	return f
+}
+
+// Wait waits until every connection the Forwarder started has ended.
+func (f *Forwarder) Wait() { f.wg.Wait() }
+
+// Close resets every connection still forwarded and waits for them.
+func (f *Forwarder) Close() {
+	f.cancel()
+	f.wg.Wait()
 }
 
 // Stats returns a snapshot of the counters.
@@ -146,12 +160,11 @@ func (f *Forwarder) refuse(reason string, args ...any) {
 }
 
 // Local accepts TCP connections on ln and forwards each over a stream to
-// to, until ctx ends or ln fails; it closes ln and waits for the
-// connections it started to end.
+// to, until ctx ends or ln fails; then it closes ln. The connections it
+// started go on (Wait, Close).
 func (f *Forwarder) Local(ctx context.Context, ln net.Listener, to stream.Addr) error {
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
-	defer f.wg.Wait()
 	defer ln.Close()
 	for {
 		tc, err := ln.Accept()
@@ -173,7 +186,7 @@ func (f *Forwarder) Local(ctx context.Context, ln net.Listener, to stream.Addr) 
 		}
 		f.wg.Go(func() {
 			defer f.release()
-			dctx, cancel := context.WithTimeout(ctx, f.cfg.DialTimeout)
+			dctx, cancel := context.WithTimeout(f.base, f.cfg.DialTimeout)
 			sc, err := f.mux.DialAddr(dctx, to)
 			cancel()
 			if err != nil {
@@ -181,13 +194,13 @@ func (f *Forwarder) Local(ctx context.Context, ln net.Listener, to stream.Addr) 
 				resetTCP(tc)
 				return
 			}
-			f.splice(ctx, tc, sc, &f.bytesOut, &f.bytesBack)
+			f.splice(tc, sc, &f.bytesOut, &f.bytesBack)
 		})
 	}
 }
 
 // Expose accepts the streams to port and connects each to the TCP address
-// target, until ctx ends.
+// target, until ctx ends. The connections it started go on (Wait, Close).
 func (f *Forwarder) Expose(ctx context.Context, port string, target string) error {
 	ln, err := f.mux.Listen(port)
 	if err != nil {
@@ -195,7 +208,6 @@ func (f *Forwarder) Expose(ctx context.Context, port string, target string) erro
 	}
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
-	defer f.wg.Wait()
 	defer ln.Close()
 	var d net.Dialer
 	for {
@@ -214,7 +226,7 @@ func (f *Forwarder) Expose(ctx context.Context, port string, target string) erro
 		}
 		f.wg.Go(func() {
 			defer f.release()
-			dctx, cancel := context.WithTimeout(ctx, f.cfg.DialTimeout)
+			dctx, cancel := context.WithTimeout(f.base, f.cfg.DialTimeout)
 			tc, err := d.DialContext(dctx, "tcp", target)
 			cancel()
 			if err != nil {
@@ -222,7 +234,7 @@ func (f *Forwarder) Expose(ctx context.Context, port string, target string) erro
 				sc.ResetCode(CodeTargetRefused)
 				return
 			}
-			f.splice(ctx, tc, sc, &f.bytesIn, &f.bytesBack)
+			f.splice(tc, sc, &f.bytesIn, &f.bytesBack)
 		})
 	}
 }
@@ -264,8 +276,8 @@ func dialReason(err error) string {
 
 // splice copies both ways until both directions end: an EOF becomes a
 // half-close on the other side, a reset on either side resets the other.
-func (f *Forwarder) splice(ctx context.Context, tc net.Conn, sc *stream.Conn, fwd, back *atomic.Uint64) {
-	stop := context.AfterFunc(ctx, func() {
+func (f *Forwarder) splice(tc net.Conn, sc *stream.Conn, fwd, back *atomic.Uint64) {
+	stop := context.AfterFunc(f.base, func() {
 		sc.Reset()
 		resetTCP(tc)
 	})

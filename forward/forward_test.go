@@ -74,6 +74,8 @@ func deploy(t *testing.T, ctx context.Context, s setup) *deployment {
 	t.Cleanup(func() {
 		cancel()
 		wg.Wait()
+		d.client.Close()
+		d.server.Close()
 	})
 	if s.target != "" {
 		ln, err := d.smux.Listen("7000")

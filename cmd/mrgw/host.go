@@ -128,7 +128,7 @@ reported it in its memory.
 
 On one machine give every process its own loopback IP (127.0.0.2, 127.0.0.3, ...).`,
 	}
-	cmd.AddCommand(newHostRecvCmd(), newHostSendCmd())
+	cmd.AddCommand(newHostRecvCmd(), newHostSendCmd(), newHostForwardCmd())
 	return cmd
 }
 
