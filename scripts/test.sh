@@ -21,7 +21,7 @@ go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 # Packages whose code runs goroutines or touches sockets concurrently get the
 # race detector; the sans-I/O and simulator packages are single-threaded by
 # design and run without it (they are also the slowest under -race).
-race_re='/(tunnel|netio|region|gateway|loadtest|conformance|metrics|host)(/|$)'
+race_re='/(tunnel|netio|region|gateway|loadtest|conformance|metrics|host|stream|forward|filecopy)(/|$)'
 all=$(go list ./...)
 race=$(echo "$all" | grep -E "$race_re" || true)
 plain=$(echo "$all" | grep -vE "$race_re" || true)
