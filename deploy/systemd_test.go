@@ -228,3 +228,39 @@ func TestSystemdStopOutlastsTheDrain(t *testing.T) {
 		t.Errorf("KillSignal=%s: the daemon drains on SIGTERM or SIGINT", ks)
 	}
 }
+
+// TestForwardUnit: the forwarder's unit runs `mrgw host forward` with the
+// instance's arguments, is hardened as the daemon's is, and gives the
+// drain its full time before SIGKILL.
+func TestForwardUnit(t *testing.T) {
+	u := unit(t, filepath.Join("systemd", "mrgw-forward@.service"))
+	svc := u["Service"]
+	last := func(k string) string {
+		if v := svc[k]; len(v) > 0 {
+			return v[len(v)-1]
+		}
+		return ""
+	}
+	start := last("ExecStart")
+	if !strings.HasPrefix(start, "/usr/local/bin/mrgw host forward ") || !strings.Contains(start, "$MRGW_FORWARD_ARGS") {
+		t.Fatalf("ExecStart %q", start)
+	}
+	f := strings.Fields(start)
+	i := slices.Index(f, "--drain")
+	if i < 0 || i+1 >= len(f) {
+		t.Fatalf("ExecStart %q has no --drain", start)
+	}
+	drain, err := time.ParseDuration(f[i+1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, err := time.ParseDuration(strings.TrimSuffix(last("TimeoutStopSec"), "s") + "s")
+	if err != nil || stop <= drain {
+		t.Fatalf("TimeoutStopSec %q must exceed --drain %v", last("TimeoutStopSec"), drain)
+	}
+	for k, want := range map[string]string{"User": "mrgw", "NoNewPrivileges": "yes", "ProtectSystem": "strict", "EnvironmentFile": "/etc/mrgw/forward-%i.env"} {
+		if got := last(k); got != want {
+			t.Errorf("%s=%q, want %q", k, got, want)
+		}
+	}
+}
