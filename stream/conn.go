@@ -565,19 +565,35 @@ func (c *Conn) teardownLocked() {
 func (c *Conn) run() {
 	var lastCtl *host.Pending
 	var watch <-chan struct{} // a completion the worker waits for
-	linger := time.NewTimer(c.m.cfg.Linger)
-	defer linger.Stop()
+	tick := min(c.m.cfg.Linger, c.m.cfg.KeepAlive)
+	if c.m.cfg.KeepAlive < 0 {
+		tick = c.m.cfg.Linger
+	}
+	timer := time.NewTimer(tick)
+	defer timer.Stop()
 	for {
+		ticked := false
 		select {
 		case <-c.done:
 			return
 		case <-c.kick:
 		case <-watch:
-		case <-linger.C:
-			linger.Reset(c.m.cfg.Linger)
+		case <-timer.C:
+			timer.Reset(tick)
+			ticked = true
+		}
+		if lastCtl != nil && isDone(lastCtl) && lastCtl.Err() != nil {
+			// A record could not reach the peer: its flow failed.
+			c.fail(&ResetError{Code: CodeUnreachable, Cause: lastCtl.Err()})
+			lastCtl = nil
 		}
 		c.mu.Lock()
 		c.reap()
+		if ticked && c.m.cfg.KeepAlive > 0 && c.err == nil && (lastCtl == nil || isDone(lastCtl)) {
+			// Keepalive: a record in flight finds out whether the
+			// peer is still there.
+			c.ctlDirty = true
+		}
 		if c.finQueued && !c.finSent && c.err == nil {
 			// Every data WRITE was issued before finQueued was set
 			// (CloseWrite holds the writers' lock), so the FIN record

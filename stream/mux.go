@@ -62,6 +62,11 @@ type Config struct {
 	// before it is torn down [60 s], and how long its key keeps answering
 	// late control records afterwards.
 	Linger time.Duration
+	// KeepAlive is how often an idle stream sends its record [30 s;
+	// negative: never]: a peer that has gone away (its host killed)
+	// fails the flow to it (host.Config.FailAfter later), which resets
+	// the stream instead of leaving its reader waiting forever.
+	KeepAlive time.Duration
 	// Class is the scheduling class of the streams' flows [none].
 	Class string
 	// Logger: nil discards.
@@ -89,6 +94,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Linger <= 0 {
 		c.Linger = time.Minute
+	}
+	if c.KeepAlive == 0 {
+		c.KeepAlive = 30 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -201,7 +209,10 @@ type Mux struct {
 	byInFlow  map[uint64]*Conn
 	listeners map[uint16]*Listener
 	orphans   []host.Delivery // deliveries that came before their stream
-	refusing  chan struct{}   // bounds the refusals answered at once
+	// gone holds the inbound flows of streams torn down (when), so that
+	// their late records are dropped at once, not held as orphans.
+	gone     map[uint64]time.Time
+	refusing chan struct{} // bounds the refusals answered at once
 
 	other chan host.Delivery
 	// otherOn: an application reads Deliveries; else others are dropped.
@@ -225,6 +236,7 @@ func New(h *host.Host, cfg Config) (*Mux, error) {
 		rl:        ratelog.New(cfg.Logger, 10*time.Second),
 		byKey:     map[uint32]*Conn{},
 		byInFlow:  map[uint64]*Conn{},
+		gone:      map[uint64]time.Time{},
 		listeners: map[uint16]*Listener{},
 		refusing:  make(chan struct{}, 64),
 		other:     make(chan host.Delivery, 1024),
@@ -406,6 +418,15 @@ func (m *Mux) forget(c *Conn) {
 	}
 	if c.inFlow != 0 && m.byInFlow[c.inFlow] == c {
 		delete(m.byInFlow, c.inFlow)
+		now := time.Now()
+		m.gone[c.inFlow] = now
+		if len(m.gone) > 2*m.cfg.MaxStreams {
+			for f, at := range m.gone {
+				if now.Sub(at) > m.cfg.Linger {
+					delete(m.gone, f)
+				}
+			}
+		}
 	}
 	m.mu.Unlock()
 	m.ctr.openStream.Add(^uint64(0))
@@ -477,6 +498,11 @@ func (m *Mux) route(d host.Delivery) {
 	}
 	m.mu.Lock()
 	c := m.byInFlow[d.Flow]
+	if _, gone := m.gone[d.Flow]; gone && c == nil {
+		m.mu.Unlock()
+		m.ctr.dropped.Add(1) // a late record of a stream torn down
+		return
+	}
 	if c == nil && d.Key != listenKey {
 		// The first delivery of a dialer's reverse flow: the key names
 		// the stream, and binds the flow to it.

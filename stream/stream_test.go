@@ -50,8 +50,15 @@ func startLab(t *testing.T, ctx context.Context, cfg lab.Config) *lab.Lab {
 
 func newMux(t *testing.T, l *lab.Lab, name, region string, cfg stream.Config) *stream.Mux {
 	t.Helper()
+	return newMuxWith(t, l, name, region, cfg, 0)
+}
+
+// newMuxWith is newMux whose host gives a flow up after failAfter
+// without a route (0: the default).
+func newMuxWith(t *testing.T, l *lab.Lab, name, region string, cfg stream.Config, failAfter time.Duration) *stream.Mux {
+	t.Helper()
 	h, err := host.New(host.Config{Name: name, Region: region, Gateways: l.HostGateways(region), Key: l.HostKey,
-		DeadAfter: time.Second, OpenTimeout: patience / 4, Logger: testLogger()})
+		DeadAfter: time.Second, OpenTimeout: patience / 4, FailAfter: failAfter, Logger: testLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,4 +294,41 @@ func TestStreamSurvivesGatewayDeath(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestStreamPeerHostDeathResets: when the peer's host dies (kill -9: its
+// gateways just stop hearing from it), an idle stream's keepalive record
+// finds no route and the stream is reset, instead of its reader waiting
+// forever.
+func TestStreamPeerHostDeathResets(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	l := startLab(t, ctx, lab.Config{Direct: true})
+	cfg := stream.Config{KeepAlive: 100 * time.Millisecond}
+	ma := newMuxWith(t, l, "client", lab.RegionA, cfg, 2*time.Second)
+	hb, err := host.New(host.Config{Name: "server", Region: lab.RegionB, Gateways: l.HostGateways(lab.RegionB), Key: l.HostKey,
+		DeadAfter: time.Second, OpenTimeout: patience / 4, Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb, err := stream.New(hb, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := mb.Listen("7000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ln.Accept()
+	a, err := ma.Dial(ctx, lab.RegionB+"/server:7000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hb.Kill()
+	_, err = a.Read(make([]byte, 1))
+	var re *stream.ResetError
+	if !errors.As(err, &re) || re.Remote || re.Code != stream.CodeUnreachable {
+		t.Fatalf("read on a stream whose peer died: %v, want a local reset for an unreachable peer", err)
+	}
+	mb.Close()
 }
