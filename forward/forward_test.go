@@ -337,7 +337,7 @@ func TestForwardThousandConnections(t *testing.T) {
 		// all: the lab's default limits admit 64.
 		lab:    lab.Config{Direct: true, MaxFlows: 2 * conns, FlowCreditBytes: 256 << 10, MemoryBytes: 1 << 30},
 		stream: stream.Config{Window: 32 << 10},
-		fwd:    forward.Config{MaxConns: conns, BufferSize: 16 << 10},
+		fwd:    forward.Config{MaxConns: conns, BufferSize: 16 << 10, DialTimeout: patience},
 		target: target,
 	})
 	var wg sync.WaitGroup

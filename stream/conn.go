@@ -57,6 +57,7 @@ type Conn struct {
 	ctlDirty           bool // a record is due
 	closed             bool // the application called Close
 	closedAt           time.Time
+	created            time.Time
 	err                error // terminal: reset or failure
 	resetOut           uint32
 
@@ -84,6 +85,7 @@ func newConn(m *Mux, key uint32, out *host.Flow, local, remote Addr) *Conn {
 		out: out, changed: make(chan struct{}), established: make(chan struct{}),
 		stash: map[uint64]host.Delivery{}, kick: make(chan struct{}, 1), done: make(chan struct{})}
 	c.bg, c.cancel = context.WithCancel(context.Background())
+	c.created = time.Now()
 	return c
 }
 
@@ -589,6 +591,11 @@ func (c *Conn) run() {
 		}
 		c.mu.Lock()
 		c.reap()
+		if c.peer.Flags&flagAccept == 0 && c.err == nil && time.Since(c.created) >= c.m.cfg.Linger {
+			// An accepted stream whose dialer never confirmed it (it
+			// gave up, or died) is not kept.
+			c.resetLocked(CodeAborted, errors.New("the dialer did not confirm the stream within the linger time"))
+		}
 		if ticked && c.m.cfg.KeepAlive > 0 && c.err == nil && (lastCtl == nil || isDone(lastCtl)) {
 			// Keepalive: a record in flight finds out whether the
 			// peer is still there.

@@ -332,3 +332,36 @@ func TestStreamPeerHostDeathResets(t *testing.T) {
 	}
 	mb.Close()
 }
+
+// TestStreamAbandonedDialIsReclaimed: a dialer that gives up before the
+// answer arrives leaves no stream behind at the listener: the accepted
+// end is reset once the dialer has not confirmed it for Linger.
+func TestStreamAbandonedDialIsReclaimed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	l := startLab(t, ctx, lab.Config{Direct: true})
+	cfg := stream.Config{Linger: 300 * time.Millisecond, KeepAlive: 50 * time.Millisecond}
+	ma := newMux(t, l, "client", lab.RegionA, cfg)
+	mb := newMux(t, l, "server", lab.RegionB, cfg)
+	ln, err := mb.Listen("7000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	// A dial whose context ends before any answer can come back.
+	dctx, dcancel := context.WithCancel(ctx)
+	go func() {
+		for mb.Stats().Open == 0 && ctx.Err() == nil {
+			time.Sleep(time.Millisecond)
+		}
+		dcancel()
+	}()
+	if _, err := ma.Dial(dctx, lab.RegionB+"/server:7000"); err == nil {
+		t.Skip("the dial completed before it could be abandoned")
+	}
+	waitFor(t, ctx, "the listener's end reclaimed", func() bool { return mb.Stats().Open == 0 && ma.Stats().Open == 0 })
+	if c, err := ln.AcceptStream(ctx); err == nil {
+		_, err = c.Read(make([]byte, 1))
+		t.Logf("accepted end: %v", err)
+	}
+}
