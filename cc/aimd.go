@@ -79,7 +79,7 @@ type AIMDConfig struct {
 	// MarkPrice adds the marked-fraction price (markPrice) to the
 	// queueing delay the delay equilibrium answers, so that at a marking
 	// bottleneck the queue stays near the marking threshold whatever the
-	// number of connections (issue 16 item 2). It acts only while the
+	// number of connections. It acts only while the
 	// connection has no receiver hint (priceOn). On in the registered
 	// long-RTT controllers (docs/CC.md §4).
 	MarkPrice bool
@@ -185,7 +185,7 @@ type AIMD struct {
 	// use tells whether the connection delivers what its rate allows; while
 	// it does not (application-limited), the rate does not grow (RFC 7661).
 	use useMeter
-	// The sending gateway's egress share (Params.Egress; issue 16 item 3):
+	// The sending gateway's egress share (Params.Egress):
 	// the connection's place there, the last level it gave, and the
 	// receiver's own hint. The hint the engine acts on (a.hint) is the
 	// smaller of the receiver's hint and the egress level.
@@ -923,7 +923,7 @@ const MarkMemory = 10 * time.Second
 // marking threshold starves any flow that reacts to marks the classic way
 // (RFC 3168: cut by 0.3-0.5 per marked round trip): the queue never falls
 // below the threshold, so it is marked in every round trip and the classic
-// flow sits at two packets (issue #6, docs/CC.md §4). The connection cannot
+// flow sits at two packets (docs/CC.md §4). The connection cannot
 // tell such a flow from another equilibrium connection, so it reads its own
 // part of the capacity: with n equilibrium connections of the same scale
 // each takes scale/n, and while it takes no more than MarkedShareFrom of
@@ -1006,7 +1006,7 @@ const (
 )
 
 // markPrice is the price of the marks at a marking bottleneck, in seconds
-// of virtual queue (issue 16 item 2). With the queueing delay alone as the
+// of virtual queue. With the queueing delay alone as the
 // price, n connections each keeping α = QueueShare × scale in the queue
 // hold n·QueueShare of it: the price must grow with n, and a delay that
 // grows with n is a queue that does. A bottleneck that marks above a
@@ -1072,7 +1072,7 @@ func (a *AIMD) priceOn() bool {
 // threshold (2.5 ms while a connection takes at most half its scale, as
 // each of several does) is above the receiver's 1 ms ack timer below.
 //
-// Why (issue 16 item 2). F is a mean over seconds (MarkPriceTau), so when
+// Why. F is a mean over seconds (MarkPriceTau), so when
 // the load falls (a competitor leaves) the price holds the rate at α/V
 // over an empty queue for seconds: 8.8 s before the remaining flow of two
 // carried 0.95 of the link (TestVariantsDifferOnlyWhileProbing). The
@@ -1187,7 +1187,7 @@ func (a *AIMD) grow(now time.Duration, path int) {
 	if a.use.limited {
 		// Not while the sender does not use the rate it has (RFC 7661):
 		// nothing would test the higher rate, and without a ceiling it
-		// grew without bound (issue 16).
+		// grew without bound.
 		return
 	}
 	// Not while the equilibrium steers, unless only the marked-fraction
@@ -1270,7 +1270,7 @@ func (a *AIMD) endRound(now time.Duration, path int) {
 		// planes (TestCCPlanes, 50 ms), whose queue of 10-40 ms moved by
 		// 3-15 ms per round trip, never counted: markMem stayed 0, the
 		// equilibrium kept its whole queue share, and the plane stood at
-		// 16.13 ms (bound 10; 4.97-5.27 ms with this test). On main the
+		// 16.13 ms (bound 10; 4.97-5.27 ms with this test). Before, the
 		// hint's half-gap rises overshot into that queue and made a
 		// flat marked round by accident; the calm test stopped them
 		// (setHint). Host stalls' own bursts spread over 1.4-5.5 times
@@ -1429,7 +1429,7 @@ func (a *AIMD) setHint(now time.Duration, bps float64) {
 	prev := a.hint
 	a.hint = bps
 	// Calm: no back-off for two round trips, and no standing queue that
-	// the delay equilibrium answers (issue 16 item 3). The equilibrium's
+	// the delay equilibrium answers. The equilibrium's
 	// answers are no back-offs (they do not set lastCongestion), so
 	// without the second test a hint far above the connection's share of
 	// a fabric bottleneck lifted the rate half-way to the hint every round

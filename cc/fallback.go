@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Classic fallback (Params.ClassicFallback; issue 16 item 4, docs/CC.md §4).
+// Classic fallback (Params.ClassicFallback; docs/CC.md §4).
 //
 // A classic-ECN flow (RFC 3168: cut by 30-50% in every marked round trip,
 // grow about a packet per round trip from a small window) sharing one
@@ -13,7 +13,7 @@ import (
 // what the queue's crossings of the threshold leave it: on real sockets
 // kernel cubic kept 0.007 of the pair against longrtt-htcp, and 0.028 even
 // against a build that cut by 30% per marked round trip but grew back at its
-// own pace (docs/CC.md §7, session 9). It grows only if the other sender
+// own pace (docs/CC.md §7). It grows only if the other sender
 // grows back as slowly as it does. With the fallback on, the connection
 // answers a marked round trip as CUBIC does (RFC 9438): the rate is cut to
 // FallbackBeta of itself and may then grow back no faster than CUBIC's

@@ -112,7 +112,7 @@ func (r *Reno) OnAck(now time.Duration, path int, s AckSample) {
 	}
 	if r.use.limited {
 		// The window is not used: growing it would test nothing, and in
-		// slow start it grew by every acked byte for ever (issue 16).
+		// slow start it grew by every acked byte for ever.
 		return
 	}
 	if r.cwnd < r.ssthresh {

@@ -312,7 +312,7 @@ func (f *FairShare) sweep(now time.Duration) {
 // same Egress registers with it on its first send, reports the bytes it
 // sends, and paces at no more than min(receiver's hint, egress level).
 //
-// Why (issue 16 item 3): the line rate used to cap each connection alone,
+// Why: the line rate used to cap each connection alone,
 // so three connections of one gateway could each run at the gateway's
 // whole capacity, and a connection whose receiver had no other sender was
 // told all of that receiver's capacity. Where the shared long-haul segment

@@ -24,7 +24,7 @@ const MaxWindow = 1 << 46
 // floor and never above MaxWindow. NaN gives the floor. A plain int(w)
 // overflows above 2^63 to the smallest int (a rate of 1e22 bytes/s over a
 // millisecond), which the floor then turned into a 4-packet window while
-// pacing was unlimited (issue 16).
+// pacing was unlimited.
 func windowBytes(w float64, floor int) int {
 	switch {
 	case math.IsNaN(w) || w <= float64(floor):
@@ -59,7 +59,7 @@ const UseFraction = 0.5
 // by anything but the controller) grows without bound and means nothing
 // when the application next has data. Without a line rate or a receiver's
 // hint nothing else bounds it: after one 1 GiB transfer the pacing rate
-// read 1e22 and 1e47 bytes/s (issue 16).
+// read 1e22 and 1e47 bytes/s.
 //
 // It needs nothing but what every driver already reports. The allowance is
 // the controller's own rate integrated over time; the use is the bytes

@@ -26,12 +26,12 @@
 // bottleneck that marks ECN and that no receiver hint covers, the
 // marked-fraction price (cc.AIMDConfig.MarkPrice) is added to the delay
 // the equilibrium answers, so that the queue stays near the marking
-// threshold however many connections share it (issue 16 item 2). The two
+// threshold however many connections share it. The two
 // controllers differ only in how they probe a link whose queue is empty
 // (htcp about 1.3 times faster when the line rate is the bottleneck's,
 // TestVariantsDifferOnlyWhileProbing); longrtt-htcp is the one to use, and
-// longrtt-scalable stays registered as a configuration name (docs/CC.md §4,
-// issue 16). docs/CC.md gives the reasoning and the literature (H-TCP,
+// longrtt-scalable stays registered as a configuration name (docs/CC.md §4).
+// docs/CC.md gives the reasoning and the literature (H-TCP,
 // Scalable TCP, Hybla, FAST, DCTCP, RFC 6356).
 //
 // It imports only cc: never metaroce, nor any socket, metrics, configuration or

@@ -1,12 +1,12 @@
 //go:build linux
 
-// Package flood is `mrgw-lab loadtest flood` (issue 13's flood figures):
+// Package flood is `mrgw-lab loadtest flood` (the flood figures):
 // junk and INIT floods against every listening socket of a gateway (LAN,
 // WAN plane, QUIC control, gossip UDP and TCP, admin HTTP) while a transfer
 // is in flight through it, in one process on loopback (loadtest/lab: two
 // regions of two gateways with the link emulator between them).
 //
-// For each target it measures what the brief of issue 13 asks: the
+// For each target it measures what the flood targets ask: the
 // transfer keeps going (goodput before, during and after the flood, the
 // worst stall) and arrives byte-exact; a new host can still register with
 // the flooded gateway (no lockout); no gateway is declared dead by its
@@ -269,7 +269,7 @@ type Row struct {
 	Error         string  `json:"error,omitempty"`
 }
 
-// OK says whether the row meets the brief: no lockout, no false death, no
+// OK says whether the row meets the targets: no lockout, no false death, no
 // WAN connection lost, the transfer byte-exact, the flood not aborted, and
 // every datagram that reached the gateway counted.
 func (r *Row) OK() bool {

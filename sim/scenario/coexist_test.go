@@ -11,7 +11,7 @@ import (
 )
 
 // TestCCCoexistence: mrgw's WAN controllers must leave room for classic
-// traffic (issue 16 item 4, simulator half). On the 200 Mbit/s, 50 ms
+// traffic (the simulator half). On the 200 Mbit/s, 50 ms
 // bottleneck of `mrgw-lab sim coexistence`, with drop-tail (the classic
 // flow then reacts to loss only, as a non-ECN flow) and with CE marking
 // above 0.1 BDP (a classic-ECN flow), each with the receiver loop off and
@@ -38,7 +38,7 @@ func TestCCCoexistence(t *testing.T) {
 	}
 }
 
-// checkCoexistRows checks coexistence rows against issue 16 item 4: a
+// checkCoexistRows checks coexistence rows against the coexistence target: a
 // controller alone keeps at least aloneLink of the link (the payload
 // ceiling), and in every pair with the classic flow (the classic pair
 // itself skipped) that flow keeps at least 0.4 of an equal share while the

@@ -267,7 +267,7 @@ func (r *refusals) get() []error {
 	return slices.Clone(r.errs)
 }
 
-// TestRefusals (issue 13 item 5): a handshake with a foreign CA, an expired
+// TestRefusals: a handshake with a foreign CA, an expired
 // certificate or none is refused by the side that checks it, and that side
 // reports it (OnRefused, with its reason) and logs it at warn, also when
 // the refusal happens inside TLS. Before, crypto/tls refused those unseen:
