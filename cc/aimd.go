@@ -101,8 +101,8 @@ type aimdPath struct {
 	srtt, minRTT time.Duration
 	// ownMin is the path's own minimum RTT, not bounded by the configured
 	// base RTT as minRTT is: what balance measures the path's queue
-	// against. A path longer than the base RTT (a plane 5 ms slower) read
-	// its extra propagation as a queue and was starved (docs/CC.md §2).
+	// against, so that a longer path's extra propagation is not read as a
+	// queue (docs/CC.md §2).
 	ownMin     time.Duration
 	alpha      float64
 	lastUpdate time.Duration
@@ -165,7 +165,7 @@ type AIMD struct {
 	lateMax, lateAt time.Duration
 	// markMem is how persistently the connection's paths have seen ECN
 	// marks while the delay equilibrium steered: it rises by a quarter of
-	// the gap with every marked round and decays over MarkMemory.
+	// the gap with every marked round and decays over markMemory.
 	markMem float64
 	// fb is the classic fallback's state (Params.ClassicFallback).
 	fb fallbackState
@@ -298,10 +298,7 @@ func (a *AIMD) Window(path int) int {
 	}
 	// The full headroom on every path, also where balance splits the
 	// rate: the sender sprays by the split (Splitter), so windows need
-	// not carry it. (While the sprayer was round robin, a path below the
-	// connection's mean got 1.25 instead, so that its window filled and
-	// it carried less: the split then followed the windows, and the
-	// plane with the fewest paths idled; docs/CC.md §2.)
+	// not carry it.
 	w := p.rate * rtt.Seconds() * a.cfg.WindowGain
 	return windowBytes(w, 4*a.pkt)
 }
@@ -429,16 +426,9 @@ func (a *AIMD) OnAck(now time.Duration, path int, s AckSample) {
 	if a.cfg.MarkPrice && a.cfg.QueueShare > 0 {
 		// From the connection's first ack, the search included: every
 		// connection through a bottleneck must read the same F, and
-		// connections that start together end their searches at
-		// different times (10, 50 and 150 ms flows: 0.4, 0.5 and 1.5 s),
-		// so starting F at the end of each one's search left the 150 ms
-		// flow a second of marks behind the others, its price a third
-		// of theirs and its rate twice theirs (rtt-fairness Jain 0.907,
-		// shares 0.255 / 0.261 / 0.484; 1.000 counting from the start).
-		// A newcomer's search into a marked queue reads the marks the
-		// incumbents read at the same time, which is how it catches up
-		// with their F (fabric convergence at 100 ms: 22 round trips;
-		// it never settled with F starting after the search).
+		// connections end their searches at different times. A
+		// newcomer's search into a marked queue reads the marks the
+		// incumbents read, which is how it catches up with their F.
 		a.markSample(now, s.AckedBytes, s.MarkedBytes)
 	}
 	a.grow(now, path)
@@ -493,10 +483,8 @@ func (a *AIMD) OnAck(now time.Duration, path int, s AckSample) {
 		// The egress level acts as a receiver's hint would, which comes
 		// with every ack: its rises are taken on acks, as a hint's are.
 		// Not redundant with OnRateHint's call on the same ack, which
-		// comes before this ack's round, balance and equilibrium: in the
-		// regions and coexistence scenarios this second call changed the
-		// state on 7.4% of such acks (mostly a cut back to the ceiling of
-		// what the ack raised above it, and held; docs/CC.md §3).
+		// comes before this ack's round, balance and equilibrium: this one
+		// cuts back to the ceiling what they raised above it.
 		a.setHint(now, a.effHint())
 	}
 	// Last: the classic fallback's cut and curve bound whatever the
@@ -504,47 +492,38 @@ func (a *AIMD) OnAck(now time.Duration, path int, s AckSample) {
 	a.fallbackAck(now, s.MarkedBytes)
 }
 
-// BalanceGain is how fast the split of a connection's rate over its paths
+// balanceGain is how fast the split of a connection's rate over its paths
 // follows the paths' own queueing delays: per round trip, a path's share
 // moves by up to this fraction (e^±0.06), towards the paths whose queues
-// are shorter than the connection's mean. It was 0.1 while the sprayer was
-// round robin and the split reached the wire only through the windows;
-// now that the sender sprays by the split (Splitter), every step reaches
-// the planes and 0.1 swung them (TestCCPlanes 0.92 / 0.89 of capacity on
-// 4 / 8 planes, 1 Gbit/s, 50 ms); 0.03 was too slow to lift the plane ECMP
-// hashed the fewest paths onto within the warm-up (0.93 on 4); 0.06
-// with SplitDamp and BalanceDeadBand gives 0.965-0.982 (docs/CC.md §2).
-const BalanceGain = 0.06
+// are shorter than the connection's mean. Every step reaches the planes
+// (the sender sprays by the split), so a larger gain swings them and a
+// smaller one is slow to lift a plane ECMP hashed few paths onto
+// (docs/CC.md §2, "Tuning").
+const balanceGain = 0.06
 
-// BalanceDeadBand is the part of the reference (d, in balance) within which
+// balanceDeadBand is the part of the reference (d, in balance) within which
 // a path's queue counts as the connection's mean: paths through one
 // bottleneck differ only by noise (which path a burst's packets took), and
-// since the sender sprays by the split, balance integrating that noise
-// moved real traffic between paths of one queue. At a single marked queue
-// shared with a classic-ECN flow (TestCCCoexistence, hints on) that left
-// the classic flow 0.157 of the link (want 0.2; 0.264 with the split off,
-// 0.220 with this band). Wider bands cost elsewhere: 0.1 gave the classic
-// flow 0.261 but TestCCHostStalls at 50 ms and 10% loss 0.909 of the fixed
-// window (want 0.92; 0.958 with 0.05), and 0.25 the planes rows their
-// target (0.925 on 4 planes).
-const BalanceDeadBand = 0.05
+// integrating that noise would move real traffic between paths of one
+// queue. A wider band slows the split where planes really differ
+// (docs/CC.md §2, "Tuning").
+const balanceDeadBand = 0.05
 
-// SplitDamp is the proportional part of the split (SplitWeight): a path
+// splitDamp is the proportional part of the split (SplitWeight): a path
 // whose queue is longer than the connection's mean is sent up to
-// e^SplitDamp less than its rate says, at once, while balance moves the
+// e^splitDamp less than its rate says, at once, while balance moves the
 // rate itself. Without it the split is a double integrator (balance
 // integrates the queue difference into the rate, the plane's queue
-// integrates the rate) and swings; with it, a damped one. It cannot be
-// large: the queue it answers is a round trip old, and such a loop is
-// stable only for SplitDamp·rtt/ref below π/2 (0.1 · 55 ms / 5 ms = 1.1 at
-// 50 ms).
-const SplitDamp = 0.1
+// integrates the rate) and swings; with it, a damped one. It must stay
+// small: the queue it answers is a round trip old, and such a loop is
+// stable only for splitDamp·rtt/ref below π/2.
+const splitDamp = 0.1
 
 // balance moves the connection's rate between its paths after each path's
 // own queueing delay (splitQueue), keeping the total:
 // a path whose queue is longer than the connection's rate-weighted mean q̄
 // loses share, one whose queue is shorter gains, in proportion to the
-// difference relative to q̄ (bounded by ±1), BalanceGain per round trip.
+// difference relative to q̄ (bounded by ±1), balanceGain per round trip.
 // This is a gradient step towards equal queueing delay on every path that
 // carries traffic (a Wardrop equilibrium): over disjoint planes, whatever
 // the number of paths ECMP hashed onto each and whatever each plane's
@@ -559,19 +538,9 @@ const SplitDamp = 0.1
 // since its previous step but at most one round trip: its queue is known
 // only from its own RTT samples, so a path that is sent a packet every
 // few round trips moves by one round trip's step per sample, not by every
-// round trip it had no news in. Stepping every path on every ack of the
-// connection integrated a sparse path's last reading for as long as it
-// got no new one: at 10 µs over 10 Gbit/s planes, where a path at the
-// mean gets a packet every 2-3 round trips and one at the floor every
-// 40, the split fell onto a handful of paths, every other one at the
-// floor (the receiver's ack timer delays the ack of a lone packet, so a
-// sparse path's samples read the timer as a queue and it got sparser),
-// and the rate decayed with the bursts on those few paths
-// (TestCCPlanesDefaults' 10 µs rows: 0.95 of capacity, 0.90 over three
-// times the window; 0.96-0.97 with this and the weighted sprayer sending
-// suspect paths their share, 0.951 with the latter alone; docs/CC.md §7).
-// Where the samples are dense (every row at 50 ms) the steps over a round
-// trip add up to what they were.
+// round trip it had no news in (stepping every path on every ack would
+// integrate a sparse path's last, stale reading). Where the samples are
+// dense the steps over a round trip add up to one round trip's step.
 func (a *AIMD) balance(now time.Duration, path int) {
 	p := &a.paths[path]
 	dt := now - p.balAt
@@ -597,18 +566,17 @@ func (a *AIMD) balance(now time.Duration, path int) {
 	// less than half the queue share or a quarter of the round trip: a
 	// few milliseconds of difference between planes whose queues are
 	// nearly empty is noise to be moved slowly, not a signal to act on at
-	// full gain (with a reference of QueueShare/16 the split swung
-	// between the planes, each idling in turn).
+	// full gain.
 	ref := max(qbar, min(a.cfg.QueueShare/2, srtt/4))
 	floor := a.total / float64(n) / 16
 	d := float64(qbar-splitQueue(p)) / float64(ref)
 	d = math.Max(-1, math.Min(1, d))
-	if math.Abs(d) <= BalanceDeadBand {
+	if math.Abs(d) <= balanceDeadBand {
 		d = 0
 	} else {
-		d -= math.Copysign(BalanceDeadBand, d)
+		d -= math.Copysign(balanceDeadBand, d)
 	}
-	p.rate = math.Max(floor, p.rate*math.Exp(BalanceGain*d*dt.Seconds()/srtt.Seconds()))
+	p.rate = math.Max(floor, p.rate*math.Exp(balanceGain*d*dt.Seconds()/srtt.Seconds()))
 	total := a.total
 	a.retotal()
 	a.setTotal(total)
@@ -621,7 +589,7 @@ func (a *AIMD) balance(now time.Duration, path int) {
 func (a *AIMD) Splits() bool { return a.cfg.QueueShare > 0 && len(a.paths) > 1 }
 
 // SplitWeight implements Splitter: the path's rate over the connection's
-// mean per path, times exp(-SplitDamp·(q_p − q̄)/ref) (q_p the path's queue,
+// mean per path, times exp(-splitDamp·(q_p − q̄)/ref) (q_p the path's queue,
 // q̄ and ref balance's).
 func (a *AIMD) SplitWeight(path int) float64 {
 	p := &a.paths[path]
@@ -635,7 +603,7 @@ func (a *AIMD) SplitWeight(path int) float64 {
 	w := p.rate / a.total * float64(n)
 	if a.balRef > 0 {
 		d := float64(a.balQ-splitQueue(p)) / float64(a.balRef)
-		w *= math.Exp(SplitDamp * math.Max(-1, math.Min(1, d)))
+		w *= math.Exp(splitDamp * math.Max(-1, math.Min(1, d)))
 	}
 	return w
 }
@@ -649,17 +617,9 @@ const rttLoRise = 8
 // its smoothed RTT and rttLo (which falls to a lower sample at once and
 // rises by 1/8 per sample), above the path's own minimum. A standing queue
 // delays every packet, a host's stall or a burst only some: a path the
-// split sends little gets few samples, so one late ack kept its smoothed
-// RTT high for many round trips, balance shrank it further, and on one
-// plane with stalling hosts the split drifted apart on noise
-// (TestCCHostStalls at 10 ms, no loss: 0.703 of the capacity from the
-// smoothed RTT, 0.712 with round robin, 0.732 from rttLo; 0.728 from the
-// last round's smallest sample, which lagged a round and cost the regions
-// scenario's pair A→B after the plane failure 0.865 of its share against
-// 0.933 with rttLo). The path's own minimum, not the one the configured
-// base RTT bounds (minRTT): a plane 5 ms longer read its extra propagation
-// as a queue and was starved (unequal planes: 0.84 of the usable capacity;
-// 0.97 with ownMin).
+// split sends little gets few samples, and one late ack must not keep its
+// queue reading high for many round trips. Against the path's own minimum
+// (ownMin), so that a longer path's propagation is not read as a queue.
 func splitQueue(p *aimdPath) time.Duration {
 	r := p.srtt
 	if p.rttLo > 0 && p.rttLo < r {
@@ -771,14 +731,13 @@ func (a *AIMD) equilibrium(now time.Duration) {
 	if dt > 0 && a.priceOn() {
 		// dw/dt = γ/rtt · (α − w·p/rtt), integrated exactly over dt: w
 		// relaxes towards α·rtt/p at the rate γ·p/rtt², at most
-		// MarkPriceRelax per round trip. With a price of seconds at a
-		// busy marking bottleneck the uncapped rate is many times per
-		// round trip: an Euler step overshoots, and even the exact step
-		// made the rates follow every swing of the queue (256
-		// connections: the queue swung between empty and full).
+		// markPriceRelax per round trip. With a price of seconds the
+		// uncapped rate is many times per round trip: an Euler step
+		// overshoots, and an uncapped exact step follows every swing of
+		// the queue.
 		if ps := lawP.Seconds(); ps > 0 {
 			target := alpha * rtt / ps
-			k := math.Min(g*ps/rtt, MarkPriceRelax) / rtt
+			k := math.Min(g*ps/rtt, markPriceRelax) / rtt
 			a.eqW = target + (a.eqW-target)*math.Exp(-k*dt.Seconds())
 		}
 	} else if dt > 0 {
@@ -802,15 +761,15 @@ func (a *AIMD) equilibrium(now time.Duration) {
 	a.eqSet = a.total
 }
 
-// StallMemory is the time constant over which the largest lateness of a
-// paced send (OnSendLate) is forgotten: long against the host's stalls
-// (several per 100 ms on the loaded test machine), so that the allowance
-// does not fall between two of them, and short enough that a host that has
-// become quiet gives the queue back within a few seconds.
-const StallMemory = 2 * time.Second
+// stallMemory is the time constant over which the largest lateness of a
+// paced send (OnSendLate) is forgotten: long against a busy host's stalls
+// (several per 100 ms), so that the allowance does not fall between two of
+// them, and short enough that a host that has become quiet gives the
+// queue back within a few seconds.
+const stallMemory = 2 * time.Second
 
 // OnSendLate implements SendLateObserver: it remembers the largest
-// lateness of the sender's driver, decaying over StallMemory.
+// lateness of the sender's driver, decaying over stallMemory.
 func (a *AIMD) OnSendLate(now, late time.Duration) {
 	if late <= 0 {
 		return
@@ -824,7 +783,7 @@ func (a *AIMD) decayedLate(now time.Duration) time.Duration {
 	if a.lateMax <= 0 {
 		return 0
 	}
-	return time.Duration(float64(a.lateMax) * math.Exp(-float64(now-a.lateAt)/float64(StallMemory)))
+	return time.Duration(float64(a.lateMax) * math.Exp(-float64(now-a.lateAt)/float64(stallMemory)))
 }
 
 // stallAllowance is the queueing delay the delay equilibrium does not
@@ -836,13 +795,10 @@ func (a *AIMD) decayedLate(now time.Duration) time.Duration {
 // the link for the difference. The law answers q − allowance: a connection
 // holds its α of queue above the allowance, so connections through one
 // bottleneck whose hosts stall alike still hold equal rates, and a host
-// that does not stall (every scenario with a perfect driver) changes
-// nothing. Measured on the simulator with the load test's stalls
-// (TestCCHostStalls: every 15-45 ms for 0-12 ms), where a lone connection
-// at its ceiling kept 0.937-0.974 of a fixed 1.5-BDP window's goodput at 50
-// and 100 ms before, and 0.956-0.990 with this and ceilingWindow. Bounded because a stall longer than half the round
-// trip cannot be caught up anyway (PacingCatchUp ≤ 1), and a queue beyond
-// twice the queue share is delay every other flow pays.
+// that does not stall changes nothing. Bounded because a stall longer than
+// half the round trip cannot be caught up anyway (PacingCatchUp ≤ 1), and a
+// queue beyond twice the queue share is delay every other flow pays
+// (docs/CC.md §4, "A host that stalls").
 func (a *AIMD) stallAllowance(now, base time.Duration) time.Duration {
 	s := a.decayedLate(now)
 	return min(s, 2*a.cfg.QueueShare, base/2)
@@ -850,43 +806,31 @@ func (a *AIMD) stallAllowance(now, base time.Duration) time.Duration {
 
 // ceilingWindow is the equilibrium's window for a connection held at its
 // ceiling (hint or line rate) whose driver stalls (stallAllowance > 0).
-// With the window clamped to ceiling × the current round trip, every later
-// rise of the RTT cut the rate at once by the ratio of the round trips, and
-// the law took round trips to grow it back: on a host that stalls, a lone
-// connection at its ceiling read each stall's late acks as such a rise and
-// paced 6% below its ceiling on average (TestCCHostStalls at 50 ms), and
-// the link idled when the next stall outlasted the short queue. The window
+// Clamped to ceiling × the current round trip, every stall's late acks
+// would cut the rate at once by the ratio of the round trips. The window
 // is ceiling × (base + s + min(s, α/ceiling)), s the allowance: the rate
 // stays at the ceiling while the queue is within the allowance and as much
 // again (at most the law's own fixed point at the ceiling, α/ceiling, above
-// it), and falls as w/rtt beyond. On a driver that does not stall (s = 0)
-// it is the clamp it replaces, ceiling × rtt: a first version, ceiling ×
-// (base + α/ceiling) whatever the stalls, also changed the regions scenario,
-// whose pairs run at their hints and meet each other's queues
-// (TestRegionsMaxMinDefaults: pair A→B after the plane failure at 0.899 of
-// its max-min share, target 0.9). Never below ceiling × rtt, so a queue
-// already above it does not cut the rate either.
+// it), and falls as w/rtt beyond. With s = 0 it is ceiling × rtt, so a
+// driver that does not stall sees no change; never below ceiling × rtt, so
+// a queue already above it does not cut the rate either.
 func (a *AIMD) ceilingWindow(ceiling, alpha float64, base, stall time.Duration, rtt float64) float64 {
 	s := stall.Seconds()
 	return ceiling * math.Max(rtt, base.Seconds()+s+math.Min(s, alpha/ceiling))
 }
 
-// HintStepMarked is the part of the gap to the hint that a calm connection
+// hintStepMarked is the part of the gap to the hint that a calm connection
 // closes per round trip while it remembers marks at a standing queue
-// (markMem at least MarkMemCalm), instead of half: it is then yielding to
-// whatever pushes the queue up (markedShare), and half-gap steps undid
-// that (sim coexistence with hints: the classic-ECN flow kept 0.069 of the
-// pair; 0.271 with 1/32). Not nothing: a lone connection at 10 ms, whose
-// own equilibrium queue stands above a 0.1-BDP marking threshold, yields
-// too, and on a host that stalls it needs the small steps to refill the
-// link (TestCCHostStalls at 10 ms: 0.919 of the fixed window with no
-// steps, 0.924 with 1/32, 0.929 with 1/8, at which the classic flow kept
-// only 0.129).
-const HintStepMarked = 1.0 / 32
+// (markMem at least markMemCalm), instead of half: it is then yielding to
+// whatever pushes the queue up (markedShare), and half-gap steps would undo
+// that. Not nothing: a lone connection whose own queue stands above a
+// shallow marking threshold yields too, and on a host that stalls it needs
+// the small steps to refill the link.
+const hintStepMarked = 1.0 / 32
 
-// MarkMemCalm is the memory of marks at a standing queue (markMem) from
-// which the hint's rise takes HintStepMarked steps.
-const MarkMemCalm = 0.05
+// markMemCalm is the memory of marks at a standing queue (markMem) from
+// which the hint's rise takes hintStepMarked steps.
+const markMemCalm = 0.05
 
 // queueStands reports whether the connection's paths hold a queue of at
 // least a quarter of its full queue share (QueueShare/4, whatever
@@ -900,23 +844,23 @@ func (a *AIMD) queueStands() bool {
 	return q >= a.cfg.QueueShare/4
 }
 
-// AtHintFrac is the part of its hint from which a connection is at it
+// atHintFrac is the part of its hint from which a connection is at it
 // (atHint): where setHint's rises towards the hint stop.
-const AtHintFrac = 0.9
+const atHintFrac = 0.9
 
 // atHint reports whether the connection runs at its hint (at least
-// AtHintFrac of it): it holds the whole share its receiver and its egress
+// atHintFrac of it): it holds the whole share its receiver and its egress
 // allow, so a queue it meets is not one it is still converging through.
 func (a *AIMD) atHint() bool {
-	return a.hint > 0 && a.total >= AtHintFrac*a.hint
+	return a.hint > 0 && a.total >= atHintFrac*a.hint
 }
 
-// MarkMemory is the time over which the memory of marks seen while the
+// markMemory is the time over which the memory of marks seen while the
 // delay equilibrium steers decays: longer than a classic flow's recovery
 // from one cut at the bottlenecks in question (tens of round trips), so
 // that a flow that yields its queue share once it has starved a classic
 // competitor keeps yielding while that competitor grows back.
-const MarkMemory = 10 * time.Second
+const markMemory = 10 * time.Second
 
 // markedShare is the factor on the equilibrium's queue share α at a
 // marking bottleneck. A queue share α = QueueShare × scale above the
@@ -926,10 +870,10 @@ const MarkMemory = 10 * time.Second
 // flow sits at two packets (docs/CC.md §4). The connection cannot
 // tell such a flow from another equilibrium connection, so it reads its own
 // part of the capacity: with n equilibrium connections of the same scale
-// each takes scale/n, and while it takes no more than MarkedShareFrom of
-// its scale the share is whole (two connections or more: the fabric
-// scenarios of docs/CC.md §6). Above that, while marks persist, the share
-// falls steeply, to MarkedShareMin at MarkedShareTo: a connection that
+// each takes scale/n, and while it takes no more than markedShareFrom of
+// its scale the share is whole (two connections or more). Above that,
+// while marks persist, the share falls steeply, to markedShareMin at
+// markedShareTo: a connection that
 // takes more than half the bottleneck while the queue is marked yields to
 // whatever pushes the queue up, before the queue reaches the threshold, so
 // a classic flow grows into the room without being marked in every round
@@ -939,18 +883,18 @@ func (a *AIMD) markedShare(scale float64) float64 {
 		return 1
 	}
 	x := a.total / scale
-	m := 1 - (x-MarkedShareFrom)/(MarkedShareTo-MarkedShareFrom)*(1-MarkedShareMin)
-	m = math.Min(1, math.Max(MarkedShareMin, m))
+	m := 1 - (x-markedShareFrom)/(markedShareTo-markedShareFrom)*(1-markedShareMin)
+	m = math.Min(1, math.Max(markedShareMin, m))
 	return 1 - math.Min(1, 2*a.markMem)*(1-m)
 }
 
-// MarkedShareFrom, MarkedShareTo and MarkedShareMin shape markedShare: the
-// queue share is whole while the connection takes at most MarkedShareFrom
-// of its scale, and MarkedShareMin of it from MarkedShareTo on.
+// markedShareFrom, markedShareTo and markedShareMin shape markedShare: the
+// queue share is whole while the connection takes at most markedShareFrom
+// of its scale, and markedShareMin of it from markedShareTo on.
 const (
-	MarkedShareFrom = 0.5
-	MarkedShareTo   = 0.65
-	MarkedShareMin  = 0.2
+	markedShareFrom = 0.5
+	markedShareTo   = 0.65
+	markedShareMin  = 0.2
 )
 
 // eqScaled reports whether the equilibrium has an absolute scale for α (a
@@ -971,38 +915,29 @@ func (a *AIMD) steering() bool {
 	return q+a.markPrice() >= a.steerFrom(a.scale())
 }
 
-// MarkPriceBeta, MarkPriceTau, MarkPriceTauGrowth and MarkPriceRelax shape
+// markPriceBeta, markPriceTau, markPriceTauGrowth and markPriceRelax shape
 // the marked-fraction price (AIMDConfig.MarkPrice): a connection whose
-// running marked fraction is F adds QueueShare × (e^(MarkPriceBeta·F) − 1)
+// running marked fraction is F adds QueueShare × (e^(markPriceBeta·F) − 1)
 // to the queueing delay its delay equilibrium answers; F is a time-weighted
-// running mean of the acks' marked fractions over MarkPriceTau ×
-// (1 + MarkPriceTauGrowth·F); and the equilibrium's window relaxes
-// towards its target by at most MarkPriceRelax per round trip. Chosen by
-// measurement in the standing-queue scenario (docs/CC.md §7): the marks
+// running mean of the acks' marked fractions over markPriceTau ×
+// (1 + markPriceTauGrowth·F); and the equilibrium's window relaxes
+// towards its target by at most markPriceRelax per round trip. The marks
 // are a relay (the queue is above the threshold or not), and the relay
-// and the running mean make a limit cycle whose swing grows with
-// MarkPriceBeta/MarkPriceTau; with β = 7 and τ = 0.5 s the rates swung
-// by ±40% and the 5 ms queue emptied in every cycle (0.63 utilised at 10
-// connections). A larger β keeps F lower at a given number of
-// connections (F = ln(n + 1 − K/QueueShare)/β: 0.46 at 256 with 12),
-// so the queue sits above the threshold for less of each cycle; a longer
-// mean at high F slows the fall of the price when the marks stop, which
-// at 256 connections is what swung the rate most.
+// and the running mean make a limit cycle whose swing grows with β/τ: a
+// large β keeps F low at a given number of connections
+// (F = ln(n + 1 − K/QueueShare)/β), so the queue sits above the threshold
+// for less of each cycle, and a longer mean at high F slows the price's
+// fall when the marks stop (docs/CC.md §2, "Tuning").
 const (
-	MarkPriceBeta      = 12.0
-	MarkPriceTau       = 5 * time.Second
-	MarkPriceTauGrowth = 4.0
-	MarkPriceRelax     = 0.25
-	// MarkPriceProbeStep is how fast a connection probes past the price
+	markPriceBeta      = 12.0
+	markPriceTau       = 5 * time.Second
+	markPriceTauGrowth = 4.0
+	markPriceRelax     = 0.25
+	// markPriceProbeStep is how fast a connection probes past the price
 	// once the marks stop (priceProbe): this fraction of its own rate per
-	// RefRTT. Measured in the growth function's terms first (its step
-	// times the connection's part of its scale, htcp): with the whole
-	// step (2% per RefRTT away from congestion) 256 connections at the
-	// standing-queue bottleneck shared it with Jain 0.954; with half of
-	// it fabric convergence at 100 ms took 31 round trips (target 30);
-	// with 0.75 of it 0.968 and 26, but scalable, whose step is smaller,
-	// 32. A fixed 1.5% (htcp's 0.75 × 2%) gives both 26 (docs/CC.md §4).
-	MarkPriceProbeStep = 0.015
+	// RefRTT, the same for every controller, so that n connections rise
+	// together as fast as one.
+	markPriceProbeStep = 0.015
 )
 
 // markPrice is the price of the marks at a marking bottleneck, in seconds
@@ -1022,13 +957,13 @@ const (
 // like q, is common to them and the rates α/p stay equal (F is read from
 // the connection's first ack for that reason: see OnAck). A newcomer
 // starts at F = 0; its search into the marked queue reads the marks the
-// incumbents read at the same time, which is how it catches up (fabric
-// convergence at 100 ms: 27 round trips). Zero while priceOn is false.
+// incumbents read at the same time, which is how it catches up. Zero
+// while priceOn is false.
 func (a *AIMD) markPrice() time.Duration {
 	if a.mkF <= 0 || !a.priceOn() {
 		return 0
 	}
-	return time.Duration(float64(a.cfg.QueueShare) * math.Expm1(MarkPriceBeta*a.mkF))
+	return time.Duration(float64(a.cfg.QueueShare) * math.Expm1(markPriceBeta*a.mkF))
 }
 
 // priceOn reports whether the marked-fraction price acts: MarkPrice is set
@@ -1037,23 +972,9 @@ func (a *AIMD) markPrice() time.Duration {
 // measured demand) and the connection's scale is its share, so its delay
 // equilibrium keeps QueueShare at its share's rate, not the line rate's;
 // the price is for the bottleneck no receiver sees (the fabric, hints
-// off). And a lone connection at its hint pays for marks that are its
-// own: traced in TestCCHostStalls (200 Mbit/s, hints at the capacity,
-// the driver stalling), the catch-up bursts after stalls marked enough
-// for F to reach 0.13, a price of 40 ms and a rate swinging between 0.43
-// and 1 of the capacity (0.745 of the fixed window at 50 ms, want 0.92);
-// over planes the balance's per-plane queues did the same (TestCCPlanes
-// 0.79 / 0.84 of capacity over 4 / 8 planes). Counting only the marks of
-// rounds whose queue stands (markMem's test) kept the stalls' bursts out
-// but at 10 connections also most of the bottleneck's own marks (its
-// queue moves): 116 ms of standing queue. Fading the price with the
-// connection's own part of its scale above one half did not help the
-// stalls (0.59 of the fixed window at 10 ms: once its rate fell below
-// half its scale it paid the whole price), and a steeper fade makes two
-// connections' fair point unstable (the one above half pays less and
-// takes more). Ignoring only the marks a connection sees at its hint let
-// one whose stalls took it below the hint pay a price that kept it there
-// (0.61 of the fixed window at 10 ms).
+// off). And a lone connection at its hint would pay for marks that are its
+// own (a stalling host's catch-up bursts, or balance's per-plane queues).
+// The alternatives measured are in docs/CC.md §2, "Tuning".
 func (a *AIMD) priceOn() bool {
 	return a.cfg.MarkPrice && a.hint <= 0
 }
@@ -1066,52 +987,19 @@ func (a *AIMD) priceOn() bool {
 // delay is below its steering threshold (steerFrom: QueueShare/4, lower
 // while markedShare yields). The last test is for a classic-ECN flow in
 // the same queue: it keeps the queue below the threshold but not empty,
-// and on the marks alone the probe took back the room markedShare had
-// yielded (TestCCCoexistence without hints: the classic flow kept 0.121 /
-// 0.183 of the link, htcp / scalable, want 0.2; 0.298 with it). The
-// threshold (2.5 ms while a connection takes at most half its scale, as
-// each of several does) is above the receiver's 1 ms ack timer below.
+// and on the marks alone the probe would take back the room markedShare
+// yielded.
 //
-// Why. F is a mean over seconds (MarkPriceTau), so when
-// the load falls (a competitor leaves) the price holds the rate at α/V
-// over an empty queue for seconds: 8.8 s before the remaining flow of two
-// carried 0.95 of the link (TestVariantsDifferOnlyWhileProbing). The
-// previous cure let F fall over 0.2 s after four rounds of a path without
-// a mark and with every RTT sample within QueueShare/20 (0.5 ms) of the
-// minimum. That test read the receiver's delayed-ack timer as a queue: a
-// path whose packets come more than MaxAckDelay (1 ms in the simulator at
-// 50-100 ms) apart gets acks that waited for the timer, so its samples
-// are 1 ms high. Which connections could see an empty queue then depended
-// on their own packet spacing per path, i.e. their rate, their number of
-// paths and the split. With the weighted split (Splitter) the newcomer at
-// the 100 ms convergence bottleneck (0.4 Gbit/s over 8 paths, the paths
-// below the mean weight skipping DRR turns) had timer-delayed acks on
-// some paths in every empty spell, its price fell one or more round
-// trips after the incumbent's, and the slow mean kept the difference:
-// its price stayed 2-4 ms above the incumbent's and convergence took 44
-// round trips (27 with round robin, whose regular spacing stayed below
-// the timer; 27 with the split and a 100 µs ack timer). And where every
-// connection's acks waited for the timer (10 connections of 4 paths at
-// the standing-queue bottleneck) the fall never fired at all, which is
-// what kept the bound there: with 1 or 2 paths per connection, or a
-// 100 µs ack timer, the fall fired in the dips of the price's own relay
-// cycle and 10 connections held 32 / 18 / 32 ms of queue.
-//
-// The marks, unlike the RTT samples, are common to every connection
-// through the bottleneck (a threshold marker marks every packet while its
-// queue is above the threshold), so the probe starts alike for all of
-// them. The rate then rises by MarkPriceProbeStep of itself per RefRTT
-// (every connection by the same fraction of its rate, n of them together
-// as fast as one), and the price gives way by as much (priceGiveWay). In a dip of
+// Why: F is a mean over seconds (markPriceTau), so when the load falls (a
+// competitor leaves) the price would hold the rate at α/V over an empty
+// queue for seconds. The marks, unlike the RTT samples (which a receiver's
+// delayed-ack timer inflates differently per connection), are common to
+// every connection through the bottleneck, so the probe starts alike for
+// all of them. The rate then rises by markPriceProbeStep of itself per
+// RefRTT and the price gives way by as much (priceGiveWay). In a dip of
 // the relay the queue comes back within a round trip or two and the marks
 // stop the probe; after a load drop the probe goes on until the link is
-// full. Tried and not kept: a fall of F after a round trip or 0.5-1 s
-// without marks (fair, but at 10-64 connections the relay's unmarked
-// spells are that long: 24-36 ms of queue, 0.90-0.94 utilised); after a
-// connection's smoothed queue stayed below QueueShare/4 for 0.5-1 s
-// (31 / 64 ms at 10 / 64 connections); the probe on the connection's own
-// queue reading (below the steering threshold) instead of the marks (256
-// connections: Jain 0.927, their sparse samples read the dips apart).
+// full. The alternatives tried are in docs/CC.md §2, "Tuning".
 func (a *AIMD) priceProbe() bool {
 	if !a.priceOn() || a.mkF <= 0 || a.searching {
 		return false
@@ -1127,14 +1015,12 @@ func (a *AIMD) priceProbe() bool {
 func (a *AIMD) priceGiveWay(k float64) {
 	_, q, _ := a.connDelay()
 	v := max(0, time.Duration(float64(q+a.markPrice())*k)-q)
-	a.mkF = math.Log1p(float64(v)/float64(a.cfg.QueueShare)) / MarkPriceBeta
+	a.mkF = math.Log1p(float64(v)/float64(a.cfg.QueueShare)) / markPriceBeta
 }
 
 // markSample folds one ack into the running marked fraction, weighted by
-// the time since the previous ack (a mean over time, whatever the
-// connection's rate: weighted by bytes over the connection's own rate it
-// moved at a third of the speed meant while the rate exceeded what was
-// delivered).
+// the time since the previous ack: a mean over time, whatever the
+// connection's rate.
 func (a *AIMD) markSample(now time.Duration, acked, marked int) {
 	if acked <= 0 {
 		return
@@ -1151,7 +1037,7 @@ func (a *AIMD) markSample(now time.Duration, acked, marked int) {
 	}
 	dt := max(0, now-a.mkLast)
 	a.mkLast = now
-	tau := MarkPriceTau.Seconds() * (1 + MarkPriceTauGrowth*a.mkF)
+	tau := markPriceTau.Seconds() * (1 + markPriceTauGrowth*a.mkF)
 	w := dt.Seconds() / tau
 	a.mkF += math.Min(1, w) * (math.Min(1, float64(marked)/float64(acked)) - a.mkF)
 }
@@ -1187,7 +1073,7 @@ func (a *AIMD) grow(now time.Duration, path int) {
 	if a.use.limited {
 		// Not while the sender does not use the rate it has (RFC 7661):
 		// nothing would test the higher rate, and without a ceiling it
-		// grew without bound.
+		// would grow without bound.
 		return
 	}
 	// Not while the equilibrium steers, unless only the marked-fraction
@@ -1212,11 +1098,11 @@ func (a *AIMD) grow(now time.Duration, path int) {
 		inc = g * dt.Seconds() * share
 		if probe {
 			// Not the growth function's step, which is a fraction of the
-			// scale: MarkPriceProbeStep of the connection's own rate per
+			// scale: markPriceProbeStep of the connection's own rate per
 			// RefRTT, so that every connection at the bottleneck rises
 			// by the same fraction of its rate and n of them together as
 			// fast as one, whatever n and whichever controller.
-			inc = MarkPriceProbeStep * a.total * dt.Seconds() / a.cfg.RefRTT.Seconds() * share
+			inc = markPriceProbeStep * a.total * dt.Seconds() / a.cfg.RefRTT.Seconds() * share
 		}
 	}
 	before := a.total
@@ -1265,24 +1151,13 @@ func (a *AIMD) endRound(now time.Duration, path int) {
 		//
 		// The spread allowed is QueueShare/4, and a quarter of the
 		// smallest queue while the connection runs at its hint
-		// (atHint): a deep queue that moves but never drains stands too.
-		// With QueueShare/4 alone, the fullest of 8 unevenly hashed
-		// planes (TestCCPlanes, 50 ms), whose queue of 10-40 ms moved by
-		// 3-15 ms per round trip, never counted: markMem stayed 0, the
-		// equilibrium kept its whole queue share, and the plane stood at
-		// 16.13 ms (bound 10; 4.97-5.27 ms with this test). Before, the
-		// hint's half-gap rises overshot into that queue and made a
-		// flat marked round by accident; the calm test stopped them
-		// (setHint). Host stalls' own bursts spread over 1.4-5.5 times
-		// their smallest queue (10th-90th percentile, TestCCHostStalls
-		// at 50 ms and 10% loss), so they still do not count. Only at
-		// the hint: a connection below it is still converging (after a
-		// plane failure, to the room it left), and the queues it meets
-		// then move because every connection there moves; counting
-		// them made it yield the room it was to take
-		// (TestRegionsMaxMinDefaults after the failure: pair A→B 0.873
-		// of its max-min share, segment A–B 0.931 utilised; 0.927 and
-		// 0.955 at the hint only).
+		// (atHint): a deep queue that moves but never drains stands too
+		// (an unevenly hashed plane's), while a stalling host's own
+		// bursts spread over several times their smallest queue and
+		// still do not count. Only at the hint: a connection below it is
+		// still converging, and the queues it meets then move because
+		// every connection there moves; counting them would make it
+		// yield the room it is to take.
 		qmin, spread := roundMin-p.minRTT, roundMax-roundMin
 		standing := roundMin > 0 && qmin >= a.cfg.QueueShare/4 &&
 			(spread < a.cfg.QueueShare/4 || a.atHint() && spread < qmin/4)
@@ -1290,7 +1165,7 @@ func (a *AIMD) endRound(now time.Duration, path int) {
 			a.markMem += (1 - a.markMem) / 4
 		} else if a.markMem > 0 {
 			// Every path's rounds decay it: n paths, n rounds per srtt.
-			a.markMem *= math.Exp(-p.srtt.Seconds() / MarkMemory.Seconds() / float64(len(a.paths)))
+			a.markMem *= math.Exp(-p.srtt.Seconds() / markMemory.Seconds() / float64(len(a.paths)))
 		}
 	}
 	lossRate := 0.0
@@ -1349,9 +1224,9 @@ func (a *AIMD) endRound(now time.Duration, path int) {
 		// queueing delay and answers it itself, as it answers the marks
 		// (a mark is no separate back-off then either). And not loss at
 		// the path's random floor: a lossy path that also sees a mark,
-		// which a sender's burst after a late wake-up makes (docs/CC.md
-		// §7), lost those packets anyway. Without these two tests 1%
-		// random loss on real sockets cut a path by 30% in most rounds.
+		// which a sender's burst after a late wake-up makes, lost those
+		// packets anyway; without this test random loss would cut a path
+		// in most rounds.
 		cut = math.Max(cut, 0.3)
 	}
 	if lossCongestion {
@@ -1429,16 +1304,14 @@ func (a *AIMD) setHint(now time.Duration, bps float64) {
 	prev := a.hint
 	a.hint = bps
 	// Calm: no back-off for two round trips, and no standing queue that
-	// the delay equilibrium answers. The equilibrium's
-	// answers are no back-offs (they do not set lastCongestion), so
-	// without the second test a hint far above the connection's share of
-	// a fabric bottleneck lifted the rate half-way to the hint every round
-	// trip while the equilibrium pulled it back
-	// (TestHintRiseStandsBackWhileSteering: 1.77 times the equilibrium's
-	// rate), feeding the fabric queue that overflowed in the regions
-	// scenario. The threshold is the full queue share's quarter, not the
-	// steering threshold that markedShare lowers: a lone connection on a
-	// stalling host needs the rises at a shallow queue (TestCCHostStalls).
+	// the delay equilibrium answers. The equilibrium's answers are no
+	// back-offs (they do not set lastCongestion), so without the second
+	// test a hint far above the connection's share of a fabric bottleneck
+	// would lift the rate half-way to the hint every round trip while the
+	// equilibrium pulled it back (TestHintRiseStandsBackWhileSteering).
+	// The threshold is the full queue share's quarter, not the steering
+	// threshold that markedShare lowers: a lone connection on a stalling
+	// host needs the rises at a shallow queue.
 	calm := now-a.lastCongestion > 2*a.maxSRTT() && !a.queueStands()
 	if prev == 0 || (bps > prev*1.05 && calm) {
 		a.searching = false
@@ -1446,7 +1319,7 @@ func (a *AIMD) setHint(now time.Duration, bps float64) {
 			a.setTotal(bps)
 		}
 		a.lastHintRise = now
-	} else if calm && !a.searching && !a.use.limited && a.total < AtHintFrac*bps && now-a.lastHintRise > a.maxSRTT() {
+	} else if calm && !a.searching && !a.use.limited && a.total < atHintFrac*bps && now-a.lastHintRise > a.maxSRTT() {
 		// Well below the receiver's share with no congestion for two round
 		// trips (our own back-offs left us there, and the queue behind them
 		// has drained): close half the gap per round trip. Binary increase
@@ -1454,8 +1327,8 @@ func (a *AIMD) setHint(now time.Duration, bps float64) {
 		// of crawling there additively, without overshooting a bottleneck
 		// elsewhere in the fabric, whose marks stop it again.
 		step := 0.5
-		if a.markMem >= MarkMemCalm {
-			step = HintStepMarked
+		if a.markMem >= markMemCalm {
+			step = hintStepMarked
 		}
 		a.setTotal(a.total + (bps-a.total)*step)
 		a.lastHintRise = now

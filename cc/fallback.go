@@ -10,11 +10,9 @@ import (
 // A classic-ECN flow (RFC 3168: cut by 30-50% in every marked round trip,
 // grow about a packet per round trip from a small window) sharing one
 // marking queue with a connection that answers marks more gently keeps only
-// what the queue's crossings of the threshold leave it: on real sockets
-// kernel cubic kept 0.007 of the pair against longrtt-htcp, and 0.028 even
-// against a build that cut by 30% per marked round trip but grew back at its
-// own pace (docs/CC.md §7). It grows only if the other sender
-// grows back as slowly as it does. With the fallback on, the connection
+// what the queue's crossings of the threshold leave it, even against a
+// sender that cuts as hard but grows back at its own pace (docs/CC.md §7).
+// It grows only if the other sender grows back as slowly as it does. With the fallback on, the connection
 // answers a marked round trip as CUBIC does (RFC 9438): the rate is cut to
 // FallbackBeta of itself and may then grow back no faster than CUBIC's
 // window curve from that cut, for as long as marks keep coming
@@ -44,12 +42,10 @@ const FallbackC = 0.4
 const FallbackMemory = 10 * time.Second
 
 // FallbackHeadroom is the fraction of its ceiling (hint or line rate) a
-// connection with the fallback on keeps free. Measured on real sockets
-// under real-time scheduling (200 Mbit/s, 50 ms, marking at 0.1 BDP): a
-// sender paced at 0.95 of the capacity made no marks of its own in 13 s,
-// at 0.97 0.4% of its datagrams were marked, at the capacity 3.9%: pacing
-// at exactly the link's rate leaves the queue a random walk that crosses
-// the threshold, and under the fallback every crossing is a 30% cut.
+// connection with the fallback on keeps free: pacing at exactly the link's
+// rate leaves the queue a random walk that crosses the marking threshold,
+// and under the fallback every crossing is a 30% cut; a few per cent below
+// the capacity a smooth sender makes no marks of its own (docs/CC.md §4).
 const FallbackHeadroom = 0.03
 
 // fallbackState is the classic fallback's epoch.

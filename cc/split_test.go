@@ -64,6 +64,6 @@ func TestBalanceStepsAPathOnItsOwnSamples(t *testing.T) {
 	now += 383 * time.Microsecond
 	ackQ(a, now, 0, 0)
 	if g := a.PathRate(0) / before; g > 1.07 {
-		t.Errorf("path 0's next sample moved its rate by %.3f, want at most one round trip's step (e^%g, and the rescaling)", g, BalanceGain)
+		t.Errorf("path 0's next sample moved its rate by %.3f, want at most one round trip's step (e^%g, and the rescaling)", g, balanceGain)
 	}
 }

@@ -25,7 +25,7 @@ import (
 // connection back while it yielded (the trace of docs/CC.md §7 on real
 // sockets): with half-gap rises the classic-ECN flow kept 0.069 of the
 // pair with hints on (0.14 of an equal share); with the rise taking 1/32 of
-// the gap while marks are remembered (cc.HintStepMarked), 0.271 (htcp).
+// the gap while marks are remembered (cc.AIMD.setHint), 0.271 (htcp).
 func TestCCCoexistence(t *testing.T) {
 	rows, err := Coexistence(Options{Seed: 1})
 	if err != nil {
