@@ -42,7 +42,7 @@ type FairShare struct {
 	MarkWindow time.Duration
 	// DrainGain is the fraction of the capacity held back per unit of
 	// marked fraction F: the next mark window hands out (1 − DrainGain·F)
-	// of the capacity (default DefaultDrainGain).
+	// of the capacity (default defaultDrainGain).
 	DrainGain float64
 
 	last   map[uint64]*shareSender
@@ -66,7 +66,7 @@ type shareSender struct {
 	measured float64 // bytes/s over the last full window, -1 if none yet
 }
 
-// DefaultDrainGain is FairShare's default DrainGain, 1/16 (DCTCP's gain).
+// defaultDrainGain is FairShare's default DrainGain, 1/16 (DCTCP's gain).
 // Over a mark window of two round trips a fully marked window then holds
 // back an eighth of a bandwidth-delay product: about the depth at which
 // marking starts (a tenth of a BDP in the scenarios and load tests), so the
@@ -84,7 +84,7 @@ type shareSender struct {
 // marking threshold, and this drain then holds its hint a few per cent
 // below the capacity; a slower drain costs the regions scenario its
 // max-min target after a plane failure (docs/CC.md §7).
-const DefaultDrainGain = 1.0 / 16
+const defaultDrainGain = 1.0 / 16
 
 // NewFairShare returns a FairShare for capacity with senders forgotten after idle.
 func NewFairShare(capacity units.BitRate, idle time.Duration) *FairShare {
@@ -242,7 +242,7 @@ func (f *FairShare) rollMarks(now time.Duration) {
 	if f.winAll > 0 && busy {
 		g := f.DrainGain
 		if g <= 0 {
-			g = DefaultDrainGain
+			g = defaultDrainGain
 		}
 		f.drain = g * float64(f.winCE) / float64(f.winAll)
 	}

@@ -47,10 +47,10 @@ func clampRTTs(s *AckSample) {
 	s.RTT, s.SRTT, s.MinRTT = min(s.RTT, MaxRTT), min(s.SRTT, MaxRTT), min(s.MinRTT, MaxRTT)
 }
 
-// UseFraction is the part of its allowance a sender must deliver in a round
+// useFraction is the part of its allowance a sender must deliver in a round
 // to count as using its rate: RFC 7661 validates a window when the bytes
 // acked over the last round trip (pipeACK) are at least half of it.
-const UseFraction = 0.5
+const useFraction = 0.5
 
 // useMeter tells whether a sender uses the rate (or window) it has, after
 // RFC 7661 ("Updating TCP to Support Rate-Limited Traffic"): a controller
@@ -117,9 +117,9 @@ func (u *useMeter) onAck(now time.Duration, bytes int, round time.Duration) {
 	delivery := u.acked / d.Seconds()
 	switch {
 	case u.sentSeen:
-		u.limited = u.allow > 0 && u.sent < UseFraction*u.allow
+		u.limited = u.allow > 0 && u.sent < useFraction*u.allow
 	default:
-		u.limited = u.prevRate > 0 && delivery < UseFraction*u.prevRate
+		u.limited = u.prevRate > 0 && delivery < useFraction*u.prevRate
 	}
 	u.bestDelivery = max(u.bestDelivery, delivery)
 	u.prevRate, u.allow, u.sent, u.acked = rate, 0, 0, 0

@@ -26,7 +26,7 @@ import (
 // 0.975 at 10% (0.981) and 0.95 at 0-5% (0.956 / 0.958 / 0.967: **the
 // target is not met there**, nor at 100 ms and 5%); at 10 ms, where the
 // fixed window's 1.5 BDP is too small to ride the stalls out, 0.92. What
-// is left is the receiver's drain (cc.DefaultDrainGain): with a gain of
+// is left is the receiver's drain (cc.FairShare's drain): with a gain of
 // 1/64 instead of 1/16 every point is at 0.987 or above, but the regions
 // scenario then misses its target after the plane failure (docs/CC.md §7).
 // Before the delay equilibrium's stall allowance and ceiling window
