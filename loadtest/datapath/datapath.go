@@ -37,6 +37,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/mrgw/mrgw/internal/sleep"
 	"github.com/mrgw/mrgw/units"
 	"net/netip"
 	"os"
@@ -254,7 +255,7 @@ func (o *Options) runMTU(ctx context.Context, l *link, udpOpts udp.Options) ([]r
 		if !o.has(sys) {
 			continue
 		}
-		load0 := loadAvg()
+		load0 := report.LoadAvg()
 		var r Result
 		var err error
 		var note string
@@ -291,7 +292,7 @@ func (o *Options) runMTU(ctx context.Context, l *link, udpOpts udp.Options) ([]r
 		if err != nil {
 			return rows, fmt.Errorf("datapath: %s at link mtu %d: %w", sys, l.mtu, err)
 		}
-		add(sys, r, joinNote(note, fmt.Sprintf("load average %s → %s", load0, loadAvg())))
+		add(sys, r, joinNote(note, fmt.Sprintf("load average %.2f → %.2f", load0, report.LoadAvg())))
 	}
 	return rows, skipped
 }
@@ -453,7 +454,7 @@ func Tunnel(ctx context.Context, o Options, l *link, udpOpts udp.Options, sealed
 	if _, err := a.Connect(ctx, tunnel.PeerID); err != nil {
 		return Result{}, err
 	}
-	if err := sleep(ctx, o.Duration/5); err != nil {
+	if err := sleep.Ctx(ctx, o.Duration/5); err != nil {
 		return Result{}, err
 	}
 	wire := 0
@@ -472,7 +473,7 @@ func Tunnel(ctx context.Context, o Options, l *link, udpOpts udp.Options, sealed
 	m0, d0 := sample(), done.Load()
 	sa0, sb0 := a.Stats(), b.Stats()
 	pkts0 := sa0.TxDatagrams + sb0.TxDatagrams
-	if err := sleep(ctx, o.Duration); err != nil {
+	if err := sleep.Ctx(ctx, o.Duration); err != nil {
 		return Result{}, err
 	}
 	m1, d1 := sample(), done.Load()
@@ -510,7 +511,6 @@ func Tunnel(ctx context.Context, o Options, l *link, udpOpts udp.Options, sealed
 	return r, nil
 }
 
-// loadAvg returns the 1-minute load average, or "?".
 func loadAvg() string {
 	b, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
@@ -520,17 +520,6 @@ func loadAvg() string {
 		return f[0]
 	}
 	return "?"
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // siteUDP returns the socket options of site A's and site B's endpoint:

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mrgw/mrgw/internal/report"
+	"github.com/mrgw/mrgw/internal/sleep"
 	"github.com/mrgw/mrgw/loadtest/tunemu"
 	"github.com/mrgw/mrgw/netem"
 
@@ -326,7 +327,7 @@ func coexistRun(ctx context.Context, p Pair, l Link, o Options) (rows [2]report.
 	}
 	stopSampling := sample(ctx, []func() uint64{flows[0].received, flows[1].received}, o.Warmup, o.Warmup+o.Duration)
 	defer stopSampling()
-	if err := sleep(ctx, o.Warmup); err != nil {
+	if err := sleep.Ctx(ctx, o.Warmup); err != nil {
 		return rows, err
 	}
 	// Both counters are read at the same instants, once a second for the
@@ -344,7 +345,7 @@ func coexistRun(ctx context.Context, p Pair, l Link, o Options) (rows [2]report.
 		if step <= 0 {
 			break
 		}
-		if err := sleep(ctx, step); err != nil {
+		if err := sleep.Ctx(ctx, step); err != nil {
 			return rows, err
 		}
 		if trace != nil {

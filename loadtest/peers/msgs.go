@@ -250,15 +250,6 @@ func tunnelTimer(ctx context.Context, rocev2 bool, l Link, o Options, maxLen int
 	return &msgTimer{send: send, cc: ccName, emu: EmuUDP, close: closeAll}, nil
 }
 
-// percentile returns the q-quantile (nearest rank) of sorted xs.
-func percentile(xs []time.Duration, q float64) time.Duration {
-	if len(xs) == 0 {
-		return 0
-	}
-	k := int(q*float64(len(xs))+0.999999) - 1
-	return xs[min(max(k, 0), len(xs)-1)]
-}
-
 // CompletionTime times messages of 1, 4, 16 and 64 MiB sent one at a time
 // at 1% loss and the first of Options.RTTs (default 50 ms here) on one
 // plane of CapacityBps: TCP (one stream, length-prefixed messages: head-of-
@@ -370,8 +361,8 @@ func timeSeries(ctx context.Context, p Peer, l Link, o Options, sizes []struct{ 
 		}
 		slices.Sort(ts)
 		rw.Messages = len(ts)
-		rw.P50ms = float64(percentile(ts, 0.5)) / 1e6
-		rw.P99ms = float64(percentile(ts, 0.99)) / 1e6
+		rw.P50ms = float64(report.Quantile(ts, 0.5)) / 1e6
+		rw.P99ms = float64(report.Quantile(ts, 0.99)) / 1e6
 		var total time.Duration
 		for _, t := range ts {
 			total += t

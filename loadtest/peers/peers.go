@@ -94,6 +94,7 @@ import (
 	"time"
 
 	"github.com/mrgw/mrgw/internal/report"
+	"github.com/mrgw/mrgw/internal/sleep"
 	"github.com/mrgw/mrgw/loadtest/tunemu"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/netem"
@@ -438,11 +439,11 @@ func measure(ctx context.Context, count func() uint64, warmup, duration time.Dur
 	}
 	stop := sample(ctx, []func() uint64{count}, warmup, warmup+duration)
 	defer stop()
-	if err := sleep(ctx, warmup); err != nil {
+	if err := sleep.Ctx(ctx, warmup); err != nil {
 		return 0, err
 	}
 	t0, b0 := time.Now(), count()
-	if err := sleep(ctx, duration); err != nil {
+	if err := sleep.Ctx(ctx, duration); err != nil {
 		return 0, err
 	}
 	t1, b1 := time.Now(), count()
@@ -473,17 +474,6 @@ func firstProgress(ctx context.Context, count func() uint64) error {
 // startLimit bounds firstProgress: a flow that has completed nothing this
 // long after it started is broken, not slow.
 const startLimit = 30 * time.Second
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
 
 // row builds a report row for one measured point.
 func row(scenario string, p Peer, l Link, r Result) report.Row {
