@@ -9,8 +9,8 @@ import (
 	_ "github.com/mrgw/mrgw/cc/longrtt" // registers the long-RTT controllers by name
 	"github.com/mrgw/mrgw/internal/cli"
 	"github.com/mrgw/mrgw/internal/report"
-	"github.com/mrgw/mrgw/internal/units"
 	"github.com/mrgw/mrgw/sim/scenario"
+	"github.com/mrgw/mrgw/units"
 	"github.com/spf13/cobra"
 )
 

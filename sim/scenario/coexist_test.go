@@ -19,7 +19,7 @@ import (
 // against each long-RTT controller, and each controller alone must still
 // fill at least 0.95 of the link. Fractions of the link are of its payload
 // capacity at this MTU (the header ceiling, 0.949 of the wire rate at MTU
-// 1400). Before markedShare (cc/aimd.go) the classic-ECN flow held 0.002
+// 1400). Before markedShare (cc/aimd_equilibrium.go) the classic-ECN flow held 0.002
 // of the pair; with it 0.271 (htcp) and 0.233 (scalable) with the receiver
 // loop off. With hints on, the receiver hint's half-gap rise lifted the
 // connection back while it yielded (the trace of docs/CC.md §7 on real
