@@ -37,3 +37,15 @@ func LoadAvg() float64 {
 	fmt.Sscanf(string(b), "%f", &l)
 	return l
 }
+
+// JoinNote joins two parts of a row's note with "; ", either of them
+// possibly empty.
+func JoinNote(a, b string) string {
+	switch {
+	case a == "":
+		return b
+	case b == "":
+		return a
+	}
+	return a + "; " + b
+}

@@ -688,7 +688,7 @@ func floodIPs() []netip.Addr {
 func register(l *lab.Lab, gw netip.AddrPort, listen netip.Addr, name string, timeout time.Duration, logger *slog.Logger) (float64, error) {
 	t := time.Now()
 	h, err := host.New(host.Config{Name: name, Region: lab.RegionA, Gateways: []netip.AddrPort{gw}, Key: l.HostKey, Listen: netip.AddrPortFrom(listen, 0),
-		DeadAfter: time.Second, OpenTimeout: timeout, Logger: logger, Protocol: hostProtocol()})
+		DeadAfter: time.Second, OpenTimeout: timeout, Logger: logger, Protocol: lab.HostProtocol()})
 	d := report.Ms(time.Since(t))
 	if err != nil {
 		return d, err

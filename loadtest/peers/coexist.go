@@ -130,7 +130,7 @@ func Coexistence(ctx context.Context, o Options) ([]report.Row, error) {
 			}
 			if p == BaselinePair && baseline == 0 {
 				baseline = pr[1].Share
-				pr[1].Note = joinNote(pr[1].Note, "baseline")
+				pr[1].Note = report.JoinNote(pr[1].Note, "baseline")
 			}
 			group = append(group, pr[:]...)
 		}
@@ -418,7 +418,7 @@ func coexistRun(ctx context.Context, p Pair, l Link, o Options) (rows [2]report.
 		rw.QueueDrops = s1.QueueDrops - s0.QueueDrops
 		starved := rw.Share < StarvedShare
 		rw.Starved = &starved
-		rw.Note = joinNote(rw.Note, link)
+		rw.Note = report.JoinNote(rw.Note, link)
 		rows[i] = rw
 	}
 	for i := range bps {

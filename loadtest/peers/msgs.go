@@ -337,7 +337,7 @@ func timeSeries(ctx context.Context, p Peer, l Link, o Options, sizes []struct{ 
 		budget := time.Now().Add(seriesBudget)
 		for k := 0; k < s.Count && !broken; k++ {
 			if time.Now().After(budget) {
-				rw.Note = joinNote(rw.Note, fmt.Sprintf("series budget %v reached after %d messages", seriesBudget, len(ts)))
+				rw.Note = report.JoinNote(rw.Note, fmt.Sprintf("series budget %v reached after %d messages", seriesBudget, len(ts)))
 				break
 			}
 			mctx, cancel := context.WithTimeout(ctx, msgTimeout)
@@ -349,7 +349,7 @@ func timeSeries(ctx context.Context, p Peer, l Link, o Options, sizes []struct{ 
 					return rows, ctx.Err()
 				}
 				rw.Incomplete++
-				rw.Note = joinNote(rw.Note, fmt.Sprintf("message not complete within %v (%v); series ended", msgTimeout, err))
+				rw.Note = report.JoinNote(rw.Note, fmt.Sprintf("message not complete within %v (%v); series ended", msgTimeout, err))
 				broken = true // the stream still holds its bytes
 				break
 			}
@@ -357,7 +357,7 @@ func timeSeries(ctx context.Context, p Peer, l Link, o Options, sizes []struct{ 
 		}
 		if broken && len(ts) == 0 && rw.Incomplete == 0 {
 			rw.Incomplete = s.Count
-			rw.Note = joinNote(rw.Note, "not run: an earlier message did not complete")
+			rw.Note = report.JoinNote(rw.Note, "not run: an earlier message did not complete")
 		}
 		slices.Sort(ts)
 		rw.Messages = len(ts)

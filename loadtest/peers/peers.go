@@ -485,19 +485,19 @@ func row(scenario string, p Peer, l Link, r Result) report.Row {
 	}
 	setCheck(&rw, r.Check)
 	if l.IPMTU() != DefaultMTU {
-		rw.Note = joinNote(fmt.Sprintf("ip mtu %d", l.IPMTU()), rw.Note)
+		rw.Note = report.JoinNote(fmt.Sprintf("ip mtu %d", l.IPMTU()), rw.Note)
 		switch p.System {
 		case KCP:
-			rw.Note = joinNote(rw.Note, fmt.Sprintf("kcp-go sends at most %d-byte datagrams", kcpMTU(l)))
+			rw.Note = report.JoinNote(rw.Note, fmt.Sprintf("kcp-go sends at most %d-byte datagrams", kcpMTU(l)))
 		case QUIC:
-			rw.Note = joinNote(rw.Note, "quic-go sends at most 1452-byte datagrams")
+			rw.Note = report.JoinNote(rw.Note, "quic-go sends at most 1452-byte datagrams")
 		}
 	}
 	if p.System == RoCEv2 {
 		rw.Paths = 1
 	}
 	if p.System == MRGW && l.wire() != metaroce.Version2 {
-		rw.Note = joinNote(rw.Note, fmt.Sprintf("wire v%d", l.wire()))
+		rw.Note = report.JoinNote(rw.Note, fmt.Sprintf("wire v%d", l.wire()))
 	}
 	return rw
 }
@@ -521,7 +521,7 @@ func setRatios(group []report.Row) {
 		if group[i].GoodputBps > 0 {
 			group[i].MRGWRatio = m / group[i].GoodputBps
 		} else {
-			group[i].Note = joinNote(group[i].Note, "moved nothing: no ratio")
+			group[i].Note = report.JoinNote(group[i].Note, "moved nothing: no ratio")
 		}
 	}
 }

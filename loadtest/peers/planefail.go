@@ -186,7 +186,7 @@ func setPhaseRatios(rows []report.Row) {
 		if r.GoodputBps > 0 {
 			r.MRGWRatio = g / r.GoodputBps
 		} else {
-			r.Note = joinNote(r.Note, "moved nothing: no ratio")
+			r.Note = report.JoinNote(r.Note, "moved nothing: no ratio")
 		}
 	}
 }

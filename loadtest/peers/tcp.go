@@ -313,6 +313,6 @@ func setCheck(rw *report.Row, v *tunemu.Verdict) {
 		Packets: v.Packets, Why: v.Why,
 	}
 	if !ok {
-		rw.Note = joinNote(rw.Note, "emulator not ok: "+strings.Join(v.Why, "; "))
+		rw.Note = report.JoinNote(rw.Note, "emulator not ok: "+strings.Join(v.Why, "; "))
 	}
 }
