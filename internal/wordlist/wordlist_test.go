@@ -31,7 +31,7 @@ var rules = []rule{
 		unless: re(`infrastructure engineers`)},
 	{what: "a branch name", re: re(`(?i)\b(hygiene|ccfair|hyregion)\b|\bon main\b|\bmain at\b|\bthe issue's\b|\bbranch(es)? ` + "`" + `?[a-z]|\b[a-z]+ branch\b|\bmerged branch\b|\bbranch's history\b`),
 		unless: re(`\bcallers can branch\b`)},
-	{what: "a numbered work period", re: re(`(?i)\b(this|first|second|third|fourth|final) round\b('s|[,.:;)]| [^t]|$)|\b(this|whole) session\b|\bthis branch\b|\bbranch's\b`), mdOnly: true},
+	{what: "a numbered work period", re: re(`(?i)\b(this|first|second|third|fourth|final) round\b('s|[,.:;)]| [^t]|$)|\b(this|whole) session\b|\bthis branch\b|\bbranch's\b|\b(this|until this|the previous) revision\b|\bmain (had|was|gave|ends)\b|\b[a-z]+[0-9]* branch\b`), mdOnly: true},
 	{what: "a commit hash", re: re(`(?i)\b(commit|clone of|main at|before|since|at) \(?[0-9a-f]{7,40}\b`)},
 	{what: "a commit hash", re: re(`\b[0-9a-f]*[0-9][0-9a-f]*[a-f][0-9a-f]*\b`), mdOnly: true, hex: true,
 		unless: re(`0123456789ab|\b0x[0-9a-f]+\b|v0\.0\.0-[0-9]{14}-[0-9a-f]{12}`)},
@@ -181,8 +181,10 @@ func TestRulesCatch(t *testing.T) {
 			t.Errorf("not flagged: %q", s)
 		}
 	}
-	if !flag("main was a1b2c3d then", true) {
-		t.Error("not flagged: a commit hash in prose")
+	for _, s := range []string{"main was a1b2c3d then", "until this revision", "tried on the planes5 branch", "the second round's figures"} {
+		if !flag(s, true) {
+			t.Errorf("not flagged in prose: %q", s)
+		}
 	}
 	for _, s := range []string{
 		"the QUIC control session", "a TLS session resumes", "the path split", "a round trip",
