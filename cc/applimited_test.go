@@ -109,7 +109,7 @@ func (s *appSender) run(d, step time.Duration, appRate float64, check func()) {
 	}
 }
 
-// TestAppLimitedRateStaysBounded (issue 16, runaway rates): with no line
+// TestAppLimitedRateStaysBounded (runaway rates): with no line
 // rate and no receiver hint, a sender whose application supplies less than
 // its rate allows must not grow that rate: every controller's pacing rate
 // stays within a small multiple of the best delivery rate (acked bytes per
@@ -169,7 +169,7 @@ func TestAppLimitedRateStaysBounded(t *testing.T) {
 // bit/s, a window grown by absurd acks) and extreme round trips it must
 // stay positive and cover at least the rate over a round trip (up to a very
 // large bound), never wrap to a negative number that the floor turns into a
-// few packets while pacing is unlimited (issue 16).
+// few packets while pacing is unlimited.
 func TestWindowNeverOverflows(t *testing.T) {
 	const pkt = 4172
 	const huge = 1 << 40 // bytes: above any real window

@@ -62,22 +62,22 @@ func TestMarksTrimThePathThatSawThem(t *testing.T) {
 	a.OnRateHint(0, 1e9)
 	now := time.Duration(0)
 	ack(a, &now, 1, 1, time.Microsecond, 100*time.Microsecond, false)
-	before0, before1 := a.PathRate(0), a.PathRate(1)
+	before0, before1 := a.pathRate(0), a.pathRate(1)
 	// Several rounds of fully marked acks on path 0 only.
 	for r := 0; r < 20; r++ {
 		ack(a, &now, 0, 10, 20*time.Microsecond, 100*time.Microsecond, true)
 	}
-	if a.PathRate(0) >= before0/2 {
-		t.Errorf("marked path: rate %g, was %g: not trimmed", a.PathRate(0), before0)
+	if a.pathRate(0) >= before0/2 {
+		t.Errorf("marked path: rate %g, was %g: not trimmed", a.pathRate(0), before0)
 	}
-	if a.PathRate(1) < before1*0.99 {
-		t.Errorf("clear path: rate %g, was %g: trimmed by marks it did not see", a.PathRate(1), before1)
+	if a.pathRate(1) < before1*0.99 {
+		t.Errorf("clear path: rate %g, was %g: trimmed by marks it did not see", a.pathRate(1), before1)
 	}
 	if a.Window(0) >= a.Window(1) {
 		t.Errorf("window of marked path %d not below clear path's %d: packets are not steered", a.Window(0), a.Window(1))
 	}
-	if a.Alpha(0) <= 0.5 || a.Alpha(1) != 0 {
-		t.Errorf("alpha %g/%g", a.Alpha(0), a.Alpha(1))
+	if a.pathAlpha(0) <= 0.5 || a.pathAlpha(1) != 0 {
+		t.Errorf("alpha %g/%g", a.pathAlpha(0), a.pathAlpha(1))
 	}
 }
 
@@ -94,7 +94,7 @@ func TestRandomLossIsNotCongestion(t *testing.T) {
 	if a.PacingRate() < 0.99e9 {
 		t.Fatalf("steady 1%% loss cut the rate to %g", a.PacingRate())
 	}
-	if f := a.LossFloor(0); f < 0.005 || f > 0.02 {
+	if f := a.pathLossFloor(0); f < 0.005 || f > 0.02 {
 		t.Fatalf("loss floor %g, want about 0.01", f)
 	}
 	// A round at 30% loss, far above the floor, is congestion.
@@ -114,8 +114,8 @@ func TestLossWithMarksIsCongestion(t *testing.T) {
 	now := time.Duration(0)
 	rtt := 10 * time.Microsecond
 	ack(a, &now, 0, 100, rtt/50+1, rtt, false) // the first full round sets the floor at 0
-	if a.paths[0].floorSet != true || a.LossFloor(0) != 0 {
-		t.Fatalf("loss floor %g (set %v) after loss-free rounds", a.LossFloor(0), a.paths[0].floorSet)
+	if a.paths[0].floorSet != true || a.pathLossFloor(0) != 0 {
+		t.Fatalf("loss floor %g (set %v) after loss-free rounds", a.pathLossFloor(0), a.paths[0].floorSet)
 	}
 	a.OnLoss(now, 0, pkt)
 	ack(a, &now, 0, 1, rtt/2, rtt, true)
@@ -137,7 +137,7 @@ func TestLossAtTheFloorWithAMarkIsNotAFullQueue(t *testing.T) {
 		a.OnLoss(now, 0, pkt)
 		ack(a, &now, 0, 99, rtt/99+1, rtt, false)
 	}
-	if f := a.LossFloor(0); f < 0.005 {
+	if f := a.pathLossFloor(0); f < 0.005 {
 		t.Fatalf("loss floor %g, want about 0.01", f)
 	}
 	for r := 0; r < 20; r++ {
@@ -212,18 +212,18 @@ func TestAllPathsDownKeepsRate(t *testing.T) {
 		t.Fatalf("windows with every path down: %d, %d", a.Window(0), a.Window(1))
 	}
 	a.OnPathState(time.Millisecond, 1, true)
-	if math.Abs(a.Rate()-1e9) > 1 || math.Abs(a.PathRate(1)-1e9) > 1 {
-		t.Fatalf("after one path came back: rate %g, path 1 %g; want 1e9 on path 1", a.Rate(), a.PathRate(1))
+	if math.Abs(a.Rate()-1e9) > 1 || math.Abs(a.pathRate(1)-1e9) > 1 {
+		t.Fatalf("after one path came back: rate %g, path 1 %g; want 1e9 on path 1", a.Rate(), a.pathRate(1))
 	}
 	a.OnPathState(time.Millisecond, 0, true)
-	if math.Abs(a.Rate()-1e9) > 1 || a.PathRate(0) <= 0 {
-		t.Fatalf("both back: rate %g, path 0 %g; want 1e9 over both paths", a.Rate(), a.PathRate(0))
+	if math.Abs(a.Rate()-1e9) > 1 || a.pathRate(0) <= 0 {
+		t.Fatalf("both back: rate %g, path 0 %g; want 1e9 over both paths", a.Rate(), a.pathRate(0))
 	}
 }
 
 func TestRenoHalvesOnLossIgnoresMarks(t *testing.T) {
 	f, _ := Lookup("reno", Params{BaseRTT: time.Millisecond})
-	r := f(1, pkt).(*Reno)
+	r := f(1, pkt).(*renoController)
 	now := time.Duration(0)
 	ack(r, &now, 0, 100, 10*time.Microsecond, time.Millisecond, true)
 	w := r.cwnd
@@ -239,7 +239,7 @@ func TestRenoHalvesOnLossIgnoresMarks(t *testing.T) {
 
 func TestDCQCNCutsOnMarksAndRecovers(t *testing.T) {
 	f, _ := Lookup("dcqcn", Params{LineRate: 100e9})
-	d := f(1, pkt).(*DCQCN)
+	d := f(1, pkt).(*dcqcnController)
 	now := time.Duration(0)
 	d.OnAck(now+time.Microsecond, 0, AckSample{AckedBytes: pkt, MarkedBytes: pkt})
 	if d.Rate() > 100e9/8*0.51 {
@@ -279,8 +279,8 @@ func TestFairShareMaxMin(t *testing.T) {
 	f.Account(now, 1, 200_000, true)
 	now += 200 * time.Microsecond
 	f.Account(now, 1, 200_000, true)
-	if d, want := float64(f.Share(now)), got*(1-DefaultDrainGain); math.Abs(d-want)/want > 0.01 {
-		t.Fatalf("share %g with every arrival marked, want (1 - %g) × %g", d, DefaultDrainGain, got)
+	if d, want := float64(f.Share(now)), got*(1-defaultDrainGain); math.Abs(d-want)/want > 0.01 {
+		t.Fatalf("share %g with every arrival marked, want (1 - %g) × %g", d, defaultDrainGain, got)
 	}
 	// Marks while arrivals fall well short of the capacity come from a
 	// burst that is already gone: no hold-back.
@@ -326,7 +326,7 @@ func TestSetLineRateLive(t *testing.T) {
 		t.Fatalf("rate %g after raising the line rate to 5e8, want above the old 1e8 and at most 5e8", got)
 	}
 	f := NewFixed(1<<20, 1e6)(4, pkt)
-	f.(*Fixed).SetLineRate(3e6)
+	f.(*fixedController).SetLineRate(3e6)
 	if got := f.PacingRate(); got != 3e6 {
 		t.Fatalf("fixed: rate %g after SetLineRate(3e6)", got)
 	}

@@ -2,14 +2,14 @@ package cc
 
 import "time"
 
-// NewDCAIMD returns the data-center controller, "dc-aimd": the AIMD engine
+// newDCAIMD returns the data-center controller, "dc-aimd": the AIMD engine
 // with DCTCP's back-off (once per own round trip, by half the running marked
 // fraction), a queueing-delay target of 50 µs plus half the path's minimum
 // RTT, and additive growth of 5% of the connection's scale (its hint, else
 // its line rate, else its own rate) per round trip. Inside one data center
 // round trips are alike, so per-RTT growth is fair enough there and reacts
 // fastest; the long-RTT controllers in cc/longrtt grow per unit of time.
-func NewDCAIMD(p Params) Factory {
+func newDCAIMD(p Params) Factory {
 	dt := p.DelayTarget
 	if dt == 0 {
 		dt = 50 * time.Microsecond

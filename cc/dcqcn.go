@@ -6,18 +6,18 @@ import (
 	"github.com/mrgw/mrgw/units"
 )
 
-// DCQCN is a baseline in the spirit of DCQCN (Zhu et al., "Congestion
+// dcqcnController is a baseline in the spirit of DCQCN (Zhu et al., "Congestion
 // Control for Large-Scale RDMA Deployments", SIGCOMM 2015), the rate
 // controller RoCEv2 NICs run. It starts at line rate; an ack that reports
 // CE marks acts as a congestion notification (at most one per 50 µs): the
 // target rate takes the current rate and the current rate drops by alpha/2.
-// Alpha decays every 55 µs without notification. Every 55 µs, and every
+// pathAlpha decays every 55 µs without notification. Every 55 µs, and every
 // 10 MiB sent, the rate recovers: halfway to the target for five steps (fast
 // recovery), then the target itself rises by R_AI (additive) and later by
 // R_HAI (hyper). All timers are in absolute time, tuned for microsecond
 // round trips, which is why it misbehaves over long ones. It ignores loss
 // and the receiver's hint. For measurement only.
-type DCQCN struct {
+type dcqcnController struct {
 	pkt        int
 	line       float64 // bytes/s
 	rc, rt     float64
@@ -43,15 +43,15 @@ const (
 	dcqcnF           = 5
 )
 
-// NewDCQCN returns a Factory for the DCQCN-like baseline. Without a line rate
+// newDCQCN returns a Factory for the DCQCN-like baseline. Without a line rate
 // it assumes 100 Gbit/s.
-func NewDCQCN(p Params) Factory {
+func newDCQCN(p Params) Factory {
 	line := min(float64(p.LineRate.Bytes()), MaxRate)
 	if line <= 0 {
 		line = float64((100 * units.Gbps).Bytes())
 	}
 	return func(paths, packetSize int) Controller {
-		d := &DCQCN{pkt: packetSize, line: line, rc: line, rt: line, alpha: 1, lastCNP: -dcqcnCNPInterval, srtt: p.BaseRTT, paths: paths, usable: make([]bool, paths), nUsable: paths}
+		d := &dcqcnController{pkt: packetSize, line: line, rc: line, rt: line, alpha: 1, lastCNP: -dcqcnCNPInterval, srtt: p.BaseRTT, paths: paths, usable: make([]bool, paths), nUsable: paths}
 		if d.srtt <= 0 {
 			d.srtt = time.Millisecond
 		}
@@ -63,14 +63,14 @@ func NewDCQCN(p Params) Factory {
 }
 
 // Name implements Controller.
-func (d *DCQCN) Name() string { return "dcqcn" }
+func (d *dcqcnController) Name() string { return "dcqcn" }
 
 // Rate returns the current rate in bytes per second.
-func (d *DCQCN) Rate() float64 { return d.rc }
+func (d *dcqcnController) Rate() float64 { return d.rc }
 
 // Window implements Controller: RoCEv2 has no window; this one only keeps
 // the path's sequence space sane (twice the line rate's worth per round trip).
-func (d *DCQCN) Window(path int) int {
+func (d *dcqcnController) Window(path int) int {
 	if !d.usable[path] || d.nUsable == 0 {
 		return 0
 	}
@@ -78,10 +78,10 @@ func (d *DCQCN) Window(path int) int {
 }
 
 // PacingRate implements Controller.
-func (d *DCQCN) PacingRate() units.ByteRate { return units.ByteRate(d.rc) }
+func (d *dcqcnController) PacingRate() units.ByteRate { return units.ByteRate(d.rc) }
 
 // OnSent implements Controller.
-func (d *DCQCN) OnSent(now time.Duration, _ int, bytes int) {
+func (d *dcqcnController) OnSent(now time.Duration, _ int, bytes int) {
 	d.tick(now)
 	d.bytes += bytes
 	for d.bytes >= dcqcnByteCounter {
@@ -92,7 +92,7 @@ func (d *DCQCN) OnSent(now time.Duration, _ int, bytes int) {
 }
 
 // tick runs the timers that expired since the last call.
-func (d *DCQCN) tick(now time.Duration) {
+func (d *dcqcnController) tick(now time.Duration) {
 	for now-d.lastAlpha >= dcqcnAlphaTimer {
 		d.lastAlpha += dcqcnAlphaTimer
 		if d.lastAlpha-d.lastCNP >= dcqcnAlphaTimer {
@@ -112,7 +112,7 @@ func (d *DCQCN) tick(now time.Duration) {
 	}
 }
 
-func (d *DCQCN) increase() {
+func (d *dcqcnController) increase() {
 	ai := d.line / 1000
 	switch {
 	case d.timerCount > dcqcnF && d.byteCount > dcqcnF:
@@ -127,7 +127,7 @@ func (d *DCQCN) increase() {
 }
 
 // OnAck implements Controller.
-func (d *DCQCN) OnAck(now time.Duration, _ int, s AckSample) {
+func (d *dcqcnController) OnAck(now time.Duration, _ int, s AckSample) {
 	clampRTTs(&s)
 	if s.SRTT > 0 {
 		d.srtt = s.SRTT
@@ -148,13 +148,13 @@ func (d *DCQCN) OnAck(now time.Duration, _ int, s AckSample) {
 }
 
 // OnLoss implements Controller: RoCEv2 assumes a lossless fabric.
-func (d *DCQCN) OnLoss(time.Duration, int, int) {}
+func (d *dcqcnController) OnLoss(time.Duration, int, int) {}
 
 // OnRateHint implements Controller: RoCEv2 has no receiver loop.
-func (d *DCQCN) OnRateHint(time.Duration, units.ByteRate) {}
+func (d *dcqcnController) OnRateHint(time.Duration, units.ByteRate) {}
 
 // OnPathState implements Controller.
-func (d *DCQCN) OnPathState(_ time.Duration, path int, usable bool) {
+func (d *dcqcnController) OnPathState(_ time.Duration, path int, usable bool) {
 	if d.usable[path] == usable {
 		return
 	}

@@ -5,18 +5,16 @@ import (
 	"time"
 )
 
-// Classic fallback (Params.ClassicFallback; issue 16 item 4, docs/CC.md §4).
+// Classic fallback (Params.ClassicFallback; docs/CC.md §4).
 //
 // A classic-ECN flow (RFC 3168: cut by 30-50% in every marked round trip,
 // grow about a packet per round trip from a small window) sharing one
 // marking queue with a connection that answers marks more gently keeps only
-// what the queue's crossings of the threshold leave it: on real sockets
-// kernel cubic kept 0.007 of the pair against longrtt-htcp, and 0.028 even
-// against a build that cut by 30% per marked round trip but grew back at its
-// own pace (docs/CC.md §7, session 9). It grows only if the other sender
-// grows back as slowly as it does. With the fallback on, the connection
+// what the queue's crossings of the threshold leave it, even against a
+// sender that cuts as hard but grows back at its own pace (docs/CC.md §7).
+// It grows only if the other sender grows back as slowly as it does. With the fallback on, the connection
 // answers a marked round trip as CUBIC does (RFC 9438): the rate is cut to
-// FallbackBeta of itself and may then grow back no faster than CUBIC's
+// fallbackBeta of itself and may then grow back no faster than CUBIC's
 // window curve from that cut, for as long as marks keep coming
 // (FallbackMemory). Two such senders, or one and a CUBIC flow, through one
 // queue cut together on the same marks and grow along the same curve: they
@@ -28,28 +26,26 @@ import (
 // paces smoothly. Off by default: it is the operator's choice for a WAN
 // shared with classic-ECN traffic (docs/OPERATIONS.md).
 
-// FallbackBeta is the multiplicative decrease of a marked round trip under
+// fallbackBeta is the multiplicative decrease of a marked round trip under
 // the classic fallback: CUBIC's β (RFC 9438 §4.6).
-const FallbackBeta = 0.7
+const fallbackBeta = 0.7
 
-// FallbackC is CUBIC's C in packets per second cubed (RFC 9438 §4.2): the
+// fallbackC is CUBIC's C in packets per second cubed (RFC 9438 §4.2): the
 // window curve W(t) = C·(t−K)³ + Wmax the rate follows after a cut.
-const FallbackC = 0.4
+const fallbackC = 0.4
 
-// FallbackMemory is how long after the last marked ack the fallback holds
+// fallbackMemory is how long after the last marked ack the fallback holds
 // the rate to the window curve; afterwards the controller's own growth
 // applies again. Longer than a CUBIC flow's epoch at the WAN's BDPs (8.6 s
 // from a cut of a 860-packet window), so that a classic flow that was cut
 // is still given the curve's pace while it grows back.
-const FallbackMemory = 10 * time.Second
+const fallbackMemory = 10 * time.Second
 
 // FallbackHeadroom is the fraction of its ceiling (hint or line rate) a
-// connection with the fallback on keeps free. Measured on real sockets
-// under real-time scheduling (200 Mbit/s, 50 ms, marking at 0.1 BDP): a
-// sender paced at 0.95 of the capacity made no marks of its own in 13 s,
-// at 0.97 0.4% of its datagrams were marked, at the capacity 3.9%: pacing
-// at exactly the link's rate leaves the queue a random walk that crosses
-// the threshold, and under the fallback every crossing is a 30% cut.
+// connection with the fallback on keeps free: pacing at exactly the link's
+// rate leaves the queue a random walk that crosses the marking threshold,
+// and under the fallback every crossing is a 30% cut; a few per cent below
+// the capacity a smooth sender makes no marks of its own (docs/CC.md §4).
 const FallbackHeadroom = 0.03
 
 // fallbackState is the classic fallback's epoch.
@@ -91,8 +87,8 @@ func (a *AIMD) fallbackAck(now time.Duration, marked int) {
 		if rtt > 0 && (!f.active || now-f.cutAt >= rtt) {
 			f.active, f.cutAt, f.epoch, f.rtt = true, now, now, rtt
 			f.wmax = a.total * rtt.Seconds() / float64(a.pkt)
-			a.setTotal(math.Max(a.total*FallbackBeta, a.minRate()*float64(len(a.paths))))
-			a.held *= FallbackBeta
+			a.setTotal(math.Max(a.total*fallbackBeta, a.minRate()*float64(len(a.paths))))
+			a.held *= fallbackBeta
 			a.lastCongestion = now
 		}
 	}
@@ -106,7 +102,7 @@ func (a *AIMD) fallbackCap(now time.Duration) {
 	if !f.active {
 		return
 	}
-	if now-f.markAt > FallbackMemory {
+	if now-f.markAt > fallbackMemory {
 		f.active = false
 		return
 	}
@@ -123,11 +119,11 @@ func (f *fallbackState) curveRate(now time.Duration, pkt int) float64 {
 		return math.Inf(1)
 	}
 	t := (now - f.epoch).Seconds()
-	k := math.Cbrt(f.wmax * (1 - FallbackBeta) / FallbackC)
-	w := FallbackC*math.Pow(t-k, 3) + f.wmax
+	k := math.Cbrt(f.wmax * (1 - fallbackBeta) / fallbackC)
+	w := fallbackC*math.Pow(t-k, 3) + f.wmax
 	return w * float64(pkt) / f.rtt.Seconds()
 }
 
-// FallbackActive reports whether the classic fallback holds the rate now
+// fallbackActive reports whether the classic fallback holds the rate now
 // (for metrics and traces).
-func (a *AIMD) FallbackActive() bool { return a.fb.active }
+func (a *AIMD) fallbackActive() bool { return a.fb.active }

@@ -66,7 +66,7 @@ func (d *fallbackDriver) run(dur time.Duration) {
 // ack cuts the rate to 0.7 of itself, the rate then grows back no faster
 // than CUBIC's window curve from that cut (W(t) = C·(t−K)³ + Wmax, K =
 // ∛(Wmax·0.3/C), in packets per round trip), and the fallback ends
-// FallbackMemory after the last mark. Without it the same mark costs a
+// fallbackMemory after the last mark. Without it the same mark costs a
 // few percent for a round trip or two and the rate is back within a second:
 // the pace at which a classic-ECN flow beside it cannot grow (docs/CC.md §7).
 func TestClassicFallbackFollowsTheCubicCurve(t *testing.T) {

@@ -6,11 +6,11 @@ import (
 	"github.com/mrgw/mrgw/units"
 )
 
-// Fixed is the simplest controller: a constant window per path and a constant
+// fixedController is the simplest controller: a constant window per path and a constant
 // pacing rate, capped by the receiver's hint. It does not react to ECN or
 // loss. It is the reference the real controllers are measured against and the
 // controller of the RoCEv2 baseline, whose network is assumed lossless.
-type Fixed struct {
+type fixedController struct {
 	window []int
 	rate   float64 // configured pacing rate, bytes/s (0 = unpaced)
 	hint   float64 // receiver's hint, bytes/s (0 = none)
@@ -24,18 +24,18 @@ func NewFixed(windowBytes int, rate units.ByteRate) Factory {
 		for i := range w {
 			w[i] = windowBytes
 		}
-		return &Fixed{window: w, rate: float64(rate)}
+		return &fixedController{window: w, rate: float64(rate)}
 	}
 }
 
 // Name implements Controller.
-func (f *Fixed) Name() string { return "fixed" }
+func (f *fixedController) Name() string { return "fixed" }
 
 // Window implements Controller.
-func (f *Fixed) Window(path int) int { return f.window[path] }
+func (f *fixedController) Window(path int) int { return f.window[path] }
 
 // PacingRate implements Controller: the configured rate, never above the hint.
-func (f *Fixed) PacingRate() units.ByteRate {
+func (f *fixedController) PacingRate() units.ByteRate {
 	switch {
 	case f.hint > 0 && (f.rate == 0 || f.hint < f.rate):
 		return units.ByteRate(min(f.hint, MaxRate))
@@ -45,20 +45,20 @@ func (f *Fixed) PacingRate() units.ByteRate {
 }
 
 // OnSent implements Controller.
-func (f *Fixed) OnSent(time.Duration, int, int) {}
+func (f *fixedController) OnSent(time.Duration, int, int) {}
 
 // OnAck implements Controller.
-func (f *Fixed) OnAck(time.Duration, int, AckSample) {}
+func (f *fixedController) OnAck(time.Duration, int, AckSample) {}
 
 // OnLoss implements Controller.
-func (f *Fixed) OnLoss(time.Duration, int, int) {}
+func (f *fixedController) OnLoss(time.Duration, int, int) {}
 
 // SetLineRate changes the configured pacing rate (bytes per second; 0:
 // unpaced) of a running controller, as a live reload does.
-func (f *Fixed) SetLineRate(rate units.ByteRate) { f.rate = max(float64(rate), 0) }
+func (f *fixedController) SetLineRate(rate units.ByteRate) { f.rate = max(float64(rate), 0) }
 
 // OnRateHint implements Controller.
-func (f *Fixed) OnRateHint(_ time.Duration, hint units.ByteRate) { f.hint = float64(hint) }
+func (f *fixedController) OnRateHint(_ time.Duration, hint units.ByteRate) { f.hint = float64(hint) }
 
 // OnPathState implements Controller.
-func (f *Fixed) OnPathState(time.Duration, int, bool) {}
+func (f *fixedController) OnPathState(time.Duration, int, bool) {}

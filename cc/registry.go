@@ -98,7 +98,7 @@ func init() {
 		}
 		return NewFixed(w, p.LineRate.Bytes())
 	})
-	Register("dc-aimd", func(p Params) Factory { return NewDCAIMD(p) })
-	Register("reno", func(p Params) Factory { return NewReno(p) })
-	Register("dcqcn", func(p Params) Factory { return NewDCQCN(p) })
+	Register("dc-aimd", func(p Params) Factory { return newDCAIMD(p) })
+	Register("reno", func(p Params) Factory { return newReno(p) })
+	Register("dcqcn", func(p Params) Factory { return newDCQCN(p) })
 }

@@ -6,13 +6,13 @@ import (
 	"github.com/mrgw/mrgw/units"
 )
 
-// Reno is the loss-driven baseline: one congestion window for the
+// renoController is the loss-driven baseline: one congestion window for the
 // connection, split evenly over its usable paths; slow start, then one packet
 // per round trip of additive increase; halving on loss, at most once per
 // round trip. It ignores ECN marks and the receiver's hint, as a classic TCP
 // would. It exists to be measured beside the real controllers, never to be
 // deployed.
-type Reno struct {
+type renoController struct {
 	pkt         int
 	cwnd        float64 // bytes
 	ssthresh    float64
@@ -30,10 +30,10 @@ type Reno struct {
 	use useMeter
 }
 
-// NewReno returns a Factory for the Reno baseline.
-func NewReno(p Params) Factory {
+// newReno returns a Factory for the Reno baseline.
+func newReno(p Params) Factory {
 	return func(paths, packetSize int) Controller {
-		r := &Reno{pkt: packetSize, cwnd: 10 * float64(packetSize), ssthresh: 1e18, srtt: p.BaseRTT, usable: make([]bool, paths), nUsable: paths, name: "reno"}
+		r := &renoController{pkt: packetSize, cwnd: 10 * float64(packetSize), ssthresh: 1e18, srtt: p.BaseRTT, usable: make([]bool, paths), nUsable: paths, name: "reno"}
 		if r.srtt <= 0 {
 			r.srtt = time.Millisecond
 		}
@@ -50,19 +50,19 @@ func NewReno(p Params) Factory {
 // kernel TCP with ECN negotiated (net.ipv4.tcp_ecn=1) in the coexistence
 // scenario; like Reno it exists only to be measured beside mrgw.
 func NewRenoECN(p Params) Factory {
-	base := NewReno(p)
+	base := newReno(p)
 	return func(paths, packetSize int) Controller {
-		r := base(paths, packetSize).(*Reno)
+		r := base(paths, packetSize).(*renoController)
 		r.ecnBeta, r.name = 0.7, "reno-ecn"
 		return r
 	}
 }
 
 // Name implements Controller.
-func (r *Reno) Name() string { return r.name }
+func (r *renoController) Name() string { return r.name }
 
 // Window implements Controller.
-func (r *Reno) Window(path int) int {
+func (r *renoController) Window(path int) int {
 	if !r.usable[path] || r.nUsable == 0 {
 		return 0
 	}
@@ -71,7 +71,7 @@ func (r *Reno) Window(path int) int {
 
 // PacingRate implements Controller: twice the window per round trip in slow
 // start and 1.2 times after, as Linux paces TCP.
-func (r *Reno) PacingRate() units.ByteRate {
+func (r *renoController) PacingRate() units.ByteRate {
 	g := 1.2
 	if r.cwnd < r.ssthresh {
 		g = 2
@@ -79,20 +79,20 @@ func (r *Reno) PacingRate() units.ByteRate {
 	return units.ByteRate(min(g*r.cwnd/r.srtt.Seconds(), MaxRate))
 }
 
-// AppLimited reports whether the last measured round trip delivered less
+// appLimited reports whether the last measured round trip delivered less
 // than UseFraction of the window (RFC 7661's pipeACK test): the window is
 // not validated and does not grow.
-func (r *Reno) AppLimited() bool { return r.use.limited }
+func (r *renoController) appLimited() bool { return r.use.limited }
 
 // OnSent implements Controller: the bytes sent tell whether the sender fills
 // its window (useMeter).
-func (r *Reno) OnSent(now time.Duration, _ int, bytes int) {
+func (r *renoController) OnSent(now time.Duration, _ int, bytes int) {
 	r.use.advance(now, units.ByteRate(r.cwnd/r.srtt.Seconds()))
 	r.use.onSent(bytes)
 }
 
 // OnAck implements Controller.
-func (r *Reno) OnAck(now time.Duration, path int, s AckSample) {
+func (r *renoController) OnAck(now time.Duration, path int, s AckSample) {
 	clampRTTs(&s)
 	r.use.advance(now, units.ByteRate(r.cwnd/r.srtt.Seconds()))
 	if s.SRTT > 0 {
@@ -112,7 +112,7 @@ func (r *Reno) OnAck(now time.Duration, path int, s AckSample) {
 	}
 	if r.use.limited {
 		// The window is not used: growing it would test nothing, and in
-		// slow start it grew by every acked byte for ever (issue 16).
+		// slow start it grew by every acked byte for ever.
 		return
 	}
 	if r.cwnd < r.ssthresh {
@@ -124,7 +124,7 @@ func (r *Reno) OnAck(now time.Duration, path int, s AckSample) {
 }
 
 // OnLoss implements Controller.
-func (r *Reno) OnLoss(now time.Duration, path int, bytes int) {
+func (r *renoController) OnLoss(now time.Duration, path int, bytes int) {
 	r.use.advance(now, units.ByteRate(r.cwnd/r.srtt.Seconds()))
 	if now < r.recoverTill {
 		return
@@ -138,10 +138,10 @@ func (r *Reno) OnLoss(now time.Duration, path int, bytes int) {
 }
 
 // OnRateHint implements Controller: Reno ignores the receiver.
-func (r *Reno) OnRateHint(time.Duration, units.ByteRate) {}
+func (r *renoController) OnRateHint(time.Duration, units.ByteRate) {}
 
 // OnPathState implements Controller.
-func (r *Reno) OnPathState(_ time.Duration, path int, usable bool) {
+func (r *renoController) OnPathState(_ time.Duration, path int, usable bool) {
 	if r.usable[path] == usable {
 		return
 	}

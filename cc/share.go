@@ -42,7 +42,7 @@ type FairShare struct {
 	MarkWindow time.Duration
 	// DrainGain is the fraction of the capacity held back per unit of
 	// marked fraction F: the next mark window hands out (1 − DrainGain·F)
-	// of the capacity (default DefaultDrainGain).
+	// of the capacity (default defaultDrainGain).
 	DrainGain float64
 
 	last   map[uint64]*shareSender
@@ -66,16 +66,14 @@ type shareSender struct {
 	measured float64 // bytes/s over the last full window, -1 if none yet
 }
 
-// DefaultDrainGain is FairShare's default DrainGain, 1/16 (DCTCP's gain).
+// defaultDrainGain is FairShare's default DrainGain, 1/16 (DCTCP's gain).
 // Over a mark window of two round trips a fully marked window then holds
 // back an eighth of a bandwidth-delay product: about the depth at which
 // marking starts (a tenth of a BDP in the scenarios and load tests), so the
 // drain empties a standing queue down to the marking threshold in a few
-// windows without draining far below it. It was 1/2, which held back up to
-// a full BDP per window: on real sockets, where a sender that wakes late
-// sends a burst and the marks it draws come and go every few tens of
-// milliseconds, the hints fell to 0.55-0.75 of the capacity at every burst
-// and the link idled (docs/CC.md §3). The senders' own controllers drain a
+// windows without draining far below it; a larger gain cuts the hints at
+// every burst a late-waking sender makes, and the link idles (docs/CC.md
+// §3). The senders' own controllers drain a
 // queue too (DCTCP's cut in dc-aimd; the delay equilibrium in the long-RTT
 // controllers, which holds at most QueueShare of it, more than a marking
 // threshold of 0.1 BDP at short round trips): the receiver's drain is for
@@ -83,13 +81,10 @@ type shareSender struct {
 // left, and for that it may be slow. Not slower than this yet: a lone
 // long-RTT connection on a host that stalls keeps a queue that covers the
 // stalls (the delay equilibrium's stall allowance), above a 0.1-BDP
-// marking threshold, and this drain then holds its hint about 4% below the
-// capacity (TestCCHostStalls at 50 ms: 0.956 of the fixed window's goodput
-// with 1/16, 0.987 with 1/64, 1.000 with no drain), but 1/64 moved the
-// regions scenario's pair A→B after its plane failure to 0.891 of its
-// max-min share and segment A–B to 0.931 utilised (targets 0.9 and 0.95;
-// docs/CC.md §7).
-const DefaultDrainGain = 1.0 / 16
+// marking threshold, and this drain then holds its hint a few per cent
+// below the capacity; a slower drain costs the regions scenario its
+// max-min target after a plane failure (docs/CC.md §7).
+const defaultDrainGain = 1.0 / 16
 
 // NewFairShare returns a FairShare for capacity with senders forgotten after idle.
 func NewFairShare(capacity units.BitRate, idle time.Duration) *FairShare {
@@ -247,7 +242,7 @@ func (f *FairShare) rollMarks(now time.Duration) {
 	if f.winAll > 0 && busy {
 		g := f.DrainGain
 		if g <= 0 {
-			g = DefaultDrainGain
+			g = defaultDrainGain
 		}
 		f.drain = g * float64(f.winCE) / float64(f.winAll)
 	}
@@ -273,13 +268,11 @@ func maxMinLevel(capacity float64, demands []float64, unconstrained int) float64
 	if unconstrained == 0 {
 		// Everyone is below what they could have: the largest sender
 		// may take what the others leave (and everyone may grow to it).
-		// The equal split used here made the level flip: a sender still
+		// The equal split would make the level flip: a sender still
 		// growing into a raised level is counted constrained, and when
-		// all were, the level fell back to the equal split below what the
-		// largest already used, which was then unconstrained for a window
-		// and raised the level again; the receiver's hints swung every
-		// 20-40 ms and the pair into D that others left room for got 0.59
-		// of its share (docs/results/regions.md).
+		// all are, the level would fall back to the equal split below
+		// what the largest already uses, which is then unconstrained for
+		// a window and raises the level again.
 		rest := 0.0
 		for _, d := range demands[:len(demands)-1] {
 			rest += d
@@ -312,12 +305,12 @@ func (f *FairShare) sweep(now time.Duration) {
 // same Egress registers with it on its first send, reports the bytes it
 // sends, and paces at no more than min(receiver's hint, egress level).
 //
-// Why (issue 16 item 3): the line rate used to cap each connection alone,
-// so three connections of one gateway could each run at the gateway's
-// whole capacity, and a connection whose receiver had no other sender was
+// Why: with the line rate capping each connection alone, three
+// connections of one gateway could each run at the gateway's whole
+// capacity, and a connection whose receiver had no other sender would be
 // told all of that receiver's capacity. Where the shared long-haul segment
-// was the sending region's own uplink, nothing but the fabric's queue
-// then divided it: the delay equilibrium, whose queue share scales with
+// is the sending region's own uplink, nothing but the fabric's queue
+// would then divide it: the delay equilibrium, whose queue share scales with
 // the hint (so the pair told most took most) and whose price is the sum
 // of the queues along the path (so the pair crossing most segments got
 // least: proportional, not max-min, fairness). With the two ends of every

@@ -45,7 +45,7 @@ func TestBalanceStepsAPathOnItsOwnSamples(t *testing.T) {
 	for p := 1; p < 4; p++ {
 		ackQ(a, now, p, 2*time.Millisecond)
 	}
-	share := func(p int) float64 { return a.PathRate(p) / a.Rate() }
+	share := func(p int) float64 { return a.pathRate(p) / a.Rate() }
 	start := share(0)
 	if start < 0.24 || start > 0.26 {
 		t.Fatalf("path 0 starts with %.3f of the rate, want a quarter", start)
@@ -60,10 +60,10 @@ func TestBalanceStepsAPathOnItsOwnSamples(t *testing.T) {
 		t.Errorf("path 0 holds %.3f of the rate after 20 round trips without a sample (started at %.3f): its stale reading was integrated", s, start)
 	}
 	t.Logf("path 0: %.3f of the rate after 20 round trips without a sample", share(0))
-	before := a.PathRate(0)
+	before := a.pathRate(0)
 	now += 383 * time.Microsecond
 	ackQ(a, now, 0, 0)
-	if g := a.PathRate(0) / before; g > 1.07 {
-		t.Errorf("path 0's next sample moved its rate by %.3f, want at most one round trip's step (e^%g, and the rescaling)", g, BalanceGain)
+	if g := a.pathRate(0) / before; g > 1.07 {
+		t.Errorf("path 0's next sample moved its rate by %.3f, want at most one round trip's step (e^%g, and the rescaling)", g, balanceGain)
 	}
 }

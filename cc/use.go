@@ -24,7 +24,7 @@ const MaxWindow = 1 << 46
 // floor and never above MaxWindow. NaN gives the floor. A plain int(w)
 // overflows above 2^63 to the smallest int (a rate of 1e22 bytes/s over a
 // millisecond), which the floor then turned into a 4-packet window while
-// pacing was unlimited (issue 16).
+// pacing was unlimited.
 func windowBytes(w float64, floor int) int {
 	switch {
 	case math.IsNaN(w) || w <= float64(floor):
@@ -47,10 +47,10 @@ func clampRTTs(s *AckSample) {
 	s.RTT, s.SRTT, s.MinRTT = min(s.RTT, MaxRTT), min(s.SRTT, MaxRTT), min(s.MinRTT, MaxRTT)
 }
 
-// UseFraction is the part of its allowance a sender must deliver in a round
+// useFraction is the part of its allowance a sender must deliver in a round
 // to count as using its rate: RFC 7661 validates a window when the bytes
 // acked over the last round trip (pipeACK) are at least half of it.
-const UseFraction = 0.5
+const useFraction = 0.5
 
 // useMeter tells whether a sender uses the rate (or window) it has, after
 // RFC 7661 ("Updating TCP to Support Rate-Limited Traffic"): a controller
@@ -59,7 +59,7 @@ const UseFraction = 0.5
 // by anything but the controller) grows without bound and means nothing
 // when the application next has data. Without a line rate or a receiver's
 // hint nothing else bounds it: after one 1 GiB transfer the pacing rate
-// read 1e22 and 1e47 bytes/s (issue 16).
+// read 1e22 and 1e47 bytes/s.
 //
 // It needs nothing but what every driver already reports. The allowance is
 // the controller's own rate integrated over time; the use is the bytes
@@ -117,9 +117,9 @@ func (u *useMeter) onAck(now time.Duration, bytes int, round time.Duration) {
 	delivery := u.acked / d.Seconds()
 	switch {
 	case u.sentSeen:
-		u.limited = u.allow > 0 && u.sent < UseFraction*u.allow
+		u.limited = u.allow > 0 && u.sent < useFraction*u.allow
 	default:
-		u.limited = u.prevRate > 0 && delivery < UseFraction*u.prevRate
+		u.limited = u.prevRate > 0 && delivery < useFraction*u.prevRate
 	}
 	u.bestDelivery = max(u.bestDelivery, delivery)
 	u.prevRate, u.allow, u.sent, u.acked = rate, 0, 0, 0

@@ -36,14 +36,14 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("node: ~\nwan: {planes: [~, {}]}\n"))
 	f.Add([]byte("regions: [{gateways: [{wan: ['[::1]:1', ':', '1.2.3.4:99999']}]}]\n"))
 	f.Add([]byte("gossip: {keyring: ['', '=', 'AAAA'], profile: custom, probe_interval: -1s}\n"))
-	// Issue 13 item 7: numbers that integer keys used to truncate or wrap,
+	// Numbers that integer keys used to truncate or wrap,
 	// lists with empty items, a remote with fewer addresses than planes.
 	f.Add([]byte("wan: {mtu: 4096.5, max_rate_bps: 1.5, paths_per_peer: .inf}\nlan: {max_rate_bps: true}\n"))
 	f.Add([]byte("limits: {memory_bytes: 99999999999999999999, max_flows: -1e300, flow_credit_bytes: 18446744073709551615}\n"))
 	f.Add([]byte("limits: {memory_bytes: 1e12, max_flows: 1000000, flow_credit_bytes: 9223372036854775807}\n"))
 	f.Add([]byte("gossip: {seeds: ',,,', keyring: ' , '}\ncontrol: {peer_names: 'a,,b,'}\n"))
 	f.Add([]byte("wan: {planes: [{name: a, local: '127.0.0.1:1'}, {name: b, local: '127.0.0.1:2'}]}\nregions: [{name: r, gateways: [{name: g, control: 'h:1', wan: ['h:2']}]}]\n"))
-	// Issue #15: wildcard listeners with and without their advertise
+	// Wildcard listeners with and without their advertise
 	// addresses, which gossip announces.
 	f.Add([]byte("control: {listen: '0.0.0.0:1', advertise: '192.0.2.1:1'}\nwan: {planes: [{name: a, local: '[::]:2'}, {name: b, local: '0.0.0.0:3', advertise: '[::]:3'}]}\n"))
 	f.Add([]byte("control: {listen: '[::]:1', advertise: 'h:1'}\n"))

@@ -11,7 +11,7 @@ import (
 	"testing"
 )
 
-// Regression tests for the validation gaps of issue 13 item 7. Each failed on
+// Regression tests for validation gaps: numbers, empty list items, addresses. Each failed on
 // the code before the fix.
 
 // parseMinimal parses testdata/minimal.yaml with extra appended (its

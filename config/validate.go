@@ -432,8 +432,7 @@ func overlaps(a, b netip.Addr) bool {
 // metadata carries an address, and a check must give the same answer
 // offline), never the unspecified address; and required when the listener
 // is a wildcard, since 0.0.0.0 or :: announced to another machine is that
-// machine itself (issue #15: Terraform had to work around control.listen
-// on 0.0.0.0 with an override in every other region's configuration).
+// machine itself.
 // unreachable ends the message of the missing case.
 func (v *checker) advertise(key, adv, listenKey, listen string, ap netip.AddrPort, unreachable string) {
 	switch {

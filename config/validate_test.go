@@ -126,7 +126,7 @@ func TestValidateCases(t *testing.T) {
 		{"advertise needed", func(c *Config) { c.Gossip.Bind = "0.0.0.0:7946" }, []string{
 			`gossip.advertise: is required when gossip.bind ("0.0.0.0:7946") listens on every interface: memberlist would guess which address to announce`,
 		}},
-		// Issue #15: a wildcard control.listen or plane local was accepted
+		// A wildcard control.listen or plane local was accepted
 		// and announced in gossip as 0.0.0.0.
 		{"control advertise needed", func(c *Config) { c.Control.Listen = "0.0.0.0:7443" }, []string{
 			`control.advertise: is required when control.listen ("0.0.0.0:7443") listens on every interface: gossip would announce 0.0.0.0, which the other gateways cannot dial`,

@@ -90,7 +90,7 @@ func loadAlerts(t *testing.T) []alertRule {
 	return rules
 }
 
-// TestAlertRules checks the rules' structure, that the alerts are
+// TestAlertRules checks the rules' structure, that the documented alerts are
 // there, that each has a runbook section in docs/OPERATIONS.md, and that
 // every metric they use is exported.
 func TestAlertRules(t *testing.T) {

@@ -158,8 +158,8 @@ func writeGateway(t *testing.T, dir string, ca *pki.CA, certRegion, name, text s
 // with the mrgw binary itself. The configurations are seed-only: no peer
 // lists, gossip seeds of the region's other gateways and a few of the other
 // region, regions: entries only for the RTT hint; use-gw1, on 0.0.0.0
-// behind NAT, announces its control_advertise as control.advertise (issue
-// #15: it used to be an override in every other region's configuration).
+// behind NAT, announces its control_advertise as control.advertise (not an
+// override in every other region's configuration).
 // Then the check must still refuse what is wrong, naming the key.
 func TestTerraformExampleRendersValidConfigs(t *testing.T) {
 	bin := terraformBin(t)

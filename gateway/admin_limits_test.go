@@ -36,7 +36,7 @@ func adminGet(c net.Conn, br *bufio.Reader) error {
 	return err
 }
 
-// TestAdminConnectionsBounded (issue 13 item 6): the admin server caps its
+// TestAdminConnectionsBounded: the admin server caps its
 // open connections and closes idle keep-alive ones. Before, 3,000 idle
 // keep-alive connections stayed open (3,054 goroutines).
 func TestAdminConnectionsBounded(t *testing.T) {

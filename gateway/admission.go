@@ -11,7 +11,7 @@ import (
 	"github.com/mrgw/mrgw/metrics"
 )
 
-// LAN admission (issue 13): who gets a peer slot on the LAN port, and for
+// LAN admission: who gets a peer slot on the LAN port, and for
 // how long. docs/GATEWAY.md, "LAN admission", says why.
 //
 //   - A host costs nothing until it has proved that it receives at the

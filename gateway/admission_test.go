@@ -67,7 +67,7 @@ func bareInit(conn uint64) []byte {
 	return b
 }
 
-// TestLANAdmissionSurvivesFlood (issue 13 item 1): bare INITs from
+// TestLANAdmissionSurvivesFlood: bare INITs from
 // thousands of source ports used to take every LAN peer slot for good
 // (limits.max_flows + 1024 of them), and every new host was refused ("no
 // gateway available") until a restart. Now a flood gets cookie challenges

@@ -10,7 +10,7 @@ import (
 	"github.com/mrgw/mrgw/region"
 )
 
-// TestGossipAnnouncesAdvertise (issue #15): the gossip metadata carries
+// TestGossipAnnouncesAdvertise: the gossip metadata carries
 // control.advertise and wan.planes[].advertise where they are given, the
 // listen addresses where not. Before, control.listen was announced as it
 // was, 0.0.0.0 for a wildcard, and other regions had to pin the address

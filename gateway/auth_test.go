@@ -14,7 +14,7 @@ import (
 	"github.com/mrgw/mrgw/host"
 )
 
-// TestUnauthenticatedRegistrationRefused (issue 13 item 3): with
+// TestUnauthenticatedRegistrationRefused: with
 // lan.host_keys set, a REGISTER without a credential, under an unknown key
 // or with a wrong secret is refused, counted by reason and the host told
 // what to do; the right key registers; a reloaded key list applies to the

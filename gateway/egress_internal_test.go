@@ -11,7 +11,7 @@ import (
 )
 
 // TestWANParamsCarryEgress: the WAN controllers' parameters carry the
-// gateway's egress share of wan.max_rate_bps (issue 16 item 3), so that
+// gateway's egress share of wan.max_rate_bps, so that
 // two connections told the whole capacity by their receivers pace at
 // half of it each, not at all of it (the line rate capped each connection
 // alone); an unlimited rate has no Egress; a live reload sets the new

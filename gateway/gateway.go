@@ -133,8 +133,8 @@ type Gateway struct {
 	wanCC      cc.Factory
 	lanCC      cc.Factory
 	// egress is the gateway's WAN capacity (wan.max_rate_bps) that the
-	// connections it sends on to other gateways share max-min (cc.Egress,
-	// issue 16 item 3): without it each connection was capped by the
+	// connections it sends on to other gateways share max-min (cc.Egress):
+	// without it each connection was capped by the
 	// whole capacity alone. One for the gateway's life (its capacity 0
 	// while the rate is unlimited), so that a reload reaches every open
 	// connection (reloadEgress).

@@ -10,7 +10,7 @@ import (
 	"github.com/mrgw/mrgw/metrics"
 )
 
-// Host registration (issue 13 item 2; docs/GATEWAY.md, "Registration").
+// Host registration (docs/GATEWAY.md, "Registration").
 // An endpoint name belongs to one live host. A REGISTER for a name another
 // connection holds replaces it only if it comes from the same host process
 // (its Instance), if it asks for a takeover (FlagTakeover; the holder is
@@ -81,8 +81,8 @@ func (r *relay) ping(ci *connInfo, m *flowctl.Msg) {
 // MAC covers it) and stale after this.
 const registerWindow = 2 * time.Minute
 
-// authenticate checks a REGISTER's credential against lan.host_keys (issue
-// 13 item 3): with keys configured, a REGISTER must name one (KeyID), be
+// authenticate checks a REGISTER's credential against lan.host_keys:
+// with keys configured, a REGISTER must name one (KeyID), be
 // recent (Time) and carry its MAC over the registration and this
 // connection's id. A refusal is answered with REGISTER_ERR not
 // authenticated, counted and logged. No keys: hosts are not authenticated

@@ -14,7 +14,7 @@ import (
 	"github.com/mrgw/mrgw/host"
 )
 
-// TestDuplicateEndpointRefused (issue 13 item 2): a second host with the
+// TestDuplicateEndpointRefused: a second host with the
 // name of a live one used to steal it silently, and when it exited the
 // original was unreachable (/status: 0 hosts). Now the duplicate is refused
 // with an error that says what to do, the original keeps its name, an

@@ -29,7 +29,7 @@ func TestGoldenVectorsV2(t *testing.T) {
 }
 
 // TestDataV2Size: the header is 28 bytes, and with the 28-byte seal
-// envelope a datagram's overhead is 56 (issue 17's target).
+// envelope a datagram's overhead is 56 (the target).
 func TestDataV2Size(t *testing.T) {
 	h := DataHeaderV2{Op: OpWrite, Tag: 1, Seq: 1, Stream: 1, MsgSeq: 1, Chunk: 1}
 	p, err := AppendDataV2(make([]byte, 0, 2000), &h, make([]byte, 1416))

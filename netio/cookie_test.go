@@ -20,7 +20,7 @@ func TestCookieAdmission(t *testing.T) {
 	ctx := testCtx(t)
 	rb := newRecorder()
 	var asked atomic.Int32
-	b, err := New(Config{Protocol: protoConfig(true), Listen: loop4, OnEvent: rb.on,
+	b, err := New(Config{Protocol: protoConfig(true), Listen: loop4, OnEvent: rb.On,
 		Cookies: NewCookies(nil),
 		AcceptPeer: func(netip.AddrPort) (PeerID, bool) {
 			asked.Add(1)
@@ -86,7 +86,7 @@ func TestCookieAdmission(t *testing.T) {
 	if _, err := a.Connect(ctx, 5); err != nil {
 		t.Fatal(err)
 	}
-	rb.wait(t, ctx, "accepted connection", func(evs []metaroce.Event) bool {
+	rb.Wait(t, ctx, "accepted connection", func(evs []metaroce.Event) bool {
 		for _, ev := range evs {
 			if ev.Kind == metaroce.EventConnected && ev.Conn.Peer() == 77 {
 				return true

@@ -21,7 +21,7 @@ func echoWrite(t *testing.T, ctx context.Context, a *Endpoint, ra *recorder, c *
 	if err != nil {
 		t.Fatal(err)
 	}
-	ra.wait(t, ctx, "send completion", func(evs []metaroce.Event) bool {
+	ra.Wait(t, ctx, "send completion", func(evs []metaroce.Event) bool {
 		for _, ev := range evs {
 			if ev.Kind == metaroce.EventSendComplete && ev.Conn == c && ev.Seq == seq {
 				if ev.Err != nil {
@@ -45,7 +45,7 @@ func TestExtraListenRepliesFromArrivalSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, err := New(Config{Protocol: protoConfig(true), Listen: netip.MustParseAddrPort("127.0.0.51:0"),
-		ExtraListen: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.52:0")}, OnEvent: rb.on, Memory: mem})
+		ExtraListen: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.52:0")}, OnEvent: rb.On, Memory: mem})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func TestExtraListenRepliesFromArrivalSocket(t *testing.T) {
 		t.Fatalf("LocalAddrs = %v", addrs)
 	}
 	ra := newRecorder()
-	a, err := New(Config{Protocol: protoConfig(false), Listen: netip.MustParseAddrPort("127.0.0.53:0"), OnEvent: ra.on})
+	a, err := New(Config{Protocol: protoConfig(false), Listen: netip.MustParseAddrPort("127.0.0.53:0"), OnEvent: ra.On})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestAdmittedPeersShareAnIP(t *testing.T) {
 	if err := mem.Register(9, make([]byte, 1<<20)); err != nil {
 		t.Fatal(err)
 	}
-	b, err := New(Config{Protocol: protoConfig(true), Listen: netip.MustParseAddrPort("127.0.0.54:0"), OnEvent: rb.on, Memory: mem,
+	b, err := New(Config{Protocol: protoConfig(true), Listen: netip.MustParseAddrPort("127.0.0.54:0"), OnEvent: rb.On, Memory: mem,
 		AcceptPeer: func(netip.AddrPort) (PeerID, bool) { next++; return next, true }})
 	if err != nil {
 		t.Fatal(err)
@@ -110,7 +110,7 @@ func TestAdmittedPeersShareAnIP(t *testing.T) {
 		}
 		pc := protoConfig(false)
 		pc.Seed = uint64(1000 + i) // distinct connection ids, as distinct processes have
-		e, err := New(Config{Protocol: pc, Listen: loop4, OnEvent: cl[i].r.on, Memory: cl[i].mem})
+		e, err := New(Config{Protocol: pc, Listen: loop4, OnEvent: cl[i].r.On, Memory: cl[i].mem})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -160,7 +160,7 @@ func TestIPFallbackDoesNotMoveAPeer(t *testing.T) {
 	if err := mem.Register(9, make([]byte, 1<<20)); err != nil {
 		t.Fatal(err)
 	}
-	b, err := New(Config{Protocol: protoConfig(true), Listen: netip.MustParseAddrPort("127.0.0.56:0"), OnEvent: rb.on, Memory: mem,
+	b, err := New(Config{Protocol: protoConfig(true), Listen: netip.MustParseAddrPort("127.0.0.56:0"), OnEvent: rb.On, Memory: mem,
 		AcceptPeer: func(netip.AddrPort) (PeerID, bool) { next++; return next, true }})
 	if err != nil {
 		t.Fatal(err)
@@ -175,7 +175,7 @@ func TestIPFallbackDoesNotMoveAPeer(t *testing.T) {
 		}
 		pc := protoConfig(false)
 		pc.Seed = uint64(2000 + i)
-		e, err := New(Config{Protocol: pc, Listen: loop4, OnEvent: r.on, Memory: cm})
+		e, err := New(Config{Protocol: pc, Listen: loop4, OnEvent: r.On, Memory: cm})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,7 +11,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
-	"sync"
 	"testing"
 	"time"
 
@@ -39,42 +38,10 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-// recorder collects events from the owner goroutine.
-type recorder struct {
-	mu     sync.Mutex
-	events []metaroce.Event
-	notify chan struct{}
-}
+// recorder collects the events of the goroutine under test.
+type recorder = netiotest.Recorder[metaroce.Event]
 
-func newRecorder() *recorder { return &recorder{notify: make(chan struct{}, 1)} }
-
-func (r *recorder) on(_ time.Duration, ev metaroce.Event) {
-	r.mu.Lock()
-	r.events = append(r.events, ev)
-	r.mu.Unlock()
-	select {
-	case r.notify <- struct{}{}:
-	default:
-	}
-}
-
-// wait blocks until pred holds over the events seen so far.
-func (r *recorder) wait(t *testing.T, ctx context.Context, what string, pred func([]metaroce.Event) bool) {
-	t.Helper()
-	for {
-		r.mu.Lock()
-		ok := pred(r.events)
-		r.mu.Unlock()
-		if ok {
-			return
-		}
-		select {
-		case <-r.notify:
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
+func newRecorder() *recorder { return netiotest.NewRecorder[metaroce.Event]() }
 
 // protoConfig has real-socket path timings (as the tunnel and the gateway
 // use): with the data-center defaults (a 50 µs minimum probe timeout) a
@@ -103,8 +70,8 @@ type pair struct {
 func newPair(t *testing.T, sa, sb Sealer, tweak func(*Config)) *pair {
 	t.Helper()
 	p := &pair{ra: newRecorder(), rb: newRecorder()}
-	ca := Config{Protocol: protoConfig(false), Listen: loop4, OnEvent: p.ra.on}
-	cb := Config{Protocol: protoConfig(true), Listen: loop4, OnEvent: p.rb.on}
+	ca := Config{Protocol: protoConfig(false), Listen: loop4, OnEvent: p.ra.On}
+	cb := Config{Protocol: protoConfig(true), Listen: loop4, OnEvent: p.rb.On}
 	if tweak != nil {
 		tweak(&ca)
 		tweak(&cb)
@@ -174,13 +141,12 @@ func (p *pair) transfer(t *testing.T, ctx context.Context, msgs, maxLen int) *me
 			return n >= msgs
 		}
 	}
-	p.ra.wait(t, ctx, "send completions", done(metaroce.EventSendComplete))
-	p.rb.wait(t, ctx, "receive completions", done(metaroce.EventRecvComplete))
+	p.ra.Wait(t, ctx, "send completions", done(metaroce.EventSendComplete))
+	p.rb.Wait(t, ctx, "receive completions", done(metaroce.EventRecvComplete))
 	// Once each, in order per stream, with no error.
 	for _, r := range []*recorder{p.ra, p.rb} {
-		r.mu.Lock()
 		var next uint64
-		for _, ev := range r.events {
+		for _, ev := range r.Events() {
 			if ev.Kind != metaroce.EventSendComplete && ev.Kind != metaroce.EventRecvComplete {
 				continue
 			}
@@ -192,7 +158,6 @@ func (p *pair) transfer(t *testing.T, ctx context.Context, msgs, maxLen int) *me
 			}
 			next = ev.Seq + 1
 		}
-		r.mu.Unlock()
 	}
 	// dst belongs to b's owner goroutine while registered: read it there.
 	if err := p.b.Call(ctx, func(time.Duration, *metaroce.Endpoint) {
@@ -220,7 +185,7 @@ func TestTransferPlain(t *testing.T) {
 	if err := p.a.CloseConn(ctx, c); err != nil {
 		t.Fatal(err)
 	}
-	p.ra.wait(t, ctx, "close", func(evs []metaroce.Event) bool {
+	p.ra.Wait(t, ctx, "close", func(evs []metaroce.Event) bool {
 		for _, ev := range evs {
 			if ev.Kind == metaroce.EventClosed {
 				return true
@@ -370,12 +335,8 @@ func sealedDrops(t *testing.T, ctx context.Context, p *pair, sa *sealPair, send 
 		t.Errorf("protocol saw %d of the attacker's datagrams, want 1", got)
 	}
 	// The connection still works.
-	p.ra.mu.Lock()
-	p.ra.events = nil
-	p.ra.mu.Unlock()
-	p.rb.mu.Lock()
-	p.rb.events = nil
-	p.rb.mu.Unlock()
+	p.ra.Reset()
+	p.rb.Reset()
 	p.transfer(t, ctx, 20, 5000)
 }
 
@@ -411,7 +372,7 @@ func TestAcceptPeer(t *testing.T) {
 	ctx := testCtx(t)
 	rb := newRecorder()
 	n := netiotest.NewNetwork()
-	b, err := New(Config{Protocol: protoConfig(true), Listen: loop4, OnEvent: rb.on, Bind: BindOf(n.Listen),
+	b, err := New(Config{Protocol: protoConfig(true), Listen: loop4, OnEvent: rb.On, Bind: BindOf(n.Listen),
 		AcceptPeer: func(netip.AddrPort) (PeerID, bool) { return 77, true }})
 	if err != nil {
 		t.Fatal(err)
@@ -428,7 +389,7 @@ func TestAcceptPeer(t *testing.T) {
 	if _, err := a.Connect(ctx, 5); err != nil {
 		t.Fatal(err)
 	}
-	rb.wait(t, ctx, "accepted connection", func(evs []metaroce.Event) bool {
+	rb.Wait(t, ctx, "accepted connection", func(evs []metaroce.Event) bool {
 		for _, ev := range evs {
 			if ev.Kind == metaroce.EventConnected && ev.Conn.Peer() == 77 {
 				return true

@@ -24,7 +24,7 @@ func TestPlaneCounters(t *testing.T) {
 	}
 	b, err := New(Config{Protocol: protoConfig(true), Listen: netip.MustParseAddrPort("127.0.0.71:0"),
 		ExtraListen: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.72:0"), netip.MustParseAddrPort("127.0.0.73:0")},
-		OnEvent:     rb.on, Memory: mem})
+		OnEvent:     rb.On, Memory: mem})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +32,7 @@ func TestPlaneCounters(t *testing.T) {
 	ra := newRecorder()
 	a, err := New(Config{Protocol: protoConfig(false), Listen: netip.MustParseAddrPort("127.0.0.74:0"),
 		ExtraListen: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.75:0"), netip.MustParseAddrPort("127.0.0.76:0")},
-		OnEvent:     ra.on})
+		OnEvent:     ra.On})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -112,11 +112,9 @@ func (p *pair) sendMore(t *testing.T, ctx context.Context, c *metaroce.Conn, n i
 		}
 		return k
 	}
-	p.ra.mu.Lock()
-	want := count(p.ra.events) + 1
-	p.ra.mu.Unlock()
+	want := count(p.ra.Events()) + 1
 	if _, err := p.a.Write(ctx, c, 0, key, 0, make([]byte, n)); err != nil {
 		t.Fatal(err)
 	}
-	p.ra.wait(t, ctx, "the message's completion", func(evs []metaroce.Event) bool { return count(evs) >= want })
+	p.ra.Wait(t, ctx, "the message's completion", func(evs []metaroce.Event) bool { return count(evs) >= want })
 }

@@ -221,7 +221,7 @@ func TestFlapDampingMaxHold(t *testing.T) {
 	}
 }
 
-// Issue #15, fleet at 8 gateways: a3 flapped its paths to b1 over p0, so
+// Fleet at 8 gateways: a3 flapped its paths to b1 over p0, so
 // its up is held and the wire (and every table) keeps saying (b1, p0)
 // down, From a3. When b1's plane p0 then fails for real, b1's own verdict
 // is the owner's word and must go out at once: it used to be deduplicated

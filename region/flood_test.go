@@ -187,7 +187,7 @@ func watchDeaths(t *testing.T, name string, cs ...*Cluster) func() []Change {
 // goes unanswered, and due within the probe interval) always gets
 // through and rescues a gateway whose UDP is flooded; between regions it
 // needs two round trips, more than the 100 ms the tuned timings leave it,
-// which is how the flood of issue 13 killed gateways.
+// which is how a flood killed gateways.
 type wanDial struct {
 	memberlist.NodeAwareTransport
 	rtt time.Duration
@@ -211,7 +211,7 @@ func (w wanDial) DialAddressTimeout(a memberlist.Address, timeout time.Duration)
 const floodCount, floodRate = 400_000, 50_000
 
 // A flood of junk at one gateway's gossip port must not make it look dead
-// to the others (issue 13 item 4): three gateways with the example's tuned
+// to the others: three gateways with the example's tuned
 // timings, TCP with a WAN's round trips (wanDial), and the flood at one of
 // them.
 //

@@ -19,7 +19,7 @@ import (
 // counter whenever the queue empties, including the moment a named message
 // replaces the only queued one, and a later message of the same length then
 // gets the same id and overwrites it in the B-tree (hashicorp/memberlist
-// PR #263, open since 2022). Health messages of one gateway are very often
+// pull request 263, open since 2022). Health messages of one gateway are very often
 // of equal length, and a lost "plane down" would go unnoticed until the
 // next report. TestHealthQueueReplaceThenQueue replays that sequence.
 //

@@ -60,7 +60,7 @@ func startLogged(t *testing.T, cfg Config) (*Cluster, *logRecorder) {
 
 // A gateway with another keyring (or none) is refused: the refusing side
 // counts it by reason and says so at warn; the refused side cannot join,
-// says so at error and keeps the reason for /readyz (issue 13 item 5).
+// says so at error and keeps the reason for /readyz.
 func TestWrongKeyringRefusedAndReported(t *testing.T) {
 	k1 := bytes.Repeat([]byte{1}, 32)
 	k2 := bytes.Repeat([]byte{2}, 32)

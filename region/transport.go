@@ -152,7 +152,7 @@ const (
 // at a time to memberlist's packet goroutine, which decrypts, fails and
 // logs each. A flood of junk then fills the socket's receive buffer and the
 // kernel drops the probes and acks among it: the flooded gateway is
-// declared dead while it runs (issue 13, item 4).
+// declared dead while it runs.
 type guardTransport struct {
 	log   *slog.Logger
 	warns *ratelog.Logger

@@ -8,7 +8,6 @@ import (
 	crand "crypto/rand"
 	"math/rand/v2"
 	"net/netip"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/mrgw/mrgw/cc"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/netem"
+	"github.com/mrgw/mrgw/netio/netiotest"
 	"github.com/mrgw/mrgw/pathmgr"
 	"github.com/mrgw/mrgw/tunnel/control"
 	"github.com/mrgw/mrgw/tunnel/tunneltest"
@@ -111,14 +111,14 @@ func newRig(t testing.TB, spec linkSpec) *rig {
 	r := &rig{em: em, ra: newRecorder(), rb: newRecorder(), spec: spec}
 	var realB netip.AddrPort
 	r.a, err = New(sa, Config{
-		Protocol: wanProtocol(spec, false), Listen: loop4, Router: routA, OnEvent: r.ra.on, RekeyAfter: spec.rekey,
+		Protocol: wanProtocol(spec, false), Listen: loop4, Router: routA, OnEvent: r.ra.On, RekeyAfter: spec.rekey,
 		PlaneOf: func(_ int, local netip.AddrPort) int { return em.PlaneOf(netem.AtoB, local, realB) },
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.a.Close() })
-	r.b, err = New(sb, Config{Protocol: wanProtocol(spec, true), Listen: loop4, Router: routB, OnEvent: r.rb.on, RekeyAfter: spec.rekey})
+	r.b, err = New(sb, Config{Protocol: wanProtocol(spec, true), Listen: loop4, Router: routB, OnEvent: r.rb.On, RekeyAfter: spec.rekey})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,50 +139,6 @@ func newRig(t testing.TB, spec linkSpec) *rig {
 		t.Fatal(err)
 	}
 	return r
-}
-
-// recorder collects protocol events from an endpoint's goroutine.
-type recorder struct {
-	mu     sync.Mutex
-	events []metaroce.Event
-	at     []time.Time
-	notify chan struct{}
-}
-
-func newRecorder() *recorder { return &recorder{notify: make(chan struct{}, 1)} }
-
-func (r *recorder) on(_ time.Duration, ev metaroce.Event) {
-	r.mu.Lock()
-	r.events = append(r.events, ev)
-	r.at = append(r.at, time.Now())
-	r.mu.Unlock()
-	select {
-	case r.notify <- struct{}{}:
-	default:
-	}
-}
-
-func (r *recorder) reset() {
-	r.mu.Lock()
-	r.events, r.at = nil, nil
-	r.mu.Unlock()
-}
-
-func (r *recorder) wait(t testing.TB, ctx context.Context, what string, pred func([]metaroce.Event) bool) {
-	t.Helper()
-	for {
-		r.mu.Lock()
-		ok := pred(r.events)
-		r.mu.Unlock()
-		if ok {
-			return
-		}
-		select {
-		case <-r.notify:
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
 }
 
 func countKind(kind metaroce.EventKind, n int) func([]metaroce.Event) bool {
@@ -256,12 +212,11 @@ func (r *rig) startOn(t testing.TB, ctx context.Context, c *metaroce.Conn, strea
 func (r *rig) finish(t testing.TB, ctx context.Context, x *transfer) {
 	t.Helper()
 	n := len(x.lens)
-	r.ra.wait(t, ctx, "send completions", countKind(metaroce.EventSendComplete, n))
-	r.rb.wait(t, ctx, "receive completions", countKind(metaroce.EventRecvComplete, n))
+	r.ra.Wait(t, ctx, "send completions", countKind(metaroce.EventSendComplete, n))
+	r.rb.Wait(t, ctx, "receive completions", countKind(metaroce.EventRecvComplete, n))
 	for _, rec := range []*recorder{r.ra, r.rb} {
-		rec.mu.Lock()
 		var next uint64
-		for _, ev := range rec.events {
+		for _, ev := range rec.Events() {
 			if ev.Kind != metaroce.EventSendComplete && ev.Kind != metaroce.EventRecvComplete {
 				continue
 			}
@@ -273,7 +228,6 @@ func (r *rig) finish(t testing.TB, ctx context.Context, x *transfer) {
 			}
 			next = ev.Seq + 1
 		}
-		rec.mu.Unlock()
 		if next != uint64(n) {
 			t.Errorf("%d completions, want %d", next, n)
 		}
@@ -286,3 +240,8 @@ func (r *rig) finish(t testing.TB, ctx context.Context, x *transfer) {
 		t.Fatal(err)
 	}
 }
+
+// recorder collects the events of the goroutine under test.
+type recorder = netiotest.Recorder[metaroce.Event]
+
+func newRecorder() *recorder { return netiotest.NewRecorder[metaroce.Event]() }

@@ -158,14 +158,13 @@ func TestPlaneFailure(t *testing.T) {
 
 // completions is the cumulative payload of the messages rec saw complete.
 func completions(rec *recorder) recovery.Series {
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
+	evs, at := rec.Snapshot()
 	var s recovery.Series
 	var sum uint64
-	for i, ev := range rec.events {
+	for i, ev := range evs {
 		if ev.Kind == metaroce.EventRecvComplete && ev.Err == nil {
 			sum += ev.Len
-			s.Add(rec.at[i], sum)
+			s.Add(at[i], sum)
 		}
 	}
 	return s
@@ -328,8 +327,8 @@ func TestBadDatagramsDropped(t *testing.T) {
 	if after.BadVersion != before.BadVersion || after.Truncated != before.Truncated || after.UnknownConn != before.UnknownConn {
 		t.Errorf("an attacker's datagram reached the protocol: before %+v after %+v", before, after)
 	}
-	r.ra.reset()
-	r.rb.reset()
+	r.ra.Reset()
+	r.rb.Reset()
 	r.finish(t, ctx, r.start(t, ctx, 20, 4000, 4))
 }
 
@@ -377,8 +376,8 @@ func TestGarbageFlood(t *testing.T) {
 		}
 	}()
 	// A transfer runs through the flood.
-	r.ra.reset()
-	r.rb.reset()
+	r.ra.Reset()
+	r.rb.Reset()
 	x := r.startOn(t, ctx, warm.conn, 1, 40, 8000, 6)
 	<-done
 	r.finish(t, ctx, x)
@@ -427,7 +426,7 @@ func TestPeerReport(t *testing.T) {
 	x := r.start(t, ctx, 200, 16<<10, 8)
 	// Wait until every path has sent (so that its socket, hence its plane,
 	// is known).
-	r.rb.wait(t, ctx, "some progress", countKind(metaroce.EventRecvComplete, 20))
+	r.rb.Wait(t, ctx, "some progress", countKind(metaroce.EventRecvComplete, 20))
 	if err := r.em.Fail(1); err != nil {
 		t.Fatal(err)
 	}
@@ -449,13 +448,11 @@ func TestPeerReport(t *testing.T) {
 	}
 	r.finish(t, ctx, x)
 	reasons := 0
-	r.ra.mu.Lock()
-	for _, ev := range r.ra.events {
+	for _, ev := range r.ra.Events() {
 		if ev.Kind == metaroce.EventPath && ev.Transition.To == pathmgr.Down && ev.Transition.Reason == "peer report: plane 1 down" {
 			reasons++
 		}
 	}
-	r.ra.mu.Unlock()
 	if reasons != n {
 		t.Errorf("%d path events name the peer report, want %d", reasons, n)
 	}

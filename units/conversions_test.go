@@ -39,7 +39,7 @@ var notConversions = map[string]string{
 	"gateway/gateway.go: proto.DeadAfter / 8": "PING interval, an eighth of the dead-after",
 	"host/host.go: c.DeadAfter / 8":           "PING interval, an eighth of the dead-after",
 	// Counts of things.
-	"cc/aimd.go: 8 * a.pkt":                     "eight packets",
+	"cc/aimd_growth.go: 8 * a.pkt":              "eight packets",
 	"loadtest/chaos/chaos.go: 8 * o.Window":     "eight windows of message slots",
 	"loadtest/peers/tunnel.go: 8 * l.BDP()":     "eight bandwidth-delay products",
 	"sim/scenario/run.go: 8 * pc.ProbeInterval": "probe back-off limit",

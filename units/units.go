@@ -12,6 +12,10 @@
 // between them carry these types; arithmetic inside a controller, where
 // every term has one unit, may stay in float64.
 //
+// It also reads and prints the sizes and rates of the command lines
+// (ParseBytes, ParseRate, ParseFraction and their Format counterparts,
+// parse.go).
+//
 // This package imports nothing of the project and sits under every package
 // that does (internal/layering gives it the lowest floor).
 package units
@@ -53,7 +57,7 @@ func (r ByteRate) BytesIn(d time.Duration) float64 { return float64(r) * d.Secon
 
 // String prints r for people in the largest decimal unit that keeps it at
 // least 1: "10Gbit/s", "1.5Gbit/s", "200Mbit/s", "999bit/s"; "0" for 0.
-// internal/units.ParseRate reads it back.
+// ParseRate reads it back.
 func (r BitRate) String() string {
 	return formatRate(float64(r), []unit{{"Tbit/s", 1e12}, {"Gbit/s", 1e9}, {"Mbit/s", 1e6}, {"kbit/s", 1e3}}, "bit/s")
 }

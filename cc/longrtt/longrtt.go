@@ -26,12 +26,12 @@
 // bottleneck that marks ECN and that no receiver hint covers, the
 // marked-fraction price (cc.AIMDConfig.MarkPrice) is added to the delay
 // the equilibrium answers, so that the queue stays near the marking
-// threshold however many connections share it (issue 16 item 2). The two
+// threshold however many connections share it. The two
 // controllers differ only in how they probe a link whose queue is empty
 // (htcp about 1.3 times faster when the line rate is the bottleneck's,
 // TestVariantsDifferOnlyWhileProbing); longrtt-htcp is the one to use, and
-// longrtt-scalable stays registered as a configuration name (docs/CC.md §4,
-// issue 16). docs/CC.md gives the reasoning and the literature (H-TCP,
+// longrtt-scalable stays registered as a configuration name (docs/CC.md §4).
+// docs/CC.md gives the reasoning and the literature (H-TCP,
 // Scalable TCP, Hybla, FAST, DCTCP, RFC 6356).
 //
 // It imports only cc: never metaroce, nor any socket, metrics, configuration or
@@ -59,8 +59,8 @@ const DefaultDelayTarget = 25 * time.Millisecond
 // marks make a price (drop-tail; 3 ms at a 5 ms marking threshold). The
 // equilibrium's fairness converges by about γ·q/rtt per round trip, so the
 // queue it holds must be a sizeable fraction of the round trip for a
-// newcomer at 100 ms to reach its share in tens of round trips: with 4 ms
-// per connection it took 46 round trips, with 10 ms 26 (docs/CC.md §4).
+// newcomer at 100 ms to reach its share in tens of round trips (docs/CC.md
+// §4).
 const DefaultQueueShare = 10 * time.Millisecond
 
 // SearchStart is the fraction of the line rate a connection without a
@@ -132,9 +132,8 @@ func HTCPGrowth(g cc.GrowthState) float64 {
 // (multiplicative, like Scalable TCP's 0.01 per ack) plus 0.5% of the scale
 // (additive, which is what makes two flows converge: pure multiplicative
 // increase against multiplicative decrease keeps their ratio for ever).
-// With 2% the multiplicative term dominated and the equilibrium followed
-// small differences in the marked fraction the flows saw: Jain 0.939 for
-// 10/50/150 ms flows at 10 Gbit/s, 0.965 with 1%.
+// A larger multiplicative term would dominate and make the equilibrium
+// follow small differences in the marked fraction the flows see.
 const (
 	scalableMI = 0.01
 	scalableAI = 0.005

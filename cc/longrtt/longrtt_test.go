@@ -139,7 +139,7 @@ func TestDelayEquilibriumIsRTTFair(t *testing.T) {
 // sockets, late wake-ups make such a queue and its marks while the link
 // has random loss.) The rate is compared with the same run without the
 // losses: a steady marked queue of its own makes the equilibrium yield
-// part of its queue share (cc.AIMD's markedShare, issue #6), with or
+// part of its queue share (cc.AIMD's markedShare), with or
 // without loss.
 func TestLossWithMarksWhileSteering(t *testing.T) {
 	run := func(name string, loss bool) float64 {

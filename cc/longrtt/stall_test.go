@@ -122,7 +122,7 @@ func TestStallAllowance(t *testing.T) {
 		t.Errorf("with 200 ms stalls at a 40 ms queue the rate is %.3f of the ceiling, want 0.5 (allowance capped at 20 ms)", m)
 	}
 
-	// Quiet for 10 s (five StallMemory): the allowance is gone.
+	// Quiet for 10 s (five times cc's stall memory): the allowance is gone.
 	stalled.feed(q, 10*time.Second)
 	stalled.feed(q, 2*time.Second)
 	t.Logf("after 12 s without stalls: %.3f", stalled.mean())

@@ -145,7 +145,7 @@ func (l *fluidLink) timeTo(f *fluidFlow, frac float64, hold, limit time.Duration
 	return limit
 }
 
-// TestVariantsDifferOnlyWhileProbing is issue 16 item 6 in numbers, on the
+// TestVariantsDifferOnlyWhileProbing: the variants differ only while probing, on the
 // fluid link above (1 Gbit/s, 50 ms, a 50 ms buffer marking above 5 ms, 1%
 // random loss in the second case): htcp and scalable differ where their
 // growth functions act, on a link whose queue is empty and whose rate is
@@ -167,9 +167,9 @@ func (l *fluidLink) timeTo(f *fluidFlow, frac float64, hold, limit time.Duration
 // and convergence, docs/CC.md §4).
 //
 // Reclaim at a marking bottleneck is not the growth functions' since the
-// marked-fraction price is on (issue 16 item 2): the remaining flow is held
+// marked-fraction price is on: the remaining flow is held
 // by the price, which gives way to a probe of the engine's own once the
-// marks stop (cc.AIMD.priceProbe, MarkPriceProbeStep), the same for both
+// marks stop (cc.AIMD.priceProbe), the same for both
 // (4.68 s at the scale of the bottleneck, 1.10 s at ten times; it was
 // 1.41 / 1.68 s with the price's previous fall, which read the receiver's
 // ack timer as a queue, and 0.81 / 1.14 s without the price). So at the

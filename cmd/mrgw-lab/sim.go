@@ -9,8 +9,8 @@ import (
 	_ "github.com/mrgw/mrgw/cc/longrtt" // registers the long-RTT controllers by name
 	"github.com/mrgw/mrgw/internal/cli"
 	"github.com/mrgw/mrgw/internal/report"
-	"github.com/mrgw/mrgw/internal/units"
 	"github.com/mrgw/mrgw/sim/scenario"
+	"github.com/mrgw/mrgw/units"
 	"github.com/spf13/cobra"
 )
 
@@ -111,7 +111,7 @@ func simScenarios() map[string]simScenario {
 			doc: "4 regions on a line, 5 region pairs sharing long-haul segments (20-140 ms RTT, 4 planes), then one plane of a segment fails"},
 		"coexistence":          {cols: append(base, report.ColJain, colShares, colNote), doc: "mrgw and a classic-ECN flow on one 200 Mbit/s, 50 ms bottleneck marking at 0.1 BDP (and drop-tail): does either starve?"},
 		"coexistence-fallback": {cols: append(base, report.ColJain, colShares, colNote), doc: "coexistence at the marking bottleneck with the classic fallback on (cc.Params.ClassicFallback): the classic flow's share against a sender that answers marks as CUBIC does, and the fallback's cost alone"},
-		"coexistence-stalls":   {cols: append(base, report.ColJain, colShares, colNote), doc: "coexistence with the mrgw sender stalling as on a busy host (every 15-45 ms for 0-12 ms, catching up half a round trip); the classic flow and receiver unstalled: issue 16 items 4 and 7 side by side"},
+		"coexistence-stalls":   {cols: append(base, report.ColJain, colShares, colNote), doc: "coexistence with the mrgw sender stalling as on a busy host (every 15-45 ms for 0-12 ms, catching up half a round trip); the classic flow and receiver unstalled: the classic flow's share and mrgw's own efficiency side by side"},
 		"standing-queue": {cols: append(base, report.ColJain, colQueue, colDrops, colNote),
 			doc: "1 to 256 connections on one 1 Gbit/s, 50 ms bottleneck marking at 0.1 BDP (hints off): does the standing queue grow with their number?"},
 		"connections": {cols: []report.Column{report.ColSystem, report.ColFlows, report.ColPlanes, report.ColCapacity, report.ColGoodput, report.ColFraction, report.ColJain, colState, report.ColSpeed},

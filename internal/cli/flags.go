@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/mrgw/mrgw/internal/units"
+	"github.com/mrgw/mrgw/units"
 )
 
 // Flag values with units, shared by both binaries: every rate flag takes

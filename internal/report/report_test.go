@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestWriteTableAligned(t *testing.T) {
@@ -125,5 +126,20 @@ func TestWriteJSONLines(t *testing.T) {
 	want := `{"fault":"a","note":"p99 < 1 s & ok"}` + "\n" + `{"fault":"b","note":""}` + "\n"
 	if b.String() != want {
 		t.Errorf("got %q, want %q", b.String(), want)
+	}
+}
+
+func TestQuantileNearestRank(t *testing.T) {
+	xs := []float64{5, 1, 4, 2, 3}
+	for _, c := range []struct{ q, want float64 }{{0, 1}, {0.2, 1}, {0.5, 3}, {0.99, 5}, {1, 5}} {
+		if got := Quantile(xs, c.q); got != c.want {
+			t.Errorf("Quantile(%v, %g) = %g, want %g", xs, c.q, got, c.want)
+		}
+	}
+	if xs[0] != 5 {
+		t.Errorf("Quantile sorted its input: %v", xs)
+	}
+	if got := Quantile([]time.Duration(nil), 0.5); got != 0 {
+		t.Errorf("Quantile of nothing = %v", got)
 	}
 }

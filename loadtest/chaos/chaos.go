@@ -40,6 +40,8 @@ import (
 	"time"
 
 	"github.com/mrgw/mrgw/host"
+	"github.com/mrgw/mrgw/internal/report"
+	"github.com/mrgw/mrgw/internal/sleep"
 )
 
 // Fault types.
@@ -350,7 +352,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 
 	// Warm up, then measure the calm stall as the baseline.
 	warm := time.Now()
-	sleepCtx(ctx, 3*time.Second)
+	sleep.Ctx(ctx, 3*time.Second)
 	base := Injection{Fault: "baseline", Target: "-", t0: warm.Add(time.Second), tClear: warm.Add(time.Second), tEnd: time.Now()}
 	r.measure(&base)
 	r.say("baseline: worst gap between deliveries of a flow %.0f ms (%s)", base.StallMs, base.Worst)
@@ -404,17 +406,6 @@ func Build(ctx context.Context, dir, command string) (string, error) {
 		return "", fmt.Errorf("chaos: go build ./cmd/%s: %w\n%s", command, err, b)
 	}
 	return bin, nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 func (r *run) logTails() string {
@@ -507,7 +498,7 @@ func (r *run) measure(in *Injection) {
 			in.Worst = r.writerName(id)
 		}
 	}
-	in.StallMs = ms(worst)
+	in.StallMs = report.Ms(worst)
 	if in.Fault == FaultGatewayKill {
 		// Flows entering the killed gateway from their source host see it
 		// die through the host's DeadAfter; the others through the source
@@ -524,7 +515,7 @@ func (r *run) measure(in *Injection) {
 				other = max(other, s)
 			}
 		}
-		in.Note = fmt.Sprintf("%d flows entering at %s: worst %.0f ms; the others (leaving through it or not using it): %.0f ms", n, in.Target, ms(enter), ms(other))
+		in.Note = fmt.Sprintf("%d flows entering at %s: worst %.0f ms; the others (leaving through it or not using it): %.0f ms", n, in.Target, report.Ms(enter), report.Ms(other))
 	}
 	in.AtS = in.t0.Sub(r.start).Seconds()
 	in.ClearS = in.tClear.Sub(r.start).Seconds()
@@ -552,8 +543,6 @@ func (r *run) entering(lan netip.AddrPort) map[int]bool {
 	}
 	return m
 }
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func (r *run) writerName(id int) string {
 	switch {

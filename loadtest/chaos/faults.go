@@ -8,6 +8,9 @@ import (
 	"slices"
 	"syscall"
 	"time"
+
+	"github.com/mrgw/mrgw/internal/report"
+	"github.com/mrgw/mrgw/internal/sleep"
 )
 
 // dur is a seeded random duration in [lo, hi].
@@ -34,7 +37,7 @@ func (r *run) faultLoop(ctx context.Context) []Injection {
 		if time.Until(deadline) < pause+8*time.Second && len(out) > 0 {
 			break
 		}
-		if !sleepCtx(ctx, pause) {
+		if sleep.Ctx(ctx, pause) != nil {
 			break
 		}
 		kind := order[0]
@@ -68,7 +71,7 @@ func (r *run) inject(ctx context.Context, kind string) Injection {
 			fail("fail: %v", err)
 		}
 		r.say("%s: %s failed", kind, in.Target)
-		sleepCtx(ctx, r.dur(2*time.Second, 5*time.Second))
+		sleep.Ctx(ctx, r.dur(2*time.Second, 5*time.Second))
 		if err := r.cl.emu.Restore(p); err != nil {
 			fail("restore: %v", err)
 		}
@@ -78,7 +81,7 @@ func (r *run) inject(ctx context.Context, kind string) Injection {
 			fail("%v", err)
 		}
 		r.say("%s: %s killed with SIGKILL at %s", kind, gw.name, time.Now().Format("15:04:05.000"))
-		sleepCtx(ctx, r.dur(time.Second, 3*time.Second))
+		sleep.Ctx(ctx, r.dur(time.Second, 3*time.Second))
 		if err := r.cl.start(gw); err != nil {
 			fail("%v", err)
 		}
@@ -86,7 +89,7 @@ func (r *run) inject(ctx context.Context, kind string) Injection {
 		in.Target = RegionA + " | " + RegionB
 		r.cl.partition(true)
 		r.say("%s: gossip between %s cut", kind, in.Target)
-		sleepCtx(ctx, r.dur(3*time.Second, 6*time.Second))
+		sleep.Ctx(ctx, r.dur(3*time.Second, 6*time.Second))
 		r.cl.partition(false)
 	case FaultKeyRotation:
 		in.Target = gw.name
@@ -95,7 +98,7 @@ func (r *run) inject(ctx context.Context, kind string) Injection {
 			fail("%v", err)
 		}
 		r.say("%s: %s reloaded with wan.key_rotation 1s", kind, gw.name)
-		sleepCtx(ctx, r.dur(3*time.Second, 5*time.Second))
+		sleep.Ctx(ctx, r.dur(3*time.Second, 5*time.Second))
 		after, _ := gw.metric(ctx, "mrgw_key_rotations_total", `result="ok"`)
 		if err := r.reload(gw, variantBase); err != nil {
 			fail("%v", err)
@@ -114,7 +117,7 @@ func (r *run) inject(ctx context.Context, kind string) Injection {
 		if !r.waitMetric(ctx, gw, "mrgw_config_reloads_total", `result="ok"`, before+1) {
 			fail("the good reload was not counted as ok on %s", gw.name)
 		}
-		sleepCtx(ctx, r.dur(2*time.Second, 4*time.Second))
+		sleep.Ctx(ctx, r.dur(2*time.Second, 4*time.Second))
 		if err := r.reload(gw, variantBase); err != nil {
 			fail("%v", err)
 		}
@@ -133,7 +136,7 @@ func (r *run) inject(ctx context.Context, kind string) Injection {
 			}
 		}
 		r.say("%s: host process a-proc killed with SIGKILL", kind)
-		sleepCtx(ctx, r.dur(500*time.Millisecond, 2*time.Second))
+		sleep.Ctx(ctx, r.dur(500*time.Millisecond, 2*time.Second))
 		if err := r.child.start(inc + 1); err != nil {
 			fail("%v", err)
 		}
@@ -169,7 +172,7 @@ func (r *run) inject(ctx context.Context, kind string) Injection {
 		// wall-clock time, to read its stall out of them.
 		for _, id := range r.liveWriters(in.t0) {
 			if t := r.ck.firstAfter(id, in.t0); !t.IsZero() {
-				r.say("  %s: first delivery at %s (%.0f ms after the injection)", r.writerName(id), t.Format("15:04:05.000"), ms(t.Sub(in.t0)))
+				r.say("  %s: first delivery at %s (%.0f ms after the injection)", r.writerName(id), t.Format("15:04:05.000"), report.Ms(t.Sub(in.t0)))
 			}
 		}
 	}
@@ -198,7 +201,7 @@ func (r *run) waitMetric(ctx context.Context, gw *gwProc, name, label string, wa
 		if v, err := gw.metric(ctx, name, label); err == nil && v >= want {
 			return true
 		}
-		if !sleepCtx(ctx, 100*time.Millisecond) {
+		if sleep.Ctx(ctx, 100*time.Millisecond) != nil {
 			return false
 		}
 	}
@@ -248,7 +251,7 @@ func (r *run) recover(ctx context.Context, in *Injection) {
 		if waiting == "" || now.After(bound) {
 			break
 		}
-		sleepCtx(ctx, 100*time.Millisecond)
+		sleep.Ctx(ctx, 100*time.Millisecond)
 	}
 	if d := time.Since(in.tClear); d > r.o.Settle+5*time.Second {
 		w := fmt.Sprintf("recovery took %.1f s after clearing (last waited for: %s)", d.Seconds(), waiting)
@@ -331,14 +334,14 @@ func (r *run) hupBad(ctx context.Context, gw *gwProc, in *Injection, fail func(s
 			fail("the bad reload was not counted as invalid or refused on %s", gw.name)
 			break
 		}
-		sleepCtx(ctx, 100*time.Millisecond)
+		sleep.Ctx(ctx, 100*time.Millisecond)
 	}
 	// The file goes back to the running configuration (not reloaded:
 	// nothing changed), so that a later restart starts from it.
 	if err := r.cl.writeConfig(gw, variantBase); err != nil {
 		fail("%v", err)
 	}
-	sleepCtx(ctx, time.Second)
+	sleep.Ctx(ctx, time.Second)
 	if !gw.running() {
 		fail("%s exited after a bad reload", gw.name)
 	}

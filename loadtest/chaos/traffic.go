@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/mrgw/mrgw/host"
+	"github.com/mrgw/mrgw/loadtest/lab"
 	"github.com/mrgw/mrgw/metaroce"
-	"github.com/mrgw/mrgw/pathmgr"
 )
 
 // Every message a writer sends is self-describing, so that the receiver can
@@ -92,20 +92,6 @@ func parse(buf []byte) (id int, n, flow uint64, err error) {
 	return id, n, flow, nil
 }
 
-// hostProtocol is the MetaRoCE configuration of every host of the scenario
-// (in-process and child processes): the lab's (loadtest/gwload), whose
-// LAN probe timeout tolerates the scheduling delays of a loaded machine.
-func hostProtocol() metaroce.Config {
-	return metaroce.Config{
-		Paths:           4,
-		ReceiveCapacity: 4e9,
-		Path: pathmgr.Config{
-			InitialRTT: 5 * time.Millisecond, MinPTO: 30 * time.Millisecond, MaxAckDelay: time.Millisecond,
-			DownAfter: 3, ProbeInterval: 20 * time.Millisecond, MaxProbeInterval: time.Second, UpAfter: 2,
-		},
-	}
-}
-
 // hostKey is the scenario's host credential, in every gateway's
 // lan.host_keys. A fixed one: the host processes know it without being
 // told, and the scenario only ever runs on loopback.
@@ -119,7 +105,7 @@ func hostKeyEntry() string {
 // hostConfig is a scenario host's configuration.
 func hostConfig(name, region string, gws []netip.AddrPort, listen netip.AddrPort, deadAfter time.Duration, log *slog.Logger) host.Config {
 	return host.Config{Name: name, Region: region, Gateways: gws, Listen: listen, DeadAfter: deadAfter,
-		Key: &hostKey, Protocol: hostProtocol(), MaxFlowMessages: 1024, Logger: log}
+		Key: &hostKey, Protocol: lab.HostProtocol(), MaxFlowMessages: 1024, Logger: log}
 }
 
 // writer sends messages on one flow with at most window in flight, each

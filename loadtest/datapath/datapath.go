@@ -37,6 +37,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/mrgw/mrgw/internal/sleep"
 	"github.com/mrgw/mrgw/units"
 	"net/netip"
 	"os"
@@ -202,7 +203,7 @@ func Run(ctx context.Context, o Options) ([]report.Row, error) {
 		mrows, err := o.runMTU(ctx, l, udpOpts)
 		l.Close()
 		for i := range mrows {
-			mrows[i].Note = joinNote(mrows[i].Note, fmt.Sprintf("link mtu %d (%s)", mtu, where))
+			mrows[i].Note = report.JoinNote(mrows[i].Note, fmt.Sprintf("link mtu %d (%s)", mtu, where))
 		}
 		rows = append(rows, mrows...)
 		if errors.Is(err, errNoNetns) {
@@ -227,13 +228,6 @@ func Run(ctx context.Context, o Options) ([]report.Row, error) {
 
 func mtuVariant(mtu int) string { return fmt.Sprintf("mtu-%d", mtu) }
 
-func joinNote(a, b string) string {
-	if a == "" {
-		return b
-	}
-	return a + "; " + b
-}
-
 // runMTU measures the selected systems on l, in the order of AllSystems.
 func (o *Options) runMTU(ctx context.Context, l *link, udpOpts udp.Options) ([]report.Row, error) {
 	var rows []report.Row
@@ -242,11 +236,11 @@ func (o *Options) runMTU(ctx context.Context, l *link, udpOpts udp.Options) ([]r
 	add := func(sys string, r Result, note string) {
 		row := r.row(sys)
 		row.Variant = mtuVariant(l.mtu)
-		row.Note = joinNote(note, row.Note)
+		row.Note = report.JoinNote(note, row.Note)
 		if sys == SysFloor {
 			floor = row.CPUPerGbps
 		} else if floor > 0 && sys != SysRawUDP && row.CPUPerGbps > 0 {
-			row.Note = joinNote(fmt.Sprintf("%.2f × the floor's CPU per Gbit/s", row.CPUPerGbps/floor), row.Note)
+			row.Note = report.JoinNote(fmt.Sprintf("%.2f × the floor's CPU per Gbit/s", row.CPUPerGbps/floor), row.Note)
 		}
 		rows = append(rows, row)
 	}
@@ -254,17 +248,17 @@ func (o *Options) runMTU(ctx context.Context, l *link, udpOpts udp.Options) ([]r
 		if !o.has(sys) {
 			continue
 		}
-		load0 := loadAvg()
+		load0 := report.LoadAvg()
 		var r Result
 		var err error
 		var note string
 		switch sys {
 		case SysRawUDP:
 			r, err = RawUDP(ctx, l, udpOpts, o.Duration)
-			note = joinNote(fmt.Sprintf("%d-byte datagrams, gso=%v gro=%v", l.mtu-28, r.gso, r.gro), r.lossNote())
+			note = report.JoinNote(fmt.Sprintf("%d-byte datagrams, gso=%v gro=%v", l.mtu-28, r.gso, r.gro), r.lossNote())
 		case SysFloor:
 			r, err = RawUDPAEAD(ctx, l, udpOpts, o.Suite, o.Duration)
-			note = joinNote(fmt.Sprintf("%s, %d-byte plaintext in %d-byte datagrams, gso=%v gro=%v", o.Suite, l.mtu-28-seal.Overhead, l.mtu-28, r.gso, r.gro), r.lossNote())
+			note = report.JoinNote(fmt.Sprintf("%s, %d-byte plaintext in %d-byte datagrams, gso=%v gro=%v", o.Suite, l.mtu-28-seal.Overhead, l.mtu-28, r.gso, r.gro), r.lossNote())
 		case SysMRGW, SysPlain:
 			sealed := sys == SysMRGW
 			r, err = Tunnel(ctx, *o, l, udpOpts, sealed)
@@ -282,7 +276,7 @@ func (o *Options) runMTU(ctx context.Context, l *link, udpOpts udp.Options) ([]r
 			r, err = WireGuard(ctx, l, udpOpts, o.Duration)
 			note = fmt.Sprintf("wg0 mtu %d, %d-byte datagrams through it, app sockets gso=%v gro=%v; CPU: both devices and the app's sockets",
 				l.mtu-WireGuardOverhead, l.mtu-WireGuardOverhead-28, r.gso, r.gro)
-			note = joinNote(note, r.lossNote())
+			note = report.JoinNote(note, r.lossNote())
 			if errors.Is(err, errNoNetns) {
 				skipped = err
 				continue
@@ -291,7 +285,7 @@ func (o *Options) runMTU(ctx context.Context, l *link, udpOpts udp.Options) ([]r
 		if err != nil {
 			return rows, fmt.Errorf("datapath: %s at link mtu %d: %w", sys, l.mtu, err)
 		}
-		add(sys, r, joinNote(note, fmt.Sprintf("load average %s → %s", load0, loadAvg())))
+		add(sys, r, report.JoinNote(note, fmt.Sprintf("load average %.2f → %.2f", load0, report.LoadAvg())))
 	}
 	return rows, skipped
 }
@@ -453,7 +447,7 @@ func Tunnel(ctx context.Context, o Options, l *link, udpOpts udp.Options, sealed
 	if _, err := a.Connect(ctx, tunnel.PeerID); err != nil {
 		return Result{}, err
 	}
-	if err := sleep(ctx, o.Duration/5); err != nil {
+	if err := sleep.Ctx(ctx, o.Duration/5); err != nil {
 		return Result{}, err
 	}
 	wire := 0
@@ -472,7 +466,7 @@ func Tunnel(ctx context.Context, o Options, l *link, udpOpts udp.Options, sealed
 	m0, d0 := sample(), done.Load()
 	sa0, sb0 := a.Stats(), b.Stats()
 	pkts0 := sa0.TxDatagrams + sb0.TxDatagrams
-	if err := sleep(ctx, o.Duration); err != nil {
+	if err := sleep.Ctx(ctx, o.Duration); err != nil {
 		return Result{}, err
 	}
 	m1, d1 := sample(), done.Load()
@@ -510,7 +504,6 @@ func Tunnel(ctx context.Context, o Options, l *link, udpOpts udp.Options, sealed
 	return r, nil
 }
 
-// loadAvg returns the 1-minute load average, or "?".
 func loadAvg() string {
 	b, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
@@ -520,17 +513,6 @@ func loadAvg() string {
 		return f[0]
 	}
 	return "?"
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // siteUDP returns the socket options of site A's and site B's endpoint:

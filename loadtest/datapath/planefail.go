@@ -12,6 +12,7 @@ import (
 
 	"github.com/mrgw/mrgw/cc"
 	"github.com/mrgw/mrgw/internal/report"
+	"github.com/mrgw/mrgw/internal/sleep"
 	"github.com/mrgw/mrgw/loadtest/bulk"
 	"github.com/mrgw/mrgw/loadtest/recovery"
 	"github.com/mrgw/mrgw/metaroce"
@@ -126,14 +127,14 @@ func PlaneFailure(ctx context.Context, o PlaneFailureOptions) (report.Row, error
 	if _, err := a.Connect(ctx); err != nil {
 		return row, err
 	}
-	if err := sleep(ctx, time.Second+o.Before); err != nil {
+	if err := sleep.Ctx(ctx, time.Second+o.Before); err != nil {
 		return row, err
 	}
 	if err := em.Fail(0); err != nil {
 		return row, err
 	}
 	tFail := time.Now()
-	if err := sleep(ctx, o.After); err != nil {
+	if err := sleep.Ctx(ctx, o.After); err != nil {
 		return row, err
 	}
 	end := time.Now()

@@ -1,12 +1,12 @@
 //go:build linux
 
-// Package flood is `mrgw-lab loadtest flood` (issue 13's flood figures):
+// Package flood is `mrgw-lab loadtest flood` (the flood figures):
 // junk and INIT floods against every listening socket of a gateway (LAN,
 // WAN plane, QUIC control, gossip UDP and TCP, admin HTTP) while a transfer
 // is in flight through it, in one process on loopback (loadtest/lab: two
 // regions of two gateways with the link emulator between them).
 //
-// For each target it measures what the brief of issue 13 asks: the
+// For each target it measures what the flood targets ask: the
 // transfer keeps going (goodput before, during and after the flood, the
 // worst stall) and arrives byte-exact; a new host can still register with
 // the flooded gateway (no lockout); no gateway is declared dead by its
@@ -22,6 +22,8 @@ import (
 	"fmt"
 	"github.com/mrgw/mrgw/config"
 	"github.com/mrgw/mrgw/gateway"
+	"github.com/mrgw/mrgw/internal/report"
+	"github.com/mrgw/mrgw/internal/sleep"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/units"
 	"io"
@@ -269,7 +271,7 @@ type Row struct {
 	Error         string  `json:"error,omitempty"`
 }
 
-// OK says whether the row meets the brief: no lockout, no false death, no
+// OK says whether the row meets the targets: no lockout, no false death, no
 // WAN connection lost, the transfer byte-exact, the flood not aborted, and
 // every datagram that reached the gateway counted.
 func (r *Row) OK() bool {
@@ -377,7 +379,7 @@ func runTarget(ctx context.Context, o *Options, target string) Row {
 	// The probes finish (each bounded by its timeout) before the window
 	// after the flood is measured.
 	probes.Wait()
-	sleep(ctx, o.After)
+	sleep.Ctx(ctx, o.After)
 	t2 := time.Now()
 	mon.record(false)
 	r.account()
@@ -475,7 +477,7 @@ func (r *targetRun) aim() {
 func (r *targetRun) baseline(ctx context.Context) {
 	o, row, g, dst, mon := r.o, r.row, r.g, r.dst, r.mon
 	o.say("  transfer up through %s; %v before the flood", row.Gateway, o.Before)
-	sleep(ctx, o.Before)
+	sleep.Ctx(ctx, o.Before)
 	runtime.GC()
 	row.RSSBaseMB, row.GoroutinesBase = rssMB(), runtime.NumGoroutine()
 	r.before = snapshot(g)
@@ -636,7 +638,7 @@ func (r *targetRun) finish(t0, t1, t2 time.Time) {
 	row.GoodputBefore = mbps(b0, o.Before)
 	row.GoodputDuring = mbps(b1, t1.Sub(t0))
 	row.GoodputAfter = mbps(b2, t2.Sub(t1))
-	row.StallMs, row.StallBeforeMs = ms(s1), ms(s0)
+	row.StallMs, row.StallBeforeMs = report.Ms(s1), report.Ms(s0)
 	row.FloodStart = int(o.Before / time.Second)
 	for t := t0.Add(-o.Before); !t.Add(time.Second).After(t2); t = t.Add(time.Second) {
 		b, _ := tr.deliveredIn(t, t.Add(time.Second))
@@ -686,8 +688,8 @@ func floodIPs() []netip.Addr {
 func register(l *lab.Lab, gw netip.AddrPort, listen netip.Addr, name string, timeout time.Duration, logger *slog.Logger) (float64, error) {
 	t := time.Now()
 	h, err := host.New(host.Config{Name: name, Region: lab.RegionA, Gateways: []netip.AddrPort{gw}, Key: l.HostKey, Listen: netip.AddrPortFrom(listen, 0),
-		DeadAfter: time.Second, OpenTimeout: timeout, Logger: logger, Protocol: hostProtocol()})
-	d := ms(time.Since(t))
+		DeadAfter: time.Second, OpenTimeout: timeout, Logger: logger, Protocol: lab.HostProtocol()})
+	d := report.Ms(time.Since(t))
 	if err != nil {
 		return d, err
 	}
@@ -699,19 +701,12 @@ func adminProbe(addr string) (float64, bool) {
 	c := http.Client{Timeout: 5 * time.Second}
 	t := time.Now()
 	resp, err := c.Get("http://" + addr + "/readyz")
-	d := ms(time.Since(t))
+	d := report.Ms(time.Since(t))
 	if err != nil {
 		return d, false
 	}
 	resp.Body.Close()
 	return d, resp.StatusCode == http.StatusOK
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
-	}
 }
 
 func sleepUntil(ctx context.Context, t time.Time) bool {
@@ -729,8 +724,6 @@ func mbps(bytes uint64, d time.Duration) float64 {
 	}
 	return float64(units.Throughput(float64(bytes), d.Seconds()) / units.Mbps)
 }
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // sortedKeys returns m's keys in order.
 func sortedKeys(m map[string]uint64) []string {

@@ -14,9 +14,6 @@ import (
 
 	"github.com/mrgw/mrgw/host"
 	"github.com/mrgw/mrgw/loadtest/lab"
-	"github.com/mrgw/mrgw/metaroce"
-	"github.com/mrgw/mrgw/pathmgr"
-	"github.com/mrgw/mrgw/units"
 )
 
 // transfer is the transfer in flight during a flood: one flow from a host
@@ -49,18 +46,6 @@ type transfer struct {
 
 const memKey = 1
 
-// hostProtocol is the lab hosts' MetaRoCE configuration (as loadtest/gwload's).
-func hostProtocol() metaroce.Config {
-	return metaroce.Config{
-		Paths:           4,
-		ReceiveCapacity: 4 * units.Gbps,
-		Path: pathmgr.Config{
-			InitialRTT: 5 * time.Millisecond, MinPTO: lab.LANMinPTO, MaxAckDelay: time.Millisecond,
-			DownAfter: 3, ProbeInterval: 20 * time.Millisecond, MaxProbeInterval: time.Second, UpAfter: 2,
-		},
-	}
-}
-
 // transferOpenTimeout bounds the transfer hosts' REGISTER and OPEN
 // (host.Config.OpenTimeout), before any flood starts: under the race
 // detector at a load average of 12 to 16 an OPEN took more than the
@@ -76,7 +61,7 @@ func startTransfer(ctx context.Context, l *lab.Lab, msgSize int, logger *slog.Lo
 	t := &transfer{msgSize: msgSize, slots: 256, delivered: map[uint64]bool{}}
 	var err error
 	t.dst, err = host.New(host.Config{Name: "flood-sink", Region: lab.RegionB, Gateways: l.HostGateways(lab.RegionB), Key: l.HostKey,
-		DeadAfter: time.Second, OpenTimeout: transferOpenTimeout, Logger: logger, Protocol: hostProtocol()})
+		DeadAfter: time.Second, OpenTimeout: transferOpenTimeout, Logger: logger, Protocol: lab.HostProtocol()})
 	if err != nil {
 		return nil, fmt.Errorf("flood: destination host: %w", err)
 	}
@@ -85,7 +70,7 @@ func startTransfer(ctx context.Context, l *lab.Lab, msgSize int, logger *slog.Lo
 		return nil, err
 	}
 	t.src, err = host.New(host.Config{Name: "flood-src", Region: lab.RegionA, Gateways: l.HostGateways(lab.RegionA), Key: l.HostKey,
-		DeadAfter: time.Second, OpenTimeout: transferOpenTimeout, Logger: logger, Protocol: hostProtocol()})
+		DeadAfter: time.Second, OpenTimeout: transferOpenTimeout, Logger: logger, Protocol: lab.HostProtocol()})
 	if err != nil {
 		t.dst.Close()
 		return nil, fmt.Errorf("flood: source host: %w", err)

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/mrgw/mrgw/internal/report"
 	"github.com/mrgw/mrgw/loadtest/lab"
 	"github.com/mrgw/mrgw/loadtest/recovery"
 )
@@ -108,5 +109,5 @@ func faultRecovery(delivered recovery.Series, start time.Time, at float64, dur, 
 	if rep.RTTs < 0 {
 		return -1, -1
 	}
-	return rep.RTTs * ms(rtt), rep.RTTs
+	return rep.RTTs * report.Ms(rtt), rep.RTTs
 }

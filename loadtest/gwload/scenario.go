@@ -13,9 +13,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/mrgw/mrgw/internal/units"
 	"github.com/mrgw/mrgw/netem"
-	typed "github.com/mrgw/mrgw/units"
+	"github.com/mrgw/mrgw/units"
 )
 
 // Workload patterns.
@@ -201,7 +200,7 @@ func (l Link) apply(base netem.LinkConfig) (netem.LinkConfig, error) {
 }
 
 // parseSize parses "256KiB", "4MiB", "1.5MB", "1000" (bytes): the size
-// flags' parser (internal/units).
+// flags' parser (units).
 func parseSize(s string) (int, error) {
 	n, err := units.ParseBytes(s)
 	if err != nil {
@@ -276,7 +275,7 @@ func (s *Scenario) resolveLinks(r *resolved) error {
 		return fmt.Errorf("link: %v", err)
 	}
 	if base.QueueBytes == 0 && base.Rate > 0 {
-		base.QueueBytes = max(int(uint64(typed.BitRate(base.Rate).Bytes())/50), 16<<10) // 20 ms at the rate
+		base.QueueBytes = max(int(uint64(units.BitRate(base.Rate).Bytes())/50), 16<<10) // 20 ms at the rate
 	}
 	if base.Rate > 10e9 {
 		return errors.New("link rate above 10 Gbit/s (this is a loopback lab)")

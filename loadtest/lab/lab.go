@@ -557,6 +557,20 @@ func (l *Lab) newGateways(names []string) error {
 // 64→1 in mrgw loadtest).
 const LANMinPTO = 30 * time.Millisecond
 
+// HostProtocol is the protocol of the hosts the load tests run beside the
+// lab's gateways: four paths, a 4 Gbit/s receive capacity, and LAN path
+// timings with LANMinPTO.
+func HostProtocol() metaroce.Config {
+	return metaroce.Config{
+		Paths:           4,
+		ReceiveCapacity: 4 * units.Gbps,
+		Path: pathmgr.Config{
+			InitialRTT: 5 * time.Millisecond, MinPTO: LANMinPTO, MaxAckDelay: time.Millisecond,
+			DownAfter: 3, ProbeInterval: 20 * time.Millisecond, MaxProbeInterval: time.Second, UpAfter: 2,
+		},
+	}
+}
+
 // checkRegions validates the regions and returns each gateway's IP:
 // 127.0.0.(10(k+1)+i+1) for gateway i of region k (127.0.0.11, .12, .21,
 // .22 in the default lab).

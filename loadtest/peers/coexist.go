@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mrgw/mrgw/internal/report"
+	"github.com/mrgw/mrgw/internal/sleep"
 	"github.com/mrgw/mrgw/loadtest/tunemu"
 	"github.com/mrgw/mrgw/netem"
 
@@ -129,7 +130,7 @@ func Coexistence(ctx context.Context, o Options) ([]report.Row, error) {
 			}
 			if p == BaselinePair && baseline == 0 {
 				baseline = pr[1].Share
-				pr[1].Note = joinNote(pr[1].Note, "baseline")
+				pr[1].Note = report.JoinNote(pr[1].Note, "baseline")
 			}
 			group = append(group, pr[:]...)
 		}
@@ -326,7 +327,7 @@ func coexistRun(ctx context.Context, p Pair, l Link, o Options) (rows [2]report.
 	}
 	stopSampling := sample(ctx, []func() uint64{flows[0].received, flows[1].received}, o.Warmup, o.Warmup+o.Duration)
 	defer stopSampling()
-	if err := sleep(ctx, o.Warmup); err != nil {
+	if err := sleep.Ctx(ctx, o.Warmup); err != nil {
 		return rows, err
 	}
 	// Both counters are read at the same instants, once a second for the
@@ -344,7 +345,7 @@ func coexistRun(ctx context.Context, p Pair, l Link, o Options) (rows [2]report.
 		if step <= 0 {
 			break
 		}
-		if err := sleep(ctx, step); err != nil {
+		if err := sleep.Ctx(ctx, step); err != nil {
 			return rows, err
 		}
 		if trace != nil {
@@ -417,7 +418,7 @@ func coexistRun(ctx context.Context, p Pair, l Link, o Options) (rows [2]report.
 		rw.QueueDrops = s1.QueueDrops - s0.QueueDrops
 		starved := rw.Share < StarvedShare
 		rw.Starved = &starved
-		rw.Note = joinNote(rw.Note, link)
+		rw.Note = report.JoinNote(rw.Note, link)
 		rows[i] = rw
 	}
 	for i := range bps {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mrgw/mrgw/internal/report"
+	"github.com/mrgw/mrgw/internal/sleep"
 	"github.com/mrgw/mrgw/loadtest/tunemu"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/netem"
@@ -232,7 +233,7 @@ func fairRun(ctx context.Context, system string, l Link, rtts []time.Duration, o
 func measureFlows(ctx context.Context, counts []*atomic.Uint64, warmup, duration time.Duration) ([]float64, error) {
 	stop := sample(ctx, loads(counts), warmup, warmup+duration)
 	defer stop()
-	if err := sleep(ctx, warmup); err != nil {
+	if err := sleep.Ctx(ctx, warmup); err != nil {
 		return nil, err
 	}
 	b0 := make([]uint64, len(counts))
@@ -240,7 +241,7 @@ func measureFlows(ctx context.Context, counts []*atomic.Uint64, warmup, duration
 	for i, c := range counts {
 		b0[i] = c.Load()
 	}
-	if err := sleep(ctx, duration); err != nil {
+	if err := sleep.Ctx(ctx, duration); err != nil {
 		return nil, err
 	}
 	dt := time.Since(t0).Seconds()

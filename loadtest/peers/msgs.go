@@ -250,15 +250,6 @@ func tunnelTimer(ctx context.Context, rocev2 bool, l Link, o Options, maxLen int
 	return &msgTimer{send: send, cc: ccName, emu: EmuUDP, close: closeAll}, nil
 }
 
-// percentile returns the q-quantile (nearest rank) of sorted xs.
-func percentile(xs []time.Duration, q float64) time.Duration {
-	if len(xs) == 0 {
-		return 0
-	}
-	k := int(q*float64(len(xs))+0.999999) - 1
-	return xs[min(max(k, 0), len(xs)-1)]
-}
-
 // CompletionTime times messages of 1, 4, 16 and 64 MiB sent one at a time
 // at 1% loss and the first of Options.RTTs (default 50 ms here) on one
 // plane of CapacityBps: TCP (one stream, length-prefixed messages: head-of-
@@ -346,7 +337,7 @@ func timeSeries(ctx context.Context, p Peer, l Link, o Options, sizes []struct{ 
 		budget := time.Now().Add(seriesBudget)
 		for k := 0; k < s.Count && !broken; k++ {
 			if time.Now().After(budget) {
-				rw.Note = joinNote(rw.Note, fmt.Sprintf("series budget %v reached after %d messages", seriesBudget, len(ts)))
+				rw.Note = report.JoinNote(rw.Note, fmt.Sprintf("series budget %v reached after %d messages", seriesBudget, len(ts)))
 				break
 			}
 			mctx, cancel := context.WithTimeout(ctx, msgTimeout)
@@ -358,7 +349,7 @@ func timeSeries(ctx context.Context, p Peer, l Link, o Options, sizes []struct{ 
 					return rows, ctx.Err()
 				}
 				rw.Incomplete++
-				rw.Note = joinNote(rw.Note, fmt.Sprintf("message not complete within %v (%v); series ended", msgTimeout, err))
+				rw.Note = report.JoinNote(rw.Note, fmt.Sprintf("message not complete within %v (%v); series ended", msgTimeout, err))
 				broken = true // the stream still holds its bytes
 				break
 			}
@@ -366,12 +357,12 @@ func timeSeries(ctx context.Context, p Peer, l Link, o Options, sizes []struct{ 
 		}
 		if broken && len(ts) == 0 && rw.Incomplete == 0 {
 			rw.Incomplete = s.Count
-			rw.Note = joinNote(rw.Note, "not run: an earlier message did not complete")
+			rw.Note = report.JoinNote(rw.Note, "not run: an earlier message did not complete")
 		}
 		slices.Sort(ts)
 		rw.Messages = len(ts)
-		rw.P50ms = float64(percentile(ts, 0.5)) / 1e6
-		rw.P99ms = float64(percentile(ts, 0.99)) / 1e6
+		rw.P50ms = float64(report.Quantile(ts, 0.5)) / 1e6
+		rw.P99ms = float64(report.Quantile(ts, 0.99)) / 1e6
 		var total time.Duration
 		for _, t := range ts {
 			total += t

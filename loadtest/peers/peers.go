@@ -94,6 +94,7 @@ import (
 	"time"
 
 	"github.com/mrgw/mrgw/internal/report"
+	"github.com/mrgw/mrgw/internal/sleep"
 	"github.com/mrgw/mrgw/loadtest/tunemu"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/netem"
@@ -438,11 +439,11 @@ func measure(ctx context.Context, count func() uint64, warmup, duration time.Dur
 	}
 	stop := sample(ctx, []func() uint64{count}, warmup, warmup+duration)
 	defer stop()
-	if err := sleep(ctx, warmup); err != nil {
+	if err := sleep.Ctx(ctx, warmup); err != nil {
 		return 0, err
 	}
 	t0, b0 := time.Now(), count()
-	if err := sleep(ctx, duration); err != nil {
+	if err := sleep.Ctx(ctx, duration); err != nil {
 		return 0, err
 	}
 	t1, b1 := time.Now(), count()
@@ -474,17 +475,6 @@ func firstProgress(ctx context.Context, count func() uint64) error {
 // long after it started is broken, not slow.
 const startLimit = 30 * time.Second
 
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // row builds a report row for one measured point.
 func row(scenario string, p Peer, l Link, r Result) report.Row {
 	rw := report.Row{
@@ -495,19 +485,19 @@ func row(scenario string, p Peer, l Link, r Result) report.Row {
 	}
 	setCheck(&rw, r.Check)
 	if l.IPMTU() != DefaultMTU {
-		rw.Note = joinNote(fmt.Sprintf("ip mtu %d", l.IPMTU()), rw.Note)
+		rw.Note = report.JoinNote(fmt.Sprintf("ip mtu %d", l.IPMTU()), rw.Note)
 		switch p.System {
 		case KCP:
-			rw.Note = joinNote(rw.Note, fmt.Sprintf("kcp-go sends at most %d-byte datagrams", kcpMTU(l)))
+			rw.Note = report.JoinNote(rw.Note, fmt.Sprintf("kcp-go sends at most %d-byte datagrams", kcpMTU(l)))
 		case QUIC:
-			rw.Note = joinNote(rw.Note, "quic-go sends at most 1452-byte datagrams")
+			rw.Note = report.JoinNote(rw.Note, "quic-go sends at most 1452-byte datagrams")
 		}
 	}
 	if p.System == RoCEv2 {
 		rw.Paths = 1
 	}
 	if p.System == MRGW && l.wire() != metaroce.Version2 {
-		rw.Note = joinNote(rw.Note, fmt.Sprintf("wire v%d", l.wire()))
+		rw.Note = report.JoinNote(rw.Note, fmt.Sprintf("wire v%d", l.wire()))
 	}
 	return rw
 }
@@ -531,7 +521,7 @@ func setRatios(group []report.Row) {
 		if group[i].GoodputBps > 0 {
 			group[i].MRGWRatio = m / group[i].GoodputBps
 		} else {
-			group[i].Note = joinNote(group[i].Note, "moved nothing: no ratio")
+			group[i].Note = report.JoinNote(group[i].Note, "moved nothing: no ratio")
 		}
 	}
 }

@@ -182,16 +182,3 @@ func TestCompletionTimeQuick(t *testing.T) {
 		}
 	}
 }
-
-func TestPercentile(t *testing.T) {
-	xs := []time.Duration{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
-	if p := percentile(xs, 0.5); p != 5 {
-		t.Errorf("p50 %v", p)
-	}
-	if p := percentile(xs, 0.99); p != 10 {
-		t.Errorf("p99 %v", p)
-	}
-	if p := percentile(nil, 0.5); p != 0 {
-		t.Errorf("empty %v", p)
-	}
-}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mrgw/mrgw/internal/report"
+	"github.com/mrgw/mrgw/internal/sleep"
 	"github.com/mrgw/mrgw/loadtest/bulk"
 	"github.com/mrgw/mrgw/loadtest/tunemu"
 	"github.com/mrgw/mrgw/metaroce"
@@ -185,7 +186,7 @@ func setPhaseRatios(rows []report.Row) {
 		if r.GoodputBps > 0 {
 			r.MRGWRatio = g / r.GoodputBps
 		} else {
-			r.Note = joinNote(r.Note, "moved nothing: no ratio")
+			r.Note = report.JoinNote(r.Note, "moved nothing: no ratio")
 		}
 	}
 }
@@ -213,11 +214,11 @@ func (tl timeline) run(ctx context.Context, counts, written []*atomic.Uint64, fa
 	}
 	stop := sample(ctx, loads(counts), tl.warmup, tl.warmup+tl.before+tl.after)
 	defer stop()
-	if err := sleep(ctx, tl.warmup); err != nil {
+	if err := sleep.Ctx(ctx, tl.warmup); err != nil {
 		return bps, 0, 0, err
 	}
 	t0, c0 := snap()
-	if err := sleep(ctx, tl.before); err != nil {
+	if err := sleep.Ctx(ctx, tl.before); err != nil {
 		return bps, 0, 0, err
 	}
 	t1, c1 := snap()
@@ -225,11 +226,11 @@ func (tl timeline) run(ctx context.Context, counts, written []*atomic.Uint64, fa
 	if err := fail(); err != nil {
 		return bps, 0, 0, err
 	}
-	if err := sleep(ctx, pfFirst); err != nil {
+	if err := sleep.Ctx(ctx, pfFirst); err != nil {
 		return bps, 0, 0, err
 	}
 	t2, c2 := snap()
-	if err := sleep(ctx, tl.after-pfFirst); err != nil {
+	if err := sleep.Ctx(ctx, tl.after-pfFirst); err != nil {
 		return bps, 0, 0, err
 	}
 	t3, c3 := snap()

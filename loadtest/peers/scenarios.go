@@ -42,7 +42,7 @@ func runPoint(ctx context.Context, scenario string, o *Options, l Link, ps []Pee
 		}
 		if p.System == MRGW && p.Streams < 0 {
 			rw.Variant = "extra-cc"
-			rw.Note = joinNote(rw.Note, "not the production controller; no mrgw_ratio")
+			rw.Note = report.JoinNote(rw.Note, "not the production controller; no mrgw_ratio")
 		}
 		group = append(group, rw)
 	}
@@ -57,16 +57,6 @@ func (l Link) group() string {
 		planes = fmt.Sprintf("%d planes", l.Planes)
 	}
 	return fmt.Sprintf("%s, rtt %v, loss %s", planes, l.RTT, report.FormatPercent(l.Loss))
-}
-
-func joinNote(a, b string) string {
-	switch {
-	case a == "":
-		return b
-	case b == "":
-		return a
-	}
-	return a + "; " + b
 }
 
 // peersWithExtra adds the extra mrgw variant (Streams -1 marks it) after mrgw.

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mrgw/mrgw/internal/report"
+	"github.com/mrgw/mrgw/internal/sleep"
 	"github.com/mrgw/mrgw/loadtest/tunemu"
 	"github.com/mrgw/mrgw/netem"
 	"github.com/mrgw/mrgw/units"
@@ -284,12 +285,12 @@ func measureWindow(ctx context.Context, count func() uint64, warmup, duration ti
 	}
 	stop := sample(ctx, []func() uint64{count}, warmup, warmup+duration)
 	defer stop()
-	if err := sleep(ctx, warmup); err != nil {
+	if err := sleep.Ctx(ctx, warmup); err != nil {
 		return 0, err
 	}
 	atStart()
 	t0, b0 := time.Now(), count()
-	if err := sleep(ctx, duration); err != nil {
+	if err := sleep.Ctx(ctx, duration); err != nil {
 		return 0, err
 	}
 	t1, b1 := time.Now(), count()
@@ -312,6 +313,6 @@ func setCheck(rw *report.Row, v *tunemu.Verdict) {
 		Packets: v.Packets, Why: v.Why,
 	}
 	if !ok {
-		rw.Note = joinNote(rw.Note, "emulator not ok: "+strings.Join(v.Why, "; "))
+		rw.Note = report.JoinNote(rw.Note, "emulator not ok: "+strings.Join(v.Why, "; "))
 	}
 }

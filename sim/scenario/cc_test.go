@@ -199,8 +199,8 @@ func TestPlotsAreWritten(t *testing.T) {
 
 var filepathGlob = filepath.Glob
 
-// TestCCPlanes is the planes scenario with the long-RTT controllers (issue
-// 16 item 5) at a tenth of its default rate (1 Gbit/s planes): one
+// TestCCPlanes is the planes scenario with the long-RTT controllers
+// at a tenth of its default rate (1 Gbit/s planes): one
 // connection, 16 paths per plane, ECN at 0.1 BDP. Every plane count must
 // carry at least 0.95 of the capacity, at 10 µs and at 50 ms, and over the
 // unequal planes at least 0.90 of the usable capacity, with a standing
@@ -237,7 +237,7 @@ func checkPlanesCC(t *testing.T, rows []report.Row, rate float64) {
 		t.Logf("%s rtt=%gms planes=%d frac=%.3f eff=%.3f peak q=%d %s", r.CC, r.RTTms, r.Planes, r.Fraction, r.Efficiency, r.MaxQueueBytes, r.Note)
 		var q float64
 		fmt.Sscanf(r.Note, "standing queue %f ms", &q)
-		// The queue bound is issue 16 item 2's, for a WAN round trip; at
+		// The queue bound is the standing-queue target's, for a WAN round trip; at
 		// 10 µs a queue of milliseconds would be a hundred round trips,
 		// and the fraction shows it.
 		queueOK := r.RTTms < 1 || q <= 10

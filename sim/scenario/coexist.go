@@ -60,9 +60,8 @@ var CoexistStalls = HostStalls{Every: 30 * time.Millisecond, Max: 12 * time.Mill
 // it), while the classic flow and the receiver run unstalled, as kernel
 // TCP beside a user-space mrgw does. It is the simulator's copy of what
 // the real-socket coexistence load test meets on a busy host, and shows
-// both sides of issue 16's items 4 and 7 at once: the classic flow's
-// share against mrgw (item 4) and mrgw's fraction of the link alone
-// (item 7). No test asserts item 4's target on it: it is not met there
+// both targets at once: the classic flow's share against mrgw and mrgw's
+// fraction of the link alone. No test asserts the classic flow's target on it: it is not met there
 // (docs/CC.md §7, "Coexistence on a host that stalls").
 func CoexistenceStalls(o Options) ([]report.Row, error) {
 	return coexistenceWith(o, LongRTTControllers, []bool{true, false}, []bool{false, true}, CoexistStalls)

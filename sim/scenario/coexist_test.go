@@ -11,7 +11,7 @@ import (
 )
 
 // TestCCCoexistence: mrgw's WAN controllers must leave room for classic
-// traffic (issue 16 item 4, simulator half). On the 200 Mbit/s, 50 ms
+// traffic (the simulator half). On the 200 Mbit/s, 50 ms
 // bottleneck of `mrgw-lab sim coexistence`, with drop-tail (the classic
 // flow then reacts to loss only, as a non-ECN flow) and with CE marking
 // above 0.1 BDP (a classic-ECN flow), each with the receiver loop off and
@@ -19,13 +19,13 @@ import (
 // against each long-RTT controller, and each controller alone must still
 // fill at least 0.95 of the link. Fractions of the link are of its payload
 // capacity at this MTU (the header ceiling, 0.949 of the wire rate at MTU
-// 1400). Before markedShare (cc/aimd.go) the classic-ECN flow held 0.002
+// 1400). Before markedShare (cc/aimd_equilibrium.go) the classic-ECN flow held 0.002
 // of the pair; with it 0.271 (htcp) and 0.233 (scalable) with the receiver
 // loop off. With hints on, the receiver hint's half-gap rise lifted the
 // connection back while it yielded (the trace of docs/CC.md §7 on real
 // sockets): with half-gap rises the classic-ECN flow kept 0.069 of the
 // pair with hints on (0.14 of an equal share); with the rise taking 1/32 of
-// the gap while marks are remembered (cc.HintStepMarked), 0.271 (htcp).
+// the gap while marks are remembered (cc.AIMD.setHint), 0.271 (htcp).
 func TestCCCoexistence(t *testing.T) {
 	rows, err := Coexistence(Options{Seed: 1})
 	if err != nil {
@@ -38,7 +38,7 @@ func TestCCCoexistence(t *testing.T) {
 	}
 }
 
-// checkCoexistRows checks coexistence rows against issue 16 item 4: a
+// checkCoexistRows checks coexistence rows against the coexistence target: a
 // controller alone keeps at least aloneLink of the link (the payload
 // ceiling), and in every pair with the classic flow (the classic pair
 // itself skipped) that flow keeps at least 0.4 of an equal share while the

@@ -9,7 +9,7 @@ import (
 	"github.com/mrgw/mrgw/units"
 )
 
-// The standing-queue scenario (issue 16 item 2): n connections share one
+// The standing-queue scenario: n connections share one
 // bottleneck in the fabric (receiver hints off, so only the sender loop
 // can share it) that marks CE above a tenth of its bandwidth-delay
 // product, with a drop-tail limit of four BDPs. The question is whether

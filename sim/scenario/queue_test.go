@@ -9,7 +9,7 @@ import (
 	"github.com/mrgw/mrgw/internal/report"
 )
 
-// checkStandingQueue asserts issue 16 item 2 on standing-queue rows: the
+// checkStandingQueue asserts the standing-queue target on its rows: the
 // standing queue at most QueueBoundMs, the link at least 0.95 utilised and
 // Jain's index at least 0.95.
 func checkStandingQueue(t *testing.T, rows []report.Row) {
@@ -24,13 +24,13 @@ func checkStandingQueue(t *testing.T, rows []report.Row) {
 	}
 }
 
-// TestCCStandingQueue is issue 16 item 2 on the registered long-RTT
+// TestCCStandingQueue is the standing-queue target on the registered long-RTT
 // controllers (longrtt-htcp, longrtt-scalable; the marked-fraction price,
 // cc.AIMDConfig.MarkPrice, is on in both): the standing queue at a shared
 // marking bottleneck (1 Gbit/s, 50 ms, ECN above 0.1 BDP = 5 ms, 4 BDPs of
 // buffer, hints off) stays below QueueBoundMs (10 ms, a fifth of the base
 // round trip) from 1 to 256 connections, with utilisation and Jain's index
-// at least 0.95. With the delay equilibrium alone (main before this) they
+// at least 0.95. With the delay equilibrium alone (without the price) they
 // kept 0 / 20 / 106 / 157 / 200 ms. The default scale: 1 Gbit/s is the
 // scenario's default rate, and the full length (400 round trips), since the
 // price takes seconds to settle at 256 connections.

@@ -47,7 +47,7 @@ type RegionsSetup struct {
 	// NoEgress turns the senders' egress shares off (cc.Egress: each
 	// gateway's capacity divided max-min among the connections it sends
 	// on), for comparison: each connection is then capped by the
-	// gateway's capacity alone, as before issue 16 item 3.
+	// gateway's capacity alone, as without the egress share.
 	NoEgress bool
 }
 

@@ -34,7 +34,7 @@ func TestRegionsMaxMinShares(t *testing.T) {
 	check("line of 3", s.maxMinShares([]float64{4e9, 4e9}, payload), []float64{c / 2, c / 2, c / 2})
 }
 
-// TestRegionsMaxMinDefaults is issue 16 item 3's target, at the regions
+// TestRegionsMaxMinDefaults is the max-min target across regions, at the regions
 // defaults (`mrgw-lab sim regions`: 2.5 Gbit/s per plane, 10 Gbit/s per
 // segment, 11 s; about 30 s of CPU, skipped with -short), with the
 // receivers' hints on: in the steady window and after B–C's plane 1 fails,

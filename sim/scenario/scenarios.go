@@ -153,8 +153,8 @@ func Planes(o Options) ([]report.Row, error) {
 // long-RTT controllers.
 var PlanesCCRTTs = []time.Duration{10 * time.Microsecond, 50 * time.Millisecond}
 
-// planesCC is the planes scenario with the real controllers (issue 16
-// item 5): one connection, 16 paths per plane, planes of a tenth of the
+// planesCC is the planes scenario with the real controllers:
+// one connection, 16 paths per plane, planes of a tenth of the
 // scenario's rate (10 Gbit/s by default) with ECN above a tenth of their
 // BDP, the controller told the fabric's capacity and the receiver hinting
 // it. Reported per row: fraction of capacity, scaling efficiency against
@@ -214,7 +214,7 @@ func planesCC(o Options, names []string, rtts []time.Duration) ([]report.Row, er
 
 // UnequalPlanes is the unequal row of the planes scenario: six planes, of
 // which plane 1 is 5 ms slower (one way), plane 2 loses 2% of its packets
-// and plane 3 runs at half rate, as in issue 16 item 5. The row's Fraction
+// and plane 3 runs at half rate. The row's Fraction
 // is of the usable capacity: the planes' rates, the lossy one's less its
 // loss.
 const UnequalPlanes = 6

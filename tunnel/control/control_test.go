@@ -17,6 +17,7 @@ import (
 	"github.com/quic-go/quic-go"
 	"go.uber.org/goleak"
 
+	"github.com/mrgw/mrgw/netio/netiotest"
 	"github.com/mrgw/mrgw/tunnel/control/wire"
 	"github.com/mrgw/mrgw/tunnel/pki"
 )
@@ -62,54 +63,14 @@ func (c *certs) creds(t *testing.T, signer *pki.CA, name string) *pki.Credential
 	return c.ca.Credentials(id)
 }
 
-// recorder collects a session side's events.
-type recorder struct {
-	mu     sync.Mutex
-	events []Event
-	notify chan struct{}
-}
+// recorder collects the events of the goroutine under test.
+type recorder = netiotest.Recorder[Event]
 
-func newRecorder() *recorder { return &recorder{notify: make(chan struct{}, 1)} }
+func newRecorder() *recorder { return netiotest.NewRecorder[Event]() }
 
-func (r *recorder) on(e Event) {
-	r.mu.Lock()
-	r.events = append(r.events, e)
-	r.mu.Unlock()
-	select {
-	case r.notify <- struct{}{}:
-	default:
-	}
-}
-
-func (r *recorder) wait(ctx context.Context, t *testing.T, what string, pred func(Event) bool) Event {
-	t.Helper()
-	for {
-		r.mu.Lock()
-		for _, e := range r.events {
-			if pred(e) {
-				r.mu.Unlock()
-				return e
-			}
-		}
-		r.mu.Unlock()
-		select {
-		case <-r.notify:
-		case <-ctx.Done():
-			t.Fatalf("waiting for %s: %v", what, ctx.Err())
-		}
-	}
-}
-
-func (r *recorder) count(kind EventKind) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, e := range r.events {
-		if e.Kind == kind {
-			n++
-		}
-	}
-	return n
+// countKind returns how many of r's events are of kind.
+func countKind(r *recorder, kind EventKind) int {
+	return r.Count(func(e Event) bool { return e.Kind == kind })
 }
 
 type syncBuffer struct {
@@ -153,7 +114,7 @@ func newSide(cr *pki.Credentials, region string, expected ...string) *side {
 		KeyLifetime:       -1,
 		HandshakeTimeout:  5 * time.Second,
 		Logger:            slog.New(slog.NewTextHandler(s.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		OnEvent:           s.rec.on,
+		OnEvent:           s.rec.Add,
 	}
 	return s
 }
@@ -267,7 +228,7 @@ func (r *refusals) get() []error {
 	return slices.Clone(r.errs)
 }
 
-// TestRefusals (issue 13 item 5): a handshake with a foreign CA, an expired
+// TestRefusals: a handshake with a foreign CA, an expired
 // certificate or none is refused by the side that checks it, and that side
 // reports it (OnRefused, with its reason) and logs it at warn, also when
 // the refusal happens inside TLS. Before, crypto/tls refused those unseen:
@@ -425,13 +386,13 @@ func TestKeyRotation(t *testing.T) {
 			t.Fatalf("RotateKeys = %d, %v; want %d", got, err, want)
 		}
 		// The listener installed the matching receive key before acking.
-		ev := a.rec.wait(ctx, t, "EventRecvKey", func(e Event) bool { return e.Kind == EventRecvKey && e.Epoch == want })
+		ev := a.rec.WaitFor(t, ctx, "EventRecvKey", func(e Event) bool { return e.Kind == EventRecvKey && e.Epoch == want })
 		sendKey, _ := ds.Keys(want)
 		_, recvKey := ls.Keys(want)
 		if ev.RecvKey != sendKey || ev.RecvKey != recvKey || ev.Session != ls {
 			t.Fatalf("epoch %d: receive key in event does not match the dialer's send key", want)
 		}
-		sev := b.rec.wait(ctx, t, "EventSendKey", func(e Event) bool { return e.Kind == EventSendKey && e.Epoch == want })
+		sev := b.rec.WaitFor(t, ctx, "EventSendKey", func(e Event) bool { return e.Kind == EventSendKey && e.Epoch == want })
 		if sev.SendKey != sendKey {
 			t.Fatal("send key in event is not Keys(epoch).send")
 		}
@@ -478,9 +439,9 @@ func TestKeyRotationOnTimeLimit(t *testing.T) {
 	b := newSide(c.creds(t, c.ca, "gw-b"), "us", "gw-a")
 	b.cfg.KeyLifetime = 30 * time.Millisecond // checked on each keepalive tick
 	pair(t, ctx, a, b)
-	b.rec.wait(ctx, t, "a timed rotation", func(e Event) bool { return e.Kind == EventSendKey && e.Epoch == 2 })
-	a.rec.wait(ctx, t, "the peer installing it", func(e Event) bool { return e.Kind == EventRecvKey && e.Epoch == 2 })
-	if n := a.rec.count(EventSendKey); n != 0 {
+	b.rec.WaitFor(t, ctx, "a timed rotation", func(e Event) bool { return e.Kind == EventSendKey && e.Epoch == 2 })
+	a.rec.WaitFor(t, ctx, "the peer installing it", func(e Event) bool { return e.Kind == EventRecvKey && e.Epoch == 2 })
+	if n := countKind(a.rec, EventSendKey); n != 0 {
 		t.Fatalf("the side without a key lifetime rotated %d times", n)
 	}
 }
@@ -496,7 +457,7 @@ func TestPathSetup(t *testing.T) {
 	if err != nil || len(ids) != 2 || ids[0] != 1 || ids[1] != 7 {
 		t.Fatalf("SetupPaths = %v, %v", ids, err)
 	}
-	ev := a.rec.wait(ctx, t, "EventPathSetup", func(e Event) bool { return e.Kind == EventPathSetup })
+	ev := a.rec.WaitFor(t, ctx, "EventPathSetup", func(e Event) bool { return e.Kind == EventPathSetup })
 	if len(ev.Paths) != 2 || ev.Paths[1] != paths[1] {
 		t.Fatalf("event paths %v", ev.Paths)
 	}
@@ -588,7 +549,7 @@ func TestKeepaliveRTTAndDeadPeer(t *testing.T) {
 		s   *Session
 		rec *recorder
 	}{{ds, b.rec}, {ls, a.rec}} {
-		ev := x.rec.wait(ctx, t, "an RTT sample", func(e Event) bool { return e.Kind == EventRTT })
+		ev := x.rec.WaitFor(t, ctx, "an RTT sample", func(e Event) bool { return e.Kind == EventRTT })
 		if ev.RTT <= 0 || x.s.RTT() <= 0 {
 			t.Fatalf("RTT sample %v, smoothed %v", ev.RTT, x.s.RTT())
 		}
@@ -602,7 +563,7 @@ func TestKeepaliveRTTAndDeadPeer(t *testing.T) {
 		s   *Session
 		rec *recorder
 	}{{ds, b.rec}, {ls, a.rec}} {
-		ev := x.rec.wait(ctx, t, "EventClosed", func(e Event) bool { return e.Kind == EventClosed })
+		ev := x.rec.WaitFor(t, ctx, "EventClosed", func(e Event) bool { return e.Kind == EventClosed })
 		if !errors.Is(ev.Err, ErrPeerDead) || !errors.Is(x.s.Err(), ErrPeerDead) {
 			t.Fatalf("closed with %v / %v, want ErrPeerDead", ev.Err, x.s.Err())
 		}
@@ -626,7 +587,7 @@ func TestDrain(t *testing.T) {
 			// The gateway stops new flows here, before the ack leaves.
 			sawDraining.Store(e.Session.Draining())
 		}
-		a.rec.on(e)
+		a.rec.Add(e)
 	}
 	ls, ds, _ := pair(t, ctx, a, b)
 	if err := ds.Drain(ctx); err != nil {
@@ -635,14 +596,14 @@ func TestDrain(t *testing.T) {
 	if !sawDraining.Load() {
 		t.Fatal("peer was not marked draining when told")
 	}
-	ev := a.rec.wait(ctx, t, "EventClosed", func(e Event) bool { return e.Kind == EventClosed })
+	ev := a.rec.WaitFor(t, ctx, "EventClosed", func(e Event) bool { return e.Kind == EventClosed })
 	if !errors.Is(ev.Err, ErrDrained) || !errors.Is(ls.Err(), ErrDrained) {
 		t.Fatalf("listener ended with %v, want ErrDrained", ev.Err)
 	}
 	if !errors.Is(ds.Err(), ErrDrained) {
 		t.Fatalf("dialer ended with %v, want ErrDrained", ds.Err())
 	}
-	if a.rec.count(EventDrainRequested) != 1 {
+	if countKind(a.rec, EventDrainRequested) != 1 {
 		t.Fatal("no EventDrainRequested on the peer")
 	}
 }
@@ -657,7 +618,7 @@ func TestCloseIsSeenByPeer(t *testing.T) {
 	if !errors.Is(ds.Err(), ErrClosed) {
 		t.Fatalf("closer: %v", ds.Err())
 	}
-	ev := a.rec.wait(ctx, t, "EventClosed", func(e Event) bool { return e.Kind == EventClosed })
+	ev := a.rec.WaitFor(t, ctx, "EventClosed", func(e Event) bool { return e.Kind == EventClosed })
 	if !errors.Is(ev.Err, ErrClosed) || !errors.Is(ls.Err(), ErrClosed) {
 		t.Fatalf("peer saw %v", ev.Err)
 	}

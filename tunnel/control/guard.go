@@ -17,7 +17,7 @@ import (
 )
 
 // The listener's guard: what control.listen does with a packet before any
-// connection holds state for it (issue 13: state only for peers that
+// connection holds state for it (state only for peers that
 // proved they can receive; every queue bounded; every drop counted by
 // reason and logged at warn, rate-limited).
 //

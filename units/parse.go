@@ -1,9 +1,10 @@
-// Package units reads and prints the quantities both binaries' flags take:
+package units
+
+// The parser and printer of the quantities both binaries' flags take:
 // sizes in bytes ("1MiB", "64KiB", "1.5GB", "4096") and rates in bits per
 // second ("50mbit", "10gbit", "1.5Gbps", "200Mbit/s"). Every size and rate
 // flag of mrgw and mrgw-lab goes through this one parser (internal/cli
 // wraps it as flag values), so a unit means the same on every command.
-package units
 
 import (
 	"errors"
@@ -13,8 +14,6 @@ import (
 	"strings"
 
 	"github.com/dustin/go-humanize"
-
-	typed "github.com/mrgw/mrgw/units"
 )
 
 // ParseBytes reads a size: a number with an optional unit, decimal (k or
@@ -139,7 +138,7 @@ func rateUnit(unit string) (float64, error) {
 // FormatRate prints a rate in bits per second in the largest unit that
 // keeps it at least 1: "10Gbit/s", "1.5Gbit/s", "200Mbit/s", "999bit/s".
 // ParseRate reads it back (to within rounding of the last digit).
-func FormatRate(bps float64) string { return typed.BitRate(bps).String() }
+func FormatRate(bps float64) string { return BitRate(bps).String() }
 
 // ParseFraction reads a probability such as a loss rate: a number in
 // [0, 1] ("0.01") or a percentage ("1%", "0.1%").
