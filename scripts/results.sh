@@ -2,7 +2,9 @@
 # Regenerates docs/RESULTS.md from docs/results/RESULTS.tmpl.md: every line of
 # the form `<!-- run: mrgw-lab ARGS -->` is replaced by the command line and its
 # output (the tables), produced by a freshly built mrgw-lab (the lab binary:
-# sim, loadtest) on this machine.
+# sim, loadtest) on this machine. Before that it regenerates the
+# congestion-control rows, plots and page (docs/results/<scenario>.jsonl,
+# *.svg, cc.md) with `mrgw-lab sim --results docs/results`.
 # Usage: bash scripts/results.sh            (everything; tens of minutes)
 #        ONLY='sim planes' bash scripts/results.sh   (re-run matching commands only; others keep their old output)
 set -euo pipefail
@@ -13,6 +15,14 @@ bin=$(mktemp -d)/mrgw-lab
 go build -o "$bin" ./cmd/mrgw-lab
 cache=docs/results/.cache
 mkdir -p "$cache"
+
+# The congestion-control results page and its rows; with ONLY set, only if
+# the command matches it (the rows on disk are kept otherwise).
+cc_args="sim --results docs/results utilization rtt-fairness convergence incast multipath-coupling loss-sweep-cc"
+if [ -z "${ONLY:-}" ] || [[ "$cc_args" == *"${ONLY}"* ]]; then
+  echo "running: mrgw-lab $cc_args" >&2
+  "$bin" $cc_args --quiet > /dev/null
+fi
 
 machine="$(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(uname -sr), $(go version | awk '{print $3}')"
 

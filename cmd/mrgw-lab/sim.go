@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -132,16 +134,22 @@ func simScenarios() map[string]simScenario {
 
 func newSimCmd() *cobra.Command {
 	var (
-		asJSON bool
-		opts   scenario.Options
-		quiet  bool
+		asJSON  bool
+		opts    scenario.Options
+		quiet   bool
+		results string
 	)
 	cmd := &cobra.Command{
 		Use:   "sim [scenario...]",
 		Short: "Run reference scenarios in the deterministic simulator",
 		Long: `sim runs the unchanged MetaRoCE state machine in a deterministic discrete-event
 network simulator and prints a table per scenario (or JSON rows with --json).
-The same seed gives the same numbers, bit for bit. With no scenario named it lists them.`,
+The same seed gives the same numbers, bit for bit. With no scenario named it lists them.
+
+With --results DIR each scenario's rows are also written to DIR/SCENARIO.jsonl and its
+plots into DIR, and DIR/cc.md, the congestion-control results page, is rebuilt from the
+rows there (with no scenario named, only the page is rebuilt):
+  mrgw-lab sim --results docs/results ` + strings.Join(scenario.CCResultsScenarios, " "),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			all := simScenarios()
 			names := make([]string, 0, len(all))
@@ -149,6 +157,12 @@ The same seed gives the same numbers, bit for bit. With no scenario named it lis
 				names = append(names, n)
 			}
 			sort.Strings(names)
+			if results != "" && opts.PlotDir == "" {
+				opts.PlotDir = results
+			}
+			if len(args) == 0 && results != "" {
+				return scenario.WriteCCPage(results)
+			}
 			if len(args) == 0 {
 				fmt.Fprintln(cmd.OutOrStdout(), "scenarios (default rate per plane; time at the defaults on a 2-core machine):")
 				for _, n := range names {
@@ -186,6 +200,11 @@ The same seed gives the same numbers, bit for bit. With no scenario named it lis
 				if err != nil {
 					return fmt.Errorf("%s: %w", a, err)
 				}
+				if results != "" {
+					if err := writeRows(filepath.Join(results, a+".jsonl"), rows); err != nil {
+						return err
+					}
+				}
 				if asJSON {
 					if err := report.WriteJSON(cmd.OutOrStdout(), rows); err != nil {
 						return err
@@ -198,6 +217,9 @@ The same seed gives the same numbers, bit for bit. With no scenario named it lis
 				}
 				fmt.Fprintln(cmd.OutOrStdout())
 			}
+			if results != "" && hasCCRows(results) {
+				return scenario.WriteCCPage(results)
+			}
 			return nil
 		},
 	}
@@ -208,5 +230,30 @@ The same seed gives the same numbers, bit for bit. With no scenario named it lis
 	cli.RateVar(f, &opts.RateBps, "rate", 0, "link rate per plane, e.g. 100gbit, 10gbit (default: each scenario's own, as `mrgw-lab sim` lists them and docs/results uses; the run time grows with it)")
 	f.BoolVar(&quiet, "quiet", false, "no estimate and no progress line on stderr")
 	f.StringVar(&opts.PlotDir, "plots", "", "write SVG plots of the congestion-control scenarios into this directory")
+	f.StringVar(&results, "results", "", "also write each scenario's rows to DIR/SCENARIO.jsonl and its plots into DIR, and rebuild DIR/cc.md from the rows there")
 	return cmd
+}
+
+// writeRows writes rows as JSON lines to path, replacing it.
+func writeRows(path string, rows []report.Row) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := report.WriteJSON(f, rows); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// hasCCRows reports whether dir holds the rows of every scenario of the
+// congestion-control results page.
+func hasCCRows(dir string) bool {
+	for _, n := range scenario.CCResultsScenarios {
+		if _, err := os.Stat(filepath.Join(dir, n+".jsonl")); err != nil {
+			return false
+		}
+	}
+	return true
 }

@@ -5,15 +5,12 @@ package datapath
 import (
 	"context"
 	"errors"
-	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
-	"github.com/mrgw/mrgw/internal/report"
 	"github.com/mrgw/mrgw/netio/seal"
 	"github.com/mrgw/mrgw/netio/udp"
 )
@@ -114,26 +111,5 @@ func TestAEADCost(t *testing.T) {
 	}
 	if s <= 0 || o <= 0 {
 		t.Fatalf("seal %v ns, open %v ns", s, o)
-	}
-}
-
-// TestReport prints the full report as JSON lines, as `mrgw loadtest
-// datapath --json` does; it runs only when MRGW_DATAPATH_REPORT is set:
-// MRGW_DATAPATH_REPORT=1 go test -run TestReport -v ./loadtest/datapath.
-// MRGW_DATAPATH_MTU measures that link MTU only.
-func TestReport(t *testing.T) {
-	if os.Getenv("MRGW_DATAPATH_REPORT") == "" {
-		t.Skip("set MRGW_DATAPATH_REPORT=1 to measure")
-	}
-	var o Options
-	if m, err := strconv.Atoi(os.Getenv("MRGW_DATAPATH_MTU")); err == nil {
-		o.MTUs = []int{m}
-	}
-	rows, err := Run(context.Background(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := report.WriteJSON(os.Stdout, rows); err != nil {
-		t.Fatal(err)
 	}
 }
