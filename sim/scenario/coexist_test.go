@@ -97,7 +97,7 @@ func TestStallFlowsStallOnlyThoseFlows(t *testing.T) {
 
 // TestCCCoexistenceClassicFallback: with the classic fallback on
 // (cc.Params.ClassicFallback), the classic-ECN flow keeps at least the
-// issue's 0.4 of an equal share with the receiver loop off and on, the pair
+// coexistence target's 0.4 of an equal share with the receiver loop off and on, the pair
 // keeps the link busy as a classic pair does (reno-ecn+reno-ecn: 0.88 of
 // the link; a pair that answers marks as CUBIC gives up what two classic
 // flows give up), and alone the controller loses no more than the

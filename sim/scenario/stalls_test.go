@@ -19,46 +19,35 @@ import (
 // BDP on the same link (the load test's "fixed-1.5bdp" row), which fills
 // the queue and so rides the stalls out.
 //
-// The target is htcp at least 0.98 of the fixed window's
-// goodput at 0-5% loss and 0.95 at 10%, at 50 and 100 ms. What this test
-// asserts is what is met, so that it guards it: at 100 ms at least 0.975
-// at every loss (0.981 / 0.981 / 0.979 / 0.990 at 0 / 1 / 5 / 10%), at 50 ms
-// 0.975 at 10% (0.981) and 0.95 at 0-5% (0.956 / 0.958 / 0.967: **the
-// target is not met there**, nor at 100 ms and 5%); at 10 ms, where the
-// fixed window's 1.5 BDP is too small to ride the stalls out, 0.92. What
-// is left is the receiver's drain (cc.FairShare's drain): with a gain of
-// 1/64 instead of 1/16 every point is at 0.987 or above, but the regions
-// scenario then misses its target after the plane failure (docs/CC.md §7).
-// Before the delay equilibrium's stall allowance and ceiling window
-// (docs/CC.md §4, "A host that stalls") htcp kept 0.937 / 0.940 / 0.945 /
-// 0.959 of the fixed window at 50 ms and 0.969 / 0.967 / 0.969 / 0.974 at
-// 100 ms: it paced 6% below its ceiling on average, and the link idled
-// whenever a stall outlasted its queue of about 5 ms. Before the fixes of
-// docs/CC.md §7 (the receiver's drain held back up to half the capacity at
-// every burst of marks; random loss in a round with a mark was cut as a
-// full queue) it got 0.84 at 50 ms without loss and 0.74 at 1%.
+// It asserts the stalling-host target of docs/CC.md §7: at 50 and 100 ms,
+// htcp at least 0.98 of the fixed window's goodput at 0-5% loss and 0.95 at
+// 10%. The points CC.md §7 lists as not met (stallGaps) are held to the
+// 10%-loss floor, 0.95, and fail the test once they meet the full target,
+// so that the list and CC.md say what the code does. At 10 ms, where 1.5
+// BDP is too small to ride the stalls out, htcp must do at least as well
+// as the fixed window.
 func TestCCHostStalls(t *testing.T) {
 	const rate = 200e6
 	type point struct {
 		rtt  time.Duration
 		loss float64
-		want float64
 	}
 	var points []point
 	for _, l := range []float64{0, 0.01, 0.1} {
-		points = append(points, point{10 * time.Millisecond, l, 0.92})
+		points = append(points, point{10 * time.Millisecond, l})
 	}
 	for _, rtt := range []time.Duration{50 * time.Millisecond, 100 * time.Millisecond} {
 		for _, l := range []float64{0, 0.01, 0.05, 0.1} {
-			want := 0.975
-			if rtt == 50*time.Millisecond && l < 0.1 {
-				want = 0.95 // the target is 0.98: not met (see above)
-			}
-			points = append(points, point{rtt, l, want})
+			points = append(points, point{rtt, l})
 		}
 	}
 	if testing.Short() {
 		points = points[3:5] // 50 ms at 0 and 1%
+	}
+	// The points where docs/CC.md §7 records the target as not met.
+	stallGaps := map[point]bool{
+		{50 * time.Millisecond, 0}: true, {50 * time.Millisecond, 0.01}: true, {50 * time.Millisecond, 0.05}: true,
+		{100 * time.Millisecond, 0.05}: true,
 	}
 	stalls := HostStalls{Every: 30 * time.Millisecond, Max: 12 * time.Millisecond}
 	for _, pt := range points {
@@ -85,8 +74,20 @@ func TestCCHostStalls(t *testing.T) {
 		ratio := rh.GoodputBps / rf.GoodputBps
 		t.Logf("rtt=%v loss=%g: htcp %.3f, fixed-1.5bdp %.3f of capacity (htcp/fixed %.3f), htcp peak queue %.2f BDP",
 			rtt, loss, rh.GoodputBps/rate, rf.GoodputBps/rate, ratio, float64(rh.MaxQueueBytes)/bdp)
-		if ratio < pt.want {
-			t.Errorf("rtt=%v loss=%g: htcp gets %.3f of the fixed window's goodput, want >= %.2f", rtt, loss, ratio, pt.want)
+		target := 0.98
+		switch {
+		case rtt < 50*time.Millisecond:
+			target = 1
+		case loss >= 0.1:
+			target = 0.95
+		}
+		switch {
+		case stallGaps[pt] && ratio >= target:
+			t.Errorf("rtt=%v loss=%g: htcp gets %.3f of the fixed window's goodput, which meets the target %.2f: docs/CC.md §7 and stallGaps list it as not met", rtt, loss, ratio, target)
+		case stallGaps[pt] && ratio < 0.95:
+			t.Errorf("rtt=%v loss=%g: htcp gets %.3f of the fixed window's goodput, want >= 0.95 (the target, %.2f, is not met here: docs/CC.md §7)", rtt, loss, ratio, target)
+		case !stallGaps[pt] && ratio < target:
+			t.Errorf("rtt=%v loss=%g: htcp gets %.3f of the fixed window's goodput, want >= %.2f", rtt, loss, ratio, target)
 		}
 	}
 }
