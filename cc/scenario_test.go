@@ -48,13 +48,15 @@ import (
 //	late D                        the pacer came back D late (OnSendLate)
 //	tick D                        time passes; nothing happens
 //	run D [every=1ms] [paths=0,1] rtt=D[,D..] [min=D[,D..]]
-//	    [marked=F[,F..]] [loss=F[,F..]] [hint=RATE] [app=RATE] [print=D]
+//	    [marked=F[,F..]] [loss=F[,F..]] [hint=RATE] [app=RATE] [late=D]
+//	    [print=D]
 //	                              a driver: every `every`, each path in
 //	                              turn is sent its part of the pacing rate
 //	                              (at most app in all) and acks it at once,
 //	                              fraction marked of it ECN-marked and
 //	                              fraction loss of it lost (whole packets);
 //	                              with hint, the hint comes with every ack;
+//	                              with late, every step's sends were D late;
 //	                              print shows the rate every D
 //	state                         the state, without acting
 //
@@ -281,12 +283,15 @@ func (s *ccScenario) drive(args []string) {
 	if v, ok := m["app"]; ok {
 		app = s.rate(v)
 	}
-	var print time.Duration
+	var print, late time.Duration
 	if v, ok := m["print"]; ok {
 		print = s.dur(v)
 	}
+	if v, ok := m["late"]; ok {
+		late = s.dur(v)
+	}
 	for k := range m {
-		if !slices.Contains([]string{"every", "paths", "rtt", "min", "marked", "loss", "hint", "app", "print"}, k) {
+		if !slices.Contains([]string{"every", "paths", "rtt", "min", "marked", "loss", "hint", "app", "late", "print"}, k) {
 			s.t.Fatalf("run: unknown key %q", k)
 		}
 	}
@@ -329,6 +334,9 @@ func (s *ccScenario) drive(args []string) {
 		}
 		if hint > 0 {
 			a.OnRateHint(s.now, hint.Bytes())
+		}
+		if late > 0 {
+			a.OnSendLate(s.now, late)
 		}
 		if print > 0 && s.now >= nextPrint && s.now < end {
 			nextPrint += print
