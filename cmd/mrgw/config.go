@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/mrgw/mrgw/config"
@@ -71,7 +72,40 @@ that limits.memory_bytes cannot hold) are printed but do not fail the check.`,
 	}
 	check.Flags().BoolVar(&skipFiles, "skip-file-checks", false, "do not check the certificate files (existence, contents, names, expiry)")
 	check.Flags().DurationVar(&expiry, "expiry-warning", 14*24*time.Hour, "warn about a certificate or CA that expires within this time")
-	cmd.AddCommand(check)
+	cmd.AddCommand(check, newConfigKeysCmd())
+	return cmd
+}
+
+// newConfigKeysCmd is `mrgw config keys`: every configuration key as a
+// Markdown table, or, with --doc, that table written into a document
+// between its markers (docs/CONFIG.md).
+func newConfigKeysCmd() *cobra.Command {
+	var doc string
+	cmd := &cobra.Command{
+		Use:   "keys",
+		Short: "Print every configuration key: type, default, live reload, environment variable, meaning",
+		Long: `keys prints every configuration key as a Markdown table: its type, default, whether a
+reload (SIGHUP) applies it live, the environment variable that sets it and what it means.
+With --doc FILE it rewrites the table between FILE's markers instead (docs/CONFIG.md:
+mrgw config keys --doc docs/CONFIG.md).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if doc == "" {
+				_, err := fmt.Fprint(cmd.OutOrStdout(), config.KeyTable())
+				return err
+			}
+			b, err := os.ReadFile(doc)
+			if err != nil {
+				return err
+			}
+			out, err := config.WithKeyTable(string(b))
+			if err != nil {
+				return fmt.Errorf("%s: %w", doc, err)
+			}
+			return os.WriteFile(doc, []byte(out), 0o644)
+		},
+	}
+	cmd.Flags().StringVar(&doc, "doc", "", "rewrite the key table between the markers of this file instead of printing it")
 	return cmd
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mrgw/mrgw/config"
 	"github.com/mrgw/mrgw/tunnel/pki"
 )
 
@@ -124,5 +125,29 @@ func TestConfigCheckCertificates(t *testing.T) {
 				t.Errorf("--skip-file-checks: %v\n%s", err, errOut)
 			}
 		})
+	}
+}
+
+// `mrgw config keys` prints the key table; with --doc it rewrites the table
+// between a document's markers and leaves the rest of it alone.
+func TestConfigKeys(t *testing.T) {
+	out, _, err := run(t, "config", "keys")
+	if err != nil || !strings.Contains(out, "| `wan.mtu` |") {
+		t.Fatalf("config keys: %v\n%s", err, out)
+	}
+	doc := filepath.Join(t.TempDir(), "CONFIG.md")
+	before, after := "# Configuration\n\n"+config.KeyTableBegin+"\n", config.KeyTableEnd+"\n\nMore.\n"
+	if err := os.WriteFile(doc, []byte(before+"stale\n"+after), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := run(t, "config", "keys", "--doc", doc); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := before + config.KeyTable() + after; string(b) != want {
+		t.Errorf("--doc wrote:\n%s", b)
 	}
 }
