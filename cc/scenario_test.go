@@ -55,7 +55,7 @@ import (
 //	                              (at most app in all) and acks it at once,
 //	                              fraction marked of it ECN-marked and
 //	                              fraction loss of it lost (whole packets);
-//	                              with hint, the hint comes with every ack;
+//	                              with hint, the hint comes every step;
 //	                              with late, every step's sends were D late;
 //	                              print shows the rate every D
 //	state                         the state, without acting
