@@ -54,6 +54,7 @@ func newLoadtestCmdWith(fifo func(prio int) (restore func() error, err error)) *
 		newPeersCmd("completion-time", "p50/p99 completion of 1-64 MiB messages at 1% loss: a byte stream's head-of-line blocking against out-of-order placement",
 			peers.CompletionTime, completionCols),
 		newCoexistCmd(),
+		newLinkModelCmd(), newLinkModelChildCmd(),
 	)
 	cmd.AddCommand(newPeersFairnessCmds()...)
 	cmd.AddCommand(NewGatewayLoadCmds()...)

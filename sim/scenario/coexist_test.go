@@ -97,11 +97,11 @@ func TestStallFlowsStallOnlyThoseFlows(t *testing.T) {
 
 // TestCCCoexistenceClassicFallback: with the classic fallback on
 // (cc.Params.ClassicFallback), the classic-ECN flow keeps at least the
-// coexistence target's 0.4 of an equal share with the receiver loop off and on, the pair
-// keeps the link busy as a classic pair does (reno-ecn+reno-ecn: 0.88 of
-// the link; a pair that answers marks as CUBIC gives up what two classic
-// flows give up), and alone the controller loses no more than the
-// fallback's headroom.
+// coexistence target's 0.4 of an equal share with the receiver loop off
+// and on, the pair keeps at least three quarters of the link busy (neither
+// flow leaves it idle; cutting by 30% per marked round trip, and keeping
+// the headroom, idles more of it than a classic pair does), and alone the
+// controller loses no more than the fallback's headroom.
 func TestCCCoexistenceClassicFallback(t *testing.T) {
 	rows, err := CoexistenceFallback(Options{Seed: 1})
 	if err != nil {
