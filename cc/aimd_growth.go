@@ -164,11 +164,13 @@ func (a *AIMD) endRound(now time.Duration, path int) {
 		target = n
 	}
 	// With the delay equilibrium on, the queueing delay is its signal, not
-	// a cut of its own.
-	delayed := target > 0 && qdelay > target && a.cfg.QueueShare <= 0
+	// a cut of its own; without a scale (no line rate, no hint) there is
+	// no equilibrium, and the engine keeps its own back-offs.
+	equilibrium := a.cfg.QueueShare > 0 && a.eqScaled()
+	delayed := target > 0 && qdelay > target && !equilibrium
 
 	cut := 0.0
-	if frac > 0 && (!a.cfg.RTTFair || a.searching && a.cfg.QueueShare <= 0) {
+	if frac > 0 && (!a.cfg.RTTFair || a.searching && !equilibrium) {
 		cut = p.alpha / 2
 		if a.searching {
 			// The end of the search: the last round overshot by up to 2x.
