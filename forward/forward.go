@@ -166,18 +166,25 @@ func (f *Forwarder) Local(ctx context.Context, ln net.Listener, to stream.Addr) 
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
 	defer ln.Close()
+	var backoff time.Duration
 	for {
 		tc, err := ln.Accept()
 		if err != nil {
-			if ctx.Err() != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
 				return nil
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
+			// Out of descriptors or memory for a moment: back off and
+			// accept again, as net/http does, rather than stop serving.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			f.rl.Warn("accept", "forward: accept failed; retrying", "listen", ln.Addr().String(), "err", err, "retry_in", backoff)
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+				return nil
 			}
-			return fmt.Errorf("forward: accept on %v: %w", ln.Addr(), err)
+			continue
 		}
+		backoff = 0
 		f.accepted.Add(1)
 		if !f.take() {
 			f.refuse(ReasonLimit, "from", tc.RemoteAddr().String(), "to", to.String(), "max_conns", f.cfg.MaxConns)

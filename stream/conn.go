@@ -343,6 +343,10 @@ func (c *Conn) Write(p []byte) (int, error) {
 		}
 		c.mu.Lock()
 		c.inflight = append(c.inflight, chunk{end: end, p: pnd})
+		if c.finQueued || c.closed {
+			// The worker waits for this WRITE before it finishes.
+			c.poke()
+		}
 		c.mu.Unlock()
 		c.m.ctr.bytesSent.Add(space)
 		written += int(space)
@@ -423,9 +427,12 @@ out:
 
 // CloseWrite sends FIN once the bytes written so far are queued: the peer
 // reads them, then io.EOF. Reading goes on.
+//
+// It does not wait for a Write blocked on the window: that Write fails
+// (net.ErrClosed for Close), and FIN's total counts every byte a Write had
+// already handed to the flow. The receiver reads to that total before its
+// EOF, whatever order the FIN and those bytes arrive in.
 func (c *Conn) CloseWrite() error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.err != nil {
@@ -433,6 +440,7 @@ func (c *Conn) CloseWrite() error {
 	}
 	if !c.finQueued {
 		c.finQueued, c.ctlDirty = true, true
+		c.broadcast()
 		c.poke()
 	}
 	return nil
@@ -442,8 +450,6 @@ func (c *Conn) CloseWrite() error {
 // stream is torn down once the peer has finished too (or after Linger).
 // Unread data, or data arriving later, resets the stream, as in TCP.
 func (c *Conn) Close() error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -602,9 +608,9 @@ func (c *Conn) run() {
 			c.ctlDirty = true
 		}
 		if c.finQueued && !c.finSent && c.err == nil {
-			// Every data WRITE was issued before finQueued was set
-			// (CloseWrite holds the writers' lock), so the FIN record
-			// follows them on the flow and FinAt is exact.
+			// No Write adds to c.sent once finQueued is set, so FinAt
+			// is exact; a data WRITE still being handed to the flow may
+			// follow the record, and the receiver waits for it.
 			c.finSent, c.ctlDirty = true, true
 		}
 		var rec []byte
@@ -735,4 +741,19 @@ func (c *Conn) Route() netip.AddrPort {
 		return netip.AddrPort{}
 	}
 	return out.Gateway()
+}
+
+// ConnStats count one stream end's bytes.
+type ConnStats struct {
+	// Sent: bytes Write handed to the flow; Acked: of those, the bytes in
+	// the peer's memory end to end; Received: bytes in this end's ring;
+	// Read: bytes the application read.
+	Sent, Acked, Received, Read uint64
+}
+
+// Stats returns a snapshot of the stream's counters.
+func (c *Conn) Stats() ConnStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return ConnStats{Sent: c.sent, Acked: c.released, Received: c.rcvd, Read: c.consumed}
 }

@@ -588,7 +588,12 @@ func (m *Mux) request(d host.Delivery) {
 	}
 	// The stream end exists from now on (its deliveries route to it);
 	// its reverse flow opens in the background, a WAN round trip.
-	key := m.freeKey()
+	key, ok := m.freeKey()
+	if !ok {
+		m.ctr.refusedLimit.Add(1)
+		m.refuse(d, CodeBacklog)
+		return
+	}
 	c, err := m.newConn(key, nil, l.addr, src)
 	if err != nil {
 		m.ctr.refusedLimit.Add(1)
@@ -627,16 +632,18 @@ func (m *Mux) request(d host.Delivery) {
 	}()
 }
 
-// freeKey picks an unused key for an accepted stream.
-func (m *Mux) freeKey() uint32 {
+// freeKey picks an unused key for an accepted stream. At most MaxStreams
+// of the 2^31 keys are in use, so a few random draws find one.
+func (m *Mux) freeKey() (uint32, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for {
+	for range 64 {
 		k := keyBase | rand.Uint32()
 		if k != listenKey && m.byKey[k] == nil {
-			return k
+			return k, true
 		}
 	}
+	return 0, false
 }
 
 // refuse answers a connection request with a reset, over a flow opened

@@ -365,3 +365,37 @@ func TestStreamAbandonedDialIsReclaimed(t *testing.T) {
 		t.Logf("accepted end: %v", err)
 	}
 }
+
+// TestStreamCloseUnblocks: Close makes a Write that waits for window and a
+// Read that waits for data return at once, as net.Conn requires.
+func TestStreamCloseUnblocks(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	l := startLab(t, ctx, lab.Config{Direct: true})
+	a, b, _, _ := pair(t, ctx, l, stream.Config{Window: 64 << 10})
+	werr := make(chan error, 1)
+	go func() {
+		_, err := a.Write(make([]byte, 1<<20)) // b never reads: the window fills
+		werr <- err
+	}()
+	rerr := make(chan error, 1)
+	go func() {
+		_, err := b.Read(make([]byte, 0)) // returns at once, nothing asked
+		if err == nil {
+			_, err = a.Read(make([]byte, 1)) // nothing comes: waits
+		}
+		rerr <- err
+	}()
+	waitFor(t, ctx, "the window to fill", func() bool { return a.Stats().Sent >= 64<<10 })
+	a.Close()
+	for name, ch := range map[string]chan error{"write": werr, "read": rerr} {
+		select {
+		case err := <-ch:
+			if !errors.Is(err, net.ErrClosed) {
+				t.Errorf("%s after Close: %v, want net.ErrClosed", name, err)
+			}
+		case <-ctx.Done():
+			t.Fatalf("%s still blocked after Close", name)
+		}
+	}
+}
