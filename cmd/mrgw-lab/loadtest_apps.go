@@ -54,6 +54,9 @@ Needs iperf3 (apt-get install iperf3) and, for kernel TCP, root: rows that canno
 and named in the error; nothing is estimated in their place.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.Validate(); err != nil {
+				return err
+			}
 			if plotDir != "" {
 				if _, err := plot.CheckFormat(format); err != nil {
 					return err

@@ -67,6 +67,7 @@ func kernelCopy(ctx context.Context, o *Options, p point, algo string, src *sour
 		return Result{}, err
 	}
 	defer ln.Close()
+	h0 := te.Health()
 	var mu sync.Mutex
 	var sender net.Conn
 	var cc string
@@ -95,6 +96,8 @@ func kernelCopy(ctx context.Context, o *Options, p point, algo string, src *sour
 	if err != nil {
 		return Result{}, err
 	}
+	v := te.Health().Sub(h0).Check() // the whole copy, its start included
+	r.Check = &v
 	r.CC, r.Retransmits, r.Emulator = cc, retx, "tunemu"
 	if r.CC != algo {
 		return r, fmt.Errorf("asked for TCP congestion control %s, the socket ran %q", algo, r.CC)

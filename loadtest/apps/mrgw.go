@@ -133,7 +133,9 @@ func forwardIperf(ctx context.Context, o *Options, p point, n int) (Result, erro
 		fa.Close()
 		fb.Close()
 	}()
-	wg.Go(func() { _ = fb.Expose(fctx, strconv.Itoa(iperfStreamPort), net.JoinHostPort("127.0.0.1", strconv.Itoa(port))) })
+	wg.Go(func() {
+		_ = fb.Expose(fctx, strconv.Itoa(iperfStreamPort), net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	})
 	to := stream.Addr{Region: lab.RegionB, Endpoint: dstName, Port: iperfStreamPort}
 	if err := waitExposed(ctx, env.ma, to); err != nil {
 		return Result{}, err
