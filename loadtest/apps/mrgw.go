@@ -243,19 +243,20 @@ func mrgwCopy(ctx context.Context, o *Options, p point, cs copySystemDef, src *s
 	return r, err
 }
 
-// Reference transfer: each flow keeps refMessage-sized WRITEs queued
-// (blocked by the gateways' credit, as the stream's writes are) into
-// refArea bytes of the receiver's memory, at wrapping offsets.
+// Reference transfer: each flow keeps a stream's window of refMessage
+// WRITEs in flight (a stream's largest message: stream.Config.MaxMessage
+// is a quarter of the window), so that the reference and the adapters
+// put as many bytes on the WAN per flow; the WRITEs land in the
+// receiver's memory at wrapping offsets.
 const (
 	refMessage = 1 << 20
-	refArea    = 16 << 20
 	refKey     = 1
 )
 
 // transportRun is mrgw's own transport on the lab: n host flows from the
-// eu-west host to the us-east host keep WRITEs queued; goodput is what the
-// receiver reported delivered over o.Duration after o.Warmup, CPU this
-// process's over both.
+// eu-west host to the us-east host, each with a window of WRITEs in
+// flight; goodput is what the receiver reported delivered over o.Duration
+// after o.Warmup, CPU this process's over both.
 func transportRun(ctx context.Context, o *Options, p point, n int) (Result, error) {
 	env, err := newLabEnv(ctx, o, p, false)
 	if err != nil {
@@ -266,6 +267,8 @@ func transportRun(ctx context.Context, o *Options, p point, n int) (Result, erro
 		env.close() // closes Received: the reader ends
 		rwg.Wait()
 	}()
+	inFlight := max(1, o.window(p)/refMessage)
+	refArea := 2 * inFlight * refMessage
 	if err := env.b.RegisterMemory(refKey, make([]byte, refArea)); err != nil {
 		return Result{}, err
 	}
@@ -293,10 +296,17 @@ func transportRun(ctx context.Context, o *Options, p point, n int) (Result, erro
 	var wg sync.WaitGroup
 	var failed atomic.Pointer[error]
 	for i, f := range flows {
-		pend := make(chan *host.Pending, 64)
+		// slots holds a token per message in flight: at most the window.
+		slots := make(chan struct{}, inFlight)
+		pend := make(chan *host.Pending, inFlight)
 		wg.Go(func() {
 			defer close(pend)
-			for k := 0; wctx.Err() == nil; k++ {
+			for k := 0; ; k++ {
+				select {
+				case slots <- struct{}{}:
+				case <-wctx.Done():
+					return
+				}
 				addr := uint64((i+k)%(refArea/refMessage)) * refMessage
 				pn, err := f.Write(wctx, refKey, addr, data)
 				if err != nil {
@@ -313,6 +323,7 @@ func transportRun(ctx context.Context, o *Options, p point, n int) (Result, erro
 				if err := pn.Wait(wctx); err != nil && wctx.Err() == nil {
 					failed.CompareAndSwap(nil, &err)
 				}
+				<-slots
 			}
 		})
 	}
