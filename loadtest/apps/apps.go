@@ -382,7 +382,7 @@ func Run(ctx context.Context, o Options) ([]report.Row, error) {
 			key := fmt.Sprintf("%v/%g/%d", r.p.rtt, r.p.loss, streams(r.workload))
 			if prev, ok := ref[key]; ok {
 				res = prev
-				res.Note = joinNote(res.Note, "the one-flow reference run, shared with iperf3-p1")
+				res.Note = report.JoinNote(res.Note, "the one-flow reference run, shared with iperf3-p1")
 			} else {
 				res, err = transportRun(ctx, &o, r.p, streams(r.workload))
 				ref[key] = res
@@ -438,7 +438,7 @@ func (o *Options) row(r run, res Result) report.Row {
 		if res.CPUChildren > 0 {
 			split += fmt.Sprintf(", iperf3 %.2f", res.CPUChildren/wall)
 		}
-		rw.Note = joinNote(rw.Note, split)
+		rw.Note = report.JoinNote(rw.Note, split)
 	}
 	setCheck(&rw, res.Check)
 	return rw
@@ -458,7 +458,7 @@ func setCheck(rw *report.Row, v *tunemu.Verdict) {
 		Packets: v.Packets, Why: v.Why,
 	}
 	if !ok {
-		rw.Note = joinNote(rw.Note, "emulator not ok")
+		rw.Note = report.JoinNote(rw.Note, "emulator not ok")
 	}
 }
 
@@ -488,28 +488,6 @@ func setRatios(rows []report.Row) {
 
 func sameGroup(a, b report.Row) bool {
 	return a.Workload == b.Workload && a.RTTms == b.RTTms && a.Loss == b.Loss
-}
-
-func joinNote(a, b string) string {
-	switch {
-	case a == "":
-		return b
-	case b == "":
-		return a
-	}
-	return a + "; " + b
-}
-
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // Set-up and tear-down of one run, about: a lab (gateways ready, hosts

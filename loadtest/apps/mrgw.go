@@ -15,9 +15,8 @@ import (
 
 	"github.com/mrgw/mrgw/forward"
 	"github.com/mrgw/mrgw/host"
+	"github.com/mrgw/mrgw/internal/sleep"
 	"github.com/mrgw/mrgw/loadtest/lab"
-	"github.com/mrgw/mrgw/metaroce"
-	"github.com/mrgw/mrgw/pathmgr"
 	"github.com/mrgw/mrgw/stream"
 )
 
@@ -89,20 +88,11 @@ func (e *labEnv) close() {
 }
 
 // hostConfig is a lab host's configuration: the host library's defaults
-// but for the timings of a LAN hop that shares two cores with four
-// gateways and the emulator (as the gateway load tests' hosts): a
-// millisecond-scale handshake, lab.LANMinPTO, and a receive capacity that
-// gives the gateways' LAN controller its scale.
+// with the lab's LAN protocol (lab.HostProtocol), as the gateway load
+// tests' hosts.
 func hostConfig(l *lab.Lab, region, name string, o *Options) host.Config {
 	return host.Config{Name: name, Region: region, Gateways: l.HostGateways(region), Key: l.HostKey,
-		DeadAfter: time.Second, OpenTimeout: 20 * time.Second, Logger: o.Logger,
-		Protocol: metaroce.Config{
-			Paths: 4, ReceiveCapacity: 4e9,
-			Path: pathmgr.Config{
-				InitialRTT: 5 * time.Millisecond, MinPTO: lab.LANMinPTO, MaxAckDelay: time.Millisecond,
-				DownAfter: 3, ProbeInterval: 20 * time.Millisecond, MaxProbeInterval: time.Second, UpAfter: 2,
-			},
-		}}
+		DeadAfter: time.Second, OpenTimeout: 20 * time.Second, Logger: o.Logger, Protocol: lab.HostProtocol()}
 }
 
 // iperfStreamPort is the stream port the us-east forwarder exposes the
@@ -175,7 +165,7 @@ func waitExposed(ctx context.Context, m *stream.Mux, to stream.Addr) error {
 		// Refused: Expose does not listen yet. Anything else (a flow
 		// that could not open on a busy machine) is tried again too,
 		// within the patience.
-		if serr := sleep(ctx, 20*time.Millisecond); serr != nil {
+		if serr := sleep.Ctx(ctx, 20*time.Millisecond); serr != nil {
 			if errors.Is(err, stream.ErrRefused) {
 				err = serr
 			}
@@ -349,16 +339,16 @@ func measureWindow(ctx context.Context, count func() uint64, warmup, duration ti
 	sctx, cancel := context.WithTimeout(ctx, startLimit)
 	defer cancel()
 	for count() == 0 {
-		if err := sleep(sctx, 5*time.Millisecond); err != nil {
+		if err := sleep.Ctx(sctx, 5*time.Millisecond); err != nil {
 			return 0, 0, 0, fmt.Errorf("nothing delivered within %v: %w", startLimit, err)
 		}
 	}
 	cpu0, start := processCPU(), time.Now()
-	if err := sleep(ctx, warmup); err != nil {
+	if err := sleep.Ctx(ctx, warmup); err != nil {
 		return 0, 0, 0, err
 	}
 	t0, b0 := time.Now(), count()
-	if err := sleep(ctx, duration); err != nil {
+	if err := sleep.Ctx(ctx, duration); err != nil {
 		return 0, 0, 0, err
 	}
 	t1, b1 := time.Now(), count()
