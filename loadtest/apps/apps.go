@@ -23,9 +23,12 @@
 //     a stream.Conn whose other end, on the us-east host, writes it to disk.
 //     A native file copy is added as one more entry of copySystems.
 //   - mrgw-transport: the reference, the same lab without adapters: host
-//     flows from the eu-west host keep 1 MiB WRITEs queued into the us-east
-//     host's memory, one flow per stream of the workload; goodput is the
-//     bytes the receiving host reported delivered in the measured window.
+//     flows from the eu-west host keep a stream's window of 1 MiB WRITEs
+//     (a stream's largest message) in flight into the us-east host's
+//     memory, one flow per stream of the workload; goodput is the bytes
+//     the receiving host reported delivered in the measured window. The
+//     same bytes in flight per flow as a stream: what the ratio measures
+//     is what the adapters cost per byte, not the window.
 //
 // Every run starts from nothing: fresh namespaces for kernel TCP, a fresh
 // lab for mrgw, so that no run inherits a warm window from the one before.
