@@ -55,6 +55,7 @@ func newLoadtestCmdWith(fifo func(prio int) (restore func() error, err error)) *
 			peers.CompletionTime, completionCols),
 		newCoexistCmd(),
 		newLinkModelCmd(), newLinkModelChildCmd(),
+		newAppsCmd(),
 	)
 	cmd.AddCommand(newPeersFairnessCmds()...)
 	cmd.AddCommand(NewGatewayLoadCmds()...)

@@ -136,6 +136,11 @@ type Row struct {
 	// share (coexistence: a Share below 1/8). A pointer, so that a
 	// measured false is printed and other scenarios omit it.
 	Starved *bool `json:"starved,omitempty"`
+	// Workload names what an application benchmark ran (apps: iperf3-p1,
+	// iperf3-p8, copy); CPUCores is the CPU time the run took over its
+	// wall time (cores), its scope said in the scenario's documentation.
+	Workload string  `json:"workload,omitempty"`
+	CPUCores float64 `json:"cpu_cores,omitempty"`
 }
 
 // WriteJSON writes one JSON object per line.

@@ -369,7 +369,7 @@ func (l *Lab) startEmulator(pairs []netem.PairDelay) error {
 	var err error
 	l.Emu, err = netem.New(ectx, netem.Config{
 		Planes: cfg.Planes, Seed: cfg.Seed + 1,
-		Link:        netem.LinkConfig{Delay: cfg.OneWay, Loss: cfg.Loss, Rate: cfg.RateBps, QueueBytes: cfg.Queue, ECNThreshold: ecnThreshold(*cfg)},
+		Link:        cfg.link(),
 		Bind:        netip.MustParseAddr("127.0.0.200"),
 		MaxDatagram: cfg.MTU + 256,
 		MaxMappings: 8192,
@@ -775,6 +775,19 @@ func (l *Lab) Close() {
 			os.RemoveAll(l.dir)
 		}
 	})
+}
+
+// Link is the model every plane of a lab built with cfg runs, in each
+// direction (the defaults filled in): a load test that carries another
+// system over the same WAN through another emulator (tunemu) gives it this
+// very link.
+func (cfg Config) Link() netem.LinkConfig {
+	cfg.fill()
+	return cfg.link()
+}
+
+func (cfg Config) link() netem.LinkConfig {
+	return netem.LinkConfig{Delay: cfg.OneWay, Loss: cfg.Loss, Rate: cfg.RateBps, QueueBytes: cfg.Queue, ECNThreshold: ecnThreshold(cfg)}
 }
 
 // ecnThreshold marks ECN-capable datagrams once a plane's queue holds more

@@ -1,0 +1,356 @@
+//go:build linux
+
+package apps
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os/exec"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mrgw/mrgw/forward"
+	"github.com/mrgw/mrgw/host"
+	"github.com/mrgw/mrgw/internal/sleep"
+	"github.com/mrgw/mrgw/loadtest/lab"
+	"github.com/mrgw/mrgw/stream"
+)
+
+// Endpoint names of the lab's two hosts.
+const (
+	srcName = "src" // eu-west: the client side, the sender
+	dstName = "dst" // us-east: the server side, the receiver
+)
+
+// labEnv is one run's deployment: a fresh lab and a host in each region,
+// with a stream.Mux on each when the run uses streams.
+type labEnv struct {
+	l      *lab.Lab
+	a, b   *host.Host
+	ma, mb *stream.Mux
+}
+
+// labPatience bounds bringing a lab up (gateways ready, hosts registered).
+const labPatience = time.Minute
+
+// newLabEnv builds the deployment of point p.
+func newLabEnv(ctx context.Context, o *Options, p point, muxes bool) (_ *labEnv, err error) {
+	l, err := lab.New(ctx, o.labConfig(p))
+	if err != nil {
+		return nil, err
+	}
+	e := &labEnv{l: l}
+	defer func() {
+		if err != nil {
+			e.close()
+		}
+	}()
+	l.Start()
+	rctx, cancel := context.WithTimeout(ctx, labPatience)
+	defer cancel()
+	if err := l.WaitReady(rctx); err != nil {
+		return nil, err
+	}
+	if e.a, err = host.New(hostConfig(l, lab.RegionA, srcName, o)); err != nil {
+		return nil, fmt.Errorf("host %s: %w", srcName, err)
+	}
+	if e.b, err = host.New(hostConfig(l, lab.RegionB, dstName, o)); err != nil {
+		return nil, fmt.Errorf("host %s: %w", dstName, err)
+	}
+	if muxes {
+		sc := stream.Config{Window: o.window(p), Logger: o.Logger}
+		if e.ma, err = stream.New(e.a, sc); err != nil {
+			return nil, err
+		}
+		if e.mb, err = stream.New(e.b, sc); err != nil {
+			return nil, err
+		}
+	}
+	return e, nil
+}
+
+func (e *labEnv) close() {
+	for _, m := range []*stream.Mux{e.ma, e.mb} {
+		if m != nil {
+			m.Close()
+		}
+	}
+	for _, h := range []*host.Host{e.a, e.b} {
+		if h != nil {
+			h.Close()
+		}
+	}
+	e.l.Close()
+}
+
+// hostConfig is a lab host's configuration: the host library's defaults
+// with the lab's LAN protocol (lab.HostProtocol), as the gateway load
+// tests' hosts.
+func hostConfig(l *lab.Lab, region, name string, o *Options) host.Config {
+	return host.Config{Name: name, Region: region, Gateways: l.HostGateways(region), Key: l.HostKey,
+		DeadAfter: time.Second, OpenTimeout: 20 * time.Second, Logger: o.Logger, Protocol: lab.HostProtocol()}
+}
+
+// iperfStreamPort is the stream port the us-east forwarder exposes the
+// iperf3 server on.
+const iperfStreamPort = 5201
+
+// forwardIperf runs iperf3 through forward: the client connects to a Local
+// port of the eu-west host, whose streams the us-east host's Expose
+// connects on to the iperf3 server; both iperf3 processes run on loopback.
+func forwardIperf(ctx context.Context, o *Options, p point, n int) (Result, error) {
+	env, err := newLabEnv(ctx, o, p, true)
+	if err != nil {
+		return Result{}, err
+	}
+	defer env.close()
+	port, err := freePort()
+	if err != nil {
+		return Result{}, err
+	}
+	fctx, stop := context.WithCancel(ctx)
+	defer stop()
+	fb := forward.New(env.mb, forward.Config{Logger: o.Logger})
+	fa := forward.New(env.ma, forward.Config{Logger: o.Logger})
+	var wg sync.WaitGroup
+	defer func() {
+		stop()
+		wg.Wait()
+		fa.Close()
+		fb.Close()
+	}()
+	wg.Go(func() {
+		_ = fb.Expose(fctx, strconv.Itoa(iperfStreamPort), net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	})
+	to := stream.Addr{Region: lab.RegionB, Endpoint: dstName, Port: iperfStreamPort}
+	if err := waitExposed(ctx, env.ma, to); err != nil {
+		return Result{}, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return Result{}, err
+	}
+	wg.Go(func() { _ = fa.Local(fctx, ln, to) })
+	srv, err := startIperfServer(exec.CommandContext(ctx, "iperf3", serverArgs("127.0.0.1", port)...))
+	if err != nil {
+		return Result{}, err
+	}
+	local := ln.Addr().(*net.TCPAddr)
+	r, err := iperfRun(ctx, srv, exec.CommandContext(ctx, "iperf3", clientArgs("127.0.0.1", local.Port, n, o, "")...))
+	if err != nil {
+		return Result{}, fmt.Errorf("%w (forward: local %+v, exposed %+v)", err, fa.Stats(), fb.Stats())
+	}
+	r.CC, r.Emulator = "", "emu"
+	return r, nil
+}
+
+// waitExposed waits until a stream to to is accepted: Expose listens.
+// The probe is made before the TCP target listens, so Expose refuses it on
+// and nothing reaches the target.
+func waitExposed(ctx context.Context, m *stream.Mux, to stream.Addr) error {
+	ctx, cancel := context.WithTimeout(ctx, labPatience)
+	defer cancel()
+	for {
+		dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
+		c, err := m.DialAddr(dctx, to)
+		dcancel()
+		if err == nil {
+			c.Reset()
+			return nil
+		}
+		// Refused: Expose does not listen yet. Anything else (a flow
+		// that could not open on a busy machine) is tried again too,
+		// within the patience.
+		if serr := sleep.Ctx(ctx, 20*time.Millisecond); serr != nil {
+			if errors.Is(err, stream.ErrRefused) {
+				err = serr
+			}
+			return fmt.Errorf("forward: %v not exposed: %w", to, err)
+		}
+	}
+}
+
+// copySystemDef is a way mrgw carries the copy workload: run moves the
+// source file from the eu-west host of env to dst at the us-east host.
+type copySystemDef struct {
+	name string
+	// muxes: the run uses stream.Mux on both hosts.
+	muxes bool
+	run   func(ctx context.Context, env *labEnv, o *Options, p point, src, dst string, got *atomic.Int64) error
+}
+
+// copySystems are the systems that run the copy through mrgw, each also
+// listed in AllSystems. A native file copy (a host-to-host copy that
+// places chunks at their offsets) is one more entry here, with its own
+// system name: every copy runs under copyRun's limit and byte-for-byte
+// check, on a fresh lab of the same WAN.
+var copySystems = []copySystemDef{
+	{name: MRGWStream, muxes: true, run: streamCopy},
+}
+
+func copySystem(name string) (copySystemDef, bool) {
+	for _, c := range copySystems {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return copySystemDef{}, false
+}
+
+// copyStreamPort is the stream port the copy's receiver listens on.
+const copyStreamPort = 7001
+
+// streamCopy is the copy loop over a stream.Conn: the us-east host listens,
+// the eu-west host dials.
+func streamCopy(ctx context.Context, env *labEnv, _ *Options, _ point, src, dst string, got *atomic.Int64) error {
+	ln, err := env.mb.Listen(strconv.Itoa(copyStreamPort))
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	to := stream.Addr{Region: lab.RegionB, Endpoint: dstName, Port: copyStreamPort}
+	return connCopy(ctx, src, dst, got,
+		func(ctx context.Context) (net.Conn, error) { return env.ma.DialAddr(ctx, to) },
+		func(ctx context.Context) (net.Conn, error) { return ln.AcceptStream(ctx) },
+		nil)
+}
+
+// mrgwCopy runs the copy through mrgw with cs on a fresh lab.
+func mrgwCopy(ctx context.Context, o *Options, p point, cs copySystemDef, src *sourceFile) (Result, error) {
+	env, err := newLabEnv(ctx, o, p, cs.muxes)
+	if err != nil {
+		return Result{}, err
+	}
+	defer env.close()
+	r, err := copyRun(ctx, o, src, func(ctx context.Context, dst string, got *atomic.Int64) error {
+		return cs.run(ctx, env, o, p, src.path, dst, got)
+	})
+	r.Emulator = "emu"
+	return r, err
+}
+
+// Reference transfer: each flow keeps a stream's window of refMessage
+// WRITEs in flight (a stream's largest message: stream.Config.MaxMessage
+// is a quarter of the window), so that the reference and the adapters
+// put as many bytes on the WAN per flow; the WRITEs land in the
+// receiver's memory at wrapping offsets.
+const (
+	refMessage = 1 << 20
+	refKey     = 1
+)
+
+// transportRun is mrgw's own transport on the lab: n host flows from the
+// eu-west host to the us-east host, each with a window of WRITEs in
+// flight; goodput is what the receiver reported delivered over o.Duration
+// after o.Warmup, CPU this process's over both.
+func transportRun(ctx context.Context, o *Options, p point, n int) (Result, error) {
+	env, err := newLabEnv(ctx, o, p, false)
+	if err != nil {
+		return Result{}, err
+	}
+	var rwg sync.WaitGroup
+	defer func() {
+		env.close() // closes Received: the reader ends
+		rwg.Wait()
+	}()
+	inFlight := max(1, o.window(p)/refMessage)
+	refArea := 2 * inFlight * refMessage
+	if err := env.b.RegisterMemory(refKey, make([]byte, refArea)); err != nil {
+		return Result{}, err
+	}
+	var delivered atomic.Uint64
+	rwg.Go(func() {
+		for d := range env.b.Received() {
+			delivered.Add(d.Len)
+		}
+	})
+	var flows []*host.Flow
+	for range n {
+		octx, cancel := context.WithTimeout(ctx, labPatience)
+		f, err := lab.OpenFlow(octx, env.a, lab.RegionB, dstName, host.FlowOptions{}, nil)
+		cancel()
+		if err != nil {
+			return Result{}, err
+		}
+		flows = append(flows, f)
+	}
+	data := make([]byte, refMessage)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	wctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var failed atomic.Pointer[error]
+	for i, f := range flows {
+		// slots holds a token per message in flight: at most the window.
+		slots := make(chan struct{}, inFlight)
+		pend := make(chan *host.Pending, inFlight)
+		wg.Go(func() {
+			defer close(pend)
+			for k := 0; ; k++ {
+				select {
+				case slots <- struct{}{}:
+				case <-wctx.Done():
+					return
+				}
+				addr := uint64((i+k)%(refArea/refMessage)) * refMessage
+				pn, err := f.Write(wctx, refKey, addr, data)
+				if err != nil {
+					if wctx.Err() == nil {
+						failed.CompareAndSwap(nil, &err)
+					}
+					return
+				}
+				pend <- pn
+			}
+		})
+		wg.Go(func() {
+			for pn := range pend {
+				if err := pn.Wait(wctx); err != nil && wctx.Err() == nil {
+					failed.CompareAndSwap(nil, &err)
+				}
+				<-slots
+			}
+		})
+	}
+	bps, cpu, wall, err := measureWindow(ctx, delivered.Load, o.Warmup, o.Duration)
+	stop()
+	wg.Wait()
+	if err != nil {
+		return Result{}, err
+	}
+	if e := failed.Load(); e != nil {
+		return Result{}, fmt.Errorf("a WRITE failed: %w", *e)
+	}
+	return Result{GoodputBps: bps, CPUSelf: cpu, Wall: wall, Emulator: "emu"}, nil
+}
+
+// startLimit bounds the wait for a transfer's first delivered byte.
+const startLimit = 30 * time.Second
+
+// measureWindow waits for count to move, then samples it after warmup and
+// after warmup+duration: bits per second over the window, and this
+// process's CPU seconds and the wall time from the first byte to the end.
+func measureWindow(ctx context.Context, count func() uint64, warmup, duration time.Duration) (float64, float64, time.Duration, error) {
+	sctx, cancel := context.WithTimeout(ctx, startLimit)
+	defer cancel()
+	for count() == 0 {
+		if err := sleep.Ctx(sctx, 5*time.Millisecond); err != nil {
+			return 0, 0, 0, fmt.Errorf("nothing delivered within %v: %w", startLimit, err)
+		}
+	}
+	cpu0, start := processCPU(), time.Now()
+	if err := sleep.Ctx(ctx, warmup); err != nil {
+		return 0, 0, 0, err
+	}
+	t0, b0 := time.Now(), count()
+	if err := sleep.Ctx(ctx, duration); err != nil {
+		return 0, 0, 0, err
+	}
+	t1, b1 := time.Now(), count()
+	return float64(b1-b0) * 8 / t1.Sub(t0).Seconds(), processCPU() - cpu0, time.Since(start), nil
+}
