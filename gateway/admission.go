@@ -83,9 +83,8 @@ type admission struct {
 	saturatedUntil time.Duration
 	refused        map[string]uint64 // by reason, since start
 	reclaimed      map[string]uint64 // unregistered, idle
-	// netio's cookie counters as last synced into the metrics.
-	retries, badCookies uint64
-	log                 *ratelog.Logger
+	cookies        cookieCounts
+	log            *ratelog.Logger
 }
 
 func newAdmission(g *Gateway) *admission {
@@ -262,15 +261,13 @@ func (a *admission) reclaim(now time.Duration) {
 		}
 	}
 	st := r.g.ep.Stats()
-	if d := st.RetriesSent - a.retries; d > 0 {
-		bad := st.BadCookies - a.badCookies
-		a.g.metrics.AdmissionRefusedN(admitRetry, float64(d-bad))
+	if retry, bad := a.cookies.sync(st.RetriesSent, st.BadCookies); retry+bad > 0 {
+		a.g.metrics.AdmissionRefusedN(admitRetry, float64(retry))
 		a.g.metrics.AdmissionRefusedN(admitBadCookie, float64(bad))
-		a.refused[admitRetry] += d - bad
+		a.refused[admitRetry] += retry
 		a.refused[admitBadCookie] += bad
 		a.log.Warn(admitRetry, "LAN admission under load: INITs from new sources answered with a cookie challenge",
-			"count", d, "bad_cookies", bad, "pending", a.pending, "admitted", len(a.peers))
-		a.retries, a.badCookies = st.RetriesSent, st.BadCookies
+			"count", retry+bad, "bad_cookies", bad, "pending", a.pending, "admitted", len(a.peers))
 	}
 	a.g.metrics.LANPeers.Set(float64(len(a.peers)))
 	a.g.metrics.LANPeersPending.Set(float64(a.pending))
@@ -279,6 +276,34 @@ func (a *admission) reclaim(now time.Duration) {
 		sat = 1
 	}
 	a.g.metrics.AdmissionSaturated.Set(sat)
+}
+
+// cookieCounts turns netio's cookie counters into the two refusal
+// reasons: retry (an INIT without a cookie answered with a challenge) and
+// bad_cookie (an INIT whose cookie did not check). netio counts every
+// challenge in RetriesSent and the bad cookies again in BadCookies, but
+// the two are separate atomics read one after the other, and a challenge
+// that could not be sent counts a bad cookie and no retry: BadCookies may
+// run ahead of RetriesSent. The retry count is therefore
+// RetriesSent-BadCookies clamped at zero and never allowed to go back, so
+// that neither delta can wrap around (an unsigned difference that went
+// negative showed as 1.2e21 refusals).
+type cookieCounts struct {
+	retry, bad uint64 // as synced into the metrics
+}
+
+// sync takes netio's running totals and returns what each reason grew by
+// since the last call.
+func (c *cookieCounts) sync(retriesSent, badCookies uint64) (retry, bad uint64) {
+	if badCookies > c.bad {
+		bad = badCookies - c.bad
+		c.bad = badCookies
+	}
+	if retriesSent > badCookies && retriesSent-badCookies > c.retry {
+		retry = retriesSent - badCookies - c.retry
+		c.retry += retry
+	}
+	return retry, bad
 }
 
 // AdmissionStatus is the LAN admission state in /status.

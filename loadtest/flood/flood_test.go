@@ -36,7 +36,10 @@ var knownUnbounded = map[string]string{}
 // declared dead, the transfer arrives byte-exact, the flood did not have
 // to be stopped for memory or goroutines, and every datagram that reached
 // a socket with a drop counter is accounted for (in the gateway's counters
-// or, where the test documents a gap, in the counters it keeps unexported).
+// or, where the test documents a gap, in the counters it keeps unexported);
+// and every counter the gateway exports, scraped before and after each
+// flood, never went back, and no drop or refusal counter grew by more than
+// the datagrams sent.
 func TestFloodShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the gateway lab once per target")
@@ -71,6 +74,11 @@ func TestFloodShort(t *testing.T) {
 				t.Logf("known gap (%s): flood stopped: %s", knownUnbounded[target], r.Aborted)
 			case r.Aborted != "":
 				t.Errorf("flood stopped: %s", r.Aborted)
+			}
+			// Every counter, after every flood: none went back, and no
+			// drop or refusal counter jumped beyond what was sent.
+			for _, f := range r.CounterFaults {
+				t.Errorf("counter: %s", f)
 			}
 			if r.Lockout {
 				t.Errorf("lockout: %d registrations, failures %v", r.Registrations, r.RegisterFails)
