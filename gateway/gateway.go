@@ -62,8 +62,8 @@ type Options struct {
 	// AdminIdleTimeout, AdminMaxConns and AdminMaxConnsPerSource bound
 	// the admin HTTP server: an idle keep-alive connection is closed after
 	// AdminIdleTimeout (default 30 s), at most AdminMaxConns connections
-	// are open at once (default 64; more wait in the kernel's accept
-	// queue), and at most AdminMaxConnsPerSource of them from one source
+	// are open at once (default 64; a new one over the cap takes the slot
+	// of the one that has waited longest for a request), and at most AdminMaxConnsPerSource of them from one source
 	// IP (default a quarter of AdminMaxConns, at least 1: 16 of the
 	// default 64; more are closed as soon as they are accepted).
 	AdminIdleTimeout       time.Duration

@@ -3,16 +3,17 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"github.com/mrgw/mrgw/region"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/netip"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"golang.org/x/net/netutil"
 
 	"github.com/mrgw/mrgw/internal/ratelog"
 	"github.com/mrgw/mrgw/metaroce"
@@ -381,7 +382,10 @@ func adminCaps(total, perSource int) (int, int) {
 // connection caps: every timeout is set, so an idle or slow client holds a
 // connection (and its goroutine) for a bounded time; at most
 // Options.AdminMaxConns are open at once (3,000 idle keep-alive connections
-// stayed open, with 3,054 goroutines, when nothing was set); and at most
+// stayed open, with 3,054 goroutines, when nothing was set), and a new
+// connection over the cap takes the slot of the one that has waited
+// longest for a request (evictingListener: idle or slow connections never
+// keep a probe or a scrape waiting); and at most
 // Options.AdminMaxConnsPerSource of them from one source IP, so that one
 // client cannot hold them all (refusals counted in
 // mrgw_admin_connections_refused_total and logged at warn, at most once a
@@ -400,9 +404,32 @@ func (g *Gateway) adminServer() *http.Server {
 	})
 	// The total cap outside: a connection refused per source never takes
 	// one of its slots.
-	g.adminLn = netutil.LimitListener(perSourceLn, maxConns)
+	total := newEvictingListener(perSourceLn, maxConns, func(victim netip.Addr, waited time.Duration) {
+		g.metrics.AdminRefused(metrics.AdminEvicted)
+		refusals.Warn(metrics.AdminEvicted, "admin connection closed to make room: every slot was taken",
+			"reason", metrics.AdminEvicted, "source", victim.String(), "waited", waited.Round(time.Millisecond), "limit", maxConns)
+	}, func(src netip.Addr) {
+		g.metrics.AdminRefused(metrics.AdminBusy)
+		refusals.Warn(metrics.AdminBusy, "admin connection refused: every slot is serving a request",
+			"reason", metrics.AdminBusy, "source", src.String(), "limit", maxConns)
+	})
+	g.adminLn = total
+	h := g.adminHandler()
 	return &http.Server{
-		Handler:           g.adminHandler(),
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if c, ok := r.Context().Value(connKey{}).(net.Conn); ok {
+				total.serving(c)
+			}
+			h.ServeHTTP(w, r)
+		}),
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, connKey{}, c)
+		},
+		ConnState: func(c net.Conn, s http.ConnState) {
+			if s == http.StateIdle {
+				total.idle(c)
+			}
+		},
 		ReadHeaderTimeout: min(adminReadHeaderTimeout, idle),
 		ReadTimeout:       adminReadTimeout,
 		WriteTimeout:      adminWriteTimeout,

@@ -222,11 +222,13 @@ var GossipRefuseReasons = []string{"stream_limit", "stream_timeout", "stream_siz
 // (mrgw_admin_connections_refused_total).
 const (
 	AdminPerSource = "per_source" // its source IP already holds the per-source cap
+	AdminEvicted   = "evicted"    // an open connection waiting for a request, closed to make room for a new one at the total cap
+	AdminBusy      = "busy"       // the total cap is reached and every open connection is serving a request
 )
 
 // AdminRefuseReasons lists the values of
 // mrgw_admin_connections_refused_total's reason label.
-var AdminRefuseReasons = []string{AdminPerSource, Other}
+var AdminRefuseReasons = []string{AdminPerSource, AdminEvicted, AdminBusy, Other}
 
 // Results of control sessions, key rotations and reloads.
 const (
@@ -477,7 +479,7 @@ func New(opts ...Option) *Metrics {
 		"LAN peers closed and their slot reclaimed, by reason: unregistered (no REGISTER in time after the INIT), idle (no control message for the idle timeout: a host killed without closing).",
 		LabelReason)
 	m.AdminConnsRefused = b.counterVec("mrgw_admin_connections_refused_total",
-		"Admin HTTP connections closed as soon as they were accepted, by reason: per_source (its source IP already held the per-source cap of open admin connections, so that one client cannot take every one).",
+		"Admin HTTP connections closed by the connection caps, by reason: per_source (closed at accept: its source IP already held the per-source cap of open admin connections, so that one client cannot take every one), evicted (an open connection waiting for a request, idle or still sending its headers, closed to make room for a new one at the total cap), busy (closed at accept: the total cap was reached and every open connection was serving a request).",
 		LabelReason)
 	m.LANPeers = b.gauge("mrgw_lan_peers",
 		"LAN peers (host sockets) admitted now.")
