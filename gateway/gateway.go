@@ -174,6 +174,7 @@ type Gateway struct {
 	stopped chan struct{}
 	stopOne sync.Once
 	joined  atomic.Bool
+	runErr  error // why Run stopped by itself (ErrNameInUse); under runMu
 
 	status atomic.Pointer[Status]
 }
@@ -545,7 +546,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 		g.Close()
 	case <-g.stopped:
 	}
-	return nil
+	g.runMu.Lock()
+	defer g.runMu.Unlock()
+	return g.runErr
 }
 
 func (g *Gateway) goTrack(f func()) {
@@ -588,9 +591,18 @@ func (g *Gateway) joinLoop() {
 	wait := 200 * time.Millisecond
 	for g.ctx.Err() == nil {
 		n, err := g.cluster.Join(g.ctx, seeds)
+		// A member that claimed this gateway's name before its first
+		// join is the holder: this one stops before it serves anything
+		// (no peer was connected: syncPeers waits for joined), and says
+		// no goodbye, which the others would apply to the holder.
+		if holder, ok := g.cluster.NameHeldBy(); ok {
+			g.nameInUse(holder)
+			return
+		}
 		if err == nil && n > 0 {
 			g.joined.Store(true)
 			g.log.Info("joined gossip", "members", n)
+			g.syncPeers()
 			g.reconnectLoop(seeds)
 			return
 		}
@@ -603,6 +615,19 @@ func (g *Gateway) joinLoop() {
 		}
 		wait = min(2*wait, 5*time.Second)
 	}
+}
+
+// nameInUse stops a gateway whose name another gateway holds: Run returns
+// ErrNameInUse naming the holder.
+func (g *Gateway) nameInUse(holder string) {
+	name := g.Config().Node.Name
+	err := fmt.Errorf("%w: node.name %q is held by the gateway at %s (its gossip address); this one stops without serving: give each gateway a name of its own",
+		ErrNameInUse, name, holder)
+	g.log.Error("gateway name in use: stopping", "name", name, "holder", holder)
+	g.runMu.Lock()
+	g.runErr = err
+	g.runMu.Unlock()
+	go g.Close() // from a tracked goroutine: Close waits for them
 }
 
 // reconnectInterval is how often a gateway tries to rejoin gateways that
