@@ -204,10 +204,11 @@ const (
 	RegisterBadMAC          = "bad_mac"         // a credential that does not verify (wrong secret, altered)
 	RegisterUnknownKey      = "unknown_key"     // a key id not in lan.host_keys
 	RegisterStale           = "stale"           // its time is outside the window (a replay, or a clock off)
+	RegisterWrongRegion     = "wrong_region"    // the host names another region than the gateway's
 )
 
 // RegisterReasons lists the values of mrgw_host_registrations_refused_total's reason label.
-var RegisterReasons = []string{RegisterDuplicate, RegisterUnauthenticated, RegisterBadMAC, RegisterUnknownKey, RegisterStale, Other}
+var RegisterReasons = []string{RegisterDuplicate, RegisterUnauthenticated, RegisterBadMAC, RegisterUnknownKey, RegisterStale, RegisterWrongRegion, Other}
 
 // GossipDropReasons lists the values of mrgw_gossip_datagrams_dropped_total's
 // reason label: region.DropReasons, and other.
@@ -473,7 +474,7 @@ func New(opts ...Option) *Metrics {
 		"INITs from new LAN sources not admitted, by reason: retry (under load, answered with a cookie challenge), bad_cookie, rate_limited (per source IP), pending_limit (too many peers not yet registered), full (the LAN peer table is full).",
 		LabelReason)
 	m.RegistrationsRefused = b.counterVec("mrgw_host_registrations_refused_total",
-		"Host registrations (REGISTER) refused, by reason: duplicate (another live host holds the name), unauthenticated (no credential while lan.host_keys is set), bad_mac, unknown_key, stale (time outside the window).",
+		"Host registrations (REGISTER) refused, by reason: duplicate (another live host holds the name), unauthenticated (no credential while lan.host_keys is set), bad_mac, unknown_key, stale (time outside the window), wrong_region (the host names another region than the gateway's).",
 		LabelReason)
 	m.LANPeersReclaimed = b.counterVec("mrgw_lan_peers_reclaimed_total",
 		"LAN peers closed and their slot reclaimed, by reason: unregistered (no REGISTER in time after the INIT), idle (no control message for the idle timeout: a host killed without closing).",
