@@ -19,6 +19,10 @@ func Default() *Config {
 			// 4791 is the RoCEv2 UDP port that MetaRoCE hosts already use.
 			Listen:            "127.0.0.1:4791",
 			CongestionControl: LANControllerAIMD,
+			// 256 hosts of 4 paths hold 1,024 path sockets, as many as
+			// the gateway's WAN side may: 2,048 descriptors, under the
+			// systemd unit's LimitNOFILE.
+			MaxHosts: 256,
 		},
 		WAN: WAN{
 			PathsPerPeer: 16,
@@ -135,6 +139,7 @@ const (
 	// products of limits well inside int64.
 	maxMemoryBytes = 1 << 40
 	maxFlows       = 1_000_000
+	maxHosts       = 65536
 	maxWeight      = 1_000_000
 	// maxCapacity bounds node.capacity and regions[].gateways[].weight
 	// (rendezvous placement weighs gateways of a region against each other).

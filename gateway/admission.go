@@ -84,6 +84,7 @@ type admission struct {
 	refused        map[string]uint64 // by reason, since start
 	reclaimed      map[string]uint64 // unregistered, idle
 	cookies        cookieCounts
+	noSocket       uint64 // netio's NoSocket as last synced
 	log            *ratelog.Logger
 }
 
@@ -93,12 +94,12 @@ func newAdmission(g *Gateway) *admission {
 		log: ratelog.New(g.log.With("part", "admission"), 10*time.Second)}
 }
 
-// limit is the most host peers admitted at once.
+// limit is the most host peers admitted at once: lan.max_hosts.
 func (a *admission) limit() int {
 	if n := a.g.opts.MaxHostPeers; n > 0 {
 		return n
 	}
-	return a.g.relay.maxFlows + 1024
+	return a.g.Config().LAN.MaxHosts
 }
 
 // requireCookie: the gateway is under load, so a new source must echo a
@@ -155,6 +156,13 @@ func (a *admission) refuse(now time.Duration, reason string, src netip.AddrPort,
 	a.log.Warn(reason, "LAN admission refused", "src", src, "admitted", len(a.peers), "limit", a.limit(), "pending", a.pending)
 	return 0, false
 }
+
+// silentAfter is how long a host peer may go without a control message
+// while the table is full before it is reclaimed to make room: hosts PING
+// every DeadAfter/8 (62.5 ms by default), so a host silent this long is
+// dead or cut off. Without it, hosts killed in numbers held their slots
+// for HostIdleTimeout (30 s) while live hosts were refused.
+const silentAfter = 3 * time.Second
 
 // prune forgets the sources with a full bucket and nothing pending.
 func (a *admission) prune(now time.Duration) {
@@ -221,6 +229,10 @@ func (a *admission) saturated(now time.Duration) bool {
 func (a *admission) reclaim(now time.Duration) {
 	r := a.g.relay
 	regTimeout, idle := a.g.opts.HostRegisterTimeout, a.g.opts.HostIdleTimeout
+	if a.saturated(now) {
+		// Hosts are being refused for want of room: the silent go first.
+		idle = min(idle, silentAfter)
+	}
 	var conns map[metaroce.PeerID][]*connInfo
 	for id, p := range a.peers {
 		var why string
@@ -269,6 +281,13 @@ func (a *admission) reclaim(now time.Duration) {
 		a.log.Warn(admitRetry, "LAN admission under load: INITs from new sources answered with a cookie challenge",
 			"count", retry+bad, "bad_cookies", bad, "pending", a.pending, "admitted", len(a.peers))
 	}
+	if d := st.NoSocket - a.noSocket; d > 0 && st.NoSocket > a.noSocket {
+		a.g.metrics.PathSocketsExhausted.Add(float64(d))
+		a.log.Warn("no_socket", "datagrams not sent: every path socket is in use", "count", d,
+			"hosts", len(a.peers), "limit", a.limit())
+		a.noSocket = st.NoSocket
+	}
+	a.g.metrics.LANPeersLimit.Set(float64(a.limit()))
 	a.g.metrics.LANPeers.Set(float64(len(a.peers)))
 	a.g.metrics.LANPeersPending.Set(float64(a.pending))
 	sat := 0.0

@@ -74,7 +74,7 @@ type Options struct {
 	// (default 10 s). HostIdleTimeout: so is a host whose connections
 	// have carried no control message for this long (default 30 s; hosts
 	// PING every DeadAfter/8, 62.5 ms by default). MaxHostPeers bounds the
-	// LAN peers admitted at once (default limits.max_flows + 1024).
+	// LAN peers admitted at once (default lan.max_hosts).
 	HostRegisterTimeout time.Duration
 	HostIdleTimeout     time.Duration
 	MaxHostPeers        int
@@ -102,6 +102,10 @@ const (
 	// thousands of hosts is the largest.
 	adminWriteTimeout = 30 * time.Second
 )
+
+// hostPathSockets is the path sockets a host costs the gateway: one per
+// path, 4 with the host library's defaults.
+const hostPathSockets = 4
 
 // hostHintScale: see Config.AcceptOptions in protocol.
 const hostHintScale = 8
@@ -319,6 +323,13 @@ func (g *Gateway) newEndpoint(cfg *config.Config, planeAddrs []netip.AddrPort, o
 		OnEvent:       g.relay.onEvent,
 		Logger:        g.log,
 		UDP:           udpOptions(cfg),
+		// Every admitted host holds a socket per path (hostPathSockets
+		// at the host library's default), beside the WAN's: the bound
+		// follows lan.max_hosts, so that the hosts admitted are the
+		// hosts served (with a fixed 1,024, hosts beyond about 250
+		// were admitted and never answered).
+		MaxPathSockets: netio.DefaultMaxPathSockets + hostPathSockets*cfg.LAN.MaxHosts,
+		MaxPeers:       max(netio.DefaultMaxPeers, cfg.LAN.MaxHosts+maxWANPeers),
 	})
 	if err != nil {
 		return fmt.Errorf("%w: lan/wan sockets: %w", ErrBind, err)
