@@ -103,6 +103,24 @@ const (
 	adminWriteTimeout = 30 * time.Second
 )
 
+// MemoryOverhead is what a gateway holds beyond limits.memory_bytes, its
+// buffered data: the runtime, the protocol state of its connections, and
+// per host path socket a reader with its receive batches (a fixed part,
+// and memoryPerHost for each of lan.max_hosts).
+const (
+	MemoryOverhead = 64 << 20
+	memoryPerHost  = 256 << 10
+)
+
+// MemoryLimit is the soft memory limit for the Go runtime of a gateway
+// running cfg (`mrgw run` sets it; debug.SetMemoryLimit): limits.memory_bytes
+// plus MemoryOverhead plus 256 KiB per host of lan.max_hosts. The garbage
+// collector works harder as the heap nears it, so that the heap stays
+// within the configuration rather than growing until the next cycle.
+func MemoryLimit(cfg *config.Config) int64 {
+	return cfg.Limits.MemoryBytes + MemoryOverhead + memoryPerHost*int64(cfg.LAN.MaxHosts)
+}
+
 // hostPathSockets is the path sockets a host costs the gateway: one per
 // path, 4 with the host library's defaults.
 const hostPathSockets = 4

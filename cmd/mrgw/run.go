@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -50,6 +51,7 @@ region's other gateways, peers told) and exits; a second signal exits at once.`,
 			}
 			log := daemonLogger(cfg, cmd.ErrOrStderr())
 			logWarnings(log, cfg)
+			applyMemoryLimit(log, cfg, os.Getenv)
 			g, err := gateway.New(cfg, gateway.Options{LogOutput: cmd.ErrOrStderr(), Pprof: pprofOn})
 			if err != nil {
 				return err
@@ -76,6 +78,7 @@ region's other gateways, peers told) and exits; a second signal exits at once.`,
 							continue
 						}
 						logWarnings(log, next)
+						applyMemoryLimit(log, next, os.Getenv)
 						continue
 					}
 					log.Info("signal: draining", "signal", s.String(), "timeout", drainIn)
@@ -101,6 +104,24 @@ region's other gateways, peers told) and exits; a second signal exits at once.`,
 	cmd.Flags().BoolVar(&pprofOn, "pprof", false, "serve Go runtime profiles at /debug/pprof/ on the admin listener (admin.listen)")
 	config.BindFlags(cmd.Flags())
 	return cmd
+}
+
+// applyMemoryLimit sets the Go runtime's soft memory limit from
+// limits.memory_bytes (gateway.MemoryLimit), unless GOMEMLIMIT is set in
+// the environment, which the runtime has applied already and which wins.
+// It returns the limit in force. Without it the heap grew to three times
+// limits.memory_bytes in registration storms (745-806 MB RSS with 256 MiB)
+// before the garbage collector ran.
+func applyMemoryLimit(log *slog.Logger, cfg *config.Config, getenv func(string) string) int64 {
+	if v := getenv("GOMEMLIMIT"); v != "" {
+		cur := debug.SetMemoryLimit(-1)
+		log.Info("memory limit from GOMEMLIMIT", "bytes", cur)
+		return cur
+	}
+	n := gateway.MemoryLimit(cfg)
+	debug.SetMemoryLimit(n)
+	log.Info("memory limit", "bytes", n, "limits.memory_bytes", cfg.Limits.MemoryBytes)
+	return n
 }
 
 // daemonLogger is the logger of the daemon's own lines (configuration
