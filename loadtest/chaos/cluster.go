@@ -56,6 +56,7 @@ type gwProc struct {
 	relay        *gossipRelay
 	cfgPath      string
 	logPath      string
+	bin          string // the binary it runs ["": the cluster's]
 
 	mu       sync.Mutex
 	cmd      *exec.Cmd
@@ -303,7 +304,12 @@ func (c *cluster) start(p *gwProc) error {
 	}
 	p.starts++
 	fmt.Fprintf(lf, "=== chaos: start %d of %s at %s\n", p.starts, p.name, time.Now().Format(time.RFC3339Nano))
-	cmd := exec.Command(c.bin, "run", "--config", p.cfgPath, "--drain-timeout", "2s")
+	bin := c.bin
+	if p.bin != "" {
+		bin = p.bin
+	}
+	fmt.Fprintf(lf, "=== chaos: binary %s\n", bin)
+	cmd := exec.Command(bin, "run", "--config", p.cfgPath, "--drain-timeout", "2s")
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -344,6 +350,29 @@ func (c *cluster) kill9(p *gwProc) error {
 		return nil
 	case <-time.After(10 * time.Second):
 		return fmt.Errorf("chaos: %s (pid %d) did not exit 10 s after SIGKILL", p.name, pid)
+	}
+}
+
+// stop sends SIGTERM to p's daemon (a graceful drain: its flows move to
+// the region's other gateway) and waits for it to exit, at most d.
+func (c *cluster) stop(p *gwProc, d time.Duration) error {
+	p.mu.Lock()
+	cmd, exited := p.cmd, p.exited
+	if cmd == nil {
+		p.mu.Unlock()
+		return fmt.Errorf("chaos: %s is not running", p.name)
+	}
+	p.killed = true
+	pid := cmd.Process.Pid
+	p.mu.Unlock()
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+		return nil
+	case <-time.After(d):
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		<-exited
+		return fmt.Errorf("chaos: %s (pid %d) did not exit %v after SIGTERM", p.name, pid, d)
 	}
 }
 

@@ -6,12 +6,49 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/mrgw/mrgw/internal/report"
 	"github.com/mrgw/mrgw/internal/sleep"
 )
+
+// upgrade replaces every gateway's binary, one gateway at a time, as
+// docs/OPERATIONS.md ("Upgrading a fleet") has an operator do it: SIGTERM
+// (the gateway drains: its flows move to the region's other gateway), the
+// binary replaced, started, and ready (gossip joined, both WAN peers up and
+// seen alive) before the next is touched. Traffic runs throughout; the
+// checks after it find anything lost, duplicated or failed.
+func (r *run) upgrade(ctx context.Context, in *Injection, fail func(string, ...any)) {
+	bin := r.o.UpgradeBinary
+	if bin == "" {
+		bin = r.cl.bin
+	}
+	in.Target = "every gateway"
+	var took []string
+	for _, gw := range r.cl.gws {
+		t0 := time.Now()
+		if err := r.cl.stop(gw, 10*time.Second); err != nil {
+			fail("%v", err)
+		}
+		gw.bin = bin
+		if err := r.cl.start(gw); err != nil {
+			fail("%v", err)
+			return
+		}
+		deadline := time.Now().Add(r.o.RecoverBound)
+		for !r.cl.ready(ctx, gw) {
+			if time.Now().After(deadline) || !sleepCtx(ctx, 100*time.Millisecond) {
+				fail("%s not ready %v after its upgrade", gw.name, r.o.RecoverBound)
+				return
+			}
+		}
+		took = append(took, fmt.Sprintf("%s %.1f s", gw.name, time.Since(t0).Seconds()))
+		r.say("%s: %s upgraded (stopped, replaced, ready) in %.1f s", FaultUpgrade, gw.name, time.Since(t0).Seconds())
+	}
+	in.Note = "stop to ready: " + strings.Join(took, ", ")
+}
 
 // dur is a seeded random duration in [lo, hi].
 func (r *run) dur(lo, hi time.Duration) time.Duration {
@@ -140,6 +177,8 @@ func (r *run) inject(ctx context.Context, kind string) Injection {
 		if err := r.child.start(inc + 1); err != nil {
 			fail("%v", err)
 		}
+	case FaultUpgrade:
+		r.upgrade(ctx, &in, fail)
 	case FaultJunk:
 		in.Target = "16 sockets"
 		sent, err := r.junkFlood(r.o.JunkPerSocket)
