@@ -721,7 +721,8 @@ func (g *Gateway) watchGossip() {
 			if !ok {
 				return
 			}
-			g.log.Info("gossip: gateway state", "name", c.Name, "region", c.Region, "from", c.From.String(), "to", c.To.String())
+			// region logs the change at info ("gateway state"): once is enough.
+			g.log.Debug("gossip: gateway state", "name", c.Name, "region", c.Region, "from", c.From.String(), "to", c.To.String())
 			if p := g.peer(c.Name); p != nil && !c.To.Live() {
 				_ = g.ep.Do(g.ctx, func(now time.Duration, _ *metaroce.Endpoint) {
 					g.relay.dropPeer(now, p, "gossip: "+c.To.String())
