@@ -6,7 +6,7 @@ import (
 )
 
 // FlowID is a flow id as logs show it: 16 hex digits, as `mrgw host send`
-// prints it ("flow 23c30d62e702f3ba"), so that a line of the host's log,
+// prints it ("flow 0123456789abcdef"), so that a line of the host's log,
 // the gateway's and the command's output can be matched by the id. Logs
 // printed it in decimal.
 type FlowID uint64

@@ -39,7 +39,7 @@ func (r *run) upgrade(ctx context.Context, in *Injection, fail func(string, ...a
 		}
 		deadline := time.Now().Add(r.o.RecoverBound)
 		for !r.cl.ready(ctx, gw) {
-			if time.Now().After(deadline) || !sleepCtx(ctx, 100*time.Millisecond) {
+			if time.Now().After(deadline) || sleep.Ctx(ctx, 100*time.Millisecond) != nil {
 				fail("%s not ready %v after its upgrade", gw.name, r.o.RecoverBound)
 				return
 			}
