@@ -152,3 +152,34 @@ func TestRepeatedRefusalLoggedOnce(t *testing.T) {
 		t.Errorf("%d error lines for %v identical refusals, want 1", lines, counter(t, dup))
 	}
 }
+
+// TestGatewayGoneWarnedOnce: a host whose gateway stopped tries again
+// every OpenTimeout and warns once that nothing answers, not on every
+// attempt (a drained gateway made its hosts warn every 5 s).
+func TestGatewayGoneWarnedOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	g, key := soloGateway(t, ctx, gateway.Options{}, nil)
+	var logs lockedBuffer
+	h, err := host.New(host.Config{Name: "trainer-0", Region: g.Config().Node.Region, Gateways: []netip.AddrPort{g.LANAddr()},
+		Key: key, OpenTimeout: 300 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	base := h.Stats().ConnectFailures
+	g.Close()
+	for h.Stats().ConnectFailures < base+3 {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%d failed attempts", h.Stats().ConnectFailures-base)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	n := strings.Count(logs.String(), "no answer to the handshake")
+	t.Logf("%d failed attempts, %d warnings:\n%s", h.Stats().ConnectFailures-base, n, logs.String())
+	if n != 1 {
+		t.Errorf("%d warnings of an unanswered handshake for %d attempts, want 1", n, h.Stats().ConnectFailures-base)
+	}
+}

@@ -48,6 +48,11 @@ type gateway struct {
 	// retry is logged once per refusalLogEvery.
 	refusalLogged time.Duration
 	repeats       int
+	// unansweredLogged and unanswered do the same for handshakes that
+	// went unanswered (a gateway stopped or drained: every attempt, one
+	// per OpenTimeout, warned).
+	unansweredLogged time.Duration
+	unanswered       int
 }
 
 // refusalLogEvery: an identical registration refusal is logged at most
@@ -230,6 +235,7 @@ func (h *Host) dispatch(now time.Duration, c *metaroce.Conn, m *flowctl.Msg) {
 		g.since = now
 		g.backoff = h.cfg.ReconnectMin
 		g.refusal = nil
+		g.unanswered = 0
 		h.ctr.registrations.Add(1)
 		h.o.regSig.fire()
 		h.log.Info("host: registered", "gateway", g.addr, "endpoint", h.cfg.Name, "region", h.cfg.Region)
@@ -302,7 +308,12 @@ func (h *Host) tick(now time.Duration) {
 			// the others, so the attempt ends here and the next one
 			// starts after the backoff.
 			if now-g.since > h.cfg.OpenTimeout {
-				h.log.Warn("host: no answer to the handshake; connecting again", "gateway", g.addr, "waited", (now - g.since).Round(time.Millisecond))
+				if g.unanswered == 0 || now-g.unansweredLogged >= refusalLogEvery {
+					h.log.Warn("host: no answer to the handshake; connecting again until it answers (check the gateway runs and its lan.listen is reachable)",
+						"gateway", g.addr, "waited", (now - g.since).Round(time.Millisecond), "unanswered_before", g.unanswered)
+					g.unansweredLogged = now
+				}
+				g.unanswered++
 				g.conn.Close(now) // EventClosed reconnects
 			}
 		case gwRegistering:
