@@ -19,10 +19,11 @@ func Default() *Config {
 			// 4791 is the RoCEv2 UDP port that MetaRoCE hosts already use.
 			Listen:            "127.0.0.1:4791",
 			CongestionControl: LANControllerAIMD,
-			// 256 hosts of 4 paths hold 1,024 path sockets, as many as
-			// the gateway's WAN side may: 2,048 descriptors, under the
-			// systemd unit's LimitNOFILE.
-			MaxHosts: 256,
+			// Hosts share the gateway's path sockets; what each costs is
+			// its connection's protocol state (14-21 KiB with 4 paths,
+			// docs/RESULTS.md) and the gateway's tables: 10,000 hold
+			// about 320 MiB beside limits.memory_bytes.
+			MaxHosts: 10_000,
 		},
 		WAN: WAN{
 			PathsPerPeer: 16,

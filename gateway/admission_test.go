@@ -5,6 +5,7 @@ package gateway_test
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -281,5 +282,40 @@ func TestMaxHostsIsTheLimit(t *testing.T) {
 	}
 	if v := gauge(t, g.Metrics().LANPeersLimit); v != 3 {
 		t.Errorf("mrgw_lan_peers_limit %v, want 3", v)
+	}
+}
+
+// TestHostsSharePathSockets: what the gateway sends its hosts leaves from
+// a pool of path sockets they share (4 here), not from sockets of each
+// host's own: with 8 hosts of 4 paths registered and PINGing, the gateway
+// holds at most the pool. Before, each host path held a socket (32 here;
+// with 1,024 in all, hosts beyond about 250 were admitted and never
+// answered).
+func TestHostsSharePathSockets(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	g, key := soloGateway(t, ctx, gateway.Options{HostPathSockets: 4}, nil)
+	const n = 8
+	for i := range n {
+		h, err := host.New(host.Config{Name: fmt.Sprintf("h%d", i), Region: g.Config().Node.Region, Gateways: []netip.AddrPort{g.LANAddr()},
+			Key: key, OpenTimeout: patience / 4, Logger: testLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { h.Close() })
+	}
+	st := waitStatus(t, ctx, g, "every host registered", func(st gateway.Status) bool { return st.Hosts == n })
+	// The hosts PING every 62.5 ms and the gateway answers on their
+	// paths: a second of answers opens whatever sockets they need.
+	for range 3 {
+		time.Sleep(time.Second)
+		st = g.Status()
+		t.Logf("%d hosts: %d path sockets", st.Hosts, st.PathSockets)
+		if st.PathSockets > 4 {
+			t.Fatalf("%d path sockets for %d hosts, want at most the pool of 4", st.PathSockets, n)
+		}
+	}
+	if st.PathSockets == 0 {
+		t.Fatal("no path socket open: the test sees nothing")
 	}
 }

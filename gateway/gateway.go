@@ -78,6 +78,9 @@ type Options struct {
 	HostRegisterTimeout time.Duration
 	HostIdleTimeout     time.Duration
 	MaxHostPeers        int
+	// HostPathSockets is the number of path sockets all hosts share for
+	// what the gateway sends them (default 64).
+	HostPathSockets int
 	// WANPingEvery is how often each WAN peer is PINGed (relay.keepalive):
 	// 0 is DeadAfter/8, negative never (a test that needs an idle
 	// connection to stay silent).
@@ -104,26 +107,36 @@ const (
 )
 
 // MemoryOverhead is what a gateway holds beyond limits.memory_bytes, its
-// buffered data: the runtime, the protocol state of its connections, and
-// per host path socket a reader with its receive batches (a fixed part,
-// and memoryPerHost for each of lan.max_hosts).
+// buffered data, whatever its hosts: the runtime, the WAN's connections and
+// path sockets, the hosts' shared path sockets (64 of ~0.4 MiB).
+// MemoryPerHost is what each host of lan.max_hosts adds: its connection's
+// protocol state (14-21 KiB with 4 paths, docs/RESULTS.md "State per
+// connection") and the gateway's tables, rounded up.
 const (
-	MemoryOverhead = 64 << 20
-	memoryPerHost  = 256 << 10
+	MemoryOverhead = 96 << 20
+	MemoryPerHost  = 32 << 10
 )
 
 // MemoryLimit is the soft memory limit for the Go runtime of a gateway
 // running cfg (`mrgw run` sets it; debug.SetMemoryLimit): limits.memory_bytes
-// plus MemoryOverhead plus 256 KiB per host of lan.max_hosts. The garbage
-// collector works harder as the heap nears it, so that the heap stays
-// within the configuration rather than growing until the next cycle.
+// plus MemoryOverhead plus MemoryPerHost per host of lan.max_hosts. The
+// garbage collector works harder as the heap nears it, so that the heap
+// stays within the configuration rather than growing until the next cycle.
 func MemoryLimit(cfg *config.Config) int64 {
-	return cfg.Limits.MemoryBytes + MemoryOverhead + memoryPerHost*int64(cfg.LAN.MaxHosts)
+	return cfg.Limits.MemoryBytes + MemoryOverhead + MemoryPerHost*int64(cfg.LAN.MaxHosts)
 }
 
-// hostPathSockets is the path sockets a host costs the gateway: one per
-// path, 4 with the host library's defaults.
-const hostPathSockets = 4
+// hostPathPool is the default number of path sockets the hosts share
+// (Options.HostPathSockets): enough source ports that the 4 paths of a
+// host rarely share one, few enough that they cost 64 × ~0.4 MiB at most.
+const hostPathPool = 64
+
+func (g *Gateway) hostPathPool() int {
+	if n := g.opts.HostPathSockets; n > 0 {
+		return n
+	}
+	return hostPathPool
+}
 
 // hostHintScale: see Config.AcceptOptions in protocol.
 const hostHintScale = 8
@@ -341,13 +354,15 @@ func (g *Gateway) newEndpoint(cfg *config.Config, planeAddrs []netip.AddrPort, o
 		OnEvent:       g.relay.onEvent,
 		Logger:        g.log,
 		UDP:           udpOptions(cfg),
-		// Every admitted host holds a socket per path (hostPathSockets
-		// at the host library's default), beside the WAN's: the bound
-		// follows lan.max_hosts, so that the hosts admitted are the
-		// hosts served (with a fixed 1,024, hosts beyond about 250
-		// were admitted and never answered).
-		MaxPathSockets: netio.DefaultMaxPathSockets + hostPathSockets*cfg.LAN.MaxHosts,
-		MaxPeers:       max(netio.DefaultMaxPeers, cfg.LAN.MaxHosts+maxWANPeers),
+		// Hosts send from a pool of path sockets they share: a socket
+		// of its own per host path cost a descriptor, a reader and ~0.4
+		// MiB each, and with 1,024 in all hosts beyond about 250 were
+		// admitted and never answered. The WAN's peers keep their own
+		// (each path on its plane's address).
+		SharePaths:        func(id netio.PeerID) bool { return id >= hostPeerBase },
+		SharedPathSockets: g.hostPathPool(),
+		MaxPathSockets:    netio.DefaultMaxPathSockets + g.hostPathPool(),
+		MaxPeers:          max(netio.DefaultMaxPeers, cfg.LAN.MaxHosts+maxWANPeers),
 	})
 	if err != nil {
 		return fmt.Errorf("%w: lan/wan sockets: %w", ErrBind, err)

@@ -50,6 +50,9 @@ type Status struct {
 	PathsAvoided uint64 `json:"paths_avoided"`
 	// Admission is the LAN admission state (admission.go).
 	Admission AdmissionStatus `json:"admission"`
+	// PathSockets are the UDP sockets open for paths now: the WAN's, one
+	// per peer path, and the hosts' shared pool (Options.HostPathSockets).
+	PathSockets uint64 `json:"path_sockets"`
 }
 
 // HostLinkStatus is the connection to one registered host: what this
@@ -178,6 +181,7 @@ func (g *Gateway) snapshot(prev *rateState) {
 		st.Draining = r.draining
 		r.adm.reclaim(epNow)
 		st.Admission = r.adm.status(epNow)
+		st.PathSockets = g.ep.Stats().PathSockets
 		st.Flows = FlowStatus{Active: len(r.flows), Refused: r.refused, Resets: r.resets, Completed: r.completed, Detoured: r.detoured}
 		st.Memory = MemoryStatus{InUse: r.inUse, Reserved: r.reserved, Limit: r.memLimit}
 		st.LANOutBps = units.ByteRate(float64(r.fromHosts-prev.fromHosts) / dt)

@@ -491,7 +491,7 @@ func New(opts ...Option) *Metrics {
 	m.LANPeersLimit = b.gauge("mrgw_lan_peers_limit",
 		"LAN peers (hosts) admitted at most at once: lan.max_hosts. A host beyond it is refused at once (mrgw_lan_admissions_refused_total{reason=\"full\"}).")
 	m.PathSocketsExhausted = b.counter("mrgw_path_sockets_exhausted_total",
-		"Datagrams not sent because every path socket was in use (1,024 plus 4 per lan.max_hosts): hosts with more than 4 paths each, or more WAN paths than 1,024.")
+		"Datagrams not sent because every path socket was in use (1,024 for the WAN, and the hosts' shared pool of 64): more WAN paths than 1,024.")
 	m.AdmissionSaturated = b.gauge("mrgw_lan_admission_saturated",
 		"1 while LAN admission refuses hosts for want of room (the peer table full or the pending bound hit in the last 5 s); /readyz then says \"admission saturated\".")
 	m.LANGoodputBytes = b.counterVec("mrgw_lan_goodput_bytes_total",

@@ -67,7 +67,7 @@ func TestRunSetsMemoryLimit(t *testing.T) {
 	cfg := config.Default()
 	cfg.Limits.MemoryBytes = 256 << 20
 	cfg.LAN.MaxHosts = 100
-	want := int64(256<<20) + gateway.MemoryOverhead + 100*(256<<10)
+	want := int64(256<<20) + gateway.MemoryOverhead + 100*gateway.MemoryPerHost
 	if got := gateway.MemoryLimit(cfg); got != want {
 		t.Fatalf("MemoryLimit = %d, want %d", got, want)
 	}
