@@ -81,6 +81,11 @@ type Options struct {
 	// HostPathSockets is the number of path sockets all hosts share for
 	// what the gateway sends them (default 64).
 	HostPathSockets int
+	// WireVersions are the MetaRoCE wire versions the gateway speaks
+	// (default 1 and 2). Only version 1 makes it speak as a release
+	// before version 2 did: a fleet in the middle of an upgrade, for tests
+	// (`mrgw run --wire-versions`).
+	WireVersions []uint8
 	// WANPingEvery is how often each WAN peer is PINGed (relay.keepalive):
 	// 0 is DeadAfter/8, negative never (a test that needs an idle
 	// connection to stay silent).
@@ -130,6 +135,13 @@ func MemoryLimit(cfg *config.Config) int64 {
 // (Options.HostPathSockets): enough source ports that the 4 paths of a
 // host rarely share one, few enough that they cost 64 × ~0.4 MiB at most.
 const hostPathPool = 64
+
+func (g *Gateway) wireVersions() []uint8 {
+	if len(g.opts.WireVersions) > 0 {
+		return g.opts.WireVersions
+	}
+	return []uint8{metaroce.Version1, metaroce.Version2}
+}
 
 func (g *Gateway) hostPathPool() int {
 	if n := g.opts.HostPathSockets; n > 0 {
@@ -485,7 +497,7 @@ func (g *Gateway) protocol(cfg *config.Config) metaroce.Config {
 		// the seal, against v1's 104) with every peer that speaks it;
 		// version 1 with the others (hosts and gateways of earlier
 		// releases): the handshake agrees on the highest both offer.
-		WireVersions: []uint8{metaroce.Version1, metaroce.Version2},
+		WireVersions: g.wireVersions(),
 		// The receiver loop divides the WAN capacity the operator declared
 		// among the senders it serves (peer gateways and hosts), and tells
 		// each its share in every ack: senders start there instead of
@@ -515,7 +527,7 @@ func (g *Gateway) regionConfig(cfg *config.Config) (region.Config, error) {
 	rc := region.Config{
 		Name: cfg.Node.Name,
 		Meta: region.Meta{Region: cfg.Node.Region, Capabilities: []string{"relay-v1", region.CapHealthBatch},
-			Wire: []uint8{metaroce.Version1, metaroce.Version2}, Capacity: uint32(cfg.Node.Capacity)},
+			Wire: g.wireVersions(), Capacity: uint32(cfg.Node.Capacity)},
 		Bind: cfg.Gossip.Bind, Advertise: cfg.Gossip.Advertise, Seeds: cfg.Gossip.Seeds,
 		Profile: cfg.Gossip.Profile,
 	}

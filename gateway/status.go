@@ -92,7 +92,10 @@ type PeerStatus struct {
 	Retrans    uint64         `json:"retransmits"`
 	Lost       uint64         `json:"packets_lost"`
 	Flows      int            `json:"flows"`
-	Paths      []PathStatus   `json:"paths"`
+	// Wire is the MetaRoCE wire version the WAN connection agreed (1 or
+	// 2: the highest both gateways speak).
+	Wire  int          `json:"wire_version,omitempty"`
+	Paths []PathStatus `json:"paths"`
 	// PMTU is the path MTU discovery of each plane (pmtu.go).
 	PMTU []PlaneMTUStatus `json:"pmtu,omitempty"`
 }
@@ -218,6 +221,7 @@ func (g *Gateway) snapshot(prev *rateState) {
 			ps.Sent, ps.Received = s.PayloadBytesSent, s.PayloadBytesPlaced
 			ps.Retrans, ps.Lost = s.Retransmits, s.PacketsLost
 			ps.Flows = len(ci.in) + len(ci.out)
+			ps.Wire = ci.c.WireVersion()
 			if old, ok := prev.sent[p.name]; ok && s.PayloadBytesSent >= old {
 				ps.TxBps = units.ByteRate(float64(s.PayloadBytesSent-old) / dt)
 			}

@@ -27,6 +27,7 @@ func newRunCmd() *cobra.Command {
 		path    string
 		drainIn time.Duration
 		pprofOn bool
+		wire    []uint
 	)
 	cmd := &cobra.Command{
 		Use:   "run --config FILE",
@@ -52,7 +53,14 @@ region's other gateways, peers told) and exits; a second signal exits at once.`,
 			log := daemonLogger(cfg, cmd.ErrOrStderr())
 			logWarnings(log, cfg)
 			applyMemoryLimit(log, cfg, os.Getenv)
-			g, err := gateway.New(cfg, gateway.Options{LogOutput: cmd.ErrOrStderr(), Pprof: pprofOn})
+			opts := gateway.Options{LogOutput: cmd.ErrOrStderr(), Pprof: pprofOn}
+			for _, v := range wire {
+				if v < 1 || v > 2 {
+					return fmt.Errorf("--wire-versions: %d is not a wire version (1 or 2)", v)
+				}
+				opts.WireVersions = append(opts.WireVersions, uint8(v))
+			}
+			g, err := gateway.New(cfg, opts)
 			if err != nil {
 				return err
 			}
@@ -102,6 +110,10 @@ region's other gateways, peers told) and exits; a second signal exits at once.`,
 	cmd.Flags().StringVar(&path, "config", "", "configuration file (.yaml, .yml or .toml)")
 	cmd.Flags().DurationVar(&drainIn, "drain-timeout", 30*time.Second, "longest graceful shutdown before exiting (keep the service manager's stop timeout above it)")
 	cmd.Flags().BoolVar(&pprofOn, "pprof", false, "serve Go runtime profiles at /debug/pprof/ on the admin listener (admin.listen)")
+	// Tests of a fleet in the middle of an upgrade run some gateways as
+	// the release before wire version 2 (loadtest/chaos, rolling-upgrade).
+	cmd.Flags().UintSliceVar(&wire, "wire-versions", nil, "MetaRoCE wire versions to speak (default 1,2; 1 alone speaks as the release before version 2)")
+	_ = cmd.Flags().MarkHidden("wire-versions")
 	config.BindFlags(cmd.Flags())
 	return cmd
 }

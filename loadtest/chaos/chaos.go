@@ -70,7 +70,12 @@ type Options struct {
 	Binary string
 	// UpgradeBinary is the mrgw binary a rolling upgrade replaces each
 	// gateway's with, one gateway at a time [Binary]; later starts run it.
+	// OldArgs are more arguments of `mrgw run` for the gateways a rolling
+	// upgrade has not replaced yet: ["--wire-versions", "1"] runs them as
+	// the release before wire version 2, so that both versions carry
+	// traffic side by side during the upgrade.
 	UpgradeBinary string
+	OldArgs       []string
 	// LabBinary is the mrgw-lab binary that runs the host processes
 	// (ChildArgs) [built from the module: go build ./cmd/mrgw-lab].
 	LabBinary string

@@ -103,9 +103,11 @@ func TestChaosGossipPartition(t *testing.T) {
 // TestChaosRollingUpgrade upgrades the four gateway processes one at a
 // time under traffic, as docs/OPERATIONS.md tells an operator to:
 // SIGTERM, the binary replaced (a second build of the daemon), started,
-// ready before the next. Nothing may be lost, duplicated, corrupted or
-// failed, and every flow must deliver again. Stalls are logged, not
-// asserted.
+// ready before the next. The gateways not yet upgraded speak as the
+// release before wire version 2 (--wire-versions 1): the first upgraded
+// gateway's connections agree version 1, the last one's version 2. Nothing
+// may be lost, duplicated, corrupted or failed, and every flow must
+// deliver again. Stalls are logged, not asserted.
 func TestChaosRollingUpgrade(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts four gateway processes and restarts each")
@@ -119,7 +121,7 @@ func TestChaosRollingUpgrade(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := Options{
-		Duration: 10 * time.Second, Seed: 1, Binary: daemon, UpgradeBinary: next, LabBinary: lab,
+		Duration: 10 * time.Second, Seed: 1, Binary: daemon, UpgradeBinary: next, OldArgs: []string{"--wire-versions", "1"}, LabBinary: lab,
 		Faults: []string{FaultUpgrade}, Flows: 2, PlaneRateBps: 10e6, RecoverBound: 45 * time.Second,
 		Progress: &progress,
 	}
@@ -130,9 +132,15 @@ func TestChaosRollingUpgrade(t *testing.T) {
 	}
 	upgraded := 0
 	for _, in := range rep.Injections {
-		if in.Fault == FaultUpgrade {
-			upgraded++
-			t.Logf("%s: stall %.0f ms, %s %s", in.Fault, in.StallMs, in.Note, in.Err)
+		if in.Fault != FaultUpgrade {
+			continue
+		}
+		upgraded++
+		t.Logf("%s: stall %.0f ms, %s %s", in.Fault, in.StallMs, in.Note, in.Err)
+		steps := strings.Split(strings.TrimPrefix(in.Note, "stop to ready: "), "; ")
+		if len(steps) != 4 || !strings.Contains(steps[0], " v1") || strings.Contains(steps[0], " v2") ||
+			!strings.Contains(steps[3], " v2") || strings.Contains(steps[3], " v1") {
+			t.Errorf("want the first gateway upgraded on wire version 1 with its peers and the last on version 2: %q", in.Note)
 		}
 	}
 	if upgraded == 0 {

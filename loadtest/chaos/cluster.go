@@ -56,7 +56,8 @@ type gwProc struct {
 	relay        *gossipRelay
 	cfgPath      string
 	logPath      string
-	bin          string // the binary it runs ["": the cluster's]
+	bin          string   // the binary it runs ["": the cluster's]
+	args         []string // more arguments of `mrgw run`
 
 	mu       sync.Mutex
 	cmd      *exec.Cmd
@@ -133,7 +134,7 @@ func newCluster(ctx context.Context, o *Options, dir, bin string) (_ *cluster, e
 	}()
 	for _, reg := range []string{RegionA, RegionB} {
 		for i := range 2 {
-			p := &gwProc{region: reg, ip: gwIP(reg, i)}
+			p := &gwProc{region: reg, ip: gwIP(reg, i), args: o.OldArgs}
 			p.name = fmt.Sprintf("%s-gw%d", map[string]string{RegionA: "euw", RegionB: "use"}[reg], i+1)
 			for _, a := range []*netip.AddrPort{&p.lan, &p.wan, &p.ctl, &p.gossip, &p.admin} {
 				var h []io.Closer
@@ -308,8 +309,8 @@ func (c *cluster) start(p *gwProc) error {
 	if p.bin != "" {
 		bin = p.bin
 	}
-	fmt.Fprintf(lf, "=== chaos: binary %s\n", bin)
-	cmd := exec.Command(bin, "run", "--config", p.cfgPath, "--drain-timeout", "2s")
+	fmt.Fprintf(lf, "=== chaos: binary %s %v\n", bin, p.args)
+	cmd := exec.Command(bin, append([]string{"run", "--config", p.cfgPath, "--drain-timeout", "2s"}, p.args...)...)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

@@ -32,7 +32,7 @@ func (r *run) upgrade(ctx context.Context, in *Injection, fail func(string, ...a
 		if err := r.cl.stop(gw, 10*time.Second); err != nil {
 			fail("%v", err)
 		}
-		gw.bin = bin
+		gw.bin, gw.args = bin, nil
 		if err := r.cl.start(gw); err != nil {
 			fail("%v", err)
 			return
@@ -44,10 +44,19 @@ func (r *run) upgrade(ctx context.Context, in *Injection, fail func(string, ...a
 				return
 			}
 		}
-		took = append(took, fmt.Sprintf("%s %.1f s", gw.name, time.Since(t0).Seconds()))
+		// The wire version each WAN connection of the upgraded gateway
+		// agreed: 1 with the gateways still on the old release (OldArgs),
+		// 2 between upgraded ones.
+		var wires []string
+		if st, err := gw.status(ctx); err == nil {
+			for _, p := range st.Peers {
+				wires = append(wires, fmt.Sprintf("%s v%d", p.Name, p.Wire))
+			}
+		}
+		took = append(took, fmt.Sprintf("%s %.1f s (%s)", gw.name, time.Since(t0).Seconds(), strings.Join(wires, ", ")))
 		r.say("%s: %s upgraded (stopped, replaced, ready) in %.1f s", FaultUpgrade, gw.name, time.Since(t0).Seconds())
 	}
-	in.Note = "stop to ready: " + strings.Join(took, ", ")
+	in.Note = "stop to ready: " + strings.Join(took, "; ")
 }
 
 // dur is a seeded random duration in [lo, hi].
