@@ -84,8 +84,11 @@ type Options struct {
 	// WireVersions are the MetaRoCE wire versions the gateway speaks
 	// (default 1 and 2). Only version 1 makes it speak as a release
 	// before version 2 did: a fleet in the middle of an upgrade, for tests
-	// (`mrgw run --wire-versions`).
-	WireVersions []uint8
+	// (`mrgw run --wire-versions`). GossipMetaVersion likewise announces
+	// this gateway in gossip metadata of that version (0: the newest; 1
+	// leaves out the wire versions and the capacity).
+	WireVersions      []uint8
+	GossipMetaVersion int
 	// WANPingEvery is how often each WAN peer is PINGed (relay.keepalive):
 	// 0 is DeadAfter/8, negative never (a test that needs an idle
 	// connection to stay silent).
@@ -528,7 +531,8 @@ func (g *Gateway) regionConfig(cfg *config.Config) (region.Config, error) {
 		Name: cfg.Node.Name,
 		Meta: region.Meta{Region: cfg.Node.Region, Capabilities: []string{"relay-v1", region.CapHealthBatch},
 			Wire: g.wireVersions(), Capacity: uint32(cfg.Node.Capacity)},
-		Bind: cfg.Gossip.Bind, Advertise: cfg.Gossip.Advertise, Seeds: cfg.Gossip.Seeds,
+		MetaVersion: g.opts.GossipMetaVersion,
+		Bind:        cfg.Gossip.Bind, Advertise: cfg.Gossip.Advertise, Seeds: cfg.Gossip.Seeds,
 		Profile: cfg.Gossip.Profile,
 	}
 	// What the other gateways dial and send to: the advertise addresses,

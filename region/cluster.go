@@ -72,7 +72,7 @@ func New(cfg Config, logger *slog.Logger) (*Cluster, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	meta, _ := EncodeMeta(cfg.Meta) // checked by memberlistConfig
+	meta, _ := cfg.encodeMeta(cfg.Meta) // checked by memberlistConfig
 	logger = logger.With("component", "region", "self", cfg.Name)
 	c := &Cluster{
 		cfg:     cfg,
@@ -429,7 +429,7 @@ func (c *Cluster) pruneLoop() {
 // UpdateMeta announces new metadata (a plane added or moved) and waits at
 // most timeout for it to be sent.
 func (c *Cluster) UpdateMeta(m Meta, timeout time.Duration) error {
-	b, err := EncodeMeta(m)
+	b, err := c.cfg.encodeMeta(m)
 	if err != nil {
 		return err
 	}

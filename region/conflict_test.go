@@ -26,3 +26,28 @@ func TestNameHeldByOnJoin(t *testing.T) {
 		t.Fatal("b1, whose name nobody claims, reports a conflict about it")
 	}
 }
+
+// TestEncodeMetaVersion1: a writer of metadata version 1 (what a gateway
+// of the release before version 2 announced, for tests of a fleet in the
+// middle of an upgrade) writes what that release wrote: the version-2
+// fields left out, and today's reader reads it with them empty.
+func TestEncodeMetaVersion1(t *testing.T) {
+	m := testMeta("a", 3)
+	b, err := EncodeMetaVersion(m, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := metaV1(t, m); string(b) != string(want) {
+		t.Fatalf("version 1 encoding % x, want % x", b, want)
+	}
+	got, err := DecodeMeta(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Region != m.Region || len(got.Wire) != 0 || got.Capacity != 0 || len(got.Planes) != len(m.Planes) {
+		t.Fatalf("decoded %+v", got)
+	}
+	if _, err := EncodeMetaVersion(m, 3); err == nil {
+		t.Fatal("version 3 encoded")
+	}
+}

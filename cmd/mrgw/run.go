@@ -28,6 +28,7 @@ func newRunCmd() *cobra.Command {
 		drainIn time.Duration
 		pprofOn bool
 		wire    []uint
+		metaV   int
 	)
 	cmd := &cobra.Command{
 		Use:   "run --config FILE",
@@ -53,7 +54,7 @@ region's other gateways, peers told) and exits; a second signal exits at once.`,
 			log := daemonLogger(cfg, cmd.ErrOrStderr())
 			logWarnings(log, cfg)
 			applyMemoryLimit(log, cfg, os.Getenv)
-			opts := gateway.Options{LogOutput: cmd.ErrOrStderr(), Pprof: pprofOn}
+			opts := gateway.Options{LogOutput: cmd.ErrOrStderr(), Pprof: pprofOn, GossipMetaVersion: metaV}
 			for _, v := range wire {
 				if v < 1 || v > 2 {
 					return fmt.Errorf("--wire-versions: %d is not a wire version (1 or 2)", v)
@@ -114,6 +115,8 @@ region's other gateways, peers told) and exits; a second signal exits at once.`,
 	// the release before wire version 2 (loadtest/chaos, rolling-upgrade).
 	cmd.Flags().UintSliceVar(&wire, "wire-versions", nil, "MetaRoCE wire versions to speak (default 1,2; 1 alone speaks as the release before version 2)")
 	_ = cmd.Flags().MarkHidden("wire-versions")
+	cmd.Flags().IntVar(&metaV, "gossip-meta-version", 0, "gossip metadata version to announce (default the newest; 1 announces as a release before version 2)")
+	_ = cmd.Flags().MarkHidden("gossip-meta-version")
 	config.BindFlags(cmd.Flags())
 	return cmd
 }

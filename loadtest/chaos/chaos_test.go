@@ -104,7 +104,8 @@ func TestChaosGossipPartition(t *testing.T) {
 // time under traffic, as docs/OPERATIONS.md tells an operator to:
 // SIGTERM, the binary replaced (a second build of the daemon), started,
 // ready before the next. The gateways not yet upgraded speak as the
-// release before wire version 2 (--wire-versions 1): the first upgraded
+// release before wire version 2 and gossip metadata version 2
+// (--wire-versions 1 --gossip-meta-version 1): the first upgraded
 // gateway's connections agree version 1, the last one's version 2. Nothing
 // may be lost, duplicated, corrupted or failed, and every flow must
 // deliver again. Stalls are logged, not asserted.
@@ -121,7 +122,7 @@ func TestChaosRollingUpgrade(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := Options{
-		Duration: 10 * time.Second, Seed: 1, Binary: daemon, UpgradeBinary: next, OldArgs: []string{"--wire-versions", "1"}, LabBinary: lab,
+		Duration: 10 * time.Second, Seed: 1, Binary: daemon, UpgradeBinary: next, OldArgs: []string{"--wire-versions", "1", "--gossip-meta-version", "1"}, LabBinary: lab,
 		Faults: []string{FaultUpgrade}, Flows: 2, PlaneRateBps: 10e6, RecoverBound: 45 * time.Second,
 		Progress: &progress,
 	}
