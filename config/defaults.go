@@ -20,9 +20,9 @@ func Default() *Config {
 			Listen:            "127.0.0.1:4791",
 			CongestionControl: LANControllerAIMD,
 			// Hosts share the gateway's path sockets; what each costs is
-			// its connection's protocol state (14-21 KiB with 4 paths,
-			// docs/RESULTS.md) and the gateway's tables: 10,000 hold
-			// about 320 MiB beside limits.memory_bytes.
+			// its connection's protocol state and the gateway's tables
+			// (about 70 KiB of RSS each at 1,000 hosts, docs/RESULTS.md):
+			// 10,000 hold about 640 MiB beside limits.memory_bytes.
 			MaxHosts: 10_000,
 		},
 		WAN: WAN{

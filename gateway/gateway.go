@@ -118,11 +118,12 @@ const (
 // buffered data, whatever its hosts: the runtime, the WAN's connections and
 // path sockets, the hosts' shared path sockets (64 of ~0.4 MiB).
 // MemoryPerHost is what each host of lan.max_hosts adds: its connection's
-// protocol state (14-21 KiB with 4 paths, docs/RESULTS.md "State per
-// connection") and the gateway's tables, rounded up.
+// protocol state, the gateway's tables and the collector's headroom (1,000
+// hosts added 69 MB of RSS, 44 KiB each beside the pool: docs/RESULTS.md,
+// `mrgw-lab loadtest hosts`), rounded up.
 const (
 	MemoryOverhead = 96 << 20
-	MemoryPerHost  = 32 << 10
+	MemoryPerHost  = 64 << 10
 )
 
 // MemoryLimit is the soft memory limit for the Go runtime of a gateway
