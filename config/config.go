@@ -87,6 +87,9 @@ type LAN struct {
 	// authentication: without it an empty host_keys is a configuration
 	// error, so that a gateway never admits anyone by omission.
 	AllowUnauthenticatedHosts bool `mapstructure:"allow_unauthenticated_hosts" reload:"live" doc:"accept host registrations without a credential when host_keys is empty (a lab on one machine only: anyone who reaches lan.listen can then register any endpoint name)"`
+	// MaxHosts bounds the hosts (LAN peers) admitted at once
+	// (docs/OPERATIONS.md, "Host capacity").
+	MaxHosts int `mapstructure:"max_hosts" doc:"hosts (LAN peers) admitted at once, 1..65536; each costs about 64 KiB (its connection's state and the gateway's tables), counted in the Go memory limit mrgw run sets; more are refused at once (admission full)"`
 }
 
 // WAN is the inter-region side: encrypted multipath tunnels to peer gateways.

@@ -19,6 +19,11 @@ func Default() *Config {
 			// 4791 is the RoCEv2 UDP port that MetaRoCE hosts already use.
 			Listen:            "127.0.0.1:4791",
 			CongestionControl: LANControllerAIMD,
+			// Hosts share the gateway's path sockets; what each costs is
+			// its connection's protocol state and the gateway's tables
+			// (about 70 KiB of RSS each at 1,000 hosts, docs/RESULTS.md):
+			// 10,000 hold about 640 MiB beside limits.memory_bytes.
+			MaxHosts: 10_000,
 		},
 		WAN: WAN{
 			PathsPerPeer: 16,
@@ -135,6 +140,7 @@ const (
 	// products of limits well inside int64.
 	maxMemoryBytes = 1 << 40
 	maxFlows       = 1_000_000
+	maxHosts       = 65536
 	maxWeight      = 1_000_000
 	// maxCapacity bounds node.capacity and regions[].gateways[].weight
 	// (rendezvous placement weighs gateways of a region against each other).

@@ -49,6 +49,7 @@ func (c *Config) check(files bool) []*FieldError {
 	v.oneOf("lan.congestion_control", c.LAN.CongestionControl, lanControllers)
 	v.rate("lan.max_rate_bps", c.LAN.MaxRateBps, c.LAN.CongestionControl == LANControllerFixed, "lan.congestion_control")
 	v.hostKeys("lan.host_keys", c.LAN.HostKeys)
+	v.intRange("lan.max_hosts", int64(c.LAN.MaxHosts), 1, maxHosts)
 	if len(c.LAN.HostKeys) == 0 && !c.LAN.AllowUnauthenticatedHosts {
 		v.add("lan.host_keys", "is empty: hosts would register unauthenticated; give each host a credential (docs/OPERATIONS.md, \"Authenticating hosts\") or set lan.allow_unauthenticated_hosts: true")
 	}

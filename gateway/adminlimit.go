@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"time"
 )
 
 // sourceLimitListener caps the connections one source IP holds open on the
@@ -96,3 +97,114 @@ func (c *sourceConn) Close() error {
 	c.once.Do(func() { c.l.release(c.src) })
 	return err
 }
+
+// evictingListener caps the admin connections open at once without ever
+// making a new client wait. A plain limit (netutil.LimitListener) stops
+// accepting at the cap: 64 idle connections from four addresses, or a
+// slowloris that sends its headers a byte at a time, held every slot and
+// Prometheus and the /readyz probes queued in the kernel for 30-40 s. Here
+// a connection over the cap takes the slot of the open connection that
+// has been waiting longest for a request (idle keep-alive, or still
+// sending its headers), which is closed and reported to evicted; only when
+// every open connection is in a handler is the new one closed (busy).
+// Handlers are bounded by the server's write timeout, so busy is brief.
+type evictingListener struct {
+	net.Listener
+	max     int
+	evicted func(victim netip.Addr, waited time.Duration)
+	busy    func(src netip.Addr)
+
+	mu   sync.Mutex
+	open map[*evictConn]struct{}
+}
+
+func newEvictingListener(l net.Listener, max int, evicted func(netip.Addr, time.Duration), busy func(netip.Addr)) *evictingListener {
+	return &evictingListener{Listener: l, max: max, evicted: evicted, busy: busy, open: map[*evictConn]struct{}{}}
+}
+
+// Accept returns the next connection; at the cap it first closes the
+// longest-waiting connection that is not serving a request.
+func (l *evictingListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		now := time.Now()
+		ec := &evictConn{Conn: c, l: l, waitingSince: now}
+		l.mu.Lock()
+		var victim *evictConn
+		if len(l.open) >= l.max {
+			for o := range l.open {
+				if !o.busy && (victim == nil || o.waitingSince.Before(victim.waitingSince)) {
+					victim = o
+				}
+			}
+			if victim == nil {
+				l.mu.Unlock()
+				c.Close()
+				l.busy(sourceAddr(c.RemoteAddr()))
+				continue
+			}
+			delete(l.open, victim)
+		}
+		l.open[ec] = struct{}{}
+		l.mu.Unlock()
+		if victim != nil {
+			victim.Close()
+			l.evicted(sourceAddr(victim.RemoteAddr()), now.Sub(victim.waitingSince))
+		}
+		return ec, nil
+	}
+}
+
+// serving marks c as serving a request (its handler was called): it is
+// not evicted until idle says its response was written.
+func (l *evictingListener) serving(c net.Conn) {
+	if ec, ok := c.(*evictConn); ok {
+		l.mu.Lock()
+		ec.busy = true
+		l.mu.Unlock()
+	}
+}
+
+// idle marks c as waiting for its next request (http.StateIdle: the
+// response is written).
+func (l *evictingListener) idle(c net.Conn) {
+	if ec, ok := c.(*evictConn); ok {
+		l.mu.Lock()
+		ec.busy = false
+		ec.waitingSince = time.Now()
+		l.mu.Unlock()
+	}
+}
+
+// openConns is how many connections hold a slot.
+func (l *evictingListener) openConns() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.open)
+}
+
+// evictConn is one admin connection holding a slot; its fields are under
+// the listener's mutex.
+type evictConn struct {
+	net.Conn
+	l            *evictingListener
+	busy         bool      // a request is in its handler or its answer is being written
+	waitingSince time.Time // accepted, or its last request answered
+	once         sync.Once
+}
+
+func (c *evictConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() {
+		c.l.mu.Lock()
+		delete(c.l.open, c)
+		c.l.mu.Unlock()
+	})
+	return err
+}
+
+// connKey carries the admin connection in a request's context.
+type connKey struct{}

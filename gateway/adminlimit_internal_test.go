@@ -1,9 +1,13 @@
 package gateway
 
 import (
+	"errors"
 	"net"
 	"net/netip"
+	"os"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // TestSourceLimitListener: the cap counts per source IP (IPv4-mapped
@@ -95,5 +99,69 @@ func TestAdminCaps(t *testing.T) {
 		if total, per := adminCaps(c.total, c.perSource); total != c.wantTotal || per != c.wantPer {
 			t.Errorf("adminCaps(%d, %d) = %d, %d; want %d, %d", c.total, c.perSource, total, per, c.wantTotal, c.wantPer)
 		}
+	}
+}
+
+// TestEvictingListener: at the cap a new connection takes the slot of the
+// open one that has waited longest for a request; one serving a request
+// is never taken; when every open one is serving, the new one is closed.
+func TestEvictingListener(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evicted, busy atomic.Int32
+	l := newEvictingListener(raw, 2, func(netip.Addr, time.Duration) { evicted.Add(1) }, func(netip.Addr) { busy.Add(1) })
+	defer l.Close()
+	dial := func() {
+		t.Helper()
+		c, err := net.Dial("tcp", raw.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+	}
+	accepted := make(chan net.Conn)
+	acceptNext := func() {
+		go func() {
+			c, err := l.Accept()
+			if err != nil {
+				t.Error(err)
+			}
+			accepted <- c
+		}()
+	}
+	accept := func() net.Conn {
+		t.Helper()
+		acceptNext()
+		dial()
+		return <-accepted
+	}
+	closed := func(c net.Conn) bool {
+		_ = c.SetReadDeadline(time.Now().Add(time.Minute))
+		_, err := c.Read(make([]byte, 1))
+		return err != nil && !errors.Is(err, os.ErrDeadlineExceeded)
+	}
+	a, b := accept(), accept()
+	l.serving(a) // a is in a handler: b is the only candidate
+	c := accept()
+	if evicted.Load() != 1 || l.openConns() != 2 || !closed(b) {
+		t.Fatalf("evicted %d, open %d, b closed %v; want 1, 2, true", evicted.Load(), l.openConns(), closed(b))
+	}
+	// Both open connections serving: a new one is closed, counted busy,
+	// and Accept waits for the next.
+	l.serving(c)
+	acceptNext()
+	dial()
+	for busy.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	// a answered its request and waits for the next: the one after takes
+	// its slot.
+	l.idle(a)
+	dial()
+	<-accepted
+	if evicted.Load() != 2 || busy.Load() != 1 || !closed(a) {
+		t.Fatalf("evicted %d, busy %d, a closed %v; want 2, 1, true", evicted.Load(), busy.Load(), closed(a))
 	}
 }

@@ -83,9 +83,9 @@ type admission struct {
 	saturatedUntil time.Duration
 	refused        map[string]uint64 // by reason, since start
 	reclaimed      map[string]uint64 // unregistered, idle
-	// netio's cookie counters as last synced into the metrics.
-	retries, badCookies uint64
-	log                 *ratelog.Logger
+	cookies        cookieCounts
+	noSocket       uint64 // netio's NoSocket as last synced
+	log            *ratelog.Logger
 }
 
 func newAdmission(g *Gateway) *admission {
@@ -94,12 +94,12 @@ func newAdmission(g *Gateway) *admission {
 		log: ratelog.New(g.log.With("part", "admission"), 10*time.Second)}
 }
 
-// limit is the most host peers admitted at once.
+// limit is the most host peers admitted at once: lan.max_hosts.
 func (a *admission) limit() int {
 	if n := a.g.opts.MaxHostPeers; n > 0 {
 		return n
 	}
-	return a.g.relay.maxFlows + 1024
+	return a.g.Config().LAN.MaxHosts
 }
 
 // requireCookie: the gateway is under load, so a new source must echo a
@@ -156,6 +156,13 @@ func (a *admission) refuse(now time.Duration, reason string, src netip.AddrPort,
 	a.log.Warn(reason, "LAN admission refused", "src", src, "admitted", len(a.peers), "limit", a.limit(), "pending", a.pending)
 	return 0, false
 }
+
+// silentAfter is how long a host peer may go without a control message
+// while the table is full before it is reclaimed to make room: hosts PING
+// every DeadAfter/8 (62.5 ms by default), so a host silent this long is
+// dead or cut off. Without it, hosts killed in numbers held their slots
+// for HostIdleTimeout (30 s) while live hosts were refused.
+const silentAfter = 3 * time.Second
 
 // prune forgets the sources with a full bucket and nothing pending.
 func (a *admission) prune(now time.Duration) {
@@ -222,6 +229,10 @@ func (a *admission) saturated(now time.Duration) bool {
 func (a *admission) reclaim(now time.Duration) {
 	r := a.g.relay
 	regTimeout, idle := a.g.opts.HostRegisterTimeout, a.g.opts.HostIdleTimeout
+	if a.saturated(now) {
+		// Hosts are being refused for want of room: the silent go first.
+		idle = min(idle, silentAfter)
+	}
 	var conns map[metaroce.PeerID][]*connInfo
 	for id, p := range a.peers {
 		var why string
@@ -262,16 +273,21 @@ func (a *admission) reclaim(now time.Duration) {
 		}
 	}
 	st := r.g.ep.Stats()
-	if d := st.RetriesSent - a.retries; d > 0 {
-		bad := st.BadCookies - a.badCookies
-		a.g.metrics.AdmissionRefusedN(admitRetry, float64(d-bad))
+	if retry, bad := a.cookies.sync(st.RetriesSent, st.BadCookies); retry+bad > 0 {
+		a.g.metrics.AdmissionRefusedN(admitRetry, float64(retry))
 		a.g.metrics.AdmissionRefusedN(admitBadCookie, float64(bad))
-		a.refused[admitRetry] += d - bad
+		a.refused[admitRetry] += retry
 		a.refused[admitBadCookie] += bad
 		a.log.Warn(admitRetry, "LAN admission under load: INITs from new sources answered with a cookie challenge",
-			"count", d, "bad_cookies", bad, "pending", a.pending, "admitted", len(a.peers))
-		a.retries, a.badCookies = st.RetriesSent, st.BadCookies
+			"count", retry+bad, "bad_cookies", bad, "pending", a.pending, "admitted", len(a.peers))
 	}
+	if d := st.NoSocket - a.noSocket; d > 0 && st.NoSocket > a.noSocket {
+		a.g.metrics.PathSocketsExhausted.Add(float64(d))
+		a.log.Warn("no_socket", "datagrams not sent: every path socket is in use", "count", d,
+			"hosts", len(a.peers), "limit", a.limit())
+		a.noSocket = st.NoSocket
+	}
+	a.g.metrics.LANPeersLimit.Set(float64(a.limit()))
 	a.g.metrics.LANPeers.Set(float64(len(a.peers)))
 	a.g.metrics.LANPeersPending.Set(float64(a.pending))
 	sat := 0.0
@@ -279,6 +295,34 @@ func (a *admission) reclaim(now time.Duration) {
 		sat = 1
 	}
 	a.g.metrics.AdmissionSaturated.Set(sat)
+}
+
+// cookieCounts turns netio's cookie counters into the two refusal
+// reasons: retry (an INIT without a cookie answered with a challenge) and
+// bad_cookie (an INIT whose cookie did not check). netio counts every
+// challenge in RetriesSent and the bad cookies again in BadCookies, but
+// the two are separate atomics read one after the other, and a challenge
+// that could not be sent counts a bad cookie and no retry: BadCookies may
+// run ahead of RetriesSent. The retry count is therefore
+// RetriesSent-BadCookies clamped at zero and never allowed to go back, so
+// that neither delta can wrap around (an unsigned difference that went
+// negative showed as 1.2e21 refusals).
+type cookieCounts struct {
+	retry, bad uint64 // as synced into the metrics
+}
+
+// sync takes netio's running totals and returns what each reason grew by
+// since the last call.
+func (c *cookieCounts) sync(retriesSent, badCookies uint64) (retry, bad uint64) {
+	if badCookies > c.bad {
+		bad = badCookies - c.bad
+		c.bad = badCookies
+	}
+	if retriesSent > badCookies && retriesSent-badCookies > c.retry {
+		retry = retriesSent - badCookies - c.retry
+		c.retry += retry
+	}
+	return retry, bad
 }
 
 // AdmissionStatus is the LAN admission state in /status.

@@ -5,6 +5,7 @@ package gateway_test
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -230,5 +231,91 @@ func TestLANAdmissionSaturatedIsVisible(t *testing.T) {
 	waitStatus(t, ctx, g, "saturation over", func(st gateway.Status) bool { return !st.Admission.Saturated && st.Admission.Peers == 0 })
 	if body := readyz(t, g); strings.Contains(body, "admission saturated") {
 		t.Fatalf("/readyz after the reclaim: %q", body)
+	}
+}
+
+// TestDeadHostsReclaimedAtTheLimit: with the LAN peer table full of hosts
+// killed without a CLOSE, a live host that arrives is refused at once
+// (counted full, /readyz saturated), the silent hosts are reclaimed to
+// make room, and the live host gets in; long before the idle reclaim
+// (an hour here). Before, 1,000 killed hosts locked new ones out for the
+// 30 s of the idle timeout.
+func TestDeadHostsReclaimedAtTheLimit(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	g, key := soloGateway(t, ctx, gateway.Options{MaxHostPeers: 2, HostIdleTimeout: time.Hour},
+		func(c *config.Config) { c.WAN.DeadAfter = time.Minute })
+	newHost := func(name string) (*host.Host, error) {
+		return host.New(host.Config{Name: name, Region: g.Config().Node.Region, Gateways: []netip.AddrPort{g.LANAddr()},
+			Key: key, OpenTimeout: patience / 2, Logger: testLogger(t)})
+	}
+	for _, n := range []string{"dead-0", "dead-1"} {
+		h, err := newHost(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Kill()
+	}
+	waitStatus(t, ctx, g, "the table full", func(st gateway.Status) bool { return st.Admission.Peers == 2 })
+	h, err := newHost("live")
+	if err != nil {
+		t.Fatalf("a live host with the table full of dead ones: %v", err)
+	}
+	defer h.Close()
+	st := g.Status()
+	t.Logf("admission %+v", st.Admission)
+	if st.Admission.Refused["full"] == 0 || st.Admission.Reclaimed["idle"] == 0 {
+		t.Errorf("want a full refusal and an idle reclaim: %+v", st.Admission)
+	}
+}
+
+// TestMaxHostsIsTheLimit: lan.max_hosts is the LAN peer limit, in
+// /status and in mrgw_lan_peers_limit (it was limits.max_flows + 1024,
+// above what the gateway's path sockets could serve).
+func TestMaxHostsIsTheLimit(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	g, _ := soloGateway(t, ctx, gateway.Options{}, func(c *config.Config) { c.LAN.MaxHosts = 3 })
+	st := waitStatus(t, ctx, g, "a status", func(st gateway.Status) bool { return st.Admission.Limit != 0 })
+	if st.Admission.Limit != 3 {
+		t.Errorf("admission limit %d, want lan.max_hosts 3", st.Admission.Limit)
+	}
+	if v := gauge(t, g.Metrics().LANPeersLimit); v != 3 {
+		t.Errorf("mrgw_lan_peers_limit %v, want 3", v)
+	}
+}
+
+// TestHostsSharePathSockets: what the gateway sends its hosts leaves from
+// a pool of path sockets they share (4 here), not from sockets of each
+// host's own: with 8 hosts of 4 paths registered and PINGing, the gateway
+// holds at most the pool. Before, each host path held a socket (32 here;
+// with 1,024 in all, hosts beyond about 250 were admitted and never
+// answered).
+func TestHostsSharePathSockets(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	g, key := soloGateway(t, ctx, gateway.Options{HostPathSockets: 4}, nil)
+	const n = 8
+	for i := range n {
+		h, err := host.New(host.Config{Name: fmt.Sprintf("h%d", i), Region: g.Config().Node.Region, Gateways: []netip.AddrPort{g.LANAddr()},
+			Key: key, OpenTimeout: patience / 4, Logger: testLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { h.Close() })
+	}
+	st := waitStatus(t, ctx, g, "every host registered", func(st gateway.Status) bool { return st.Hosts == n })
+	// The hosts PING every 62.5 ms and the gateway answers on their
+	// paths: a second of answers opens whatever sockets they need.
+	for range 3 {
+		time.Sleep(time.Second)
+		st = g.Status()
+		t.Logf("%d hosts: %d path sockets", st.Hosts, st.PathSockets)
+		if st.PathSockets > 4 {
+			t.Fatalf("%d path sockets for %d hosts, want at most the pool of 4", st.PathSockets, n)
+		}
+	}
+	if st.PathSockets == 0 {
+		t.Fatal("no path socket open: the test sees nothing")
 	}
 }

@@ -18,6 +18,10 @@ var (
 	ErrClosed = errors.New("gateway: closed")
 	// ErrStarted: Run was called twice.
 	ErrStarted = errors.New("gateway: already running")
+	// ErrNameInUse: another gateway already holds this gateway's name in
+	// gossip; Run stops without having served and returns it, naming the
+	// holder's address.
+	ErrNameInUse = errors.New("gateway: name in use")
 	// ErrReload: a reload was refused; the running configuration stays.
 	ErrReload = errors.New("gateway: reload refused")
 	// errFlowEnded fails the relayed messages of a flow that was torn down.

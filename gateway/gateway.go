@@ -62,8 +62,8 @@ type Options struct {
 	// AdminIdleTimeout, AdminMaxConns and AdminMaxConnsPerSource bound
 	// the admin HTTP server: an idle keep-alive connection is closed after
 	// AdminIdleTimeout (default 30 s), at most AdminMaxConns connections
-	// are open at once (default 64; more wait in the kernel's accept
-	// queue), and at most AdminMaxConnsPerSource of them from one source
+	// are open at once (default 64; a new one over the cap takes the slot
+	// of the one that has waited longest for a request), and at most AdminMaxConnsPerSource of them from one source
 	// IP (default a quarter of AdminMaxConns, at least 1: 16 of the
 	// default 64; more are closed as soon as they are accepted).
 	AdminIdleTimeout       time.Duration
@@ -74,10 +74,21 @@ type Options struct {
 	// (default 10 s). HostIdleTimeout: so is a host whose connections
 	// have carried no control message for this long (default 30 s; hosts
 	// PING every DeadAfter/8, 62.5 ms by default). MaxHostPeers bounds the
-	// LAN peers admitted at once (default limits.max_flows + 1024).
+	// LAN peers admitted at once (default lan.max_hosts).
 	HostRegisterTimeout time.Duration
 	HostIdleTimeout     time.Duration
 	MaxHostPeers        int
+	// HostPathSockets is the number of path sockets all hosts share for
+	// what the gateway sends them (default 64).
+	HostPathSockets int
+	// WireVersions are the MetaRoCE wire versions the gateway speaks
+	// (default 1 and 2). Only version 1 makes it speak as a release
+	// before version 2 did: a fleet in the middle of an upgrade, for tests
+	// (`mrgw run --wire-versions`). GossipMetaVersion likewise announces
+	// this gateway in gossip metadata of that version (0: the newest; 1
+	// leaves out the wire versions and the capacity).
+	WireVersions      []uint8
+	GossipMetaVersion int
 	// WANPingEvery is how often each WAN peer is PINGed (relay.keepalive):
 	// 0 is DeadAfter/8, negative never (a test that needs an idle
 	// connection to stay silent).
@@ -102,6 +113,46 @@ const (
 	// thousands of hosts is the largest.
 	adminWriteTimeout = 30 * time.Second
 )
+
+// MemoryOverhead is what a gateway holds beyond limits.memory_bytes, its
+// buffered data, whatever its hosts: the runtime, the WAN's connections and
+// path sockets, the hosts' shared path sockets (64 of ~0.4 MiB).
+// MemoryPerHost is what each host of lan.max_hosts adds: its connection's
+// protocol state, the gateway's tables and the collector's headroom (1,000
+// hosts added 69 MB of RSS, 44 KiB each beside the pool: docs/RESULTS.md,
+// `mrgw-lab loadtest hosts`), rounded up.
+const (
+	MemoryOverhead = 96 << 20
+	MemoryPerHost  = 64 << 10
+)
+
+// MemoryLimit is the soft memory limit for the Go runtime of a gateway
+// running cfg (`mrgw run` sets it; debug.SetMemoryLimit): limits.memory_bytes
+// plus MemoryOverhead plus MemoryPerHost per host of lan.max_hosts. The
+// garbage collector works harder as the heap nears it, so that the heap
+// stays within the configuration rather than growing until the next cycle.
+func MemoryLimit(cfg *config.Config) int64 {
+	return cfg.Limits.MemoryBytes + MemoryOverhead + MemoryPerHost*int64(cfg.LAN.MaxHosts)
+}
+
+// hostPathPool is the default number of path sockets the hosts share
+// (Options.HostPathSockets): enough source ports that the 4 paths of a
+// host rarely share one, few enough that they cost 64 × ~0.4 MiB at most.
+const hostPathPool = 64
+
+func (g *Gateway) wireVersions() []uint8 {
+	if len(g.opts.WireVersions) > 0 {
+		return g.opts.WireVersions
+	}
+	return []uint8{metaroce.Version1, metaroce.Version2}
+}
+
+func (g *Gateway) hostPathPool() int {
+	if n := g.opts.HostPathSockets; n > 0 {
+		return n
+	}
+	return hostPathPool
+}
 
 // hostHintScale: see Config.AcceptOptions in protocol.
 const hostHintScale = 8
@@ -174,6 +225,7 @@ type Gateway struct {
 	stopped chan struct{}
 	stopOne sync.Once
 	joined  atomic.Bool
+	runErr  error // why Run stopped by itself (ErrNameInUse); under runMu
 
 	status atomic.Pointer[Status]
 }
@@ -318,6 +370,15 @@ func (g *Gateway) newEndpoint(cfg *config.Config, planeAddrs []netip.AddrPort, o
 		OnEvent:       g.relay.onEvent,
 		Logger:        g.log,
 		UDP:           udpOptions(cfg),
+		// Hosts send from a pool of path sockets they share: a socket
+		// of its own per host path cost a descriptor, a reader and ~0.4
+		// MiB each, and with 1,024 in all hosts beyond about 250 were
+		// admitted and never answered. The WAN's peers keep their own
+		// (each path on its plane's address).
+		SharePaths:        func(id netio.PeerID) bool { return id >= hostPeerBase },
+		SharedPathSockets: g.hostPathPool(),
+		MaxPathSockets:    netio.DefaultMaxPathSockets + g.hostPathPool(),
+		MaxPeers:          max(netio.DefaultMaxPeers, cfg.LAN.MaxHosts+maxWANPeers),
 	})
 	if err != nil {
 		return fmt.Errorf("%w: lan/wan sockets: %w", ErrBind, err)
@@ -440,7 +501,7 @@ func (g *Gateway) protocol(cfg *config.Config) metaroce.Config {
 		// the seal, against v1's 104) with every peer that speaks it;
 		// version 1 with the others (hosts and gateways of earlier
 		// releases): the handshake agrees on the highest both offer.
-		WireVersions: []uint8{metaroce.Version1, metaroce.Version2},
+		WireVersions: g.wireVersions(),
 		// The receiver loop divides the WAN capacity the operator declared
 		// among the senders it serves (peer gateways and hosts), and tells
 		// each its share in every ack: senders start there instead of
@@ -470,8 +531,9 @@ func (g *Gateway) regionConfig(cfg *config.Config) (region.Config, error) {
 	rc := region.Config{
 		Name: cfg.Node.Name,
 		Meta: region.Meta{Region: cfg.Node.Region, Capabilities: []string{"relay-v1", region.CapHealthBatch},
-			Wire: []uint8{metaroce.Version1, metaroce.Version2}, Capacity: uint32(cfg.Node.Capacity)},
-		Bind: cfg.Gossip.Bind, Advertise: cfg.Gossip.Advertise, Seeds: cfg.Gossip.Seeds,
+			Wire: g.wireVersions(), Capacity: uint32(cfg.Node.Capacity)},
+		MetaVersion: g.opts.GossipMetaVersion,
+		Bind:        cfg.Gossip.Bind, Advertise: cfg.Gossip.Advertise, Seeds: cfg.Gossip.Seeds,
 		Profile: cfg.Gossip.Profile,
 	}
 	// What the other gateways dial and send to: the advertise addresses,
@@ -545,7 +607,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 		g.Close()
 	case <-g.stopped:
 	}
-	return nil
+	g.runMu.Lock()
+	defer g.runMu.Unlock()
+	return g.runErr
 }
 
 func (g *Gateway) goTrack(f func()) {
@@ -588,9 +652,18 @@ func (g *Gateway) joinLoop() {
 	wait := 200 * time.Millisecond
 	for g.ctx.Err() == nil {
 		n, err := g.cluster.Join(g.ctx, seeds)
+		// A member that claimed this gateway's name before its first
+		// join is the holder: this one stops before it serves anything
+		// (no peer was connected: syncPeers waits for joined), and says
+		// no goodbye, which the others would apply to the holder.
+		if holder, ok := g.cluster.NameHeldBy(); ok {
+			g.nameInUse(holder)
+			return
+		}
 		if err == nil && n > 0 {
 			g.joined.Store(true)
 			g.log.Info("joined gossip", "members", n)
+			g.syncPeers()
 			g.reconnectLoop(seeds)
 			return
 		}
@@ -603,6 +676,19 @@ func (g *Gateway) joinLoop() {
 		}
 		wait = min(2*wait, 5*time.Second)
 	}
+}
+
+// nameInUse stops a gateway whose name another gateway holds: Run returns
+// ErrNameInUse naming the holder.
+func (g *Gateway) nameInUse(holder string) {
+	name := g.Config().Node.Name
+	err := fmt.Errorf("%w: node.name %q is held by the gateway at %s (its gossip address); this one stops without serving: give each gateway a name of its own",
+		ErrNameInUse, name, holder)
+	g.log.Error("gateway name in use: stopping", "name", name, "holder", holder)
+	g.runMu.Lock()
+	g.runErr = err
+	g.runMu.Unlock()
+	go g.Close() // from a tracked goroutine: Close waits for them
 }
 
 // reconnectInterval is how often a gateway tries to rejoin gateways that
@@ -667,7 +753,8 @@ func (g *Gateway) watchGossip() {
 			if !ok {
 				return
 			}
-			g.log.Info("gossip: gateway state", "name", c.Name, "region", c.Region, "from", c.From.String(), "to", c.To.String())
+			// region logs the change at info ("gateway state"): once is enough.
+			g.log.Debug("gossip: gateway state", "name", c.Name, "region", c.Region, "from", c.From.String(), "to", c.To.String())
 			if p := g.peer(c.Name); p != nil && !c.To.Live() {
 				_ = g.ep.Do(g.ctx, func(now time.Duration, _ *metaroce.Endpoint) {
 					g.relay.dropPeer(now, p, "gossip: "+c.To.String())

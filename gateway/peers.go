@@ -233,7 +233,10 @@ func (g *Gateway) acceptPeer(id pki.PeerIdentity) error {
 func (g *Gateway) syncPeers() {
 	g.syncMu.Lock()
 	defer g.syncMu.Unlock()
-	if g.ctx.Err() != nil {
+	// No peer before the first join: that is when the gateway learns
+	// whether another holds its name, and a session under a name in use
+	// replaces the holder's at every peer.
+	if g.ctx.Err() != nil || !g.joined.Load() {
 		return
 	}
 	cfg := g.Config()

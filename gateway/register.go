@@ -29,6 +29,15 @@ func (r *relay) register(ci *connInfo, m *flowctl.Msg) {
 	if !r.authenticate(ci, m, now) {
 		return
 	}
+	// A host names its region; a gateway serves one. A host that names
+	// another (a wrong --region, or another region's gateways in its
+	// list) would register, and flows addressed to it in the region it
+	// believes in would never find it.
+	if self := r.g.Config().Node.Region; m.Region != self {
+		r.refuseRegister(ci, m, flowctl.CodeUnknownRegion, metrics.RegisterWrongRegion,
+			fmt.Sprintf("this gateway serves region %q, not %q", self, m.Region))
+		return
+	}
 	old := r.hosts[m.Endpoint]
 	switch {
 	case old == nil || old.dead || old == ci:

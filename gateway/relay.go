@@ -354,7 +354,7 @@ func (r *relay) onEvent(now time.Duration, ev metaroce.Event) {
 			if ev.Err != nil && f.state != flowGone {
 				// The next hop refused the message: this route cannot
 				// deliver it, so the source must re-send it elsewhere.
-				r.g.log.Debug("relayed message failed", "flow", f.id, "seq", ev.Seq, "err", ev.Err)
+				r.g.log.Debug("relayed message failed", "flow", flowctl.FlowID(f.id), "seq", ev.Seq, "err", ev.Err)
 				if f.up != nil && !f.up.dead {
 					r.sendCtl(f.up, &flowctl.Msg{Type: flowctl.Reset, Flow: f.id, Code: flowctl.CodeRouteLost, Reason: "next hop refused a message: " + ev.Err.Error()})
 					r.resets++
@@ -455,7 +455,7 @@ func (r *relay) teardown(f *flow) {
 	}
 	f.state = flowGone
 	for seq, m := range f.msgs {
-		r.g.log.Debug("relayed message abandoned", "flow", f.id, "seq", seq, "supplied", m.supplied, "length", m.length)
+		r.g.log.Debug("relayed message abandoned", "flow", flowctl.FlowID(f.id), "seq", seq, "supplied", m.supplied, "length", m.length)
 		m.rm.Fail(errFlowEnded)
 		for _, p := range m.parts {
 			r.put(f, p.buf)
@@ -549,7 +549,7 @@ func (r *relay) handle(ci *connInfo, m *flowctl.Msg) {
 			f.reserved = credit
 			f.state = flowOpen
 			r.sendCtl(f.up, &flowctl.Msg{Type: flowctl.OpenOK, Flow: f.id, Credit: uint64(credit)})
-			r.g.log.Debug("flow open", "flow", f.id, "credit", credit)
+			r.g.log.Debug("flow open", "flow", flowctl.FlowID(f.id), "credit", credit)
 		}
 	case flowctl.OpenErr:
 		if f := r.flows[m.Flow]; f != nil && f.down == ci {
@@ -601,7 +601,7 @@ func (r *relay) refuse(ci *connInfo, m *flowctl.Msg, code flowctl.Code, reason, 
 	r.refused++
 	r.g.metrics.FlowRefused(metric)
 	r.sendCtl(ci, &flowctl.Msg{Type: flowctl.OpenErr, Flow: m.Flow, Code: code, Reason: reason})
-	r.g.log.Debug("flow refused", "flow", m.Flow, "dst", m.DstRegion+"/"+m.DstEndpoint, "code", code.String(), "reason", reason)
+	r.g.log.Debug("flow refused", "flow", flowctl.FlowID(m.Flow), "dst", m.DstRegion+"/"+m.DstEndpoint, "code", code.String(), "reason", reason)
 }
 
 // open handles OPEN from a host (we are the source gateway) or from a peer
@@ -695,7 +695,7 @@ func (r *relay) open(ci *connInfo, m *flowctl.Msg) {
 	fw := *m
 	fw.Stream = f.downStream
 	r.sendCtl(down, &fw)
-	r.g.log.Debug("flow opening", "flow", f.id, "resume", f.resume, "up_stream", f.upStream, "down_stream", f.downStream, "outbound", outbound, "next", down.peerName())
+	r.g.log.Debug("flow opening", "flow", flowctl.FlowID(f.id), "resume", f.resume, "up_stream", f.upStream, "down_stream", f.downStream, "outbound", outbound, "next", down.peerName())
 }
 
 // retryOpen sends an outbound flow's OPEN to the next gateway of the
@@ -729,7 +729,7 @@ func (r *relay) retryOpen(f *flow) bool {
 	fw := *f.open
 	fw.Stream = f.downStream
 	r.sendCtl(next, &fw)
-	r.g.log.Debug("flow re-routed: endpoint unknown at the first gateway", "flow", f.id, "next", next.peerName())
+	r.g.log.Debug("flow re-routed: endpoint unknown at the first gateway", "flow", flowctl.FlowID(f.id), "next", next.peerName())
 	return true
 }
 
@@ -881,14 +881,14 @@ type flowSink struct {
 func (s *flowSink) Chunk(c *metaroce.Conn, h *metaroce.DataHeader, payload []byte) metaroce.ErrorCode {
 	r, f := s.r, s.f
 	if f.state != flowOpen || f.down == nil || f.down.dead {
-		r.g.log.Debug("chunk refused: flow not open", "flow", f.id, "state", f.state, "seq", h.MsgSeq)
+		r.g.log.Debug("chunk refused: flow not open", "flow", flowctl.FlowID(f.id), "state", f.state, "seq", h.MsgSeq)
 		return metaroce.ErrCodeNoBuffer
 	}
 	m := f.msgs[h.MsgSeq]
 	if m == nil {
 		rm, err := f.down.c.WriteRelay(f.downStream, h.MsgSeq, h.Op, h.Key, h.Addr, h.MsgLen, f.release)
 		if err != nil {
-			r.g.log.Debug("cannot relay message", "flow", f.id, "seq", h.MsgSeq, "err", err)
+			r.g.log.Debug("cannot relay message", "flow", flowctl.FlowID(f.id), "seq", h.MsgSeq, "err", err)
 			return metaroce.ErrCodeNoBuffer
 		}
 		m = &relayMsg{rm: rm, length: h.MsgLen}
@@ -911,7 +911,7 @@ func (s *flowSink) Chunk(c *metaroce.Conn, h *metaroce.DataHeader, payload []byt
 		// Same chunking on both hops: one copy, straight through.
 		b := r.get(f, int(n))
 		if b == nil {
-			r.g.log.Debug("chunk refused: over the flow's credit or the memory limit", "flow", f.id, "held", f.held, "reserved", f.reserved, "in_use", r.inUse)
+			r.g.log.Debug("chunk refused: over the flow's credit or the memory limit", "flow", flowctl.FlowID(f.id), "held", f.held, "reserved", f.reserved, "in_use", r.inUse)
 			return metaroce.ErrCodeNoBuffer
 		}
 		copy(b, payload)

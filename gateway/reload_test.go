@@ -166,3 +166,12 @@ func TestReloadReachesExistingConnections(t *testing.T) {
 		}
 	}
 }
+
+func gauge(t *testing.T, c prometheus.Gauge) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetGauge().GetValue()
+}

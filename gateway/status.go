@@ -3,16 +3,17 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"github.com/mrgw/mrgw/region"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/netip"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"golang.org/x/net/netutil"
 
 	"github.com/mrgw/mrgw/internal/ratelog"
 	"github.com/mrgw/mrgw/metaroce"
@@ -49,6 +50,9 @@ type Status struct {
 	PathsAvoided uint64 `json:"paths_avoided"`
 	// Admission is the LAN admission state (admission.go).
 	Admission AdmissionStatus `json:"admission"`
+	// PathSockets are the UDP sockets open for paths now: the WAN's, one
+	// per peer path, and the hosts' shared pool (Options.HostPathSockets).
+	PathSockets uint64 `json:"path_sockets"`
 }
 
 // HostLinkStatus is the connection to one registered host: what this
@@ -88,7 +92,10 @@ type PeerStatus struct {
 	Retrans    uint64         `json:"retransmits"`
 	Lost       uint64         `json:"packets_lost"`
 	Flows      int            `json:"flows"`
-	Paths      []PathStatus   `json:"paths"`
+	// Wire is the MetaRoCE wire version the WAN connection agreed (1 or
+	// 2: the highest both gateways speak).
+	Wire  int          `json:"wire_version,omitempty"`
+	Paths []PathStatus `json:"paths"`
 	// PMTU is the path MTU discovery of each plane (pmtu.go).
 	PMTU []PlaneMTUStatus `json:"pmtu,omitempty"`
 }
@@ -177,6 +184,7 @@ func (g *Gateway) snapshot(prev *rateState) {
 		st.Draining = r.draining
 		r.adm.reclaim(epNow)
 		st.Admission = r.adm.status(epNow)
+		st.PathSockets = g.ep.Stats().PathSockets
 		st.Flows = FlowStatus{Active: len(r.flows), Refused: r.refused, Resets: r.resets, Completed: r.completed, Detoured: r.detoured}
 		st.Memory = MemoryStatus{InUse: r.inUse, Reserved: r.reserved, Limit: r.memLimit}
 		st.LANOutBps = units.ByteRate(float64(r.fromHosts-prev.fromHosts) / dt)
@@ -213,6 +221,7 @@ func (g *Gateway) snapshot(prev *rateState) {
 			ps.Sent, ps.Received = s.PayloadBytesSent, s.PayloadBytesPlaced
 			ps.Retrans, ps.Lost = s.Retransmits, s.PacketsLost
 			ps.Flows = len(ci.in) + len(ci.out)
+			ps.Wire = ci.c.WireVersion()
 			if old, ok := prev.sent[p.name]; ok && s.PayloadBytesSent >= old {
 				ps.TxBps = units.ByteRate(float64(s.PayloadBytesSent-old) / dt)
 			}
@@ -381,7 +390,10 @@ func adminCaps(total, perSource int) (int, int) {
 // connection caps: every timeout is set, so an idle or slow client holds a
 // connection (and its goroutine) for a bounded time; at most
 // Options.AdminMaxConns are open at once (3,000 idle keep-alive connections
-// stayed open, with 3,054 goroutines, when nothing was set); and at most
+// stayed open, with 3,054 goroutines, when nothing was set), and a new
+// connection over the cap takes the slot of the one that has waited
+// longest for a request (evictingListener: idle or slow connections never
+// keep a probe or a scrape waiting); and at most
 // Options.AdminMaxConnsPerSource of them from one source IP, so that one
 // client cannot hold them all (refusals counted in
 // mrgw_admin_connections_refused_total and logged at warn, at most once a
@@ -400,9 +412,32 @@ func (g *Gateway) adminServer() *http.Server {
 	})
 	// The total cap outside: a connection refused per source never takes
 	// one of its slots.
-	g.adminLn = netutil.LimitListener(perSourceLn, maxConns)
+	total := newEvictingListener(perSourceLn, maxConns, func(victim netip.Addr, waited time.Duration) {
+		g.metrics.AdminRefused(metrics.AdminEvicted)
+		refusals.Warn(metrics.AdminEvicted, "admin connection closed to make room: every slot was taken",
+			"reason", metrics.AdminEvicted, "source", victim.String(), "waited", waited.Round(time.Millisecond), "limit", maxConns)
+	}, func(src netip.Addr) {
+		g.metrics.AdminRefused(metrics.AdminBusy)
+		refusals.Warn(metrics.AdminBusy, "admin connection refused: every slot is serving a request",
+			"reason", metrics.AdminBusy, "source", src.String(), "limit", maxConns)
+	})
+	g.adminLn = total
+	h := g.adminHandler()
 	return &http.Server{
-		Handler:           g.adminHandler(),
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if c, ok := r.Context().Value(connKey{}).(net.Conn); ok {
+				total.serving(c)
+			}
+			h.ServeHTTP(w, r)
+		}),
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, connKey{}, c)
+		},
+		ConnState: func(c net.Conn, s http.ConnState) {
+			if s == http.StateIdle {
+				total.idle(c)
+			}
+		},
 		ReadHeaderTimeout: min(adminReadHeaderTimeout, idle),
 		ReadTimeout:       adminReadTimeout,
 		WriteTimeout:      adminWriteTimeout,

@@ -335,7 +335,7 @@ func (f *Flow) pump(now time.Duration) {
 			end := min(off+mtu, len(s.data))
 			if err := rm.Supply(uint64(off), s.data[off:end]); err != nil {
 				// Cannot happen with chunks cut at the connection's MTU.
-				f.h.log.Error("host: supply", "flow", f.id, "seq", s.seq, "err", err)
+				f.h.log.Error("host: supply", "flow", flowctl.FlowID(f.id), "seq", s.seq, "err", err)
 				rm.Fail(err)
 				f.reroute(now, err, nil)
 				return
@@ -422,7 +422,7 @@ func (f *Flow) reroute(now time.Duration, cause error, avoid *gateway) {
 	f.lastErr = cause
 	f.avoid = avoid
 	f.h.ctr.reopens.Add(1)
-	f.h.log.Info("host: re-opening flow", "flow", f.id, "resume", f.doneBelow, "cause", cause)
+	f.h.log.Info("host: re-opening flow", "flow", flowctl.FlowID(f.id), "resume", f.doneBelow, "cause", cause)
 	f.state = flowWaiting
 	f.retryAt = now
 	if f.attempt > 0 {
@@ -604,7 +604,7 @@ func (f *Flow) finish(now time.Duration, err error, final flowState, sendClose b
 	}
 	delete(f.h.o.flows, f.id)
 	if final == flowFailed && f.opened {
-		f.h.log.Warn("host: flow failed", "flow", f.id, "err", err)
+		f.h.log.Warn("host: flow failed", "flow", flowctl.FlowID(f.id), "err", err)
 	}
 }
 

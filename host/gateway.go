@@ -43,7 +43,21 @@ type gateway struct {
 	// host keeps retrying with backoff unless final says not to.
 	refusal error
 	final   bool
+	// refusalLogged is when the refusal was last logged, and repeats how
+	// many identical ones came since: a refusal that repeats on every
+	// retry is logged once per refusalLogEvery.
+	refusalLogged time.Duration
+	repeats       int
+	// unansweredLogged and unanswered do the same for handshakes that
+	// went unanswered (a gateway stopped or drained: every attempt, one
+	// per OpenTimeout, warned).
+	unansweredLogged time.Duration
+	unanswered       int
 }
+
+// refusalLogEvery: an identical registration refusal is logged at most
+// this often (a name in use was logged 14 times in 3 s).
+const refusalLogEvery = 30 * time.Second
 
 // maxStreams: a peer keeps receive state for at most 65536 streams per
 // connection, stream 0 included, and metaroce never forgets one; a flow
@@ -221,6 +235,7 @@ func (h *Host) dispatch(now time.Duration, c *metaroce.Conn, m *flowctl.Msg) {
 		g.since = now
 		g.backoff = h.cfg.ReconnectMin
 		g.refusal = nil
+		g.unanswered = 0
 		h.ctr.registrations.Add(1)
 		h.o.regSig.fire()
 		h.log.Info("host: registered", "gateway", g.addr, "endpoint", h.cfg.Name, "region", h.cfg.Region)
@@ -293,7 +308,12 @@ func (h *Host) tick(now time.Duration) {
 			// the others, so the attempt ends here and the next one
 			// starts after the backoff.
 			if now-g.since > h.cfg.OpenTimeout {
-				h.log.Warn("host: no answer to the handshake; connecting again", "gateway", g.addr, "waited", (now - g.since).Round(time.Millisecond))
+				if g.unanswered == 0 || now-g.unansweredLogged >= refusalLogEvery {
+					h.log.Warn("host: no answer to the handshake; connecting again until it answers (check the gateway runs and its lan.listen is reachable)",
+						"gateway", g.addr, "waited", (now - g.since).Round(time.Millisecond), "unanswered_before", g.unanswered)
+					g.unansweredLogged = now
+				}
+				g.unanswered++
 				g.conn.Close(now) // EventClosed reconnects
 			}
 		case gwRegistering:
@@ -430,11 +450,25 @@ func (h *Host) registerErr(now time.Duration, c *metaroce.Conn, m *flowctl.Msg) 
 	case flowctl.CodeTakenOver:
 		what = "another host took this name over: this host no longer receives for it; restart it under another name if both must run"
 		g.final = true
+	case flowctl.CodeUnknownRegion:
+		what = "give --region the region of the gateways this host uses, or --gateway the gateways of its region"
+		g.final = true
 	default:
 		what = "see the gateway's log"
 	}
-	g.refusal = fmt.Errorf("%w: gateway %v refused %s: %s (%s); %s", ErrRefused, g.addr, who, m.Code, m.Reason, what)
-	h.log.Error(g.refusal.Error())
+	refusal := fmt.Errorf("%w: gateway %v refused %s: %s; %s", ErrRefused, g.addr, who, m.Reason, what)
+	switch {
+	case g.refusal == nil || g.refusal.Error() != refusal.Error() || now-g.refusalLogged >= refusalLogEvery:
+		if g.repeats > 0 {
+			h.log.Error(refusal.Error(), "repeated", g.repeats)
+		} else {
+			h.log.Error(refusal.Error())
+		}
+		g.refusalLogged, g.repeats = now, 0
+	default:
+		g.repeats++
+	}
+	g.refusal = refusal
 	h.ctr.connFails.Add(1)
 	c.Close(now) // EventClosed: gwDown, and a retry with backoff unless final
 	h.gwDown(now, g)

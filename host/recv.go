@@ -137,7 +137,7 @@ func (h *Host) rxComplete(now time.Duration, ev metaroce.Event) {
 	if !rf.seen.room(ev.Seq) {
 		// Only a source far outside its credit gets here; not reporting
 		// (and not acknowledging) keeps exactly-once.
-		h.log.Warn("host: dedup window full, message not reported", "flow", rf.id, "seq", ev.Seq)
+		h.log.Warn("host: dedup window full, message not reported", "flow", flowctl.FlowID(rf.id), "seq", ev.Seq)
 		return
 	}
 	if ev.Op == metaroce.OpSend {

@@ -204,10 +204,11 @@ const (
 	RegisterBadMAC          = "bad_mac"         // a credential that does not verify (wrong secret, altered)
 	RegisterUnknownKey      = "unknown_key"     // a key id not in lan.host_keys
 	RegisterStale           = "stale"           // its time is outside the window (a replay, or a clock off)
+	RegisterWrongRegion     = "wrong_region"    // the host names another region than the gateway's
 )
 
 // RegisterReasons lists the values of mrgw_host_registrations_refused_total's reason label.
-var RegisterReasons = []string{RegisterDuplicate, RegisterUnauthenticated, RegisterBadMAC, RegisterUnknownKey, RegisterStale, Other}
+var RegisterReasons = []string{RegisterDuplicate, RegisterUnauthenticated, RegisterBadMAC, RegisterUnknownKey, RegisterStale, RegisterWrongRegion, Other}
 
 // GossipDropReasons lists the values of mrgw_gossip_datagrams_dropped_total's
 // reason label: region.DropReasons, and other.
@@ -222,11 +223,13 @@ var GossipRefuseReasons = []string{"stream_limit", "stream_timeout", "stream_siz
 // (mrgw_admin_connections_refused_total).
 const (
 	AdminPerSource = "per_source" // its source IP already holds the per-source cap
+	AdminEvicted   = "evicted"    // an open connection waiting for a request, closed to make room for a new one at the total cap
+	AdminBusy      = "busy"       // the total cap is reached and every open connection is serving a request
 )
 
 // AdminRefuseReasons lists the values of
 // mrgw_admin_connections_refused_total's reason label.
-var AdminRefuseReasons = []string{AdminPerSource, Other}
+var AdminRefuseReasons = []string{AdminPerSource, AdminEvicted, AdminBusy, Other}
 
 // Results of control sessions, key rotations and reloads.
 const (
@@ -293,6 +296,8 @@ type Metrics struct {
 	LANPeers             prometheus.Gauge       //
 	LANPeersPending      prometheus.Gauge       //
 	AdmissionSaturated   prometheus.Gauge       //
+	LANPeersLimit        prometheus.Gauge       //
+	PathSocketsExhausted prometheus.Counter     //
 	LANGoodputBytes      *prometheus.CounterVec // direction
 	MessagesCompleted    *prometheus.CounterVec // peer_region, direction
 	MessagesFailed       *prometheus.CounterVec // peer_region, direction
@@ -471,18 +476,22 @@ func New(opts ...Option) *Metrics {
 		"INITs from new LAN sources not admitted, by reason: retry (under load, answered with a cookie challenge), bad_cookie, rate_limited (per source IP), pending_limit (too many peers not yet registered), full (the LAN peer table is full).",
 		LabelReason)
 	m.RegistrationsRefused = b.counterVec("mrgw_host_registrations_refused_total",
-		"Host registrations (REGISTER) refused, by reason: duplicate (another live host holds the name), unauthenticated (no credential while lan.host_keys is set), bad_mac, unknown_key, stale (time outside the window).",
+		"Host registrations (REGISTER) refused, by reason: duplicate (another live host holds the name), unauthenticated (no credential while lan.host_keys is set), bad_mac, unknown_key, stale (time outside the window), wrong_region (the host names another region than the gateway's).",
 		LabelReason)
 	m.LANPeersReclaimed = b.counterVec("mrgw_lan_peers_reclaimed_total",
 		"LAN peers closed and their slot reclaimed, by reason: unregistered (no REGISTER in time after the INIT), idle (no control message for the idle timeout: a host killed without closing).",
 		LabelReason)
 	m.AdminConnsRefused = b.counterVec("mrgw_admin_connections_refused_total",
-		"Admin HTTP connections closed as soon as they were accepted, by reason: per_source (its source IP already held the per-source cap of open admin connections, so that one client cannot take every one).",
+		"Admin HTTP connections closed by the connection caps, by reason: per_source (closed at accept: its source IP already held the per-source cap of open admin connections, so that one client cannot take every one), evicted (an open connection waiting for a request, idle or still sending its headers, closed to make room for a new one at the total cap), busy (closed at accept: the total cap was reached and every open connection was serving a request).",
 		LabelReason)
 	m.LANPeers = b.gauge("mrgw_lan_peers",
 		"LAN peers (host sockets) admitted now.")
 	m.LANPeersPending = b.gauge("mrgw_lan_peers_pending",
 		"LAN peers admitted that have not registered an endpoint yet.")
+	m.LANPeersLimit = b.gauge("mrgw_lan_peers_limit",
+		"LAN peers (hosts) admitted at most at once: lan.max_hosts. A host beyond it is refused at once (mrgw_lan_admissions_refused_total{reason=\"full\"}).")
+	m.PathSocketsExhausted = b.counter("mrgw_path_sockets_exhausted_total",
+		"Datagrams not sent because every path socket was in use (1,024 for the WAN, and the hosts' shared pool of 64): more WAN paths than 1,024.")
 	m.AdmissionSaturated = b.gauge("mrgw_lan_admission_saturated",
 		"1 while LAN admission refuses hosts for want of room (the peer table full or the pending bound hit in the last 5 s); /readyz then says \"admission saturated\".")
 	m.LANGoodputBytes = b.counterVec("mrgw_lan_goodput_bytes_total",

@@ -191,6 +191,16 @@ type Config struct {
 	// TxSenders is the number of sender goroutines that seal and write
 	// (0: DefaultTxSenders).
 	TxSenders int
+	// SharePaths, when set with SharedPathSockets > 0, names the peers
+	// whose paths send from a pool of SharedPathSockets sockets shared by
+	// all of them (a path's entropy picks its socket) instead of sockets
+	// of their own: a gateway's hosts, which each cost a socket, a reader
+	// and ~0.4 MiB per path otherwise. A path keeps a source port of its
+	// own as long as the pool has more sockets than the connection paths;
+	// replies are matched to peers by source address, whichever socket
+	// they reach. Called on the owner goroutine.
+	SharePaths        func(PeerID) bool
+	SharedPathSockets int
 }
 
 // Defaults for Config's zero values.

@@ -59,6 +59,19 @@ type pathKey struct {
 	entropy uint16
 }
 
+// sharedPeer is the peer of the pool's keys (Config.SharePaths): no peer
+// has this id (peer ids of hosts and gateways are small).
+const sharedPeer = ^PeerID(0)
+
+// keyOf is the path socket key of (peer, entropy): its own socket, or
+// for a peer that shares them the pool's socket its entropy picks.
+func (e *Endpoint) keyOf(peer PeerID, entropy uint16) pathKey {
+	if n := e.cfg.SharedPathSockets; n > 0 && e.cfg.SharePaths != nil && e.cfg.SharePaths(peer) {
+		return pathKey{sharedPeer, 1 + entropy%uint16(min(n, 1<<16-1))}
+	}
+	return pathKey{peer, entropy}
+}
+
 // connPaths records which entropy each path of a connection last sent
 // from, to count the users of each path socket.
 type connPaths struct {
@@ -146,7 +159,7 @@ func (e *Endpoint) pathSock(now time.Duration, p *Peer, tx *metaroce.Transmit) *
 			}
 		}
 	}
-	k := pathKey{p.ID, tx.Entropy}
+	k := e.keyOf(p.ID, tx.Entropy)
 	s := o.paths[k]
 	if s == nil {
 		if len(o.paths) >= e.cfg.MaxPathSockets {
@@ -162,7 +175,7 @@ func (e *Endpoint) pathSock(now time.Duration, p *Peer, tx *metaroce.Transmit) *
 			local, plane = e.cfg.PlaneAddrs[tx.Path%n], tx.Path%n
 		}
 		var err error
-		s, err = e.openSock(netip.AddrPortFrom(local, 0), false, false, p.ID, tx.Entropy, plane)
+		s, err = e.openSock(netip.AddrPortFrom(local, 0), false, false, k.peer, k.entropy, plane)
 		if err != nil {
 			e.log.Warn("netio: cannot open path socket", "local", local, "err", err)
 			return nil
@@ -200,7 +213,7 @@ func (e *Endpoint) ref(now time.Duration, conn uint64, peer PeerID, path int, en
 		return cp
 	}
 	if old != 0 {
-		e.unref(now, pathKey{peer, old})
+		e.unref(now, e.keyOf(peer, old))
 	}
 	cp.ent[path] = entropy
 	s.refs++
@@ -225,7 +238,7 @@ func (e *Endpoint) release(now time.Duration, conn uint64) {
 	}
 	for _, ent := range cp.ent {
 		if ent != 0 {
-			e.unref(now, pathKey{cp.peer, ent})
+			e.unref(now, e.keyOf(cp.peer, ent))
 		}
 	}
 	delete(o.conns, conn)
@@ -249,7 +262,7 @@ func (e *Endpoint) reap(now time.Duration, force bool) {
 // with entropy, if it is open. Call it only on the owner goroutine (inside
 // Call or OnEvent).
 func (e *Endpoint) PathAddr(peer PeerID, entropy uint16) (netip.AddrPort, bool) {
-	if s := e.owner.paths[pathKey{peer, entropy}]; s != nil {
+	if s := e.owner.paths[e.keyOf(peer, entropy)]; s != nil {
 		return s.c.LocalAddr(), true
 	}
 	return netip.AddrPort{}, false

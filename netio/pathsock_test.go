@@ -61,3 +61,30 @@ func TestPathSocketMemory(t *testing.T) {
 		t.Fatalf("a path socket holds %.0f bytes, want at most %d", per, limit)
 	}
 }
+
+// TestSharedPathSockets: the paths of a peer that shares path sockets
+// (Config.SharePaths) send from the pool, at most SharedPathSockets
+// sockets whatever the peer's paths, and the transfer over them is
+// byte-exact (the replies reach the pool's sockets and are matched to the
+// peer by source address). Without sharing each path has a socket.
+func TestSharedPathSockets(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		shared int
+		max    uint64
+	}{{"own", 0, 4}, {"shared", 2, 2}} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := testCtx(t)
+			p := newPair(t, nil, nil, func(cfg *Config) {
+				cfg.SharePaths = func(id PeerID) bool { return id == 2 }
+				cfg.SharedPathSockets = c.shared
+			})
+			p.transfer(t, ctx, 20, 3000)
+			n := p.a.Stats().PathSockets
+			t.Logf("%d path sockets for 4 paths", n)
+			if n == 0 || n > c.max {
+				t.Fatalf("%d path sockets, want 1..%d", n, c.max)
+			}
+		})
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -34,6 +35,10 @@ type Cluster struct {
 
 	joinMu  sync.Mutex
 	joinErr *JoinError // why the last Join found nobody; nil once one succeeded
+
+	// nameHolder is the gossip address of another member that claims this
+	// gateway's name (NameHeldBy).
+	nameHolder atomic.Pointer[string]
 
 	gossipInterval time.Duration
 	pushPull       time.Duration // memberlist's base push/pull (anti-entropy) interval
@@ -67,7 +72,7 @@ func New(cfg Config, logger *slog.Logger) (*Cluster, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	meta, _ := EncodeMeta(cfg.Meta) // checked by memberlistConfig
+	meta, _ := cfg.encodeMeta(cfg.Meta) // checked by memberlistConfig
 	logger = logger.With("component", "region", "self", cfg.Name)
 	c := &Cluster{
 		cfg:     cfg,
@@ -207,6 +212,18 @@ func (c *Cluster) Join(ctx context.Context, seeds []string) (int, error) {
 	}
 	c.errs.Log(slog.LevelError, "join", "cannot join gossip: this gateway runs alone", args...)
 	return 0, je
+}
+
+// NameHeldBy returns the gossip address of the last other member seen
+// claiming this gateway's own name, and whether one was. memberlist
+// reports the conflict on both sides alike; which of the two holds the
+// name is the gateway's to decide: one that sees it during its first Join
+// came second (the seeds already knew the other), and must not serve.
+func (c *Cluster) NameHeldBy() (string, bool) {
+	if p := c.nameHolder.Load(); p != nil {
+		return *p, true
+	}
+	return "", false
 }
 
 // JoinErr is why the last Join found no member, or nil once a Join has
@@ -412,7 +429,7 @@ func (c *Cluster) pruneLoop() {
 // UpdateMeta announces new metadata (a plane added or moved) and waits at
 // most timeout for it to be sent.
 func (c *Cluster) UpdateMeta(m Meta, timeout time.Duration) error {
-	b, err := EncodeMeta(m)
+	b, err := c.cfg.encodeMeta(m)
 	if err != nil {
 		return err
 	}
@@ -855,6 +872,10 @@ func (d *delegate) NotifyLeave(n *memberlist.Node) {
 // send traffic to whichever it believes.
 func (d *delegate) NotifyConflict(existing, other *memberlist.Node) {
 	d.c.core.conflicts.Add(1)
+	if existing.Name == d.c.cfg.Name {
+		addr := other.Address()
+		d.c.nameHolder.Store(&addr)
+	}
 	d.c.guard.refuse(rNameConflict, other.Address(), "two gossip members claim one gateway name; the first is kept",
 		"name", existing.Name, "existing", existing.Address())
 }

@@ -74,8 +74,10 @@ type Config struct {
 	// cluster (memberlist lets a duplicate "join" with only a log line).
 	Name string
 	// Meta is what other gateways learn about this one; Meta.Region is
-	// this gateway's region and is required.
-	Meta Meta
+	// this gateway's region and is required. MetaVersion is the metadata
+	// version it is announced in (0: the newest; EncodeMetaVersion).
+	Meta        Meta
+	MetaVersion int
 	// Bind is the ip:port memberlist listens on (TCP and UDP). Port 0
 	// picks a free port (tests); [Cluster.Addr] tells which.
 	Bind string
@@ -154,7 +156,7 @@ func (c *Config) memberlistConfig() (*memberlist.Config, *memberlist.Keyring, er
 	if c.Name == "" {
 		return nil, nil, errors.New("region: Name is required")
 	}
-	if _, err := EncodeMeta(c.Meta); err != nil {
+	if _, err := c.encodeMeta(c.Meta); err != nil {
 		return nil, nil, err
 	}
 	t, err := c.EffectiveTimings()
@@ -224,4 +226,12 @@ func (c *Config) withDefaults() Config {
 		d.JoinAttempts = DefaultJoinAttempts
 	}
 	return d
+}
+
+// encodeMeta encodes m in the metadata version c announces.
+func (c Config) encodeMeta(m Meta) ([]byte, error) {
+	if c.MetaVersion == 0 {
+		return EncodeMeta(m)
+	}
+	return EncodeMetaVersion(m, c.MetaVersion)
 }

@@ -92,7 +92,16 @@ var errMalformed = errors.New("region: malformed message")
 // name, a name that is not UTF-8 or longer than 255 bytes, a plane without
 // an address, an address with a zone or port 0, or a result over
 // MaxMetaSize.
-func EncodeMeta(m Meta) ([]byte, error) {
+func EncodeMeta(m Meta) ([]byte, error) { return EncodeMetaVersion(m, metaVersion) }
+
+// EncodeMetaVersion encodes m as a writer of metadata version v (1 or 2)
+// would: version 1 leaves out Wire and Capacity. A gateway announces
+// version 1 only to stand in for a release before version 2 (tests of a
+// fleet in the middle of an upgrade).
+func EncodeMetaVersion(m Meta, v int) ([]byte, error) {
+	if v < 1 || v > metaVersion {
+		return nil, fmt.Errorf("region: metadata version %d (this writer knows 1..%d)", v, metaVersion)
+	}
 	if m.Region == "" {
 		return nil, errors.New("region: Meta.Region is required")
 	}
@@ -100,7 +109,7 @@ func EncodeMeta(m Meta) ([]byte, error) {
 		return nil, ErrMetaTooLarge
 	}
 	b := make([]byte, 0, 64)
-	b = append(b, metaVersion)
+	b = append(b, byte(v))
 	var err error
 	if b, err = appendString(b, "region", m.Region, false); err != nil {
 		return nil, err
@@ -123,9 +132,11 @@ func EncodeMeta(m Meta) ([]byte, error) {
 			return nil, err
 		}
 	}
-	b = append(b, byte(len(m.Wire)))
-	b = append(b, m.Wire...)
-	b = binary.BigEndian.AppendUint32(b, m.Capacity)
+	if v >= 2 {
+		b = append(b, byte(len(m.Wire)))
+		b = append(b, m.Wire...)
+		b = binary.BigEndian.AppendUint32(b, m.Capacity)
+	}
 	if len(b) > MaxMetaSize {
 		return nil, fmt.Errorf("%w (%d bytes)", ErrMetaTooLarge, len(b))
 	}

@@ -61,6 +61,7 @@ func newLoadtestCmdWith(fifo func(prio int) (restore func() error, err error)) *
 	cmd.AddCommand(NewGatewayLoadCmds()...)
 	cmd.AddCommand(newChaosCmd())
 	cmd.AddCommand(newFloodCmd())
+	cmd.AddCommand(newHostsCmd())
 
 	cmd.AddCommand(newFleetCmd())
 	return cmd

@@ -34,7 +34,7 @@ func newChaosCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "chaos",
-		Short: "real gateway processes and hosts under seeded random faults: plane loss, kill -9, gossip partition, key rotation, SIGHUP, junk; no message lost, duplicated or corrupted, worst stall per fault",
+		Short: "real gateway processes and hosts under seeded random faults: plane loss, kill -9, gossip partition, key rotation, SIGHUP, junk, a rolling upgrade; no message lost, duplicated or corrupted, worst stall per fault",
 		Long: `chaos starts four gateway daemons (mrgw run, two regions of two, each its own process),
 in-process hosts and a host process on both sides of the loopback link emulator, and moves
 checked messages (sequence, checksum, address) between the regions while it injects, one at a
@@ -96,6 +96,7 @@ failed, a flow did not recover, or a check failed.`,
 	fl.DurationVar(&deadAfter, "host-dead-after", 0, "hosts give a gateway up when it has answered nothing this long while they waited for it (0: the host library's default)")
 	fl.DurationVar(&o.GossipProbe, "gossip-probe", 500*time.Millisecond, "gossip.probe_interval of the gateways (probe_timeout 4/5 of it, suspicion_mult 3)")
 	fl.StringVar(&binary, "mrgw-bin", "", "mrgw daemon binary that runs the gateways (default: go build ./cmd/mrgw from the module)")
+	fl.StringVar(&o.UpgradeBinary, "upgrade-bin", "", "mrgw daemon binary the rolling-upgrade fault replaces each gateway's with, one at a time (default: --mrgw-bin)")
 	fl.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
 	fl.BoolVar(&keep, "keep", false, "keep the directory of configurations and logs (kept anyway when the run fails)")
 	fl.StringVar(&o.LogLevel, "log-level", "", "log.level of the gateways and level of the host logs (a-proc.log, hosts.log) in the directory: debug traces flow openings, path transitions and WAN connection losses (default: info for the gateways, warn for the host process, no in-process host log)")

@@ -23,8 +23,9 @@ func newConfigCmd() *cobra.Command {
 		Long: `check loads each file as the daemon would (YAML or TOML, MRGW_* environment overrides
 included), validates it strictly and prints every problem with the key it concerns. It
 also parses the control.tls.* files as the daemon does at start: the certificate must
-chain to the CA, match the key, name node.name and be valid now. It exits non-zero if
-any file has a problem. Warnings (a certificate that expires soon, a limits.max_flows
+chain to the CA, match the key, name node.name and be valid now. Files checked together
+are taken for one deployment: a node.name or an address (ip:port) used by two of them is
+a problem of the later file. It exits non-zero if any file has a problem. Warnings (a certificate that expires soon, a limits.max_flows
 that limits.memory_bytes cannot hold) are printed but do not fail the check.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -33,34 +34,44 @@ that limits.memory_bytes cannot hold) are printed but do not fail the check.`,
 				opts = append(opts, config.SkipFileChecks())
 			}
 			bad := 0
-			for _, path := range args {
-				var probs, warns []error
+			probs := make([][]error, len(args))
+			warns := make([][]error, len(args))
+			cfgs := make([]*config.Config, len(args))
+			for i, path := range args {
 				c, err := config.Load(path, opts...)
 				if err != nil {
-					if probs = config.Problems(err); len(probs) == 0 {
-						probs = []error{err}
+					if probs[i] = config.Problems(err); len(probs[i]) == 0 {
+						probs[i] = []error{err}
 					}
-				} else {
-					for _, w := range c.Warnings() {
-						warns = append(warns, w)
-					}
-					if !skipFiles {
-						p, w := checkCertFiles(c, time.Now(), expiry)
-						probs, warns = append(probs, p...), append(warns, w...)
-					}
+					continue
 				}
+				cfgs[i] = c
+				for _, w := range c.Warnings() {
+					warns[i] = append(warns[i], w)
+				}
+				if !skipFiles {
+					p, w := checkCertFiles(c, time.Now(), expiry)
+					probs[i], warns[i] = append(probs[i], p...), append(warns[i], w...)
+				}
+			}
+			// The files of one deployment against each other: names and
+			// addresses in use twice.
+			for i, p := range config.Fleet(args, cfgs) {
+				probs[i] = append(probs[i], p...)
+			}
+			for i, path := range args {
 				out := cmd.OutOrStdout()
-				if len(probs) > 0 {
+				if len(probs[i]) > 0 {
 					bad++
 					out = cmd.ErrOrStderr()
-					fmt.Fprintf(out, "%s: %d problem(s)\n", path, len(probs))
+					fmt.Fprintf(out, "%s: %d problem(s)\n", path, len(probs[i]))
 				} else {
 					fmt.Fprintf(out, "%s: ok\n", path)
 				}
-				for _, p := range probs {
+				for _, p := range probs[i] {
 					fmt.Fprintf(out, "  - %v\n", p)
 				}
-				for _, w := range warns {
+				for _, w := range warns[i] {
 					fmt.Fprintf(out, "  - warning: %v\n", w)
 				}
 			}

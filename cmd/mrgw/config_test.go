@@ -151,3 +151,55 @@ func TestConfigKeys(t *testing.T) {
 		t.Errorf("--doc wrote:\n%s", b)
 	}
 }
+
+// TestConfigCheckFleet: files checked together are one deployment. The
+// example's four pass together; a copy of euw-gw1 moved to other
+// addresses fails on node.name, naming the file that has it first; a
+// gateway of its own name that reuses another's address fails on that
+// address's key. Before, each file was checked alone and both passed.
+func TestConfigCheckFleet(t *testing.T) {
+	examples := "../../config/examples/two-region/"
+	four := []string{examples + "euw-gw1.yaml", examples + "euw-gw2.yaml", examples + "use-gw1.yaml", examples + "use-gw2.yaml"}
+	if _, errOut, err := run(t, append([]string{"config", "check", "--skip-file-checks"}, four...)...); err != nil {
+		t.Fatalf("the example deployment fails config check: %v\n%s", err, errOut)
+	}
+	src, err := os.ReadFile(examples + "euw-gw1.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	write := func(name, y string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(y), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	// The copy: every address on 127.0.0.99, the name unchanged.
+	moved := write("copy.yaml", strings.ReplaceAll(string(src), "127.0.0.11:", "127.0.0.99:"))
+	out, errOut, err := run(t, "config", "check", "--skip-file-checks", four[0], moved)
+	if err == nil {
+		t.Fatal("a copy of euw-gw1 on other addresses passed config check with the original")
+	}
+	if want := `node.name: "euw-gw1" is also the node.name of ` + four[0]; !strings.Contains(errOut, want) {
+		t.Errorf("output does not say %q:\n%s", want, errOut)
+	}
+	if !strings.Contains(out, four[0]+": ok") || !strings.Contains(errOut, moved+": 1 problem(s)") {
+		t.Errorf("the problem is not the later file's alone:\n%s%s", out, errOut)
+	}
+	// Another name, one address in common (the admin listener).
+	renamed := strings.ReplaceAll(string(src), "127.0.0.11:", "127.0.0.99:")
+	renamed = strings.Replace(renamed, "name: euw-gw1", "name: euw-gw9", 1)
+	renamed = strings.ReplaceAll(renamed, "127.0.0.99:19461", "127.0.0.11:19461")
+	other := write("other.yaml", renamed)
+	_, errOut, err = run(t, "config", "check", "--skip-file-checks", four[0], other)
+	if err == nil {
+		t.Fatal("two gateways with one admin.listen passed config check")
+	}
+	if want := "admin.listen: 127.0.0.11:19461 is also admin.listen of " + four[0]; !strings.Contains(errOut, want) {
+		t.Errorf("output does not say %q:\n%s", want, errOut)
+	}
+	if strings.Contains(errOut, "node.name") {
+		t.Errorf("distinct names reported:\n%s", errOut)
+	}
+}

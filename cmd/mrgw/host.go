@@ -251,8 +251,9 @@ func newHostSendCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ctx, stop := hostSignalContext(cmd)
+			sigCtx, stop := hostSignalContext(cmd)
 			defer stop()
+			ctx := sigCtx
 			if timeout > 0 {
 				var cancel context.CancelFunc
 				ctx, cancel = context.WithTimeout(ctx, timeout)
@@ -263,12 +264,16 @@ func newHostSendCmd() *cobra.Command {
 				return err
 			}
 			defer h.Close()
+			out := cmd.OutOrStdout()
 			f, err := h.OpenFlow(ctx, region, endpoint, host.FlowOptions{Class: class})
 			if err != nil {
+				if sigCtx.Err() != nil {
+					fmt.Fprintf(out, "interrupted before the flow to %s opened\n", to)
+					return nil
+				}
 				return err
 			}
 			defer f.Close()
-			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "flow %016x to %s via %v, credit %d bytes\n", f.ID(), to, f.Gateway(), f.Credit())
 			// One random buffer, written again and again: it is only read
 			// while messages are in flight.
@@ -327,6 +332,12 @@ func newHostSendCmd() *cobra.Command {
 			}
 			if st := h.Stats(); st.Reopens > 0 {
 				fmt.Fprintf(out, "flow re-opened %d times (failover)\n", st.Reopens)
+			}
+			// Interrupted (Ctrl-C, SIGTERM): what completed is reported
+			// above; the messages cut short are no error of the transfer.
+			if sigCtx.Err() != nil {
+				fmt.Fprintf(out, "interrupted after %d of %d messages\n", done, count)
+				return nil
 			}
 			if firstErr != nil {
 				return firstErr

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -26,6 +27,8 @@ func newRunCmd() *cobra.Command {
 		path    string
 		drainIn time.Duration
 		pprofOn bool
+		wire    []uint
+		metaV   int
 	)
 	cmd := &cobra.Command{
 		Use:   "run --config FILE",
@@ -50,7 +53,15 @@ region's other gateways, peers told) and exits; a second signal exits at once.`,
 			}
 			log := daemonLogger(cfg, cmd.ErrOrStderr())
 			logWarnings(log, cfg)
-			g, err := gateway.New(cfg, gateway.Options{LogOutput: cmd.ErrOrStderr(), Pprof: pprofOn})
+			applyMemoryLimit(log, cfg, os.Getenv)
+			opts := gateway.Options{LogOutput: cmd.ErrOrStderr(), Pprof: pprofOn, GossipMetaVersion: metaV}
+			for _, v := range wire {
+				if v < 1 || v > 2 {
+					return fmt.Errorf("--wire-versions: %d is not a wire version (1 or 2)", v)
+				}
+				opts.WireVersions = append(opts.WireVersions, uint8(v))
+			}
+			g, err := gateway.New(cfg, opts)
 			if err != nil {
 				return err
 			}
@@ -76,6 +87,7 @@ region's other gateways, peers told) and exits; a second signal exits at once.`,
 							continue
 						}
 						logWarnings(log, next)
+						applyMemoryLimit(log, next, os.Getenv)
 						continue
 					}
 					log.Info("signal: draining", "signal", s.String(), "timeout", drainIn)
@@ -99,8 +111,32 @@ region's other gateways, peers told) and exits; a second signal exits at once.`,
 	cmd.Flags().StringVar(&path, "config", "", "configuration file (.yaml, .yml or .toml)")
 	cmd.Flags().DurationVar(&drainIn, "drain-timeout", 30*time.Second, "longest graceful shutdown before exiting (keep the service manager's stop timeout above it)")
 	cmd.Flags().BoolVar(&pprofOn, "pprof", false, "serve Go runtime profiles at /debug/pprof/ on the admin listener (admin.listen)")
+	// Tests of a fleet in the middle of an upgrade run some gateways as
+	// the release before wire version 2 (loadtest/chaos, rolling-upgrade).
+	cmd.Flags().UintSliceVar(&wire, "wire-versions", nil, "MetaRoCE wire versions to speak (default 1,2; 1 alone speaks as the release before version 2)")
+	_ = cmd.Flags().MarkHidden("wire-versions")
+	cmd.Flags().IntVar(&metaV, "gossip-meta-version", 0, "gossip metadata version to announce (default the newest; 1 announces as a release before version 2)")
+	_ = cmd.Flags().MarkHidden("gossip-meta-version")
 	config.BindFlags(cmd.Flags())
 	return cmd
+}
+
+// applyMemoryLimit sets the Go runtime's soft memory limit from
+// limits.memory_bytes (gateway.MemoryLimit), unless GOMEMLIMIT is set in
+// the environment, which the runtime has applied already and which wins.
+// It returns the limit in force. Without it the heap grew to three times
+// limits.memory_bytes in registration storms (745-806 MB RSS with 256 MiB)
+// before the garbage collector ran.
+func applyMemoryLimit(log *slog.Logger, cfg *config.Config, getenv func(string) string) int64 {
+	if v := getenv("GOMEMLIMIT"); v != "" {
+		cur := debug.SetMemoryLimit(-1)
+		log.Info("memory limit from GOMEMLIMIT", "bytes", cur)
+		return cur
+	}
+	n := gateway.MemoryLimit(cfg)
+	debug.SetMemoryLimit(n)
+	log.Info("memory limit", "bytes", n, "limits.memory_bytes", cfg.Limits.MemoryBytes)
+	return n
 }
 
 // daemonLogger is the logger of the daemon's own lines (configuration

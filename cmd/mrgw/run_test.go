@@ -5,10 +5,13 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"log/slog"
+	"runtime/debug"
 	"strings"
 	"testing"
 
 	"github.com/mrgw/mrgw/config"
+	"github.com/mrgw/mrgw/gateway"
 )
 
 // The daemon logs the configuration's warnings at start, as warnings,
@@ -49,5 +52,36 @@ func TestRunLogsConfigWarnings(t *testing.T) {
 	logWarnings(daemonLogger(cfg, &b), cfg)
 	if b.Len() != 0 {
 		t.Errorf("log.level error still logs warnings:\n%s", b.String())
+	}
+}
+
+// TestRunSetsMemoryLimit: `mrgw run` sets the Go runtime's soft memory
+// limit from the configuration (limits.memory_bytes, the fixed overhead
+// and the per-host part), and on reload; GOMEMLIMIT in the environment
+// wins. Before, the limit was unset and the heap of a gateway with 256 MiB
+// of limits.memory_bytes reached 806 MB in a registration storm.
+func TestRunSetsMemoryLimit(t *testing.T) {
+	prev := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(prev) })
+	log := slog.New(slog.DiscardHandler)
+	cfg := config.Default()
+	cfg.Limits.MemoryBytes = 256 << 20
+	cfg.LAN.MaxHosts = 100
+	want := int64(256<<20) + gateway.MemoryOverhead + 100*gateway.MemoryPerHost
+	if got := gateway.MemoryLimit(cfg); got != want {
+		t.Fatalf("MemoryLimit = %d, want %d", got, want)
+	}
+	if n := applyMemoryLimit(log, cfg, func(string) string { return "" }); n != want || debug.SetMemoryLimit(-1) != want {
+		t.Fatalf("memory limit %d (returned %d), want %d", debug.SetMemoryLimit(-1), n, want)
+	}
+	debug.SetMemoryLimit(prev)
+	env := func(k string) string {
+		if k == "GOMEMLIMIT" {
+			return "1GiB"
+		}
+		return ""
+	}
+	if n := applyMemoryLimit(log, cfg, env); n != prev || debug.SetMemoryLimit(-1) != prev {
+		t.Fatalf("with GOMEMLIMIT set: limit %d, want it untouched (%d)", debug.SetMemoryLimit(-1), prev)
 	}
 }

@@ -54,10 +54,11 @@ const (
 	FaultHUPBad      = "sighup-bad"       // SIGHUP with a file that must be refused
 	FaultHostKill    = "host-kill"        // SIGKILL a host process, restart it
 	FaultJunk        = "junk-flood"       // random datagrams at every listening socket
+	FaultUpgrade     = "rolling-upgrade"  // every gateway in turn: SIGTERM (drain), binary replaced, started, ready before the next
 )
 
 // AllFaults are the fault types, in report order.
-var AllFaults = []string{FaultPlaneLoss, FaultGatewayKill, FaultPartition, FaultKeyRotation, FaultHUPGood, FaultHUPBad, FaultHostKill, FaultJunk}
+var AllFaults = []string{FaultPlaneLoss, FaultGatewayKill, FaultPartition, FaultKeyRotation, FaultHUPGood, FaultHUPBad, FaultHostKill, FaultJunk, FaultUpgrade}
 
 // Options configure a run. Zero values take the defaults in brackets.
 type Options struct {
@@ -67,6 +68,14 @@ type Options struct {
 	// Binary is the mrgw daemon binary that runs the gateways (`run`)
 	// [built from the module: go build ./cmd/mrgw].
 	Binary string
+	// UpgradeBinary is the mrgw binary a rolling upgrade replaces each
+	// gateway's with, one gateway at a time [Binary]; later starts run it.
+	// OldArgs are more arguments of `mrgw run` for the gateways a rolling
+	// upgrade has not replaced yet: ["--wire-versions", "1"] runs them as
+	// the release before wire version 2, so that both versions carry
+	// traffic side by side during the upgrade.
+	UpgradeBinary string
+	OldArgs       []string
 	// LabBinary is the mrgw-lab binary that runs the host processes
 	// (ChildArgs) [built from the module: go build ./cmd/mrgw-lab].
 	LabBinary string

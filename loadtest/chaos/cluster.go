@@ -56,6 +56,8 @@ type gwProc struct {
 	relay        *gossipRelay
 	cfgPath      string
 	logPath      string
+	bin          string   // the binary it runs ["": the cluster's]
+	args         []string // more arguments of `mrgw run`
 
 	mu       sync.Mutex
 	cmd      *exec.Cmd
@@ -132,7 +134,7 @@ func newCluster(ctx context.Context, o *Options, dir, bin string) (_ *cluster, e
 	}()
 	for _, reg := range []string{RegionA, RegionB} {
 		for i := range 2 {
-			p := &gwProc{region: reg, ip: gwIP(reg, i)}
+			p := &gwProc{region: reg, ip: gwIP(reg, i), args: o.OldArgs}
 			p.name = fmt.Sprintf("%s-gw%d", map[string]string{RegionA: "euw", RegionB: "use"}[reg], i+1)
 			for _, a := range []*netip.AddrPort{&p.lan, &p.wan, &p.ctl, &p.gossip, &p.admin} {
 				var h []io.Closer
@@ -303,7 +305,12 @@ func (c *cluster) start(p *gwProc) error {
 	}
 	p.starts++
 	fmt.Fprintf(lf, "=== chaos: start %d of %s at %s\n", p.starts, p.name, time.Now().Format(time.RFC3339Nano))
-	cmd := exec.Command(c.bin, "run", "--config", p.cfgPath, "--drain-timeout", "2s")
+	bin := c.bin
+	if p.bin != "" {
+		bin = p.bin
+	}
+	fmt.Fprintf(lf, "=== chaos: binary %s %v\n", bin, p.args)
+	cmd := exec.Command(bin, append([]string{"run", "--config", p.cfgPath, "--drain-timeout", "2s"}, p.args...)...)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -344,6 +351,29 @@ func (c *cluster) kill9(p *gwProc) error {
 		return nil
 	case <-time.After(10 * time.Second):
 		return fmt.Errorf("chaos: %s (pid %d) did not exit 10 s after SIGKILL", p.name, pid)
+	}
+}
+
+// stop sends SIGTERM to p's daemon (a graceful drain: its flows move to
+// the region's other gateway) and waits for it to exit, at most d.
+func (c *cluster) stop(p *gwProc, d time.Duration) error {
+	p.mu.Lock()
+	cmd, exited := p.cmd, p.exited
+	if cmd == nil {
+		p.mu.Unlock()
+		return fmt.Errorf("chaos: %s is not running", p.name)
+	}
+	p.killed = true
+	pid := cmd.Process.Pid
+	p.mu.Unlock()
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+		return nil
+	case <-time.After(d):
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		<-exited
+		return fmt.Errorf("chaos: %s (pid %d) did not exit %v after SIGTERM", p.name, pid, d)
 	}
 }
 

@@ -6,12 +6,58 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/mrgw/mrgw/internal/report"
 	"github.com/mrgw/mrgw/internal/sleep"
 )
+
+// upgrade replaces every gateway's binary, one gateway at a time, as
+// docs/OPERATIONS.md ("Upgrading a fleet") has an operator do it: SIGTERM
+// (the gateway drains: its flows move to the region's other gateway), the
+// binary replaced, started, and ready (gossip joined, both WAN peers up and
+// seen alive) before the next is touched. Traffic runs throughout; the
+// checks after it find anything lost, duplicated or failed.
+func (r *run) upgrade(ctx context.Context, in *Injection, fail func(string, ...any)) {
+	bin := r.o.UpgradeBinary
+	if bin == "" {
+		bin = r.cl.bin
+	}
+	in.Target = "every gateway"
+	var took []string
+	for _, gw := range r.cl.gws {
+		t0 := time.Now()
+		if err := r.cl.stop(gw, 10*time.Second); err != nil {
+			fail("%v", err)
+		}
+		gw.bin, gw.args = bin, nil
+		if err := r.cl.start(gw); err != nil {
+			fail("%v", err)
+			return
+		}
+		deadline := time.Now().Add(r.o.RecoverBound)
+		for !r.cl.ready(ctx, gw) {
+			if time.Now().After(deadline) || sleep.Ctx(ctx, 100*time.Millisecond) != nil {
+				fail("%s not ready %v after its upgrade", gw.name, r.o.RecoverBound)
+				return
+			}
+		}
+		// The wire version each WAN connection of the upgraded gateway
+		// agreed: 1 with the gateways still on the old release (OldArgs),
+		// 2 between upgraded ones.
+		var wires []string
+		if st, err := gw.status(ctx); err == nil {
+			for _, p := range st.Peers {
+				wires = append(wires, fmt.Sprintf("%s v%d", p.Name, p.Wire))
+			}
+		}
+		took = append(took, fmt.Sprintf("%s %.1f s (%s)", gw.name, time.Since(t0).Seconds(), strings.Join(wires, ", ")))
+		r.say("%s: %s upgraded (stopped, replaced, ready) in %.1f s", FaultUpgrade, gw.name, time.Since(t0).Seconds())
+	}
+	in.Note = "stop to ready: " + strings.Join(took, "; ")
+}
 
 // dur is a seeded random duration in [lo, hi].
 func (r *run) dur(lo, hi time.Duration) time.Duration {
@@ -140,6 +186,8 @@ func (r *run) inject(ctx context.Context, kind string) Injection {
 		if err := r.child.start(inc + 1); err != nil {
 			fail("%v", err)
 		}
+	case FaultUpgrade:
+		r.upgrade(ctx, &in, fail)
 	case FaultJunk:
 		in.Target = "16 sockets"
 		sent, err := r.junkFlood(r.o.JunkPerSocket)

@@ -98,6 +98,10 @@ type Report struct {
 	RecoverySeconds float64   `json:"recovery_seconds"`
 	RecoveryRTTs    float64   `json:"recovery_rtts"`
 	Gateways        []Gateway `json:"gateways"`
+	// Checks set the figures against the ranges quiet machines gave;
+	// Machine says whether this one was too busy for them to mean much.
+	Checks  []Check `json:"checks"`
+	Machine Machine `json:"machine"`
 }
 
 // Plane is one emulated plane's totals over the run, both directions.
@@ -140,6 +144,8 @@ type rig struct {
 
 	stopWriting chan struct{}
 	writers     sync.WaitGroup
+
+	machine *machineWatch
 }
 
 func (r *rig) say(format string, args ...any) {
@@ -165,7 +171,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	r := &rig{o: o, hosts: map[string]*host.Host{}, stopWriting: make(chan struct{})}
+	r := &rig{o: o, hosts: map[string]*host.Host{}, stopWriting: make(chan struct{}), machine: watchMachine()}
 	r.say("mrgw-lab demo: 2 regions (eu-west, us-east) x 2 gateways, 1 host each side, %d planes, RTT %v, loss %s,\n", o.Planes, o.RTT, report.FormatPercent(o.Loss))
 	r.say("           %.0f Mbit/s per plane and direction (chosen so this machine's CPU is not the bottleneck)\n", o.RateMbit)
 	if err := r.build(ctx); err != nil {
@@ -446,6 +452,8 @@ func (r *rig) report(start time.Time, f planeFault, sampler *recovery.Sampler) *
 	r.errMu.Lock()
 	rep.Errors = append([]string{}, r.errs...)
 	r.errMu.Unlock()
+	rep.Checks = checks(rep, o)
+	rep.Machine = r.machine.done(es, o.RTT)
 	return rep
 }
 

@@ -44,7 +44,7 @@ func TestDemoShort(t *testing.T) {
 	}
 	var out bytes.Buffer
 	rep.Print(&out)
-	for _, want := range []string{"plane", "host goodput", "plane 1 failed"} {
+	for _, want := range []string{"plane", "host goodput", "plane 1 failed", "expected ranges", "machine:", "verdict:"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())
 		}

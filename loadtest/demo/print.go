@@ -42,10 +42,58 @@ func (r *Report) Print(out io.Writer) {
 	}
 	if len(r.Errors) == 0 {
 		fmt.Fprintln(out, "errors: none")
+	} else {
+		fmt.Fprintf(out, "errors (%d):\n", len(r.Errors))
+		for _, e := range r.Errors {
+			fmt.Fprintf(out, "  - %s\n", e)
+		}
+	}
+	r.printVerdict(out)
+}
+
+// printVerdict writes each figure against its expected range, the
+// machine's load, and the verdict.
+func (r *Report) printVerdict(out io.Writer) {
+	if len(r.Checks) == 0 {
 		return
 	}
-	fmt.Fprintf(out, "errors (%d):\n", len(r.Errors))
-	for _, e := range r.Errors {
-		fmt.Fprintf(out, "  - %s\n", e)
+	fmt.Fprintln(out, "\nexpected ranges (quiet machines):")
+	missed := 0
+	for _, c := range r.Checks {
+		met := "met"
+		if !c.Met {
+			met = "NOT MET"
+			missed++
+		}
+		rng := fmt.Sprintf("%.4g-%.4g", c.Min, c.Max)
+		if c.Min == c.Max {
+			rng = fmt.Sprintf("%.4g", c.Min)
+		}
+		fmt.Fprintf(out, "  %-33s %8.4g %-6s expected %s (%s): %s\n", c.Figure, c.Value, c.Unit, rng, c.Basis, met)
+	}
+	m := r.Machine
+	steal := "unknown"
+	if m.Steal >= 0 {
+		steal = report.FormatPercent(m.Steal)
+	}
+	others := "unknown"
+	if m.OtherCores >= 0 {
+		others = fmt.Sprintf("%.2f cores", m.OtherCores)
+	}
+	fmt.Fprintf(out, "machine: %d cores, load average %.2f before, %.2f after; other processes %s; CPU steal %s; emulator late %.3f ms on average, %.1f ms at worst\n",
+		m.Cores, m.Load1Start, m.Load1End, others, steal, m.EmuLateMeanMs, m.EmuLateMaxMs)
+	if m.Busy {
+		fmt.Fprintln(out, "WARNING: this machine was too busy for the figures to mean much:")
+		for _, w := range m.Why {
+			fmt.Fprintf(out, "  - %s\n", w)
+		}
+	}
+	switch {
+	case missed == 0:
+		fmt.Fprintf(out, "verdict: all %d figures in their expected range\n", len(r.Checks))
+	case m.Busy:
+		fmt.Fprintf(out, "verdict: %d of %d figures out of range on a busy machine: run it again on a quiet one before drawing conclusions\n", missed, len(r.Checks))
+	default:
+		fmt.Fprintf(out, "verdict: %d of %d figures out of range on a quiet machine: that is the gateways' doing\n", missed, len(r.Checks))
 	}
 }

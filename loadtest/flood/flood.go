@@ -47,7 +47,7 @@ import (
 // Targets, in the order they run.
 const (
 	TargetLANJunk   = "lan-junk"     // random datagrams at the LAN socket
-	TargetLANInit   = "lan-init"     // bare INITs, each from its own source (IP, port): the admission flood
+	TargetLANInit   = "lan-init"     // INITs, each from its own source (IP, port), every other one with a forged cookie: the admission flood
 	TargetWANJunk   = "wan-junk"     // random datagrams at the WAN plane socket from unknown addresses
 	TargetWANSpoof  = "wan-spoof"    // random datagrams at the WAN plane socket from the peers' IP (the emulator's)
 	TargetControl   = "control-junk" // QUIC v1 Initial-looking packets (random DCID, undecryptable) at the control socket
@@ -55,6 +55,11 @@ const (
 	TargetGossipTCP = "gossip-tcp"   // TCP connections to the gossip port, opened and held idle
 	TargetAdmin     = "admin-conns"  // TCP connections to the admin HTTP port, opened and held idle
 )
+
+// counterSlack is how much a drop or refusal counter may grow beyond the
+// flood's datagrams in counterFaults: the transfer alongside has drops of
+// its own (duplicates, emulated loss repaired), a few hundred in a run.
+const counterSlack = 10_000
 
 // AllTargets lists every target, in run order.
 var AllTargets = []string{TargetLANJunk, TargetLANInit, TargetWANJunk, TargetWANSpoof, TargetControl,
@@ -224,6 +229,10 @@ type Row struct {
 	// shows them in DroppedCounted too.
 	GossipDrops map[string]uint64 `json:"gossip_drops_unexported,omitempty"`
 	Unaccounted uint64            `json:"unaccounted"`
+	// CounterFaults are the gateway's counter series that went back, or
+	// (drop, refusal and reclaim counters) grew by more than
+	// DatagramsSent plus counterSlack, during the flood: none is right.
+	CounterFaults []string `json:"counter_faults,omitempty"`
 	// Connection floods: connections the server closed, dials that failed,
 	// most held open at once.
 	ServerClosed int `json:"server_closed,omitempty"`
@@ -327,6 +336,7 @@ type targetRun struct {
 
 	// Before the flood (baseline).
 	before   counters
+	every    counters // every counter series, for counterFaults
 	gBefore  map[string]uint64
 	pBefore  metaroce.EndpointStats
 	kBefore  uint64
@@ -481,6 +491,7 @@ func (r *targetRun) baseline(ctx context.Context) {
 	runtime.GC()
 	row.RSSBaseMB, row.GoroutinesBase = rssMB(), runtime.NumGoroutine()
 	r.before = snapshot(g)
+	r.every = scrape(g, everyCounter)
 	r.kBefore, r.kErr = udpKernelDrops(dst)
 	r.ovBefore, _ = tcpListenOverflows()
 	r.pBefore = protoStats(g)
@@ -569,6 +580,7 @@ func (r *targetRun) account() {
 	row, g, cf, target, dst := r.row, r.g, r.cf, r.target, r.dst
 	before, kBefore, kErr, ovBefore, pBefore, aBefore, gBefore := r.before, r.kBefore, r.kErr, r.ovBefore, r.pBefore, r.aBefore, r.gBefore
 	after := snapshot(g)
+	row.CounterFaults = counterFaults(r.every, scrape(g, everyCounter), row.DatagramsSent, counterSlack)
 	row.DroppedCounted = delta(before, after)
 	row.Counted = primarySum(row.DroppedCounted)
 	if cf == nil {

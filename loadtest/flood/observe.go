@@ -38,7 +38,14 @@ var primaryRe = regexp.MustCompile(`(datagrams|packets|messages|connections|conn
 // name{label="value",...}.
 type counters map[string]float64
 
-func snapshot(g *gateway.Gateway) counters {
+func snapshot(g *gateway.Gateway) counters { return scrape(g, counterRe) }
+
+// everyCounter matches every family: scrape(g, everyCounter) is every
+// counter series the gateway exports.
+var everyCounter = regexp.MustCompile(``)
+
+// scrape reads the counter series of the families re matches.
+func scrape(g *gateway.Gateway, re *regexp.Regexp) counters {
 	out := counters{}
 	mfs, err := g.Metrics().Registry.Gather()
 	if err != nil && len(mfs) == 0 {
@@ -46,7 +53,7 @@ func snapshot(g *gateway.Gateway) counters {
 	}
 	for _, mf := range mfs {
 		name := mf.GetName()
-		if !counterRe.MatchString(name) {
+		if !re.MatchString(name) {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
@@ -71,6 +78,40 @@ func snapshot(g *gateway.Gateway) counters {
 			out[k] = v
 		}
 	}
+	return out
+}
+
+// counterFaults checks every counter series across a flood of sent
+// datagrams (or connections): a counter never goes back, and a drop,
+// refusal or reclaim counter (counterRe) grows by at most sent plus slack
+// (what the transfer alongside may add). A series that did either is
+// returned with its two values: a counter computed as an unsigned
+// difference that went negative shows here as a jump of about 1.8e19.
+func counterFaults(before, after counters, sent, slack uint64) []string {
+	var out []string
+	for k, b := range before {
+		a, ok := after[k]
+		if !ok {
+			out = append(out, fmt.Sprintf("%s vanished (was %g)", k, b))
+			continue
+		}
+		if a < b {
+			out = append(out, fmt.Sprintf("%s went back: %g -> %g", k, b, a))
+		}
+	}
+	for k, a := range after {
+		name := k
+		if i := strings.IndexByte(k, '{'); i >= 0 {
+			name = k[:i]
+		}
+		if !counterRe.MatchString(name) {
+			continue
+		}
+		if d := a - before[k]; d > float64(sent+slack) {
+			out = append(out, fmt.Sprintf("%s grew by %g for %d sent: %g -> %g", k, d, sent, before[k], a))
+		}
+	}
+	sort.Strings(out)
 	return out
 }
 

@@ -24,7 +24,7 @@ type payload int
 
 const (
 	payloadJunk payload = iota // random bytes of random length (1..1400)
-	payloadInit                // a well-formed bare MetaRoCE INIT, a fresh connection id each
+	payloadInit                // a well-formed MetaRoCE INIT, a fresh connection id each; every other one with a forged admission cookie
 	payloadQUIC                // a QUIC v1 Initial-looking long header packet of 1200 bytes, random DCID, undecryptable
 )
 
@@ -190,7 +190,11 @@ func (f *udpFlood) worker(ctx context.Context, w int, pcs []*ipv4.PacketConn, ds
 			case payloadJunk:
 				b = junk[rng.IntN(len(junk))]
 			case payloadInit:
-				b = appendInit(bufs[i][:hdr], f.seq.Add(1))
+				n := f.seq.Add(1)
+				b = appendInit(bufs[i][:hdr], n)
+				if n%2 == 0 {
+					b = appendForgedCookie(b, rng)
+				}
 			case payloadQUIC:
 				b = appendQUICInitial(bufs[i][:hdr], rng)
 			}
@@ -228,6 +232,17 @@ func appendInit(b []byte, n uint64) []byte {
 		panic(err)
 	}
 	return b[:len(b)+len(out)]
+}
+
+// appendForgedCookie appends an admission cookie trailer ("MRCK", a time
+// bucket and a MAC) of random bytes: the gateway finds it invalid, counts
+// it as a bad cookie and answers with a challenge.
+func appendForgedCookie(b []byte, rng *rand.Rand) []byte {
+	b = append(b, "MRCK"...)
+	for range 5 {
+		b = binary.BigEndian.AppendUint32(b, rng.Uint32())
+	}
+	return b
 }
 
 // appendQUICInitial appends a QUIC v1 Initial long header (random 8-byte
