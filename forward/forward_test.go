@@ -12,10 +12,14 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mrgw/mrgw/forward"
 	"github.com/mrgw/mrgw/host"
@@ -404,5 +408,25 @@ func TestForwardThousandConnections(t *testing.T) {
 	})
 	if s := d.client.Stats(); len(s.Refused) != 0 || s.Resets != 0 {
 		t.Fatalf("client: %+v", s)
+	}
+}
+
+// TestMetricNamesMatchTheCollector: MetricNames lists exactly what
+// Collector describes.
+func TestMetricNamesMatchTheCollector(t *testing.T) {
+	ch := make(chan *prometheus.Desc, 32)
+	forward.Collector(nil, nil).Describe(ch)
+	close(ch)
+	var got []string
+	for d := range ch {
+		s := d.String()
+		i := strings.Index(s, `fqName: "`) + len(`fqName: "`)
+		got = append(got, s[i:i+strings.IndexByte(s[i:], '"')])
+	}
+	want := forward.MetricNames()
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("collector describes %v, MetricNames says %v", got, want)
 	}
 }

@@ -34,6 +34,14 @@ func Collector(f *Forwarder, m *stream.Mux) prometheus.Collector {
 	}
 }
 
+// MetricNames lists the metric names Collector exports (the forwarder's,
+// not the gateway daemon's catalogue).
+func MetricNames() []string {
+	return []string{"mrgw_forward_connections_total", "mrgw_forward_active", "mrgw_forward_refused_total",
+		"mrgw_forward_resets_total", "mrgw_forward_bytes_total", "mrgw_stream_open", "mrgw_stream_refused_total",
+		"mrgw_stream_dropped_total"}
+}
+
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.conns, c.active, c.refused, c.resets, c.bytes, c.streams, c.streamRefused, c.dropped} {
 		ch <- d
