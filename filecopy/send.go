@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -115,7 +116,9 @@ type RemoteError struct {
 	Text string
 }
 
-func (e *RemoteError) Error() string { return "filecopy: receiver: " + e.Text }
+func (e *RemoteError) Error() string {
+	return "filecopy: receiver: " + strings.TrimPrefix(e.Text, "filecopy: ")
+}
 
 // Is maps codes to the package's errors.
 func (e *RemoteError) Is(target error) bool {

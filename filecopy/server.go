@@ -16,6 +16,7 @@ import (
 	"os"
 	"path"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -589,6 +590,9 @@ func (ss *session) hello(m *msg) error {
 		if err := s.root.MkdirAll(ss.dest, 0o755); err != nil {
 			return rootErr("destination directory", err)
 		}
+		if err := ss.checkDir(ss.dest); err != nil {
+			return err
+		}
 	}
 	s.log.Info("filecopy: copy started", "from", ss.from, "dest", ss.dest, "entries", m.Count)
 	return ss.send(&msg{Type: tHelloOK, Version: protocolVersion, Window: ss.window,
@@ -598,11 +602,10 @@ func (ss *session) hello(m *msg) error {
 // rootErr turns an os.Root error into a copy error: an escape is
 // ErrNotAllowed, a full disk codeDiskFull, the rest an I/O error.
 func rootErr(what string, err error) error {
-	var pe *os.PathError
 	switch {
 	case errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT):
 		return cerr(codeDiskFull, "%s: disk full: %v", what, err)
-	case errors.As(err, &pe) && pe.Err != nil && pe.Err.Error() == "path escapes from parent":
+	case strings.Contains(err.Error(), "path escapes from parent"): // os.Root's refusal, not exported
 		return cerr(codeNotAllowed, "%v: %s: %v", ErrNotAllowed, what, err)
 	case errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV):
 		return cerr(codeNotAllowed, "%v: %s: %v", ErrNotAllowed, what, err)
