@@ -1124,10 +1124,8 @@ func (s *sender) writeChunk(j *chunkJob, key uint32) error {
 	addr := uint64(off) - (uint64(off)/s.window)*s.window
 	p, err := s.flow.Write(s.ctx, key, addr, buf[:n])
 	if err != nil {
-		if p != nil {
-			_ = p.Wait(context.Background())
-		}
-		s.bufs <- buf
+		// The buffer stays with the flow until it closes (the copy is
+		// over): it is not reused.
 		if s.ctx.Err() != nil {
 			return nil
 		}
@@ -1137,8 +1135,6 @@ func (s *sender) writeChunk(j *chunkJob, key uint32) error {
 	select {
 	case s.inflight <- j:
 	case <-s.ctx.Done():
-		_ = p.Wait(context.Background())
-		s.bufs <- buf
 	}
 	return nil
 }
@@ -1152,9 +1148,8 @@ func (s *sender) complete() {
 			if s.ctx.Err() == nil {
 				s.fail(fmt.Errorf("filecopy: data flow: %w", err))
 			}
-			// The flow still holds the buffer until the message ends:
-			// the flow closes with the copy, which fails it.
-			go func(p *host.Pending) { _ = p.Wait(context.Background()) }(j.p)
+			// The flow holds the buffer until it closes with the copy:
+			// it is not reused.
 			continue
 		}
 		s.bufs <- j.buf

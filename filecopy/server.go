@@ -263,7 +263,8 @@ func (s *Server) Serve(ctx context.Context) error {
 }
 
 // Close stops accepting, aborts the copies in progress (their state
-// files keep what was verified) and waits for them.
+// files keep what was verified) and waits for them. The Mux's
+// Deliveries are no longer read: close the Mux too (or read them).
 func (s *Server) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -382,6 +383,9 @@ type session struct {
 	mapped   int
 	dirs     map[string]bool // directories whose entries changed: synced at END
 	released chan struct{}
+	// batch: small files written, not yet synced and renamed.
+	batch      []pendingInline
+	batchBytes int
 
 	abortOnce sync.Once
 	aborted   atomic.Bool
@@ -495,6 +499,9 @@ func (ss *session) loop(mr *msgReader) error {
 	s := ss.s
 	for {
 		if mr.r.Buffered() == 0 {
+			if err := ss.commitBatch(); err != nil {
+				return err
+			}
 			if err := ss.w.Flush(); err != nil {
 				return err
 			}
@@ -515,6 +522,11 @@ func (ss *session) loop(mr *msgReader) error {
 		}
 		if ss.chunk == 0 && m.Type != tHello {
 			return cerr(codeProtocol, "%v before HELLO", m.Type)
+		}
+		if m.Type != tInline && len(ss.batch) > 0 {
+			if err := ss.commitBatch(); err != nil {
+				return err
+			}
 		}
 		switch m.Type {
 		case tHello:
@@ -814,36 +826,94 @@ func (ss *session) inline(m *msg) error {
 		return ss.send(&msg{Type: tFileDone, Idx: m.Idx, Sum: sum, Text: "SHA-256 differs from the sender's"})
 	}
 	part, _ := workNames(e.rel)
-	if err := ss.writeInline(e, part, m.Bytes); err != nil {
-		_ = s.root.Remove(part)
-		return err
-	}
-	e.done = true
-	s.ctr.files.Add(1)
-	s.ctr.inline.Add(1)
-	return ss.send(&msg{Type: tFileDone, Idx: m.Idx, OK: true, Sum: sum})
-}
-
-func (ss *session) writeInline(e *rentry, part string, data []byte) error {
-	s := ss.s
 	f, err := s.root.OpenFile(part, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return rootErr(e.rel, err)
 	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
+	ss.batch = append(ss.batch, pendingInline{e: e, idx: m.Idx, f: f, part: part, sum: sum})
+	ss.batchBytes += len(m.Bytes)
+	_, err = f.Write(m.Bytes)
 	if err == nil {
 		err = f.Chmod(fs.FileMode(fileModeOf(e.mode)))
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
 	}
 	if err != nil {
 		return rootErr(e.rel, err)
 	}
-	return ss.commit(e, part)
+	if len(ss.batch) >= batchFiles || ss.batchBytes >= batchBytes {
+		return ss.commitBatch()
+	}
+	return nil
+}
+
+// Small files are committed in batches: written under their temporary
+// names, then synced one after the other (the first sync's journal
+// commit carries most of the others' work), then renamed. A sync per
+// file as it comes costs a journal commit each: 1,100 files/s instead
+// of several thousand.
+const (
+	batchFiles  = 256
+	batchBytes  = 32 << 20
+	syncWorkers = 8
+)
+
+// pendingInline is a small file written under its temporary name,
+// waiting for its batch to be synced and renamed.
+type pendingInline struct {
+	e    *rentry
+	idx  uint32
+	f    *os.File
+	part string
+	sum  [32]byte
+}
+
+// commitBatch syncs, renames and reports the small files written since
+// the last batch. It runs before any other message is handled and before
+// the session waits for input, so replies never wait on a batch.
+func (ss *session) commitBatch() error {
+	s := ss.s
+	batch := ss.batch
+	ss.batch, ss.batchBytes = ss.batch[:0], 0
+	// Concurrent syncs share journal commits.
+	errs := make([]error, len(batch))
+	var wg sync.WaitGroup
+	next := atomic.Int64{}
+	for range min(syncWorkers, len(batch)) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(batch) {
+					return
+				}
+				errs[i] = batch[i].f.Sync()
+			}
+		})
+	}
+	wg.Wait()
+	for i, p := range batch {
+		err := errs[i]
+		if cerr := p.f.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = ss.commit(p.e, p.part)
+		}
+		if err != nil {
+			for _, q := range batch[i+1:] {
+				q.f.Close()
+				_ = s.root.Remove(q.part)
+			}
+			_ = s.root.Remove(p.part)
+			return rootErr(p.e.rel, err)
+		}
+		p.e.done = true
+		s.ctr.files.Add(1)
+		s.ctr.inline.Add(1)
+		if err := ss.send(&msg{Type: tFileDone, Idx: p.idx, OK: true, Sum: p.sum}); err != nil {
+			return err
+		}
+	}
+	clear(batch)
+	return nil
 }
 
 // commit sets the modification time and renames the temporary copy into
@@ -983,6 +1053,23 @@ func (ss *session) mapWindow(m *msg) error {
 	mem, err := unix.Mmap(int(f.fd.Fd()), int64(off), int(length), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return cerr(codeIO, "%s: mmap window %d: %v", f.e.rel, m.N, err)
+	}
+	// Fault the pages the WRITEs will fill in here, on the session's
+	// goroutine: else every first touch of a page faults on the host's
+	// owner goroutine, in the middle of placing packets, and the file
+	// system's work per page (allocating it, starting a journal handle)
+	// stalls the whole host. Where the kernel cannot (before 5.14), the
+	// WRITEs fault them in as they come.
+	for i := uint64(0); i < per; i++ {
+		if m.Mask&(1<<i) == 0 {
+			continue
+		}
+		lo := i * ss.chunk
+		if lo >= length {
+			break
+		}
+		hi := min(lo+ss.chunk, length)
+		_ = unix.Madvise(mem[lo:hi], unix.MADV_POPULATE_WRITE)
 	}
 	key := s.newKey()
 	if err := s.h.RegisterMemory(key, mem); err != nil {
@@ -1251,6 +1338,11 @@ func (ss *session) end() error {
 // cleanup releases what a session holds: windows, files (their verified
 // chunks recorded in the state file), hashers.
 func (ss *session) cleanup() {
+	for _, p := range ss.batch {
+		p.f.Close()
+		_ = ss.s.root.Remove(p.part)
+	}
+	ss.batch = nil
 	for _, e := range ss.entries {
 		f := e.f
 		if f == nil {
