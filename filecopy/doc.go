@@ -28,5 +28,6 @@
 // os.Root and writes only into real directories).
 //
 // Wire format, resume rules and the receiver in production:
-// docs/GATEWAY.md ("Copying files") and docs/OPERATIONS.md.
+// docs/ARCHITECTURE.md ("Copying files") and docs/OPERATIONS.md
+// ("Copying files between regions").
 package filecopy

@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mrgw/mrgw/flowctl"
 	"github.com/mrgw/mrgw/host"
 	"github.com/mrgw/mrgw/stream"
 )
@@ -1129,7 +1130,7 @@ func (s *sender) writeChunk(j *chunkJob, key uint32) error {
 		if s.ctx.Err() != nil {
 			return nil
 		}
-		return fmt.Errorf("filecopy: data flow: %w", err)
+		return flowError(err)
 	}
 	j.p = p
 	select {
@@ -1146,7 +1147,7 @@ func (s *sender) complete() {
 		err := j.p.Wait(s.ctx)
 		if err != nil {
 			if s.ctx.Err() == nil {
-				s.fail(fmt.Errorf("filecopy: data flow: %w", err))
+				s.fail(flowError(err))
 			}
 			// The flow holds the buffer until it closes with the copy:
 			// it is not reused.
@@ -1182,4 +1183,16 @@ func hashFile(ctx context.Context, p string, size int64) ([32]byte, error) {
 	}
 	h.Sum(sum[:0])
 	return sum, nil
+}
+
+// flowError says what a failed data flow means for the copy. The
+// receiving host refuses a WRITE to a memory key it does not hold: the
+// receiver restarted (and the flow followed its name to the new process),
+// or it dropped this copy.
+func flowError(err error) error {
+	var fe *flowctl.Error
+	if errors.As(err, &fe) && fe.Code == flowctl.CodeBadRequest {
+		return fmt.Errorf("filecopy: the receiver refused a WRITE (it restarted, or dropped this copy); run the copy again to resume: %w", err)
+	}
+	return fmt.Errorf("filecopy: data flow: %w", err)
 }

@@ -633,7 +633,9 @@ func (ss *session) entry(m *msg) error {
 	if err := checkRel(m.Path); err != nil {
 		return cerr(codeNotAllowed, "%v", err)
 	}
-	e := &rentry{kind: m.Kind, rel: joinRel(ss.dest, m.Path), size: m.Size, mode: m.Mode & 0o7777, mtime: m.Mtime, dataBytes: m.DataBytes}
+	// Set-user-ID and set-group-ID bits are dropped: a sender in another
+	// region does not choose who runs this host's files.
+	e := &rentry{kind: m.Kind, rel: joinRel(ss.dest, m.Path), size: m.Size, mode: m.Mode & 0o1777, mtime: m.Mtime, dataBytes: m.DataBytes}
 	if len(e.rel) > maxPath {
 		return cerr(codeNotAllowed, "%v: %q longer than %d bytes", ErrNotAllowed, e.rel, maxPath)
 	}
