@@ -422,20 +422,36 @@ func (s *sender) run(start time.Time, to stream.Addr, dest string) (*Summary, er
 	if s.flow != nil {
 		defer s.flow.Close()
 	}
-	if err := s.err(); err == nil || errors.Is(err, errFinished) {
-		s.conn.Close()
-	} else {
+	finished := false
+	select {
+	case <-s.bye:
+		finished = true
+	default:
+	}
+	if !finished {
 		s.conn.Reset()
 	}
 	wg.Wait()
+	if finished {
+		// Half-close, then wait for the receiver's end: its last records
+		// must be DONE here before this host goes, or its flow would
+		// retry them until it gives up on this endpoint.
+		s.conn.CloseWrite()
+		s.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_, _ = io.Copy(io.Discard, s.conn)
+		s.conn.Close()
+	}
 	for _, e := range s.entries {
 		if e.large != nil && e.large.fd != nil {
 			e.large.fd.Close()
 		}
 	}
 	sum := s.summarize(start)
-	if err := s.err(); err != nil && !errors.Is(err, errFinished) {
-		return sum, err
+	if !finished {
+		if err := s.err(); err != nil {
+			return sum, err
+		}
+		return sum, errors.New("filecopy: the copy ended before the receiver confirmed it")
 	}
 	for _, e := range s.entries {
 		if e.kind == kindFile && e.state == "" {
