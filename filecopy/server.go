@@ -382,6 +382,7 @@ type session struct {
 	manifest bool // MANIFEST_END seen
 	mapped   int
 	dirs     map[string]bool // directories whose entries changed: synced at END
+	paths    map[string]bool // the manifest's paths
 	released chan struct{}
 	// batch: small files written, not yet synced and renamed.
 	batch      []pendingInline
@@ -457,6 +458,7 @@ func (ss *session) run() {
 	defer ss.cleanup()
 	ss.w = bufio.NewWriterSize(ss.conn, 64<<10)
 	ss.dirs = map[string]bool{}
+	ss.paths = map[string]bool{}
 	mr := newMsgReader(ss.conn)
 	err := ss.loop(mr)
 	var ce *copyError
@@ -618,9 +620,9 @@ func rootErr(what string, err error) error {
 	case errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT):
 		return cerr(codeDiskFull, "%s: disk full: %v", what, err)
 	case strings.Contains(err.Error(), "path escapes from parent"): // os.Root's refusal, not exported
-		return cerr(codeNotAllowed, "%v: %s: %v", ErrNotAllowed, what, err)
+		return cerr(codeNotAllowed, "path not allowed: %s: %v", what, err)
 	case errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV):
-		return cerr(codeNotAllowed, "%v: %s: %v", ErrNotAllowed, what, err)
+		return cerr(codeNotAllowed, "path not allowed: %s: %v", what, err)
 	}
 	return cerr(codeIO, "%s: %v", what, err)
 }
@@ -637,8 +639,12 @@ func (ss *session) entry(m *msg) error {
 	// region does not choose who runs this host's files.
 	e := &rentry{kind: m.Kind, rel: joinRel(ss.dest, m.Path), size: m.Size, mode: m.Mode & 0o1777, mtime: m.Mtime, dataBytes: m.DataBytes}
 	if len(e.rel) > maxPath {
-		return cerr(codeNotAllowed, "%v: %q longer than %d bytes", ErrNotAllowed, e.rel, maxPath)
+		return cerr(codeNotAllowed, "path not allowed: %q longer than %d bytes", e.rel, maxPath)
 	}
+	if ss.paths[e.rel] {
+		return cerr(codeProtocol, "%s listed twice", e.rel)
+	}
+	ss.paths[e.rel] = true
 	ss.entries = append(ss.entries, e)
 	have := &msg{Type: tHave, Idx: m.Idx, Kind: haveNone}
 	switch m.Kind {
@@ -722,7 +728,7 @@ func (ss *session) checkDir(rel string) error {
 			return rootErr(p, err)
 		}
 		if fi.Mode()&fs.ModeSymlink != 0 {
-			return cerr(codeNotAllowed, "%v: %s is a symbolic link at the destination", ErrNotAllowed, p)
+			return cerr(codeNotAllowed, "path not allowed: %s is a symbolic link at the destination", p)
 		}
 		if !fi.IsDir() {
 			return cerr(codeIO, "%s is not a directory at the destination", p)
@@ -1057,11 +1063,11 @@ func (ss *session) mapWindow(m *msg) error {
 		return cerr(codeIO, "%s: mmap window %d: %v", f.e.rel, m.N, err)
 	}
 	// Fault the pages the WRITEs will fill in here, on the session's
-	// goroutine: else every first touch of a page faults on the host's
-	// owner goroutine, in the middle of placing packets, and the file
-	// system's work per page (allocating it, starting a journal handle)
-	// stalls the whole host. Where the kernel cannot (before 5.14), the
-	// WRITEs fault them in as they come.
+	// goroutine, before the key is announced: else every first touch of
+	// a page faults on the host's owner goroutine, in the middle of
+	// placing packets, with the file system's work per page (allocating
+	// it, starting a journal handle). Where the kernel cannot (before
+	// 5.14), the WRITEs fault them in as they come.
 	for i := uint64(0); i < per; i++ {
 		if m.Mask&(1<<i) == 0 {
 			continue
