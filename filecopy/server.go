@@ -854,10 +854,9 @@ func (ss *session) inline(m *msg) error {
 }
 
 // Small files are committed in batches: written under their temporary
-// names, then synced one after the other (the first sync's journal
-// commit carries most of the others' work), then renamed. A sync per
-// file as it comes costs a journal commit each: 1,100 files/s instead
-// of several thousand.
+// names, then synced together (concurrent syncs share the file system's
+// journal commits), then renamed. A sync per file as it comes costs a
+// journal commit each (docs/ARCHITECTURE.md has the figures).
 const (
 	batchFiles  = 256
 	batchBytes  = 32 << 20
