@@ -96,6 +96,9 @@ prints a summary on stdout.`,
 				bar.stop()
 			}
 			if err != nil {
+				if ctx.Err() != nil {
+					return fmt.Errorf("copy to %s interrupted (run the same command again to resume): %w", dst, context.Cause(ctx))
+				}
 				return cpError(err, dst)
 			}
 			out := cmd.OutOrStdout()
