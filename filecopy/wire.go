@@ -65,16 +65,14 @@ const (
 
 // Error codes of an ERROR message.
 const (
-	codeProtocol    uint16 = 1 // a malformed or unexpected message
-	codeNotAllowed  uint16 = 2 // a path escapes the receiver's root
-	codeDiskFull    uint16 = 3 // no space for the data
-	codeIO          uint16 = 4 // the receiver's file system failed
-	codeBusy        uint16 = 5 // superseded by a newer copy of the same path
-	codeLimit       uint16 = 6 // over a limit of the receiver (entries, sizes)
-	codeIntegrity   uint16 = 7 // a checksum did not match, repeatedly
-	codeVersion     uint16 = 8 // protocol version not spoken
-	codeShutdown    uint16 = 9 // the receiver is shutting down
-	codeSourceError uint16 = 10
+	codeProtocol   uint16 = 1 // a malformed or unexpected message
+	codeNotAllowed uint16 = 2 // a path escapes the receiver's root
+	codeDiskFull   uint16 = 3 // no space for the data
+	codeIO         uint16 = 4 // the receiver's file system failed
+	codeBusy       uint16 = 5 // superseded by a newer copy of the same path
+	codeLimit      uint16 = 6 // over a limit of the receiver (entries, sizes)
+	codeVersion    uint16 = 8 // protocol version not spoken
+	codeShutdown   uint16 = 9 // the receiver is shutting down
 )
 
 // msg is one control message; only the fields of its type's layout are
