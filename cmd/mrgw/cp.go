@@ -60,6 +60,12 @@ prints a summary on stdout.`,
 			if err != nil {
 				return err
 			}
+			// A missing source is reported before anything connects.
+			for _, src := range srcs {
+				if _, err := os.Stat(src); err != nil {
+					return err
+				}
+			}
 			cfg, err := hf.config(cmd.ErrOrStderr())
 			if err != nil {
 				return err

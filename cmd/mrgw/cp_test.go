@@ -152,6 +152,9 @@ func TestHostCp(t *testing.T) {
 			t.Errorf("cp to %s: %v, want %q", c.dst, err, c.want)
 		}
 	}
+	if _, _, err := cp(filepath.Join(src, "missing"), lab.RegionB+"/store:7100"); err == nil || !strings.Contains(err.Error(), "no such file") {
+		t.Errorf("cp of a missing source: %v", err)
+	}
 }
 
 func must(t *testing.T, err error) {
