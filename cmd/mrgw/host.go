@@ -124,11 +124,13 @@ func newHostCmd() *cobra.Command {
 		Long: `host runs the host side of mrgw (package host): it connects to the local gateway
 pair, registers an endpoint name, and sends to or receives from an endpoint in another
 region. Completions are end to end: a message counts as sent only once the destination
-reported it in its memory.
+reported it in its memory. send and recv move test traffic; forward carries TCP
+connections; cp copies files and directory trees to the receiver cp-serve runs on an
+endpoint of another region.
 
 On one machine give every process its own loopback IP (127.0.0.2, 127.0.0.3, ...).`,
 	}
-	cmd.AddCommand(newHostRecvCmd(), newHostSendCmd(), newHostForwardCmd())
+	cmd.AddCommand(newHostRecvCmd(), newHostSendCmd(), newHostForwardCmd(), newHostCpCmd(), newHostCpServeCmd())
 	return cmd
 }
 

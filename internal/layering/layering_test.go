@@ -62,6 +62,9 @@ var rank = map[string]int{
 	"gateway": 4,
 	"stream":  4,
 
+	// 5: what runs over streams: file copy.
+	"filecopy": 5,
+
 	// 5-6: the lab: the in-process two-region lab and the shared bulk
 	// transfer loop, then the load tests.
 	"loadtest/lab":  5,
