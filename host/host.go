@@ -656,6 +656,10 @@ func (h *Host) Kill() {
 	})
 }
 
+// closeFlush bounds how long Close waits for the control messages already
+// queued to be acknowledged by the gateways.
+const closeFlush = 500 * time.Millisecond
+
 // Close closes every flow (pending messages fail with ErrClosed), closes
 // the gateway connections and stops the host. Received is closed.
 func (h *Host) Close() error {
@@ -667,12 +671,33 @@ func (h *Host) Close() error {
 			for _, f := range h.o.flows {
 				f.closeLocked(now, ErrClosed, true)
 			}
+			h.o.regSig.fire()
+		})
+		// The control messages already queued (a DONE for a message that
+		// just completed here, the flows' CLOSEs) reach the gateways
+		// before their connections close: a source whose last message's
+		// DONE is lost would re-send it elsewhere for FailAfter. Bounded:
+		// a gateway that does not answer holds Close up to closeFlush.
+		flushed := time.Now().Add(closeFlush)
+		for time.Now().Before(flushed) {
+			pending := false
+			if h.call(ctx, func(time.Duration) {
+				for _, g := range h.o.gws {
+					if g.conn != nil && !g.conn.Closed() && g.conn.Queued() > 0 {
+						pending = true
+					}
+				}
+			}) != nil || !pending {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		_ = h.call(ctx, func(now time.Duration) {
 			for _, g := range h.o.gws {
 				if g.conn != nil {
 					g.conn.Close(now)
 				}
 			}
-			h.o.regSig.fire()
 		})
 		// Give the owner one loop turn to put the CLOSE packets on the
 		// wire; the peers would find out through DeadAfter otherwise.

@@ -399,3 +399,53 @@ func TestStreamCloseUnblocks(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamEndsCleanlyWhenAHostClosesAtEOF: a client that reads the
+// server's answer to EOF and closes its host at once leaves the server's
+// end nothing to re-send: the DONE for the server's FIN leaves before the
+// client's gateway connections close, so the server's flow never re-opens.
+func TestStreamEndsCleanlyWhenAHostClosesAtEOF(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	l := startLab(t, ctx, lab.Config{Direct: true})
+	h, err := host.New(host.Config{Name: "client", Region: lab.RegionA, Gateways: l.HostGateways(lab.RegionA), Key: l.HostKey,
+		DeadAfter: time.Second, OpenTimeout: patience / 4, Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ma, err := stream.New(h, stream.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb := newMux(t, l, "server", lab.RegionB, stream.Config{})
+	ln, err := mb.Listen("7000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.AcceptStream(ctx)
+		if err != nil {
+			return
+		}
+		io.Copy(io.Discard, c)
+		c.Write([]byte("answer"))
+		c.Close()
+	}()
+	c, err := ma.Dial(ctx, lab.RegionB+"/server:7000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Write([]byte("question"))
+	c.CloseWrite()
+	if b, err := io.ReadAll(c); err != nil || string(b) != "answer" {
+		t.Fatalf("answer %q, %v", b, err)
+	}
+	c.Close()
+	ma.Close()
+	h.Close()
+	waitFor(t, ctx, "the server's end torn down", func() bool { return mb.Stats().Open == 0 })
+	if r := mb.Host().Stats().Reopens; r != 0 {
+		t.Fatalf("the server's flow re-opened %d times after the client closed", r)
+	}
+}
