@@ -471,8 +471,13 @@ type windowStart func() (end func() uint64)
 // measureSent is measure for a flow whose window is opened by start:
 // goodput counts bytes sent and delivered inside the window. Reading the
 // sender after the start time and the receiver before the end time can
-// only leave bytes out.
-func measureSent(ctx context.Context, progress func() uint64, start windowStart, warmup, duration time.Duration, atStart, atEnd func()) (float64, error) {
+// only leave bytes out. The count is divided by the window less oneWay,
+// the link's one-way propagation delay: a byte sent inside the window
+// cannot arrive before oneWay has passed, so the link carries the counted
+// bytes in that shorter time, and the figure keeps no bias of a delay
+// that no system can shorten (what each system had in its queues and
+// holes when the window opened still counts against it).
+func measureSent(ctx context.Context, progress func() uint64, start windowStart, oneWay, warmup, duration time.Duration, atStart, atEnd func()) (float64, error) {
 	if err := firstProgress(ctx, progress); err != nil {
 		return 0, err
 	}
@@ -490,7 +495,7 @@ func measureSent(ctx context.Context, progress func() uint64, start windowStart,
 	b := end()
 	t1 := time.Now()
 	atEnd()
-	return float64(units.Throughput(float64(b), t1.Sub(t0).Seconds())), nil
+	return float64(units.Throughput(float64(b), (t1.Sub(t0) - oneWay).Seconds())), nil
 }
 
 // firstProgress waits until count has moved from zero: the warm-up

@@ -274,7 +274,11 @@ func tcpBulkOn(ctx context.Context, algo string, n int, cfg tunemu.Config, warmu
 	// from that, up to 1.023); and only bytes first sent inside the window
 	// (tcpWindow): a hole open at the start would otherwise bring up to a
 	// receive queue of bytes that crossed before it.
-	bps, err := measureSent(ctx, p.received, p.window, warmup, duration,
+	oneWay := cfg.Link.Delay
+	for _, pd := range cfg.PairDelays {
+		oneWay = min(oneWay, pd.Delay)
+	}
+	bps, err := measureSent(ctx, p.received, p.window, oneWay, warmup, duration,
 		func() {
 			if tcpWindowHook != nil {
 				tcpWindowHook(te)

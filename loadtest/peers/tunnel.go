@@ -545,7 +545,7 @@ func tunnelBulk(ctx context.Context, rocev2 bool, l Link, warmup, duration time.
 	if !rocev2 {
 		setPathProbe(ctx, f.pathProbe())
 	}
-	bps, err := measureSent(ctx, f.received, func() func() uint64 { return f.window(ctx) }, warmup, duration, func() {}, func() {})
+	bps, err := measureSent(ctx, f.received, func() func() uint64 { return f.window(ctx) }, l.RTT/2, warmup, duration, func() {}, func() {})
 	if err != nil {
 		return Result{}, err
 	}
