@@ -17,7 +17,7 @@
 // parameters. Every row names the emulator it used ("emu" or "tunemu").
 // Both charge a packet its whole IP length, headers included, as a real
 // link does: a UDP datagram costs the same in both, and every system pays
-// for its own headers (ceilings: CeilingTCP, CeilingMRGW).
+// for its own headers (Ceiling).
 //
 // tunemu needs root. When it cannot run, the TUN rows are skipped and the
 // scenario returns the rows it could measure together with an error that
