@@ -187,7 +187,11 @@ type Options struct {
 	// ClassicFallback turns on mrgw's classic fallback (cc.Params;
 	// docs/CC.md §4) for the controller under test.
 	ClassicFallback bool
-	// Seed seeds the emulators (ECMP hash, loss).
+	// Seed seeds the emulators (ECMP hash, loss). One seed is one draw of
+	// the loss pattern, the same packets lost in every run: a flow whose
+	// start depends on its first rounds' losses (bbr's STARTUP under
+	// several percent of loss) gives the same lucky or unlucky figure run
+	// after run, so such a baseline takes several seeds.
 	Seed uint64
 	// MTU is the IP MTU of every system (default 1500; 9000 for a DCI
 	// link's jumbo frames): tunemu's TUN devices and netem's largest
