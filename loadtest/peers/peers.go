@@ -59,14 +59,16 @@
 //     windows of 1.25 BDP in packets, MTU 1400, no FEC, over netem.
 //
 // Goodput is always measured at the receiver, over Options.Duration after
-// Options.Warmup, and for kernel TCP, mrgw and rocev2 it counts only bytes
-// sent and delivered inside that window (measureSent): for kernel TCP what
+// Options.Warmup, and in the bulk runs (Bulk) it counts only bytes sent
+// and delivered inside that window (measureSent): for kernel TCP what
 // the receiving kernels took in order (tcpi_bytes_received) beyond what
 // the sender had first sent when the window opened (tcpi_bytes_sent less
 // tcpi_bytes_retrans), so that neither a reader held off the CPU nor a
 // window of data in flight at the start moves bytes into the window; for
 // mrgw and rocev2 the bytes of messages completed beyond those the
-// receiver had placed or the sender had in flight when it opened. Capacity
+// receiver had placed or the sender had in flight when it opened; for QUIC
+// (per stream) and kcp the bytes read beyond what the application had
+// written when it opened (writtenWindow). Capacity
 // is the link's rate in wire bytes (IP packets, headers included: netem's
 // LinkConfig), the same for every system. Kernel TCP rows
 // carry tunemu's self-check of their window (emulator_ok,
@@ -471,6 +473,32 @@ func measure(ctx context.Context, count func() uint64, warmup, duration time.Dur
 // the link's wire bytes its payload takes, whatever the edges of the
 // window cut (docs/results/peers.md, "Capacity").
 type windowStart func() (end func() uint64)
+
+// writtenWindow is a windowStart for flows whose sender counts only what
+// its application wrote (QUIC's streams, kcp): per flow (by key), the bytes
+// its receiver read at the end beyond what its application had written at
+// the start, plus pending, the most a write in progress at the start may
+// have handed over already (its buffer). Written is at least sent, so no
+// byte sent before the window is counted; a byte read late is at worst
+// left out.
+func writtenWindow(received, written func() map[uint64]uint64, pending uint64) windowStart {
+	return func() func() uint64 {
+		base := written()
+		got := received()
+		for k, v := range base {
+			base[k] = max(v+pending, got[k])
+		}
+		return func() uint64 {
+			var n uint64
+			for k, v := range received() {
+				if b, ok := base[k]; ok && v > b {
+					n += v - b
+				}
+			}
+			return n
+		}
+	}
+}
 
 // measureSent is measure for a flow whose window is opened by start:
 // goodput counts bytes sent and delivered inside the window. Reading the
