@@ -78,12 +78,19 @@ const (
 // Rate bits/s behind a drop-tail queue of QueueBytes, followed by a wire of
 // Delay (+ up to Jitter) that loses a fraction Loss of what it carries. A
 // datagram that is ECN-capable and finds more than ECNThreshold bytes queued
-// ahead of it leaves marked CE.
+// ahead of it leaves marked CE; one that is not waits in the queue like any
+// other until the queue is full.
+//
+// Every byte figure is in wire bytes: a datagram occupies its UDP payload
+// and its IPv4 and UDP headers (IPHeaderLen), as on a real IP link, so the
+// capacity of a plane is Rate of IP packets and a protocol's goodput can
+// reach at most its payload's share of its packets.
 type LinkConfig struct {
-	// Rate is the serialisation rate in bits per second; 0 means unlimited
-	// (no serialisation time, so no queue ever builds).
+	// Rate is the serialisation rate in bits per second of IP packets
+	// (headers included); 0 means unlimited (no serialisation time, so no
+	// queue ever builds).
 	Rate uint64
-	// QueueBytes is the drop-tail limit on bytes waiting for the link
+	// QueueBytes is the drop-tail limit on wire bytes waiting for the link
 	// (including the datagram being serialised); 0 means DefaultQueueBytes.
 	QueueBytes int
 	// Delay is the one-way propagation delay added after serialisation.

@@ -14,6 +14,11 @@
 //	arrival ─▶ (MTU clamp) ─▶ [drop-tail queue, QueueBytes] ─▶ serialiser (Rate) ─▶ wire (Delay + Jitter, Loss) ─▶ receiver
 //	                       └─ ECT and more than ECNThreshold bytes ahead: leave as CE
 //
+// A datagram is charged its wire bytes, its UDP payload and its IPv4 and
+// UDP headers, in the queue, the serialiser and the counters, as on a real
+// IP link: Rate is a rate of IP packets, the same as loadtest/tunemu's,
+// which charges a packet its IP length.
+//
 // The queue is modelled exactly but analytically (see link): a datagram's
 // fate and its delivery time are decided when it arrives, then it waits in
 // its plane's FIFO until that time. Delivery times within a plane never

@@ -545,7 +545,7 @@ func (d *direction) send(items []Item[packet]) {
 		count := func(j int, sign uint64) {
 			c := &d.links[items[j].V.plane].c
 			c.delivered.Add(sign)
-			c.bytesDelivered.Add(uint64(items[j].V.n) * sign)
+			c.bytesDelivered.Add(uint64(wireBytes(items[j].V.n)) * sign)
 		}
 		for _, j := range w.idx {
 			count(j, 1)

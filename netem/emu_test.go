@@ -57,6 +57,15 @@ func TestRelayBothWaysThroughStandIns(t *testing.T) {
 			t.Fatalf("path %d: ack %d bytes from %v, want %d bytes from %v", i, len(back.data), back.from, len(ack), frontB)
 		}
 	}
+	// The planes counted the datagrams' wire bytes, their IPv4 and UDP
+	// headers included, as tunemu counts an IP packet.
+	var wire uint64
+	for _, n := range sizes {
+		wire += uint64(n + IPHeaderLen)
+	}
+	if got := em.Stats().Total(AtoB).BytesDelivered; got != wire {
+		t.Errorf("A→B delivered %d bytes, want the %d wire bytes of the three datagrams", got, wire)
+	}
 
 	// B-initiated paths to A's listener, and A's replies.
 	for j, c := range []*net.UDPConn{udpSock(t), udpSock(t)} {

@@ -47,7 +47,7 @@ func (v Verdict) String() string {
 type TraceEvent struct {
 	Dir     Dir
 	Plane   int
-	Size    int // UDP payload bytes
+	Size    int // UDP payload bytes (the link is charged Size + IPHeaderLen)
 	Verdict Verdict
 	Arrival time.Duration
 	// Depart is when the last bit leaves the plane's serialiser; set for
@@ -56,7 +56,8 @@ type TraceEvent struct {
 	// Deliver is the scheduled hand-over to the receiver (Forwarded only):
 	// Depart + Delay + jitter, never earlier than the plane's previous one.
 	Deliver time.Duration
-	// Backlog is the bytes queued ahead of the datagram when it arrived.
+	// Backlog is the wire bytes queued ahead of the datagram when it
+	// arrived.
 	Backlog int
 	ECNIn   ecn.Codepoint
 	ECNOut  ecn.Codepoint
@@ -94,6 +95,12 @@ type link struct {
 	lastDeliver time.Duration
 	c           linkCounters
 }
+
+// wireBytes is what a datagram of size bytes of UDP payload occupies on
+// the link: the payload and its IPv4 and UDP headers. (Ethernet framing is
+// not charged: the planes stand for IP links, whose rate is stated in IP
+// bytes.)
+func wireBytes(size int) int { return size + IPHeaderLen }
 
 // txTime is the serialisation time of size bytes at rate bits/s.
 func txTime(size int, rate uint64) time.Duration {
@@ -136,9 +143,13 @@ func (l *link) fail(now time.Duration) {
 	l.busyUntil = now
 }
 
-// admit runs the model for one datagram of size bytes with ECN codepoint cp
+// admit runs the model for one datagram of size bytes of UDP payload with
+// ECN codepoint cp
 // arriving at now; full reports that the emulator-wide buffer cap is
-// reached. It updates the link state and counters (except
+// reached. The link is charged the datagram's wire bytes (wireBytes): its
+// queue, its serialiser and its byte counters see the IPv4 and UDP headers
+// as a real link does, so every protocol pays for its headers alike. It
+// updates the link state and counters (except
 // delivered) and returns the verdict; for Forwarded, ev.Deliver is the
 // delivery time and ev.ECNOut the codepoint to send with.
 func (l *link) admit(now time.Duration, size int, cp ecn.Codepoint, full bool, rng *rand.Rand, ev *TraceEvent) Verdict {
@@ -151,13 +162,14 @@ func (l *link) admit(now time.Duration, size int, cp ecn.Codepoint, full bool, r
 // same wire (updated).
 func (l *link) admitVia(now time.Duration, size int, cp ecn.Codepoint, full bool, rng *rand.Rand, ev *TraceEvent, delay time.Duration, last *time.Duration) Verdict {
 	ev.Arrival, ev.Size, ev.ECNIn, ev.ECNOut = now, size, cp, cp
+	wire := wireBytes(size)
 	l.c.in.Add(1)
-	l.c.bytesIn.Add(uint64(size))
+	l.c.bytesIn.Add(uint64(wire))
 	if l.down {
 		l.c.downDrops.Add(1)
 		return DroppedDown
 	}
-	if l.cfg.MTU > 0 && size+IPHeaderLen > l.cfg.MTU {
+	if l.cfg.MTU > 0 && wire > l.cfg.MTU {
 		l.c.sizeDrops.Add(1)
 		l.c.sizeDropLast.Store(uint64(size))
 		return DroppedSize
@@ -167,15 +179,18 @@ func (l *link) admitVia(now time.Duration, size int, cp ecn.Codepoint, full bool
 	}
 	q := l.backlog(now)
 	ev.Backlog = q
-	if l.cfg.Rate != 0 && q+size > l.cfg.queueLimit() {
+	// Drop-tail for every datagram alike: one that is not ECN-capable
+	// waits in the queue as long as there is room, like an ECT one; the
+	// marking threshold below only decides the codepoint of ECT datagrams.
+	if l.cfg.Rate != 0 && q+wire > l.cfg.queueLimit() {
 		l.c.queueDrops.Add(1)
 		return DroppedQueue
 	}
-	if occ := uint64(q + size); l.cfg.Rate != 0 && occ > l.c.maxQueue.Load() {
+	if occ := uint64(q + wire); l.cfg.Rate != 0 && occ > l.c.maxQueue.Load() {
 		l.c.maxQueue.Store(occ) // only writer: the direction lock is held
 	}
 	start := max(now, l.busyUntil)
-	depart := start + txTime(size, l.cfg.Rate)
+	depart := start + txTime(wire, l.cfg.Rate)
 	if l.cfg.Rate != 0 {
 		l.busyUntil = depart
 	}

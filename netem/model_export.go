@@ -31,12 +31,16 @@ func NewLink(cfg LinkConfig) (*Link, error) {
 	return &Link{l: link{cfg: cfg}}, nil
 }
 
-// Admit runs the model for one datagram of size bytes with ECN codepoint cp
+// Admit runs the model for one datagram of size bytes of UDP payload (for
+// any other IPv4 packet: its total length less IPHeaderLen) with ECN
+// codepoint cp
 // arriving at now (any monotonic clock, as long as it is the same for
 // every call on this Link); full reports that the caller's global buffer
 // cap is reached. The returned event carries the verdict; for Forwarded,
 // Deliver is the delivery time and ECNOut the codepoint to deliver with.
-// Dir and Plane are left for the caller to fill in.
+// Dir and Plane are left for the caller to fill in. The link is charged
+// size + IPHeaderLen bytes, the whole IP packet, in its queue, its
+// serialiser and its byte counters.
 func (l *Link) Admit(now time.Duration, size int, cp ecn.Codepoint, full bool, rng *rand.Rand) TraceEvent {
 	var ev TraceEvent
 	ev.Verdict = l.l.admit(now, size, cp, full, rng, &ev)
@@ -70,10 +74,11 @@ func (l *Link) Down() bool { return l.l.down }
 // and calls DroppedInFlight.
 func (l *Link) Epoch() uint32 { return l.l.epoch }
 
-// Delivered counts one datagram of size bytes handed to its receiver.
+// Delivered counts one datagram handed to its receiver; size is what
+// Admit was given, and the wire bytes (size + IPHeaderLen) are counted.
 func (l *Link) Delivered(size int) {
 	l.l.c.delivered.Add(1)
-	l.l.c.bytesDelivered.Add(uint64(size))
+	l.l.c.bytesDelivered.Add(uint64(wireBytes(size)))
 }
 
 // DroppedInFlight counts one datagram lost because the link failed while

@@ -19,14 +19,15 @@ func TestModelShapingAndDropTail(t *testing.T) {
 	var accepted []TraceEvent
 	for i := 0; i < 20; i++ {
 		var ev TraceEvent
-		if v := l.admit(0, 1000, ecn.NotECT, false, rng, &ev); v == Forwarded {
+		if v := l.admit(0, 1000-IPHeaderLen, ecn.NotECT, false, rng, &ev); v == Forwarded {
 			accepted = append(accepted, ev)
 		} else if v != DroppedQueue {
 			t.Fatalf("datagram %d: verdict %v, want forwarded or dropped-queue", i, v)
 		}
 	}
-	// 1000 bytes at 8 Mbit/s take exactly 1 ms; the queue holds 5000 bytes
-	// including the datagram being serialised.
+	// 1000 wire bytes (972 of payload and the IPv4 and UDP headers) at 8
+	// Mbit/s take exactly 1 ms; the queue holds 5000 bytes including the
+	// datagram being serialised.
 	if len(accepted) != 5 {
 		t.Fatalf("accepted %d of a 20-datagram burst, want 5", len(accepted))
 	}
@@ -51,7 +52,7 @@ func TestModelShapingAndDropTail(t *testing.T) {
 		t.Fatalf("backlog after 2.5 ms = %d, want 2500", q)
 	}
 	var ev TraceEvent
-	if v := l.admit(2500*time.Microsecond, 1000, ecn.NotECT, false, rng, &ev); v != Forwarded || ev.Depart != 6*time.Millisecond {
+	if v := l.admit(2500*time.Microsecond, 1000-IPHeaderLen, ecn.NotECT, false, rng, &ev); v != Forwarded || ev.Depart != 6*time.Millisecond {
 		t.Fatalf("late arrival: %v depart %v, want forwarded at 6ms", v, ev.Depart)
 	}
 }
@@ -75,7 +76,7 @@ func TestModelECNMarksAboveThreshold(t *testing.T) {
 			cp = ecn.NotECT
 		}
 		var ev TraceEvent
-		if v := l.admit(0, 1000, cp, false, rng, &ev); v != Forwarded {
+		if v := l.admit(0, 1000-IPHeaderLen, cp, false, rng, &ev); v != Forwarded {
 			t.Fatal(v)
 		}
 		// Backlog ahead is i*1000; "above the threshold" is strict.
@@ -127,7 +128,7 @@ func TestModelLossAfterQueue(t *testing.T) {
 	var lastDepart time.Duration
 	for i := 0; i < n; i++ {
 		var ev TraceEvent
-		v := l.admit(0, 125, ecn.NotECT, false, rng, &ev)
+		v := l.admit(0, 125-IPHeaderLen, ecn.NotECT, false, rng, &ev)
 		if v == DroppedLoss {
 			lost++
 		}
@@ -147,7 +148,7 @@ func TestModelFailAndRetune(t *testing.T) {
 	rng := testRNG()
 	var ev TraceEvent
 	for i := 0; i < 4; i++ {
-		l.admit(0, 1000, ecn.NotECT, false, rng, &ev)
+		l.admit(0, 1000-IPHeaderLen, ecn.NotECT, false, rng, &ev)
 	}
 	// 4000 bytes queued at 8 Mbit/s = 4 ms; at 4 Mbit/s the same bytes take 8 ms.
 	l.setConfig(0, LinkConfig{Rate: 4_000_000})
@@ -169,8 +170,89 @@ func TestModelFailAndRetune(t *testing.T) {
 	if v := l.admit(time.Millisecond, 1000, ecn.NotECT, true, rng, &ev); v != DroppedOverflow {
 		t.Fatalf("full emulator: %v", v)
 	}
-	if v := l.admit(time.Millisecond, 1000, ecn.NotECT, false, rng, &ev); v != Forwarded || ev.Depart != 3*time.Millisecond {
+	if v := l.admit(time.Millisecond, 1000-IPHeaderLen, ecn.NotECT, false, rng, &ev); v != Forwarded || ev.Depart != 3*time.Millisecond {
 		t.Fatalf("restored: %v depart %v, want forwarded at 3ms", v, ev.Depart)
+	}
+}
+
+// A link is charged every datagram's wire bytes, its IPv4 and UDP headers
+// included: 100-byte payloads at 1 Mbit/s leave one 128-byte packet every
+// 1.024 ms, and the counters and the queue are in the same bytes. A link
+// charged payloads only would carry 28% more small datagrams than its
+// rate.
+func TestModelChargesWireBytes(t *testing.T) {
+	l := link{cfg: LinkConfig{Rate: 1_000_000, QueueBytes: 10 * 128}}
+	rng := testRNG()
+	var accepted int
+	var last TraceEvent
+	for i := 0; i < 20; i++ {
+		var ev TraceEvent
+		switch l.admit(0, 100, ecn.NotECT, false, rng, &ev) {
+		case Forwarded:
+			accepted++
+			last = ev
+		case DroppedQueue:
+		default:
+			t.Fatalf("datagram %d: %v", i, ev.Verdict)
+		}
+	}
+	if accepted != 10 {
+		t.Errorf("a queue of 10 packets of 128 wire bytes took %d", accepted)
+	}
+	if want := 10 * 1024 * time.Microsecond; last.Depart != want {
+		t.Errorf("the 10th packet departs at %v, want %v (128 bytes at 1 Mbit/s each)", last.Depart, want)
+	}
+	if got, want := l.c.bytesIn.Load(), uint64(20*128); got != want {
+		t.Errorf("bytes in %d, want %d (wire bytes)", got, want)
+	}
+	if got := l.c.maxQueue.Load(); got != 10*128 {
+		t.Errorf("max queue %d, want %d", got, 10*128)
+	}
+	var ev TraceEvent
+	l2 := link{cfg: LinkConfig{MTU: 1500}}
+	if v := l2.admit(0, 1472, ecn.NotECT, false, rng, &ev); v != Forwarded {
+		t.Errorf("a 1500-byte packet on a 1500 MTU: %v", v)
+	}
+	if v := l2.admit(0, 1473, ecn.NotECT, false, rng, &ev); v != DroppedSize {
+		t.Errorf("a 1501-byte packet on a 1500 MTU: %v", v)
+	}
+}
+
+// The marking threshold concerns ECN-capable datagrams only: one that is
+// not ECN-capable (kernel TCP without ECN, a retransmission, a pure ACK)
+// is queued up to the full drop-tail limit like any other, never dropped
+// early where an ECT datagram would have been marked. An early drop there
+// would be a RED queue a tenth of the configured size for such traffic.
+func TestModelNotECTQueuesToTheFullQueue(t *testing.T) {
+	const wire, queue = 1000, 100_000
+	l := link{cfg: LinkConfig{Rate: 8_000_000, QueueBytes: queue, ECNThreshold: queue / 10}}
+	rng := testRNG()
+	var forwarded, dropped int
+	for i := 0; i < 2*queue/wire; i++ {
+		var ev TraceEvent
+		switch v := l.admit(0, wire-IPHeaderLen, ecn.NotECT, false, rng, &ev); v {
+		case Forwarded:
+			forwarded++
+			if ev.ECNOut != ecn.NotECT {
+				t.Fatalf("datagram %d: a Not-ECT datagram left as %v", i, ev.ECNOut)
+			}
+		case DroppedQueue:
+			dropped++
+			if ev.Backlog+wire <= queue {
+				t.Fatalf("datagram %d dropped with %d bytes queued, room for %d", i, ev.Backlog, queue-ev.Backlog)
+			}
+		default:
+			t.Fatalf("datagram %d: %v", i, v)
+		}
+	}
+	if forwarded != queue/wire || dropped != queue/wire {
+		t.Errorf("forwarded %d, dropped %d of a burst of twice the queue; want %d each", forwarded, dropped, queue/wire)
+	}
+	if got := l.c.maxQueue.Load(); got != queue {
+		t.Errorf("the queue reached %d bytes, want the full %d", got, queue)
+	}
+	if got := l.c.ceMarks.Load(); got != 0 {
+		t.Errorf("%d CE marks on Not-ECT datagrams", got)
 	}
 }
 

@@ -7,16 +7,16 @@ import "time"
 // datagrams still queued + send errors.
 type LinkStats struct {
 	In             uint64 // datagrams that entered the plane
-	BytesIn        uint64
+	BytesIn        uint64 // wire bytes: UDP payload and IPv4 and UDP headers
 	Delivered      uint64 // datagrams handed to the kernel for the receiver
-	BytesDelivered uint64
+	BytesDelivered uint64 // wire bytes, as BytesIn
 	QueueDrops     uint64 // drop-tail: the queue was full
 	LossDrops      uint64 // random loss after the queue
 	DownDrops      uint64 // the plane was failed on arrival or in flight
 	SizeDrops      uint64 // larger than the plane's MTU clamp (LinkConfig.MTU)
 	SizeDropLast   uint64 // the UDP payload size of the last of those (what was too big)
 	CEMarks        uint64 // ECT datagrams forwarded as CE
-	MaxQueueBytes  uint64 // the deepest the queue has been, in bytes
+	MaxQueueBytes  uint64 // the deepest the queue has been, in wire bytes
 }
 
 // add accumulates o into s (MaxQueueBytes takes the maximum).

@@ -47,6 +47,8 @@ func newLinkModelCmd() *cobra.Command {
 	f.IntSliceVar(&o.Streams, "streams", nil, "stream counts (default 1,8)")
 	f.DurationVar(&o.Warmup, "warmup", 0, "warm-up before measuring (default the loss sweep's)")
 	f.IntVar(&nice, "nice", 0, "the run's autogroup nice (tunemu.Prioritize), e.g. -20")
+	cli.RateVar(f, &o.CapacityBps, "capacity", 0, "link capacity, e.g. 150mbit (default the loss sweep's, 200Mbit/s)")
+	f.Uint64Var(&o.Seed, "seed", 0, "seed of the emulator, as loss-sweep's --seed (one seed is one loss pattern)")
 	return cmd
 }
 

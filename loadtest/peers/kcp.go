@@ -122,15 +122,18 @@ func kcpBulk(ctx context.Context, l Link, warmup, duration time.Duration) (Resul
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	snmp0 := kcp.DefaultSnmp.Copy() // process-wide counters: take the difference
-	var got atomic.Uint64
+	var got, written atomic.Uint64
 	var wg sync.WaitGroup
 	wg.Add(2)
+	const writeBuf = 64 << 10
 	go func() {
 		defer wg.Done()
-		buf := make([]byte, 64<<10)
+		buf := make([]byte, writeBuf)
 		for runCtx.Err() == nil {
 			p.cli.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
-			if _, err := p.cli.Write(buf); err != nil && !isTimeout(err) {
+			n, err := p.cli.Write(buf)
+			written.Add(uint64(n))
+			if err != nil && !isTimeout(err) {
 				return
 			}
 		}
@@ -155,7 +158,10 @@ func kcpBulk(ctx context.Context, l Link, warmup, duration time.Duration) (Resul
 			}
 		}
 	}()
-	bps, err := measure(ctx, got.Load, warmup, duration)
+	one := func(c *atomic.Uint64) func() map[uint64]uint64 {
+		return func() map[uint64]uint64 { return map[uint64]uint64{0: c.Load()} }
+	}
+	bps, err := measureSent(ctx, got.Load, writtenWindow(one(&got), one(&written), writeBuf), l.RTT/2, warmup, duration, func() {}, func() {})
 	cancel()
 	wg.Wait()
 	if err != nil {

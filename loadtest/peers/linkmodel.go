@@ -33,6 +33,11 @@ type LinkModelOptions struct {
 	Streams []int
 	// Warmup overrides Options' warm-up (0: its default).
 	Warmup time.Duration
+	// CapacityBps is the link's capacity (0: the loss sweep's default).
+	CapacityBps float64
+	// Seed seeds the emulator as the loss sweep's Options.Seed does (the
+	// same value gives the same loss pattern as `loss-sweep --seed`).
+	Seed uint64
 	// Nice, if set, is the autogroup nice of the whole run
 	// (tunemu.Prioritize).
 	Nice *int
@@ -108,7 +113,7 @@ func LinkModelVariants(ctx context.Context, lo LinkModelOptions, w io.Writer) er
 	if len(streams) == 0 {
 		streams = []int{1, 8}
 	}
-	o := Options{}.withDefaults()
+	o := Options{CapacityBps: lo.CapacityBps, Seed: lo.Seed}.withDefaults()
 	if lo.Warmup > 0 {
 		o.Warmup = lo.Warmup
 	}

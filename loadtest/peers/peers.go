@@ -15,10 +15,9 @@
 // loadtest/tunemu: two network namespaces joined by TUN devices, whose
 // forwarder applies the very same per-plane model (netem.Link) with the same
 // parameters. Every row names the emulator it used ("emu" or "tunemu").
-// The one difference is what a packet is charged: emu charges a UDP
-// datagram's payload, tunemu an IP packet's length minus 28 bytes, so a UDP
-// datagram costs the same in both and a TCP segment is charged 12 bytes
-// less than its header really is (in TCP's favour).
+// Both charge a packet its whole IP length, headers included, as a real
+// link does: a UDP datagram costs the same in both, and every system pays
+// for its own headers (Ceiling).
 //
 // tunemu needs root. When it cannot run, the TUN rows are skipped and the
 // scenario returns the rows it could measure together with an error that
@@ -60,9 +59,18 @@
 //     windows of 1.25 BDP in packets, MTU 1400, no FEC, over netem.
 //
 // Goodput is always measured at the receiver, over Options.Duration after
-// Options.Warmup; for kernel TCP it is what the receiving kernels took in
-// order (tcpi_bytes_received), so that a reader held off the CPU cannot
-// move a socket buffer of bytes into or out of the window. Kernel TCP rows
+// Options.Warmup, and in the bulk runs (Bulk) it counts only bytes sent
+// and delivered inside that window (measureSent): for kernel TCP what
+// the receiving kernels took in order (tcpi_bytes_received) beyond what
+// the sender had first sent when the window opened (tcpi_bytes_sent less
+// tcpi_bytes_retrans), so that neither a reader held off the CPU nor a
+// window of data in flight at the start moves bytes into the window; for
+// mrgw and rocev2 the bytes of messages completed beyond those the
+// receiver had placed or the sender had in flight when it opened; for QUIC
+// (per stream) and kcp the bytes read beyond what the application had
+// written when it opened (writtenWindow). Capacity
+// is the link's rate in wire bytes (IP packets, headers included: netem's
+// LinkConfig), the same for every system. Kernel TCP rows
 // carry tunemu's self-check of their window (emulator_ok,
 // emulator_check: release lateness, busy loops, drops before the model).
 //
@@ -181,7 +189,11 @@ type Options struct {
 	// ClassicFallback turns on mrgw's classic fallback (cc.Params;
 	// docs/CC.md §4) for the controller under test.
 	ClassicFallback bool
-	// Seed seeds the emulators (ECMP hash, loss).
+	// Seed seeds the emulators (ECMP hash, loss). One seed is one draw of
+	// the loss pattern, the same packets lost in every run: a flow whose
+	// start depends on its first rounds' losses (bbr's STARTUP under
+	// several percent of loss) gives the same lucky or unlucky figure run
+	// after run, so such a baseline takes several seeds.
 	Seed uint64
 	// MTU is the IP MTU of every system (default 1500; 9000 for a DCI
 	// link's jumbo frames): tunemu's TUN devices and netem's largest
@@ -448,6 +460,74 @@ func measure(ctx context.Context, count func() uint64, warmup, duration time.Dur
 	}
 	t1, b1 := time.Now(), count()
 	return float64(units.Throughput(float64(b1-b0), t1.Sub(t0).Seconds())), nil
+}
+
+// A windowStart opens a measured window: called once the window's start
+// time has been taken, it reads what the flow had sent by then and returns
+// the counter to read at the window's end, before its end time is taken.
+// That counter is the bytes the receiver got inside the window that the
+// sender first sent inside it: bytes already sent when the window opened
+// (in flight, queued, or received out of order behind a hole) are not
+// counted, even if they complete inside it. So every counted byte crossed
+// the link inside the window, and a goodput cannot exceed the share of
+// the link's wire bytes its payload takes, whatever the edges of the
+// window cut (docs/results/peers.md, "Capacity").
+type windowStart func() (end func() uint64)
+
+// writtenWindow is a windowStart for flows whose sender counts only what
+// its application wrote (QUIC's streams, kcp): per flow (by key), the bytes
+// its receiver read at the end beyond what its application had written at
+// the start, plus pending, the most a write in progress at the start may
+// have handed over already (its buffer). Written is at least sent, so no
+// byte sent before the window is counted; a byte read late is at worst
+// left out.
+func writtenWindow(received, written func() map[uint64]uint64, pending uint64) windowStart {
+	return func() func() uint64 {
+		base := written()
+		got := received()
+		for k, v := range base {
+			base[k] = max(v+pending, got[k])
+		}
+		return func() uint64 {
+			var n uint64
+			for k, v := range received() {
+				if b, ok := base[k]; ok && v > b {
+					n += v - b
+				}
+			}
+			return n
+		}
+	}
+}
+
+// measureSent is measure for a flow whose window is opened by start:
+// goodput counts bytes sent and delivered inside the window. Reading the
+// sender after the start time and the receiver before the end time can
+// only leave bytes out. The count is divided by the window less oneWay,
+// the link's one-way propagation delay: a byte sent inside the window
+// cannot arrive before oneWay has passed, so the link carries the counted
+// bytes in that shorter time, and the figure keeps no bias of a delay
+// that no system can shorten (what each system had in its queues and
+// holes when the window opened still counts against it).
+func measureSent(ctx context.Context, progress func() uint64, start windowStart, oneWay, warmup, duration time.Duration, atStart, atEnd func()) (float64, error) {
+	if err := firstProgress(ctx, progress); err != nil {
+		return 0, err
+	}
+	stop := sample(ctx, []func() uint64{progress}, warmup, warmup+duration)
+	defer stop()
+	if err := sleep.Ctx(ctx, warmup); err != nil {
+		return 0, err
+	}
+	atStart()
+	t0 := time.Now()
+	end := start()
+	if err := sleep.Ctx(ctx, duration); err != nil {
+		return 0, err
+	}
+	b := end()
+	t1 := time.Now()
+	atEnd()
+	return float64(units.Throughput(float64(b), (t1.Sub(t0) - oneWay).Seconds())), nil
 }
 
 // firstProgress waits until count has moved from zero: the warm-up

@@ -10,6 +10,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"io"
 	"math/big"
 	"net"
 	"net/netip"
@@ -149,8 +150,10 @@ func quicBulk(ctx context.Context, n int, l Link, warmup, duration time.Duration
 	defer cancel()
 	var got atomic.Uint64
 	var wg sync.WaitGroup
-	q.countStreams(runCtx, &wg, &got)
-	buf := make([]byte, 64<<10)
+	perStream := q.countStreams(runCtx, &wg, &got)
+	const writeBuf = 64 << 10
+	buf := make([]byte, writeBuf)
+	written := map[uint64]*atomic.Uint64{}
 	for range n {
 		s, err := q.cli.OpenStreamSync(ctx)
 		if err != nil {
@@ -159,17 +162,31 @@ func quicBulk(ctx context.Context, n int, l Link, warmup, duration time.Duration
 			wg.Wait()
 			return Result{}, err
 		}
+		w := new(atomic.Uint64)
+		written[uint64(s.StreamID())] = w
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for runCtx.Err() == nil {
-				if _, err := s.Write(buf); err != nil {
+				k, err := s.Write(buf)
+				w.Add(uint64(k))
+				if err != nil {
 					return
 				}
 			}
 		}()
 	}
-	bps, err := measure(ctx, got.Load, warmup, duration)
+	wrote := func() map[uint64]uint64 {
+		m := make(map[uint64]uint64, len(written))
+		for id, w := range written {
+			m[id] = w.Load()
+		}
+		return m
+	}
+	// Bytes sent and delivered inside the window only, per stream: quic-go
+	// takes a write's bytes as it packs them, so what the application had
+	// written (and a write's buffer in progress) bounds what was sent.
+	bps, err := measureSent(ctx, got.Load, writtenWindow(perStream, wrote, writeBuf), l.RTT/2, warmup, duration, func() {}, func() {})
 	cancel()
 	q.close()
 	wg.Wait()
@@ -184,8 +201,11 @@ func quicBulk(ctx context.Context, n int, l Link, warmup, duration time.Duration
 
 // countStreams accepts the client's streams until ctx ends or the
 // connection closes, and counts every byte read from them into got; wg
-// tracks the goroutines it starts.
-func (q *quicConn) countStreams(ctx context.Context, wg *sync.WaitGroup, got *atomic.Uint64) {
+// tracks the goroutines it starts. It returns a reader of the bytes read
+// so far per stream, by stream ID.
+func (q *quicConn) countStreams(ctx context.Context, wg *sync.WaitGroup, got *atomic.Uint64) func() map[uint64]uint64 {
+	var mu sync.Mutex
+	per := map[uint64]*atomic.Uint64{}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -194,11 +214,38 @@ func (q *quicConn) countStreams(ctx context.Context, wg *sync.WaitGroup, got *at
 			if err != nil {
 				return
 			}
+			c := new(atomic.Uint64)
+			mu.Lock()
+			per[uint64(s.StreamID())] = c
+			mu.Unlock()
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				countReads(s, got)
+				countBoth(s, got, c)
 			}()
 		}
 	}()
+	return func() map[uint64]uint64 {
+		mu.Lock()
+		defer mu.Unlock()
+		m := make(map[uint64]uint64, len(per))
+		for id, c := range per {
+			m[id] = c.Load()
+		}
+		return m
+	}
+}
+
+// countBoth reads r until it fails, adding every byte read to total and
+// to one.
+func countBoth(r io.Reader, total, one *atomic.Uint64) {
+	buf := make([]byte, 256<<10)
+	for {
+		k, err := r.Read(buf)
+		total.Add(uint64(k))
+		one.Add(uint64(k))
+		if err != nil {
+			return
+		}
+	}
 }

@@ -90,3 +90,72 @@ func TestRowEmulatorCheck(t *testing.T) {
 		t.Errorf("a row without a self-check has emulator_ok: %s", b)
 	}
 }
+
+// TestTCPWindowLeavesOutBytesSentBefore: bytes a sender had sent when a
+// window opened do not count in it, even when they arrive inside it (a
+// window of data in flight at the start), and bytes sent inside it and
+// delivered before its end do, exactly. The receiving kernel's count over
+// the window, what the figure used to be, took the first ones too.
+func TestTCPWindowLeavesOutBytesSentBefore(t *testing.T) {
+	if err := tunemu.Check(); err != nil {
+		t.Skip(err)
+	}
+	ctx := testCtx(t)
+	// A long one-way delay keeps the first bytes in flight while the
+	// window opens; no rate limit, no loss.
+	te, err := tunemu.New(ctx, tunemu.Config{Seed: 1, Link: netem.LinkConfig{Delay: 400 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer te.Close()
+	var read atomic.Uint64
+	p, err := dialTCP(ctx, te, "cubic", 1, func(c net.Conn) { countReads(c, &read) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	const size = 8 << 10 // inside the initial window: sent at once
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for !ok() {
+			if ctx.Err() != nil {
+				t.Fatalf("waiting for %s", what)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	sentBytes := func() uint64 {
+		in := tcpInfo(p.conns[0])
+		return in.Bytes_sent - in.Bytes_retrans
+	}
+	// Open the window while the first bytes are in flight; on a machine
+	// so slow that they arrived first, try again with new bytes.
+	var end func() uint64
+	var before, recv0 uint64
+	for attempt := 0; ; attempt++ {
+		if _, err := p.conns[0].Write(make([]byte, size)); err != nil {
+			t.Fatal(err)
+		}
+		before += size
+		waitFor("the sender to send", func() bool { return sentBytes() >= before })
+		recv0 = p.received()
+		end = p.window()
+		if recv0 < before {
+			break
+		}
+		if attempt == 5 {
+			t.Fatalf("the data arrived before the window opened in %d attempts", attempt+1)
+		}
+	}
+	waitFor("the bytes sent before the window", func() bool { return p.received() >= before })
+	if got := end(); got != 0 {
+		t.Errorf("counted %d bytes sent before the window (the kernel's count over it took %d)", got, p.received()-recv0)
+	}
+	if _, err := p.conns[0].Write(make([]byte, size)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the bytes sent inside the window", func() bool { return p.received() >= before+size })
+	if got := end(); got != size {
+		t.Errorf("counted %d bytes sent and delivered inside the window, want %d", got, size)
+	}
+}

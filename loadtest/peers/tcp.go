@@ -164,6 +164,54 @@ func tcpBytesReceived(c net.Conn) (uint64, bool) {
 	return n, ok
 }
 
+// window opens a measured window (windowStart) over the connections:
+// per connection, the bytes its receiver took in order beyond what its
+// sender had first sent at the start (tcpi_bytes_sent less
+// tcpi_bytes_retrans: the sequence space sent at least once) or its
+// receiver had taken by then, whichever is more. Per connection, so that
+// a connection that moved nothing cannot offset another's count.
+func (p *tcpPair) window() func() uint64 {
+	sent := map[string]uint64{}
+	for _, c := range p.conns {
+		if in := tcpInfo(c); in.State != 0 {
+			sent[c.LocalAddr().String()] = in.Bytes_sent - in.Bytes_retrans
+		}
+	}
+	got := p.receivedBy()
+	base := make(map[string]uint64, len(sent))
+	for k, v := range sent {
+		base[k] = max(got[k], v)
+	}
+	return func() uint64 {
+		var n uint64
+		for k, v := range p.receivedBy() {
+			b, ok := base[k]
+			if !ok {
+				continue // its sender could not be read at the start
+			}
+			if v > b {
+				n += v - b
+			}
+		}
+		return n
+	}
+}
+
+// receivedBy is each accepted connection's tcpi_bytes_received, by its
+// peer's address (the sender's local address).
+func (p *tcpPair) receivedBy() map[string]uint64 {
+	p.mu.Lock()
+	peers := append([]net.Conn(nil), p.peers...)
+	p.mu.Unlock()
+	m := make(map[string]uint64, len(peers))
+	for _, c := range peers {
+		if n, ok := tcpBytesReceived(c); ok {
+			m[c.RemoteAddr().String()] = n
+		}
+	}
+	return m
+}
+
 // planesUsed counts the distinct A→B planes of the connections.
 func planesUsed(te *tunemu.Emulator, conns []net.Conn, proto uint8) int {
 	seen := map[int]bool{}
@@ -223,8 +271,14 @@ func tcpBulkOn(ctx context.Context, algo string, n int, cfg tunemu.Config, warmu
 	// (tcpi_bytes_received), not what the readers read: a reader held off
 	// the CPU at one edge of the window leaves bytes in its socket buffer
 	// that a later read counts into the window (rows above capacity came
-	// from that, up to 1.023).
-	bps, err := measureWindow(ctx, p.received, warmup, duration,
+	// from that, up to 1.023); and only bytes first sent inside the window
+	// (tcpWindow): a hole open at the start would otherwise bring up to a
+	// receive queue of bytes that crossed before it.
+	oneWay := cfg.Link.Delay
+	for _, pd := range cfg.PairDelays {
+		oneWay = min(oneWay, pd.Delay)
+	}
+	bps, err := measureSent(ctx, p.received, p.window, oneWay, warmup, duration,
 		func() {
 			if tcpWindowHook != nil {
 				tcpWindowHook(te)

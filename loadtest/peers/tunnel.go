@@ -58,13 +58,12 @@ func pacedFraction(name string) (float64, bool, error) {
 // mrgwMTU is the MetaRoCE payload per datagram on the WAN: the largest
 // whose sealed datagram fits the link's IP MTU (IPv4 and UDP headers 28
 // bytes, AEAD envelope seal.Overhead, the DATA header of the link's wire
-// version). At 1500 that is 1416 bytes of payload in a 1472-byte UDP
-// payload on version 2 (1368 on version 1), where TCP carries 1448 (with
-// timestamps). As emu and tunemu charge a datagram's UDP payload (a TCP
-// segment its IP length less 28), the ceilings of goodput over capacity
-// are 1416/1472 = 0.962 for mrgw (0.929 on version 1) and 1448/1472 =
-// 0.984 for TCP; at 9000, 8916/8972 = 0.994 (0.988) and 8948/8972 =
-// 0.997.
+// version). At 1500 that is 1416 bytes of payload in a 1500-byte IP packet
+// on version 2 (1368 on version 1), where TCP carries 1448 (with
+// timestamps). Both emulators charge every packet its IP length, so the
+// ceilings of goodput over capacity are 1416/1500 = 0.944 for mrgw (0.912
+// on version 1) and 1448/1500 = 0.965 for TCP; at 9000, 8916/9000 = 0.991
+// (0.985) and 8948/9000 = 0.994 (Ceiling).
 func (l Link) mrgwMTU() int {
 	return l.IPMTU() - 28 - seal.Overhead - dataHeaderLen(l.wire())
 }
@@ -162,12 +161,49 @@ func protocol(rocev2 bool, l Link, o Options, listen bool) (metaroce.Config, str
 	return cfg, name, nil
 }
 
-// protoShare is the part of a full sealed datagram that the protocol
-// counts: MetaRoCE header and payload, without the AEAD envelope. (emu
-// charges a UDP datagram's payload, so UDP and IP headers do not count.)
+// protoShare is the part of a full sealed datagram's IP packet that the
+// protocol counts: MetaRoCE header and payload, without the AEAD envelope
+// and the UDP and IPv4 headers, all of which the link carries and
+// charges.
 func protoShare(mtu, header int) float64 {
-	return float64(mtu+header) / float64(mtu+header+seal.Overhead)
+	return float64(mtu+header) / float64(mtu+header+seal.Overhead+netem.IPHeaderLen)
 }
+
+// Ceiling is the most of a link's capacity a system's goodput can reach on
+// it, from its headers alone: its largest payload per packet over that
+// packet's wire bytes (both emulators charge the whole IP packet). No
+// system can exceed it however the machine runs: a busy machine only
+// lowers goodput. Random loss lowers the expected figure to about
+// (1 − loss) of it (loss strikes after the serialiser: a lost packet used
+// its link time), but a run may draw fewer losses than expected, so that
+// factor is no bound.
+func Ceiling(system string, l Link) float64 {
+	ip := float64(l.IPMTU())
+	var payload float64
+	switch system {
+	case MRGW:
+		payload = float64(l.mrgwMTU())
+	case RoCEv2:
+		payload = float64(l.rocev2MTU())
+	case TCPBBR, TCPCubic:
+		payload = ip - tcpHeaders
+	case QUIC:
+		payload = ip - netem.IPHeaderLen
+	case KCP:
+		payload = float64(kcpMTU(l)) - kcpHeader
+		ip = float64(kcpMTU(l) + netem.IPHeaderLen)
+	default:
+		return 1
+	}
+	return payload / ip
+}
+
+// tcpHeaders is a kernel TCP segment's headers: IPv4 20, TCP 20, and the
+// timestamp option 12 (Linux negotiates timestamps by default).
+const tcpHeaders = 52
+
+// kcpHeader is kcp's segment header (24 bytes), inside the UDP payload.
+const kcpHeader = 24
 
 // tunnelNet is where a tunnel pair's data planes meet: emu's relay on
 // loopback (emuNet) or tunemu's two namespaces (tunNet, tunnel_tun.go).
@@ -311,6 +347,8 @@ type tunnelFlow struct {
 	got    atomic.Uint64
 	mu     sync.Mutex
 	sender *metaroce.Conn
+	// receiver is the receiving connection (read on B's endpoint).
+	receiver *metaroce.Conn
 }
 
 // startTunnelFlow builds a tunnel pair over n and starts the transfer.
@@ -345,6 +383,9 @@ func startTunnelFlow(ctx context.Context, n tunnelNet, rocev2 bool, l Link, o Op
 	}
 	onB := func(_ time.Duration, ev metaroce.Event) {
 		if ev.Kind == metaroce.EventRecvComplete && ev.Err == nil {
+			f.mu.Lock()
+			f.receiver = ev.Conn
+			f.mu.Unlock()
 			f.got.Add(ev.Len)
 		}
 	}
@@ -372,6 +413,35 @@ func startTunnelFlow(ctx context.Context, n tunnelNet, rocev2 bool, l Link, o Op
 
 // received is the bytes of messages completed at the receiver so far.
 func (f *tunnelFlow) received() uint64 { return f.got.Load() }
+
+// window opens a measured window (windowStart): the bytes of messages
+// completed inside it beyond every byte that may have been sent before it,
+// i.e. the payload the receiver had placed when it opened (read second)
+// and the bytes the sender had in flight (read first: a byte in flight then
+// is either still in flight or placed by the second reading). A byte first
+// sent before the window and lost is not in either; its copy that
+// completes the message is sent inside the window. Messages complete in
+// order, so what completes inside the window beyond that bound was sent
+// inside it.
+func (f *tunnelFlow) window(ctx context.Context) func() uint64 {
+	var inflight, placed uint64
+	f.withSender(ctx, func(c *metaroce.Conn) { inflight = uint64(c.InflightBytes()) })
+	_ = f.p.b.Endpoint().Call(ctx, func(time.Duration, *metaroce.Endpoint) {
+		f.mu.Lock()
+		c := f.receiver
+		f.mu.Unlock()
+		if c != nil {
+			placed = c.Stats.PayloadBytesPlaced
+		}
+	})
+	base := max(f.got.Load(), placed+inflight)
+	return func() uint64 {
+		if got := f.got.Load(); got > base {
+			return got - base
+		}
+		return 0
+	}
+}
 
 // result reads the sender's retransmissions and the planes its paths use.
 func (f *tunnelFlow) result(ctx context.Context) Result {
@@ -475,7 +545,7 @@ func tunnelBulk(ctx context.Context, rocev2 bool, l Link, warmup, duration time.
 	if !rocev2 {
 		setPathProbe(ctx, f.pathProbe())
 	}
-	bps, err := measure(ctx, f.received, warmup, duration)
+	bps, err := measureSent(ctx, f.received, func() func() uint64 { return f.window(ctx) }, l.RTT/2, warmup, duration, func() {}, func() {})
 	if err != nil {
 		return Result{}, err
 	}

@@ -35,10 +35,12 @@
 // the planes' queues and rates stay shared, each pair keeps its order on
 // its own wire.
 //
-// A packet costs the link its IP length minus 28 bytes: that is what
-// netem charges for a UDP datagram (its payload; the relay never
-// sees the IPv4 and UDP headers), so the same datagram takes the same link
-// time in both emulators and rows measured through either are comparable.
+// A packet costs the link its whole IP length, headers included, as on a
+// real IP link: netem charges a UDP datagram the same (its payload and the
+// IPv4 and UDP headers the relay adds back), so the same datagram takes
+// the same link time in both emulators, a TCP segment pays for its 40-52
+// bytes of headers as a sealed datagram does for its, and rows measured
+// through either are comparable.
 //
 // Random loss is netem.Link's by default: drawn per packet, independently,
 // on the wire after the serialiser (a lost packet used its link time, so

@@ -48,8 +48,10 @@ func TestUDPListener(t *testing.T) {
 	if string(buf[:n]) != "through the link" || from.AddrPort().Addr() != AddrA {
 		t.Fatalf("got %q from %v", buf[:n], from)
 	}
-	if st := e.Stats().Total(AtoB); st.Delivered != 1 || st.BytesDelivered != uint64(n) {
-		t.Errorf("emulator A→B: %+v, want the one %d-byte datagram", st, n)
+	// Counted in wire bytes, as netem counts the same datagram: its
+	// payload and its IPv4 and UDP headers.
+	if st := e.Stats().Total(AtoB); st.Delivered != 1 || st.BytesDelivered != uint64(n+HeaderCharge) {
+		t.Errorf("emulator A→B: %+v, want the one %d-byte datagram (%d wire bytes)", st, n, n+HeaderCharge)
 	}
 	// The device counted it (and perhaps a few packets the kernel sends
 	// by itself), dropping none.

@@ -48,9 +48,11 @@ const (
 	// 200 Mbit/s.
 	DeviceQueueLen = 10000
 	// HeaderCharge is subtracted from an IP packet's length to get the
-	// bytes its link is charged for, as netem charges a UDP
-	// datagram's payload only (IPv4 20 + UDP 8).
-	HeaderCharge = 28
+	// size netem.Link.Admit takes (a UDP payload's, IPv4 20 + UDP 8
+	// less); the model adds it back, so a link is charged every IP
+	// packet's whole length, exactly as the UDP relay charges a datagram
+	// with its headers.
+	HeaderCharge = netem.IPHeaderLen
 )
 
 // The sites' addresses, inside their own namespaces only.
@@ -158,7 +160,7 @@ type Emulator struct {
 type packet struct {
 	buf     *[]byte
 	n       int
-	size    int // charged bytes
+	size    int // the model's size: IP length less HeaderCharge
 	plane   int
 	arrival time.Duration
 }
@@ -453,7 +455,7 @@ func (e *Emulator) readLoop(s Site) {
 			// Lost on arrival (Config.LossBeforeQueue): no link time.
 			d.sched.Mu.Unlock()
 			d.preDrops[plane].Add(1)
-			d.preBytes[plane].Add(uint64(size))
+			d.preBytes[plane].Add(uint64(n)) // wire bytes, as the model counts
 			e.pool.Put(bp)
 			if tr := e.cfg.Trace; tr != nil {
 				tr(netem.TraceEvent{Dir: d.dir, Plane: plane, Size: size, Verdict: netem.DroppedLoss, Arrival: now,
