@@ -98,7 +98,7 @@ type WAN struct {
 	PathsPerPeer      int           `mapstructure:"paths_per_peer" doc:"parallel paths (distinct UDP source ports) per peer gateway, 1..1024"`
 	MTU               int           `mapstructure:"mtu" doc:"largest tunnel datagram payload in bytes, 512..65000"`
 	CongestionControl string        `mapstructure:"congestion_control" doc:"long-RTT controller: longrtt-htcp, longrtt-scalable or fixed"`
-	MaxRateBps        int64         `mapstructure:"max_rate_bps" reload:"live" doc:"the gateway's WAN capacity in bit/s, shared max-min by all its peer connections (each paces at most its share); 0 means none; required by the fixed controller"`
+	MaxRateBps        int64         `mapstructure:"max_rate_bps" reload:"live" doc:"the gateway's WAN capacity in bit/s on the wire (IP, UDP and the AEAD envelope included: the gateway paces its datagrams' content at the share they leave), shared max-min by all its peer connections (each paces at most its share); 0 means none; required by the fixed controller"`
 	ECN               bool          `mapstructure:"ecn" doc:"send ECT(0) and read CE marks on WAN datagrams"`
 	ClassicFallback   bool          `mapstructure:"classic_fallback" doc:"answer ECN marks as CUBIC does and keep 3% of the WAN rate free, so classic-ECN traffic sharing a marking queue keeps its share; costs at least that 3% on a link mrgw has to itself, much more on a host that holds the sender off for milliseconds (docs/OPERATIONS.md)"`
 	GSO               bool          `mapstructure:"gso" doc:"use UDP generic segmentation offload when the kernel supports it"`

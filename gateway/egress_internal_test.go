@@ -7,7 +7,6 @@ import (
 	"github.com/mrgw/mrgw/cc"
 	_ "github.com/mrgw/mrgw/cc/longrtt" // registers longrtt-htcp
 	"github.com/mrgw/mrgw/config"
-	"github.com/mrgw/mrgw/units"
 )
 
 // TestWANParamsCarryEgress: the WAN controllers' parameters carry the
@@ -21,8 +20,8 @@ func TestWANParamsCarryEgress(t *testing.T) {
 	const capacity = 1e9 // bit/s
 	cfg, g := egressGateway(capacity)
 	p := wanParams(cfg, g.egress)
-	if p.Egress == nil || p.Egress != g.egress || p.LineRate != capacity || p.BaseRTT != 50*time.Millisecond {
-		t.Fatalf("wanParams = %+v, want the gateway's Egress, line rate %g, base RTT 50ms", p, float64(capacity))
+	if p.Egress == nil || p.Egress != g.egress || p.LineRate != wanRate(cfg) || p.BaseRTT != 50*time.Millisecond {
+		t.Fatalf("wanParams = %+v, want the gateway's Egress, line rate %g, base RTT 50ms", p, float64(wanRate(cfg)))
 	}
 	f, err := controller("longrtt-htcp", p)
 	if err != nil {
@@ -30,8 +29,8 @@ func TestWANParamsCarryEgress(t *testing.T) {
 	}
 	const pkt = 1400
 	c1, c2 := f(4, pkt), f(4, pkt)
-	whole := units.BitRate(capacity).Bytes()
-	c1.OnRateHint(0, whole) // each receiver has no other sender
+	whole := wanRate(cfg).Bytes() // the capacity less the datagrams' headers
+	c1.OnRateHint(0, whole)       // each receiver has no other sender
 	c2.OnRateHint(0, whole)
 	// Both send for a second at what they may.
 	var now time.Duration
@@ -51,7 +50,7 @@ func TestWANParamsCarryEgress(t *testing.T) {
 	}
 
 	old := g.egress
-	g.reloadEgress(capacity / 2)
+	g.reloadEgress(wanRate(cfg) / 2)
 	if g.egress != old {
 		t.Fatal("a new capacity replaced the Egress: the open connections would not see it")
 	}
@@ -85,7 +84,7 @@ func TestReloadEgressZeroAndBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	const pkt = 1400
-	whole := units.BitRate(capacity).Bytes()
+	whole := wanRate(cfg).Bytes()
 	conns := []cc.Controller{f(4, pkt), f(4, pkt)}
 	for _, c := range conns {
 		c.OnRateHint(0, whole) // each receiver has no other sender
@@ -109,7 +108,7 @@ func TestReloadEgressZeroAndBack(t *testing.T) {
 			t.Errorf("unlimited: connection %d paces at %.4g B/s, want its receiver's hint %.4g", i, r, float64(whole))
 		}
 	}
-	g.reloadEgress(capacity)
+	g.reloadEgress(wanRate(cfg))
 	send(time.Second)
 	half := cc.EgressUtilisation * float64(whole) / 2
 	for i, c := range conns {
@@ -123,9 +122,9 @@ func TestReloadEgressZeroAndBack(t *testing.T) {
 // to capacity bit/s, with the Egress New would give it.
 func egressGateway(capacity int64) (*config.Config, *Gateway) {
 	cfg := &config.Config{}
-	cfg.WAN.MaxRateBps = capacity
+	cfg.WAN.MaxRateBps, cfg.WAN.MTU = capacity, 1400
 	cfg.Regions = []config.Region{{RTTHint: 50 * time.Millisecond}}
-	return cfg, &Gateway{egress: newEgress(cfg.WAN.MaxRate(), slowestHint(cfg))}
+	return cfg, &Gateway{egress: newEgress(wanRate(cfg), slowestHint(cfg))}
 }
 
 // TestWANParamsCarryClassicFallback: wan.classic_fallback reaches the WAN

@@ -279,7 +279,7 @@ func New(cfg *config.Config, opts Options) (g *Gateway, err error) {
 	if g.suite, err = suiteOf(cfg.WAN.Cipher); err != nil {
 		return nil, fmt.Errorf("%w: wan.cipher: %w", ErrInvalidConfig, err)
 	}
-	g.egress = newEgress(cfg.WAN.MaxRate(), slowestHint(cfg))
+	g.egress = newEgress(wanRate(cfg), slowestHint(cfg))
 	if g.wanCC, err = controller(cfg.WAN.CongestionControl, wanParams(cfg, g.egress)); err != nil {
 		return nil, fmt.Errorf("%w: wan.congestion_control: %w", ErrInvalidConfig, err)
 	}
@@ -506,7 +506,7 @@ func (g *Gateway) protocol(cfg *config.Config) metaroce.Config {
 		// among the senders it serves (peer gateways and hosts), and tells
 		// each its share in every ack: senders start there instead of
 		// searching, and never exceed it. 0 (not configured): no hints.
-		ReceiveCapacity: cfg.WAN.MaxRate(),
+		ReceiveCapacity: wanRate(cfg),
 		AcceptOptions: func(peer metaroce.PeerID) metaroce.ConnOptions {
 			if peer < hostPeerBase {
 				return metaroce.ConnOptions{CC: g.wanCC, Paths: cfg.WAN.PathsPerPeer, PMTU: g.wanPMTU(cfg)}
@@ -963,10 +963,10 @@ type lineRater interface{ SetLineRate(rate units.ByteRate) }
 // capacity (its rate hints) and to the controllers of new connections. It
 // runs on the endpoint's goroutine.
 func (g *Gateway) applyRates(ep *metaroce.Endpoint, running, next *config.Config) {
-	wan, lan := next.WAN.MaxRate(), next.LAN.MaxRate()
-	if wan == running.WAN.MaxRate() && lan == running.LAN.MaxRate() {
+	if next.WAN.MaxRate() == running.WAN.MaxRate() && next.LAN.MaxRate() == running.LAN.MaxRate() {
 		return
 	}
+	wan, lan := wanRate(next), next.LAN.MaxRate()
 	g.reloadEgress(wan)
 	if f, err := controller(next.WAN.CongestionControl, wanParams(next, g.egress)); err == nil {
 		g.wanCC = f
@@ -1018,11 +1018,11 @@ func controller(name string, p cc.Params) (cc.Factory, error) {
 }
 
 // wanParams are the parameters of the controllers of the connections to
-// other gateways: wan.max_rate_bps as each one's ceiling, the slowest
+// other gateways: wan.max_rate_bps (wanRate) as each one's ceiling, the slowest
 // region's RTT hint as the base RTT, the gateway's egress share, and
 // wan.classic_fallback.
 func wanParams(cfg *config.Config, egress *cc.Egress) cc.Params {
-	return cc.Params{LineRate: cfg.WAN.MaxRate(), BaseRTT: slowestHint(cfg), Egress: egress, ClassicFallback: cfg.WAN.ClassicFallback}
+	return cc.Params{LineRate: wanRate(cfg), BaseRTT: slowestHint(cfg), Egress: egress, ClassicFallback: cfg.WAN.ClassicFallback}
 }
 
 // newEgress returns the egress share of a WAN capacity, measured over two

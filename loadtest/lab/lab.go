@@ -48,7 +48,6 @@ import (
 	"github.com/mrgw/mrgw/host"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/netem"
-	"github.com/mrgw/mrgw/netio/seal"
 	"github.com/mrgw/mrgw/pathmgr"
 	"github.com/mrgw/mrgw/tunnel/pki"
 
@@ -301,17 +300,10 @@ func (cfg *Config) fill() {
 		cfg.Paths = 16
 	}
 	if cfg.WANRateBps == 0 && cfg.RateBps > 0 {
-		// The gateways are told the fabric's capacity, as an operator
-		// would configure wan.max_rate_bps, in the bytes their
-		// controllers count: a full datagram's DATA header and payload
-		// (wan.mtu), without its AEAD envelope and its UDP and IPv4
-		// headers, which the emulator's planes carry and charge too.
-		// Told the fabric's rate as it is, senders paced at it overdrive
-		// the planes by those headers' share (56 of 1,484 bytes at MTU
-		// 1400) and fill the drop-tail queues.
-		data := cfg.MTU + metaroce.DataHeaderLenV2
-		share := float64(data) / float64(data+seal.Overhead+netem.IPHeaderLen)
-		cfg.WANRateBps = int64(float64(cfg.RateBps) * float64(cfg.Planes) * share)
+		// The gateways are told the fabric's capacity on the wire, as an
+		// operator configures wan.max_rate_bps; they take out the
+		// headers the planes carry and charge (gateway wanRate).
+		cfg.WANRateBps = int64(cfg.RateBps) * int64(cfg.Planes)
 	}
 	if cfg.WANControl == "" {
 		cfg.WANControl = config.WANControllerHTCP
