@@ -43,6 +43,7 @@ written to disk at the other end. Systems:
   mrgw-forward        iperf3 through package forward (Local on an eu-west host, Expose on a
                       us-east host) over a two-region lab of gateways (loadtest/lab, netem)
   mrgw-stream         the copy through a stream.Conn on the same lab
+  mrgw-cp             the copy by mrgw host cp (package filecopy) on the same lab
   mrgw-transport      the reference: host flows' WRITEs on the same lab, one flow per stream
 
 Every run starts from fresh namespaces or a fresh lab. Targets, at 1% and 5% loss: through mrgw at

@@ -100,11 +100,12 @@ const (
 	TCPBBR        = "tcp-bbr"
 	MRGWForward   = "mrgw-forward"   // iperf3 through forward Local/Expose
 	MRGWStream    = "mrgw-stream"    // the copy through a stream.Conn
+	MRGWCopy      = "mrgw-cp"        // the copy by package filecopy (mrgw host cp)
 	MRGWTransport = "mrgw-transport" // host flows' WRITEs: the reference
 )
 
 // AllSystems in report order.
-var AllSystems = []string{TCPCubic, TCPBBR, MRGWForward, MRGWStream, MRGWTransport}
+var AllSystems = []string{TCPCubic, TCPBBR, MRGWForward, MRGWStream, MRGWCopy, MRGWTransport}
 
 // Scenario is the rows' scenario field.
 const Scenario = "apps"
@@ -241,7 +242,7 @@ func applies(system, workload string) bool {
 	switch system {
 	case MRGWForward:
 		return workload != Copy
-	case MRGWStream:
+	case MRGWStream, MRGWCopy:
 		return workload == Copy
 	}
 	return true

@@ -7,12 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/mrgw/mrgw/filecopy"
 	"github.com/mrgw/mrgw/forward"
 	"github.com/mrgw/mrgw/host"
 	"github.com/mrgw/mrgw/internal/sleep"
@@ -190,6 +193,37 @@ type copySystemDef struct {
 // check, on a fresh lab of the same WAN.
 var copySystems = []copySystemDef{
 	{name: MRGWStream, muxes: true, run: streamCopy},
+	{name: MRGWCopy, muxes: true, run: fileCopy},
+}
+
+// copyFilePort is the stream port the native copy's receiver serves.
+const copyFilePort = 7002
+
+// fileCopy is `mrgw host cp`: package filecopy's receiver on the us-east
+// host, its sender on the eu-west host, the file WRITTEN into the
+// receiver's mapping of its destination. The receiver's root is a
+// directory of its own; the copy is moved to dst once complete.
+func fileCopy(ctx context.Context, env *labEnv, _ *Options, _ point, src, dst string, got *atomic.Int64) error {
+	root, err := os.MkdirTemp(filepath.Dir(dst), "mrgw-apps-cp-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(root)
+	srv, err := filecopy.NewServer(env.mb, filecopy.ServerConfig{Root: root, Port: strconv.Itoa(copyFilePort)})
+	if err != nil {
+		return err
+	}
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go srv.Serve(sctx)
+	defer srv.Close()
+	to := stream.Addr{Region: lab.RegionB, Endpoint: dstName, Port: copyFilePort}
+	if _, err := filecopy.Send(ctx, env.ma, to, "", []string{src}, filecopy.Options{
+		Progress: func(done, _ int64) { got.Store(done) },
+	}); err != nil {
+		return err
+	}
+	return os.Rename(filepath.Join(root, filepath.Base(src)), dst)
 }
 
 func copySystem(name string) (copySystemDef, bool) {
