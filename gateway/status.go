@@ -91,7 +91,15 @@ type PeerStatus struct {
 	Received   uint64         `json:"payload_bytes_received"`
 	Retrans    uint64         `json:"retransmits"`
 	Lost       uint64         `json:"packets_lost"`
-	Flows      int            `json:"flows"`
+	// DataSent counts the DATA packets sent, retransmissions included;
+	// RetransGap and RetransTimeout split Retrans by the loss that queued
+	// them, RetransSpurious the ones the peer had received after all
+	// (metaroce.ConnStats).
+	DataSent        uint64 `json:"data_packets_sent"`
+	RetransGap      uint64 `json:"retransmits_gap"`
+	RetransTimeout  uint64 `json:"retransmits_timeout"`
+	RetransSpurious uint64 `json:"retransmits_spurious"`
+	Flows           int    `json:"flows"`
 	// Wire is the MetaRoCE wire version the WAN connection agreed (1 or
 	// 2: the highest both gateways speak).
 	Wire  int          `json:"wire_version,omitempty"`
@@ -220,6 +228,7 @@ func (g *Gateway) snapshot(prev *rateState) {
 			s := ci.c.Stats
 			ps.Sent, ps.Received = s.PayloadBytesSent, s.PayloadBytesPlaced
 			ps.Retrans, ps.Lost = s.Retransmits, s.PacketsLost
+			ps.DataSent, ps.RetransGap, ps.RetransTimeout, ps.RetransSpurious = s.DataSent, s.RetransmitsGap, s.RetransmitsTimeout, s.RetransmitsSpurious
 			ps.Flows = len(ci.in) + len(ci.out)
 			ps.Wire = ci.c.WireVersion()
 			if old, ok := prev.sent[p.name]; ok && s.PayloadBytesSent >= old {

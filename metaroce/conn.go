@@ -22,6 +22,12 @@ type ConnStats struct {
 	// Sender side.
 	DataSent, Retransmits, PayloadBytesSent, AcksReceived, PacketsLost, Timeouts, ProbesSent uint64
 	MessagesSent, MessagesFailed                                                             uint64
+	// Retransmits by the cause of the loss that queued them: a gap in a
+	// path's SACK vector (RetransmitsGap), or a probe timeout or a path
+	// taken down (RetransmitsTimeout); they sum to Retransmits. Of the
+	// packets resent, RetransmitsSpurious were not lost: an ACK that
+	// predates the sender giving them up acknowledged them afterwards.
+	RetransmitsGap, RetransmitsTimeout, RetransmitsSpurious uint64
 	// PacingForfeitNs is sending time the pacer gave up: the connection was
 	// waiting for its next pacing slot, and the driver came back so late
 	// that more than PacingSlack had fallen due (what is beyond the slack
@@ -82,6 +88,10 @@ type Conn struct {
 	activeCur int
 	retx      []chunkRef
 	retxHead  int
+	// retxCause[i] is why retx[i] is queued (lossGap, lossTimeout), set
+	// from lossCause while a sent history reports losses.
+	retxCause []uint8
+	lossCause uint8
 	queued    int
 	nextSend  time.Duration
 	paceStart time.Duration // when the pacing clock started (the ACCEPT)

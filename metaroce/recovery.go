@@ -36,7 +36,9 @@ func (c *Conn) onAck(now time.Duration, a *Ack) {
 	var s cc.AckSample
 	var lostBytes int
 	c.ackedLargest = 0
+	c.lossCause = lossGap
 	s.AckedBytes, lostBytes = h.onAck(now, a, ps, c)
+	c.Stats.RetransmitsSpurious += uint64(h.spurious(a))
 	if rtt, ok := h.rttSample(now, echo); ok {
 		s.RTT = rtt
 		ps.OnRTTSample(rtt)
@@ -95,8 +97,16 @@ func (c *Conn) packetLost(r *txRecord) {
 	}
 	if r.msg.err == nil && r.msg.acked[r.idx/64]&(1<<(r.idx%64)) == 0 {
 		c.retx = append(c.retx, chunkRef{msg: r.msg, idx: int(r.idx)})
+		c.retxCause = append(c.retxCause, c.lossCause)
+		r.desc |= recResent
 	}
 }
+
+// Causes of a loss (Conn.retxCause).
+const (
+	lossGap uint8 = iota
+	lossTimeout
+)
 
 // ptoDeadline returns when path's oldest packet in flight times out.
 func (c *Conn) ptoDeadline(path int) (time.Duration, bool) {
@@ -165,6 +175,7 @@ func (c *Conn) onPTO(now time.Duration, path int) {
 
 // loseAll declares everything in flight on path lost.
 func (c *Conn) loseAll(now time.Duration, path int) {
+	c.lossCause = lossTimeout
 	if lost := c.tx[path].loseAll(&c.paths.Paths[path], c); lost > 0 {
 		c.ctl.OnLoss(now, path, lost)
 	}

@@ -37,6 +37,8 @@ const (
 	recDesc uint8 = 1 << iota
 	// recDescOnly: it carried nothing else (a descriptor-only DATA).
 	recDescOnly
+	// recResent: declared lost, its chunk was queued to be sent again.
+	recResent
 )
 
 // sentHandler is told what becomes of each packet of a sentHistory. The
@@ -72,6 +74,13 @@ type sentHistory struct {
 	// departed: the driver reported every sequence below it as left
 	// (Config.DepartureWait; Conn.Departed).
 	departed uint64
+	// Spurious-loss accounting: below the floor, a record of a resent
+	// packet keeps state recLost and, in idx, how far next was past it
+	// when the floor passed it (an ACK whose largest is below that saw no
+	// DATA telling the receiver to skip it, so its cumulative point is
+	// the truth). pending counts such records; lostLo is the lowest.
+	pending int
+	lostLo  uint64
 }
 
 // rec returns the record of seq, which must lie in [floor, next).
@@ -193,9 +202,53 @@ func (h *sentHistory) lose(r *txRecord, ps *pathmgr.Path, hd sentHandler) {
 func (h *sentHistory) advanceFloor() {
 	for h.floor < h.next && h.rec(h.floor).state != recInflight {
 		r := h.rec(h.floor)
-		*r = txRecord{sent: r.sent} // the send time stays for sentStamp
+		if r.state == recLost && r.desc&recResent != 0 {
+			if h.pending == 0 {
+				h.lostLo = h.floor
+			}
+			h.pending++
+			*r = txRecord{sent: r.sent, state: recLost, idx: uint32(min(h.next-h.floor, 1<<32-1))}
+		} else {
+			*r = txRecord{sent: r.sent} // the send time stays for sentStamp
+		}
 		h.floor++
 	}
+}
+
+// spurious returns how many resent packets below the floor ACK a shows
+// were received after all: a packet counts once, and is forgotten once an
+// ACK could no longer tell (the receiver was told to skip it) or the ring
+// reuses its slot.
+func (h *sentHistory) spurious(a *Ack) (n int) {
+	if h.pending == 0 {
+		return 0
+	}
+	if lo := h.next - min(h.next, uint64(len(h.ring))); h.lostLo < lo {
+		h.lostLo = lo // older marks were overwritten
+	}
+	base := a.SackBase()
+	pending := 0
+	first := h.floor
+	for seq := h.lostLo; seq < h.floor; seq++ {
+		r := h.rec(seq)
+		if r.state != recLost {
+			continue
+		}
+		sacked := seq >= base && seq-base < SackBits && a.Sack[(seq-base)/8]&(1<<((seq-base)%8)) != 0
+		truthful := a.Largest < seq+uint64(r.idx)
+		switch {
+		case sacked || (truthful && seq < a.Cum):
+			n++
+			r.state = 0
+		case !truthful:
+			r.state = 0
+		default:
+			pending++
+			first = min(first, seq)
+		}
+	}
+	h.pending, h.lostLo = pending, first
+	return n
 }
 
 // sentStamp returns when sequence seq (< next) was sent, as a version-1

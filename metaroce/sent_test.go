@@ -383,3 +383,40 @@ func TestSentHistoryAckMatchesRule(t *testing.T) {
 		}
 	}
 }
+
+// resendLog marks every lost record resent, as the connection does for a
+// chunk it queues again.
+type resendLog struct{ sentLog }
+
+func (l *resendLog) packetLost(r *txRecord) {
+	l.sentLog.packetLost(r)
+	r.desc |= recResent
+}
+
+// A resent packet counts as spurious when an ACK sent before the receiver
+// could have been told to skip it acknowledges it; an ACK of later DATA,
+// whose floor let the receiver's cumulative point pass it unreceived,
+// proves nothing.
+func TestSentHistorySpuriousOnlyFromTruthfulAcks(t *testing.T) {
+	var h sentHistory
+	ps := &pathmgr.Path{}
+	m := &txMessage{}
+	var hd resendLog
+	sendN(t, &h, ps, m, 0, 10, 100)
+	h.loseAll(ps, &hd) // a probe timeout while the ACKs were queued
+	if got := h.spurious(sackAck(6, 5)); got != 6 {
+		t.Fatalf("an ACK of 0..5 sent before the timeout: %d spurious, want 6", got)
+	}
+	if got := h.spurious(sackAck(6, 5)); got != 0 {
+		t.Fatalf("the same ACK again: %d spurious, want 0 (each counts once)", got)
+	}
+	// 10.. carry a floor of 10: the receiver's cumulative point passes
+	// 6..9 whether it had them or not.
+	sendN(t, &h, ps, m, time.Millisecond, 3, 100)
+	if got := h.spurious(sackAck(13, 12)); got != 0 {
+		t.Fatalf("an ACK of the DATA after the floor moved: %d spurious, want 0", got)
+	}
+	if h.pending != 0 {
+		t.Fatalf("%d records still pending after an ACK past their floor", h.pending)
+	}
+}

@@ -244,6 +244,7 @@ func (c *Conn) peekChunk() (chunkRef, bool) {
 	}
 	if c.retxHead > 0 && c.retxHead == len(c.retx) {
 		c.retx = c.retx[:0]
+		c.retxCause = c.retxCause[:0]
 		c.retxHead = 0
 	}
 	blocked := 0
@@ -353,6 +354,11 @@ func (c *Conn) pollData(now time.Duration, buf []byte) (Transmit, bool) {
 	// sent it again and its message never completed
 	// (TestPollRefusalKeepsChunk).
 	if retransmit {
+		if c.retxCause[c.retxHead] == lossTimeout {
+			c.Stats.RetransmitsTimeout++
+		} else {
+			c.Stats.RetransmitsGap++
+		}
 		c.retx[c.retxHead] = chunkRef{}
 		c.retxHead++
 	} else {

@@ -136,6 +136,8 @@ type PeerMetrics struct {
 	goodputIn                  counterSync
 	payloadSent, dataSent      counterSync
 	retransmits, lost          counterSync
+	retxGap, retxTimeout       counterSync
+	spurious                   counterSync
 	timeouts, duplicates       counterSync
 	rotationsOK, rotationsFail prometheus.Counter
 	silenceDrops               prometheus.Counter
@@ -163,6 +165,9 @@ func (m *Metrics) Peer(peer, region string) *PeerMetrics {
 		dataSent:      counterSync{c: m.PeerDataPacketsSent.WithLabelValues(peer, region)},
 		retransmits:   counterSync{c: m.PeerRetransmits.WithLabelValues(peer, region)},
 		lost:          counterSync{c: m.PeerPacketsLost.WithLabelValues(peer, region)},
+		retxGap:       counterSync{c: m.PeerRetransmitsCause.WithLabelValues(peer, region, RetxGap)},
+		retxTimeout:   counterSync{c: m.PeerRetransmitsCause.WithLabelValues(peer, region, RetxTimeout)},
+		spurious:      counterSync{c: m.PeerSpurious.WithLabelValues(peer, region)},
 		timeouts:      counterSync{c: m.PeerTimeouts.WithLabelValues(peer, region)},
 		duplicates:    counterSync{c: m.PeerDuplicates.WithLabelValues(peer, region)},
 		rotationsOK:   m.KeyRotations.WithLabelValues(peer, region, ResultOK),
@@ -179,7 +184,7 @@ func (m *Metrics) Peer(peer, region string) *PeerMetrics {
 func (p *PeerMetrics) SetConnected(up bool) {
 	p.connected.Set(b2f(up))
 	if !up {
-		for _, s := range []*counterSync{&p.goodputIn, &p.payloadSent, &p.dataSent, &p.retransmits, &p.lost, &p.timeouts, &p.duplicates} {
+		for _, s := range []*counterSync{&p.goodputIn, &p.payloadSent, &p.dataSent, &p.retransmits, &p.lost, &p.timeouts, &p.duplicates, &p.retxGap, &p.retxTimeout, &p.spurious} {
 			s.reset()
 		}
 	}
@@ -191,6 +196,9 @@ func (p *PeerMetrics) Sync(s metaroce.ConnStats) {
 	p.payloadSent.set(s.PayloadBytesSent)
 	p.dataSent.set(s.DataSent)
 	p.retransmits.set(s.Retransmits)
+	p.retxGap.set(s.RetransmitsGap)
+	p.retxTimeout.set(s.RetransmitsTimeout)
+	p.spurious.set(s.RetransmitsSpurious)
 	p.lost.set(s.PacketsLost)
 	p.timeouts.set(s.Timeouts)
 	p.duplicates.set(s.Duplicates)

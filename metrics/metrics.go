@@ -70,6 +70,7 @@ const (
 	LabelRevision   = "revision" // the VCS commit the binary was built from
 	LabelGoVersion  = "goversion"
 	LabelCert       = "certificate" // which certificate: gateway or ca
+	LabelCause      = "cause"       // why a packet was sent again: RetxCauses
 )
 
 // DefaultMaxPaths is the largest wan.paths_per_peer the configuration
@@ -91,6 +92,17 @@ const (
 
 // Directions lists the values of the direction label.
 var Directions = []string{DirIn, DirOut}
+
+// Causes of a retransmission: the loss that queued it was a gap in a
+// path's selective-ack bitmap, or a probe timeout (or the path taken
+// down). They partition mrgw_peer_retransmits_total.
+const (
+	RetxGap     = "gap"
+	RetxTimeout = "timeout"
+)
+
+// RetxCauses lists the values of the cause label.
+var RetxCauses = []string{RetxGap, RetxTimeout}
 
 // PathStates lists the values of mrgw_path_state's state label, pathmgr's
 // states by their String names.
@@ -346,6 +358,8 @@ type Metrics struct {
 	PeerPayloadSentBytes *prometheus.CounterVec // peer, peer_region
 	PeerDataPacketsSent  *prometheus.CounterVec // peer, peer_region
 	PeerRetransmits      *prometheus.CounterVec // peer, peer_region
+	PeerRetransmitsCause *prometheus.CounterVec // peer, peer_region, cause
+	PeerSpurious         *prometheus.CounterVec // peer, peer_region
 	PeerPacketsLost      *prometheus.CounterVec // peer, peer_region
 	PeerTimeouts         *prometheus.CounterVec // peer, peer_region
 	PeerDuplicates       *prometheus.CounterVec // peer, peer_region
@@ -596,6 +610,12 @@ func New(opts ...Option) *Metrics {
 		peerLabels...)
 	m.PeerRetransmits = b.counterVec("mrgw_peer_retransmits_total",
 		"Data packets sent again to the peer gateway (after a SACK gap or a timeout).",
+		peerLabels...)
+	m.PeerRetransmitsCause = b.counterVec("mrgw_peer_retransmits_by_cause_total",
+		"Data packets sent again to the peer gateway, by the loss that queued them: cause=gap a gap in a path's selective-ack bitmap (a queue drop or loss on the wire, or reordering within a path), cause=timeout a probe timeout or a path taken down. The causes sum to mrgw_peer_retransmits_total.",
+		with(peerLabels, LabelCause)...)
+	m.PeerSpurious = b.counterVec("mrgw_peer_spurious_retransmits_total",
+		"Data packets sent again to the peer gateway that were not lost: the peer acknowledged the original afterwards (a probe timeout too short for the path's queue, or reordering within a path).",
 		peerLabels...)
 	m.PeerPacketsLost = b.counterVec("mrgw_peer_packets_lost_total",
 		"Data packets to the peer gateway declared lost (a gap in a path's selective-ack bitmap, or a timeout).",

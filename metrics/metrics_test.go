@@ -247,7 +247,7 @@ func TestNamingConventions(t *testing.T) {
 			}
 		}
 		for _, l := range f.Labels {
-			if !slices.Contains([]string{LabelPeer, LabelPeerRegion, LabelPlane, LabelPath, LabelState, LabelReason, LabelResult, LabelDirection, LabelVersion, LabelRevision, LabelGoVersion, LabelCert}, l) {
+			if !slices.Contains([]string{LabelPeer, LabelPeerRegion, LabelPlane, LabelPath, LabelState, LabelReason, LabelResult, LabelDirection, LabelVersion, LabelRevision, LabelGoVersion, LabelCert, LabelCause}, l) {
 				t.Errorf("%s: label %q is not one of the bounded labels", f.Name, l)
 			}
 		}
@@ -305,7 +305,8 @@ func TestPeerSyncCounts(t *testing.T) {
 	}
 	p.SetConnected(true)
 	p.Sync(metaroce.ConnStats{DataSent: 100, Retransmits: 5, PacketsLost: 4, PayloadBytesPlaced: 1000})
-	p.Sync(metaroce.ConnStats{DataSent: 150, Retransmits: 7, PacketsLost: 6, PayloadBytesPlaced: 1500})
+	p.Sync(metaroce.ConnStats{DataSent: 150, Retransmits: 7, PacketsLost: 6, PayloadBytesPlaced: 1500,
+		RetransmitsGap: 4, RetransmitsTimeout: 3, RetransmitsSpurious: 2})
 	check := func(c prometheus.Collector, want float64) {
 		t.Helper()
 		if got := value(c); got != want {
@@ -315,6 +316,9 @@ func TestPeerSyncCounts(t *testing.T) {
 	check(m.PeerDataPacketsSent.WithLabelValues("use-gw1", "us-east"), 150)
 	check(m.PeerRetransmits.WithLabelValues("use-gw1", "us-east"), 7)
 	check(m.PeerPacketsLost.WithLabelValues("use-gw1", "us-east"), 6)
+	check(m.PeerRetransmitsCause.WithLabelValues("use-gw1", "us-east", RetxGap), 4)
+	check(m.PeerRetransmitsCause.WithLabelValues("use-gw1", "us-east", RetxTimeout), 3)
+	check(m.PeerSpurious.WithLabelValues("use-gw1", "us-east"), 2)
 	check(m.PeerGoodputBytes.WithLabelValues("use-gw1", "us-east", DirIn), 1500)
 	// Reconnect: the new connection's counters start at zero; the series
 	// keep growing.

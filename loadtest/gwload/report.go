@@ -181,10 +181,20 @@ func (e *env) row(ser *Series, steps []time.Duration, stepRates []float64) repor
 			}
 		}
 	}
+	// The WAN peers' retransmissions, with the DATA packets sent beside
+	// them and split by cause, so that a row tells queue drops and loss
+	// (gap) from timeouts and copies the peer did not need (spurious).
+	var data, gap, timeout, spurious uint64
 	for _, g := range e.l.Gateways {
 		for _, p := range g.Status().Peers {
 			r.Retransmits += p.Retrans
+			data += p.DataSent
+			gap, timeout, spurious = gap+p.RetransGap, timeout+p.RetransTimeout, spurious+p.RetransSpurious
 		}
+	}
+	if data > 0 {
+		r.Note = report.JoinNote(r.Note, fmt.Sprintf("wan retransmits %.2f%% of %d data packets: gap %d, timeout %d, spurious %d",
+			100*float64(r.Retransmits)/float64(data), data, gap, timeout, spurious))
 	}
 	ser.mu.Lock()
 	defer ser.mu.Unlock()
@@ -224,7 +234,7 @@ func (e *env) row(ser *Series, steps []time.Duration, stepRates []float64) repor
 		if len(steps) < w.Steps {
 			errs = append(errs, fmt.Sprintf("%d of %d steps completed", len(steps), w.Steps))
 		}
-		r.Note = stepList(steps)
+		r.Note = report.JoinNote(stepList(steps), r.Note)
 	}
 	if r.CapacityBps > 0 {
 		r.Fraction = r.GoodputBps / r.CapacityBps

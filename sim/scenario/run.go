@@ -139,6 +139,10 @@ type Result struct {
 	// PlaneBytes is each plane's A→B bytes delivered.
 	QueueDrops uint64
 	PlaneBytes []uint64
+	// Over the whole run, summed over the senders: DATA packets sent and
+	// retransmissions by cause (metaroce.ConnStats); WireLost counts
+	// datagrams the plane links lost at random (A→B).
+	DataSent, RetxGap, RetxTimeout, RetxSpurious, WireLost uint64
 	// ConnectedAt is when each sender's connection was established (-1: never).
 	ConnectedAt []time.Duration
 	// Time series, if Setup.Sample was set: at each Times[k], Goodput[f][k]
@@ -428,6 +432,10 @@ func (s *Setup) measure(res *Result, net *sim.Network, atWarmup, atEnd map[uint6
 		res.GoodputBps += bps
 		res.Retransmits += c.Stats.Retransmits
 		res.Lost += c.Stats.PacketsLost
+		res.DataSent += c.Stats.DataSent
+		res.RetxGap += c.Stats.RetransmitsGap
+		res.RetxTimeout += c.Stats.RetransmitsTimeout
+		res.RetxSpurious += c.Stats.RetransmitsSpurious
 	}
 	for i := 0; i < net.Planes(); i++ {
 		st := net.Plane(i).AtoB().Stats()
@@ -435,6 +443,7 @@ func (s *Setup) measure(res *Result, net *sim.Network, atWarmup, atEnd map[uint6
 			res.MaxQueueBytes = q
 		}
 		res.QueueDrops += st.DroppedQueue
+		res.WireLost += st.DroppedLoss
 		res.PlaneBytes = append(res.PlaneBytes, st.BytesDelivered)
 	}
 }

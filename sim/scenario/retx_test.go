@@ -1,0 +1,70 @@
+package scenario
+
+import (
+	"testing"
+	"time"
+
+	"github.com/mrgw/mrgw/units"
+)
+
+// wanRelay runs the WAN hop of a relay between two gateways: one
+// connection of the long-RTT controller over 4 planes of rate bit/s each,
+// 50 ms round trip, drop-tail queues of 20 ms, marking at ecn bytes (0:
+// none), random loss.
+func wanRelay(t *testing.T, rate float64, ecn int, loss float64, mod func(*Setup)) Result {
+	t.Helper()
+	rtt := 50 * time.Millisecond
+	f, err := factory(CCHTCP, 4*rate, rtt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := Setup{Planes: 4, RateBps: rate, RTT: rtt, Loss: loss, Flows: 1, Paths: 16, MTU: 1400, CC: f,
+		QueueBytes: int(units.BitRate(rate).Bytes().BytesIn(20 * time.Millisecond)), ECNThreshold: ecn,
+		Duration: 10 * time.Second, Warmup: 3 * time.Second, Seed: 7}
+	if mod != nil {
+		mod(&s)
+	}
+	r, err := Run(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("rate %.0f Mbit/s ecn %d loss %.2f: goodput %.3f of capacity, data %d, retx %d (gap %d, timeout %d, spurious %d) = %.2f%%, queue drops %d, wire lost %d",
+		rate/1e6, ecn, loss, r.GoodputBps/r.CapacityBps, r.DataSent, r.Retransmits, r.RetxGap, r.RetxTimeout, r.RetxSpurious,
+		100*float64(r.Retransmits)/float64(max(r.DataSent, 1)), r.QueueDrops, r.WireLost)
+	return r
+}
+
+// wanRelayRates are the planes' rates of the relay scenario, bit/s.
+var wanRelayRates = []float64{25e6, 50e6, 100e6}
+
+// Without random loss a relay resends only what the queues dropped: at
+// most 1% of its DATA packets, with drop-tail planes and with ECN-marking
+// ones. Retransmissions cost WAN capacity and both gateways' CPU.
+func TestWANRelayRetransmitsAtZeroLoss(t *testing.T) {
+	for _, rate := range wanRelayRates {
+		queue := int(units.BitRate(rate).Bytes().BytesIn(20 * time.Millisecond))
+		for _, ecn := range []int{0, queue / 4} {
+			r := wanRelay(t, rate, ecn, 0, nil)
+			if f := float64(r.Retransmits) / float64(r.DataSent); r.DataSent == 0 || f > 0.01 {
+				t.Errorf("rate %.0f Mbit/s, ECN at %d bytes: %.2f%% of %d DATA packets retransmitted (gap %d, timeout %d, spurious %d; queue drops %d), want at most 1%%",
+					rate/1e6, ecn, 100*f, r.DataSent, r.RetxGap, r.RetxTimeout, r.RetxSpurious, r.QueueDrops)
+			}
+			if r.RetxGap+r.RetxTimeout != r.Retransmits {
+				t.Errorf("causes %d + %d do not sum to %d retransmissions", r.RetxGap, r.RetxTimeout, r.Retransmits)
+			}
+		}
+	}
+}
+
+// Under 1% random loss a relay resends what the links lost and little
+// more: at most 1.2 times the datagrams lost on the wire or in a queue.
+func TestWANRelayRetransmitsUnderLoss(t *testing.T) {
+	for _, rate := range wanRelayRates {
+		r := wanRelay(t, rate, 0, 0.01, nil)
+		lost := r.WireLost + r.QueueDrops
+		if lost == 0 || float64(r.Retransmits) > 1.2*float64(lost) {
+			t.Errorf("rate %.0f Mbit/s: %d retransmissions (gap %d, timeout %d, spurious %d) for %d datagrams lost, want at most 1.2 times",
+				rate/1e6, r.Retransmits, r.RetxGap, r.RetxTimeout, r.RetxSpurious, lost)
+		}
+	}
+}
