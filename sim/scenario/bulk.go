@@ -18,6 +18,10 @@ type bulk struct {
 	next        int
 	stream      uint32
 	stopAt      time.Duration
+	// perStream: outstanding bounds this stream's incomplete messages
+	// (queued), not the connection's.
+	perStream bool
+	queued    int
 }
 
 const bulkKey = 1
@@ -27,11 +31,12 @@ func (b *bulk) fill(now time.Duration) {
 		return
 	}
 	slots := b.regionSize / b.msgSize
-	for b.conn.Queued() < b.outstanding {
+	for (b.perStream && b.queued < b.outstanding) || (!b.perStream && b.conn.Queued() < b.outstanding) {
 		addr := uint64((b.next % slots) * b.msgSize)
 		if _, err := b.conn.Write(now, b.stream, b.key, addr, b.src[:b.msgSize]); err != nil {
 			return
 		}
 		b.next++
+		b.queued++
 	}
 }

@@ -73,6 +73,11 @@ type Setup struct {
 	StallFlows []bool
 	// PacingCatchUp is metaroce.Config.PacingCatchUp for every endpoint.
 	PacingCatchUp float64
+	// Streams, if above 1, makes each connection carry that many flows
+	// of equal demand, one per stream, as a gateway's WAN connection does:
+	// each keeps StreamWindow messages incomplete (default 8), and
+	// Result.StreamBytes counts what each completed after the warm-up.
+	Streams, StreamWindow int
 }
 
 // HostStalls describe the descheduling of a user-space driver: every host
@@ -139,6 +144,9 @@ type Result struct {
 	// PlaneBytes is each plane's A→B bytes delivered.
 	QueueDrops uint64
 	PlaneBytes []uint64
+	// StreamBytes[f][i] is the payload of the messages stream i of flow f
+	// completed between the warm-up and the end (Setup.Streams).
+	StreamBytes [][]uint64
 	// Over the whole run, summed over the senders: DATA packets sent and
 	// retransmissions by cause (metaroce.ConnStats); WireLost counts
 	// datagrams the plane links lost at random (A→B).
@@ -372,13 +380,41 @@ func (s *Setup) addSenders(sm *sim.Sim, net *sim.Network, mcfg metaroce.Config, 
 		}
 		res.ConnectedAt[f] = -1
 		b := &bulk{msgSize: s.MsgSize, outstanding: outstanding, src: src, key: bulkKey, regionSize: regionSize, stream: uint32(f)}
+		var streams []*bulk // Setup.Streams: one bulk per stream, each its own window
+		if s.Streams > 1 {
+			w := s.StreamWindow
+			if w <= 0 {
+				w = 8
+			}
+			res.StreamBytes = append(res.StreamBytes, make([]uint64, s.Streams))
+			for i := 0; i < s.Streams; i++ {
+				streams = append(streams, &bulk{msgSize: s.MsgSize, outstanding: w, perStream: true, src: src, key: bulkKey, regionSize: regionSize, stream: uint32(i)})
+			}
+		}
 		node.OnEvent = func(now time.Duration, ev metaroce.Event) {
 			switch ev.Kind {
 			case metaroce.EventConnected:
 				res.ConnectedAt[f] = now
-				b.fill(now)
+				if streams == nil {
+					b.fill(now)
+				}
+				for _, sb := range streams {
+					sb.conn = b.conn
+					sb.fill(now)
+				}
 			case metaroce.EventSendComplete:
-				b.fill(now)
+				if streams == nil {
+					b.fill(now)
+					break
+				}
+				if int(ev.Stream) < len(streams) {
+					sb := streams[ev.Stream]
+					sb.queued--
+					if now >= s.Warmup && now <= s.Duration && ev.Err == nil {
+						res.StreamBytes[f][ev.Stream] += ev.Len
+					}
+					sb.fill(now)
+				}
 			}
 		}
 		hc := sim.HostConfig{}
