@@ -35,7 +35,7 @@ func wanRelay(t *testing.T, rate float64, ecn int, loss float64, mod func(*Setup
 }
 
 // wanRelayRates are the planes' rates of the relay scenario, bit/s.
-var wanRelayRates = []float64{25e6, 50e6, 100e6}
+var wanRelayRates = []float64{25e6, 50e6, 100e6, 400e6}
 
 // Without random loss a relay resends only what the queues dropped: at
 // most 1% of its DATA packets, with drop-tail planes and with ECN-marking
