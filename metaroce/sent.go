@@ -219,35 +219,63 @@ func (h *sentHistory) advanceFloor() {
 // were received after all: a packet counts once, and is forgotten once an
 // ACK could no longer tell (the receiver was told to skip it) or the ring
 // reuses its slot.
+//
+// The cost per ACK is what its cumulative point and SACK vector cover, not
+// the path's window: the marks grow with the sequence (the floor passes
+// records in order while next only grows), so the records an ACK can no
+// longer judge are a prefix, those below its cumulative point another,
+// and the rest can only be acknowledged by a SACK bit.
 func (h *sentHistory) spurious(a *Ack) (n int) {
-	if h.pending == 0 {
+	if h.pending <= 0 {
 		return 0
 	}
 	if lo := h.next - min(h.next, uint64(len(h.ring))); h.lostLo < lo {
 		h.lostLo = lo // older marks were overwritten
 	}
 	base := a.SackBase()
-	pending := 0
-	first := h.floor
-	for seq := h.lostLo; seq < h.floor; seq++ {
+	sacked := func(seq uint64) bool {
+		return seq >= base && seq-base < SackBits && a.Sack[(seq-base)/8]&(1<<((seq-base)%8)) != 0
+	}
+	resolve := func(r *txRecord, acked bool) {
+		if acked {
+			n++
+		}
+		r.state = 0
+		h.pending--
+	}
+	seq := h.lostLo
+	// Marks at or below the ACK's largest: the ACK may follow DATA that let
+	// the receiver skip them; only a SACK bit still proves receipt.
+	for ; seq < h.floor; seq++ {
 		r := h.rec(seq)
 		if r.state != recLost {
 			continue
 		}
-		sacked := seq >= base && seq-base < SackBits && a.Sack[(seq-base)/8]&(1<<((seq-base)%8)) != 0
-		truthful := a.Largest < seq+uint64(r.idx)
-		switch {
-		case sacked || (truthful && seq < a.Cum):
-			n++
-			r.state = 0
-		case !truthful:
-			r.state = 0
-		default:
-			pending++
-			first = min(first, seq)
+		if a.Largest < seq+uint64(r.idx) {
+			break
+		}
+		resolve(r, sacked(seq))
+	}
+	first := seq
+	// Below the cumulative point of a truthful ACK: received.
+	for ; seq < min(a.Cum, h.floor); seq++ {
+		if r := h.rec(seq); r.state == recLost {
+			resolve(r, true)
 		}
 	}
-	h.pending, h.lostLo = pending, first
+	// Within the SACK vector: received where the bit is set.
+	for s := max(seq, base); s < min(h.floor, base+SackBits); s++ {
+		if r := h.rec(s); r.state == recLost && sacked(s) {
+			resolve(r, true)
+		}
+	}
+	for first < h.floor && h.rec(first).state != recLost {
+		first++
+	}
+	h.lostLo = first
+	if first >= h.floor {
+		h.pending = 0
+	}
 	return n
 }
 
