@@ -420,3 +420,18 @@ func TestSentHistorySpuriousOnlyFromTruthfulAcks(t *testing.T) {
 		t.Fatalf("%d records still pending after an ACK past their floor", h.pending)
 	}
 }
+
+// A SACK bit proves receipt whatever the ACK's largest: the receiver
+// reports only what it holds.
+func TestSentHistorySpuriousFromSackBit(t *testing.T) {
+	var h sentHistory
+	ps := &pathmgr.Path{}
+	m := &txMessage{}
+	var hd resendLog
+	sendN(t, &h, ps, m, 0, 10, 100)
+	h.onAck(0, sackAck(0, 9, 1, 2, 3, 4, 5, 6, 7, 8, 9), ps, &hd) // 0 lost on the gap
+	sendN(t, &h, ps, m, time.Millisecond, 2, 100)                 // 10, 11 tell the receiver to skip 0
+	if got := h.spurious(sackAck(0, 11, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)); got != 1 {
+		t.Fatalf("an ACK with 0's bit set: %d spurious, want 1", got)
+	}
+}
