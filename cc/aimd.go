@@ -273,10 +273,6 @@ func (a *AIMD) pathLossFloor(path int) float64 { return a.paths[path].lossFloor 
 // holds it back), so the rate does not grow.
 func (a *AIMD) appLimited() bool { return a.use.limited }
 
-// deliveryRate returns the highest delivery rate (acked bytes per second over
-// one round) the connection has measured.
-func (a *AIMD) deliveryRate() float64 { return a.use.bestDelivery }
-
 // Window implements Controller: the path's rate times its round trip, with
 // headroom, and never less than four packets on a usable path.
 func (a *AIMD) Window(path int) int {

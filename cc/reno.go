@@ -79,11 +79,6 @@ func (r *renoController) PacingRate() units.ByteRate {
 	return units.ByteRate(min(g*r.cwnd/r.srtt.Seconds(), MaxRate))
 }
 
-// appLimited reports whether the last measured round trip delivered less
-// than UseFraction of the window (RFC 7661's pipeACK test): the window is
-// not validated and does not grow.
-func (r *renoController) appLimited() bool { return r.use.limited }
-
 // OnSent implements Controller: the bytes sent tell whether the sender fills
 // its window (useMeter).
 func (r *renoController) OnSent(now time.Duration, _ int, bytes int) {

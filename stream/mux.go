@@ -188,7 +188,7 @@ type Stats struct {
 }
 
 type counters struct {
-	dials, accepted, open                                 atomic.Uint64
+	dials, accepted                                       atomic.Uint64
 	refusedNoListener, refusedBacklog, refusedLimit       atomic.Uint64
 	resets, dropped, bytesSent, bytesReceived, openStream atomic.Uint64
 }

@@ -37,18 +37,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/mrgw/mrgw/internal/sleep"
-	"github.com/mrgw/mrgw/units"
 	"net/netip"
-	"os"
 	"runtime"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/mrgw/mrgw/cc"
 	"github.com/mrgw/mrgw/internal/report"
+	"github.com/mrgw/mrgw/internal/sleep"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/netio"
 	"github.com/mrgw/mrgw/netio/seal"
@@ -56,6 +53,7 @@ import (
 	"github.com/mrgw/mrgw/pathmgr"
 	"github.com/mrgw/mrgw/tunnel"
 	"github.com/mrgw/mrgw/tunnel/tunneltest"
+	"github.com/mrgw/mrgw/units"
 )
 
 // System names, as in the rows.
@@ -502,17 +500,6 @@ func Tunnel(ctx context.Context, o Options, l *link, udpOpts udp.Options, sealed
 		return r, errors.New("no message completed during the measurement")
 	}
 	return r, nil
-}
-
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	if f := strings.Fields(string(b)); len(f) > 0 {
-		return f[0]
-	}
-	return "?"
 }
 
 // siteUDP returns the socket options of site A's and site B's endpoint:

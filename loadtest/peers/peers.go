@@ -443,25 +443,6 @@ func Bulk(ctx context.Context, p Peer, l Link, warmup, duration time.Duration, o
 	return Result{}, fmt.Errorf("peers: unknown system %q", p.System)
 }
 
-// measure samples a byte counter after warmup and after duration and
-// returns bits per second.
-func measure(ctx context.Context, count func() uint64, warmup, duration time.Duration) (float64, error) {
-	if err := firstProgress(ctx, count); err != nil {
-		return 0, err
-	}
-	stop := sample(ctx, []func() uint64{count}, warmup, warmup+duration)
-	defer stop()
-	if err := sleep.Ctx(ctx, warmup); err != nil {
-		return 0, err
-	}
-	t0, b0 := time.Now(), count()
-	if err := sleep.Ctx(ctx, duration); err != nil {
-		return 0, err
-	}
-	t1, b1 := time.Now(), count()
-	return float64(units.Throughput(float64(b1-b0), t1.Sub(t0).Seconds())), nil
-}
-
 // A windowStart opens a measured window: called once the window's start
 // time has been taken, it reads what the flow had sent by then and returns
 // the counter to read at the window's end, before its end time is taken.
