@@ -24,6 +24,7 @@ import (
 	"github.com/mrgw/mrgw/flowctl"
 	"github.com/mrgw/mrgw/host"
 	"github.com/mrgw/mrgw/stream"
+	"github.com/mrgw/mrgw/units"
 )
 
 // Options tune a copy. Zero values take the defaults in brackets.
@@ -470,7 +471,7 @@ func (s *sender) summarize(start time.Time) *Summary {
 	sum.Duration = time.Since(start)
 	sum.Seconds = sum.Duration.Seconds()
 	if sum.Seconds > 0 {
-		sum.RateBps = float64(sum.BytesSent) * 8 / sum.Seconds
+		sum.RateBps = float64(units.Throughput(float64(sum.BytesSent), sum.Seconds))
 	}
 	for _, e := range s.entries {
 		if e.kind == kindDir {

@@ -34,6 +34,12 @@ var notConversions = map[string]string{
 	"cc/aimd.go: (d - p.rttDev) / 8":                  "RTT deviation gain 1/8",
 	"loadtest/recovery/recovery.go: rtt / 8":          "sampling step of an eighth of a round trip",
 	"metaroce/sent.go: i / 8":                         "SACK bitmap index",
+	"metaroce/sent.go: (seq - base) / 8":              "SACK bitmap index",
+	// filecopy's bitmap of verified chunks.
+	"filecopy/state.go: (n + 7) / 8":        "bitmap length",
+	"filecopy/state.go: i / 8":              "bitmap index",
+	"filecopy/state.go: uint64(len(b)) * 8": "bitmap length in bits",
+	"filecopy/send.go: (n + 7) / 8":         "bitmap length",
 	// PINGs: eight per dead-after, so that a peer silent for the
 	// dead-after has missed eight answers, not one.
 	"gateway/gateway.go: proto.DeadAfter / 8": "PING interval, an eighth of the dead-after",

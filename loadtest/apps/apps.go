@@ -514,7 +514,7 @@ func Estimate(o Options) (int, time.Duration) {
 	if slices.Contains(o.Workloads, Copy) {
 		d += disk
 	}
-	copyTime := time.Duration(float64(o.FileSize)*8/(0.5*o.capacity())*float64(time.Second)) + disk
+	copyTime := time.Duration(float64(units.ByteRate(o.FileSize).Bits())/(0.5*o.capacity())*float64(time.Second)) + disk
 	for range o.RTTs {
 		for _, loss := range o.Losses {
 			refs := map[int]bool{}

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/mrgw/mrgw/units"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -88,7 +89,7 @@ func copyRun(ctx context.Context, o *Options, src *sourceFile, fn copyFunc) (Res
 	}
 	r := Result{CPUSelf: cpu, Wall: wall}
 	n := got.Load()
-	r.GoodputBps = float64(n) * 8 / wall.Seconds()
+	r.GoodputBps = float64(units.Throughput(float64(n), wall.Seconds()))
 	switch {
 	case err != nil && cctx.Err() != nil:
 		r.Note = fmt.Sprintf("incomplete: %s of %s within the %v limit", sizeString(n), sizeString(src.size), o.CopyLimit)
@@ -104,7 +105,7 @@ func copyRun(ctx context.Context, o *Options, src *sourceFile, fn copyFunc) (Res
 		return Result{}, fmt.Errorf("the copy differs: %s, sha256 %s; the source %s, sha256 %s",
 			sizeString(size), hex.EncodeToString(sum[:8]), sizeString(src.size), hex.EncodeToString(src.sum[:8]))
 	}
-	r.GoodputBps = float64(size) * 8 / wall.Seconds()
+	r.GoodputBps = float64(units.Throughput(float64(size), wall.Seconds()))
 	r.Note = fmt.Sprintf("%s in %.1f s, sha256 equal", sizeString(size), wall.Seconds())
 	return r, nil
 }

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mrgw/mrgw/units"
 	"golang.org/x/sys/unix"
 )
 
@@ -197,7 +198,7 @@ func iperfRun(ctx context.Context, srv *iperfServer, cli *exec.Cmd) (Result, err
 	r := Result{CPUSelf: cpu, CPUChildren: childCPU(cli.ProcessState) + srvCPU, Wall: wall,
 		CC: j.End.SenderCC, Retransmits: j.End.SumSent.Retransmits}
 	if s := j.End.SumReceived.Seconds; s > 0 {
-		r.GoodputBps = j.End.SumReceived.Bytes * 8 / s
+		r.GoodputBps = float64(units.Throughput(j.End.SumReceived.Bytes, s))
 	}
 	return r, nil
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/mrgw/mrgw/internal/sleep"
 	"github.com/mrgw/mrgw/loadtest/lab"
 	"github.com/mrgw/mrgw/stream"
+	"github.com/mrgw/mrgw/units"
 )
 
 // Endpoint names of the lab's two hosts.
@@ -386,5 +387,5 @@ func measureWindow(ctx context.Context, count func() uint64, warmup, duration ti
 		return 0, 0, 0, err
 	}
 	t1, b1 := time.Now(), count()
-	return float64(b1-b0) * 8 / t1.Sub(t0).Seconds(), processCPU() - cpu0, time.Since(start), nil
+	return float64(units.Throughput(float64(b1-b0), t1.Sub(t0).Seconds())), processCPU() - cpu0, time.Since(start), nil
 }

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mrgw/mrgw/loadtest/tunemu"
+	"github.com/mrgw/mrgw/units"
 )
 
 // LinkModelOptions is the link-model experiment (LinkModelVariants).
@@ -141,7 +142,7 @@ func LinkModelVariants(ctx context.Context, lo LinkModelOptions, w io.Writer) er
 		_ = rc.Control(func(fd uintptr) {
 			if in, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO); err == nil {
 				logf("  conn 0: state %d ca %d cwnd %d rtt %dus minrtt %dus pacing %.1fMbit deliv %.1fMbit lost %d retr %d busy %dms rwnd-lim %dms sndbuf-lim %dms snd_wnd %d",
-					in.State, in.Ca_state, in.Snd_cwnd, in.Rtt, in.Min_rtt, float64(in.Pacing_rate)*8/1e6, float64(in.Delivery_rate)*8/1e6,
+					in.State, in.Ca_state, in.Snd_cwnd, in.Rtt, in.Min_rtt, float64(units.ByteRate(in.Pacing_rate).Bits())/1e6, float64(units.ByteRate(in.Delivery_rate).Bits())/1e6,
 					in.Lost, in.Total_retrans, in.Busy_time/1000, in.Rwnd_limited/1000, in.Sndbuf_limited/1000, in.Snd_wnd)
 			}
 		})
@@ -175,7 +176,7 @@ func LinkModelVariants(ctx context.Context, lo LinkModelOptions, w io.Writer) er
 				}
 				_ = rc.Control(func(fd uintptr) {
 					if bi, err := unix.GetsockoptTCPCCBBRInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_CC_INFO); err == nil {
-						bw := float64(uint64(bi.Bw_hi)<<32|uint64(bi.Bw_lo)) * 8 / 1e6
+						bw := float64(units.ByteRate(uint64(bi.Bw_hi)<<32|uint64(bi.Bw_lo)).Bits()) / 1e6
 						fmt.Fprintf(&gains, " %.2f/%.0f", float64(bi.Pacing_gain)/256, bw)
 					}
 				})
