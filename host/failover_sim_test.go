@@ -56,6 +56,12 @@ type simGW struct {
 	flow  uint64
 	below uint64 // DONE sent for every sequence below
 	got   map[uint64]bool
+	// refuseOpen, if set, answers every OPEN with OPEN_ERR of that code
+	// (unknown endpoint: the destination registered nowhere).
+	refuseOpen flowctl.Code
+	// refuseData, if set, refuses every data message with that code, as
+	// the destination's memory would.
+	refuseData metaroce.ErrorCode
 }
 
 type simOpen struct {
@@ -66,7 +72,9 @@ type simOpen struct {
 
 type simSink struct{ g *simGW }
 
-func (s simSink) Chunk(*metaroce.Conn, *metaroce.DataHeader, []byte) metaroce.ErrorCode { return 0 }
+func (s simSink) Chunk(*metaroce.Conn, *metaroce.DataHeader, []byte) metaroce.ErrorCode {
+	return s.g.refuseData
+}
 
 type simCtlSink struct{ g *simGW }
 
@@ -117,6 +125,10 @@ func (g *simGW) event(t *testing.T, now time.Duration, ev metaroce.Event) {
 			g.send(t, now, &flowctl.Msg{Type: flowctl.Pong, Seq: m.Seq})
 		case flowctl.Open:
 			g.opens = append(g.opens, simOpen{at: now, flow: m.Flow, resume: m.Resume})
+			if g.refuseOpen != 0 {
+				g.send(t, now, &flowctl.Msg{Type: flowctl.OpenErr, Flow: m.Flow, Code: g.refuseOpen, Reason: "dst"})
+				return
+			}
 			g.flow, g.below = m.Flow, m.Resume
 			clear(g.got)
 			if err := g.conn.ResumeStream(m.Stream, m.Resume); err != nil {

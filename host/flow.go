@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net/netip"
 	"time"
@@ -56,6 +57,8 @@ type Flow struct {
 	room         signal // fires when outstanding drops or the flow ends
 	err          error  // terminal error
 	lostAt       time.Duration
+	goneAt       time.Duration // first unknown-endpoint refusal in a row, if gone
+	gone         bool
 	lastErr      error
 	retryAt      time.Duration
 	openDeadline time.Duration
@@ -363,6 +366,10 @@ func (f *Flow) tryOpen(now time.Duration) {
 		f.finish(now, f.noRoute(), flowFailed, false)
 		return
 	}
+	if f.gone && now-f.goneAt >= h.cfg.GoneAfter {
+		f.finish(now, f.goneErr(f.lastErr), flowFailed, false)
+		return
+	}
 	g := h.pickGateway(f.id, f.attempt, f.avoid)
 	if g == nil {
 		f.state = flowWaiting
@@ -398,6 +405,58 @@ func (f *Flow) noRoute() error {
 	return fmt.Errorf("%w for %v: %w", ErrNoRoute, f.h.cfg.FailAfter, f.lastErr)
 }
 
+// goneErr is the error of a flow whose destination no gateway of its region
+// knows.
+func (f *Flow) goneErr(cause error) error {
+	return &goneError{region: f.dstRegion, endpoint: f.dstEndpoint, cause: cause}
+}
+
+// goneError says that the destination endpoint is registered nowhere and
+// what to do about it.
+type goneError struct {
+	region, endpoint string
+	cause            error
+}
+
+func (e *goneError) Error() string {
+	return fmt.Sprintf("host: %s/%s is not registered at any gateway of %s: the receiver exited or never started; start it, or check the endpoint name",
+		e.region, e.endpoint, e.region)
+}
+
+func (e *goneError) Is(target error) bool { return target == ErrEndpointGone }
+func (e *goneError) Unwrap() error        { return e.cause }
+
+// refusedError says that the destination refused a message for good, and
+// what to do about it.
+type refusedError struct {
+	region, endpoint string
+	seq              uint64
+	cause            error
+}
+
+func (e *refusedError) Error() string {
+	what := "check what the sender writes"
+	switch {
+	case errors.Is(e.cause, metaroce.ErrUnknownKey):
+		what = "the receiver deregistered that memory or exited; check the memory key the sender writes to"
+	case errors.Is(e.cause, metaroce.ErrOutOfBounds):
+		what = "the write reaches outside the receiver's memory region; check the address and length"
+	}
+	return fmt.Sprintf("host: %s/%s refused message %d (%v): %s", e.region, e.endpoint, e.seq, e.cause, what)
+}
+
+func (e *refusedError) Is(target error) bool { return target == ErrMessageRefused }
+func (e *refusedError) Unwrap() error        { return e.cause }
+
+// permanentRefusal reports whether a message refused on its hop would be
+// refused again wherever it went: the destination's memory does not take
+// it. A gateway short of buffers refuses with other codes (no posted
+// buffer), which re-routing may cure.
+func permanentRefusal(err error) bool {
+	var re *metaroce.RemoteError
+	return errors.As(err, &re) && (errors.Is(err, metaroce.ErrUnknownKey) || errors.Is(err, metaroce.ErrOutOfBounds))
+}
+
 // retryWaiting re-opens every waiting flow now (a gateway became ready).
 func (h *Host) retryWaiting(now time.Duration) {
 	for _, f := range h.o.flows {
@@ -421,8 +480,17 @@ func (f *Flow) reroute(now time.Duration, cause error, avoid *gateway) {
 	}
 	f.lastErr = cause
 	f.avoid = avoid
+	if fe := (*flowctl.Error)(nil); !errors.As(cause, &fe) || fe.Code != flowctl.CodeUnknownEndpoint {
+		f.gone = false
+	}
 	f.h.ctr.reopens.Add(1)
-	f.h.log.Info("host: re-opening flow", "flow", flowctl.FlowID(f.id), "resume", f.doneBelow, "cause", cause)
+	// One line per loss of the route; the attempts that follow it are
+	// counted (Stats.Reopens) and logged at debug level.
+	lvl := slog.LevelInfo
+	if f.attempt > 0 {
+		lvl = slog.LevelDebug
+	}
+	f.h.log.Log(context.Background(), lvl, "host: re-opening flow", "flow", flowctl.FlowID(f.id), "resume", f.doneBelow, "cause", cause)
 	f.state = flowWaiting
 	f.retryAt = now
 	if f.attempt > 0 {
@@ -467,6 +535,7 @@ func (f *Flow) onOpenOK(now time.Duration, c *metaroce.Conn, m *flowctl.Msg) {
 	f.state = flowOpen
 	f.attempt = 0
 	f.avoid = nil
+	f.gone = false
 	if f.outstanding == 0 {
 		f.lostAt = -1 // otherwise DONE progress proves the route
 	}
@@ -485,8 +554,24 @@ func (f *Flow) onOpenErr(now time.Duration, c *metaroce.Conn, m *flowctl.Msg) {
 	}
 	ferr := &flowctl.Error{Code: m.Code, Reason: m.Reason}
 	if !f.opened {
-		f.finish(now, ferr, flowFailed, false)
+		var err error = ferr
+		if m.Code == flowctl.CodeUnknownEndpoint {
+			err = f.goneErr(ferr)
+		}
+		f.finish(now, err, flowFailed, false)
 		return
+	}
+	if m.Code == flowctl.CodeUnknownEndpoint {
+		// The sending gateway asked every gateway of the destination's
+		// region. A receiver whose gateway restarted registers again
+		// within GoneAfter; one that exited never does.
+		if !f.gone {
+			f.gone, f.goneAt = true, now
+		}
+		if now-f.goneAt >= f.h.cfg.GoneAfter {
+			f.finish(now, f.goneErr(ferr), flowFailed, false)
+			return
+		}
 	}
 	f.reroute(now, ferr, f.gw)
 }
@@ -499,7 +584,7 @@ func (f *Flow) onReset(now time.Duration, c *metaroce.Conn, m *flowctl.Msg) {
 	if m.Code == flowctl.CodeBadRequest {
 		// The destination refused a message (unknown key, out of bounds):
 		// re-sending it elsewhere would fail the same way.
-		f.finish(now, ferr, flowFailed, false)
+		f.finish(now, fmt.Errorf("host: %s/%s reset the flow: %w", f.dstRegion, f.dstEndpoint, ferr), flowFailed, false)
 		return
 	}
 	f.reroute(now, ferr, f.gw)
@@ -539,6 +624,12 @@ func (h *Host) txComplete(now time.Duration, ev metaroce.Event) {
 		return
 	}
 	s.rm = nil
+	if ev.Err != nil && permanentRefusal(ev.Err) {
+		// The destination's memory refused it: sending it again, through
+		// any gateway, would be refused the same way.
+		f.finish(now, &refusedError{region: f.dstRegion, endpoint: f.dstEndpoint, seq: ev.Seq, cause: ev.Err}, flowFailed, false)
+		return
+	}
 	if ev.Err != nil && !errors.Is(ev.Err, metaroce.ErrClosed) {
 		// The gateway refused the message on this hop: it will never be
 		// DONE through this stream.

@@ -104,6 +104,12 @@ type Config struct {
 	// FailAfter: a flow that has had no working route for this long fails
 	// its pending messages with ErrNoRoute (default 30 s).
 	FailAfter time.Duration
+	// GoneAfter: a flow whose destination endpoint every gateway of its
+	// region has answered unknown for this long fails with
+	// ErrEndpointGone instead of waiting for FailAfter (default 3 s,
+	// enough for a receiver whose gateway restarted to register again:
+	// ReconnectMax and a handshake).
+	GoneAfter time.Duration
 	// ReconnectMin and ReconnectMax bound the backoff between attempts to
 	// reconnect to a gateway or re-open a flow (defaults 50 ms and 2 s).
 	ReconnectMin, ReconnectMax time.Duration
@@ -199,6 +205,9 @@ func (c Config) withDefaults() Config {
 	if c.ReconnectMax < c.ReconnectMin {
 		c.ReconnectMax = max(2*time.Second, c.ReconnectMin)
 	}
+	if c.GoneAfter <= 0 {
+		c.GoneAfter = 3 * time.Second
+	}
 	if c.PingEvery <= 0 {
 		c.PingEvery = c.DeadAfter / 8
 	}
@@ -275,6 +284,16 @@ var (
 	// ErrNoRoute: a flow had no working route for Config.FailAfter; it
 	// wraps the last cause (a *flowctl.Error or a connection error).
 	ErrNoRoute = errors.New("host: flow has no route")
+	// ErrEndpointGone: the destination endpoint is registered at no
+	// gateway of its region (the receiver exited or never started); an
+	// open flow gets it once that has lasted Config.GoneAfter. It wraps
+	// the *flowctl.Error of the refusal.
+	ErrEndpointGone = errors.New("host: destination not registered")
+	// ErrMessageRefused: the destination refused a message for a reason
+	// that sending it again cannot change (its memory key unknown, the
+	// write outside the region): the flow fails at once. It wraps the
+	// metaroce error (errors.Is(err, metaroce.ErrUnknownKey)).
+	ErrMessageRefused = errors.New("host: destination refused a message")
 	// ErrOpenTimeout: OPEN got no answer within OpenTimeout.
 	ErrOpenTimeout = errors.New("host: OPEN timed out")
 	// ErrFlowClosed: the flow was closed before the message completed.
