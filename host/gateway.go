@@ -41,8 +41,9 @@ type gateway struct {
 	live liveness.Watch
 	// refusal: this gateway refused the registration (ErrRefused); the
 	// host keeps retrying with backoff unless final says not to.
-	refusal error
-	final   bool
+	refusal    error
+	refusedWhy string // the refusal's reason and what to do, without the gateway
+	final      bool
 	// refusalLogged is when the refusal was last logged, and repeats how
 	// many identical ones came since: a refusal that repeats on every
 	// retry is logged once per refusalLogEvery.
@@ -445,7 +446,7 @@ func (h *Host) registerErr(now time.Duration, c *metaroce.Conn, m *flowctl.Msg) 
 	case flowctl.CodeDuplicate:
 		what = "the name is in use by another running host: stop that host, choose another name (--name), or take the name over (--takeover)"
 	case flowctl.CodeUnauthenticated:
-		what = "the gateway requires a host credential: give this host a key from the gateways' lan.host_keys (--key-file)"
+		what = "give this host a credential (--key-file): a key and its secret from the gateways' lan.host_keys"
 		g.final = true
 	case flowctl.CodeTakenOver:
 		what = "another host took this name over: this host no longer receives for it; restart it under another name if both must run"
@@ -456,8 +457,11 @@ func (h *Host) registerErr(now time.Duration, c *metaroce.Conn, m *flowctl.Msg) 
 	default:
 		what = "see the gateway's log"
 	}
-	refusal := fmt.Errorf("%w: gateway %v refused %s: %s; %s", ErrRefused, g.addr, who, m.Reason, what)
+	why := m.Reason + "; " + what
+	refusal := fmt.Errorf("%w: gateway %v refused %s: %s", ErrRefused, g.addr, who, why)
 	switch {
+	case !h.o.started:
+		// New returns it, or logs it as it returns.
 	case g.refusal == nil || g.refusal.Error() != refusal.Error() || now-g.refusalLogged >= refusalLogEvery:
 		if g.repeats > 0 {
 			h.log.Error(refusal.Error(), "repeated", g.repeats)
@@ -468,7 +472,7 @@ func (h *Host) registerErr(now time.Duration, c *metaroce.Conn, m *flowctl.Msg) 
 	default:
 		g.repeats++
 	}
-	g.refusal = refusal
+	g.refusal, g.refusedWhy = refusal, why
 	h.ctr.connFails.Add(1)
 	c.Close(now) // EventClosed: gwDown, and a retry with backoff unless final
 	h.gwDown(now, g)

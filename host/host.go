@@ -56,6 +56,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -362,13 +363,16 @@ type Host struct {
 
 // owner is the state touched only on the netio owner goroutine.
 type owner struct {
-	mep     *metaroce.Endpoint
-	now     time.Duration
-	closed  bool
-	gws     []*gateway
-	byConn  map[*metaroce.Conn]*gateway
-	ctl     map[*metaroce.Conn]map[uint64][]byte // control payloads awaiting in-order completion
-	regSig  signal                               // fires when a registration changes
+	mep    *metaroce.Endpoint
+	now    time.Duration
+	closed bool
+	gws    []*gateway
+	byConn map[*metaroce.Conn]*gateway
+	ctl    map[*metaroce.Conn]map[uint64][]byte // control payloads awaiting in-order completion
+	regSig signal                               // fires when a registration changes
+	// started: New has returned. Before, a refusal is not logged: New
+	// returns it (or, registered elsewhere, logs it once as it returns).
+	started bool
 	flows   map[uint64]*Flow
 	txByStr map[streamKey]*Flow
 	rx      rxState
@@ -467,7 +471,46 @@ func New(cfg Config) (*Host, error) {
 		h.Close()
 		return nil, err
 	}
+	_ = h.call(context.Background(), func(now time.Duration) {
+		h.o.started = true
+		for _, g := range h.o.gws {
+			if g.refusal != nil {
+				h.log.Error(g.refusal.Error())
+				g.refusalLogged, g.repeats = now, 0
+			}
+		}
+	})
 	return h, nil
+}
+
+// refusalErr is the registration refusal of the gateways that refused
+// the host, in one error: the gateways that gave the same reason are
+// named together.
+func (h *Host) refusalErr() error {
+	var order []string
+	by := map[string][]string{}
+	for _, g := range h.o.gws {
+		if g.refusal == nil {
+			continue
+		}
+		if by[g.refusedWhy] == nil {
+			order = append(order, g.refusedWhy)
+		}
+		by[g.refusedWhy] = append(by[g.refusedWhy], g.addr.String())
+	}
+	if len(order) == 0 {
+		return nil
+	}
+	who := h.cfg.Region + "/" + h.cfg.Name
+	var parts []string
+	for _, why := range order {
+		gw := "gateway " + by[why][0]
+		if n := len(by[why]); n > 1 {
+			gw = "gateways " + strings.Join(by[why], ", ")
+		}
+		parts = append(parts, fmt.Sprintf("%s refused %s: %s", gw, who, why))
+	}
+	return fmt.Errorf("%w: %s", ErrRefused, strings.Join(parts, "; and "))
 }
 
 // initOwner makes the owner goroutine's state, before the endpoint
@@ -493,12 +536,10 @@ func (h *Host) waitRegistered(ctx context.Context) error {
 		var ch <-chan struct{}
 		if err := h.call(ctx, func(time.Duration) {
 			ready = h.readyCount()
+			refusal = h.refusalErr()
 			for _, g := range h.o.gws {
-				if g.refusal != nil {
-					refusal = g.refusal
-					if g.final {
-						refused++
-					}
+				if g.refusal != nil && g.final {
+					refused++
 				}
 			}
 			ch = h.o.regSig.wait()
