@@ -29,8 +29,9 @@ func newHostsCmd() *cobra.Command {
 		Long: `hosts runs one gateway daemon (mrgw run, its own process) with lan.max_hosts above --count,
 registers --count hosts with it from this process (the host library, spread over --source-ips
 loopback addresses, --parallel at a time), keeps them PINGing for --settle, and prints the
-daemon's resident memory, open descriptors and path sockets before and after, per host, as JSON.
-Each host of the host library holds about 2 MiB of its own (sockets and buffers) in this
+daemon's resident memory, open descriptors and path sockets before and after, per host, as JSON,
+with its peak resident memory (VmHWM) against the most it may hold: limits.memory_bytes (256 MiB)
+plus the fixed overhead plus 64 KiB per host of lan.max_hosts. Each host of the host library holds about 2 MiB of its own (sockets and buffers) in this
 process: 1,000 hosts about 2 GB. Loopback only (127.0.0.0/8). Progress goes to stderr.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

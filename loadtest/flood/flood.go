@@ -273,6 +273,15 @@ type Row struct {
 	RSSPeakMB      float64 `json:"rss_peak_mb"`
 	GoroutinesBase int     `json:"goroutines_base"`
 	GoroutinesPeak int     `json:"goroutines_peak"`
+	// BoundMB is the most the flooded gateway may hold: its
+	// limits.memory_bytes plus gateway.MemoryOverhead plus
+	// gateway.MemoryPerHost per host it has registered (the Go memory
+	// limit `mrgw run` sets counts lan.max_hosts instead: more). The
+	// gateways run in this process, so RSSPeakMB, the whole process's,
+	// bounds the flooded gateway's from above: WithinBound says
+	// RSSPeakMB ≤ BoundMB.
+	BoundMB     float64 `json:"bound_mb"`
+	WithinBound bool    `json:"within_bound"`
 	// RSSEndMB and GoroutinesEnd are at the end of After (released?).
 	RSSEndMB      float64 `json:"rss_end_mb"`
 	GoroutinesEnd int     `json:"goroutines_end"`
@@ -642,6 +651,8 @@ func (r *targetRun) finish(t0, t1, t2 time.Time) {
 	row.Deaths = append(append(append(row.Deaths, mon.deaths...), mon.suspects...), mon.peerLoss...)
 	row.WANLosses = len(mon.peerLoss)
 	mon.mu.Unlock()
+	row.BoundMB = float64(r.cfg.Limits.MemoryBytes+gateway.MemoryOverhead+gateway.MemoryPerHost*int64(r.g.Status().Hosts)) / (1 << 20)
+	row.WithinBound = row.RSSPeakMB <= row.BoundMB
 	row.Lockout = len(row.RegisterFails) > 0 || row.Registrations == 0
 
 	b0, s0 := tr.deliveredIn(t0.Add(-o.Before), t0)

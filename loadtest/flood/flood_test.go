@@ -92,6 +92,13 @@ func TestFloodShort(t *testing.T) {
 			if !r.TransferByteExact {
 				t.Errorf("transfer not byte-exact: %+v", r.Transfer)
 			}
+			// Memory: the whole process (four gateways, the emulator, the
+			// hosts and the flooder) within what one gateway may hold
+			// (limits.memory_bytes, the fixed overhead and its hosts'); the
+			// race detector's shadow memory is not the gateway's.
+			if !r.WithinBound && !raceEnabled {
+				t.Errorf("RSS peak %.0f MiB above the flooded gateway's bound %.0f MiB", r.RSSPeakMB, r.BoundMB)
+			}
 			switch {
 			case target == TargetAdmin:
 				// At its cap the admin server closes the connection that

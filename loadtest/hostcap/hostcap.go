@@ -52,6 +52,8 @@ type Options struct {
 	// directory, removed].
 	Dir      string
 	Progress io.Writer
+	// MemoryBytes is the gateway's limits.memory_bytes [256 MiB].
+	MemoryBytes int64
 }
 
 // Result is what the hosts cost the gateway.
@@ -71,6 +73,15 @@ type Result struct {
 	RegisterSecs  float64 `json:"register_seconds"`
 	RegisterFails int     `json:"register_failures"`
 	FirstFailure  string  `json:"first_failure,omitempty"`
+	// RSSPeakMB is the daemon's peak resident memory (VmHWM) over the run,
+	// registration storm included; BoundMB the most it may hold:
+	// limits.memory_bytes (MemoryMB) plus gateway.MemoryOverhead plus
+	// gateway.MemoryPerHost per host of lan.max_hosts, the Go memory
+	// limit `mrgw run` sets. Within says RSSPeakMB ≤ BoundMB.
+	RSSPeakMB float64 `json:"rss_peak_mb"`
+	MemoryMB  float64 `json:"memory_mb"`
+	BoundMB   float64 `json:"bound_mb"`
+	Within    bool    `json:"within_bound"`
 }
 
 func (o *Options) fill() error {
@@ -88,6 +99,9 @@ func (o *Options) fill() error {
 	}
 	if o.Settle <= 0 {
 		o.Settle = 3 * time.Second
+	}
+	if o.MemoryBytes <= 0 {
+		o.MemoryBytes = 256 << 20
 	}
 	return nil
 }
@@ -183,6 +197,12 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	o.say("%d hosts registered: RSS %.1f → %.1f MB (%.1f KiB per host), descriptors %d → %d (%.3f per host), %d path sockets",
 		res.Registered, res.RSSBeforeMB, res.RSSAfterMB, res.KiBPerHost, res.FDsBefore, res.FDsAfter, res.FDsPerHost, res.PathSockets)
+	res.RSSPeakMB = gw.peakRSS()
+	res.MemoryMB = float64(o.MemoryBytes) / (1 << 20)
+	res.BoundMB = float64(o.MemoryBytes+gateway.MemoryOverhead+gateway.MemoryPerHost*int64(maxHosts(o))) / (1 << 20)
+	res.Within = res.RSSPeakMB <= res.BoundMB
+	o.say("peak RSS %.1f MiB, bound %.1f MiB (limits.memory_bytes %.0f MiB + %d MiB + %d KiB × %d hosts): within %v",
+		res.RSSPeakMB, res.BoundMB, res.MemoryMB, gateway.MemoryOverhead>>20, gateway.MemoryPerHost>>10, maxHosts(o), res.Within)
 	return res, nil
 }
 
@@ -223,7 +243,7 @@ func startGateway(ctx context.Context, dir string, o Options, key *host.Key) (*d
 	}
 	doc := map[string]any{
 		"node": map[string]any{"name": "gw1", "region": "r1"},
-		"lan": map[string]any{"listen": ports[0].String(), "congestion_control": "dc-aimd", "max_hosts": o.Hosts + 16,
+		"lan": map[string]any{"listen": ports[0].String(), "congestion_control": "dc-aimd", "max_hosts": maxHosts(o),
 			"host_keys": []string{key.ID + ":" + base64.StdEncoding.EncodeToString(key.Secret)}},
 		"wan": map[string]any{"planes": []any{map[string]any{"name": "p0", "local": ports[1].String()}}},
 		"control": map[string]any{"listen": ports[2].String(),
@@ -231,6 +251,7 @@ func startGateway(ctx context.Context, dir string, o Options, key *host.Key) (*d
 		"gossip": map[string]any{"bind": ports[3].String()},
 		"admin":  map[string]any{"listen": ports[4].String()},
 		"log":    map[string]any{"level": "warn"},
+		"limits": map[string]any{"memory_bytes": o.MemoryBytes},
 	}
 	b, err := yaml.Marshal(doc)
 	if err != nil {
@@ -290,6 +311,24 @@ func (d *daemon) status(ctx context.Context) (*gateway.Status, error) {
 	defer resp.Body.Close()
 	var st gateway.Status
 	return &st, json.NewDecoder(resp.Body).Decode(&st)
+}
+
+// maxHosts is the gateway's lan.max_hosts.
+func maxHosts(o Options) int { return o.Hosts + 16 }
+
+// peakRSS is the daemon's peak resident memory (VmHWM), in MiB.
+func (d *daemon) peakRSS() float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb / 1024
+		}
+	}
+	return 0
 }
 
 // usage is the daemon's resident memory (MB) and open descriptors.
