@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mrgw/mrgw/host"
 	"github.com/mrgw/mrgw/loadtest/lab"
 )
 
@@ -136,5 +138,64 @@ func TestHostRecvInterrupted(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "received 0 messages") || strings.Contains(errOut.String(), "context canceled") {
 		t.Errorf("no summary, or the output says context canceled")
+	}
+}
+
+// TestHostSendReceiverExits: the receiver exits in the middle of `mrgw
+// host send`. The send ends with an error that says the receiver is gone
+// (registered at no gateway of its region, or its memory refused a
+// message), not with "flow has no route" after FailAfter (30 s) of
+// re-opening.
+func TestHostSendReceiverExits(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	l, err := lab.New(ctx, lab.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	l.Start()
+	if err := l.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	dst, err := host.New(host.Config{Name: "dst", Region: lab.RegionB, Gateways: l.HostGateways(lab.RegionB), Key: l.HostKey, OpenTimeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dst.RegisterMemory(1, make([]byte, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		// The receiver exits once a message has landed.
+		select {
+		case <-dst.Received():
+			dst.Close()
+		case <-ctx.Done():
+		}
+	}()
+	keyFile := filepath.Join(t.TempDir(), "host.key")
+	if err := os.WriteFile(keyFile, []byte(l.HostKey.ID+":"+base64.StdEncoding.EncodeToString(l.HostKey.Secret)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var gws []string
+	for _, a := range l.HostGateways(lab.RegionA) {
+		gws = append(gws, a.String())
+	}
+	root := newRoot()
+	var out, errOut bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	root.SetArgs([]string{"host", "send", "--gateway", strings.Join(gws, ","), "--region", lab.RegionA, "--name", "src",
+		"--to", lab.RegionB + "/dst", "--size", "4KiB", "--count", "1000000", "--key-file", keyFile, "--open-timeout", "20s"})
+	err = root.ExecuteContext(ctx)
+	t.Logf("stdout:\n%s\nstderr:\n%s\nerr: %v", out.String(), errOut.String(), err)
+	if err == nil {
+		t.Fatal("the send succeeded although its receiver exited")
+	}
+	if !errors.Is(err, host.ErrEndpointGone) && !errors.Is(err, host.ErrMessageRefused) {
+		t.Fatalf("send ended with %v, want the receiver gone or its memory refusing", err)
+	}
+	if !strings.Contains(err.Error(), lab.RegionB+"/dst") {
+		t.Errorf("the error does not name the receiver: %v", err)
 	}
 }
