@@ -695,9 +695,14 @@ func (f *Flow) finish(now time.Duration, err error, final flowState, sendClose b
 	}
 	delete(f.h.o.flows, f.id)
 	if final == flowFailed && f.opened {
-		f.h.log.Warn("host: flow failed", "flow", flowctl.FlowID(f.id), "err", err)
+		f.h.log.Warn(MsgFlowFailed, "flow", flowctl.FlowID(f.id), "err", err)
 	}
 }
+
+// MsgFlowFailed is the message of the warning logged when an open flow
+// fails; every message pending on the flow fails with the same error, so
+// a program that reports those (mrgw host send) may leave the line out.
+const MsgFlowFailed = "host: flow failed"
 
 // Pending is the completion of one Write or Send: every segment DONE end to
 // end, or an error.

@@ -104,8 +104,32 @@ func (f *hostFlags) config(stderr io.Writer) (host.Config, error) {
 	if f.verbose {
 		level = slog.LevelInfo
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	var hd slog.Handler = slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})
+	if !f.verbose {
+		hd = dropFlowFailed{hd}
+	}
+	cfg.Logger = slog.New(hd)
 	return cfg, nil
+}
+
+// dropFlowFailed leaves out the library's warning that a flow failed: the
+// command reports the flow's error itself, as it exits, and one line says
+// it once.
+type dropFlowFailed struct{ slog.Handler }
+
+func (h dropFlowFailed) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == host.MsgFlowFailed {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h dropFlowFailed) WithAttrs(as []slog.Attr) slog.Handler {
+	return dropFlowFailed{h.Handler.WithAttrs(as)}
+}
+
+func (h dropFlowFailed) WithGroup(name string) slog.Handler {
+	return dropFlowFailed{h.Handler.WithGroup(name)}
 }
 
 // hostSignalContext ends on SIGINT or SIGTERM.

@@ -198,4 +198,8 @@ func TestHostSendReceiverExits(t *testing.T) {
 	if !strings.Contains(err.Error(), lab.RegionB+"/dst") {
 		t.Errorf("the error does not name the receiver: %v", err)
 	}
+	// One line: the error the command exits with, not a log line too.
+	if n := strings.Count(errOut.String(), "dst"); n != 0 {
+		t.Errorf("the receiver's loss is also logged %d times:\n%s", n, errOut.String())
+	}
 }
