@@ -4,6 +4,7 @@ package host
 
 import (
 	"container/heap"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net/netip"
@@ -59,9 +60,12 @@ type simGW struct {
 	// refuseOpen, if set, answers every OPEN with OPEN_ERR of that code
 	// (unknown endpoint: the destination registered nowhere).
 	refuseOpen flowctl.Code
-	// refuseData, if set, refuses every data message with that code, as
-	// the destination's memory would.
+	// refuseData, if set, refuses every data message on its hop with
+	// that code (a gateway without the stream); resetData answers each
+	// with RESET (bad request), as a destination whose memory refused it
+	// does, through the gateway.
 	refuseData metaroce.ErrorCode
+	resetData  bool
 }
 
 type simOpen struct {
@@ -100,6 +104,11 @@ func (g *simGW) event(t *testing.T, now time.Duration, ev metaroce.Event) {
 		ev.Conn.BindSink(flowctl.ControlStream, simCtlSink{g})
 	case metaroce.EventRecvComplete:
 		if ev.Stream != flowctl.ControlStream {
+			if g.resetData {
+				g.send(t, now, &flowctl.Msg{Type: flowctl.Reset, Flow: g.flow, Code: flowctl.CodeBadRequest,
+					Reason: fmt.Sprintf("message %d refused: %v", ev.Seq, metaroce.ErrUnknownKey)})
+				return
+			}
 			if ev.Err == nil {
 				g.got[ev.Seq] = true
 				for g.got[g.below] {

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/mrgw/mrgw/flowctl"
@@ -426,36 +427,26 @@ func (e *goneError) Error() string {
 func (e *goneError) Is(target error) bool { return target == ErrEndpointGone }
 func (e *goneError) Unwrap() error        { return e.cause }
 
-// refusedError says that the destination refused a message for good, and
-// what to do about it.
+// refusedError says that the destination refused a message for good
+// (RESET, bad request), and what to do about it.
 type refusedError struct {
 	region, endpoint string
-	seq              uint64
-	cause            error
+	cause            *flowctl.Error
 }
 
 func (e *refusedError) Error() string {
 	what := "check what the sender writes"
 	switch {
-	case errors.Is(e.cause, metaroce.ErrUnknownKey):
+	case strings.Contains(e.cause.Reason, metaroce.ErrUnknownKey.Error()):
 		what = "the receiver deregistered that memory or exited; check the memory key the sender writes to"
-	case errors.Is(e.cause, metaroce.ErrOutOfBounds):
+	case strings.Contains(e.cause.Reason, metaroce.ErrOutOfBounds.Error()):
 		what = "the write reaches outside the receiver's memory region; check the address and length"
 	}
-	return fmt.Sprintf("host: %s/%s refused message %d (%v): %s", e.region, e.endpoint, e.seq, e.cause, what)
+	return fmt.Sprintf("host: %s/%s refused the flow (%v): %s", e.region, e.endpoint, e.cause, what)
 }
 
 func (e *refusedError) Is(target error) bool { return target == ErrMessageRefused }
 func (e *refusedError) Unwrap() error        { return e.cause }
-
-// permanentRefusal reports whether a message refused on its hop would be
-// refused again wherever it went: the destination's memory does not take
-// it. A gateway short of buffers refuses with other codes (no posted
-// buffer), which re-routing may cure.
-func permanentRefusal(err error) bool {
-	var re *metaroce.RemoteError
-	return errors.As(err, &re) && (errors.Is(err, metaroce.ErrUnknownKey) || errors.Is(err, metaroce.ErrOutOfBounds))
-}
 
 // retryWaiting re-opens every waiting flow now (a gateway became ready).
 func (h *Host) retryWaiting(now time.Duration) {
@@ -584,7 +575,7 @@ func (f *Flow) onReset(now time.Duration, c *metaroce.Conn, m *flowctl.Msg) {
 	if m.Code == flowctl.CodeBadRequest {
 		// The destination refused a message (unknown key, out of bounds):
 		// re-sending it elsewhere would fail the same way.
-		f.finish(now, fmt.Errorf("host: %s/%s reset the flow: %w", f.dstRegion, f.dstEndpoint, ferr), flowFailed, false)
+		f.finish(now, &refusedError{region: f.dstRegion, endpoint: f.dstEndpoint, cause: ferr}, flowFailed, false)
 		return
 	}
 	f.reroute(now, ferr, f.gw)
@@ -624,15 +615,12 @@ func (h *Host) txComplete(now time.Duration, ev metaroce.Event) {
 		return
 	}
 	s.rm = nil
-	if ev.Err != nil && permanentRefusal(ev.Err) {
-		// The destination's memory refused it: sending it again, through
-		// any gateway, would be refused the same way.
-		f.finish(now, &refusedError{region: f.dstRegion, endpoint: f.dstEndpoint, seq: ev.Seq, cause: ev.Err}, flowFailed, false)
-		return
-	}
 	if ev.Err != nil && !errors.Is(ev.Err, metaroce.ErrClosed) {
 		// The gateway refused the message on this hop: it will never be
-		// DONE through this stream.
+		// DONE through this stream. Not the destination's word: a gateway
+		// refuses data on a stream it no longer relays (torn down by a
+		// failover) as an unknown memory key of its own; the
+		// destination's refusal comes as RESET (bad request).
 		f.reroute(now, fmt.Errorf("hop refused message %d: %w", ev.Seq, ev.Err), f.gw)
 		return
 	}

@@ -292,8 +292,8 @@ var (
 	ErrEndpointGone = errors.New("host: destination not registered")
 	// ErrMessageRefused: the destination refused a message for a reason
 	// that sending it again cannot change (its memory key unknown, the
-	// write outside the region): the flow fails at once. It wraps the
-	// metaroce error (errors.Is(err, metaroce.ErrUnknownKey)).
+	// write outside the region) and reset the flow: the flow fails at
+	// once. It wraps the *flowctl.Error of the RESET (bad request).
 	ErrMessageRefused = errors.New("host: destination refused a message")
 	// ErrOpenTimeout: OPEN got no answer within OpenTimeout.
 	ErrOpenTimeout = errors.New("host: OPEN timed out")

@@ -113,14 +113,13 @@ func TestDestinationBackWithinGoneAfterKeepsFlow(t *testing.T) {
 }
 
 // TestRefusedMessageFailsFlowAtOnce: the destination refuses a message
-// (its memory key is unknown: the receiver deregistered it). The flow
-// fails at once with ErrMessageRefused, saying why and naming the
-// destination, without re-opening. Before, the refusal re-opened the flow
-// through the other gateway again and again ("hop refused message").
+// (its memory key is unknown: the receiver deregistered it) and resets the
+// flow. The flow fails at once with ErrMessageRefused, naming the
+// destination and saying what to check, without re-opening.
 func TestRefusedMessageFailsFlowAtOnce(t *testing.T) {
 	w, f := simOpenFlow(t, Config{})
 	for _, g := range w.gws {
-		g.refuseData = metaroce.ErrCodeUnknownKey
+		g.resetData = true
 	}
 	p := &Pending{done: make(chan struct{})}
 	f.enqueue(w.now, &seg{op: metaroce.OpWrite, key: 9, data: make([]byte, 1000), pend: p})
@@ -133,13 +132,35 @@ func TestRefusedMessageFailsFlowAtOnce(t *testing.T) {
 	if n := w.opens(); n != 1 {
 		t.Fatalf("%d OPENs, want 1: a refused message re-opened the flow", n)
 	}
-	if !errors.Is(f.err, ErrMessageRefused) || !errors.Is(f.err, metaroce.ErrUnknownKey) {
-		t.Fatalf("flow error %v, want ErrMessageRefused wrapping ErrUnknownKey", f.err)
+	var fe *flowctl.Error
+	if !errors.Is(f.err, ErrMessageRefused) || !errors.As(f.err, &fe) || fe.Code != flowctl.CodeBadRequest {
+		t.Fatalf("flow error %v, want ErrMessageRefused wrapping the bad-request RESET", f.err)
 	}
-	if want := "us/dst refused message 0"; !strings.Contains(f.err.Error(), want) {
-		t.Fatalf("flow error %q does not say %q", f.err, want)
+	for _, want := range []string{"us/dst refused the flow", "check the memory key"} {
+		if !strings.Contains(f.err.Error(), want) {
+			t.Fatalf("flow error %q does not say %q", f.err, want)
+		}
 	}
 	if !errors.Is(p.Err(), ErrMessageRefused) {
 		t.Fatalf("message error %v, want ErrMessageRefused", p.Err())
+	}
+}
+
+// TestHopRefusalReroutes: a gateway refuses a message on its hop as an
+// unknown memory key (what a gateway answers for data on a stream it no
+// longer relays, as in a failover). That is not the destination's word:
+// the flow re-opens through the other gateway and the message is DONE.
+func TestHopRefusalReroutes(t *testing.T) {
+	w, f := simOpenFlow(t, Config{})
+	w.gws[f.gw.idx].refuseData = metaroce.ErrCodeUnknownKey
+	p := &Pending{done: make(chan struct{})}
+	f.enqueue(w.now, &seg{op: metaroce.OpWrite, key: 1, data: make([]byte, 1000), pend: p})
+	p.sealed = true
+	w.run(w.now + time.Second)
+	if f.state != flowOpen || p.Err() != nil || f.doneBelow != f.nextSeq {
+		t.Fatalf("flow state %d (%v), message %v, DONE below %d of %d: want re-routed and DONE", f.state, f.err, p.Err(), f.doneBelow, f.nextSeq)
+	}
+	if n := w.opens(); n != 2 {
+		t.Fatalf("%d OPENs, want 2 (re-opened through the other gateway)", n)
 	}
 }
