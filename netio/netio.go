@@ -240,8 +240,9 @@ type Stats struct {
 	// SealErrors: datagrams that could not be sealed (key exhausted).
 	SealErrors uint64
 	// TxErrors: datagrams the kernel refused; NoSocket: datagrams dropped
-	// because no path socket could be opened.
-	TxErrors, NoSocket uint64
+	// because no path socket could be opened; NoPeer: datagrams for a peer
+	// removed meanwhile (a connection's last packets after RemovePeer).
+	TxErrors, NoSocket, NoPeer uint64
 	// TooBig: of TxErrors, datagrams refused for their size (EMSGSIZE),
 	// told to the path MTU discovery of their connection.
 	TooBig uint64
@@ -279,6 +280,7 @@ type counters struct {
 	unknown, badInit                           atomic.Uint64
 	open                                       [seal.NumErrors]atomic.Uint64
 	sealErr, txErr, noSocket, readErr          atomic.Uint64
+	noPeer                                     atomic.Uint64
 	retriesSent, badCookies, retriesReceived   atomic.Uint64
 	tooBig                                     atomic.Uint64
 	pathSockets, opened                        atomic.Uint64
@@ -604,7 +606,7 @@ func (e *Endpoint) Stats() Stats {
 		TxDatagrams: c.txDatagrams.Load(), TxBytes: c.txBytes.Load(),
 		TxWrites: c.txWrites.Load(), RxReads: c.rxReads.Load(),
 		UnknownSource: c.unknown.Load(), BadInits: c.badInit.Load(),
-		SealErrors: c.sealErr.Load(), TxErrors: c.txErr.Load(), NoSocket: c.noSocket.Load(),
+		SealErrors: c.sealErr.Load(), TxErrors: c.txErr.Load(), NoSocket: c.noSocket.Load(), NoPeer: c.noPeer.Load(),
 		ReadErrors: c.readErr.Load(), TooBig: c.tooBig.Load(),
 		RetriesSent: c.retriesSent.Load(), BadCookies: c.badCookies.Load(), RetriesReceived: c.retriesReceived.Load(),
 		PathSockets: c.pathSockets.Load(), SocketsOpened: c.opened.Load(),

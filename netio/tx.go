@@ -376,7 +376,10 @@ func (e *Endpoint) flush(now time.Duration) bool {
 			lastID, lastPeer = tx.Peer, p
 		}
 		if p == nil {
-			e.ctr.noSocket.Add(1)
+			// Not a want of sockets: the peer was removed (a gateway
+			// stopping, a host reclaimed) while its connection still
+			// had packets to send.
+			e.ctr.noPeer.Add(1)
 			e.gone(now, &tx)
 			continue
 		}
