@@ -272,27 +272,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 
 // wait waits for a change of state or the deadline (c.mu held, released
 // while waiting).
-func (c *Conn) wait(deadline time.Time) error {
-	ch := c.changed
-	var timer <-chan time.Time
-	if !deadline.IsZero() {
-		d := time.Until(deadline)
-		if d <= 0 {
-			return os.ErrDeadlineExceeded
-		}
-		t := time.NewTimer(d)
-		defer t.Stop()
-		timer = t.C
-	}
-	c.mu.Unlock()
-	defer c.mu.Lock()
-	select {
-	case <-ch:
-		return nil
-	case <-timer:
-		return os.ErrDeadlineExceeded
-	}
-}
+func (c *Conn) wait(deadline time.Time) error { return c.waitOr(deadline, nil) }
 
 // Write writes p to the stream. It returns once every byte is copied
 // into the send window; they reach the peer in order, and a later error
@@ -374,11 +354,8 @@ func (c *Conn) errNow() error {
 	return c.err
 }
 
-// waitOr is wait that also wakes when ch closes.
+// waitOr is wait that also wakes when ch closes (a nil ch never does).
 func (c *Conn) waitOr(deadline time.Time, ch <-chan struct{}) error {
-	if ch == nil {
-		return c.wait(deadline)
-	}
 	changed := c.changed
 	var timer <-chan time.Time
 	if !deadline.IsZero() {

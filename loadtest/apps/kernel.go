@@ -6,14 +6,11 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/mrgw/mrgw/internal/tcpcc"
 	"github.com/mrgw/mrgw/loadtest/tunemu"
 )
 
@@ -75,7 +72,7 @@ func kernelCopy(ctx context.Context, o *Options, p point, algo string, src *sour
 	r, err := copyRun(ctx, o, src, func(ctx context.Context, dst string, got *atomic.Int64) error {
 		return connCopy(ctx, src.path, dst, got,
 			func(ctx context.Context) (net.Conn, error) {
-				c, err := te.Dial(ctx, tunemu.SiteA, tcpDialer(algo), "tcp4", ln.Addr().String())
+				c, err := te.Dial(ctx, tunemu.SiteA, tcpcc.Dialer(algo), "tcp4", ln.Addr().String())
 				if err == nil {
 					mu.Lock()
 					sender = c
@@ -89,7 +86,9 @@ func kernelCopy(ctx context.Context, o *Options, p point, algo string, src *sour
 				mu.Lock()
 				defer mu.Unlock()
 				if sender != nil {
-					cc, retx = tcpCC(sender)
+					var n uint32
+					cc, n = tcpcc.Info(sender)
+					retx = uint64(n)
 				}
 			})
 	})
@@ -118,41 +117,4 @@ func acceptCtx(ctx context.Context, ln net.Listener) (net.Conn, error) {
 		return nil, ctx.Err()
 	}
 	return c, err
-}
-
-// tcpDialer returns a dialer whose sockets run congestion control algo.
-func tcpDialer(algo string) *net.Dialer {
-	return &net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
-		var serr error
-		if err := rc.Control(func(fd uintptr) {
-			serr = unix.SetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION, algo)
-		}); err != nil {
-			return err
-		}
-		if serr != nil {
-			return fmt.Errorf("TCP_CONGESTION %s: %w", algo, serr)
-		}
-		return nil
-	}}
-}
-
-// tcpCC reads a TCP socket's congestion control and retransmissions.
-func tcpCC(c net.Conn) (string, uint64) {
-	tc, ok := c.(*net.TCPConn)
-	if !ok {
-		return "", 0
-	}
-	rc, err := tc.SyscallConn()
-	if err != nil {
-		return "", 0
-	}
-	var name string
-	var retx uint64
-	_ = rc.Control(func(fd uintptr) {
-		name, _ = unix.GetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION)
-		if info, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO); err == nil {
-			retx = uint64(info.Total_retrans)
-		}
-	})
-	return strings.TrimRight(name, "\x00"), retx
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/mrgw/mrgw/loadtest/tunemu"
 	"github.com/mrgw/mrgw/netem"
 
+	"github.com/mrgw/mrgw/internal/tcpcc"
 	"github.com/mrgw/mrgw/units"
 )
 
@@ -245,7 +246,7 @@ func (f *tcpFlow) status() string {
 // window), then closes.
 func (f *tcpFlow) finish(context.Context) (Result, error) {
 	c := f.p.conns[0]
-	name, retx := tcpCC(c)
+	name, retx := tcpcc.Info(c)
 	i := tcpInfo(c)
 	close(f.stop)
 	f.p.close()

@@ -22,6 +22,7 @@ import (
 	"github.com/mrgw/mrgw/tunnel"
 	"github.com/mrgw/mrgw/tunnel/tunneltest"
 
+	"github.com/mrgw/mrgw/internal/tcpcc"
 	"github.com/mrgw/mrgw/units"
 )
 
@@ -324,7 +325,7 @@ func fairTCP(ctx context.Context, algo string, l Link, rtts []time.Duration, o O
 		wg.Wait()
 	}
 	for k := range rtts {
-		d := tcpDialer(algo)
+		d := tcpcc.Dialer(algo)
 		d.LocalAddr = &net.TCPAddr{IP: tunemu.ExtraAddrA(k).AsSlice()}
 		c, err := te.Dial(ctx, tunemu.SiteA, d, "tcp4", ln.Addr().String())
 		if err != nil {

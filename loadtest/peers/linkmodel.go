@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/mrgw/mrgw/internal/tcpcc"
 	"github.com/mrgw/mrgw/loadtest/tunemu"
 	"github.com/mrgw/mrgw/units"
 )
@@ -293,7 +294,7 @@ func LinkModelChild(ctx context.Context, args []string, w io.Writer) error {
 		if len(args) < 3 {
 			return errors.New("want send N ALGO")
 		}
-		d := tcpDialer(args[2])
+		d := tcpcc.Dialer(args[2])
 		for range n {
 			c, err := d.Dial("tcp4", addr)
 			if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/netem"
 
+	"github.com/mrgw/mrgw/internal/tcpcc"
 	"github.com/mrgw/mrgw/units"
 )
 
@@ -124,7 +125,7 @@ func newTimer(ctx context.Context, p Peer, l Link, o Options, maxLen int) (*msgT
 			return nil, err
 		}
 		srv := <-acc
-		cc, _ := tcpCC(tp.conns[0])
+		cc, _ := tcpcc.Info(tp.conns[0])
 		send, stop := streamTimer(tp.conns[0], srv, maxLen)
 		return &msgTimer{send: send, cc: cc, emu: EmuTUN,
 			close: func() { tp.close(); te.Close(); stop() }}, nil

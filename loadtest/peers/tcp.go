@@ -12,54 +12,17 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/mrgw/mrgw/internal/report"
 	"github.com/mrgw/mrgw/internal/sleep"
+	"github.com/mrgw/mrgw/internal/tcpcc"
 	"github.com/mrgw/mrgw/loadtest/tunemu"
 	"github.com/mrgw/mrgw/netem"
 	"github.com/mrgw/mrgw/units"
 )
-
-// tcpDialer returns a dialer whose sockets use congestion control algo.
-func tcpDialer(algo string) *net.Dialer {
-	return &net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
-		var serr error
-		if err := rc.Control(func(fd uintptr) {
-			serr = unix.SetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION, algo)
-		}); err != nil {
-			return err
-		}
-		if serr != nil {
-			return fmt.Errorf("TCP_CONGESTION %s: %w", algo, serr)
-		}
-		return nil
-	}}
-}
-
-// tcpCC reads a socket's congestion control and total retransmissions.
-func tcpCC(c net.Conn) (string, uint32) {
-	tc, ok := c.(*net.TCPConn)
-	if !ok {
-		return "", 0
-	}
-	rc, err := tc.SyscallConn()
-	if err != nil {
-		return "", 0
-	}
-	var name string
-	var retx uint32
-	_ = rc.Control(func(fd uintptr) {
-		name, _ = unix.GetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION)
-		if info, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO); err == nil {
-			retx = info.Total_retrans
-		}
-	})
-	return strings.TrimRight(name, "\x00"), retx
-}
 
 // tcpPair is a listener at site B and n connections to it from site A.
 type tcpPair struct {
@@ -113,7 +76,7 @@ func dialTCP(ctx context.Context, te *tunemu.Emulator, algo string, n int, serve
 			}()
 		}
 	}()
-	d := tcpDialer(algo)
+	d := tcpcc.Dialer(algo)
 	for range n {
 		c, err := te.Dial(ctx, tunemu.SiteA, d, "tcp4", ln.Addr().String())
 		if err != nil {
@@ -320,7 +283,7 @@ func tcpCCs(conns []net.Conn) (string, uint64) {
 	var names []string
 	var retx uint64
 	for _, c := range conns {
-		name, n := tcpCC(c)
+		name, n := tcpcc.Info(c)
 		retx += uint64(n)
 		if !slices.Contains(names, name) {
 			names = append(names, name)
