@@ -460,8 +460,10 @@ func (h *Host) registerErr(now time.Duration, c *metaroce.Conn, m *flowctl.Msg) 
 	why := m.Reason + "; " + what
 	refusal := fmt.Errorf("%w: gateway %v refused %s: %s", ErrRefused, g.addr, who, why)
 	switch {
-	case !h.o.started:
-		// New returns it, or logs it as it returns.
+	case !h.o.started && g.final:
+		// New returns it at once: said once, by its caller. A refusal
+		// New waits out (a name held by another host) is logged below,
+		// once, so that the wait has a reason.
 	case g.refusal == nil || g.refusal.Error() != refusal.Error() || now-g.refusalLogged >= refusalLogEvery:
 		if g.repeats > 0 {
 			h.log.Error(refusal.Error(), "repeated", g.repeats)
