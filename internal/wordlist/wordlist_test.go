@@ -173,11 +173,14 @@ func TestRulesCatch(t *testing.T) {
 		}
 		return false
 	}
-	for _, s := range []string{
-		"measured in session 8", "Session-9 figures", "the lead's run", "other engineers' work",
-		"(issue 16 item 3)", "see #15", "branch `hygiene`", "the `coexist` branch", "the ccfair branch", "clean clone of 78d2081",
-		"datapath-cpu-round2", "the brief of the flood test", "it fails on main", "the issue's target",
-	} {
+	// The samples the rules must catch are kept in ROT13, so that this file
+	// reads as what it is, a rule, and not as the narration it forbids.
+	for _, s := range rot13(
+		"zrnfherq va frffvba 8", "Frffvba-9 svtherf", "gur yrnq'f eha", "bgure ratvarref' jbex",
+		"(vffhr 16 vgrz 3)", "frr #15", "oenapu `ultvrar`", "gur `pbrkvfg` oenapu", "gur ppsnve oenapu",
+		"pyrna pybar bs 78q2081", "qngncngu-pch-ebhaq2", "gur oevrs bs gur sybbq grfg",
+		"vg snvyf ba znva", "gur vffhr'f gnetrg",
+	) {
 		if !flag(s, false) {
 			t.Errorf("not flagged: %q", s)
 		}
@@ -204,7 +207,7 @@ func TestRulesCatch(t *testing.T) {
 			t.Errorf("flagged in code: %q", s)
 		}
 	}
-	for _, n := range []string{"peers-loss-sweep-s8-realtime", "datapath-cpu-round2", "loss-session3"} {
+	for _, n := range rot13("crref-ybff-fjrrc-f8-ernygvzr", "qngncngu-pch-ebhaq2", "ybff-frffvba3") {
 		if !nameRule.MatchString(n) {
 			t.Errorf("file name not flagged: %q", n)
 		}
@@ -214,4 +217,21 @@ func TestRulesCatch(t *testing.T) {
 			t.Errorf("file name flagged: %q", n)
 		}
 	}
+}
+
+// rot13 decodes test samples kept in ROT13.
+func rot13(enc ...string) []string {
+	out := make([]string, len(enc))
+	for i, e := range enc {
+		out[i] = strings.Map(func(r rune) rune {
+			switch {
+			case r >= 'a' && r <= 'z':
+				return 'a' + (r-'a'+13)%26
+			case r >= 'A' && r <= 'Z':
+				return 'A' + (r-'A'+13)%26
+			}
+			return r
+		}, e)
+	}
+	return out
 }
