@@ -426,6 +426,11 @@ func (m *Mux) forget(c *Conn) {
 					delete(m.gone, f)
 				}
 			}
+			if len(m.gone) > 4*m.cfg.MaxStreams {
+				// Streams end faster than Linger passes: forget them all;
+				// their late records then wait, bounded, as orphans.
+				clear(m.gone)
+			}
 		}
 	}
 	m.mu.Unlock()
