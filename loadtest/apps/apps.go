@@ -26,7 +26,8 @@
 //     flows from the eu-west host keep a stream's window of 1 MiB WRITEs
 //     (a stream's largest message) in flight into the us-east host's
 //     memory, one flow per stream of the workload; goodput is the bytes
-//     the receiving host reported delivered in the measured window. The
+//     the receiving host reported delivered in the measured window
+//     (see Figures). The
 //     same bytes in flight per flow as a stream: what the ratio measures
 //     is what the adapters cost per byte, not the window.
 //
@@ -50,8 +51,9 @@
 // -O seconds of warm-up); for the copy, the file's bytes on disk at the
 // receiver (written and fsynced) over the time from the sender's dial to
 // the receiver's fsync, or what arrived within Options.CopyLimit (the row
-// then says "incomplete"); for mrgw-transport, bytes delivered in the
-// same window as iperf3's. fraction is goodput over the WAN's capacity
+// then says "incomplete"); for mrgw-transport, bytes delivered from the
+// first delivery after iperf3's warm-up to the first after its measured
+// time, over the time between them (whole messages at both edges). fraction is goodput over the WAN's capacity
 // (all planes). cpu_cores is CPU time over wall time across the run: this
 // process's (getrusage), which holds the run's emulator and, for mrgw, the
 // gateways, hosts and adapters, plus the CPU of the child processes of the

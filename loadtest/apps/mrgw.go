@@ -297,10 +297,10 @@ func transportRun(ctx context.Context, o *Options, p point, n int) (Result, erro
 	if err := env.b.RegisterMemory(refKey, make([]byte, refArea)); err != nil {
 		return Result{}, err
 	}
-	var delivered atomic.Uint64
+	var delivered deliveries
 	rwg.Go(func() {
 		for d := range env.b.Received() {
-			delivered.Add(d.Len)
+			delivered.add(d.Len, time.Now())
 		}
 	})
 	var flows []*host.Flow
@@ -352,7 +352,7 @@ func transportRun(ctx context.Context, o *Options, p point, n int) (Result, erro
 			}
 		})
 	}
-	bps, cpu, wall, err := measureWindow(ctx, delivered.Load, o.Warmup, o.Duration)
+	bps, cpu, wall, err := measureWindow(ctx, &delivered, o.Warmup, o.Duration)
 	stop()
 	wg.Wait()
 	if err != nil {
@@ -367,25 +367,70 @@ func transportRun(ctx context.Context, o *Options, p point, n int) (Result, erro
 // startLimit bounds the wait for a transfer's first delivered byte.
 const startLimit = 30 * time.Second
 
-// measureWindow waits for count to move, then samples it after warmup and
-// after warmup+duration: bits per second over the window, and this
-// process's CPU seconds and the wall time from the first byte to the end.
-func measureWindow(ctx context.Context, count func() uint64, warmup, duration time.Duration) (float64, float64, time.Duration, error) {
+// deliveries is the receiver's running total of delivered bytes and the
+// time of the last delivery that moved it.
+type deliveries struct {
+	mu    sync.Mutex
+	bytes uint64
+	at    time.Time
+}
+
+func (d *deliveries) add(n uint64, at time.Time) {
+	d.mu.Lock()
+	d.bytes += n
+	d.at = at
+	d.mu.Unlock()
+}
+
+func (d *deliveries) load() (uint64, time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.bytes, d.at
+}
+
+// next waits for the first delivery after the current one: its total and
+// time.
+func (d *deliveries) next(ctx context.Context) (uint64, time.Time, error) {
+	b0, _ := d.load()
+	for {
+		if b, at := d.load(); b != b0 {
+			return b, at, nil
+		}
+		if err := sleep.Ctx(ctx, time.Millisecond); err != nil {
+			return 0, time.Time{}, err
+		}
+	}
+}
+
+// measureWindow waits for the first delivery, then for warmup, then
+// measures from one delivery to the first delivery after duration: bits
+// per second between those two deliveries, this process's CPU seconds
+// and the wall time from the first byte to the end. Deliveries come a
+// whole message at a time (1 MiB, several per second at most on a slow
+// lab), so a window bounded by clock ticks would count a message more or
+// less at each edge, a quarter of a one-second window's bytes; bounded by
+// deliveries, the window holds whole inter-delivery gaps and the rate is
+// the messages' own.
+func measureWindow(ctx context.Context, d *deliveries, warmup, duration time.Duration) (float64, float64, time.Duration, error) {
 	sctx, cancel := context.WithTimeout(ctx, startLimit)
 	defer cancel()
-	for count() == 0 {
-		if err := sleep.Ctx(sctx, 5*time.Millisecond); err != nil {
-			return 0, 0, 0, fmt.Errorf("nothing delivered within %v: %w", startLimit, err)
-		}
+	if _, _, err := d.next(sctx); err != nil {
+		return 0, 0, 0, fmt.Errorf("nothing delivered within %v: %w", startLimit, err)
 	}
 	cpu0, start := processCPU(), time.Now()
 	if err := sleep.Ctx(ctx, warmup); err != nil {
 		return 0, 0, 0, err
 	}
-	t0, b0 := time.Now(), count()
-	if err := sleep.Ctx(ctx, duration); err != nil {
+	b0, t0, err := d.next(ctx)
+	if err != nil {
 		return 0, 0, 0, err
 	}
-	t1, b1 := time.Now(), count()
+	if err := sleep.Ctx(ctx, duration-time.Since(t0)); err != nil {
+		return 0, 0, 0, err
+	}
+	b1, t1, err := d.next(ctx)
+	if err != nil {
+		return 0, 0, 0, err
+	}
 	return float64(units.Throughput(float64(b1-b0), t1.Sub(t0).Seconds())), processCPU() - cpu0, time.Since(start), nil
 }
