@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io/fs"
-	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -19,35 +18,13 @@ import (
 
 	"github.com/mrgw/mrgw/host"
 	"github.com/mrgw/mrgw/loadtest/lab"
+	"github.com/mrgw/mrgw/loadtest/lab/labtest"
 	"github.com/mrgw/mrgw/stream"
 )
 
 // patience bounds every wait: a deadline for a failure, never a
 // performance threshold.
 const patience = 3 * time.Minute
-
-func testLogger() *slog.Logger {
-	if os.Getenv("MRGW_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	}
-	return slog.New(slog.DiscardHandler)
-}
-
-func startLab(t *testing.T, ctx context.Context, cfg lab.Config) *lab.Lab {
-	t.Helper()
-	cfg.Dir = t.TempDir()
-	cfg.Logger = testLogger()
-	l, err := lab.New(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(l.Close)
-	l.Start()
-	if err := l.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
 
 // endpoint is a host with a stream Mux on it.
 type endpoint struct {
@@ -58,11 +35,11 @@ type endpoint struct {
 func newEndpoint(t *testing.T, l *lab.Lab, name, region string) *endpoint {
 	t.Helper()
 	h, err := host.New(host.Config{Name: name, Region: region, Gateways: l.HostGateways(region), Key: l.HostKey,
-		DeadAfter: time.Second, OpenTimeout: patience / 4, FailAfter: 5 * time.Second, Takeover: true, Logger: testLogger()})
+		DeadAfter: time.Second, OpenTimeout: patience / 4, FailAfter: 5 * time.Second, Takeover: true, Logger: labtest.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := stream.New(h, stream.Config{Logger: testLogger()})
+	m, err := stream.New(h, stream.Config{Logger: labtest.Logger()})
 	if err != nil {
 		h.Close()
 		t.Fatal(err)
@@ -87,7 +64,7 @@ type receiver struct {
 func newReceiver(t *testing.T, ctx context.Context, l *lab.Lab, cfg ServerConfig) *receiver {
 	t.Helper()
 	ep := newEndpoint(t, l, "store", lab.RegionB)
-	cfg.Logger = testLogger()
+	cfg.Logger = labtest.Logger()
 	srv, err := NewServer(ep.m, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -210,7 +187,7 @@ func sha(b []byte) string {
 func TestCopyFileAndTree(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
-	l := startLab(t, ctx, lab.Config{Direct: true})
+	l := labtest.Start(t, ctx, lab.Config{Direct: true})
 	root := t.TempDir()
 	r := newReceiver(t, ctx, l, ServerConfig{Root: root, Window: 4 << 20, MaxWindows: 2})
 	snd := newEndpoint(t, l, "loader", lab.RegionA)
@@ -273,7 +250,7 @@ func TestCopyFileAndTree(t *testing.T) {
 func TestCopyChunkCorrupted(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
-	l := startLab(t, ctx, lab.Config{Direct: true})
+	l := labtest.Start(t, ctx, lab.Config{Direct: true})
 	root := t.TempDir()
 	var hit atomic.Int32
 	r := newReceiver(t, ctx, l, ServerConfig{Root: root, Window: 2 << 20, corrupt: func(rel string, chunk uint64, mem []byte) {

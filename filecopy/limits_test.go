@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/mrgw/mrgw/loadtest/lab"
+	"github.com/mrgw/mrgw/loadtest/lab/labtest"
 	"github.com/mrgw/mrgw/stream"
 )
 
@@ -30,7 +31,7 @@ import (
 func TestCopySparse16GiB(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*patience)
 	defer cancel()
-	l := startLab(t, ctx, lab.Config{Direct: true})
+	l := labtest.Start(t, ctx, lab.Config{Direct: true})
 	root := t.TempDir()
 	const window = 64 << 20
 	r := newReceiver(t, ctx, l, ServerConfig{Root: root, Window: window, MaxWindows: 2})
@@ -160,7 +161,7 @@ func TestCopySparse16GiB(t *testing.T) {
 func TestRefusePathsOutOfRoot(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
-	l := startLab(t, ctx, lab.Config{Direct: true})
+	l := labtest.Start(t, ctx, lab.Config{Direct: true})
 	root := t.TempDir()
 	outside := t.TempDir()
 	r := newReceiver(t, ctx, l, ServerConfig{Root: root})
@@ -242,7 +243,7 @@ func TestRefusePathsOutOfRoot(t *testing.T) {
 func TestRefusals(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
-	l := startLab(t, ctx, lab.Config{Direct: true})
+	l := labtest.Start(t, ctx, lab.Config{Direct: true})
 	root := t.TempDir()
 	r := newReceiver(t, ctx, l, ServerConfig{Root: root, freeSpace: func(string) (uint64, error) { return 1 << 20, nil }})
 	snd := newEndpoint(t, l, "loader", lab.RegionA)

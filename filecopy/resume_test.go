@@ -15,6 +15,7 @@ import (
 
 	"github.com/mrgw/mrgw/host"
 	"github.com/mrgw/mrgw/loadtest/lab"
+	"github.com/mrgw/mrgw/loadtest/lab/labtest"
 )
 
 // resumeSource is a 40 MiB file copied in 1 MiB chunks into 2 MiB
@@ -65,7 +66,7 @@ func checkResumed(t *testing.T, sum *Summary, src, root string) {
 func TestResumeAfterSenderKilled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
-	l := startLab(t, ctx, lab.Config{Direct: true})
+	l := labtest.Start(t, ctx, lab.Config{Direct: true})
 	root := t.TempDir()
 	r := newReceiver(t, ctx, l, ServerConfig{Root: root, Window: 2 << 20, MaxWindows: 2})
 	src, file := resumeSource(t)
@@ -91,7 +92,7 @@ func TestResumeAfterSenderKilled(t *testing.T) {
 func TestResumeAfterReceiverKilled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
-	l := startLab(t, ctx, lab.Config{Direct: true})
+	l := labtest.Start(t, ctx, lab.Config{Direct: true})
 	root := t.TempDir()
 	cfg := ServerConfig{Root: root, Window: 2 << 20, MaxWindows: 2}
 	r := newReceiver(t, ctx, l, cfg)
@@ -118,7 +119,7 @@ func TestResumeAfterReceiverKilled(t *testing.T) {
 func TestCopySurvivesGatewayKilled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
-	l := startLab(t, ctx, lab.Config{OneWay: 5 * time.Millisecond})
+	l := labtest.Start(t, ctx, lab.Config{OneWay: 5 * time.Millisecond})
 	root := t.TempDir()
 	r := newReceiver(t, ctx, l, ServerConfig{Root: root, Window: 2 << 20, MaxWindows: 2})
 	src, file := resumeSource(t)
@@ -167,7 +168,7 @@ func TestCopySurvivesGatewayKilled(t *testing.T) {
 func TestResumeTreeAfterSenderKilled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
-	l := startLab(t, ctx, lab.Config{Direct: true})
+	l := labtest.Start(t, ctx, lab.Config{Direct: true})
 	root := t.TempDir()
 	r := newReceiver(t, ctx, l, ServerConfig{Root: root})
 	src := t.TempDir()

@@ -8,10 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"net"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -24,19 +22,13 @@ import (
 	"github.com/mrgw/mrgw/forward"
 	"github.com/mrgw/mrgw/host"
 	"github.com/mrgw/mrgw/loadtest/lab"
+	"github.com/mrgw/mrgw/loadtest/lab/labtest"
 	"github.com/mrgw/mrgw/stream"
 )
 
 // patience bounds every wait: a deadline for a failure, never a
 // performance threshold.
 const patience = 3 * time.Minute
-
-func testLogger() *slog.Logger {
-	if os.Getenv("MRGW_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	}
-	return slog.New(slog.DiscardHandler)
-}
 
 // deployment is a lab with a forwarding host in each region: "client" in
 // eu-west forwards a local TCP port to us-east/server:7000, which
@@ -58,7 +50,7 @@ type setup struct {
 func deploy(t *testing.T, ctx context.Context, s setup) *deployment {
 	t.Helper()
 	s.lab.Dir = t.TempDir()
-	s.lab.Logger = testLogger()
+	s.lab.Logger = labtest.Logger()
 	l, err := lab.New(ctx, s.lab)
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +63,7 @@ func deploy(t *testing.T, ctx context.Context, s setup) *deployment {
 	d := &deployment{l: l}
 	d.cmux = newMux(t, l, "client", lab.RegionA, s.stream)
 	d.smux = newMux(t, l, "server", lab.RegionB, s.stream)
-	s.fwd.Logger = testLogger()
+	s.fwd.Logger = labtest.Logger()
 	d.client, d.server = forward.New(d.cmux, s.fwd), forward.New(d.smux, s.fwd)
 	fctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -110,11 +102,11 @@ func deploy(t *testing.T, ctx context.Context, s setup) *deployment {
 func newMux(t *testing.T, l *lab.Lab, name, region string, cfg stream.Config) *stream.Mux {
 	t.Helper()
 	h, err := host.New(host.Config{Name: name, Region: region, Gateways: l.HostGateways(region), Key: l.HostKey,
-		DeadAfter: time.Second, OpenTimeout: patience / 4, Logger: testLogger()})
+		DeadAfter: time.Second, OpenTimeout: patience / 4, Logger: labtest.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Logger = testLogger()
+	cfg.Logger = labtest.Logger()
 	m, err := stream.New(h, cfg)
 	if err != nil {
 		h.Close()
@@ -192,23 +184,12 @@ func TestForwardEchoWithHalfClose(t *testing.T) {
 	if n := <-got; n != int64(len(data)) {
 		t.Fatalf("target read %d bytes, want %d", n, len(data))
 	}
-	waitFor(t, ctx, "the connection to end on both sides", func() bool {
+	labtest.WaitFor(t, ctx, "the connection to end on both sides", func() bool {
 		return d.client.Stats().Active == 0 && d.server.Stats().Active == 0
 	})
 	cs, ss := d.client.Stats(), d.server.Stats()
 	if cs.BytesOut != uint64(len(data)) || cs.BytesBack != uint64(len(data)) || ss.BytesIn != uint64(len(data)) || cs.Resets+ss.Resets != 0 {
 		t.Fatalf("client %+v, server %+v", cs, ss)
-	}
-}
-
-func waitFor(t *testing.T, ctx context.Context, what string, ok func() bool) {
-	t.Helper()
-	for !ok() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("waiting for %s: %v", what, ctx.Err())
-		case <-time.After(10 * time.Millisecond):
-		}
 	}
 }
 
@@ -272,7 +253,7 @@ func TestForwardCarriesResets(t *testing.T) {
 		t.Fatalf("target read after the client's reset: %v, want ECONNRESET", err)
 	}
 	tc.Close()
-	waitFor(t, ctx, "both resets counted", func() bool { return d.client.Stats().Resets == 2 && d.server.Stats().Resets == 2 })
+	labtest.WaitFor(t, ctx, "both resets counted", func() bool { return d.client.Stats().Resets == 2 && d.server.Stats().Resets == 2 })
 }
 
 // TestForwardRefusals: a connection that cannot be forwarded is reset
@@ -302,7 +283,7 @@ func TestForwardRefusals(t *testing.T) {
 		}
 	}
 	expectReset(d.local)
-	waitFor(t, ctx, "target_refused counted on both sides", func() bool {
+	labtest.WaitFor(t, ctx, "target_refused counted on both sides", func() bool {
 		return d.server.Stats().Refused[forward.ReasonTargetRefused] == 1 && d.client.Stats().Refused[forward.ReasonTargetRefused] == 1
 	})
 
@@ -403,7 +384,7 @@ func TestForwardThousandConnections(t *testing.T) {
 	if active != conns {
 		t.Fatalf("%d connections forwarded at once, want %d", active, conns)
 	}
-	waitFor(t, ctx, "every connection to end", func() bool {
+	labtest.WaitFor(t, ctx, "every connection to end", func() bool {
 		return d.client.Stats().Active == 0 && d.server.Stats().Active == 0 && d.cmux.Stats().Open == 0 && d.smux.Stats().Open == 0
 	})
 	if s := d.client.Stats(); len(s.Refused) != 0 || s.Resets != 0 {

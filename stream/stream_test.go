@@ -8,7 +8,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -18,35 +17,13 @@ import (
 
 	"github.com/mrgw/mrgw/host"
 	"github.com/mrgw/mrgw/loadtest/lab"
+	"github.com/mrgw/mrgw/loadtest/lab/labtest"
 	"github.com/mrgw/mrgw/stream"
 )
 
 // patience bounds every wait: a deadline for a failure, never a
 // performance threshold.
 const patience = 90 * time.Second
-
-func testLogger() *slog.Logger {
-	if os.Getenv("MRGW_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	}
-	return slog.New(slog.DiscardHandler)
-}
-
-func startLab(t *testing.T, ctx context.Context, cfg lab.Config) *lab.Lab {
-	t.Helper()
-	cfg.Dir = t.TempDir()
-	cfg.Logger = testLogger()
-	l, err := lab.New(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(l.Close)
-	l.Start()
-	if err := l.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
 
 func newMux(t *testing.T, l *lab.Lab, name, region string, cfg stream.Config) *stream.Mux {
 	t.Helper()
@@ -58,11 +35,11 @@ func newMux(t *testing.T, l *lab.Lab, name, region string, cfg stream.Config) *s
 func newMuxWith(t *testing.T, l *lab.Lab, name, region string, cfg stream.Config, failAfter time.Duration) *stream.Mux {
 	t.Helper()
 	h, err := host.New(host.Config{Name: name, Region: region, Gateways: l.HostGateways(region), Key: l.HostKey,
-		DeadAfter: time.Second, OpenTimeout: patience / 4, FailAfter: failAfter, Logger: testLogger()})
+		DeadAfter: time.Second, OpenTimeout: patience / 4, FailAfter: failAfter, Logger: labtest.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Logger = testLogger()
+	cfg.Logger = labtest.Logger()
 	m, err := stream.New(h, cfg)
 	if err != nil {
 		h.Close()
@@ -133,7 +110,7 @@ func pump(c *stream.Conn, data []byte, seed uint64) error {
 func TestStreamBothWaysInOrder(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
-	l := startLab(t, ctx, lab.Config{Direct: true})
+	l := labtest.Start(t, ctx, lab.Config{Direct: true})
 	a, b, ma, mb := pair(t, ctx, l, stream.Config{Window: 256 << 10})
 	ab, ba := randBytes(1, 6<<20+123), randBytes(2, 5<<20+7)
 	var wg sync.WaitGroup
@@ -156,20 +133,9 @@ func TestStreamBothWaysInOrder(t *testing.T) {
 	}
 	a.Close()
 	b.Close()
-	waitFor(t, ctx, "both ends torn down", func() bool { return ma.Stats().Open == 0 && mb.Stats().Open == 0 })
+	labtest.WaitFor(t, ctx, "both ends torn down", func() bool { return ma.Stats().Open == 0 && mb.Stats().Open == 0 })
 	if s := ma.Stats(); s.Resets != 0 || s.BytesSent != uint64(len(ab)) || s.BytesReceived != uint64(len(ba)) {
 		t.Fatalf("dialer stats %+v", s)
-	}
-}
-
-func waitFor(t *testing.T, ctx context.Context, what string, ok func() bool) {
-	t.Helper()
-	for !ok() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("waiting for %s: %v", what, ctx.Err())
-		case <-time.After(10 * time.Millisecond):
-		}
 	}
 }
 
@@ -179,7 +145,7 @@ func waitFor(t *testing.T, ctx context.Context, what string, ok func() bool) {
 func TestStreamRefusedAndReset(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
-	l := startLab(t, ctx, lab.Config{Direct: true})
+	l := labtest.Start(t, ctx, lab.Config{Direct: true})
 	a, b, ma, mb := pair(t, ctx, l, stream.Config{})
 	if _, err := ma.Dial(ctx, lab.RegionB+"/server:7001"); !errors.Is(err, stream.ErrRefused) {
 		t.Fatalf("dial to a closed port: %v, want ErrRefused", err)
@@ -203,7 +169,7 @@ func TestStreamRefusedAndReset(t *testing.T) {
 	if _, err := a.Write([]byte("x")); !errors.Is(err, stream.ErrReset) {
 		t.Fatalf("write after the peer's reset: %v", err)
 	}
-	waitFor(t, ctx, "both ends torn down", func() bool { return ma.Stats().Open == 0 && mb.Stats().Open == 0 })
+	labtest.WaitFor(t, ctx, "both ends torn down", func() bool { return ma.Stats().Open == 0 && mb.Stats().Open == 0 })
 }
 
 // TestStreamDeadlines: a read deadline in the past fails Read with a
@@ -213,7 +179,7 @@ func TestStreamRefusedAndReset(t *testing.T) {
 func TestStreamDeadlines(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
-	l := startLab(t, ctx, lab.Config{Direct: true})
+	l := labtest.Start(t, ctx, lab.Config{Direct: true})
 	a, b, _, _ := pair(t, ctx, l, stream.Config{Window: 64 << 10})
 	buf := make([]byte, 10)
 	a.SetReadDeadline(time.Now().Add(-time.Second))
@@ -251,7 +217,7 @@ func TestStreamSurvivesGatewayDeath(t *testing.T) {
 		t.Run(side, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*patience)
 			defer cancel()
-			l := startLab(t, ctx, lab.Config{OneWay: 5 * time.Millisecond, Loss: 0.005})
+			l := labtest.Start(t, ctx, lab.Config{OneWay: 5 * time.Millisecond, Loss: 0.005})
 			a, b, ma, mb := pair(t, ctx, l, stream.Config{Window: 1 << 20})
 			route := a.Route()
 			if side == lab.RegionB {
@@ -276,7 +242,7 @@ func TestStreamSurvivesGatewayDeath(t *testing.T) {
 			go func() { defer wg.Done(); gotB, errs[2] = io.ReadAll(b) }()
 			go func() { defer wg.Done(); gotA, errs[3] = io.ReadAll(a) }()
 			// Kill the gateway once a quarter of the data has crossed.
-			waitFor(t, ctx, "a quarter of the data", func() bool { return mb.Stats().BytesReceived >= uint64(len(ab)/4) })
+			labtest.WaitFor(t, ctx, "a quarter of the data", func() bool { return mb.Stats().BytesReceived >= uint64(len(ab)/4) })
 			l.Gateways[victim].Close()
 			wg.Wait()
 			for i, err := range errs {
@@ -303,11 +269,11 @@ func TestStreamSurvivesGatewayDeath(t *testing.T) {
 func TestStreamPeerHostDeathResets(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
-	l := startLab(t, ctx, lab.Config{Direct: true})
+	l := labtest.Start(t, ctx, lab.Config{Direct: true})
 	cfg := stream.Config{KeepAlive: 100 * time.Millisecond}
 	ma := newMuxWith(t, l, "client", lab.RegionA, cfg, 2*time.Second)
 	hb, err := host.New(host.Config{Name: "server", Region: lab.RegionB, Gateways: l.HostGateways(lab.RegionB), Key: l.HostKey,
-		DeadAfter: time.Second, OpenTimeout: patience / 4, Logger: testLogger()})
+		DeadAfter: time.Second, OpenTimeout: patience / 4, Logger: labtest.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,7 +305,7 @@ func TestStreamPeerHostDeathResets(t *testing.T) {
 func TestStreamAbandonedDialIsReclaimed(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
-	l := startLab(t, ctx, lab.Config{Direct: true})
+	l := labtest.Start(t, ctx, lab.Config{Direct: true})
 	cfg := stream.Config{Linger: 300 * time.Millisecond, KeepAlive: 50 * time.Millisecond}
 	ma := newMux(t, l, "client", lab.RegionA, cfg)
 	mb := newMux(t, l, "server", lab.RegionB, cfg)
@@ -359,7 +325,7 @@ func TestStreamAbandonedDialIsReclaimed(t *testing.T) {
 	if _, err := ma.Dial(dctx, lab.RegionB+"/server:7000"); err == nil {
 		t.Skip("the dial completed before it could be abandoned")
 	}
-	waitFor(t, ctx, "the listener's end reclaimed", func() bool { return mb.Stats().Open == 0 && ma.Stats().Open == 0 })
+	labtest.WaitFor(t, ctx, "the listener's end reclaimed", func() bool { return mb.Stats().Open == 0 && ma.Stats().Open == 0 })
 	if c, err := ln.AcceptStream(ctx); err == nil {
 		_, err = c.Read(make([]byte, 1))
 		t.Logf("accepted end: %v", err)
@@ -371,7 +337,7 @@ func TestStreamAbandonedDialIsReclaimed(t *testing.T) {
 func TestStreamCloseUnblocks(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
-	l := startLab(t, ctx, lab.Config{Direct: true})
+	l := labtest.Start(t, ctx, lab.Config{Direct: true})
 	a, b, _, _ := pair(t, ctx, l, stream.Config{Window: 64 << 10})
 	werr := make(chan error, 1)
 	go func() {
@@ -386,7 +352,7 @@ func TestStreamCloseUnblocks(t *testing.T) {
 		}
 		rerr <- err
 	}()
-	waitFor(t, ctx, "the window to fill", func() bool { return a.Stats().Sent >= 64<<10 })
+	labtest.WaitFor(t, ctx, "the window to fill", func() bool { return a.Stats().Sent >= 64<<10 })
 	a.Close()
 	for name, ch := range map[string]chan error{"write": werr, "read": rerr} {
 		select {
@@ -407,9 +373,9 @@ func TestStreamCloseUnblocks(t *testing.T) {
 func TestStreamEndsCleanlyWhenAHostClosesAtEOF(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
-	l := startLab(t, ctx, lab.Config{Direct: true})
+	l := labtest.Start(t, ctx, lab.Config{Direct: true})
 	h, err := host.New(host.Config{Name: "client", Region: lab.RegionA, Gateways: l.HostGateways(lab.RegionA), Key: l.HostKey,
-		DeadAfter: time.Second, OpenTimeout: patience / 4, Logger: testLogger()})
+		DeadAfter: time.Second, OpenTimeout: patience / 4, Logger: labtest.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -444,7 +410,7 @@ func TestStreamEndsCleanlyWhenAHostClosesAtEOF(t *testing.T) {
 	c.Close()
 	ma.Close()
 	h.Close()
-	waitFor(t, ctx, "the server's end torn down", func() bool { return mb.Stats().Open == 0 })
+	labtest.WaitFor(t, ctx, "the server's end torn down", func() bool { return mb.Stats().Open == 0 })
 	if r := mb.Host().Stats().Reopens; r != 0 {
 		t.Fatalf("the server's flow re-opened %d times after the client closed", r)
 	}
