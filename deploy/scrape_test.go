@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mrgw/mrgw/loadtest/lab"
+	"github.com/mrgw/mrgw/loadtest/lab/labtest"
 )
 
 // namesUsed returns every mrgw_ family the dashboard and the alert rules
@@ -87,15 +88,7 @@ func TestHealthyGatewayServesEveryMetricTheDashboardAndAlertsUse(t *testing.T) {
 	used := namesUsed(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	l, err := lab.New(ctx, lab.Config{Planes: 2, Paths: 4, OneWay: time.Millisecond, Admin: true, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	l.Start()
-	if err := l.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
+	l := labtest.Start(t, ctx, lab.Config{Planes: 2, Paths: 4, OneWay: time.Millisecond, Admin: true, Logger: slog.New(slog.DiscardHandler)})
 	var names []string
 	for name := range l.Gateways {
 		names = append(names, name)

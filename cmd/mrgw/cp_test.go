@@ -16,6 +16,7 @@ import (
 
 	"github.com/mrgw/mrgw/internal/cli"
 	"github.com/mrgw/mrgw/loadtest/lab"
+	"github.com/mrgw/mrgw/loadtest/lab/labtest"
 )
 
 // syncBuffer is a bytes.Buffer safe for a command writing while the test
@@ -46,15 +47,7 @@ func (s *syncBuffer) String() string {
 func TestHostCp(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	l, err := lab.New(ctx, lab.Config{Direct: true, Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	l.Start()
-	if err := l.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
+	l := labtest.Start(t, ctx, lab.Config{Direct: true, Dir: t.TempDir()})
 	keyFile := filepath.Join(t.TempDir(), "host.key")
 	if err := os.WriteFile(keyFile, []byte(l.HostKey.ID+":"+base64.StdEncoding.EncodeToString(l.HostKey.Secret)+"\n"), 0o600); err != nil {
 		t.Fatal(err)

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/mrgw/mrgw/loadtest/lab"
+	"github.com/mrgw/mrgw/loadtest/lab/labtest"
 )
 
 // patience bounds every wait: a deadline for a failure, never a
@@ -74,15 +75,7 @@ func freeTCP(t *testing.T) string {
 // name to the TCP address exposed for it.
 func startForwardLab(t *testing.T, ctx context.Context, targets map[string]string) *forwardLab {
 	t.Helper()
-	l, err := lab.New(ctx, lab.Config{Dir: t.TempDir(), Planes: 4, OneWay: 5 * time.Millisecond, RateBps: 200e6})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(l.Close)
-	l.Start()
-	if err := l.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
+	l := labtest.Start(t, ctx, lab.Config{Dir: t.TempDir(), Planes: 4, OneWay: 5 * time.Millisecond, RateBps: 200e6})
 	keyFile := filepath.Join(t.TempDir(), "host.key")
 	if err := os.WriteFile(keyFile, []byte(l.HostKey.ID+":"+base64.StdEncoding.EncodeToString(l.HostKey.Secret)), 0o600); err != nil {
 		t.Fatal(err)

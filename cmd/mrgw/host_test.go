@@ -13,6 +13,7 @@ import (
 
 	"github.com/mrgw/mrgw/host"
 	"github.com/mrgw/mrgw/loadtest/lab"
+	"github.com/mrgw/mrgw/loadtest/lab/labtest"
 )
 
 // host --cc offers and accepts only the controllers lan.congestion_control
@@ -59,15 +60,7 @@ func TestHostFlags(t *testing.T) {
 func TestHostSendInterrupted(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	l, err := lab.New(ctx, lab.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	l.Start()
-	if err := l.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
+	l := labtest.Start(t, ctx, lab.Config{})
 	dst, err := host.New(host.Config{Name: "dst", Region: lab.RegionB, Gateways: l.HostGateways(lab.RegionB), Key: l.HostKey, OpenTimeout: 20 * time.Second})
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mrgw/mrgw/host"
 	"github.com/mrgw/mrgw/loadtest/lab"
+	"github.com/mrgw/mrgw/loadtest/lab/labtest"
 )
 
 // TestHostWrongKeyOneLine: a host whose secret is wrong is refused by
@@ -25,15 +26,7 @@ import (
 func TestHostWrongKeyOneLine(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	l, err := lab.New(ctx, lab.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	l.Start()
-	if err := l.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
+	l := labtest.Start(t, ctx, lab.Config{})
 	keyFile := filepath.Join(t.TempDir(), "host.key")
 	wrong := bytes.Repeat([]byte{7}, len(l.HostKey.Secret))
 	if err := os.WriteFile(keyFile, []byte(l.HostKey.ID+":"+base64.StdEncoding.EncodeToString(wrong)+"\n"), 0o600); err != nil {
@@ -49,7 +42,7 @@ func TestHostWrongKeyOneLine(t *testing.T) {
 	root.SetErr(&errOut)
 	root.SetArgs([]string{"host", "recv", "--gateway", strings.Join(gws, ","), "--region", lab.RegionB, "--name", "dst",
 		"--key-file", keyFile, "--open-timeout", "20s"})
-	err = root.ExecuteContext(ctx)
+	err := root.ExecuteContext(ctx)
 	t.Logf("stdout:\n%s\nstderr:\n%s\nerr: %v", out.String(), errOut.String(), err)
 	if err == nil {
 		t.Fatal("a host with a wrong secret was registered")
@@ -98,15 +91,7 @@ func (w *lineWatch) String() string {
 func TestHostRecvInterrupted(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	l, err := lab.New(ctx, lab.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	l.Start()
-	if err := l.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
+	l := labtest.Start(t, ctx, lab.Config{})
 	keyFile := filepath.Join(t.TempDir(), "host.key")
 	if err := os.WriteFile(keyFile, []byte(l.HostKey.ID+":"+base64.StdEncoding.EncodeToString(l.HostKey.Secret)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -131,7 +116,7 @@ func TestHostRecvInterrupted(t *testing.T) {
 	root.SetErr(&errOut)
 	root.SetArgs([]string{"host", "recv", "--gateway", strings.Join(gws, ","), "--region", lab.RegionB, "--name", "dst",
 		"--key-file", keyFile, "--open-timeout", "20s"})
-	err = root.ExecuteContext(recvCtx)
+	err := root.ExecuteContext(recvCtx)
 	t.Logf("stdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
 	if err != nil {
 		t.Fatalf("interrupted recv returned %v, want a clean exit", err)
@@ -149,15 +134,7 @@ func TestHostRecvInterrupted(t *testing.T) {
 func TestHostSendReceiverExits(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	l, err := lab.New(ctx, lab.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	l.Start()
-	if err := l.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
+	l := labtest.Start(t, ctx, lab.Config{})
 	dst, err := host.New(host.Config{Name: "dst", Region: lab.RegionB, Gateways: l.HostGateways(lab.RegionB), Key: l.HostKey, OpenTimeout: 20 * time.Second})
 	if err != nil {
 		t.Fatal(err)

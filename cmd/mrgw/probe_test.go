@@ -11,6 +11,7 @@ import (
 
 	"github.com/mrgw/mrgw/gateway"
 	"github.com/mrgw/mrgw/loadtest/lab"
+	"github.com/mrgw/mrgw/loadtest/lab/labtest"
 )
 
 // TestProbeThroughLab: `mrgw probe` against the lab's us-east region from
@@ -21,15 +22,7 @@ import (
 func TestProbeThroughLab(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	l, err := lab.New(ctx, lab.Config{Admin: true, OneWay: 10 * time.Millisecond, Loss: 0.02, Seed: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	l.Start()
-	if err := l.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
+	l := labtest.Start(t, ctx, lab.Config{Admin: true, OneWay: 10 * time.Millisecond, Loss: 0.02, Seed: 3})
 	admin := l.Gateways["euw-gw1"].AdminAddr()
 	// The probe runs on euw-gw1's WAN connections: both were up at
 	// WaitReady, but on a starved machine one may be dropped as silent and

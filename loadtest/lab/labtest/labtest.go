@@ -22,12 +22,17 @@ func Logger() *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }
 
-// Start builds the lab of cfg in the test's temporary directory with
-// Logger, starts it, waits until it is ready and closes it at cleanup.
+// Start builds the lab of cfg (in the test's temporary directory and with
+// Logger unless cfg names its own), starts it, waits until it is ready
+// and closes it at cleanup.
 func Start(t testing.TB, ctx context.Context, cfg lab.Config) *lab.Lab {
 	t.Helper()
-	cfg.Dir = t.TempDir()
-	cfg.Logger = Logger()
+	if cfg.Dir == "" {
+		cfg.Dir = t.TempDir()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = Logger()
+	}
 	l, err := lab.New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
