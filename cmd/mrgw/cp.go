@@ -70,13 +70,8 @@ prints a summary on stdout.`,
 			if err != nil {
 				return err
 			}
-			ctx, stop := hostSignalContext(cmd)
+			ctx, stop := hostRunContext(cmd, timeout)
 			defer stop()
-			if timeout > 0 {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, timeout)
-				defer cancel()
-			}
 			h, err := host.New(cfg)
 			if err != nil {
 				return err

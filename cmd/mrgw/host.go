@@ -141,6 +141,17 @@ func hostSignalContext(cmd *cobra.Command) (context.Context, context.CancelFunc)
 	return signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
 }
 
+// hostRunContext is hostSignalContext ended also after limit, when limit
+// is positive (a command's --duration or --timeout).
+func hostRunContext(cmd *cobra.Command, limit time.Duration) (context.Context, context.CancelFunc) {
+	ctx, stop := hostSignalContext(cmd)
+	if limit <= 0 {
+		return ctx, stop
+	}
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	return ctx, func() { cancel(); stop() }
+}
+
 func newHostCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "host",
@@ -183,13 +194,8 @@ func newHostRecvCmd() *cobra.Command {
 			if credit != 0 {
 				cfg.ReceiveCredit = uint64(credit)
 			}
-			ctx, stop := hostSignalContext(cmd)
+			ctx, stop := hostRunContext(cmd, duration)
 			defer stop()
-			if duration > 0 {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, duration)
-				defer cancel()
-			}
 			h, err := host.New(cfg)
 			if err != nil {
 				return err

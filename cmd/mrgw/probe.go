@@ -7,10 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -43,10 +41,6 @@ source ports reached: exact through the loopback emulator ("emulator"), in produ
 bound from distinct RTT signatures ("rtt-signature"). It takes about rounds x every.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			base := admin
-			if !strings.Contains(base, "://") {
-				base = "http://" + base
-			}
 			q := url.Values{}
 			q.Set("region", region)
 			q.Set("rounds", strconv.Itoa(rounds))
@@ -55,21 +49,9 @@ bound from distinct RTT signatures ("rtt-signature"). It takes about rounds x ev
 			wait := time.Duration(rounds)*every + 10*time.Second
 			ctx, cancel := context.WithTimeout(cmd.Context(), wait)
 			defer cancel()
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(base, "/")+"/probe?"+q.Encode(), nil)
+			body, err := adminGet(ctx, admin, "/probe?"+q.Encode())
 			if err != nil {
 				return err
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				return fmt.Errorf("cannot reach the gateway's admin endpoint %s: %w", admin, err)
-			}
-			defer resp.Body.Close()
-			body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-			if err != nil {
-				return err
-			}
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("%s/probe: %s: %s", admin, resp.Status, strings.TrimSpace(string(body)))
 			}
 			if asJSON {
 				_, err := cmd.OutOrStdout().Write(body)

@@ -39,25 +39,9 @@ state, RTT and window, and its flows and memory.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			url := admin
-			if !strings.Contains(url, "://") {
-				url = "http://" + url
-			}
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(url, "/")+"/status", nil)
+			body, err := adminGet(ctx, admin, "/status")
 			if err != nil {
 				return err
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				return fmt.Errorf("cannot reach the gateway's admin endpoint %s: %w", admin, err)
-			}
-			defer resp.Body.Close()
-			body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-			if err != nil {
-				return err
-			}
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("%s/status: %s", admin, resp.Status)
 			}
 			if asJSON {
 				_, err := cmd.OutOrStdout().Write(body)
@@ -164,4 +148,32 @@ func bytesH(b float64) string {
 		return fmt.Sprintf("%.1f KiB", b/(1<<10))
 	}
 	return fmt.Sprintf("%.0f B", b)
+}
+
+// adminGet fetches pathQuery from a gateway's admin endpoint (host:port or
+// a URL): the body of a 200 answer, at most 16 MiB, or an error that names
+// the endpoint and, for another status, what the gateway said.
+func adminGet(ctx context.Context, admin, pathQuery string) ([]byte, error) {
+	base := admin
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(base, "/")+pathQuery, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach the gateway's admin endpoint %s: %w", admin, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		path, _, _ := strings.Cut(pathQuery, "?")
+		return nil, fmt.Errorf("%s%s: %s: %s", admin, path, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return body, nil
 }
