@@ -446,26 +446,8 @@ func (o *Options) row(r run, res Result) report.Row {
 		}
 		rw.Note = report.JoinNote(rw.Note, split)
 	}
-	setCheck(&rw, res.Check)
+	tunemu.SetRowCheck(&rw, res.Check)
 	return rw
-}
-
-// setCheck copies tunemu's self-check of a run into its row.
-func setCheck(rw *report.Row, v *tunemu.Verdict) {
-	if v == nil {
-		return
-	}
-	ok := v.OK
-	rw.EmulatorOK = &ok
-	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
-	rw.EmulatorCheck = &report.EmuCheck{
-		LateP50us: us(v.LateP50), LateP99us: us(v.LateP99), LateMaxus: us(v.LateMax),
-		ReaderBusy: v.ReaderBusy, WriterBusy: v.WriterBusy, Overflow: v.Overflow, TUNDrops: v.TUNDrops,
-		Packets: v.Packets, Why: v.Why,
-	}
-	if !ok {
-		rw.Note = report.JoinNote(rw.Note, "emulator not ok")
-	}
 }
 
 // adapter reports whether a system carries the workload through mrgw's

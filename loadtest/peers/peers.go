@@ -544,7 +544,7 @@ func row(scenario string, p Peer, l Link, r Result) report.Row {
 		CapacityBps: l.Capacity(), GoodputBps: r.GoodputBps, Fraction: r.GoodputBps / l.Capacity(),
 		Retransmits: r.Retransmits, Emulator: r.Emulator, Note: r.Note,
 	}
-	setCheck(&rw, r.Check)
+	tunemu.SetRowCheck(&rw, r.Check)
 	if l.IPMTU() != DefaultMTU {
 		rw.Note = report.JoinNote(fmt.Sprintf("ip mtu %d", l.IPMTU()), rw.Note)
 		switch p.System {

@@ -16,7 +16,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/mrgw/mrgw/internal/report"
 	"github.com/mrgw/mrgw/internal/sleep"
 	"github.com/mrgw/mrgw/internal/tcpcc"
 	"github.com/mrgw/mrgw/loadtest/tunemu"
@@ -313,23 +312,4 @@ func measureWindow(ctx context.Context, count func() uint64, warmup, duration ti
 	t1, b1 := time.Now(), count()
 	atEnd()
 	return float64(units.Throughput(float64(b1-b0), t1.Sub(t0).Seconds())), nil
-}
-
-// setCheck copies a self-check verdict into a row (emulator_ok and
-// emulator_check) and names a failed one in the note.
-func setCheck(rw *report.Row, v *tunemu.Verdict) {
-	if v == nil {
-		return
-	}
-	ok := v.OK
-	rw.EmulatorOK = &ok
-	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
-	rw.EmulatorCheck = &report.EmuCheck{
-		LateP50us: us(v.LateP50), LateP99us: us(v.LateP99), LateMaxus: us(v.LateMax),
-		ReaderBusy: v.ReaderBusy, WriterBusy: v.WriterBusy, Overflow: v.Overflow, TUNDrops: v.TUNDrops,
-		Packets: v.Packets, Why: v.Why,
-	}
-	if !ok {
-		rw.Note = report.JoinNote(rw.Note, "emulator not ok: "+strings.Join(v.Why, "; "))
-	}
 }

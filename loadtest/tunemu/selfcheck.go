@@ -3,8 +3,11 @@ package tunemu
 import (
 	"fmt"
 	"math/bits"
+	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/mrgw/mrgw/internal/report"
 )
 
 // The emulator's self-check: a row measured through tunemu is only worth
@@ -242,4 +245,24 @@ func (h Health) Check() Verdict {
 	}
 	v.OK = len(v.Why) == 0
 	return v
+}
+
+// SetRowCheck copies a run's self-check into its report row (emulator_ok
+// and emulator_check) and names a failed one in the note; a nil verdict
+// (no check ran) leaves the row as it is.
+func SetRowCheck(rw *report.Row, v *Verdict) {
+	if v == nil {
+		return
+	}
+	ok := v.OK
+	rw.EmulatorOK = &ok
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+	rw.EmulatorCheck = &report.EmuCheck{
+		LateP50us: us(v.LateP50), LateP99us: us(v.LateP99), LateMaxus: us(v.LateMax),
+		ReaderBusy: v.ReaderBusy, WriterBusy: v.WriterBusy, Overflow: v.Overflow, TUNDrops: v.TUNDrops,
+		Packets: v.Packets, Why: v.Why,
+	}
+	if !ok {
+		rw.Note = report.JoinNote(rw.Note, "emulator not ok: "+strings.Join(v.Why, "; "))
+	}
 }
