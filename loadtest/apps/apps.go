@@ -53,7 +53,9 @@
 // the receiver's fsync, or what arrived within Options.CopyLimit (the row
 // then says "incomplete"); for mrgw-transport, bytes delivered from the
 // first delivery after iperf3's warm-up to the first after its measured
-// time, over the time between them (whole messages at both edges). fraction is goodput over the WAN's capacity
+// time, over the time between them (whole messages at both edges), the
+// window stretched until it holds at least four messages per flow (the
+// note then says over how long). fraction is goodput over the WAN's capacity
 // (all planes). cpu_cores is CPU time over wall time across the run: this
 // process's (getrusage), which holds the run's emulator and, for mrgw, the
 // gateways, hosts and adapters, plus the CPU of the child processes of the

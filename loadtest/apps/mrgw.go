@@ -352,7 +352,7 @@ func transportRun(ctx context.Context, o *Options, p point, n int) (Result, erro
 			}
 		})
 	}
-	bps, cpu, wall, err := measureWindow(ctx, &delivered, o.Warmup, o.Duration)
+	win, cpu, wall, err := measureWindow(ctx, &delivered, o.Warmup, o.Duration, max(8, 4*n))
 	stop()
 	wg.Wait()
 	if err != nil {
@@ -361,76 +361,104 @@ func transportRun(ctx context.Context, o *Options, p point, n int) (Result, erro
 	if e := failed.Load(); e != nil {
 		return Result{}, fmt.Errorf("a WRITE failed: %w", *e)
 	}
-	return Result{GoodputBps: bps, CPUSelf: cpu, Wall: wall, Emulator: "emu"}, nil
+	res := Result{GoodputBps: win.bps, CPUSelf: cpu, Wall: wall, Emulator: "emu"}
+	if win.span > o.Duration*11/10 {
+		res.Note = fmt.Sprintf("measured over %.1f s to hold %d whole messages", win.span.Seconds(), win.messages)
+	}
+	return res, nil
 }
 
 // startLimit bounds the wait for a transfer's first delivered byte.
 const startLimit = 30 * time.Second
 
-// deliveries is the receiver's running total of delivered bytes and the
-// time of the last delivery that moved it.
+// deliveries is the receiver's running total of delivered bytes, how many
+// deliveries made it and the time of the last one.
 type deliveries struct {
 	mu    sync.Mutex
 	bytes uint64
+	n     int
 	at    time.Time
 }
 
 func (d *deliveries) add(n uint64, at time.Time) {
 	d.mu.Lock()
 	d.bytes += n
+	d.n++
 	d.at = at
 	d.mu.Unlock()
 }
 
-func (d *deliveries) load() (uint64, time.Time) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.bytes, d.at
+// mark is the state after one delivery.
+type mark struct {
+	bytes uint64
+	n     int
+	at    time.Time
 }
 
-// next waits for the first delivery after the current one: its total and
-// time.
-func (d *deliveries) next(ctx context.Context) (uint64, time.Time, error) {
-	b0, _ := d.load()
+// next waits for the first delivery after the current one and returns the
+// state it left.
+func (d *deliveries) next(ctx context.Context) (mark, error) {
+	d.mu.Lock()
+	n0 := d.n
+	d.mu.Unlock()
 	for {
-		if b, at := d.load(); b != b0 {
-			return b, at, nil
+		d.mu.Lock()
+		m := mark{d.bytes, d.n, d.at}
+		d.mu.Unlock()
+		if m.n != n0 {
+			return m, nil
 		}
 		if err := sleep.Ctx(ctx, time.Millisecond); err != nil {
-			return 0, time.Time{}, err
+			return mark{}, err
 		}
 	}
+}
+
+// window is a measured stretch of a transfer: bits per second, and how
+// long it lasted and how many messages it held.
+type window struct {
+	bps      float64
+	span     time.Duration
+	messages int
 }
 
 // measureWindow waits for the first delivery, then for warmup, then
-// measures from one delivery to the first delivery after duration: bits
-// per second between those two deliveries, this process's CPU seconds
-// and the wall time from the first byte to the end. Deliveries come a
-// whole message at a time (1 MiB, several per second at most on a slow
-// lab), so a window bounded by clock ticks would count a message more or
-// less at each edge, a quarter of a one-second window's bytes; bounded by
-// deliveries, the window holds whole inter-delivery gaps and the rate is
-// the messages' own.
-func measureWindow(ctx context.Context, d *deliveries, warmup, duration time.Duration) (float64, float64, time.Duration, error) {
+// measures from one delivery to the first delivery after duration, going
+// on until the window holds at least minMessages deliveries. It returns
+// the window, this process's CPU seconds and the wall time from the first
+// byte to the end.
+//
+// Deliveries come a whole 1 MiB message at a time, a few per second on a
+// slow lab, so a window bounded by clock ticks would count a message more
+// or less at each edge (a quarter of a one-second window's bytes).
+// Bounded by deliveries, the window holds whole gaps between deliveries;
+// and at least minMessages of them, so that messages finishing together
+// at an edge move the rate by a small fraction.
+func measureWindow(ctx context.Context, d *deliveries, warmup, duration time.Duration, minMessages int) (window, float64, time.Duration, error) {
 	sctx, cancel := context.WithTimeout(ctx, startLimit)
 	defer cancel()
-	if _, _, err := d.next(sctx); err != nil {
-		return 0, 0, 0, fmt.Errorf("nothing delivered within %v: %w", startLimit, err)
+	if _, err := d.next(sctx); err != nil {
+		return window{}, 0, 0, fmt.Errorf("nothing delivered within %v: %w", startLimit, err)
 	}
 	cpu0, start := processCPU(), time.Now()
 	if err := sleep.Ctx(ctx, warmup); err != nil {
-		return 0, 0, 0, err
+		return window{}, 0, 0, err
 	}
-	b0, t0, err := d.next(ctx)
+	m0, err := d.next(ctx)
 	if err != nil {
-		return 0, 0, 0, err
+		return window{}, 0, 0, err
 	}
-	if err := sleep.Ctx(ctx, duration-time.Since(t0)); err != nil {
-		return 0, 0, 0, err
+	if err := sleep.Ctx(ctx, duration-time.Since(m0.at)); err != nil {
+		return window{}, 0, 0, err
 	}
-	b1, t1, err := d.next(ctx)
+	m1, err := d.next(ctx)
+	for err == nil && m1.n-m0.n < minMessages {
+		m1, err = d.next(ctx)
+	}
 	if err != nil {
-		return 0, 0, 0, err
+		return window{}, 0, 0, err
 	}
-	return float64(units.Throughput(float64(b1-b0), t1.Sub(t0).Seconds())), processCPU() - cpu0, time.Since(start), nil
+	span := m1.at.Sub(m0.at)
+	w := window{bps: float64(units.Throughput(float64(m1.bytes-m0.bytes), span.Seconds())), span: span, messages: m1.n - m0.n}
+	return w, processCPU() - cpu0, time.Since(start), nil
 }
