@@ -21,7 +21,7 @@ func Default() *Config {
 			CongestionControl: LANControllerAIMD,
 			// Hosts share the gateway's path sockets; what each costs is
 			// its connection's protocol state and the gateway's tables
-			// (about 70 KiB of RSS each at 1,000 hosts, docs/RESULTS.md):
+			// (about 70 KiB of RSS each at 1,000 hosts, docs/results/reliability.md):
 			// 10,000 hold about 640 MiB beside limits.memory_bytes.
 			MaxHosts: 10_000,
 		},

@@ -345,7 +345,7 @@ func (h *Host) tick(now time.Duration) {
 // closed. metaroce would close it only once every path had been down for
 // DeadAfter, and paths go down one by one on timeouts of their own: in
 // the chaos scenario hosts failed over 0.7 to 0.8 s after a gateway was
-// killed, for a DeadAfter of 500 ms (docs/RESULTS.md). The PING every
+// killed, for a DeadAfter of 500 ms (docs/results/reliability.md). The PING every
 // PingEvery keeps something waiting for a live gateway's answer.
 func (h *Host) silentGateway(now time.Duration, g *gateway) bool {
 	c := g.conn

@@ -9,8 +9,8 @@ import (
 	"github.com/mrgw/mrgw/units"
 )
 
-// The send-side wedge of the chaos run kept in docs/RESULTS.md ("One run of
-// fix 4 ... stalled two flows for 30 s"): every path of a WAN connection
+// The send-side wedge seen once in the chaos runs (docs/results/reliability.md;
+// it stalled two flows for 30 s): every path of a WAN connection
 // timed out within 60 ms on a loaded host, the paths came back up on the
 // next acks, and then the connection sent no DATA for 90 s, with data
 // queued and nothing in flight. These tests drive the state machine

@@ -8,7 +8,7 @@
 // a probe timeout long), and an idle path that is still up never times
 // out at all; so that rule is two timers in series, and the first of
 // them scales with the paths' RTT variance. In the chaos scenario
-// (docs/RESULTS.md, reliability) the last path to a killed gateway went
+// (docs/results/reliability.md) the last path to a killed gateway went
 // down 0.3 to 1.7 s after the kill and the connection closed DeadAfter
 // later: flows stalled 0.7 to 2.3 s for a DeadAfter of 500 ms. Hosts and
 // gateways PING their peers every DeadAfter/4, so a live peer answers
