@@ -46,6 +46,11 @@ const (
 // also the longest the owner sleeps.
 const janitorEvery = 100 * time.Millisecond
 
+// starvedRecheck bounds the owner's sleep while it waits for a sender to
+// return a batch with work due (a sender always returns its batch; this
+// only bounds a wait on a machine that does not run it).
+const starvedRecheck = time.Millisecond
+
 func (o *ownerState) init(e *Endpoint) {
 	o.paths = map[pathKey]*sock{}
 	o.conns = map[uint64]*connPaths{}
@@ -68,6 +73,7 @@ func (e *Endpoint) run() {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
+		e.ctr.ownerPasses.Add(1)
 		now := e.Now()
 		due := o.deadline >= 0 && now >= o.deadline
 		if due && e.holdTimers(now, o.deadline) > now {
@@ -113,6 +119,17 @@ func (e *Endpoint) run() {
 				d = max(d, o.graceUntil)
 			}
 			wait = min(wait, d-now)
+		}
+		if wait <= 0 && o.tx.starved {
+			// The timers due have run (above) and what is still due is
+			// sending (a paced connection behind its schedule, an ACK to
+			// flush), which waits for a batch: sleep until a sender
+			// returns one (or a datagram or command comes). Looping
+			// instead ran the timers, the poll of due connections and
+			// the clock about a million times a second while the
+			// senders wrote, on the core they needed (a gateway relaying
+			// at GOMAXPROCS 1 spent most of its CPU so).
+			wait = starvedRecheck
 		}
 		if wait <= 0 {
 			// Work is due now: serve what is waiting without sleeping.

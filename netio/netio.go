@@ -263,6 +263,10 @@ type Stats struct {
 	// delivered datagrams: datagrams per call say how well the system
 	// calls are shared.
 	TxWrites, RxReads uint64
+	// OwnerPasses counts the owner goroutine's passes through its loop
+	// (each runs the due timers and polls): per datagram, how much of its
+	// work is paid per wake-up rather than per datagram.
+	OwnerPasses uint64
 }
 
 // Dropped returns the datagrams refused before the protocol saw them.
@@ -284,6 +288,7 @@ type counters struct {
 	retriesSent, badCookies, retriesReceived   atomic.Uint64
 	tooBig                                     atomic.Uint64
 	pathSockets, opened                        atomic.Uint64
+	ownerPasses                                atomic.Uint64
 }
 
 // Endpoint is a metaroce.Endpoint running over UDP. Its methods are safe
@@ -610,6 +615,7 @@ func (e *Endpoint) Stats() Stats {
 		ReadErrors: c.readErr.Load(), TooBig: c.tooBig.Load(),
 		RetriesSent: c.retriesSent.Load(), BadCookies: c.badCookies.Load(), RetriesReceived: c.retriesReceived.Load(),
 		PathSockets: c.pathSockets.Load(), SocketsOpened: c.opened.Load(),
+		OwnerPasses: c.ownerPasses.Load(),
 	}
 	for i := range c.open {
 		s.OpenErrors[i] = c.open[i].Load()

@@ -62,6 +62,7 @@ func newLoadtestCmdWith(fifo func(prio int) (restore func() error, err error)) *
 	cmd.AddCommand(newChaosCmd())
 	cmd.AddCommand(newFloodCmd())
 	cmd.AddCommand(newHostsCmd())
+	cmd.AddCommand(newRelayCostCmd())
 
 	cmd.AddCommand(newFleetCmd())
 	return cmd
