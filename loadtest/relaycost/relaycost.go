@@ -515,7 +515,7 @@ func startGateways(ctx context.Context, o Options, dir string, key *host.Key, wa
 				"tls": map[string]any{"ca_file": "ca.pem", "cert_file": g.name + ".pem", "key_file": g.name + "-key.pem"}},
 			"gossip": map[string]any{"bind": g.ports[3].String(), "seeds": []string{other.ports[3].String()},
 				"profile": "custom", "probe_interval": "500ms", "probe_timeout": "400ms", "suspicion_mult": 3, "gossip_interval": "50ms"},
-			"limits": map[string]any{"memory_bytes": 512 << 20, "flow_credit_bytes": 8 << 20},
+			"limits": map[string]any{"memory_bytes": 512 << 20, "flow_credit_bytes": 8 << 20, "max_flows": 64},
 			"admin":  map[string]any{"listen": g.ports[4].String()},
 			"log":    map[string]any{"level": "warn"},
 		}
