@@ -32,7 +32,7 @@ const patience = 20 * time.Second
 
 var loop4 = netip.MustParseAddrPort("127.0.0.1:0")
 
-func testCtx(t *testing.T) context.Context {
+func testCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	t.Cleanup(cancel)
 	return ctx
@@ -67,7 +67,7 @@ type pair struct {
 
 // newPair starts endpoint a (initiator, peer id 2 for b) and b (listener,
 // peer id 1 for a) on loopback; sa and sb seal a's and b's side if set.
-func newPair(t *testing.T, sa, sb Sealer, tweak func(*Config)) *pair {
+func newPair(t testing.TB, sa, sb Sealer, tweak func(*Config)) *pair {
 	t.Helper()
 	p := &pair{ra: newRecorder(), rb: newRecorder()}
 	ca := Config{Protocol: protoConfig(false), Listen: loop4, OnEvent: p.ra.On}

@@ -85,23 +85,43 @@ func (e *Endpoint) planeCounters(peer PeerID) *peerPlanes {
 	return c
 }
 
-func (e *Endpoint) countTx(peer PeerID, plane int, bytes int) {
-	if plane < 0 || plane >= MaxPlanes {
-		return
-	}
-	if c := e.planeCounters(peer); c != nil {
-		c[plane].tx.Add(1)
-		c[plane].txBytes.Add(uint64(bytes))
-	}
+// planeTally adds up a run of datagrams of one peer on one plane, so
+// that the plane's counters (a map lookup and two atomic adds) are
+// updated once per run and not per datagram: a batch's datagrams come in
+// long runs of one peer and plane. Owner goroutine only.
+type planeTally struct {
+	peer     PeerID
+	plane    int
+	n, bytes uint64
+	rx       bool
 }
 
-func (e *Endpoint) countRx(peer PeerID, plane int, bytes int) {
-	if plane < 0 || plane >= MaxPlanes {
+// add counts one datagram of bytes, flushing the run before it when the
+// peer or plane changes.
+func (t *planeTally) add(e *Endpoint, peer PeerID, plane, bytes int) {
+	if t.n > 0 && (t.peer != peer || t.plane != plane) {
+		t.flush(e)
+	}
+	t.peer, t.plane = peer, plane
+	t.n++
+	t.bytes += uint64(bytes)
+}
+
+// flush adds the run to its plane's counters.
+func (t *planeTally) flush(e *Endpoint) {
+	n, bytes := t.n, t.bytes
+	t.n, t.bytes = 0, 0
+	if n == 0 || t.plane < 0 || t.plane >= MaxPlanes {
 		return
 	}
-	if c := e.planeCounters(peer); c != nil {
-		c[plane].rx.Add(1)
-		c[plane].rxBytes.Add(uint64(bytes))
+	if c := e.planeCounters(t.peer); c != nil {
+		if t.rx {
+			c[t.plane].rx.Add(n)
+			c[t.plane].rxBytes.Add(bytes)
+		} else {
+			c[t.plane].tx.Add(n)
+			c[t.plane].txBytes.Add(bytes)
+		}
 	}
 }
 

@@ -356,6 +356,8 @@ func (e *Endpoint) flush(now time.Duration) bool {
 	e.reclaimAll()
 	polled := 0
 	defer e.dispatch()
+	var tally planeTally
+	defer tally.flush(e)
 	// Most datagrams of a flush go to one peer: look it up once.
 	var lastID PeerID
 	var lastPeer *Peer
@@ -407,8 +409,9 @@ func (e *Endpoint) flush(now time.Duration) bool {
 		e.queue(it)
 		// Counted per plane here, by the owner (whose cache of the
 		// counters needs no lock), when the datagram is handed to its
-		// sender: plaintext length, not the sealed wire length.
-		e.countTx(p.ID, s.plane, tx.Len)
+		// sender, a run of one peer and plane at once: plaintext
+		// length, not the sealed wire length.
+		tally.add(e, p.ID, s.plane, tx.Len)
 		polled++
 	}
 	return polled >= txRounds*txBatch
