@@ -86,7 +86,6 @@ func (c *Conn) WriteRelay(stream uint32, seq uint64, op Op, key uint32, addr, le
 	}
 	m := c.newTxMessage(s, seq, op, key, addr, length)
 	m.relay = true
-	m.bufs = make(map[int][]byte)
 	m.release = release
 	s.msgs = append(s.msgs, nil)
 	copy(s.msgs[i+1:], s.msgs[i:])
@@ -116,13 +115,13 @@ func (r *RelayMessage) Supply(offset uint64, chunk []byte) error {
 		return ErrBadChunk
 	}
 	idx := int(offset / mtu)
-	if _, ok := m.bufs[idx]; ok || m.acked[idx/64]&(1<<(idx%64)) != 0 {
+	if _, ok := m.bufs.get(idx); ok || m.acked[idx/64]&(1<<(idx%64)) != 0 {
 		return ErrChunkTwice
 	}
 	if m.err != nil {
 		return m.err
 	}
-	m.bufs[idx] = chunk
+	m.bufs.put(idx, chunk)
 	m.supplied = append(m.supplied, idx)
 	m.stream.pushSendable(m)
 	c.activate(m.stream)
@@ -145,12 +144,11 @@ func (r *RelayMessage) Seq() uint64 { return r.m.seq }
 
 // releaseAll gives every buffer a failed relayed message still holds back.
 func (m *txMessage) releaseAll() {
-	for i, b := range m.bufs {
-		delete(m.bufs, i)
+	m.bufs.all(func(b []byte) {
 		if m.release != nil {
 			m.release(b)
 		}
-	}
+	})
 	m.supplied, m.supHead = nil, 0
 }
 

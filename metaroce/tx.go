@@ -35,7 +35,7 @@ type txMessage struct {
 	// Supply: bufs holds each supplied chunk until it is acknowledged,
 	// supplied lists chunks ready to send, in the order they came.
 	relay    bool
-	bufs     map[int][]byte
+	bufs     relayBufs
 	supplied []int
 	supHead  int
 	release  func([]byte)
@@ -87,7 +87,8 @@ func (m *txMessage) consumeReady() {
 // chunk returns the payload of chunk i.
 func (m *txMessage) chunk(i, mtu int) []byte {
 	if m.relay {
-		return m.bufs[i]
+		b, _ := m.bufs.get(i)
+		return b
 	}
 	lo := i * mtu
 	hi := lo + mtu
@@ -557,8 +558,7 @@ func (c *Conn) ackChunk(now time.Duration, m *txMessage, idx int) {
 	m.acked[w] |= bit
 	m.ackedChunks++
 	if m.relay {
-		if b, ok := m.bufs[idx]; ok {
-			delete(m.bufs, idx)
+		if b, ok := m.bufs.take(idx); ok {
 			if m.release != nil {
 				m.release(b)
 			}
