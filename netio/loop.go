@@ -283,6 +283,8 @@ func (e *Endpoint) receiveBatch(now time.Duration, b *rxBatch) {
 	var lastID PeerID
 	var lastPeer *Peer
 	var rc resolveCache
+	var notedPeer PeerID
+	var notedSrc netip.AddrPort
 	tally := planeTally{rx: true}
 	defer tally.flush(e)
 	for i := range b.ents[:b.n] {
@@ -325,8 +327,11 @@ func (e *Endpoint) receiveBatch(now time.Duration, b *rxBatch) {
 			b.s.drops.unknown.Add(1)
 			continue
 		}
-		if a := ent.src.Addr(); a != p.Addr.Addr() || (b.s.listen && !b.s.primary) {
+		if a := ent.src.Addr(); (a != p.Addr.Addr() || (b.s.listen && !b.s.primary)) && (p.ID != notedPeer || ent.src != notedSrc) {
+			// Once per run of one peer's source: the note is the same
+			// for every datagram of the run (two map lookups each).
 			e.noteReplyIP(p.ID, ent.src, b.s)
+			notedPeer, notedSrc = p.ID, ent.src
 		}
 		if !b.s.listen && !byIPOnly && ent.src != p.Addr && e.owner.admitted[p.ID] {
 			// What reaches a path socket are replies, and replies leave

@@ -106,12 +106,16 @@ func printRelayCost(w io.Writer, res *relaycost.Result) {
 		}
 		fmt.Fprintln(w)
 	}
-	fmt.Fprintln(w, "| GOMAXPROCS | goodput | sending gw cores | per Gbit/s | × floor | receiving gw cores | per Gbit/s | × floor | hosts cores | WAN retransmits | load start → end |")
+	fmt.Fprintln(w, "| GOMAXPROCS | goodput | sending gw cores | per Gbit/s | × floor | receiving gw cores | per Gbit/s | × floor | hosts cores | WAN retransmitted | load start → end |")
 	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 	for _, r := range res.Rows {
-		fmt.Fprintf(w, "| %d | %s | %.2f | %.3f | %.2f | %.2f | %.3f | %.2f | %.2f | %d | %.2f → %.2f |\n",
+		retx := "-"
+		if r.WANDataSent > 0 {
+			retx = fmt.Sprintf("%.1f%%", 100*float64(r.WANRetransmits)/float64(r.WANDataSent))
+		}
+		fmt.Fprintf(w, "| %d | %s | %.2f | %.3f | %.2f | %.2f | %.3f | %.2f | %.2f | %s | %.2f → %.2f |\n",
 			r.GOMAXPROCS, report.FormatBps(r.GoodputBps), r.Send.Cores, r.Send.CPUPerGbps, r.Send.XFloor,
-			r.Recv.Cores, r.Recv.CPUPerGbps, r.Recv.XFloor, r.HostsCores, r.WANRetransmits, r.LoadStart, r.LoadEnd)
+			r.Recv.Cores, r.Recv.CPUPerGbps, r.Recv.XFloor, r.HostsCores, retx, r.LoadStart, r.LoadEnd)
 	}
 	if res.Scaling > 0 {
 		first, last := res.Rows[0], res.Rows[len(res.Rows)-1]

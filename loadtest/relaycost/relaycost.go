@@ -153,9 +153,13 @@ type Row struct {
 	HostsCores float64 `json:"hosts_cores"`
 	// FloorCPUPerGbps is the floor's cores per Gbit/s in the same run.
 	FloorCPUPerGbps float64 `json:"floor_cpu_per_gbps,omitempty"`
-	// WANRetransmits and WANTimeouts are the sending gateway's WAN
-	// retransmissions during the window.
+	// WANRetransmits are the sending gateway's WAN retransmissions during
+	// the window, WANDataSent its DATA datagrams (retransmissions
+	// included): the WAN is loss-free, so what is lost is dropped by the
+	// receiving gateway's full socket (the sender's controller finds the
+	// receiving gateway's capacity so).
 	WANRetransmits uint64  `json:"wan_retransmits"`
+	WANDataSent    uint64  `json:"wan_data_sent"`
 	LoadStart      float64 `json:"load_start"`
 	LoadEnd        float64 `json:"load_end"`
 	Note           string  `json:"note,omitempty"`
@@ -344,6 +348,7 @@ func relay(ctx context.Context, o Options, dir string, wanMTU, procs int) (Row, 
 	row.HostsCores = (c1h.total() - c0h.total()).Seconds() / secs
 	if st0 != nil && st1 != nil && len(st0.Peers) == 1 && len(st1.Peers) == 1 {
 		row.WANRetransmits = st1.Peers[0].Retrans - st0.Peers[0].Retrans
+		row.WANDataSent = st1.Peers[0].DataSent - st0.Peers[0].DataSent
 	}
 	for i, ch := range profs {
 		if ch == nil {
