@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mrgw/mrgw/internal/report"
+	"github.com/mrgw/mrgw/loadtest/datapath"
 	"github.com/mrgw/mrgw/loadtest/relaycost"
 )
 
@@ -57,7 +58,7 @@ the daemon itself instead. About 45 s at the defaults. --profile-dir keeps a CPU
 				}
 				o.Gateway = append([]string{self}, relaycost.GatewayArgs...)
 			}
-			o.Procs = procs
+			o.Procs, o.Datapath = procs, relayCostDatapath
 			if !quiet {
 				o.Progress = cmd.ErrOrStderr()
 			}
@@ -90,6 +91,28 @@ the daemon itself instead. About 45 s at the defaults. --profile-dir keeps a CPU
 	fl.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	fl.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
 	return cmd
+}
+
+// relayCostDatapath is relay-cost's datapath rows: loadtest datapath's
+// raw UDP, floor and tunnel on loopback at one link MTU.
+func relayCostDatapath(ctx context.Context, mtu int, d time.Duration) ([]report.Row, float64, error) {
+	rows, err := datapath.Run(ctx, datapath.Options{Duration: d, MTUs: []int{mtu}, Loopback: true,
+		Systems: []string{datapath.SysRawUDP, datapath.SysFloor, datapath.SysMRGW}})
+	if err != nil {
+		return nil, 0, err
+	}
+	var out []report.Row
+	var floor float64
+	for _, r := range rows {
+		if r.CPUPerGbps == 0 {
+			continue // the AEAD's per-packet rows
+		}
+		out = append(out, r)
+		if r.System == datapath.SysFloor {
+			floor = r.CPUPerGbps
+		}
+	}
+	return out, floor, nil
 }
 
 func printRelayCost(w io.Writer, res *relaycost.Result) {

@@ -40,9 +40,9 @@ import (
 	"github.com/mrgw/mrgw/gateway"
 	"github.com/mrgw/mrgw/host"
 	"github.com/mrgw/mrgw/internal/report"
-	"github.com/mrgw/mrgw/loadtest/datapath"
 	"github.com/mrgw/mrgw/loadtest/lab"
 	"github.com/mrgw/mrgw/metaroce"
+	"github.com/mrgw/mrgw/netio/seal"
 	"github.com/mrgw/mrgw/tunnel/pki"
 	"github.com/mrgw/mrgw/units"
 )
@@ -58,8 +58,14 @@ type Options struct {
 	// Duration is each relay row's measured window [6 s], after Warmup
 	// [2 s] of traffic.
 	Duration, Warmup time.Duration
-	// FloorDuration is each datapath measurement's window (the floor,
-	// raw UDP and the tunnel alone) [3 s]; negative skips them.
+	// Datapath measures the rows beside the relay on loopback at the
+	// link MTU, each for d (loadtest/datapath's raw UDP, the floor and the
+	// tunnel alone; the load tests share no floor of the stack, so the
+	// command passes it in), and returns the floor's cores per Gbit/s
+	// among them; nil skips them.
+	Datapath func(ctx context.Context, linkMTU int, d time.Duration) (rows []report.Row, floorCPUPerGbps float64, err error)
+	// FloorDuration is each datapath measurement's window [3 s];
+	// negative skips them.
 	FloorDuration time.Duration
 	// LinkMTU is the WAN link's IP MTU [1400]: wan.mtu is the largest DATA
 	// payload whose sealed datagram fits it, as in loadtest/datapath.
@@ -95,8 +101,8 @@ func (o *Options) fill() error {
 	if o.LinkMTU == 0 {
 		o.LinkMTU = 1400
 	}
-	if o.LinkMTU < datapath.MinMTU || o.LinkMTU > datapath.MaxMTU {
-		return fmt.Errorf("relaycost: link MTU %d outside [%d, %d]", o.LinkMTU, datapath.MinMTU, datapath.MaxMTU)
+	if o.LinkMTU < minLinkMTU || o.LinkMTU > maxLinkMTU {
+		return fmt.Errorf("relaycost: link MTU %d outside [%d, %d]", o.LinkMTU, minLinkMTU, maxLinkMTU)
 	}
 	if len(o.Procs) == 0 {
 		o.Procs = []int{1}
@@ -189,23 +195,14 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err := o.fill(); err != nil {
 		return nil, err
 	}
-	res := &Result{LinkMTU: o.LinkMTU, WANMTU: datapath.PayloadMTU(o.LinkMTU, true, metaroce.Version2)}
-	if o.FloorDuration > 0 {
+	res := &Result{LinkMTU: o.LinkMTU, WANMTU: WANMTU(o.LinkMTU)}
+	if o.FloorDuration > 0 && o.Datapath != nil {
 		o.say("datapath on loopback at link MTU %d: raw UDP, the floor (raw UDP + AEAD), the tunnel alone (%v each)", o.LinkMTU, o.FloorDuration)
-		rows, err := datapath.Run(ctx, datapath.Options{Duration: o.FloorDuration, MTUs: []int{o.LinkMTU}, Loopback: true,
-			Systems: []string{datapath.SysRawUDP, datapath.SysFloor, datapath.SysMRGW}})
+		rows, floor, err := o.Datapath(ctx, o.LinkMTU, o.FloorDuration)
 		if err != nil {
 			return nil, err
 		}
-		for _, r := range rows {
-			if r.CPUPerGbps == 0 {
-				continue // the AEAD's per-packet rows
-			}
-			res.Datapath = append(res.Datapath, r)
-			if r.System == datapath.SysFloor {
-				res.FloorCPUPerGbps = r.CPUPerGbps
-			}
-		}
+		res.Datapath, res.FloorCPUPerGbps = rows, floor
 	}
 	dir := o.Dir
 	if dir == "" {
@@ -242,6 +239,18 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// Link MTUs the load test takes (wan.mtu's range, with the headers).
+const (
+	minLinkMTU = 576
+	maxLinkMTU = 9216
+)
+
+// WANMTU is wan.mtu for a link of IP MTU linkMTU: the largest DATA
+// payload (wire version 2) whose sealed datagram fits the link.
+func WANMTU(linkMTU int) int {
+	return linkMTU - 28 - seal.Overhead - metaroce.DataHeaderLenV2
 }
 
 // Addresses of the deployment.

@@ -10,6 +10,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mrgw/mrgw/internal/report"
+	"github.com/mrgw/mrgw/loadtest/datapath"
 )
 
 // gatewayEnv (not MRGW_: the configuration refuses unknown MRGW_
@@ -53,6 +56,21 @@ func TestRelayCostRow(t *testing.T) {
 		Duration: time.Second, Warmup: 500 * time.Millisecond, FloorDuration: 300 * time.Millisecond,
 		Procs: []int{1}, Flows: 1, Window: 2, MessageBytes: 256 << 10,
 		ProfileDir: prof, Dir: t.TempDir(),
+		Datapath: func(ctx context.Context, mtu int, d time.Duration) ([]report.Row, float64, error) {
+			rows, err := datapath.Run(ctx, datapath.Options{Duration: d, MTUs: []int{mtu}, Loopback: true,
+				Systems: []string{datapath.SysRawUDP, datapath.SysFloor, datapath.SysMRGW}})
+			var out []report.Row
+			var floor float64
+			for _, r := range rows {
+				if r.CPUPerGbps > 0 {
+					out = append(out, r)
+				}
+				if r.System == datapath.SysFloor {
+					floor = r.CPUPerGbps
+				}
+			}
+			return out, floor, err
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -110,5 +128,15 @@ func TestParseStat(t *testing.T) {
 	own, err := procCPU(os.Getpid())
 	if err != nil || own.total() < 0 {
 		t.Errorf("own /proc stat: %v %v", own, err)
+	}
+}
+
+// TestWANMTU: the relay's wan.mtu is the tunnel's payload in
+// loadtest/datapath at the same link MTU.
+func TestWANMTU(t *testing.T) {
+	for _, mtu := range []int{1400, 9000} {
+		if got, want := WANMTU(mtu), datapath.PayloadMTU(mtu, true, 2); got != want {
+			t.Errorf("WANMTU(%d) = %d, want %d", mtu, got, want)
+		}
 	}
 }
