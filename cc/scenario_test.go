@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/mrgw/mrgw/cc"
 	_ "github.com/mrgw/mrgw/cc/longrtt" // registers longrtt-htcp and longrtt-scalable
+	"github.com/mrgw/mrgw/internal/script"
 
 	"github.com/mrgw/mrgw/units"
 )
@@ -406,39 +406,6 @@ func (s *ccScenario) run(cmd string, args []string) {
 	s.state(a)
 }
 
-// scriptCase is one command of a script with its recorded output.
-type scriptCase struct {
-	pre  []string // comment and blank lines before the command
-	cmd  string
-	want string
-}
-
-func parseScript(t *testing.T, text string) (cases []scriptCase, tail []string) {
-	lines := strings.Split(strings.TrimRight(text, "\n"), "\n")
-	var pre []string
-	for i := 0; i < len(lines); i++ {
-		l := lines[i]
-		if strings.TrimSpace(l) == "" || strings.HasPrefix(l, "#") {
-			pre = append(pre, l)
-			continue
-		}
-		c := scriptCase{pre: pre, cmd: l}
-		pre = nil
-		i++
-		if i >= len(lines) || lines[i] != "----" {
-			t.Fatalf("line %d: command %q without a ---- line", i, l)
-		}
-		var want []string
-		for i+1 < len(lines) && lines[i+1] != "" {
-			i++
-			want = append(want, lines[i])
-		}
-		c.want = strings.Join(want, "\n")
-		cases = append(cases, c)
-	}
-	return cases, pre
-}
-
 func TestScenarios(t *testing.T) {
 	files, err := filepath.Glob("testdata/scenarios/*.txt")
 	if err != nil || len(files) == 0 {
@@ -446,34 +413,13 @@ func TestScenarios(t *testing.T) {
 	}
 	for _, f := range files {
 		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) {
-			b, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cases, tail := parseScript(t, string(b))
 			s := &ccScenario{t: t, clock: map[string]time.Duration{}, ctls: map[string]*cc.AIMD{}, pkts: map[string]int{}, lossA: map[string][]float64{}}
-			var rec strings.Builder
-			for _, c := range cases {
-				fields := strings.Fields(c.cmd)
+			script.Run(t, f, *rewrite, func(cmd string) string {
+				fields := strings.Fields(cmd)
 				s.out.Reset()
 				s.run(fields[0], fields[1:])
-				got := strings.TrimRight(s.out.String(), "\n")
-				if !*rewrite && got != c.want {
-					t.Errorf("%s: %s\ngot:\n%s\nwant:\n%s", f, c.cmd, got, c.want)
-				}
-				for _, l := range c.pre {
-					rec.WriteString(l + "\n")
-				}
-				fmt.Fprintf(&rec, "%s\n----\n%s\n", c.cmd, got)
-			}
-			for _, l := range tail {
-				rec.WriteString(l + "\n")
-			}
-			if *rewrite {
-				if err := os.WriteFile(f, []byte(rec.String()), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
+				return s.out.String()
+			})
 		})
 	}
 }
@@ -486,15 +432,9 @@ func TestScenarioRulesCovered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rules []string
-	for _, para := range strings.Split(string(doc), "\n\n") {
-		para = strings.TrimSpace(para)
-		if !strings.HasPrefix(para, "Rules tested by name") {
-			continue
-		}
-		for _, m := range regexp.MustCompile("`([a-z0-9-]+)`").FindAllStringSubmatch(para, -1) {
-			rules = append(rules, m[1])
-		}
+	rules, err := script.DocRules(string(doc), "", "")
+	if err != nil {
+		t.Fatal(err)
 	}
 	if len(rules) < 10 {
 		t.Fatalf("found %d rules in CC.md, expected the full list", len(rules))
@@ -508,18 +448,15 @@ func TestScenarioRulesCovered(t *testing.T) {
 		}
 		base := strings.TrimSuffix(filepath.Base(f), ".txt")
 		found := false
-		for _, l := range strings.Split(string(b), "\n") {
-			if r, ok := strings.CutPrefix(l, "# rule:"); ok {
-				r = strings.TrimSpace(r)
-				found = true
-				if r != base {
-					t.Errorf("%s names rule %q: a script is named by its rule", f, r)
-				}
-				if !slices.Contains(rules, r) {
-					t.Errorf("%s names rule %q, which CC.md does not list", f, r)
-				}
-				named[r] = true
+		for _, r := range script.NamedRules(string(b), "# rule:") {
+			found = true
+			if r != base {
+				t.Errorf("%s names rule %q: a script is named by its rule", f, r)
 			}
+			if !slices.Contains(rules, r) {
+				t.Errorf("%s names rule %q, which CC.md does not list", f, r)
+			}
+			named[r] = true
 		}
 		if !found {
 			t.Errorf("%s names no rule", f)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mrgw/mrgw/cc"
+	"github.com/mrgw/mrgw/internal/script"
 
 	"github.com/mrgw/mrgw/units"
 )
@@ -508,39 +509,6 @@ func (s *scenario) write(cmd string, args []string) {
 	s.pump()
 }
 
-// scriptCase is one command of a script with its recorded output.
-type scriptCase struct {
-	pre  []string // comment and blank lines before the command
-	cmd  string
-	want string
-}
-
-func parseScript(t *testing.T, text string) (cases []scriptCase, tail []string) {
-	lines := strings.Split(strings.TrimRight(text, "\n"), "\n")
-	var pre []string
-	for i := 0; i < len(lines); i++ {
-		l := lines[i]
-		if strings.TrimSpace(l) == "" || strings.HasPrefix(l, "#") {
-			pre = append(pre, l)
-			continue
-		}
-		c := scriptCase{pre: pre, cmd: l}
-		pre = nil
-		i++
-		if i >= len(lines) || lines[i] != "----" {
-			t.Fatalf("line %d: command %q without a ---- line", i, l)
-		}
-		var want []string
-		for i+1 < len(lines) && lines[i+1] != "" {
-			i++
-			want = append(want, lines[i])
-		}
-		c.want = strings.Join(want, "\n")
-		cases = append(cases, c)
-	}
-	return cases, pre
-}
-
 func TestScenarios(t *testing.T) {
 	files, err := filepath.Glob("testdata/scenarios/*.txt")
 	if err != nil || len(files) == 0 {
@@ -548,15 +516,9 @@ func TestScenarios(t *testing.T) {
 	}
 	for _, f := range files {
 		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) {
-			b, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cases, tail := parseScript(t, string(b))
 			s := newScenario(t)
-			var rec strings.Builder
-			for _, c := range cases {
-				fields := strings.Fields(c.cmd)
+			script.Run(t, f, *rewrite, func(cmd string) string {
+				fields := strings.Fields(cmd)
 				s.out.Reset()
 				s.quiet, s.nq = false, [2]int{}
 				if i := slices.Index(fields, "-q"); i > 0 {
@@ -571,22 +533,8 @@ func TestScenarios(t *testing.T) {
 				if got == "" {
 					got = "ok"
 				}
-				if !*rewrite && got != c.want {
-					t.Errorf("%s: %s\ngot:\n%s\nwant:\n%s", f, c.cmd, got, c.want)
-				}
-				for _, l := range c.pre {
-					rec.WriteString(l + "\n")
-				}
-				fmt.Fprintf(&rec, "%s\n----\n%s\n", c.cmd, got)
-			}
-			for _, l := range tail {
-				rec.WriteString(l + "\n")
-			}
-			if *rewrite {
-				if err := os.WriteFile(f, []byte(rec.String()), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
+				return got
+			})
 		})
 	}
 }
@@ -599,8 +547,14 @@ func TestScenarioRulesCovered(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := string(doc)
-	rules := sectionRules(t, text, "\n## 2.", "\n## 5.")
-	v2rules := sectionRules(t, text, "\n## 12.", "")
+	rules, err := script.DocRules(text, "\n## 2.", "\n## 5.")
+	if err != nil {
+		t.Fatalf("PROTOCOL.md: %v", err)
+	}
+	v2rules, err := script.DocRules(text, "\n## 12.", "")
+	if err != nil {
+		t.Fatalf("PROTOCOL.md: %v", err)
+	}
 	if len(rules) < 20 {
 		t.Fatalf("found %d rules in PROTOCOL.md §2–§4, expected the full list", len(rules))
 	}
@@ -611,12 +565,8 @@ func TestScenarioRulesCovered(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, l := range strings.Split(string(b), "\n") {
-			if r, ok := strings.CutPrefix(l, "# rules:"); ok {
-				for _, name := range strings.Split(r, ",") {
-					named[strings.TrimSpace(name)] = filepath.Base(f)
-				}
-			}
+		for _, name := range script.NamedRules(string(b), "# rules:") {
+			named[name] = filepath.Base(f)
 		}
 	}
 	for _, r := range rules {
@@ -629,28 +579,4 @@ func TestScenarioRulesCovered(t *testing.T) {
 			t.Errorf("%s names rule %q, which PROTOCOL.md §2–§4 and §12 do not have", f, r)
 		}
 	}
-}
-
-// sectionRules returns the rules the "Rules tested by name" paragraphs of
-// PROTOCOL.md name between the headings start and end ("": the end).
-func sectionRules(t *testing.T, text, start, end string) []string {
-	i := strings.Index(text, start)
-	j := len(text)
-	if end != "" {
-		j = strings.Index(text, end)
-	}
-	if i < 0 || j < i {
-		t.Fatalf("PROTOCOL.md has no section from %q to %q", start, end)
-	}
-	var rules []string
-	for _, para := range strings.Split(text[i:j], "\n\n") {
-		para = strings.TrimSpace(para)
-		if !strings.HasPrefix(para, "Rules tested by name") {
-			continue
-		}
-		for _, m := range regexp.MustCompile("`([a-z0-9-]+)`").FindAllStringSubmatch(para, -1) {
-			rules = append(rules, m[1])
-		}
-	}
-	return rules
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mrgw/mrgw/cc"
+	"github.com/mrgw/mrgw/internal/script"
 )
 
 // Connection-level tests of wire version 2 (PROTOCOL.md §4 "Version", §12).
@@ -534,7 +535,10 @@ func TestV2RulesCovered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rules := sectionRules(t, string(doc), "\n## 12.", "")
+	rules, err := script.DocRules(string(doc), "\n## 12.", "")
+	if err != nil {
+		t.Fatalf("PROTOCOL.md: %v", err)
+	}
 	if len(rules) < 5 {
 		t.Fatalf("found %d rules in §12", len(rules))
 	}
