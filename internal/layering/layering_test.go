@@ -71,6 +71,8 @@ var rank = map[string]int{
 	"forward":       5,
 	"loadtest/bulk": 5,
 	"loadtest/":     6,
+	// The relay's scenario scripts run on the lab (tests only).
+	"gateway/relayscript": 6,
 
 	// 7: binaries, and the command-line helpers they share.
 	"internal/cli": 7,

@@ -90,7 +90,7 @@ func Run(t *testing.T, file string, rewrite bool, do func(cmd string) string) {
 
 // DocRules returns the rules a design document names in its paragraphs
 // starting "Rules tested by name" (each rule `in-backquotes`), between
-// the first line starting with start and the next starting with end
+// the first occurrence of start and the next occurrence of end after it
 // ("" for either: the document's start or end). An error names a
 // section that is not there.
 func DocRules(doc, start, end string) ([]string, error) {
@@ -101,11 +101,12 @@ func DocRules(doc, start, end string) ([]string, error) {
 		}
 	}
 	if end != "" {
-		if k := strings.Index(doc[i:], end); k < 0 {
+		from := i + len(start) // the end is searched after the start heading
+		k := strings.Index(doc[from:], end)
+		if k < 0 {
 			return nil, fmt.Errorf("no section %q after %q", end, start)
-		} else {
-			j = i + k
 		}
+		j = from + k
 	}
 	var rules []string
 	for _, para := range strings.Split(doc[i:j], "\n\n") {

@@ -62,6 +62,9 @@ func TestDocRules(t *testing.T) {
 	if err != nil || !slices.Equal(r, []string{"a-one", "a-two"}) {
 		t.Fatalf("%q %v", r, err)
 	}
+	if r, err := DocRules(doc, "\n## 1.", "\n## "); err != nil || !slices.Equal(r, []string{"a-one", "a-two"}) {
+		t.Fatalf("section up to the next heading: %q %v", r, err)
+	}
 	if r, _ := DocRules(doc, "", ""); len(r) != 3 {
 		t.Fatalf("whole document: %q", r)
 	}
