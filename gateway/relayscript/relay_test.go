@@ -326,7 +326,14 @@ func (s *relayScenario) run(cmd string, args []string) {
 			defer s.drains.Done()
 			_ = g.Shutdown(s.ctx)
 		}()
-		s.until(name+" draining", func() bool { return g.Status().Draining })
+		s.until(name+" draining", func() bool {
+			select {
+			case <-g.Done():
+				s.t.Fatalf("%s drained at once: it carried no flow", name)
+			default:
+			}
+			return g.Status().Draining
+		})
 		s.printf("draining %s\n", role)
 	case "consume":
 		s.consume(s.host(args[0]))
