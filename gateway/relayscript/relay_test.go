@@ -19,10 +19,10 @@
 // line "# rules: x, y" names the rules of docs/GATEWAY.md the script
 // checks (TestRelayScenarioRulesCovered). Commands:
 //
-//	lab [gateways=N] [credit=B] [memory=B] [drain=D]
-//	                         start the lab: N gateways per region [2],
-//	                         limits.flow_credit_bytes and memory_bytes,
-//	                         the drain timeout of Shutdown
+//	lab [gateways=N[,M]] [credit=B] [memory=B]
+//	                         start the lab: N gateways per region [2]
+//	                         (M in the destination region us-east),
+//	                         limits.flow_credit_bytes and memory_bytes
 //	host NAME region=R [via=GW,...] [credit=B] [hold] [goneafter=D]
 //	    [deadafter=D]        a host, registered at its region's gateways
 //	                         (via: those only), with memory key 7 to
@@ -37,6 +37,16 @@
 //	                         CODE (a refusal code, hyphens for spaces);
 //	                         through: a flow the source region's GW
 //	                         carries
+//	open-spread P n=N from=H to=R/E
+//	                         flows P1, P2, ... (at least N) until every
+//	                         gateway of R carries one
+//	routes                   record which gateway of the destination
+//	                         region relays each flow
+//	placement                after a gateway of the destination region
+//	                         was killed: whether each flow it relayed
+//	                         moved to the gateway rendezvous hashing
+//	                         ranks next for it (or a detour was counted),
+//	                         and each other flow stayed
 //	write F n=N size=S [key=K]
 //	                         N messages of S bytes at fresh addresses of
 //	                         the destination's memory (key K [7])
@@ -48,14 +58,16 @@
 //	await GW flows=N         until gateway GW shows N flows
 //	await R1->R2 unreachable until no gateway of R1 has a route to R2
 //	await drained            until every drain started has ended
+//	(write and await take "all" for F: every flow, in the order opened)
 //	pending F                how many of F's messages completed, failed
 //	check H                  every message written to H: delivered once,
 //	                         in order, the bytes as written
 //	stats H FIELD|FIELD>0... host.Stats fields
 //	kill GW|source-of=F|dest-of=F
 //	                         stop a gateway at once, as a crash would
-//	drain GW|source-of=F     Shutdown the gateway in the background,
-//	                         until it shows draining
+//	drain GW|source-of=F     Shutdown the gateway, in the background
+//	where F                  the gateway of the source region F is open
+//	                         through
 //	consume H                H's application starts reading
 //	exit H                   H closes (the receiver exits)
 //	close F                  F closes
@@ -67,6 +79,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -81,6 +94,7 @@ import (
 	"github.com/mrgw/mrgw/flowctl"
 	"github.com/mrgw/mrgw/gateway"
 	"github.com/mrgw/mrgw/host"
+	"github.com/mrgw/mrgw/internal/hrw"
 	"github.com/mrgw/mrgw/internal/script"
 	"github.com/mrgw/mrgw/loadtest/lab"
 	"github.com/mrgw/mrgw/netem"
@@ -125,16 +139,20 @@ type flowRec struct {
 }
 
 type relayScenario struct {
-	t        *testing.T
-	ctx      context.Context
-	l        *lab.Lab
-	hosts    map[string]*hostRec
-	flows    map[string]*flowRec
-	order    []string // flows in the order opened
-	draining map[string]bool
-	drains   sync.WaitGroup
-	rng      *rand.Rand
-	out      strings.Builder
+	t      *testing.T
+	ctx    context.Context
+	l      *lab.Lab
+	hosts  map[string]*hostRec
+	flows  map[string]*flowRec
+	order  []string // flows in the order opened
+	killed []string
+	// routes: each flow's gateway of the destination region when the
+	// routes command ran, and the source gateways' detours counted then.
+	routesAt  map[string]string
+	detoursAt uint64
+	drains    sync.WaitGroup
+	rng       *rand.Rand
+	out       strings.Builder
 }
 
 func (s *relayScenario) printf(format string, args ...any) { fmt.Fprintf(&s.out, format, args...) }
@@ -155,8 +173,7 @@ func TestRelayScenarios(t *testing.T) {
 		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), patience)
 			defer cancel()
-			s := &relayScenario{t: t, ctx: ctx, hosts: map[string]*hostRec{}, flows: map[string]*flowRec{},
-				draining: map[string]bool{}, rng: rand.New(rand.NewPCG(7, 11))}
+			s := &relayScenario{t: t, ctx: ctx, hosts: map[string]*hostRec{}, flows: map[string]*flowRec{}, rng: rand.New(rand.NewPCG(7, 11))}
 			t.Cleanup(s.drains.Wait)
 			script.Run(t, f, *rewrite, func(cmd string) string {
 				if t.Failed() {
@@ -170,7 +187,7 @@ func TestRelayScenarios(t *testing.T) {
 				if s.out.Len() == 0 {
 					return "ok"
 				}
-				return s.out.String()
+				return collapse(s.out.String())
 			})
 		})
 	}
@@ -296,9 +313,19 @@ func (s *relayScenario) run(cmd string, args []string) {
 	case "open":
 		s.open(args[0], m)
 	case "write":
-		s.write(args[0], m)
+		for _, f := range s.named(args[0]) {
+			s.write(f, m)
+		}
 	case "await":
-		s.await(args[0], args[1:])
+		for _, w := range s.named(args[0]) {
+			s.await(w, args[1:])
+		}
+	case "open-spread":
+		s.openSpread(args[0], m)
+	case "routes":
+		s.routes()
+	case "placement":
+		s.placement()
 	case "pending":
 		s.pending(s.flow(args[0]))
 	case "check":
@@ -316,25 +343,19 @@ func (s *relayScenario) run(cmd string, args []string) {
 	case "kill":
 		name, role := s.gatewayOf(args[0])
 		_ = s.gw(name).Close()
+		s.killed = append(s.killed, name)
 		s.printf("killed %s\n", role)
 	case "drain":
 		name, role := s.gatewayOf(args[0])
 		g := s.gw(name)
-		s.draining[name] = true
 		s.drains.Add(1)
 		go func() {
 			defer s.drains.Done()
 			_ = g.Shutdown(s.ctx)
 		}()
-		s.until(name+" draining", func() bool {
-			select {
-			case <-g.Done():
-				s.t.Fatalf("%s drained at once: it carried no flow", name)
-			default:
-			}
-			return g.Status().Draining
-		})
-		s.printf("draining %s\n", role)
+		s.printf("shutting %s down\n", role)
+	case "where":
+		s.printf("%s: through %s\n", args[0], s.srcGateway(s.flow(args[0]).f))
 	case "consume":
 		s.consume(s.host(args[0]))
 	case "exit":
@@ -364,24 +385,27 @@ func (s *relayScenario) startLab(m map[string]string) {
 		s.t.Fatal("a second lab")
 	}
 	cfg := lab.Config{OneWay: 5 * time.Millisecond, Logger: logger()}
-	n := 2
+	n := [2]int{2, 2}
 	for k, v := range m {
 		switch k {
 		case "gateways":
-			n = s.int(v)
+			a, b, ok := strings.Cut(v, ",")
+			n[0] = s.int(a)
+			n[1] = n[0]
+			if ok {
+				n[1] = s.int(b)
+			}
 		case "credit":
 			cfg.FlowCreditBytes = int64(s.int(v))
 		case "memory":
 			cfg.MemoryBytes = int64(s.int(v))
-		case "drain":
-			cfg.DrainTimeout = s.dur(v)
 		default:
 			s.t.Fatalf("unknown lab key %q", k)
 		}
 	}
 	cfg.Regions = []lab.Region{
-		{Name: lab.RegionA, Site: netem.SiteA, Gateways: n, Prefix: "euw"},
-		{Name: lab.RegionB, Site: netem.SiteB, Gateways: n, Prefix: "use"},
+		{Name: lab.RegionA, Site: netem.SiteA, Gateways: n[0], Prefix: "euw"},
+		{Name: lab.RegionB, Site: netem.SiteB, Gateways: n[1], Prefix: "use"},
 	}
 	l, err := lab.New(s.ctx, cfg)
 	if err != nil {
@@ -799,4 +823,148 @@ func plural(n int, what string) string {
 		return "1 " + what
 	}
 	return fmt.Sprintf("%d %ss", n, what)
+}
+
+// named is every flow for "all", else name itself.
+func (s *relayScenario) named(name string) []string {
+	if name == "all" {
+		return slices.Clone(s.order)
+	}
+	return []string{name}
+}
+
+// openSpread opens flows P1, P2, ... until there are n and every gateway
+// of the destination region relays one (bounded: 64 flows).
+func (s *relayScenario) openSpread(prefix string, m map[string]string) {
+	region, _ := s.dest(m)
+	n := s.int(m["n"])
+	for i := 1; ; i++ {
+		if i > 64 {
+			s.t.Fatalf("64 flows and a gateway of %s relays none", region)
+		}
+		name := fmt.Sprintf("%s%d", prefix, i)
+		s.open(name, m)
+		if s.flows[name] == nil {
+			return // refused: shown
+		}
+		s.out.Reset()
+		used := map[string]bool{}
+		for _, fn := range s.order {
+			f := s.flows[fn].f
+			used[s.gw(s.srcGateway(f)).FlowRoutes()[f.ID()]] = true
+		}
+		all := true
+		for _, g := range s.l.Names[region] {
+			all = all && used[g]
+		}
+		if i >= n && all {
+			s.printf("%s1..: every gateway of %s relays some\n", prefix, region)
+			return
+		}
+	}
+}
+
+// routes records where each flow is relayed to now.
+func (s *relayScenario) routes() {
+	s.routesAt = s.flowRoutes()
+	s.detoursAt = s.detours()
+	per := map[string]int{}
+	for _, g := range s.routesAt {
+		per[g]++
+	}
+	for _, g := range slices.Sorted(maps.Keys(per)) {
+		s.printf("%s relays some\n", g)
+	}
+}
+
+// flowRoutes maps every flow to the destination gateway relaying it.
+func (s *relayScenario) flowRoutes() map[string]string {
+	out := map[string]string{}
+	for _, fn := range s.order {
+		f := s.flows[fn].f
+		out[fn] = s.gw(s.srcGateway(f)).FlowRoutes()[f.ID()]
+	}
+	return out
+}
+
+// detours sums the routes the running source gateways took off the
+// rendezvous order (a gateway suspect or silent at that moment).
+func (s *relayScenario) detours() uint64 {
+	var n uint64
+	for _, g := range s.l.Names[lab.RegionA] {
+		if !slices.Contains(s.killed, g) {
+			n += s.gw(g).Detoured()
+		}
+	}
+	return n
+}
+
+func (s *relayScenario) placement() {
+	if s.routesAt == nil {
+		s.t.Fatal("placement before routes")
+	}
+	now := s.flowRoutes()
+	var live []string
+	for _, g := range s.l.Names[lab.RegionB] {
+		if !slices.Contains(s.killed, g) {
+			live = append(live, g)
+		}
+	}
+	// Gateways announce equal capacities in the lab: equal weights.
+	next := func(id uint64) string {
+		return live[hrw.Rank(id, len(live), func(i int) string { return live[i] }, func(int) float64 { return 1 })[0]]
+	}
+	off := 0
+	moved := map[string][]string{}  // problems per gateway the flows were on
+	stayed := map[string][]string{} // flows that stayed, per gateway
+	for _, fn := range s.order {
+		was, is := s.routesAt[fn], now[fn]
+		switch {
+		case slices.Contains(s.killed, was) && is != next(s.flows[fn].f.ID()):
+			off++
+			moved[was] = append(moved[was], fmt.Sprintf("%s went to %s, ranked next is %s", fn, is, next(s.flows[fn].f.ID())))
+		case slices.Contains(s.killed, was):
+			moved[was] = append(moved[was], "")
+		case is != was:
+			stayed[was] = append(stayed[was], fmt.Sprintf("%s moved to %s", fn, is))
+		default:
+			stayed[was] = append(stayed[was], "")
+		}
+	}
+	excused := uint64(off) <= s.detours()-s.detoursAt
+	for _, g := range s.l.Names[lab.RegionB] {
+		var bad []string
+		for _, p := range append(moved[g], stayed[g]...) {
+			if p != "" {
+				bad = append(bad, p)
+			}
+		}
+		switch {
+		case len(moved[g]) > 0 && (len(bad) == 0 || excused):
+			s.printf("flows of %s (killed): each moved to the gateway ranked next for it\n", g)
+		case len(stayed[g]) > 0 && len(bad) == 0:
+			s.printf("flows of %s: stayed\n", g)
+		case len(bad) > 0:
+			s.printf("flows of %s: %s\n", g, strings.Join(bad, "; "))
+		}
+	}
+}
+
+// collapse shows lines "NAME: REST" of two flows or more that all say the
+// same REST as one line "every flow: REST" (how many flows open-spread
+// opened depends on their random ids).
+func collapse(out string) string {
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	if len(lines) < 2 {
+		return out
+	}
+	var rest string
+	for i, l := range lines {
+		_, r, ok := strings.Cut(l, ": ")
+		if !ok || (i > 0 && r != rest) {
+			return out
+		}
+		rest = r
+	}
+	return "every flow: " + rest + "\n"
 }

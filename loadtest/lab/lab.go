@@ -130,10 +130,6 @@ type Config struct {
 	FlowCreditBytes, MemoryBytes int64
 	// MaxFlows is limits.max_flows of every gateway [the config default].
 	MaxFlows int
-	// DrainTimeout bounds a gateway's Shutdown drain [2 s]: a test that
-	// holds a drain open while it acts on the draining gateway sets it
-	// beyond its own patience, so that only its messages finishing ends it.
-	DrainTimeout time.Duration
 	// Direct: no emulator; gateways send WAN datagrams to each other over
 	// loopback, every region reaches every other, and sites are ignored
 	// (Lab.Emu is nil).
@@ -311,9 +307,6 @@ func (cfg *Config) fill() {
 	}
 	if cfg.WANControl == "" {
 		cfg.WANControl = config.WANControllerHTCP
-	}
-	if cfg.DrainTimeout == 0 {
-		cfg.DrainTimeout = 2 * time.Second
 	}
 	if cfg.LogLevel == "" {
 		cfg.LogLevel = config.LogInfo
@@ -543,7 +536,7 @@ func (l *Lab) newGateways(names []string) error {
 			ControlKeepalive: 500 * time.Millisecond,
 			ControlMisses:    6,
 			StatsEvery:       200 * time.Millisecond,
-			DrainTimeout:     l.cfg.DrainTimeout,
+			DrainTimeout:     2 * time.Second,
 		})
 		if err != nil {
 			return fmt.Errorf("lab: gateway %s: %w", n, err)
