@@ -39,7 +39,7 @@ var notConversions = map[string]string{
 	"filecopy/state.go: (n + 7) / 8":        "bitmap length",
 	"filecopy/state.go: i / 8":              "bitmap index",
 	"filecopy/state.go: uint64(len(b)) * 8": "bitmap length in bits",
-	"filecopy/send.go: (n + 7) / 8":         "bitmap length",
+	"filecopy/sendloop.go: (n + 7) / 8":     "bitmap length",
 	// PINGs: eight per dead-after, so that a peer silent for the
 	// dead-after has missed eight answers, not one.
 	"gateway/gateway.go: proto.DeadAfter / 8": "PING interval, an eighth of the dead-after",
