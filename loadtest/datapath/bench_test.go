@@ -56,6 +56,8 @@ func BenchmarkFloorVsTunnel(b *testing.B) {
 		b.ReportMetric(tun.CPUPerGbps()/fl.CPUPerGbps(), "ratio")
 		b.ReportMetric(tun.Bps()/1e9, "mrgw-Gbit/s")
 		b.ReportMetric(tun.AllocsPerPacket(), "allocs/datagram")
+		b.ReportMetric(tun.perWrite, "datagrams/write")
+		b.ReportMetric(tun.perRead, "datagrams/read")
 	}
 }
 
@@ -95,5 +97,7 @@ func BenchmarkTunnel(b *testing.B) {
 		b.ReportMetric(tun.CPUPerGbps(), "cores/Gbit/s")
 		b.ReportMetric(tun.ackRatio, "acks/DATA")
 		b.ReportMetric(tun.AllocsPerPacket(), "allocs/datagram")
+		b.ReportMetric(tun.perWrite, "datagrams/write")
+		b.ReportMetric(tun.perRead, "datagrams/read")
 	}
 }
