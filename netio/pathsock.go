@@ -34,7 +34,7 @@ type sock struct {
 	stop chan struct{} // closed when the socket is retired
 
 	// shard is the sender goroutine that writes this socket's datagrams
-	// (see tx.go); out, outFrom and dirty belong to that sender.
+	// (see tx.go); out and dirty belong to that sender.
 	shard int
 
 	// The sender's fields sit on cache lines of their own: it writes them
@@ -42,12 +42,10 @@ type sock struct {
 	// for every datagram it polls, and on one line the two cores passed it
 	// back and forth (the loads of shard and plane in queue and countTx
 	// were 1% of the datapath tunnel's CPU at MTU 1400).
-	_   cpu.CacheLinePad
-	out []udp.Message // datagrams waiting for the next WriteBatch
-	// outFrom is the path each datagram of out was sent on.
-	outFrom []txFrom
-	dirty   bool
-	_       cpu.CacheLinePad
+	_     cpu.CacheLinePad
+	out   []udp.Message // datagrams waiting for the next WriteBatch
+	dirty bool
+	_     cpu.CacheLinePad
 
 	// Owner goroutine only.
 	refs      int           // (connection, path) pairs sending from it

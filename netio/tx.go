@@ -169,14 +169,13 @@ func (e *Endpoint) writeBatch(w *txSender, b *sendBatch) {
 		}
 		s := it.s
 		s.out = append(s.out, udp.Message{Buf: wire, N: len(wire), Addr: it.dst})
-		s.outFrom = append(s.outFrom, txFrom{conn: it.conn, path: int(it.path)})
 		if !s.dirty {
 			s.dirty = true
 			w.dirty = append(w.dirty, s)
 		}
 	}
 	for _, s := range w.dirty {
-		for out, from := s.out, s.outFrom; len(out) > 0; {
+		for out := s.out; len(out) > 0; {
 			sent, err := s.c.WriteBatch(out)
 			var bytes uint64
 			for _, m := range out[:sent] {
@@ -193,8 +192,8 @@ func (e *Endpoint) writeBatch(w *txSender, b *sendBatch) {
 				// DontFragment): lost, and the path's MTU discovery
 				// learns it; the rest of the batch still goes.
 				e.ctr.txErr.Add(1)
-				e.tooBig(from[sent], out[sent].N)
-				out, from = out[sent+1:], from[sent+1:]
+				e.tooBig(sentFrom(b, out[sent].Buf), out[sent].N)
+				out = out[sent+1:]
 				continue
 			}
 			// The protocol treats these as lost and recovers; a socket
@@ -205,8 +204,6 @@ func (e *Endpoint) writeBatch(w *txSender, b *sendBatch) {
 		}
 		clear(s.out) // drop the references to the buffers
 		s.out = s.out[:0]
-		clear(s.outFrom)
-		s.outFrom = s.outFrom[:0]
 		s.dirty = false
 	}
 	clear(w.dirty)
@@ -232,6 +229,22 @@ func sealedFor(items []txItem, s Sealer) int {
 type txFrom struct {
 	conn *metaroce.Conn
 	path int
+}
+
+// sentFrom finds the path of the datagram wire in b: the item whose buffer
+// it lies in (wire runs to the end of its buffer, as every datagram the
+// sender queues does). Only a refused send needs the path, so it is looked
+// up then instead of being recorded beside every datagram queued.
+func sentFrom(b *sendBatch, wire []byte) txFrom {
+	end := wire[:cap(wire)]
+	for i := range b.items {
+		it := &b.items[i]
+		buf := it.buf[:cap(it.buf)]
+		if len(buf) > 0 && len(end) > 0 && &buf[len(buf)-1] == &end[len(end)-1] {
+			return txFrom{conn: it.conn, path: int(it.path)}
+		}
+	}
+	return txFrom{}
 }
 
 // tooBig tells the connection's path MTU discovery, on the owner
