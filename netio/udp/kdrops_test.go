@@ -32,3 +32,88 @@ func TestKernelDropsOfALiveSocket(t *testing.T) {
 		t.Fatalf("KernelDrops of a new socket: %d %v", n, err)
 	}
 }
+
+// TestKernelDropsCountsOverflow overflows a socket's receive buffer and
+// checks that the socket's own count (SO_MEMINFO) is the /proc table's.
+func TestKernelDropsCountsOverflow(t *testing.T) {
+	rx, err := Listen(netip.MustParseAddrPort("127.0.0.1:0"), Options{ReadBuffer: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rx.Close()
+	tx, err := Listen(netip.MustParseAddrPort("127.0.0.1:0"), Options{DisableGSO: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Close()
+	rc, err := rx.udp.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := make([]Message, 64)
+	for i := range msgs {
+		msgs[i] = Message{Buf: make([]byte, 1200), N: 1200, Addr: rx.LocalAddr()}
+	}
+	// Nothing reads rx: once its buffer is full every datagram is
+	// dropped. Send until a drop is counted (delivery on loopback may
+	// finish after the send returns).
+	var own uint64
+	for round := 0; own == 0; round++ {
+		if round == 10000 {
+			t.Fatal("no drop counted after 10000 batches to an unread socket")
+		}
+		if _, err := tx.WriteBatch(msgs); err != nil {
+			t.Fatal(err)
+		}
+		if own, err = meminfoDrops(rc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The count only grows, and nothing is sent any more: read the socket,
+	// then the table, then the socket again.
+	a, err := meminfoDrops(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := procDrops(rc, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := rx.KernelDrops()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a > p || p > b {
+		t.Fatalf("SO_MEMINFO %d then %d, /proc %d between: want them equal", a, b, p)
+	}
+}
+
+// BenchmarkKernelDrops compares the socket's own count (SO_MEMINFO) with a
+// read of the /proc table, in one run.
+func BenchmarkKernelDrops(b *testing.B) {
+	c, err := Listen(netip.MustParseAddrPort("127.0.0.1:0"), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	rc, err := c.udp.SyscallConn()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("meminfo", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := meminfoDrops(rc); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("proc", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := procDrops(rc, false); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
