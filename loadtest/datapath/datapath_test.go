@@ -70,6 +70,10 @@ func TestRun(t *testing.T) {
 				t.Errorf("mtu %d: no %s row", mtu, s)
 			}
 		}
+		if raceEnabled {
+			t.Logf("mtu %d: floor against raw UDP not compared under the race detector", mtu)
+			continue
+		}
 		if got[SysFloor] < got[SysRawUDP] {
 			t.Errorf("mtu %d: the floor (%.3f cores per Gbit/s) below raw UDP (%.3f)", mtu, got[SysFloor], got[SysRawUDP])
 		}
