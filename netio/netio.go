@@ -71,6 +71,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/cpu"
+
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/netio/seal"
 	"github.com/mrgw/mrgw/netio/udp"
@@ -278,17 +280,31 @@ func (s *Stats) Dropped() uint64 {
 	return n
 }
 
+// counters are the endpoint's (Stats). Those written on the datapath are
+// grouped by the goroutine that writes them, each group on cache lines of
+// its own: packed together, the owner's add per received batch, a
+// sender's per write and a reader's per read each waited for the line to
+// come back from another core (one atomic add of the owner's was 2% of a
+// relaying gateway's CPU).
 type counters struct {
-	rxDatagrams, rxBytes, txDatagrams, txBytes atomic.Uint64
-	txWrites, rxReads                          atomic.Uint64
-	unknown, badInit                           atomic.Uint64
-	open                                       [seal.NumErrors]atomic.Uint64
-	sealErr, txErr, noSocket, readErr          atomic.Uint64
-	noPeer                                     atomic.Uint64
-	retriesSent, badCookies, retriesReceived   atomic.Uint64
-	tooBig                                     atomic.Uint64
-	pathSockets, opened                        atomic.Uint64
-	ownerPasses                                atomic.Uint64
+	_ cpu.CacheLinePad
+	// The owner goroutine: per pass and per received batch.
+	rxDatagrams, rxBytes, ownerPasses atomic.Uint64
+	_                                 cpu.CacheLinePad
+	// The sender goroutines: per write.
+	txDatagrams, txBytes, txWrites atomic.Uint64
+	_                              cpu.CacheLinePad
+	// The reader goroutines: per read.
+	rxReads atomic.Uint64
+	_       cpu.CacheLinePad
+	// The rest count what is rare: errors, drops, sockets.
+	unknown, badInit                         atomic.Uint64
+	open                                     [seal.NumErrors]atomic.Uint64
+	sealErr, txErr, noSocket, readErr        atomic.Uint64
+	noPeer                                   atomic.Uint64
+	retriesSent, badCookies, retriesReceived atomic.Uint64
+	tooBig                                   atomic.Uint64
+	pathSockets, opened                      atomic.Uint64
 }
 
 // Endpoint is a metaroce.Endpoint running over UDP. Its methods are safe
