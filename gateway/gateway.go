@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,12 +26,12 @@ import (
 	"github.com/mrgw/mrgw/metrics"
 	"github.com/mrgw/mrgw/netio"
 	"github.com/mrgw/mrgw/netio/seal"
+	"github.com/mrgw/mrgw/netio/udp"
 	"github.com/mrgw/mrgw/pathmgr"
 	"github.com/mrgw/mrgw/region"
 	"github.com/mrgw/mrgw/tunnel"
 	"github.com/mrgw/mrgw/tunnel/control"
 	"github.com/mrgw/mrgw/tunnel/pki"
-	"github.com/mrgw/mrgw/units"
 )
 
 // Options are what a Gateway takes besides its configuration: things that
@@ -620,151 +619,6 @@ func (g *Gateway) goTrack(f func()) {
 	}()
 }
 
-// silenceLoop observes every WAN peer every DeadAfter/50 (10 ms at the
-// default 500 ms; 2 to 100 ms), so that a peer that fell silent is
-// dropped within a few percent of DeadAfter after it (relay.watchSilence).
-func (g *Gateway) silenceLoop() {
-	every := min(max(g.deadAfter/50, 2*time.Millisecond), 100*time.Millisecond)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-g.ctx.Done():
-			return
-		case <-t.C:
-		}
-		// Do: nothing waits for it, and a full command queue must not
-		// hold up shutdown.
-		if err := g.ep.Do(g.ctx, func(now time.Duration, _ *metaroce.Endpoint) { g.relay.watchSilence(now, g.deadAfter) }); err != nil {
-			return
-		}
-	}
-}
-
-// joinLoop joins the gossip cluster, retrying while the seeds are not up
-// yet (gateways of a deployment start in any order).
-func (g *Gateway) joinLoop() {
-	seeds := g.Config().Gossip.Seeds
-	if len(seeds) == 0 {
-		g.joined.Store(true)
-		return
-	}
-	wait := 200 * time.Millisecond
-	for g.ctx.Err() == nil {
-		n, err := g.cluster.Join(g.ctx, seeds)
-		// A member that claimed this gateway's name before its first
-		// join is the holder: this one stops before it serves anything
-		// (no peer was connected: syncPeers waits for joined), and says
-		// no goodbye, which the others would apply to the holder.
-		if holder, ok := g.cluster.NameHeldBy(); ok {
-			g.nameInUse(holder)
-			return
-		}
-		if err == nil && n > 0 {
-			g.joined.Store(true)
-			g.log.Info("joined gossip", "members", n)
-			g.syncPeers()
-			g.reconnectLoop(seeds)
-			return
-		}
-		if errors.Is(err, region.ErrClosed) {
-			return
-		}
-		g.log.Debug("gossip join failed; retrying", "err", err)
-		if !sleepCtx(g.ctx, wait) {
-			return
-		}
-		wait = min(2*wait, 5*time.Second)
-	}
-}
-
-// nameInUse stops a gateway whose name another gateway holds: Run returns
-// ErrNameInUse naming the holder.
-func (g *Gateway) nameInUse(holder string) {
-	name := g.Config().Node.Name
-	err := fmt.Errorf("%w: node.name %q is held by the gateway at %s (its gossip address); this one stops without serving: give each gateway a name of its own",
-		ErrNameInUse, name, holder)
-	g.log.Error("gateway name in use: stopping", "name", name, "holder", holder)
-	g.runMu.Lock()
-	g.runErr = err
-	g.runMu.Unlock()
-	go g.Close() // from a tracked goroutine: Close waits for them
-}
-
-// reconnectInterval is how often a gateway tries to rejoin gateways that
-// gossip declared dead.
-const reconnectInterval = 2 * time.Second
-
-// reconnectLoop rejoins, every reconnectInterval, the gossip address of
-// every gateway the view holds dead, and the seeds while any is: memberlist
-// never probes a member it declared dead, so after a partition between
-// regions heals the two sides would stay apart (each routing nothing to
-// the other) until a gateway restarted. Serf's reconnector does the same
-// for failed members. A dead gateway that is really gone costs one failed
-// dial per interval.
-func (g *Gateway) reconnectLoop(seeds []string) {
-	t := time.NewTicker(reconnectInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-g.ctx.Done():
-			return
-		case <-t.C:
-		}
-		var addrs []string
-		for _, gws := range g.cluster.View().Regions {
-			for _, gw := range gws {
-				if gw.State == region.Dead && gw.Gossip.IsValid() {
-					addrs = append(addrs, gw.Gossip.String())
-				}
-			}
-		}
-		if len(addrs) == 0 {
-			continue
-		}
-		n, err := g.cluster.Join(g.ctx, append(addrs, seeds...))
-		if errors.Is(err, region.ErrClosed) {
-			return
-		}
-		g.log.Debug("gossip: rejoin of dead gateways", "addrs", len(addrs), "reached", n, "err", err)
-	}
-}
-
-// watchGossip acts on membership changes at once: a gateway of another
-// region that gossip announces becomes a peer (syncPeers), and a peer
-// gateway that gossip declares dead loses its WAN connection now (its
-// flows are RESET upstream so the sources move to another gateway of the
-// region), without waiting for the connection's own timers. The view is
-// also read every peerSyncEvery: notifications can be dropped, and a
-// gateway's new addresses are no change of state.
-func (g *Gateway) watchGossip() {
-	ch, stop := g.cluster.WatchChanges(64)
-	defer stop()
-	t := time.NewTicker(peerSyncEvery)
-	defer t.Stop()
-	g.syncPeers()
-	for {
-		select {
-		case <-g.ctx.Done():
-			return
-		case <-t.C:
-			g.syncPeers()
-		case c, ok := <-ch:
-			if !ok {
-				return
-			}
-			// region logs the change at info ("gateway state"): once is enough.
-			g.log.Debug("gossip: gateway state", "name", c.Name, "region", c.Region, "from", c.From.String(), "to", c.To.String())
-			if p := g.peer(c.Name); p != nil && !c.To.Live() {
-				_ = g.ep.Do(g.ctx, func(now time.Duration, _ *metaroce.Endpoint) {
-					g.relay.dropPeer(now, p, "gossip: "+c.To.String())
-				})
-			}
-			g.syncPeers()
-		}
-	}
-}
-
 // Shutdown stops the gateway gracefully: new flows are refused with
 // OPEN_ERR gateway draining; the gateway leaves gossip so that peers route
 // around it; in-flight messages get until the drain timeout (or ctx) to
@@ -902,95 +756,6 @@ func (g *Gateway) waitConnsClosed(ctx context.Context, limit time.Duration) {
 	}
 }
 
-// Reload applies a new configuration if config.Reloadable accepts it:
-// log.level, limits.*, scheduler.*, the pacing ceilings (to the
-// connections already open too), wan.key_rotation (to the sessions already
-// up too), gossip.keyring and control.deny (sessions with gateways it now
-// denies end). Anything else is refused
-// (ErrReload wrapping the keys that need a restart) and nothing changes.
-func (g *Gateway) Reload(next *config.Config) error {
-	running := g.Config()
-	changed, err := config.Reloadable(running, next)
-	if err != nil {
-		g.metrics.ConfigReload(metrics.ResultRefused)
-		return fmt.Errorf("%w: %w", ErrReload, err)
-	}
-	if len(changed) == 0 {
-		g.metrics.ConfigReload(metrics.ResultOK)
-		return nil
-	}
-	if slices.ContainsFunc(changed, func(k string) bool { return k == "gossip.keyring" }) {
-		var keys [][]byte
-		for _, k := range next.Gossip.Keyring {
-			b, derr := base64.StdEncoding.DecodeString(k)
-			if derr != nil {
-				g.metrics.ConfigReload(metrics.ResultInvalid)
-				return fmt.Errorf("%w: gossip.keyring: %w", ErrReload, derr)
-			}
-			keys = append(keys, b)
-		}
-		if kerr := g.cluster.SetKeyring(keys); kerr != nil {
-			g.metrics.ConfigReload(metrics.ResultFailed)
-			return fmt.Errorf("%w: gossip.keyring: %w", ErrReload, kerr)
-		}
-	}
-	g.level.Set(parseLevel(next.Log.Level))
-	if err := g.ep.Call(context.Background(), func(now time.Duration, ep *metaroce.Endpoint) {
-		g.relay.apply(next)
-		g.applyRates(ep, running, next)
-	}); err != nil {
-		return err
-	}
-	g.metrics.MemoryLimitBytes.Set(float64(next.Limits.MemoryBytes))
-	g.metrics.HostFlowsLimit.Set(float64(next.Limits.MaxFlows))
-	g.cfgv.Store(next)
-	if slices.Contains(changed, "control.deny") {
-		// Revocation: sessions with gateways now denied end, and they
-		// are no peers any more (a new session is refused).
-		g.closeDenied(next)
-	}
-	g.metrics.ConfigReload(metrics.ResultOK)
-	g.log.Info("configuration reloaded", "changed", changed)
-	return nil
-}
-
-// lineRater is a controller whose ceiling can change while it runs (the
-// cc.AIMD family and cc.Fixed).
-type lineRater interface{ SetLineRate(rate units.ByteRate) }
-
-// applyRates applies reloaded pacing ceilings (wan.max_rate_bps,
-// lan.max_rate_bps) to the connections already open, to the receiver's
-// capacity (its rate hints) and to the controllers of new connections. It
-// runs on the endpoint's goroutine.
-func (g *Gateway) applyRates(ep *metaroce.Endpoint, running, next *config.Config) {
-	if next.WAN.MaxRate() == running.WAN.MaxRate() && next.LAN.MaxRate() == running.LAN.MaxRate() {
-		return
-	}
-	wan, lan := wanRate(next), next.LAN.MaxRate()
-	g.reloadEgress(wan)
-	if f, err := controller(next.WAN.CongestionControl, wanParams(next, g.egress)); err == nil {
-		g.wanCC = f
-	}
-	if f, err := controller(next.LAN.CongestionControl, cc.Params{LineRate: lan}); err == nil {
-		g.lanCC = f
-	}
-	ep.SetReceiveCapacity(wan)
-	n, missed := 0, 0
-	for _, c := range ep.Conns() {
-		bps := lan
-		if c.Peer() < hostPeerBase {
-			bps = wan
-		}
-		if lr, ok := c.Controller().(lineRater); ok {
-			lr.SetLineRate(bps.Bytes())
-			n++
-		} else {
-			missed++
-		}
-	}
-	g.log.Info("pacing ceilings reloaded", "wan_max_rate_bps", wan, "lan_max_rate_bps", lan, "connections", n, "new_connections_only", missed)
-}
-
 func parseLevel(s string) slog.Level {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(s)); err != nil {
@@ -1011,72 +776,6 @@ func suiteOf(name string) (seal.Suite, error) {
 	return 0, fmt.Errorf("unknown cipher %q", name)
 }
 
-// controller looks a congestion controller up by name (package cc's
-// registry; cc/longrtt registers the long-RTT ones).
-func controller(name string, p cc.Params) (cc.Factory, error) {
-	return cc.Lookup(name, p)
-}
-
-// wanParams are the parameters of the controllers of the connections to
-// other gateways: wan.max_rate_bps (wanRate) as each one's ceiling, the slowest
-// region's RTT hint as the base RTT, the gateway's egress share, and
-// wan.classic_fallback.
-func wanParams(cfg *config.Config, egress *cc.Egress) cc.Params {
-	return cc.Params{LineRate: wanRate(cfg), BaseRTT: slowestHint(cfg), Egress: egress, ClassicFallback: cfg.WAN.ClassicFallback}
-}
-
-// newEgress returns the egress share of a WAN capacity, measured over two
-// of the slowest region's round trips (cc.NewEgress). An unlimited rate (0)
-// gets one too, with no capacity: it hands out no level, but it counts the
-// connections, so that a limit reloaded later is shared among the ones
-// already open.
-func newEgress(capacity units.BitRate, rtt time.Duration) *cc.Egress {
-	return cc.NewEgress(capacity, 2*rtt)
-}
-
-// reloadEgress applies a reloaded wan.max_rate_bps to the egress share:
-// the gateway keeps one Egress for its life, which every WAN connection's
-// controller holds, and sets the new capacity on it (0: unlimited, no
-// level). It used to drop the Egress on a reload to 0 and make a new one
-// when a limit came back, which only the connections opened after that
-// shared: the open ones kept the dropped Egress, at capacity 0, and each
-// paced at its receiver's hint, up to the whole capacity each
-// (TestReloadEgressZeroAndBack).
-func (g *Gateway) reloadEgress(capacity units.BitRate) {
-	g.egress.SetCapacity(capacity)
-}
-
-// leaveEgress takes a closed connection out of the egress share at once
-// (cc.AIMD.LeaveEgress): the others' shares rise now rather than after it
-// idled for 50 windows. A controller without an egress share (a host
-// connection's, cc.Fixed) has no such method.
-func leaveEgress(c *metaroce.Conn) {
-	if l, ok := c.Controller().(interface{ LeaveEgress() }); ok {
-		l.LeaveEgress()
-	}
-}
-
-// slowestHint is the longest regions[].rtt_hint: it seeds the path timers
-// before the first RTT sample.
-func slowestHint(cfg *config.Config) time.Duration {
-	var h time.Duration
-	for _, r := range cfg.Regions {
-		h = max(h, r.RTTHint)
-	}
-	return h
-}
-
-func resolveUDP(s string) (netip.AddrPort, error) {
-	if a, err := netip.ParseAddrPort(s); err == nil {
-		return a, nil
-	}
-	ua, err := net.ResolveUDPAddr("udp", s)
-	if err != nil {
-		return netip.AddrPort{}, err
-	}
-	return ua.AddrPort(), nil
-}
-
 func sleepCtx(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -1086,4 +785,23 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// socketBufferBytes is asked for as SO_RCVBUF and SO_SNDBUF on every
+// socket (the kernel caps it at net.core.rmem_max/wmem_max). The LAN socket
+// receives from every host at once: with the kernel's default of 208 KiB
+// (about 25 datagrams of 4 KiB), 32 hosts starting a message together
+// overflowed it and the kernel dropped thousands of datagrams per second
+// (incast 64→1 in mrgw loadtest: 23,000 drops on one gateway's LAN socket,
+// /proc/net/udp), which the hosts read as dead paths.
+const socketBufferBytes = 4 << 20
+
+func udpOptions(cfg *config.Config) udp.Options {
+	// DontFragment: never fragmented, so that path MTU discovery sees
+	// what does not fit as lost (pmtu.go).
+	o := udp.Options{DisableGSO: !cfg.WAN.GSO, DisableGRO: !cfg.WAN.GRO, ReadBuffer: socketBufferBytes, WriteBuffer: socketBufferBytes, DontFragment: true}
+	if !cfg.WAN.ECN {
+		o.NotECT = true
+	}
+	return o
 }

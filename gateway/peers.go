@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/big"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -436,4 +437,15 @@ func (g *Gateway) Detoured() uint64 {
 	var n uint64
 	_ = g.ep.Call(context.Background(), func(time.Duration, *metaroce.Endpoint) { n = g.relay.detoured })
 	return n
+}
+
+func resolveUDP(s string) (netip.AddrPort, error) {
+	if a, err := netip.ParseAddrPort(s); err == nil {
+		return a, nil
+	}
+	ua, err := net.ResolveUDPAddr("udp", s)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	return ua.AddrPort(), nil
 }

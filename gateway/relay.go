@@ -3,14 +3,10 @@
 package gateway
 
 import (
-	"errors"
-	"fmt"
-	"slices"
 	"time"
 
 	"github.com/mrgw/mrgw/config"
 	"github.com/mrgw/mrgw/flowctl"
-	"github.com/mrgw/mrgw/internal/hrw"
 	"github.com/mrgw/mrgw/internal/liveness"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/metrics"
@@ -224,98 +220,6 @@ func (ci *connInfo) peerName() string {
 	return "host:" + ci.endpoint
 }
 
-// ensureConn opens the WAN connection to p if there is none (dialer side).
-func (r *relay) ensureConn(now time.Duration, ep *metaroce.Endpoint, p *wanPeer) {
-	if ci := r.wan[p]; ci != nil && !ci.dead {
-		return
-	}
-	c, err := ep.ConnectWith(now, p.id, metaroce.ConnOptions{CC: r.g.wanCC, Paths: r.g.Config().WAN.PathsPerPeer, PMTU: r.g.wanPMTU(r.g.Config())})
-	if err != nil {
-		r.g.log.Warn("cannot open WAN connection", "peer", p.name, "err", err)
-		return
-	}
-	r.wan[p] = r.info(c)
-	p.setState("connecting", "")
-}
-
-// keepalive PINGs p on its WAN connection (peerLoop, every wanPingEvery).
-// metaroce finds a dead peer only through packets that go unacknowledged:
-// a connection with nothing in flight (idle, or every message of its flows
-// acknowledged by the peer and waiting for DONE from the destination host)
-// never saw its peer die, and its flows stalled until gossip declared the
-// peer dead or the control session's keepalives ran out (2.7 s and 3 s in
-// the chaos scenario, against wan.dead_after's 500 ms). With a PING in
-// flight, a dead peer is silent while waited on, and watchSilence drops the
-// connection DeadAfter later, whatever the flows do. The peer answers PONG
-// (any version), which the relay ignores.
-func (r *relay) keepalive(p *wanPeer) {
-	if ci := r.wan[p]; ci != nil && ci.up && !ci.dead {
-		r.sendCtl(ci, &flowctl.Msg{Type: flowctl.Ping})
-	}
-}
-
-// watchSilence drops every WAN connection whose peer has answered
-// nothing for DeadAfter while something waited for its answer
-// (internal/liveness; silenceLoop runs it every DeadAfter/50): its flows
-// are RESET upstream now and their sources re-open them elsewhere.
-// metaroce would close the connection only once every path had been
-// down for DeadAfter, and paths go down one by one on timeouts of their
-// own (an idle path that is still up never times out): in the chaos
-// scenario the last path to a killed gateway went down 0.4 to 1.7 s after
-// the kill and flows leaving through it stalled up to 2.3 s for a
-// wan.dead_after of 500 ms (docs/RESULTS.md). The PING every
-// wanPingEvery keeps something waiting for a live peer's answer.
-func (r *relay) watchSilence(now time.Duration, deadAfter time.Duration) {
-	for _, ci := range r.wan {
-		if !ci.up || ci.dead {
-			continue
-		}
-		c := ci.c
-		st := &c.Stats
-		silent, dead := ci.live.Observe(now, liveness.Sample{
-			Heard: st.AcksReceived + st.DataReceived, Waiting: c.InflightBytes() > 0, Timeouts: st.Timeouts,
-		}, deadAfter)
-		if dead {
-			r.dropSilent(now, ci, silent)
-			continue
-		}
-		r.logBlackHoles(ci)
-	}
-}
-
-// dropSilent acts on the liveness verdict: ci's peer has been silent for
-// silent while waited on. It is counted (mrgw_peer_silence_drops_total),
-// the connection's flows are RESET upstream and it closes.
-func (r *relay) dropSilent(now time.Duration, ci *connInfo, silent time.Duration) {
-	ci.wan.metrics.SilenceDrop()
-	r.dropConn(now, ci, fmt.Sprintf("peer silent: nothing heard from it for %v", silent.Round(time.Millisecond)))
-	ci.c.Close(now)
-}
-
-// logBlackHoles warns when a WAN connection's path MTU discovery has
-// decided that a size stopped crossing a plane: until a retry proves the
-// size again, the plane carries smaller datagrams or no data at all, and
-// without this line an operator sees only a plane that went quiet.
-func (r *relay) logBlackHoles(ci *connInfo) {
-	n := ci.c.PMTUBlackHoles()
-	if n == ci.blackHoles {
-		return
-	}
-	ci.blackHoles = n
-	for _, gr := range ci.c.PMTU() {
-		for len(ci.groupBlackHoles) <= gr.Group {
-			ci.groupBlackHoles = append(ci.groupBlackHoles, 0)
-		}
-		if gr.Stats.BlackHoles == ci.groupBlackHoles[gr.Group] {
-			continue // no new verdict on this plane
-		}
-		ci.groupBlackHoles[gr.Group] = gr.Stats.BlackHoles
-		r.g.pmtuLog.Warn(ci.wan.name+"/"+r.g.planeName(gr.Group), "path MTU black hole: the size stopped crossing the plane; discovery searches again",
-			"peer", ci.wan.name, "plane", r.g.planeName(gr.Group), "datagram_bytes", gr.Size,
-			"carries_data", gr.Data, "black_holes", gr.Stats.BlackHoles)
-	}
-}
-
 func (r *relay) onEvent(now time.Duration, ev metaroce.Event) {
 	switch ev.Kind {
 	case metaroce.EventConnected:
@@ -430,21 +334,6 @@ func (r *relay) dropConn(now time.Duration, ci *connInfo, reason string) {
 	}
 	// ci stays in conns, marked dead, until its EventClosed: what still
 	// arrives on it is ignored.
-}
-
-// dropPeer ends the WAN connection to p (gossip says it is dead, or its
-// control session ended).
-func (r *relay) dropPeer(now time.Duration, p *wanPeer, reason string) {
-	if ci := r.wan[p]; ci != nil {
-		r.dropConn(now, ci, reason)
-		ci.c.Close(now)
-	}
-	for c, ci := range r.conns {
-		if ci.wan == p && !ci.dead {
-			r.dropConn(now, ci, reason)
-			c.Close(now)
-		}
-	}
 }
 
 // teardown forgets a flow: its relayed messages fail (returning their
@@ -731,111 +620,6 @@ func (r *relay) retryOpen(f *flow) bool {
 	r.sendCtl(next, &fw)
 	r.g.log.Debug("flow re-routed: endpoint unknown at the first gateway", "flow", flowctl.FlowID(f.id), "next", next.peerName())
 	return true
-}
-
-// route picks the next gateway of a flow: a live gateway of the region
-// (gossip) that has an established WAN connection, in the order of
-// weighted rendezvous hashing of the flow id (weights: the capacities the
-// gateways announce, or regions[].gateways[].weight), alive ones before
-// suspect ones. Every gateway of this region ranks a flow alike, a
-// gateway joining the destination region takes only its share of the
-// flows, and one leaving moves only its own. Errors are immediate, never
-// a wait.
-func (r *relay) route(flowID uint64, dst string) (*connInfo, flowctl.Code, string) {
-	return r.routeExcept(flowID, dst, nil)
-}
-
-// routeExcept is route passing over the connections in skip.
-func (r *relay) routeExcept(flowID uint64, dst string, skip []*connInfo) (*connInfo, flowctl.Code, string) {
-	gws, err := r.g.cluster.Route(dst)
-	if err != nil {
-		if errors.Is(err, region.ErrUnknownRegion) {
-			return nil, flowctl.CodeUnknownRegion, err.Error()
-		}
-		return nil, flowctl.CodeRegionUnreachable, err.Error()
-	}
-	cfg := r.g.Config()
-	order := rankGateways(cfg, flowID, gws)
-	cands := make([]*connInfo, 0, len(order))
-	// first is the connection rendezvous hashing alone ranks first among
-	// those that could carry the flow (skip and gossip's suspect state
-	// aside): a choice other than it is a detour.
-	var first *connInfo
-	firstScore := 0.0
-	for _, k := range order {
-		p := r.g.peer(gws[k].Name)
-		if p == nil {
-			continue
-		}
-		ci := r.wan[p]
-		if ci == nil || !ci.up || ci.dead {
-			continue
-		}
-		if a := p.attached(); a == nil || a.Draining() {
-			continue
-		}
-		if sc := hrw.Score(flowID, gws[k].Name, peerWeight(cfg, gws[k])); first == nil || sc > firstScore {
-			first, firstScore = ci, sc
-		}
-		if slices.Contains(skip, ci) {
-			continue
-		}
-		cands = append(cands, ci)
-	}
-	if ci := pickRoute(cands, r.g.ep.Now(), r.g.suspectAfter()); ci != nil {
-		if ci != first {
-			r.detoured++
-		}
-		return ci, 0, ""
-	}
-	return nil, flowctl.CodeRegionUnreachable, "no WAN connection to a live gateway of " + dst
-}
-
-// suspectAfter is how long a WAN peer may be silent while waited on before
-// routing passes over it (pickRoute): two PING intervals (DeadAfter/4 at
-// the default PING interval of DeadAfter/8); without PINGs, DeadAfter/4.
-func (g *Gateway) suspectAfter() time.Duration {
-	if g.wanPingEvery > 0 {
-		return 2 * g.wanPingEvery
-	}
-	return g.deadAfter / 4
-}
-
-// pickRoute takes the first of cands (established connections to live,
-// attached gateways, in the flow's rendezvous order) in two passes: the
-// first passes over a connection none of whose paths can carry data, or
-// whose peer has answered nothing for suspect while waited on. Its peer
-// is dying, or cut off: the connection closes after DeadAfter unless it
-// answers. A flow sent there stalls until then and is RESET, and its
-// source's re-open came here precisely because another gateway of our
-// region had just lost that peer (chaos scenario: 1.7 to 2 s stalls, two
-// DeadAfters in series). The second pass takes the first anyway rather
-// than refuse. Nil if cands is empty.
-func pickRoute(cands []*connInfo, now, suspect time.Duration) *connInfo {
-	for _, ci := range cands {
-		if ci.c.Paths().UsableCount() > 0 && ci.live.Silent(now) < suspect {
-			return ci
-		}
-	}
-	if len(cands) > 0 {
-		return cands[0]
-	}
-	return nil
-}
-
-// rankGateways orders gws (live gateways of one region) for a flow:
-// alive before suspect, each by descending weighted rendezvous score.
-func rankGateways(cfg *config.Config, flowID uint64, gws []region.Gateway) []int {
-	order := hrw.Rank(flowID, len(gws), func(i int) string { return gws[i].Name },
-		func(i int) float64 { return peerWeight(cfg, gws[i]) })
-	alive := func(i int) int {
-		if gws[i].State == region.Alive {
-			return 0
-		}
-		return 1
-	}
-	slices.SortStableFunc(order, func(a, b int) int { return alive(a) - alive(b) })
-	return order
 }
 
 // get returns a buffer of n bytes charged to f, or nil if f's reservation

@@ -11,10 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/mrgw/mrgw/config"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/metrics"
-	"github.com/mrgw/mrgw/netio/udp"
 	"github.com/mrgw/mrgw/tunnel"
 	"github.com/mrgw/mrgw/tunnel/control"
 )
@@ -292,15 +290,6 @@ func (g *Gateway) onControlEvent(ev control.Event) {
 	}
 }
 
-// socketBufferBytes is asked for as SO_RCVBUF and SO_SNDBUF on every
-// socket (the kernel caps it at net.core.rmem_max/wmem_max). The LAN socket
-// receives from every host at once: with the kernel's default of 208 KiB
-// (about 25 datagrams of 4 KiB), 32 hosts starting a message together
-// overflowed it and the kernel dropped thousands of datagrams per second
-// (incast 64→1 in mrgw loadtest: 23,000 drops on one gateway's LAN socket,
-// /proc/net/udp), which the hosts read as dead paths.
-const socketBufferBytes = 4 << 20
-
 // maybeRotate starts a rotation of our sending key to p when
 // wan.key_rotation has passed since the last one. The gateway keeps this
 // timer, not the control session (whose own timer is off), so that a
@@ -332,14 +321,4 @@ func (g *Gateway) maybeRotate(p *wanPeer, sess *control.Session) {
 			p.mu.Unlock()
 		}
 	})
-}
-
-func udpOptions(cfg *config.Config) udp.Options {
-	// DontFragment: never fragmented, so that path MTU discovery sees
-	// what does not fit as lost (pmtu.go).
-	o := udp.Options{DisableGSO: !cfg.WAN.GSO, DisableGRO: !cfg.WAN.GRO, ReadBuffer: socketBufferBytes, WriteBuffer: socketBufferBytes, DontFragment: true}
-	if !cfg.WAN.ECN {
-		o.NotECT = true
-	}
-	return o
 }

@@ -1,0 +1,106 @@
+//go:build linux
+
+package gateway
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/mrgw/mrgw/cc"
+	"github.com/mrgw/mrgw/config"
+	"github.com/mrgw/mrgw/metaroce"
+	"github.com/mrgw/mrgw/metrics"
+	"github.com/mrgw/mrgw/units"
+)
+
+// Reload applies a new configuration if config.Reloadable accepts it:
+// log.level, limits.*, scheduler.*, the pacing ceilings (to the
+// connections already open too), wan.key_rotation (to the sessions already
+// up too), gossip.keyring and control.deny (sessions with gateways it now
+// denies end). Anything else is refused
+// (ErrReload wrapping the keys that need a restart) and nothing changes.
+func (g *Gateway) Reload(next *config.Config) error {
+	running := g.Config()
+	changed, err := config.Reloadable(running, next)
+	if err != nil {
+		g.metrics.ConfigReload(metrics.ResultRefused)
+		return fmt.Errorf("%w: %w", ErrReload, err)
+	}
+	if len(changed) == 0 {
+		g.metrics.ConfigReload(metrics.ResultOK)
+		return nil
+	}
+	if slices.ContainsFunc(changed, func(k string) bool { return k == "gossip.keyring" }) {
+		var keys [][]byte
+		for _, k := range next.Gossip.Keyring {
+			b, derr := base64.StdEncoding.DecodeString(k)
+			if derr != nil {
+				g.metrics.ConfigReload(metrics.ResultInvalid)
+				return fmt.Errorf("%w: gossip.keyring: %w", ErrReload, derr)
+			}
+			keys = append(keys, b)
+		}
+		if kerr := g.cluster.SetKeyring(keys); kerr != nil {
+			g.metrics.ConfigReload(metrics.ResultFailed)
+			return fmt.Errorf("%w: gossip.keyring: %w", ErrReload, kerr)
+		}
+	}
+	g.level.Set(parseLevel(next.Log.Level))
+	if err := g.ep.Call(context.Background(), func(now time.Duration, ep *metaroce.Endpoint) {
+		g.relay.apply(next)
+		g.applyRates(ep, running, next)
+	}); err != nil {
+		return err
+	}
+	g.metrics.MemoryLimitBytes.Set(float64(next.Limits.MemoryBytes))
+	g.metrics.HostFlowsLimit.Set(float64(next.Limits.MaxFlows))
+	g.cfgv.Store(next)
+	if slices.Contains(changed, "control.deny") {
+		// Revocation: sessions with gateways now denied end, and they
+		// are no peers any more (a new session is refused).
+		g.closeDenied(next)
+	}
+	g.metrics.ConfigReload(metrics.ResultOK)
+	g.log.Info("configuration reloaded", "changed", changed)
+	return nil
+}
+
+// lineRater is a controller whose ceiling can change while it runs (the
+// cc.AIMD family and cc.Fixed).
+type lineRater interface{ SetLineRate(rate units.ByteRate) }
+
+// applyRates applies reloaded pacing ceilings (wan.max_rate_bps,
+// lan.max_rate_bps) to the connections already open, to the receiver's
+// capacity (its rate hints) and to the controllers of new connections. It
+// runs on the endpoint's goroutine.
+func (g *Gateway) applyRates(ep *metaroce.Endpoint, running, next *config.Config) {
+	if next.WAN.MaxRate() == running.WAN.MaxRate() && next.LAN.MaxRate() == running.LAN.MaxRate() {
+		return
+	}
+	wan, lan := wanRate(next), next.LAN.MaxRate()
+	g.reloadEgress(wan)
+	if f, err := controller(next.WAN.CongestionControl, wanParams(next, g.egress)); err == nil {
+		g.wanCC = f
+	}
+	if f, err := controller(next.LAN.CongestionControl, cc.Params{LineRate: lan}); err == nil {
+		g.lanCC = f
+	}
+	ep.SetReceiveCapacity(wan)
+	n, missed := 0, 0
+	for _, c := range ep.Conns() {
+		bps := lan
+		if c.Peer() < hostPeerBase {
+			bps = wan
+		}
+		if lr, ok := c.Controller().(lineRater); ok {
+			lr.SetLineRate(bps.Bytes())
+			n++
+		} else {
+			missed++
+		}
+	}
+	g.log.Info("pacing ceilings reloaded", "wan_max_rate_bps", wan, "lan_max_rate_bps", lan, "connections", n, "new_connections_only", missed)
+}
