@@ -88,7 +88,7 @@ type Options struct {
 	// leaves out the wire versions and the capacity).
 	WireVersions      []uint8
 	GossipMetaVersion int
-	// WANPingEvery is how often each WAN peer is PINGed (relay.keepalive):
+	// WANPingEvery is how often each WAN peer is PINGed (wanPeer.keepalive):
 	// 0 is DeadAfter/8, negative never (a test that needs an idle
 	// connection to stay silent).
 	WANPingEvery time.Duration
@@ -199,21 +199,21 @@ type Gateway struct {
 	pt           peerTable
 	syncMu       sync.Mutex
 	peerRefusals *ratelog.Logger
-	pmtuLog      *ratelog.Logger // path MTU black-hole verdicts (relay.logBlackHoles)
+	pmtuLog      *ratelog.Logger // path MTU black-hole verdicts (wanPeer.logBlackHoles)
 	startedAt    time.Time       // when Run started (unseen gateways)
 
 	relay *relay // owner-goroutine state
 	// wanPingEvery: each WAN connection is PINGed this often (DeadAfter/8,
 	// as hosts ping their gateways), so that a live peer always has
 	// something to answer and a dead one is found DeadAfter after the next
-	// PING at the latest (relay.keepalive, relay.watchSilence). At
+	// PING at the latest (wanPeer.keepalive, wanPeer.watchSilence). At
 	// DeadAfter/4 a source gateway with nothing in flight to a killed peer
 	// gave it up up to 625 ms after the kill in the chaos runs; a PING is
 	// one small packet each way.
 	wanPingEvery time.Duration
 	// deadAfter is the endpoint's metaroce DeadAfter (wan.dead_after):
 	// a WAN peer silent this long while waited on is dropped
-	// (relay.watchSilence).
+	// (wanPeer.watchSilence).
 	deadAfter time.Duration
 
 	runMu   sync.Mutex

@@ -127,7 +127,7 @@ func (g *Gateway) watchGossip() {
 			g.log.Debug("gossip: gateway state", "name", c.Name, "region", c.Region, "from", c.From.String(), "to", c.To.String())
 			if p := g.peer(c.Name); p != nil && !c.To.Live() {
 				_ = g.ep.Do(g.ctx, func(now time.Duration, _ *metaroce.Endpoint) {
-					g.relay.dropPeer(now, p, "gossip: "+c.To.String())
+					p.drop(now, "gossip: "+c.To.String())
 				})
 			}
 			g.syncPeers()

@@ -170,7 +170,7 @@ func (r *relay) actOnReports(now time.Duration) {
 
 // actOnReport takes peer's plane down on from's report.
 func (r *relay) actOnReport(now time.Duration, from string, peer *wanPeer, plane int) {
-	ci := r.wan[peer]
+	ci := peer.conn
 	if ci == nil || ci.dead {
 		return // a connection that comes up later consults the reports
 	}

@@ -312,26 +312,17 @@ func (g *Gateway) addPeer(cfg *config.Config, gw region.Gateway, ctl string, des
 		return
 	}
 	g.pt.full = false
-	p := &wanPeer{name: gw.Name, region: gw.Meta.Region, id: g.peerIDOf(gw.Name), rttHint: rtt,
-		dialer: cfg.Node.Name < gw.Name, sessions: make(chan *control.Session, 1), done: make(chan struct{})}
-	p.control, p.dests = ctl, dests
-	p.metrics = g.metrics.Peer(p.name, p.region)
-	p.ctx, p.cancel = context.WithCancel(g.ctx)
+	p := newWANPeer(g, cfg, gw, g.peerIDOf(gw.Name), ctl, dests, rtt)
 	g.pt.byName[p.name] = p
 	g.pt.byID[p.id] = p
 	g.pt.mu.Unlock()
 	g.initPeerMetrics(p)
 	g.log.Info("peer gateway discovered", "peer", p.name, "region", p.region, "control", ctl, "wan", dests, "id", p.id)
-	g.goTrack(func() {
-		defer close(p.done)
-		g.peerLoop(p)
-	})
+	p.start()
 }
 
-// removePeer tears a peer down: its loop stops, its session and WAN
-// connection close (the flows it carried are RESET upstream), and it
-// leaves the table. Its metric series stay (a peer that comes back
-// continues them).
+// removePeer takes a peer out of the table and tears it down
+// (wanPeer.stop).
 func (g *Gateway) removePeer(p *wanPeer, reason string) {
 	g.pt.mu.Lock()
 	if g.pt.byName[p.name] != p {
@@ -341,11 +332,7 @@ func (g *Gateway) removePeer(p *wanPeer, reason string) {
 	delete(g.pt.byName, p.name)
 	delete(g.pt.byID, p.id)
 	g.pt.mu.Unlock()
-	p.cancel()
-	p.closeAll()
-	_ = g.ep.Do(g.ctx, func(now time.Duration, _ *metaroce.Endpoint) { g.relay.dropPeer(now, p, reason) })
-	p.metrics.SetConnected(false)
-	g.log.Info("peer gateway removed", "peer", p.name, "region", p.region, "reason", reason)
+	p.stop(reason)
 }
 
 // initPeerMetrics creates a newly discovered peer's series at zero, as

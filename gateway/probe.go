@@ -126,7 +126,7 @@ func (g *Gateway) Probe(ctx context.Context, opts ProbeOptions) (ProbeResult, er
 	conns := map[*wanPeer]*metaroce.Conn{}
 	if err := g.ep.Call(ctx, func(now time.Duration, _ *metaroce.Endpoint) {
 		for _, p := range peers {
-			if ci := g.relay.wan[p]; ci != nil && ci.up && !ci.dead {
+			if ci := p.conn; ci != nil && ci.up && !ci.dead {
 				ci.c.Measure(now, opts.Rounds, opts.Every, opts.Size)
 				conns[p] = ci.c
 			}

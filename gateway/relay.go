@@ -111,8 +111,8 @@ type part struct {
 type relay struct {
 	g         *Gateway
 	conns     map[*metaroce.Conn]*connInfo
-	wan       map[*wanPeer]*connInfo // the WAN connection to each peer
-	hosts     map[string]*connInfo   // registered endpoints
+	wan       map[*wanPeer]struct{} // the peers that have a WAN connection (wanPeer.conn)
+	hosts     map[string]*connInfo  // registered endpoints
 	flows     map[uint64]*flow
 	hostPeers int
 	adm       *admission // LAN admission (admission.go)
@@ -146,7 +146,7 @@ type relay struct {
 
 func newRelay(g *Gateway, cfg *config.Config) *relay {
 	r := &relay{
-		g: g, conns: map[*metaroce.Conn]*connInfo{}, wan: map[*wanPeer]*connInfo{},
+		g: g, conns: map[*metaroce.Conn]*connInfo{}, wan: map[*wanPeer]struct{}{},
 		hosts: map[string]*connInfo{}, flows: map[uint64]*flow{},
 		ownRegion: cfg.Node.Region, bufSize: cfg.WAN.MTU,
 		health: newHealthState(region.DefaultHealthTTL, func() int {
@@ -179,8 +179,8 @@ func (r *relay) apply(cfg *config.Config) {
 			f.class = r.defaultClass
 		}
 	}
-	for _, ci := range r.wan {
-		r.reweigh(ci)
+	for p := range r.wan {
+		r.reweigh(p.conn)
 	}
 }
 
@@ -226,16 +226,7 @@ func (r *relay) onEvent(now time.Duration, ev metaroce.Event) {
 		ci := r.info(ev.Conn)
 		ci.up = true
 		if p := ci.wan; p != nil {
-			if old := r.wan[p]; old != nil && old != ci {
-				// The peer opened a new connection: it lost the old one.
-				r.dropConn(now, old, "replaced by a new connection")
-				old.c.Close(now)
-			}
-			r.wan[p] = ci
-			r.applyReports(now, ci)
-			p.setState("up", "")
-			p.metrics.SetConnected(true)
-			r.g.log.Info("WAN connection up", "peer", p.name, "paths", len(ci.c.Paths().Paths))
+			p.connUp(now, ci)
 		}
 	case metaroce.EventClosed:
 		ci := r.conns[ev.Conn]
@@ -306,19 +297,7 @@ func (r *relay) dropConn(now time.Duration, ci *connInfo, reason string) {
 		delete(r.hosts, ci.endpoint)
 	}
 	if p := ci.wan; p != nil {
-		if r.wan[p] == ci {
-			delete(r.wan, p)
-			p.metrics.SetConnected(false)
-			// Status said "up" until the control session ended, which
-			// may be seconds later: say the connection is gone, and why.
-			p.mu.Lock()
-			if p.state == "up" {
-				p.state, p.since = "session", time.Now()
-			}
-			p.lastErr = "WAN connection down: " + reason
-			p.mu.Unlock()
-		}
-		r.g.log.Info("WAN connection down", "peer", p.name, "reason", reason)
+		p.connDown(ci, reason)
 	} else if ci.c.Peer() >= hostPeerBase {
 		// The host's peer entry goes when its last connection does.
 		still := false

@@ -20,7 +20,7 @@ import (
 )
 
 // relayBench is a relay with WAN connections on a sans-I/O endpoint: no
-// sockets, no gossip, no control sessions; what dropConn, dropSilent and
+// sockets, no gossip, no control sessions; what dropConn, wanPeer.dropSilent and
 // pickRoute read is real (metaroce.Conn, its controller on the gateway's
 // Egress, the peer's metrics and status).
 type relayBench struct {
@@ -43,8 +43,9 @@ func newRelayBench(t *testing.T) *relayBench {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &relay{g: g, conns: map[*metaroce.Conn]*connInfo{}, wan: map[*wanPeer]*connInfo{},
+	r := &relay{g: g, conns: map[*metaroce.Conn]*connInfo{}, wan: map[*wanPeer]struct{}{},
 		hosts: map[string]*connInfo{}, flows: map[uint64]*flow{}}
+	g.relay = r
 	return &relayBench{g: g, r: r, ep: ep}
 }
 
@@ -52,7 +53,7 @@ func newRelayBench(t *testing.T) *relayBench {
 // whose controller has sent a packet (so it counts in the Egress).
 func (b *relayBench) conn(t *testing.T, name string) *connInfo {
 	t.Helper()
-	p := &wanPeer{name: name, region: "us-east", id: metaroce.PeerID(len(b.r.wan) + 1),
+	p := &wanPeer{g: b.g, name: name, region: "us-east", id: metaroce.PeerID(len(b.r.wan) + 1),
 		metrics: b.g.metrics.Peer(name, "us-east"), state: "up"}
 	c, err := b.ep.ConnectWith(0, p.id, metaroce.ConnOptions{CC: b.g.wanCC, Paths: 4})
 	if err != nil {
@@ -60,7 +61,7 @@ func (b *relayBench) conn(t *testing.T, name string) *connInfo {
 	}
 	ci := &connInfo{c: c, wan: p, up: true, next: 1, in: map[uint32]*flow{}, out: map[uint32]*flow{}}
 	b.r.conns[c] = ci
-	b.r.wan[p] = ci
+	p.setConn(ci)
 	p.metrics.SetConnected(true)
 	c.Controller().OnRateHint(0, units.BitRate(benchCapacity).Bytes())
 	c.Controller().OnSent(0, 0, 1400)
@@ -121,7 +122,7 @@ func TestDropConnStatusText(t *testing.T) {
 	if v := value(t, b.g.metrics.PeerConnected.WithLabelValues("use-gw1", "us-east")); v != 0 {
 		t.Errorf("mrgw_peer_connected %v after the drop, want 0", v)
 	}
-	if _, ok := b.r.wan[p]; ok {
+	if _, ok := b.r.wan[p]; ok || p.conn != nil {
 		t.Error("the dropped connection is still the peer's WAN connection")
 	}
 	b.r.dropConn(2*time.Millisecond, ci, "closed") // a second drop (its EventClosed) changes nothing
@@ -144,7 +145,7 @@ func TestDropSilentCounted(t *testing.T) {
 	b := newRelayBench(t)
 	ci := b.conn(t, "use-gw1")
 	b.conn(t, "use-gw2")
-	b.r.dropSilent(time.Second, ci, 512300*time.Microsecond)
+	ci.wan.dropSilent(time.Second, 512300*time.Microsecond)
 	if v := value(t, b.g.metrics.PeerSilenceDrops.WithLabelValues("use-gw1", "us-east")); v != 1 {
 		t.Errorf("mrgw_peer_silence_drops_total %v, want 1", v)
 	}

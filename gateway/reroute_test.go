@@ -97,7 +97,7 @@ func TestOpenReachesHostRegisteredAtOneGateway(t *testing.T) {
 // unanswered for wan.dead_after), not metaroce's ("every path to the peer
 // is down", which waits for every path to time out and then DeadAfter
 // more; in the chaos scenario 0.4 to 1.7 s went to the paths alone):
-// before relay.watchSilence the test saw only the latter.
+// before wanPeer.watchSilence the test saw only the latter.
 func TestIdleWANConnectionFindsDeadPeer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()

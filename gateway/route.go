@@ -47,7 +47,7 @@ func (r *relay) routeExcept(flowID uint64, dst string, skip []*connInfo) (*connI
 		if p == nil {
 			continue
 		}
-		ci := r.wan[p]
+		ci := p.conn
 		if ci == nil || !ci.up || ci.dead {
 			continue
 		}

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/mrgw/mrgw/region"
 	"log/slog"
 	"net"
 	"net/http"
@@ -19,7 +18,7 @@ import (
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/metrics"
 	"github.com/mrgw/mrgw/netio/seal"
-
+	"github.com/mrgw/mrgw/region"
 	"github.com/mrgw/mrgw/units"
 )
 
@@ -220,7 +219,8 @@ func (g *Gateway) snapshot(prev *rateState) {
 		r.health.reports.Expire(epNow)
 		r.actOnReports(epNow)
 		st.PathsAvoided = r.health.avoided
-		for p, ci := range r.wan {
+		for p := range r.wan {
+			ci := p.conn
 			ps := peers[p.name]
 			if ps == nil || !ci.up {
 				continue
