@@ -776,17 +776,6 @@ func suiteOf(name string) (seal.Suite, error) {
 	return 0, fmt.Errorf("unknown cipher %q", name)
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
 // socketBufferBytes is asked for as SO_RCVBUF and SO_SNDBUF on every
 // socket (the kernel caps it at net.core.rmem_max/wmem_max). The LAN socket
 // receives from every host at once: with the kernel's default of 208 KiB

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mrgw/mrgw/internal/sleep"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/region"
 )
@@ -41,7 +42,7 @@ func (g *Gateway) joinLoop() {
 			return
 		}
 		g.log.Debug("gossip join failed; retrying", "err", err)
-		if !sleepCtx(g.ctx, wait) {
+		if sleep.Ctx(g.ctx, wait) != nil {
 			return
 		}
 		wait = min(2*wait, 5*time.Second)

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mrgw/mrgw/internal/report"
 	"github.com/mrgw/mrgw/metaroce"
 )
 
@@ -213,10 +214,10 @@ func (g *Gateway) probePlanes(p *wanPeer, c *metaroce.Conn) []PlaneProbe {
 		pp.ECN += float64(m.CE)
 		sum[k] += m.SumRTT
 		if m.Acked > 0 {
-			if pp.RTTMin == 0 || ms2(m.MinRTT) < pp.RTTMin {
-				pp.RTTMin = ms2(m.MinRTT)
+			if pp.RTTMin == 0 || report.Ms(m.MinRTT) < pp.RTTMin {
+				pp.RTTMin = report.Ms(m.MinRTT)
 			}
-			pp.RTTMax = max(pp.RTTMax, ms2(m.MaxRTT))
+			pp.RTTMax = max(pp.RTTMax, report.Ms(m.MaxRTT))
 			minRTTs[k] = append(minRTTs[k], m.MinRTT)
 		}
 		if g.opts.ECMPLane != nil && m.Acked > 0 {
@@ -233,7 +234,7 @@ func (g *Gateway) probePlanes(p *wanPeer, c *metaroce.Conn) []PlaneProbe {
 		}
 		if pp.Answered > 0 {
 			pp.ECN /= float64(pp.Answered)
-			pp.RTTAvg = ms2(sum[k] / time.Duration(pp.Answered))
+			pp.RTTAvg = report.Ms(sum[k] / time.Duration(pp.Answered))
 		}
 		if g.opts.ECMPLane != nil {
 			pp.ECMPPaths = len(lanes[k])
@@ -261,8 +262,6 @@ func rttSignatures(rtts []time.Duration) int {
 	}
 	return n
 }
-
-func ms2(d time.Duration) float64 { return float64(d) / 1e6 }
 
 // probeHandler serves GET /probe?region=R&rounds=N&every=D&size=B.
 func (g *Gateway) probeHandler(w http.ResponseWriter, r *http.Request) {

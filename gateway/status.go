@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/mrgw/mrgw/internal/ratelog"
+	"github.com/mrgw/mrgw/internal/report"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/metrics"
 	"github.com/mrgw/mrgw/netio/seal"
@@ -178,7 +179,7 @@ func (g *Gateway) snapshot(prev *rateState) {
 	for _, p := range peerList {
 		p.mu.Lock()
 		ps := &PeerStatus{Name: p.name, Region: p.region, State: p.state, Since: p.since, LastError: p.lastErr,
-			ControlRTT: ms(p.rtt)}
+			ControlRTT: report.Ms(p.rtt)}
 		p.mu.Unlock()
 		if ps.State == "" {
 			ps.State = "down"
@@ -245,7 +246,7 @@ func (g *Gateway) snapshot(prev *rateState) {
 				pp := &ci.c.Paths().Paths[i]
 				w := ci.c.Controller().Window(i)
 				ps.Paths = append(ps.Paths, PathStatus{ID: i, Plane: g.planeName(i), State: pp.State.String(),
-					RTT: ms(pp.SRTT), MinRTT: ms(pp.MinRTT), Cwnd: w, Inflight: pp.InflightBytes,
+					RTT: report.Ms(pp.SRTT), MinRTT: report.Ms(pp.MinRTT), Cwnd: w, Inflight: pp.InflightBytes,
 					Sent: pp.SentPackets, Lost: pp.LostPackets})
 				g.metrics.Path(p.name, p.region, g.planeName(i), i).Sync(metrics.SnapshotOf(pp, w, 0))
 			}
@@ -375,8 +376,6 @@ func dropReasonIndex(e int) int {
 	}
 	return 0
 }
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // adminCaps returns the admin server's total and per-source connection
 // caps from Options.AdminMaxConns and AdminMaxConnsPerSource (0: default).
