@@ -48,8 +48,10 @@ func (g *Gateway) reloadEgress(capacity units.BitRate) {
 
 // leaveEgress takes a closed connection out of the egress share at once
 // (cc.AIMD.LeaveEgress): the others' shares rise now rather than after it
-// idled for 50 windows. A controller without an egress share (a host
-// connection's, cc.Fixed) has no such method.
+// idled for 50 windows. Only the cc.AIMD family has the method, and it
+// does nothing for a controller built without an egress share (a host
+// connection's); the other controllers (the registry's "fixed" one among
+// them) never join the share and have nothing to leave.
 func leaveEgress(c *metaroce.Conn) {
 	if l, ok := c.Controller().(interface{ LeaveEgress() }); ok {
 		l.LeaveEgress()

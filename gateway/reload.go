@@ -68,8 +68,10 @@ func (g *Gateway) Reload(next *config.Config) error {
 	return nil
 }
 
-// lineRater is a controller whose ceiling can change while it runs (the
-// cc.AIMD family and cc.Fixed).
+// lineRater is a controller whose ceiling can change while it runs: the
+// cc.AIMD family (dc-aimd, longrtt-htcp, longrtt-scalable) and the
+// registry's "fixed" controller. The others keep the ceiling they were
+// built with; only new connections get the reloaded one.
 type lineRater interface{ SetLineRate(rate units.ByteRate) }
 
 // applyRates applies reloaded pacing ceilings (wan.max_rate_bps,
