@@ -23,6 +23,17 @@ import (
 	"github.com/mrgw/mrgw/units"
 )
 
+// Admin HTTP server bounds (see Options.AdminIdleTimeout).
+const (
+	defaultAdminIdleTimeout = 30 * time.Second
+	defaultAdminMaxConns    = 64
+	adminReadHeaderTimeout  = 5 * time.Second
+	adminReadTimeout        = 10 * time.Second
+	// adminWriteTimeout bounds one response; /metrics of a gateway with
+	// thousands of hosts is the largest.
+	adminWriteTimeout = 30 * time.Second
+)
+
 // Status is the gateway's state as /status serves it (JSON) and `mrgw
 // status` prints it. It is a snapshot taken every Options.StatsEvery.
 type Status struct {
