@@ -18,6 +18,15 @@
 // call: no queue between goroutines, no lock, no deadlock, and every flow
 // table below is touched by that goroutine only.
 //
+// # Peer gateways
+//
+// Each gateway of another region that gossip announces is a wanPeer
+// (peers.go keeps the table): wanpeer.go is its control session, dialled
+// or accepted, held and replaced on its own goroutine, and wanconn.go its
+// WAN connection on the owner goroutine: opened, PINGed, watched for
+// silence and dropped. The relay calls the peer when one of its
+// connections comes up or is dropped.
+//
 // # Flows
 //
 // Control messages (package flowctl) arrive on stream 0 of every
