@@ -120,13 +120,16 @@ func TestIdleWANConnectionFindsDeadPeer(t *testing.T) {
 	}
 	tr.wait(ctx) // every message DONE: nothing in flight anywhere
 	victim := ""
-	// On a busy machine a gateway can be stalled past its dead-after and
-	// its flows reset (a verdict of silence the next message repairs); the
-	// flow then re-opens with the next message, so send one and look again.
+	// The victim is where the source gateway relays the flow now, read on
+	// its owner goroutine (FlowRoutes; a Status snapshot can be a second
+	// old). On a busy machine a gateway can be stalled past its dead-after
+	// and its flows reset (a verdict of silence the next message repairs);
+	// the flow then re-opens with the next message, so send one and look
+	// again.
 	for try := 0; victim == ""; try++ {
-		for _, n := range l.Names[lab.RegionB] {
-			if l.Gateways[n].Status().Flows.Active > 0 {
-				victim = n
+		for _, n := range l.Names[lab.RegionA] {
+			if to, ok := l.Gateways[n].FlowRoutes()[f.ID()]; ok {
+				victim = to
 			}
 		}
 		if victim != "" {
