@@ -262,7 +262,9 @@ func TestDeadHostsReclaimedAtTheLimit(t *testing.T) {
 		t.Fatalf("a live host with the table full of dead ones: %v", err)
 	}
 	defer h.Close()
-	st := g.Status()
+	// The live host is in, so a dead one was reclaimed; Status is a
+	// snapshot (every StatsEvery), so wait for one taken since.
+	st := waitStatus(t, ctx, g, "an idle reclaim", func(st gateway.Status) bool { return st.Admission.Reclaimed["idle"] > 0 })
 	t.Logf("admission %+v", st.Admission)
 	if st.Admission.Refused["full"] == 0 || st.Admission.Reclaimed["idle"] == 0 {
 		t.Errorf("want a full refusal and an idle reclaim: %+v", st.Admission)
