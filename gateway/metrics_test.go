@@ -120,18 +120,24 @@ func TestMetricsAfterTraffic(t *testing.T) {
 	}
 	c.Close()
 
+	var bytesOut float64
+	for _, w := range tr.want {
+		bytesOut += float64(len(w))
+	}
 	w1, e1 := pl.cfgs["w1"].Admin.Listen, pl.cfgs["e1"].Admin.Listen
 	var fw, fe map[string][]series
 	for {
-		// Metrics are refreshed every StatsEvery: wait until the last
-		// messages and the garbage show.
+		// Metrics are refreshed every StatsEvery, on each gateway at its
+		// own time: wait until the last messages and the garbage show at
+		// w1 and every byte sent shows at e1.
 		// e1 first: what it has received was sent before w1 is read,
 		// even with the WAN PINGs still flowing between the two reads.
 		fe = scrape(t, e1)
 		fw = scrape(t, w1)
 		drops, _ := sum(fw, "mrgw_wan_datagrams_dropped_total", map[string]string{"plane": "p1", "reason": "unknown_peer"})
 		done, _ := sum(fw, "mrgw_message_completion_seconds_count", nil)
-		if drops >= garbage && done >= float64(len(tr.want)) {
+		in, _ := sum(fe, "mrgw_lan_goodput_bytes_total", map[string]string{"direction": "in"})
+		if drops >= garbage && done >= float64(len(tr.want)) && in >= bytesOut {
 			if drops != garbage {
 				t.Fatalf("p1 dropped %v unknown-source datagrams, %d were sent", drops, garbage)
 			}
@@ -165,10 +171,6 @@ func TestMetricsAfterTraffic(t *testing.T) {
 	recv, _ := sum(fe, "mrgw_wan_datagrams_received_total", nil)
 	if recv > sent || recv < sent*0.9 {
 		t.Errorf("w1 sent %v datagrams, e1 received %v", sent, recv)
-	}
-	var bytesOut float64
-	for _, w := range tr.want {
-		bytesOut += float64(len(w))
 	}
 	if v, _ := sum(fw, "mrgw_lan_goodput_bytes_total", map[string]string{"direction": "out"}); v < bytesOut {
 		t.Errorf("w1 LAN goodput out %v, want at least the %v bytes sent", v, bytesOut)
