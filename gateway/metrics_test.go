@@ -166,9 +166,17 @@ func TestMetricsAfterTraffic(t *testing.T) {
 		}
 	}
 	// What w1 sent on the planes, e1 received (no loss configured): the
-	// two gateways' counters agree within what is still in flight.
-	sent, _ := sum(fw, "mrgw_wan_datagrams_sent_total", nil)
+	// two gateways' counters agree within what is still in flight. Each
+	// gateway refreshes its metrics at its own time, so w1's figure may
+	// be older than e1's: read w1 again until its refresh has passed e1's
+	// (sent only grows), then compare.
 	recv, _ := sum(fe, "mrgw_wan_datagrams_received_total", nil)
+	sent, _ := sum(fw, "mrgw_wan_datagrams_sent_total", nil)
+	for sent < recv && ctx.Err() == nil {
+		time.Sleep(50 * time.Millisecond)
+		fw = scrape(t, w1)
+		sent, _ = sum(fw, "mrgw_wan_datagrams_sent_total", nil)
+	}
 	if recv > sent || recv < sent*0.9 {
 		t.Errorf("w1 sent %v datagrams, e1 received %v", sent, recv)
 	}
