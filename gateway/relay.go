@@ -247,11 +247,21 @@ func (r *relay) onEvent(now time.Duration, ev metaroce.Event) {
 		if f := ci.out[ev.Stream]; f != nil {
 			delete(f.msgs, ev.Seq)
 			if ev.Err != nil && f.state != flowGone {
-				// The next hop refused the message: this route cannot
-				// deliver it, so the source must re-send it elsewhere.
+				// A peer gateway that refuses the message no longer relays
+				// the stream: this route cannot deliver it, so the source
+				// must re-send it elsewhere (route lost). A destination
+				// host that refuses it refused its own memory: anywhere
+				// else it fails the same way, so the flow fails (bad
+				// request), as the host's own RESET says too; this one
+				// goes first, since the host's may arrive after the
+				// teardown below and find no flow to follow.
 				r.g.log.Debug("relayed message failed", "flow", flowctl.FlowID(f.id), "seq", ev.Seq, "err", ev.Err)
+				code, why := flowctl.CodeRouteLost, "next hop refused a message: "
+				if ci.wan == nil {
+					code, why = flowctl.CodeBadRequest, "destination refused a message: "
+				}
 				if f.up != nil && !f.up.dead {
-					r.sendCtl(f.up, &flowctl.Msg{Type: flowctl.Reset, Flow: f.id, Code: flowctl.CodeRouteLost, Reason: "next hop refused a message: " + ev.Err.Error()})
+					r.sendCtl(f.up, &flowctl.Msg{Type: flowctl.Reset, Flow: f.id, Code: code, Reason: why + ev.Err.Error()})
 					r.resets++
 				}
 				r.teardown(f)
