@@ -393,6 +393,7 @@ func (g *Gateway) protocol(cfg *config.Config) metaroce.Config {
 		CC:        g.lanCC,
 		Path:      pc,
 		Listen:    true,
+		RelayOnly: true,
 		Seed:      uint64(time.Now().UnixNano()),
 		DeadAfter: cfg.WAN.DeadAfter,
 		// Wire version 2 (PROTOCOL.md §12: 56 bytes of DATA overhead with

@@ -619,8 +619,9 @@ func (h *Host) txComplete(now time.Duration, ev metaroce.Event) {
 		// The gateway refused the message on this hop: it will never be
 		// DONE through this stream. Not the destination's word: a gateway
 		// refuses data on a stream it no longer relays (torn down by a
-		// failover) as an unknown memory key of its own; the
-		// destination's refusal comes as RESET (bad request).
+		// failover) with metaroce.ErrNotRelayed (an unknown memory key
+		// from gateways of earlier releases); the destination's refusal
+		// comes as RESET (bad request).
 		f.reroute(now, fmt.Errorf("hop refused message %d: %w", ev.Seq, ev.Err), f.gw)
 		return
 	}

@@ -146,21 +146,26 @@ func TestRefusedMessageFailsFlowAtOnce(t *testing.T) {
 	}
 }
 
-// TestHopRefusalReroutes: a gateway refuses a message on its hop as an
-// unknown memory key (what a gateway answers for data on a stream it no
-// longer relays, as in a failover). That is not the destination's word:
-// the flow re-opens through the other gateway and the message is DONE.
+// TestHopRefusalReroutes: a gateway refuses a message on its hop as not
+// relayed (what a gateway answers for data on a stream it no longer
+// relays, as in a failover), or, from a gateway of an earlier release, as
+// an unknown memory key. That is not the destination's word: the flow
+// re-opens through the other gateway and the message is DONE.
 func TestHopRefusalReroutes(t *testing.T) {
-	w, f := simOpenFlow(t, Config{})
-	w.gws[f.gw.idx].refuseData = metaroce.ErrCodeUnknownKey
-	p := &Pending{done: make(chan struct{})}
-	f.enqueue(w.now, &seg{op: metaroce.OpWrite, key: 1, data: make([]byte, 1000), pend: p})
-	p.sealed = true
-	w.run(w.now + time.Second)
-	if f.state != flowOpen || p.Err() != nil || f.doneBelow != f.nextSeq {
-		t.Fatalf("flow state %d (%v), message %v, DONE below %d of %d: want re-routed and DONE", f.state, f.err, p.Err(), f.doneBelow, f.nextSeq)
-	}
-	if n := w.opens(); n != 2 {
-		t.Fatalf("%d OPENs, want 2 (re-opened through the other gateway)", n)
+	for _, code := range []metaroce.ErrorCode{metaroce.ErrCodeNotRelayed, metaroce.ErrCodeUnknownKey} {
+		t.Run(code.Err().Error(), func(t *testing.T) {
+			w, f := simOpenFlow(t, Config{})
+			w.gws[f.gw.idx].refuseData = code
+			p := &Pending{done: make(chan struct{})}
+			f.enqueue(w.now, &seg{op: metaroce.OpWrite, key: 1, data: make([]byte, 1000), pend: p})
+			p.sealed = true
+			w.run(w.now + time.Second)
+			if f.state != flowOpen || p.Err() != nil || f.doneBelow != f.nextSeq {
+				t.Fatalf("flow state %d (%v), message %v, DONE below %d of %d: want re-routed and DONE", f.state, f.err, p.Err(), f.doneBelow, f.nextSeq)
+			}
+			if n := w.opens(); n != 2 {
+				t.Fatalf("%d OPENs, want 2 (re-opened through the other gateway)", n)
+			}
+		})
 	}
 }

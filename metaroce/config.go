@@ -76,6 +76,13 @@ type Config struct {
 	MaxConns int
 	// Listen makes the Endpoint accept connections.
 	Listen bool
+	// RelayOnly says that every stream this Endpoint receives data on is
+	// bound to a Sink (a gateway relays; it places nothing in memory).
+	// WRITEs on a stream without one (never bound, or forgotten when its
+	// flow ended) are refused with ErrNotRelayed, not as an unknown memory
+	// key, so that the sender can tell a route that went away from a
+	// destination that refused its memory.
+	RelayOnly bool
 	// ReceiveCapacity is the inbound capacity the receiver divides among
 	// its senders as rate hints (0 = no hints).
 	ReceiveCapacity units.BitRate

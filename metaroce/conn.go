@@ -169,6 +169,7 @@ func newConn(e *Endpoint, id uint64, peer PeerID, initiator bool, paths, mtu int
 		c.weightFn = sp.SplitWeight
 	}
 	c.placer = newPlacer(mtu, cfg.MaxMessagesAhead, e.mem, &e.sinks, &c.Stats, c)
+	c.placer.relayOnly = e.cfg.RelayOnly
 	c.tx = make([]sentHistory, paths)
 	c.rx = make([]rxPath, paths)
 	for i := range c.rx {

@@ -12,6 +12,7 @@ var (
 	ErrNoPostedBuffer   = errors.New("metaroce: no receive buffer posted for the send")
 	ErrBufferTooSmall   = errors.New("metaroce: send longer than the posted receive buffer")
 	ErrTooFarAhead      = errors.New("metaroce: message sequence beyond the receiver's window")
+	ErrNotRelayed       = errors.New("metaroce: stream not relayed by the receiving gateway")
 	ErrQueueFull        = errors.New("metaroce: send queue full")
 	ErrMessageTooLarge  = errors.New("metaroce: message too large")
 	ErrNotConnected     = errors.New("metaroce: connection not established")
@@ -36,6 +37,8 @@ func (c ErrorCode) Err() error {
 		return ErrBufferTooSmall
 	case ErrCodeTooFarAhead:
 		return ErrTooFarAhead
+	case ErrCodeNotRelayed:
+		return ErrNotRelayed
 	}
 	return fmt.Errorf("metaroce: error code %d", uint16(c))
 }

@@ -86,6 +86,9 @@ type placer struct {
 	last    *rxStream // the stream looked up last, nil if none (see rxStream.last)
 	dirty   []uint32  // streams whose completion point the next ACK reports
 	posted  map[uint64][]byte
+	// relayOnly refuses WRITEs outside a Sink as ErrCodeNotRelayed
+	// (Config.RelayOnly).
+	relayOnly bool
 }
 
 func newPlacer(mtu, maxAhead int, mem *Memory, bound *map[uint32]Sink, stats *ConnStats, h placeHandler) placer {
@@ -313,6 +316,8 @@ func errCode(err error) ErrorCode {
 		return ErrCodeNoBuffer
 	case ErrBufferTooSmall:
 		return ErrCodeBufferTooSmall
+	case ErrNotRelayed:
+		return ErrCodeNotRelayed
 	}
 	return ErrCodeTooFarAhead
 }
@@ -334,6 +339,10 @@ func (p *placer) newRxMessage(h *DataHeader) *rxMessage {
 	m := &rxMessage{op: h.Op, len: h.MsgLen, key: h.Key, addr: h.Addr, chunks: n}
 	switch h.Op {
 	case OpWrite:
+		if p.relayOnly {
+			m.err = ErrNotRelayed
+			return m
+		}
 		if _, code := p.mem.place(h.Key, h.Addr, int(min(h.MsgLen, 1<<62))); code != 0 {
 			m.err = code.Err()
 			return m

@@ -418,3 +418,22 @@ func TestPlacerPlacesWithoutAllocating(t *testing.T) {
 		t.Fatal("the chunks were not placed")
 	}
 }
+
+// TestRelayOnlyRefusesStreamsWithoutASink: on a relaying endpoint a WRITE
+// on a stream with no Sink (never bound, or forgotten with its flow) is
+// refused as not relayed, even to a key that is registered, so that the
+// sender tells a lost route from a destination's refusal of its memory; a
+// bound stream still relays.
+func TestRelayOnlyRefusesStreamsWithoutASink(t *testing.T) {
+	r := newPlaceRig(t, 16)
+	r.p.relayOnly = true
+	r.write(3, 0, 0, 8, 0, 'a')
+	wantLog(t, "refusals", r.log.refusals, fmt.Sprintf("3/0 %d 7", ErrCodeNotRelayed))
+	wantLog(t, "completions", r.log.completions, "3/0 "+ErrNotRelayed.Error())
+	if r.reg[0] != 0 || r.stats.PayloadBytesPlaced != 0 {
+		t.Fatal("a refused WRITE reached memory")
+	}
+	if !errors.Is(ErrCodeNotRelayed.Err(), ErrNotRelayed) || errCode(ErrNotRelayed) != ErrCodeNotRelayed {
+		t.Fatal("ErrCodeNotRelayed and ErrNotRelayed do not map to each other")
+	}
+}

@@ -502,6 +502,7 @@ const (
 	ErrCodeNoBuffer       ErrorCode = 3 // SEND found no posted receive buffer (receiver not ready)
 	ErrCodeBufferTooSmall ErrorCode = 4 // SEND is longer than the posted buffer
 	ErrCodeTooFarAhead    ErrorCode = 5 // message sequence beyond the receiver's window
+	ErrCodeNotRelayed     ErrorCode = 6 // WRITE on a stream the receiving gateway does not relay (Config.RelayOnly)
 )
 
 // MessageError is the body of an ERROR packet: the receiver refused message

@@ -334,6 +334,8 @@ func statusOf(err error) uint16 {
 		return uint16(metaroce.ErrCodeBufferTooSmall)
 	case errors.Is(err, metaroce.ErrTooFarAhead):
 		return uint16(metaroce.ErrCodeTooFarAhead)
+	case errors.Is(err, metaroce.ErrNotRelayed):
+		return uint16(metaroce.ErrCodeNotRelayed)
 	}
 	return conformance.StatusOtherErr
 }
