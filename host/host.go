@@ -147,6 +147,12 @@ type Config struct {
 	// Key is the host's credential when the gateways require one
 	// (lan.host_keys): its REGISTER carries a MAC under it.
 	Key *Key
+	// TickEvery paces the housekeeping: reconnects, retries, PINGs and
+	// the deadlines of gateways and flows are checked this often (default
+	// 10 ms). A process that holds thousands of mostly idle hosts (a load
+	// generator) sets it longer, trading how promptly those are noticed
+	// for a wake-up per host every 10 ms.
+	TickEvery time.Duration
 	// Logger: nil discards.
 	Logger *slog.Logger
 }
@@ -220,6 +226,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DeliveryQueue <= 0 {
 		c.DeliveryQueue = 4096
+	}
+	if c.TickEvery <= 0 {
+		c.TickEvery = tickEvery
 	}
 	return c
 }
@@ -408,7 +417,7 @@ func (s *signal) fire() {
 	}
 }
 
-// tickEvery paces the housekeeping (reconnects, retries, pings, deadlines).
+// tickEvery is Config.TickEvery's default.
 const tickEvery = 10 * time.Millisecond
 
 // New starts a Host: it connects to every gateway and returns once all of
@@ -603,7 +612,7 @@ func (h *Host) call(ctx context.Context, fn func(now time.Duration)) error {
 // ticker runs the housekeeping on the owner goroutine until Close.
 func (h *Host) ticker() {
 	defer h.wg.Done()
-	t := time.NewTicker(tickEvery)
+	t := time.NewTicker(h.cfg.TickEvery)
 	defer t.Stop()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -121,11 +121,8 @@ func (e *Endpoint) openSock(local netip.AddrPort, listen, primary bool, peer Pee
 	}
 	s.free = make(chan *rxBatch, nb)
 	for range nb {
-		b := &rxBatch{s: s, msgs: make([]udp.Message, batch), bufs: make([][]byte, batch), ents: make([]rxEnt, batch)}
-		for i := range b.msgs {
-			b.bufs[i] = make([]byte, e.rxBufLen)
-			b.msgs[i].Buf = b.bufs[i]
-		}
+		b := &rxBatch{s: s, max: batch}
+		b.grow(e.rxBufLen)
 		s.free <- b
 	}
 	if !listen {

@@ -23,6 +23,20 @@ type rxBatch struct {
 	bufs [][]byte // the batch's own buffers, one per message
 	ents []rxEnt  // the datagrams that passed the reader's checks
 	n    int
+	// max is the most datagrams one read takes. A batch starts with room
+	// for one and grows (grow) when a read fills it: a socket that gets a
+	// datagram at a time (an idle host's PINGs and ACKs) holds a buffer
+	// per batch, a busy one reaches max within a few reads.
+	max int
+}
+
+// grow doubles the batch's room for datagrams, up to max.
+func (b *rxBatch) grow(bufLen int) {
+	for n := min(max(2*len(b.bufs), 1), b.max); len(b.bufs) < n; {
+		b.bufs = append(b.bufs, make([]byte, bufLen))
+	}
+	b.msgs = append(b.msgs, make([]udp.Message, len(b.bufs)-len(b.msgs))...)
+	b.ents = append(b.ents, make([]rxEnt, len(b.bufs)-len(b.ents))...)
 }
 
 type rxEnt struct {
@@ -58,6 +72,9 @@ func (e *Endpoint) readLoop(s *sock) {
 			b.msgs[i].Buf = b.bufs[i]
 		}
 		n, err := s.c.ReadBatchBorrow(b.msgs)
+		if err == nil && n == len(b.bufs) && n < b.max {
+			b.grow(e.rxBufLen)
+		}
 		if err != nil {
 			s.free <- b
 			if errors.Is(err, net.ErrClosed) {

@@ -53,7 +53,7 @@ type txItem struct {
 
 // sendBatch is a run of datagrams for one sender.
 type sendBatch struct {
-	items []txItem // len: datagrams in the batch; cap: txBatch
+	items []txItem // datagrams in the batch, at most txBatch
 	// left is when the sender finished writing it, on the endpoint's
 	// clock (Endpoint.Now).
 	left time.Duration
@@ -82,7 +82,12 @@ type txState struct {
 	cur     []*sendBatch // per sender: the batch being filled, or nil
 	free    []*sendBatch // empty batches
 	spare   [][]byte     // buffers not in any batch
-	done    chan *sendBatch
+	// made counts the buffers allocated so far, at most maxBufs of bufLen
+	// bytes: they are made when a datagram finds none spare, so an
+	// endpoint that sends little (an idle host) holds a few, not the
+	// txBatch per batch a busy one needs.
+	made, maxBufs, bufLen int
+	done                  chan *sendBatch
 	// filling counts the senders with a batch being filled.
 	filling int
 	// starved: the last flush stopped for want of a buffer or a batch.
@@ -103,13 +108,11 @@ func (e *Endpoint) initTx(bufLen int) {
 	for i := range t.senders {
 		t.senders[i] = &txSender{in: make(chan *sendBatch, nb)}
 	}
+	// A batch's items grow with use, up to txBatch (queue sends it then).
 	for range nb {
-		b := &sendBatch{items: make([]txItem, 0, txBatch)}
-		t.free = append(t.free, b)
-		for range txBatch {
-			t.spare = append(t.spare, make([]byte, bufLen))
-		}
+		t.free = append(t.free, &sendBatch{})
 	}
+	t.maxBufs, t.bufLen = nb*txBatch, bufLen
 }
 
 func (e *Endpoint) startSenders() {
@@ -335,6 +338,10 @@ func (e *Endpoint) room() bool {
 	if len(t.spare) == 0 || len(t.free) < len(t.senders)-t.filling {
 		e.reclaimAll()
 	}
+	if len(t.spare) == 0 && t.made < t.maxBufs {
+		t.spare = append(t.spare, make([]byte, t.bufLen))
+		t.made++
+	}
 	return len(t.spare) > 0 && len(t.free) >= len(t.senders)-t.filling
 }
 
@@ -352,7 +359,7 @@ func (e *Endpoint) queue(it txItem) {
 		t.filling++
 	}
 	b.items = append(b.items, it)
-	if len(b.items) == cap(b.items) {
+	if len(b.items) == txBatch {
 		e.send(w, b)
 	}
 }

@@ -31,8 +31,12 @@ registers --count hosts with it from this process (the host library, spread over
 loopback addresses, --parallel at a time), keeps them PINGing for --settle, and prints the
 daemon's resident memory, open descriptors and path sockets before and after, per host, as JSON,
 with its peak resident memory (VmHWM) against the most it may hold: limits.memory_bytes (256 MiB)
-plus the fixed overhead plus 64 KiB per host of lan.max_hosts. Each host of the host library holds about 2 MiB of its own (sockets and buffers) in this
-process: 1,000 hosts about 2 GB. Loopback only (127.0.0.0/8). Progress goes to stderr.`,
+plus the fixed overhead plus 64 KiB per host of lan.max_hosts, and the generator's own cost per
+host (Go heap and resident memory). The hosts are idle (PINGing every second, housekeeping every
+100 ms); more than --per-process of them are spread over child processes of this binary (each host
+holds five descriptors). A registration that times out is tried again while others still
+complete (--stall); failures are reported by reason. Loopback only (127.0.0.0/8). Progress goes
+to stderr.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -48,6 +52,11 @@ process: 1,000 hosts about 2 GB. Loopback only (127.0.0.0/8). Progress goes to s
 				}
 			}
 			o.Binary = binary
+			exe, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			o.Worker = []string{exe, "loadtest", "hosts", "worker"}
 			if !quiet {
 				o.Progress = cmd.ErrOrStderr()
 			}
@@ -60,13 +69,27 @@ process: 1,000 hosts about 2 GB. Loopback only (127.0.0.0/8). Progress goes to s
 			return enc.Encode(res)
 		},
 	}
+	cmd.AddCommand(&cobra.Command{
+		Use:    "worker",
+		Short:  "a generator process of loadtest hosts: a job on stdin, its report on stdout",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return hostcap.ServeWorker(ctx, cmd.InOrStdin(), cmd.OutOrStdout())
+		},
+	})
 	fl := cmd.Flags()
 	fl.IntVar(&o.Hosts, "count", 1000, "hosts to register")
-	fl.IntVar(&o.Parallel, "parallel", 16, "registrations at once")
+	fl.IntVar(&o.Parallel, "parallel", 16, "registrations at once in each generator process")
+	fl.IntVar(&o.PerProcess, "per-process", 2000, "most hosts one generator process holds; more are spread over child processes")
+	fl.DurationVar(&o.Stall, "stall", time.Minute, "a timed-out registration is tried again while some host registered within this")
 	fl.IntVar(&o.SourceIPs, "source-ips", 64, "loopback addresses the hosts spread over (127.0.1.1 up)")
 	fl.DurationVar(&o.Settle, "settle", 3*time.Second, "how long the hosts stay registered before the gateway is measured")
 	fl.StringVar(&binary, "mrgw-bin", "", "mrgw daemon binary (default: go build ./cmd/mrgw from the module)")
 	fl.StringVar(&o.Dir, "dir", "", "keep the configuration and the daemon's log here (default: a temporary directory, removed)")
+	fl.StringVar(&o.HeapProfile, "heap-profile", "", "write this process's heap profile (the hosts' side) here with every host registered")
 	fl.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
 	return cmd
 }

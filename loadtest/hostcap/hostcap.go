@@ -18,14 +18,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -41,10 +44,25 @@ import (
 type Options struct {
 	Binary string // the mrgw daemon binary [required]
 	Hosts  int    // hosts to register [1000]
-	// Parallel is how many registrations run at once [16]; SourceIPs how
-	// many loopback addresses the hosts spread over (the gateway admits
-	// 20 a second and holds 32 unregistered per source IP) [64].
+	// Parallel is how many registrations run at once in each generator
+	// process [16]; SourceIPs how many loopback addresses the hosts spread
+	// over (the gateway admits 20 a second and holds 32 unregistered per
+	// source IP) [64].
 	Parallel, SourceIPs int
+	// PerProcess is the most hosts one generator process holds [2000]:
+	// each holds five sockets (a listening socket and a path socket per
+	// path), and a process may open 20,000 descriptors here. More hosts
+	// are spread over child processes started with Worker.
+	PerProcess int
+	// Worker is the command that starts a generator process: it runs
+	// ServeWorker on its standard input and output. Required when Hosts
+	// is above PerProcess.
+	Worker []string
+	// Stall bounds the registrations by progress: a host whose
+	// registration timed out is tried again as long as some host of its
+	// process registered within Stall; after that it counts as failed
+	// [1 min].
+	Stall time.Duration
 	// Settle is how long the hosts stay registered and PINGing before the
 	// gateway is measured again [3 s].
 	Settle time.Duration
@@ -54,6 +72,10 @@ type Options struct {
 	Progress io.Writer
 	// MemoryBytes is the gateway's limits.memory_bytes [256 MiB].
 	MemoryBytes int64
+	// HeapProfile, if set, is where the generator's heap profile is
+	// written with every host registered (the hosts of this process only)
+	// [none].
+	HeapProfile string
 }
 
 // Result is what the hosts cost the gateway.
@@ -67,12 +89,28 @@ type Result struct {
 	FDsBefore   int     `json:"fds_before"`
 	FDsAfter    int     `json:"fds_after"`
 	PathSockets uint64  `json:"path_sockets"`
-	// KiBPerHost and FDsPerHost divide the growth by the hosts registered.
-	KiBPerHost    float64 `json:"rss_kib_per_host"`
-	FDsPerHost    float64 `json:"fds_per_host"`
-	RegisterSecs  float64 `json:"register_seconds"`
-	RegisterFails int     `json:"register_failures"`
-	FirstFailure  string  `json:"first_failure,omitempty"`
+	// KiBPerHost and FDsPerHost divide the growth by the hosts
+	// registered; HeapKiBPerHost divides that of the daemon's Go heap
+	// (go_memstats_heap_alloc_bytes from its /metrics: the objects
+	// allocated, garbage not yet collected included).
+	KiBPerHost     float64 `json:"rss_kib_per_host"`
+	HeapBeforeMB   float64 `json:"heap_before_mb"`
+	HeapAfterMB    float64 `json:"heap_after_mb"`
+	HeapKiBPerHost float64 `json:"heap_kib_per_host"`
+	FDsPerHost     float64 `json:"fds_per_host"`
+	RegisterSecs   float64 `json:"register_seconds"`
+	// Each host's registration time, from its first attempt to its
+	// success (retries included): median and 99th percentile.
+	RegisterP50 float64 `json:"register_p50_seconds"`
+	RegisterP99 float64 `json:"register_p99_seconds"`
+	// Retries counts registrations tried again after a timeout while
+	// others still completed; RegisterFails the hosts that never
+	// registered, Failures them by reason (refused, no_gateway, error),
+	// FailureExamples one message per reason.
+	Retries         int               `json:"register_retries"`
+	RegisterFails   int               `json:"register_failures"`
+	Failures        map[string]int    `json:"failures_by_reason,omitempty"`
+	FailureExamples map[string]string `json:"failure_examples,omitempty"`
 	// RSSPeakMB is the daemon's peak resident memory (VmHWM) over the run,
 	// registration storm included; BoundMB the most it may hold:
 	// limits.memory_bytes (MemoryMB) plus gateway.MemoryOverhead plus
@@ -82,6 +120,13 @@ type Result struct {
 	MemoryMB  float64 `json:"memory_mb"`
 	BoundMB   float64 `json:"bound_mb"`
 	Within    bool    `json:"within_bound"`
+	// The generator's side, apart from the daemon's: its processes, and
+	// the growth of their Go heap in use (after a collection) and of their
+	// resident memory from before the first host to every host
+	// registered, per host registered.
+	Processes         int     `json:"generator_processes"`
+	GenHeapKiBPerHost float64 `json:"generator_heap_kib_per_host"`
+	GenRSSKiBPerHost  float64 `json:"generator_rss_kib_per_host"`
 }
 
 func (o *Options) fill() error {
@@ -96,6 +141,15 @@ func (o *Options) fill() error {
 	}
 	if o.SourceIPs <= 0 {
 		o.SourceIPs = 64
+	}
+	if o.PerProcess <= 0 {
+		o.PerProcess = 2000
+	}
+	if o.Hosts > o.PerProcess && len(o.Worker) == 0 {
+		return fmt.Errorf("hostcap: %d hosts are more than one process holds (%d): a worker command is required", o.Hosts, o.PerProcess)
+	}
+	if o.Stall <= 0 {
+		o.Stall = time.Minute
 	}
 	if o.Settle <= 0 {
 		o.Settle = 3 * time.Second
@@ -137,49 +191,44 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	defer gw.stop()
 	res := &Result{Hosts: o.Hosts}
 	res.RSSBeforeMB, res.FDsBefore = gw.usage()
+	res.HeapBeforeMB = gw.heapAlloc(ctx)
 	o.say("gateway up (pid %d): RSS %.1f MB, %d descriptors; registering %d hosts", gw.cmd.Process.Pid, res.RSSBeforeMB, res.FDsBefore, o.Hosts)
 
-	hosts := make([]*host.Host, o.Hosts)
-	defer func() {
-		for _, h := range hosts {
-			if h != nil {
-				h.Close()
-			}
-		}
-	}()
+	base := Job{Gateway: gw.lan, KeyID: key.ID, Secret: key.Secret, SourceIPs: o.SourceIPs, Parallel: o.Parallel, Stall: o.Stall}
 	t0 := time.Now()
-	var mu sync.Mutex
-	sem := make(chan struct{}, o.Parallel)
-	var wg sync.WaitGroup
-	for i := range o.Hosts {
-		if ctx.Err() != nil {
-			break
+	var reps []*Report
+	if o.Hosts <= o.PerProcess {
+		j := base
+		j.Count = o.Hosts
+		g := &generator{job: j, progress: func(n int) { o.say("  %d hosts registered (%.0f s)", n, time.Since(t0).Seconds()) }}
+		rep, err := g.run(ctx)
+		defer g.close()
+		if err != nil {
+			return nil, err
 		}
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			// 127.0.1.0/24 upwards: one source IP per SourceIPs hosts.
-			ip := netip.AddrFrom4([4]byte{127, 0, byte(1 + (i%o.SourceIPs)/250), byte(1 + (i%o.SourceIPs)%250)})
-			h, err := host.New(host.Config{Name: fmt.Sprintf("h%05d", i), Region: "r1", Gateways: []netip.AddrPort{gw.lan},
-				Listen: netip.AddrPortFrom(ip, 0), Key: key, Protocol: lab.HostProtocol(), OpenTimeout: 30 * time.Second})
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				res.RegisterFails++
-				if res.FirstFailure == "" {
-					res.FirstFailure = err.Error()
-				}
-				return
+		reps = append(reps, rep)
+		if o.HeapProfile != "" {
+			if err := writeHeapProfile(o.HeapProfile); err != nil {
+				return nil, err
 			}
-			hosts[i] = h
-		})
-		if (i+1)%500 == 0 {
-			o.say("  %d hosts started (%.0f s)", i+1, time.Since(t0).Seconds())
 		}
+	} else {
+		ws, err := startWorkers(ctx, o, base, t0)
+		defer ws.stop()
+		if err != nil {
+			return nil, err
+		}
+		reps = ws.reports
 	}
-	wg.Wait()
 	res.RegisterSecs = time.Since(t0).Seconds()
-	o.say("registrations done in %.1f s (%d failed); settling %v", res.RegisterSecs, res.RegisterFails, o.Settle)
+	res.Processes = len(reps)
+	merge(res, reps)
+	o.say("registrations done in %.1f s (%d failed, %d retried): p50 %.2f s, p99 %.2f s; settling %v",
+		res.RegisterSecs, res.RegisterFails, res.Retries, res.RegisterP50, res.RegisterP99, o.Settle)
+	for why, n := range res.Failures {
+		o.say("  %d failed: %s (%s)", n, why, res.FailureExamples[why])
+	}
+	o.say("generator (%d processes): %.1f KiB of heap, %.1f KiB resident per host", res.Processes, res.GenHeapKiBPerHost, res.GenRSSKiBPerHost)
 	select {
 	case <-ctx.Done():
 		return nil, ctx.Err()
@@ -191,12 +240,15 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	res.Registered, res.PathSockets = st.Hosts, st.PathSockets
 	res.RSSAfterMB, res.FDsAfter = gw.usage()
+	res.HeapAfterMB = gw.heapAlloc(ctx)
 	if res.Registered > 0 {
 		res.KiBPerHost = (res.RSSAfterMB - res.RSSBeforeMB) * 1024 / float64(res.Registered)
+		res.HeapKiBPerHost = (res.HeapAfterMB - res.HeapBeforeMB) * 1024 / float64(res.Registered)
 		res.FDsPerHost = float64(res.FDsAfter-res.FDsBefore) / float64(res.Registered)
 	}
-	o.say("%d hosts registered: RSS %.1f → %.1f MB (%.1f KiB per host), descriptors %d → %d (%.3f per host), %d path sockets",
-		res.Registered, res.RSSBeforeMB, res.RSSAfterMB, res.KiBPerHost, res.FDsBefore, res.FDsAfter, res.FDsPerHost, res.PathSockets)
+	o.say("%d hosts registered: RSS %.1f → %.1f MB (%.1f KiB per host), heap %.1f → %.1f MiB (%.1f KiB per host), descriptors %d → %d (%.3f per host), %d path sockets",
+		res.Registered, res.RSSBeforeMB, res.RSSAfterMB, res.KiBPerHost, res.HeapBeforeMB, res.HeapAfterMB, res.HeapKiBPerHost,
+		res.FDsBefore, res.FDsAfter, res.FDsPerHost, res.PathSockets)
 	res.RSSPeakMB = gw.peakRSS()
 	res.MemoryMB = float64(o.MemoryBytes) / (1 << 20)
 	res.BoundMB = float64(o.MemoryBytes+gateway.MemoryOverhead+gateway.MemoryPerHost*int64(maxHosts(o))) / (1 << 20)
@@ -204,6 +256,45 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	o.say("peak RSS %.1f MiB, bound %.1f MiB (limits.memory_bytes %.0f MiB + %d MiB + %d KiB × %d hosts): within %v",
 		res.RSSPeakMB, res.BoundMB, res.MemoryMB, gateway.MemoryOverhead>>20, gateway.MemoryPerHost>>10, maxHosts(o), res.Within)
 	return res, nil
+}
+
+// merge adds the generator processes' reports to res.
+func merge(res *Result, reps []*Report) {
+	var secs []float64
+	var heap, rss int64
+	ok := 0
+	for _, r := range reps {
+		ok += r.Registered
+		res.Retries += r.Retries
+		secs = append(secs, r.RegisterSecs...)
+		heap += int64(r.HeapAfter) - int64(r.HeapBefore)
+		rss += int64(r.RSSAfter) - int64(r.RSSBefore)
+		for why, n := range r.Failures {
+			if res.Failures == nil {
+				res.Failures, res.FailureExamples = map[string]int{}, map[string]string{}
+			}
+			res.Failures[why] += n
+			res.RegisterFails += n
+			if _, ok := res.FailureExamples[why]; !ok {
+				res.FailureExamples[why] = r.Examples[why]
+			}
+		}
+	}
+	sort.Float64s(secs)
+	res.RegisterP50, res.RegisterP99 = quantile(secs, 0.5), quantile(secs, 0.99)
+	if ok > 0 {
+		res.GenHeapKiBPerHost = float64(heap) / 1024 / float64(ok)
+		res.GenRSSKiBPerHost = float64(rss) / 1024 / float64(ok)
+	}
+}
+
+// quantile is the q-quantile of sorted xs (nearest rank; 0 if empty).
+func quantile(xs []float64, q float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(q*float64(len(xs)))) - 1
+	return xs[min(max(i, 0), len(xs)-1)]
 }
 
 // daemon is the gateway process.
@@ -285,7 +376,8 @@ func startGateway(ctx context.Context, dir string, o Options, key *host.Key) (*d
 		}
 		select {
 		case <-d.done:
-			return nil, fmt.Errorf("hostcap: the gateway exited at start; see %s", filepath.Join(dir, "gw1.log"))
+			b, _ := os.ReadFile(filepath.Join(dir, "gw1.log"))
+			return nil, fmt.Errorf("hostcap: the gateway exited at start: %s", strings.TrimSpace(string(b[max(len(b)-2000, 0):])))
 		case <-ctx.Done():
 			d.stop()
 			return nil, ctx.Err()
@@ -313,23 +405,36 @@ func (d *daemon) status(ctx context.Context) (*gateway.Status, error) {
 	return &st, json.NewDecoder(resp.Body).Decode(&st)
 }
 
-// maxHosts is the gateway's lan.max_hosts.
-func maxHosts(o Options) int { return o.Hosts + 16 }
-
-// peakRSS is the daemon's peak resident memory (VmHWM), in MiB.
-func (d *daemon) peakRSS() float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.cmd.Process.Pid))
+// heapAlloc is the daemon's go_memstats_heap_alloc_bytes, in MiB (0 if
+// its /metrics does not answer).
+func (d *daemon) heapAlloc(ctx context.Context) float64 {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+d.admin+"/metrics", nil)
 	if err != nil {
 		return 0
 	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-			return kb / 1024
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		// go_memstats_heap_alloc_bytes{gateway="gw1",region="r1"} 1.9e+07
+		if v, ok := strings.CutPrefix(sc.Text(), "go_memstats_heap_alloc_bytes"); ok && (v[0] == '{' || v[0] == ' ') {
+			f := strings.Fields(v)
+			b, _ := strconv.ParseFloat(f[len(f)-1], 64)
+			return b / (1 << 20)
 		}
 	}
 	return 0
 }
+
+// maxHosts is the gateway's lan.max_hosts.
+func maxHosts(o Options) int { return o.Hosts + 16 }
+
+// peakRSS is the daemon's peak resident memory (VmHWM), in MiB.
+func (d *daemon) peakRSS() float64 { return procStatusKB(d.cmd.Process.Pid, "VmHWM:") / 1024 }
 
 // usage is the daemon's resident memory (MB) and open descriptors.
 func (d *daemon) usage() (rssMB float64, fds int) {
@@ -348,4 +453,41 @@ func (d *daemon) usage() (rssMB float64, fds int) {
 		fds = len(ents)
 	}
 	return rssMB, fds
+}
+
+// selfUsage is this process's Go heap in use after a collection and its
+// resident memory, in bytes.
+func selfUsage() (heap, rss uint64) {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapInuse, uint64(procStatusKB(os.Getpid(), "VmRSS:") * 1024)
+}
+
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	runtime.GC()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// procStatusKB reads a kB field of /proc/pid/status (0 if absent).
+func procStatusKB(pid int, field string) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, field); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb
+		}
+	}
+	return 0
 }

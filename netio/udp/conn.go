@@ -239,10 +239,12 @@ func newConn(uc *net.UDPConn, v6 bool, opts Options) (*Conn, error) {
 		if nr <= 0 {
 			nr = DefaultGROBuffers
 		}
-		c.rbufs = make([][]byte, nr)
-		for i := range c.rbufs {
-			c.rbufs[i] = make([]byte, groBufSize)
-		}
+		// One buffer to start with; a read that fills every buffer with
+		// datagrams already waiting when it was made (a backlog) adds
+		// one, up to nr: a socket that receives a datagram at a time
+		// holds 64 KiB, not nr times that.
+		c.rbufs = make([][]byte, 1, nr)
+		c.rbufs[0] = make([]byte, groBufSize)
 		c.pending = make([]pendingBuf, 0, nr)
 	}
 	rc, err := uc.SyscallConn()
@@ -380,6 +382,9 @@ func (c *Conn) readGRO(msgs []Message, borrow bool) (int, error) {
 		n, err := c.rd.read(c.rbufs)
 		if err != nil {
 			return 0, err
+		}
+		if n == len(c.rbufs) && n < cap(c.rbufs) && !c.rd.waited {
+			c.rbufs = append(c.rbufs, make([]byte, groBufSize))
 		}
 		for i := range n {
 			size, from, oob, _ := c.rd.datagram(i)

@@ -27,6 +27,9 @@ type mmsgReader struct {
 	want  int
 	got   int
 	errno syscall.Errno
+	// waited: the last read found nothing at first and waited for the
+	// socket to become readable (no backlog when it was asked).
+	waited bool
 }
 
 func newMmsgReader(rc syscall.RawConn, n, oobSize int) *mmsgReader {
@@ -65,7 +68,7 @@ func (r *mmsgReader) read(bufs [][]byte) (int, error) {
 		h.Hdr.Flags = 0
 		h.Len = 0
 	}
-	r.want, r.got, r.errno = n, 0, 0
+	r.want, r.got, r.errno, r.waited = n, 0, 0, false
 	err := r.rc.Read(r.fn)
 	// Do not keep the caller's buffers reachable from the headers.
 	for i := range n {
@@ -93,6 +96,7 @@ func (r *mmsgReader) recv(fd uintptr) bool {
 		case unix.EINTR:
 			continue
 		case unix.EAGAIN:
+			r.waited = true
 			return false
 		default:
 			r.errno = e
