@@ -29,6 +29,9 @@ type sock struct {
 	// fails may overwrite the datagram).
 	opened  map[netip.AddrPort]PeerID
 	scratch []byte
+	// quietReads counts the reads in a row that used at most half of
+	// their batch (see rxBatch.max).
+	quietReads int
 	// free holds the batches the reader may fill; the owner returns them.
 	free chan *rxBatch
 	stop chan struct{} // closed when the socket is retired

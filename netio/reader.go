@@ -24,11 +24,18 @@ type rxBatch struct {
 	ents []rxEnt  // the datagrams that passed the reader's checks
 	n    int
 	// max is the most datagrams one read takes. A batch starts with room
-	// for one and grows (grow) when a read fills it: a socket that gets a
-	// datagram at a time (an idle host's PINGs and ACKs) holds a buffer
-	// per batch, a busy one reaches max within a few reads.
+	// for one and grows (grow) when a read fills it, and shrinks again
+	// (shrink) once rxShrinkAfter reads in a row have used at most half
+	// of their batch: a socket that gets a datagram at a time (an idle
+	// host's PINGs and ACKs) holds a buffer per batch, a busy one reaches
+	// max within a few reads, and one that was only behind for a while (a
+	// starved process) does not keep what the backlog made.
 	max int
 }
+
+// rxShrinkAfter is how many reads in a row that used at most half of
+// their batch make the reader shrink the batches it takes.
+const rxShrinkAfter = 16
 
 // grow doubles the batch's room for datagrams, up to max.
 func (b *rxBatch) grow(bufLen int) {
@@ -37,6 +44,15 @@ func (b *rxBatch) grow(bufLen int) {
 	}
 	b.msgs = append(b.msgs, make([]udp.Message, len(b.bufs)-len(b.msgs))...)
 	b.ents = append(b.ents, make([]rxEnt, len(b.bufs)-len(b.ents))...)
+}
+
+// shrink halves the batch's room, dropping the buffers beyond it.
+func (b *rxBatch) shrink() {
+	k := max(len(b.bufs)/2, 1)
+	clear(b.bufs[k:])
+	clear(b.msgs[k:])
+	clear(b.ents[k:])
+	b.bufs, b.msgs, b.ents = b.bufs[:k], b.msgs[:k], b.ents[:k]
 }
 
 type rxEnt struct {
@@ -68,12 +84,23 @@ func (e *Endpoint) readLoop(s *sock) {
 		// A coalesced (GRO) datagram is left where the socket has it and
 		// opened from there into the batch's buffer: the AEAD's pass over
 		// it is the copy (see check).
+		if s.quietReads >= rxShrinkAfter && len(b.bufs) > 1 {
+			b.shrink()
+		}
 		for i := range b.msgs {
 			b.msgs[i].Buf = b.bufs[i]
 		}
 		n, err := s.c.ReadBatchBorrow(b.msgs)
-		if err == nil && n == len(b.bufs) && n < b.max {
-			b.grow(e.rxBufLen)
+		if err == nil {
+			switch {
+			case n == len(b.bufs) && n < b.max:
+				b.grow(e.rxBufLen)
+				s.quietReads = 0
+			case 2*n <= len(b.bufs):
+				s.quietReads++
+			default:
+				s.quietReads = 0
+			}
 		}
 		if err != nil {
 			s.free <- b

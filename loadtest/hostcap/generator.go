@@ -50,16 +50,22 @@ type Report struct {
 }
 
 // The generator's hosts are idle: registered, PINGing, never sending or
-// receiving a flow. They check their housekeeping every 100 ms instead of
-// 10 ms and PING every second (the gateway reclaims a host silent for 3 s
-// only when its table is full, 30 s otherwise), so that 10,000 of them
-// fit in this machine's CPU: at the defaults, each cost about a
-// millisecond of CPU a second. A gateway silent for 8 s is given up.
+// receiving a flow, thousands to a process on a machine that may be busy.
+// At the host library's defaults each woke every 10 ms and PINGed every
+// 62.5 ms: 2,000 of them in a starved process fell behind, their paths
+// timed out and re-rolled new sockets, their receive buffers grew with the
+// backlog, and the gateway reclaimed hosts it had not heard from for 30 s.
+// So they check their housekeeping every 500 ms, PING every 5 s (the
+// gateway reclaims a host silent for 30 s, 3 s only when its table is
+// full), give a gateway up after 20 s of silence, and let a path time out
+// after 200 ms at the least. Received holds 16 deliveries: nothing is
+// delivered.
 const (
-	genTick       = 100 * time.Millisecond
-	genPing       = time.Second
-	genDeadAfter  = 8 * time.Second
-	genDelivery   = 16 // Received's capacity: nothing is delivered
+	genTick       = 500 * time.Millisecond
+	genPing       = 5 * time.Second
+	genDeadAfter  = 20 * time.Second
+	genMinPTO     = 200 * time.Millisecond
+	genDelivery   = 16
 	genOpenWithin = 30 * time.Second
 )
 
@@ -68,8 +74,10 @@ func (j *Job) hostConfig(i int) host.Config {
 	// 127.0.1.0/24 upwards: one source IP per SourceIPs hosts.
 	k := i % j.SourceIPs
 	ip := netip.AddrFrom4([4]byte{127, 0, byte(1 + k/250), byte(1 + k%250)})
+	proto := lab.HostProtocol()
+	proto.Path.MinPTO = max(proto.Path.MinPTO, genMinPTO)
 	return host.Config{Name: fmt.Sprintf("h%05d", i), Region: "r1", Gateways: []netip.AddrPort{j.Gateway},
-		Listen: netip.AddrPortFrom(ip, 0), Key: &host.Key{ID: j.KeyID, Secret: j.Secret}, Protocol: lab.HostProtocol(),
+		Listen: netip.AddrPortFrom(ip, 0), Key: &host.Key{ID: j.KeyID, Secret: j.Secret}, Protocol: proto,
 		OpenTimeout: genOpenWithin, DeadAfter: genDeadAfter, PingEvery: genPing, TickEvery: genTick, DeliveryQueue: genDelivery}
 }
 
@@ -149,6 +157,26 @@ func (g *generator) run(ctx context.Context) (*Report, error) {
 	return rep, nil
 }
 
+// stats sums the hosts' counters.
+func (g *generator) stats() host.Stats {
+	var t host.Stats
+	for _, h := range g.hosts {
+		if h == nil {
+			continue
+		}
+		addStats(&t, h.Stats())
+	}
+	return t
+}
+
+// addStats adds the counters the run reports.
+func addStats(t *host.Stats, st host.Stats) {
+	t.Registrations += st.Registrations
+	t.Connects += st.Connects
+	t.ConnectFailures += st.ConnectFailures
+	t.SilentGateways += st.SilentGateways
+}
+
 // close closes the hosts, in parallel (each Close waits up to half a
 // second for its gateway).
 func (g *generator) close() {
@@ -169,9 +197,10 @@ func (g *generator) close() {
 
 // workerMsg is a line from a generator process: progress, or its report.
 type workerMsg struct {
-	Progress int     `json:"progress,omitempty"`
-	Report   *Report `json:"report,omitempty"`
-	Err      string  `json:"error,omitempty"`
+	Progress int         `json:"progress,omitempty"`
+	Report   *Report     `json:"report,omitempty"`
+	Stats    *host.Stats `json:"stats,omitempty"`
+	Err      string      `json:"error,omitempty"`
 }
 
 // ServeWorker is a generator process: it reads a Job (one JSON line) from
@@ -205,9 +234,18 @@ func ServeWorker(ctx context.Context, in io.Reader, out io.Writer) error {
 		return err
 	}
 	send(workerMsg{Report: rep})
-	// Hold the hosts until the parent has measured: it closes our input.
-	_, _ = io.Copy(io.Discard, rd)
-	return nil
+	// Hold the hosts until the parent has measured: it asks for their
+	// counters ("stats"), then closes our input.
+	for {
+		line, err := rd.ReadString('\n')
+		if strings.TrimSpace(line) == "stats" {
+			st := g.stats()
+			send(workerMsg{Stats: &st})
+		}
+		if err != nil {
+			return nil
+		}
+	}
 }
 
 // workers are the generator processes of a run.
@@ -216,21 +254,25 @@ type workers struct {
 	stdins  []io.WriteCloser
 	reports []*Report
 	errs    []*strings.Builder
+	msgs    chan workerLine
+}
+
+// workerLine is a line from generator process w.
+type workerLine struct {
+	w int
+	m workerMsg
 }
 
 // startWorkers starts ceil(Hosts/PerProcess) generator processes, gives
 // each its share and waits for every report.
 func startWorkers(ctx context.Context, o Options, base Job, t0 time.Time) (*workers, error) {
 	n := (o.Hosts + o.PerProcess - 1) / o.PerProcess
-	ws := &workers{}
-	type msg struct {
-		w int
-		m workerMsg
-	}
-	msgs := make(chan msg, 64)
+	msgs := make(chan workerLine, 64)
+	ws := &workers{msgs: msgs}
 	var readers sync.WaitGroup
 	for w := range n {
 		j := base
+		j.Parallel = max((o.Parallel+w)/n, 1) // o.Parallel in all
 		j.First = w * o.Hosts / n
 		j.Count = (w+1)*o.Hosts/n - j.First
 		cmd := exec.Command(o.Worker[0], o.Worker[1:]...)
@@ -262,13 +304,13 @@ func startWorkers(ctx context.Context, o Options, base Job, t0 time.Time) (*work
 					m.Err = fmt.Sprintf("bad line: %v", err)
 				}
 				select {
-				case msgs <- msg{w, m}:
+				case msgs <- workerLine{w, m}:
 				case <-ctx.Done():
 					return
 				}
 			}
 			select {
-			case msgs <- msg{w, workerMsg{Err: "exited"}}:
+			case msgs <- workerLine{w, workerMsg{Err: "exited"}}:
 			case <-ctx.Done():
 			}
 		})
@@ -281,7 +323,7 @@ func startWorkers(ctx context.Context, o Options, base Job, t0 time.Time) (*work
 	ws.reports = make([]*Report, n)
 	progress := make([]int, n)
 	for done := 0; done < n; {
-		var m msg
+		var m workerLine
 		var ok bool
 		select {
 		case m, ok = <-msgs:
@@ -310,12 +352,37 @@ func startWorkers(ctx context.Context, o Options, base Job, t0 time.Time) (*work
 			o.say("  %d hosts registered (%.0f s)", total, time.Since(t0).Seconds())
 		}
 	}
-	// The readers stop when the processes exit (stop); drain until then.
-	go func() {
-		for range msgs {
-		}
-	}()
 	return ws, nil
+}
+
+// stats asks every generator process for its hosts' counters and sums
+// them.
+func (ws *workers) stats(ctx context.Context) (host.Stats, error) {
+	var t host.Stats
+	for _, in := range ws.stdins {
+		if _, err := io.WriteString(in, "stats\n"); err != nil {
+			return t, err
+		}
+	}
+	for got := 0; got < len(ws.stdins); {
+		var m workerLine
+		var ok bool
+		select {
+		case m, ok = <-ws.msgs:
+		case <-ctx.Done():
+			return t, ctx.Err()
+		}
+		switch {
+		case !ok:
+			return t, errors.New("hostcap: the generator processes exited before reporting their hosts' counters")
+		case m.m.Stats != nil:
+			addStats(&t, *m.m.Stats)
+			got++
+		case m.m.Err != "":
+			return t, fmt.Errorf("hostcap: generator process %d: %s: %s", m.w, m.m.Err, strings.TrimSpace(ws.errs[m.w].String()))
+		}
+	}
+	return t, nil
 }
 
 // stop closes the generator processes' input (they close their hosts and
@@ -323,6 +390,13 @@ func startWorkers(ctx context.Context, o Options, base Job, t0 time.Time) (*work
 func (ws *workers) stop() {
 	for _, in := range ws.stdins {
 		in.Close()
+	}
+	if ws.msgs != nil {
+		// The readers end when the processes exit.
+		go func() {
+			for range ws.msgs {
+			}
+		}()
 	}
 	done := make(chan struct{})
 	go func() {

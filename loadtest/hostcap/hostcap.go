@@ -25,6 +25,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"sort"
 	"strconv"
@@ -44,8 +45,8 @@ import (
 type Options struct {
 	Binary string // the mrgw daemon binary [required]
 	Hosts  int    // hosts to register [1000]
-	// Parallel is how many registrations run at once in each generator
-	// process [16]; SourceIPs how many loopback addresses the hosts spread
+	// Parallel is how many registrations run at once, shared out among
+	// the generator processes [16]; SourceIPs how many loopback addresses the hosts spread
 	// over (the gateway admits 20 a second and holds 32 unregistered per
 	// source IP) [64].
 	Parallel, SourceIPs int
@@ -72,6 +73,14 @@ type Options struct {
 	Progress io.Writer
 	// MemoryBytes is the gateway's limits.memory_bytes [256 MiB].
 	MemoryBytes int64
+	// DeadAfter is the gateway's wan.dead_after [10 s]: a host whose
+	// paths have all been down this long is declared gone. At the default
+	// of 500 ms a generator process starved for half a second (thousands
+	// of hosts on a busy machine) lost some of its hosts' registrations
+	// without the hosts noticing for their own DeadAfter; what is measured
+	// here is what a registered host costs, not how fast a gateway drops
+	// a dead one.
+	DeadAfter time.Duration
 	// HeapProfile, if set, is where the generator's heap profile is
 	// written with every host registered (the hosts of this process only)
 	// [none].
@@ -127,6 +136,14 @@ type Result struct {
 	Processes         int     `json:"generator_processes"`
 	GenHeapKiBPerHost float64 `json:"generator_heap_kib_per_host"`
 	GenRSSKiBPerHost  float64 `json:"generator_rss_kib_per_host"`
+	// The hosts' counters when the gateway was measured: registrations
+	// accepted (more than Hosts when hosts lost their gateway and
+	// registered again), connections established, handshakes that failed,
+	// and gateways given up as silent.
+	HostRegistrations   uint64 `json:"host_registrations"`
+	HostConnects        uint64 `json:"host_connects"`
+	HostConnectFailures uint64 `json:"host_connect_failures"`
+	HostSilentGateways  uint64 `json:"host_silent_gateways"`
 }
 
 func (o *Options) fill() error {
@@ -156,6 +173,9 @@ func (o *Options) fill() error {
 	}
 	if o.MemoryBytes <= 0 {
 		o.MemoryBytes = 256 << 20
+	}
+	if o.DeadAfter <= 0 {
+		o.DeadAfter = 10 * time.Second
 	}
 	return nil
 }
@@ -197,6 +217,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	base := Job{Gateway: gw.lan, KeyID: key.ID, Secret: key.Secret, SourceIPs: o.SourceIPs, Parallel: o.Parallel, Stall: o.Stall}
 	t0 := time.Now()
 	var reps []*Report
+	var hostStats func() (host.Stats, error)
 	if o.Hosts <= o.PerProcess {
 		j := base
 		j.Count = o.Hosts
@@ -207,6 +228,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			return nil, err
 		}
 		reps = append(reps, rep)
+		hostStats = func() (host.Stats, error) { return g.stats(), nil }
 		if o.HeapProfile != "" {
 			if err := writeHeapProfile(o.HeapProfile); err != nil {
 				return nil, err
@@ -219,6 +241,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			return nil, err
 		}
 		reps = ws.reports
+		hostStats = func() (host.Stats, error) { return ws.stats(ctx) }
 	}
 	res.RegisterSecs = time.Since(t0).Seconds()
 	res.Processes = len(reps)
@@ -239,6 +262,13 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	res.Registered, res.PathSockets = st.Hosts, st.PathSockets
+	hs, err := hostStats()
+	if err != nil {
+		return nil, err
+	}
+	res.HostRegistrations, res.HostConnects, res.HostConnectFailures, res.HostSilentGateways = hs.Registrations, hs.Connects, hs.ConnectFailures, hs.SilentGateways
+	o.say("hosts: %d registrations, %d connections, %d failed handshakes, %d gateways given up as silent",
+		hs.Registrations, hs.Connects, hs.ConnectFailures, hs.SilentGateways)
 	res.RSSAfterMB, res.FDsAfter = gw.usage()
 	res.HeapAfterMB = gw.heapAlloc(ctx)
 	if res.Registered > 0 {
@@ -336,7 +366,7 @@ func startGateway(ctx context.Context, dir string, o Options, key *host.Key) (*d
 		"node": map[string]any{"name": "gw1", "region": "r1"},
 		"lan": map[string]any{"listen": ports[0].String(), "congestion_control": "dc-aimd", "max_hosts": maxHosts(o),
 			"host_keys": []string{key.ID + ":" + base64.StdEncoding.EncodeToString(key.Secret)}},
-		"wan": map[string]any{"planes": []any{map[string]any{"name": "p0", "local": ports[1].String()}}},
+		"wan": map[string]any{"planes": []any{map[string]any{"name": "p0", "local": ports[1].String()}}, "dead_after": o.DeadAfter.String()},
 		"control": map[string]any{"listen": ports[2].String(),
 			"tls": map[string]any{"ca_file": "ca.pem", "cert_file": "gw1.pem", "key_file": "gw1-key.pem"}},
 		"gossip": map[string]any{"bind": ports[3].String()},
@@ -455,10 +485,11 @@ func (d *daemon) usage() (rssMB float64, fds int) {
 	return rssMB, fds
 }
 
-// selfUsage is this process's Go heap in use after a collection and its
-// resident memory, in bytes.
+// selfUsage is this process's Go heap in use and its resident memory, in
+// bytes, after a collection that returns the freed memory to the system
+// (the garbage of hosts whose registration was tried again counts not).
 func selfUsage() (heap, rss uint64) {
-	runtime.GC()
+	debug.FreeOSMemory()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return ms.HeapInuse, uint64(procStatusKB(os.Getpid(), "VmRSS:") * 1024)

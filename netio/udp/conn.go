@@ -100,6 +100,9 @@ const (
 	DefaultBatchSize  = 64
 	DefaultGROBuffers = 4
 	groBufSize        = 1 << 16 // the largest UDP payload, rounded up
+	// groShrinkAfter is how many GRO reads in a row that filled at most
+	// half of the buffers take one away.
+	groShrinkAfter = 16
 	// maxIovecs bounds the payload pieces of one sendmmsg (the kernel
 	// allows 1024 per message; one per datagram here).
 	maxIovecs = 1024
@@ -130,11 +133,14 @@ type Conn struct {
 	gro     bool
 	batchSz int
 
-	rmu     sync.Mutex // guards the read state below
-	rd      *mmsgReader
-	rbufv   [][]byte     // the buffers of one read
-	rbufs   [][]byte     // GRO buffers, nil without GRO
-	pending []pendingBuf // undelivered rest of the last GRO read, in order
+	rmu   sync.Mutex // guards the read state below
+	rd    *mmsgReader
+	rbufv [][]byte // the buffers of one read
+	rbufs [][]byte // GRO buffers, nil without GRO
+	// quietReads counts the GRO reads in a row that filled at most half
+	// of rbufs.
+	quietReads int
+	pending    []pendingBuf // undelivered rest of the last GRO read, in order
 
 	wmu    sync.Mutex // guards the write state below
 	wmsgs  []ipv4.Message
@@ -241,8 +247,9 @@ func newConn(uc *net.UDPConn, v6 bool, opts Options) (*Conn, error) {
 		}
 		// One buffer to start with; a read that fills every buffer with
 		// datagrams already waiting when it was made (a backlog) adds
-		// one, up to nr: a socket that receives a datagram at a time
-		// holds 64 KiB, not nr times that.
+		// one, up to nr, and groShrinkAfter reads in a row that fill at
+		// most half of them take one away: a socket that receives a
+		// datagram at a time holds 64 KiB, not nr times that.
 		c.rbufs = make([][]byte, 1, nr)
 		c.rbufs[0] = make([]byte, groBufSize)
 		c.pending = make([]pendingBuf, 0, nr)
@@ -379,12 +386,22 @@ func (c *Conn) readPlain(msgs []Message) (int, error) {
 // are left; borrow hands out slices of them instead of copying.
 func (c *Conn) readGRO(msgs []Message, borrow bool) (int, error) {
 	if len(c.pending) == 0 {
+		if k := len(c.rbufs) - 1; c.quietReads >= groShrinkAfter && k > 0 {
+			c.rbufs[k] = nil
+			c.rbufs = c.rbufs[:k]
+		}
 		n, err := c.rd.read(c.rbufs)
 		if err != nil {
 			return 0, err
 		}
-		if n == len(c.rbufs) && n < cap(c.rbufs) && !c.rd.waited {
+		switch {
+		case n == len(c.rbufs) && n < cap(c.rbufs) && !c.rd.waited:
 			c.rbufs = append(c.rbufs, make([]byte, groBufSize))
+			c.quietReads = 0
+		case 2*n <= len(c.rbufs):
+			c.quietReads++
+		default:
+			c.quietReads = 0
 		}
 		for i := range n {
 			size, from, oob, _ := c.rd.datagram(i)
