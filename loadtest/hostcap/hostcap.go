@@ -136,6 +136,9 @@ type Result struct {
 	Processes         int     `json:"generator_processes"`
 	GenHeapKiBPerHost float64 `json:"generator_heap_kib_per_host"`
 	GenRSSKiBPerHost  float64 `json:"generator_rss_kib_per_host"`
+	// GatewayIdleCPU is the daemon's CPU time over Settle, in cores: what
+	// the registered hosts cost it while they only PING.
+	GatewayIdleCPU float64 `json:"gateway_idle_cpu_cores"`
 	// The hosts' counters when the gateway was measured: registrations
 	// accepted (more than Hosts when hosts lost their gateway and
 	// registered again), connections established, handshakes that failed,
@@ -252,11 +255,13 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		o.say("  %d failed: %s (%s)", n, why, res.FailureExamples[why])
 	}
 	o.say("generator (%d processes): %.1f KiB of heap, %.1f KiB resident per host", res.Processes, res.GenHeapKiBPerHost, res.GenRSSKiBPerHost)
+	cpu0, t1 := gw.cpuSeconds(), time.Now()
 	select {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-time.After(o.Settle):
 	}
+	res.GatewayIdleCPU = (gw.cpuSeconds() - cpu0) / time.Since(t1).Seconds()
 	st, err := gw.status(ctx)
 	if err != nil {
 		return nil, err
@@ -276,6 +281,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		res.HeapKiBPerHost = (res.HeapAfterMB - res.HeapBeforeMB) * 1024 / float64(res.Registered)
 		res.FDsPerHost = float64(res.FDsAfter-res.FDsBefore) / float64(res.Registered)
 	}
+	o.say("gateway CPU while the hosts idled: %.3f of a core", res.GatewayIdleCPU)
 	o.say("%d hosts registered: RSS %.1f → %.1f MB (%.1f KiB per host), heap %.1f → %.1f MiB (%.1f KiB per host), descriptors %d → %d (%.3f per host), %d path sockets",
 		res.Registered, res.RSSBeforeMB, res.RSSAfterMB, res.KiBPerHost, res.HeapBeforeMB, res.HeapAfterMB, res.HeapKiBPerHost,
 		res.FDsBefore, res.FDsAfter, res.FDsPerHost, res.PathSockets)
@@ -433,6 +439,25 @@ func (d *daemon) status(ctx context.Context) (*gateway.Status, error) {
 	defer resp.Body.Close()
 	var st gateway.Status
 	return &st, json.NewDecoder(resp.Body).Decode(&st)
+}
+
+// cpuSeconds is the daemon's user and system CPU time so far.
+func (d *daemon) cpuSeconds() float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", d.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command name (which may hold spaces): state is
+	// the first, utime the 12th and stime the 13th, in clock ticks (100 a
+	// second on Linux).
+	i := strings.LastIndexByte(string(b), ')')
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (u + st) / 100
 }
 
 // heapAlloc is the daemon's go_memstats_heap_alloc_bytes, in MiB (0 if
