@@ -77,11 +77,12 @@ func TestHostCapacityShort(t *testing.T) {
 }
 
 // maxGenHeapKiBPerHost bounds the Go heap one idle host of the host
-// library holds in the generator: its sockets' buffers grow with the
+// library holds in the generator: its sockets' buffers grow only with the
 // datagrams that wait for them, and an idle host receives and sends a
-// few at a time. Each host held 7.9 MiB (the send and receive batches
-// and GRO buffers made in full when its sockets opened), 1.4 MiB with
-// them made as they fill.
+// few dozen in all here, so even a starved process stays below it (every
+// buffer made, 6.7 MiB, would not). Each host held 8.2 MiB when the send
+// and receive batches and GRO buffers were made in full as its sockets
+// opened; 0.8 MiB with them made as they fill (1,000 hosts).
 const maxGenHeapKiBPerHost = 3 << 10
 
 // TestGeneratorFootprint: 150 idle hosts registered in this process grow
