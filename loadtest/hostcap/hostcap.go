@@ -3,10 +3,12 @@
 // Package hostcap is `mrgw-lab loadtest hosts`: what a registered host
 // costs a gateway. It runs one gateway daemon (`mrgw run`, its own process,
 // so that its memory and descriptors are its own), registers hosts with it
-// from this process (the host library, each host on its own loopback
-// source), keeps them registered and PINGing, and reads the daemon's RSS,
-// open descriptors and path sockets before and after. Every address is in
-// 127.0.0.0/8.
+// from generator processes (the host library, each host on its own
+// loopback source; this process, and child processes running ServeWorker
+// when there are more hosts than one process holds), keeps them
+// registered and PINGing, and reads the daemon's RSS, Go heap, CPU, open
+// descriptors and path sockets before and after, and the generator's own
+// memory per host. Every address is in 127.0.0.0/8.
 package hostcap
 
 import (
