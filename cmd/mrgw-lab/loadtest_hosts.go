@@ -27,13 +27,14 @@ func newHostsCmd() *cobra.Command {
 		Use:   "hosts",
 		Short: "what a registered host costs a gateway: one gateway daemon, --count hosts registered and PINGing, its RSS, descriptors and path sockets before and after",
 		Long: `hosts runs one gateway daemon (mrgw run, its own process) with lan.max_hosts above --count,
-registers --count hosts with it from this process (the host library, spread over --source-ips
-loopback addresses, --parallel at a time), keeps them PINGing for --settle, and prints the
-daemon's resident memory, open descriptors and path sockets before and after, per host, as JSON,
+registers --count hosts with it (the host library, spread over --source-ips loopback addresses,
+--parallel at a time), keeps them PINGing for --settle, and prints the daemon's resident memory,
+Go heap, open descriptors and path sockets before and after, per host, and its CPU meanwhile, as
+JSON, with the registration times (p50, p99) and failures by reason,
 with its peak resident memory (VmHWM) against the most it may hold: limits.memory_bytes (256 MiB)
 plus the fixed overhead plus 64 KiB per host of lan.max_hosts, and the generator's own cost per
-host (Go heap and resident memory). The hosts are idle (PINGing every second, housekeeping every
-100 ms); more than --per-process of them are spread over child processes of this binary (each host
+host (Go heap and resident memory). The hosts are idle (PINGing every 5 s, housekeeping every
+500 ms); more than --per-process of them are spread over child processes of this binary (each host
 holds five descriptors). A registration that times out is tried again while others still
 complete (--stall); failures are reported by reason. Loopback only (127.0.0.0/8). Progress goes
 to stderr.`,
