@@ -13,7 +13,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mrgw/mrgw/internal/report"
+	"github.com/mrgw/mrgw/units"
+
 	"github.com/mrgw/mrgw/metaroce"
 )
 
@@ -214,10 +215,10 @@ func (g *Gateway) probePlanes(p *wanPeer, c *metaroce.Conn) []PlaneProbe {
 		pp.ECN += float64(m.CE)
 		sum[k] += m.SumRTT
 		if m.Acked > 0 {
-			if pp.RTTMin == 0 || report.Ms(m.MinRTT) < pp.RTTMin {
-				pp.RTTMin = report.Ms(m.MinRTT)
+			if pp.RTTMin == 0 || units.Ms(m.MinRTT) < pp.RTTMin {
+				pp.RTTMin = units.Ms(m.MinRTT)
 			}
-			pp.RTTMax = max(pp.RTTMax, report.Ms(m.MaxRTT))
+			pp.RTTMax = max(pp.RTTMax, units.Ms(m.MaxRTT))
 			minRTTs[k] = append(minRTTs[k], m.MinRTT)
 		}
 		if g.opts.ECMPLane != nil && m.Acked > 0 {
@@ -234,7 +235,7 @@ func (g *Gateway) probePlanes(p *wanPeer, c *metaroce.Conn) []PlaneProbe {
 		}
 		if pp.Answered > 0 {
 			pp.ECN /= float64(pp.Answered)
-			pp.RTTAvg = report.Ms(sum[k] / time.Duration(pp.Answered))
+			pp.RTTAvg = units.Ms(sum[k] / time.Duration(pp.Answered))
 		}
 		if g.opts.ECMPLane != nil {
 			pp.ECMPPaths = len(lanes[k])

@@ -15,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/mrgw/mrgw/internal/ratelog"
-	"github.com/mrgw/mrgw/internal/report"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/metrics"
 	"github.com/mrgw/mrgw/netio/seal"
@@ -190,7 +189,7 @@ func (g *Gateway) snapshot(prev *rateState) {
 	for _, p := range peerList {
 		p.mu.Lock()
 		ps := &PeerStatus{Name: p.name, Region: p.region, State: p.state, Since: p.since, LastError: p.lastErr,
-			ControlRTT: report.Ms(p.rtt)}
+			ControlRTT: units.Ms(p.rtt)}
 		p.mu.Unlock()
 		if ps.State == "" {
 			ps.State = "down"
@@ -257,7 +256,7 @@ func (g *Gateway) snapshot(prev *rateState) {
 				pp := &ci.c.Paths().Paths[i]
 				w := ci.c.Controller().Window(i)
 				ps.Paths = append(ps.Paths, PathStatus{ID: i, Plane: g.planeName(i), State: pp.State.String(),
-					RTT: report.Ms(pp.SRTT), MinRTT: report.Ms(pp.MinRTT), Cwnd: w, Inflight: pp.InflightBytes,
+					RTT: units.Ms(pp.SRTT), MinRTT: units.Ms(pp.MinRTT), Cwnd: w, Inflight: pp.InflightBytes,
 					Sent: pp.SentPackets, Lost: pp.LostPackets})
 				g.metrics.Path(p.name, p.region, g.planeName(i), i).Sync(metrics.SnapshotOf(pp, w, 0))
 			}

@@ -88,3 +88,7 @@ func formatRate(v float64, us []unit, base string) string {
 // Throughput is the bit rate at which bytes were delivered in seconds (a
 // measured goodput), unrounded.
 func Throughput(bytes, seconds float64) BitRate { return ByteRate(bytes / seconds).Bits() }
+
+// Ms is d in milliseconds, to the microsecond: the unit of delays in the
+// gateway's status, its logs and the load tests' rows.
+func Ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

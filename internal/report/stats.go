@@ -5,12 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"time"
 )
-
-// Ms is d in milliseconds, to the microsecond: the unit of the rows' and
-// logs' delays.
-func Ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // Quantile returns the q-quantile of xs by nearest rank (the smallest
 // value at least a fraction q of the values do not exceed), or zero for

@@ -35,8 +35,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mrgw/mrgw/units"
+
 	"github.com/mrgw/mrgw/host"
-	"github.com/mrgw/mrgw/internal/report"
 	"github.com/mrgw/mrgw/internal/sleep"
 )
 
@@ -453,7 +454,7 @@ func (r *run) measure(in *Injection) {
 			in.Worst = r.writerName(id)
 		}
 	}
-	in.StallMs = report.Ms(worst)
+	in.StallMs = units.Ms(worst)
 	if in.Fault == FaultGatewayKill {
 		// Flows entering the killed gateway from their source host see it
 		// die through the host's DeadAfter; the others through the source
@@ -470,7 +471,7 @@ func (r *run) measure(in *Injection) {
 				other = max(other, s)
 			}
 		}
-		in.Note = fmt.Sprintf("%d flows entering at %s: worst %.0f ms; the others (leaving through it or not using it): %.0f ms", n, in.Target, report.Ms(enter), report.Ms(other))
+		in.Note = fmt.Sprintf("%d flows entering at %s: worst %.0f ms; the others (leaving through it or not using it): %.0f ms", n, in.Target, units.Ms(enter), units.Ms(other))
 	}
 	in.AtS = in.t0.Sub(r.start).Seconds()
 	in.ClearS = in.tClear.Sub(r.start).Seconds()

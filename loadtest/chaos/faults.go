@@ -10,7 +10,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/mrgw/mrgw/internal/report"
+	"github.com/mrgw/mrgw/units"
+
 	"github.com/mrgw/mrgw/internal/sleep"
 )
 
@@ -220,7 +221,7 @@ func (r *run) inject(ctx context.Context, kind string) Injection {
 		// wall-clock time, to read its stall out of them.
 		for _, id := range r.liveWriters(in.t0) {
 			if t := r.ck.firstAfter(id, in.t0); !t.IsZero() {
-				r.say("  %s: first delivery at %s (%.0f ms after the injection)", r.writerName(id), t.Format("15:04:05.000"), report.Ms(t.Sub(in.t0)))
+				r.say("  %s: first delivery at %s (%.0f ms after the injection)", r.writerName(id), t.Format("15:04:05.000"), units.Ms(t.Sub(in.t0)))
 			}
 		}
 	}

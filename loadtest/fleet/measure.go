@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mrgw/mrgw/units"
+
 	"github.com/mrgw/mrgw/internal/report"
 	"github.com/mrgw/mrgw/region"
 )
@@ -111,9 +113,9 @@ func (f *fleet) row(event string, w window, evs []*episode) Row {
 		}
 		r.DampedUsers += ep.damped
 		ep.mu.Unlock()
-		spans = append(spans, report.Ms(ep.span()))
+		spans = append(spans, units.Ms(ep.span()))
 		for _, d := range ep.delays() {
-			deliveries = append(deliveries, report.Ms(d))
+			deliveries = append(deliveries, units.Ms(d))
 		}
 		r.Missed += ep.missed()
 		r.Late += ep.later(f.o.EventTimeout)

@@ -12,7 +12,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/mrgw/mrgw/internal/report"
+	"github.com/mrgw/mrgw/units"
+
 	"github.com/mrgw/mrgw/internal/sleep"
 	"github.com/mrgw/mrgw/pathmgr"
 	"github.com/mrgw/mrgw/region"
@@ -48,7 +49,7 @@ func (f *fleet) probeLag(ctx context.Context) {
 	for ctx.Err() == nil {
 		t0 := time.Now()
 		time.Sleep(lagTick)
-		late := report.Ms(time.Since(t0) - lagTick)
+		late := units.Ms(time.Since(t0) - lagTick)
 		f.lagMu.Lock()
 		if len(f.lags) < maxLags {
 			f.lags = append(f.lags, late)

@@ -7,7 +7,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/mrgw/mrgw/internal/report"
+	"github.com/mrgw/mrgw/units"
+
 	"github.com/mrgw/mrgw/internal/sleep"
 )
 
@@ -111,7 +112,7 @@ func (f *fleet) runDeaths(ctx context.Context, rep *Report) *stop {
 			return &stop{err: err, w: w, evs: evs, events: []string{"gateway_dead"}}
 		}
 		evs = append(evs, ep)
-		f.logf("gateway %s killed: routed around everywhere in %.0f ms (missed by %d)", x.name, report.Ms(ep.span()), ep.missed())
+		f.logf("gateway %s killed: routed around everywhere in %.0f ms (missed by %d)", x.name, units.Ms(ep.span()), ep.missed())
 	}
 	rep.Rows = append(rep.Rows, f.row("gateway_dead", w, evs))
 	return nil
@@ -142,7 +143,7 @@ func (f *fleet) runJoins(ctx context.Context, rep *Report) *stop {
 			return &stop{err: err, w: w, evs: evs, events: []string{"region_join"}}
 		}
 		evs = append(evs, ep)
-		f.logf("region %s: routable everywhere in %.0f ms (missed by %d)", r, report.Ms(ep.span()), ep.missed())
+		f.logf("region %s: routable everywhere in %.0f ms (missed by %d)", r, units.Ms(ep.span()), ep.missed())
 	}
 	rep.Rows = append(rep.Rows, f.row("region_join", w, evs))
 	for _, n := range f.live() {

@@ -20,12 +20,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/mrgw/mrgw/config"
-	"github.com/mrgw/mrgw/gateway"
-	"github.com/mrgw/mrgw/internal/report"
-	"github.com/mrgw/mrgw/internal/sleep"
-	"github.com/mrgw/mrgw/metaroce"
-	"github.com/mrgw/mrgw/units"
 	"io"
 	"log/slog"
 	"math"
@@ -39,6 +33,12 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/mrgw/mrgw/config"
+	"github.com/mrgw/mrgw/gateway"
+	"github.com/mrgw/mrgw/internal/sleep"
+	"github.com/mrgw/mrgw/metaroce"
+	"github.com/mrgw/mrgw/units"
 
 	"github.com/mrgw/mrgw/host"
 	"github.com/mrgw/mrgw/loadtest/lab"
@@ -661,7 +661,7 @@ func (r *targetRun) finish(t0, t1, t2 time.Time) {
 	row.GoodputBefore = mbps(b0, o.Before)
 	row.GoodputDuring = mbps(b1, t1.Sub(t0))
 	row.GoodputAfter = mbps(b2, t2.Sub(t1))
-	row.StallMs, row.StallBeforeMs = report.Ms(s1), report.Ms(s0)
+	row.StallMs, row.StallBeforeMs = units.Ms(s1), units.Ms(s0)
 	row.FloodStart = int(o.Before / time.Second)
 	for t := t0.Add(-o.Before); !t.Add(time.Second).After(t2); t = t.Add(time.Second) {
 		b, _ := tr.deliveredIn(t, t.Add(time.Second))
@@ -712,7 +712,7 @@ func register(l *lab.Lab, gw netip.AddrPort, listen netip.Addr, name string, tim
 	t := time.Now()
 	h, err := host.New(host.Config{Name: name, Region: lab.RegionA, Gateways: []netip.AddrPort{gw}, Key: l.HostKey, Listen: netip.AddrPortFrom(listen, 0),
 		DeadAfter: time.Second, OpenTimeout: timeout, Logger: logger, Protocol: lab.HostProtocol()})
-	d := report.Ms(time.Since(t))
+	d := units.Ms(time.Since(t))
 	if err != nil {
 		return d, err
 	}
@@ -724,7 +724,7 @@ func adminProbe(addr string) (float64, bool) {
 	c := http.Client{Timeout: 5 * time.Second}
 	t := time.Now()
 	resp, err := c.Get("http://" + addr + "/readyz")
-	d := report.Ms(time.Since(t))
+	d := units.Ms(time.Since(t))
 	if err != nil {
 		return d, false
 	}

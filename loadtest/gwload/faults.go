@@ -8,7 +8,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/mrgw/mrgw/internal/report"
+	"github.com/mrgw/mrgw/units"
+
 	"github.com/mrgw/mrgw/loadtest/lab"
 	"github.com/mrgw/mrgw/loadtest/recovery"
 )
@@ -109,5 +110,5 @@ func faultRecovery(delivered recovery.Series, start time.Time, at float64, dur, 
 	if rep.RTTs < 0 {
 		return -1, -1
 	}
-	return rep.RTTs * report.Ms(rtt), rep.RTTs
+	return rep.RTTs * units.Ms(rtt), rep.RTTs
 }

@@ -129,7 +129,7 @@ func (e *env) row(ser *Series, steps []time.Duration, stepRates []float64) repor
 	capA := e.capacity(0)
 	r := report.Row{
 		Scenario: sc.Name, System: "mrgw", Variant: variant(sc), Planes: sc.Planes, Paths: 16,
-		RTTms: report.Ms(rtt), Loss: sc.base.Loss, Flows: len(e.flows), CapacityBps: capA,
+		RTTms: units.Ms(rtt), Loss: sc.base.Loss, Flows: len(e.flows), CapacityBps: capA,
 		MessageBytes: int64(e.sc.msgSize), Emulator: "emu",
 	}
 	if w.Pattern == PatternAllreduce {
@@ -216,11 +216,11 @@ func (e *env) row(ser *Series, steps []time.Duration, stepRates []float64) repor
 		var total time.Duration
 		for _, s := range steps {
 			total += s
-			r.MaxStepMs = math.Max(r.MaxStepMs, report.Ms(s))
+			r.MaxStepMs = math.Max(r.MaxStepMs, units.Ms(s))
 		}
 		r.Steps = len(steps)
 		if len(steps) > 0 {
-			r.StepMs = report.Ms(total) / float64(len(steps))
+			r.StepMs = units.Ms(total) / float64(len(steps))
 			bytesPerStep := float64(len(e.flows)) * float64(e.sc.msgSize)
 			r.GoodputBps = float64(units.Throughput(bytesPerStep*float64(len(steps)), total.Seconds()))
 			if r.CapacityBps > 0 {
@@ -270,7 +270,7 @@ func stepList(steps []time.Duration) string {
 	var b strings.Builder
 	b.WriteString("steps ms")
 	for _, s := range steps {
-		fmt.Fprintf(&b, " %.0f", report.Ms(s))
+		fmt.Fprintf(&b, " %.0f", units.Ms(s))
 	}
 	return b.String()
 }

@@ -314,7 +314,7 @@ func Run(ctx context.Context, s Scenario, o Options) ([]report.Row, *Series, err
 		row.HeapBytesPerFlow = heapPerFlow
 	}
 	for _, st := range steps {
-		ser.StepMs = append(ser.StepMs, report.Ms(st))
+		ser.StepMs = append(ser.StepMs, units.Ms(st))
 	}
 	ser.IdealStepMs = row.IdealStepMs
 	return []report.Row{row}, ser, nil
