@@ -97,8 +97,12 @@ type Conn struct {
 	paceStart time.Duration // when the pacing clock started (the ACCEPT)
 	paceWait  bool          // stopped for the pacer, and not out of data or window since: a late driver may catch up
 	minRTT    time.Duration // smallest RTT sample of any path (0: none yet); sizes the pacer's slack
-	cwndLimit bool          // the last attempt to send found no path with room
-	descNext  descNext      // version 2: the chunk whose descriptor just went alone, and its path
+	// rttHi is the largest recent RTT sample of any path, decaying towards
+	// the newer ones over rttHiMemory (rttHiAt: its last update): the
+	// probe timeout's floor (ptoDeadline).
+	rttHi, rttHiAt time.Duration
+	cwndLimit      bool     // the last attempt to send found no path with room
+	descNext       descNext // version 2: the chunk whose descriptor just went alone, and its path
 
 	// receiver
 	rx     []rxPath // per path (rx.go)

@@ -1,6 +1,7 @@
 package metaroce
 
 import (
+	"math"
 	"time"
 
 	"github.com/mrgw/mrgw/cc"
@@ -45,6 +46,7 @@ func (c *Conn) onAck(now time.Duration, a *Ack) {
 		if c.minRTT == 0 || ps.MinRTT < c.minRTT {
 			c.minRTT = ps.MinRTT
 		}
+		c.noteRTT(now, rtt)
 	}
 	// ECN: the ack carries cumulative counts of CE-marked and all packets.
 	if dRx, dCE, ok := h.ecn(a); ok {
@@ -108,11 +110,45 @@ const (
 	lossTimeout
 )
 
-// ptoDeadline returns when path's oldest packet in flight times out.
+// rttHiMemory is the time over which the connection's largest recent RTT
+// sample (Conn.rttHi) falls back to the newer ones.
+const rttHiMemory = 2 * time.Second
+
+// noteRTT folds an RTT sample of any path into the connection's largest
+// recent one.
+func (c *Conn) noteRTT(now, rtt time.Duration) {
+	if rtt >= c.rttHi {
+		c.rttHi, c.rttHiAt = rtt, now
+		return
+	}
+	if dt := now - c.rttHiAt; dt > 0 {
+		c.rttHi = rtt + time.Duration(float64(c.rttHi-rtt)*math.Exp(-dt.Seconds()/rttHiMemory.Seconds()))
+		c.rttHiAt = now
+	}
+}
+
+// ptoDeadline returns when path's oldest packet in flight times out: a
+// probe timeout after it was sent, and no sooner than the connection's
+// largest recent RTT sample (plus the receiver's ack delay) after.
+//
+// Why the floor: a path's own estimate follows its own samples, and a path
+// that carries a few packets per round trip (many paths, or many
+// connections over one fabric) has few; when the shared queue deepens, or
+// the sender's host holds its acks back for a few milliseconds (a late
+// wake-up on a busy machine, which the largest sample records too), such a
+// path's timeout fired before its acks came, and what it resent arrived
+// twice. Every path of a connection crosses the same fabric, so the
+// largest recent sample of any is what one of them may take now; a tail
+// loss is found that much later.
 func (c *Conn) ptoDeadline(path int) (time.Duration, bool) {
 	h := &c.tx[path]
 	cfg := c.paths.Config()
 	d, ok := h.ptoDeadline(&c.paths.Paths[path], cfg)
+	if ok && c.mode == ModeMetaRoCE {
+		if extra := c.rttHi + c.ep.cfg.MaxAckDelay - c.paths.Paths[path].PTO(cfg); extra > 0 {
+			d += extra
+		}
+	}
 	if w := c.ep.cfg.DepartureWait; ok && w > 0 && h.floor >= h.departed && c.mode == ModeMetaRoCE {
 		// The oldest packet in flight is still with the driver: the probe
 		// timeout runs from when it leaves, at most w after its poll
@@ -159,7 +195,13 @@ func (c *Conn) Departed(path int, upTo uint64, at time.Duration) {
 }
 
 // onPTO handles a path whose data went unacknowledged for a probe timeout:
-// everything in flight on it is resent (on other paths if it is now down).
+// what was sent on it a probe timeout ago or earlier is resent, and
+// everything in flight on it once the timeout takes the path down (on
+// other paths then). The packets sent within the last probe timeout are
+// not overdue: on a path that carries a few packets per round trip (many
+// paths, or many connections over one fabric) a tail loss would otherwise
+// resend every packet sent after the lost one, which arrive a moment
+// later as duplicates; if they are lost too, their own timeout comes.
 func (c *Conn) onPTO(now time.Duration, path int) {
 	c.Stats.Timeouts++
 	if c.mode == ModeRoCEv2 {
@@ -168,9 +210,21 @@ func (c *Conn) onPTO(now time.Duration, path int) {
 		c.paths.Paths[path].LastProgress = now
 		return
 	}
-	c.loseAll(now, path)
+	c.loseOverdue(now, path, now-c.paths.Paths[path].PTO(c.paths.Config()))
 	c.pmtuTimeout(now, path)
-	c.paths.OnTimeout(now, path)
+	if c.paths.OnTimeout(now, path) || !c.paths.Paths[path].State.Usable() {
+		c.loseAll(now, path)
+	}
+}
+
+// loseOverdue declares lost what is in flight on path and was sent at or
+// before cutoff, and at least its oldest packet in flight.
+func (c *Conn) loseOverdue(now time.Duration, path int, cutoff time.Duration) {
+	c.lossCause = lossTimeout
+	if lost := c.tx[path].loseSentBy(cutoff, &c.paths.Paths[path], c); lost > 0 {
+		c.ctl.OnLoss(now, path, lost)
+	}
+	c.cwndLimit = false
 }
 
 // loseAll declares everything in flight on path lost.

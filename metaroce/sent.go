@@ -61,8 +61,8 @@ type sentHandler interface {
 // Loss detection is by sequence, not by time: the fabric keeps one path's
 // packets in order, so a sequence below an ACK's largest that the ACK does
 // not acknowledge is lost (PROTOCOL.md §3 "Loss"), and when nothing is
-// acknowledged for a probe timeout everything in flight is (§3 "Tail
-// loss"). Sequence numbers are never reused: a lost packet stays lost, and
+// acknowledged for a probe timeout what was sent that long ago is (§3
+// "Tail loss"). Sequence numbers are never reused: a lost packet stays lost, and
 // the floor passes it.
 type sentHistory struct {
 	ring        []txRecord // indexed by seq & (len-1)
@@ -183,6 +183,28 @@ func (h *sentHistory) loseAll(ps *pathmgr.Path, hd sentHandler) (lost int) {
 			h.lose(r, ps, hd)
 			lost += int(r.size)
 		}
+	}
+	h.advanceFloor()
+	return lost
+}
+
+// loseSentBy declares lost every record in flight sent at or before
+// cutoff, and the oldest in flight whenever it was sent (a probe timeout:
+// the oldest is overdue by definition, even if a driver's departure report
+// moved its send time), and returns the bytes lost.
+func (h *sentHistory) loseSentBy(cutoff time.Duration, ps *pathmgr.Path, hd sentHandler) (lost int) {
+	first := true
+	for seq := h.floor; seq < h.next; seq++ {
+		r := h.rec(seq)
+		if r.state != recInflight {
+			continue
+		}
+		if !first && r.sent > cutoff {
+			break // sent in order: the rest are later still
+		}
+		first = false
+		h.lose(r, ps, hd)
+		lost += int(r.size)
 	}
 	h.advanceFloor()
 	return lost
