@@ -168,6 +168,8 @@ type AIMD struct {
 	markMem float64
 	// fb is the classic fallback's state (Params.ClassicFallback).
 	fb fallbackState
+	// ovf is the drop-tail overflow rule's state (aimd_overflow.go).
+	ovf overflowState
 	// mkF is the running fraction of acked bytes that were marked, the
 	// input of the marked-fraction price (AIMDConfig.MarkPrice); mkLast
 	// its clock.
@@ -452,6 +454,9 @@ func (a *AIMD) OnAck(now time.Duration, path int, s AckSample) {
 	}
 	if now-p.roundStart >= p.srtt {
 		a.endRound(now, path)
+	}
+	if a.cfg.QueueShare > 0 {
+		a.overflowAck(now, s.AckedBytes)
 	}
 	if a.cfg.QueueShare > 0 {
 		a.balance(now, path)

@@ -46,7 +46,9 @@ func (a *AIMD) equilibrium(now time.Duration) {
 	// target every connection's share shrinks alike (as 1/q), which bounds
 	// the queue n connections hold to about sqrt(n·QueueShare·2·target)
 	// while keeping their rates equal.
-	alpha := a.cfg.QueueShare.Seconds() * scale * a.markedShare(scale)
+	// It is bounded by what the last drop-tail overflows left
+	// (overflowAlpha).
+	alpha := a.overflowAlpha(now, a.alpha())
 	if lim := 2 * a.cfg.DelayTarget; lim > 0 && q > lim {
 		alpha *= float64(lim) / float64(q)
 	}
@@ -121,6 +123,14 @@ func (a *AIMD) equilibrium(now time.Duration) {
 	}
 	a.setTotal(r)
 	a.eqSet = a.total
+}
+
+// alpha is the bytes the connection keeps queued at the delay
+// equilibrium, before beyond-the-target shrinking and overflows: its
+// queue share of its scale, less what markedShare yields.
+func (a *AIMD) alpha() float64 {
+	scale := a.scale()
+	return a.cfg.QueueShare.Seconds() * scale * a.markedShare(scale)
 }
 
 // queueStands reports whether the connection's paths hold a queue of at

@@ -241,4 +241,5 @@ func (a *AIMD) markedBackoff(now time.Duration, path int, marked int) {
 // OnLoss implements Controller.
 func (a *AIMD) OnLoss(now time.Duration, path int, bytes int) {
 	a.paths[path].roundLost += bytes
+	a.ovf.lost += bytes
 }

@@ -68,3 +68,55 @@ func TestWANRelayRetransmitsUnderLoss(t *testing.T) {
 		}
 	}
 }
+
+// overcommitRelay runs the WAN hop of the two-region lab: two gateways
+// per region over one fabric of 4 planes, so 4 connections through the
+// same queues, each of whose ends shares the whole fabric out as if it
+// were alone (each receiver among its two senders, each sender's egress
+// among its two peers): every connection is told half the capacity, and
+// the hints sum to twice what the fabric carries.
+func overcommitRelay(t *testing.T, rate, loss float64) Result {
+	t.Helper()
+	rtt := 50 * time.Millisecond
+	f, err := factory(CCHTCP, 4*rate, rtt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := Setup{Planes: 4, RateBps: rate, RTT: rtt, Loss: loss, Flows: 4, Paths: 16, MTU: 4096, CC: f,
+		QueueBytes:          int(units.BitRate(rate).Bytes().BytesIn(20 * time.Millisecond)),
+		ECNThreshold:        int(units.BitRate(rate).Bytes().BytesIn(2 * time.Millisecond)),
+		ReceiverCapacityBps: 2 * 4 * rate,
+		Duration:            30 * time.Second, Warmup: 3 * time.Second, Seed: 7}
+	r, err := Run(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("rate %.0f Mbit/s loss %.2f: goodput %.3f of capacity, data %d, retx %d (gap %d, timeout %d, spurious %d) = %.2f%%, queue drops %d, wire lost %d",
+		rate/1e6, loss, r.GoodputBps/r.CapacityBps, r.DataSent, r.Retransmits, r.RetxGap, r.RetxTimeout, r.RetxSpurious,
+		100*float64(r.Retransmits)/float64(max(r.DataSent, 1)), r.QueueDrops, r.WireLost)
+	return r
+}
+
+// Hints that overcommit the fabric make the delay equilibrium hold more
+// queue than the drop-tail buffer has (4 connections × 10 ms at half the
+// capacity: the whole 20 ms); the loss that follows must shrink the queue
+// share, not be resent for ever: without random loss at most 1% of the
+// DATA packets are resent, and at 1% random loss at most 1.2 times the
+// datagrams lost; the fabric stays used.
+func TestWANRelayRetransmitsWhenHintsOvercommit(t *testing.T) {
+	for _, rate := range []float64{25e6, 50e6} {
+		r := overcommitRelay(t, rate, 0)
+		if f := float64(r.Retransmits) / float64(max(r.DataSent, 1)); r.DataSent == 0 || f > 0.01 {
+			t.Errorf("rate %.0f Mbit/s: %.2f%% of %d DATA packets retransmitted (gap %d, timeout %d; queue drops %d), want at most 1%%",
+				rate/1e6, 100*f, r.DataSent, r.RetxGap, r.RetxTimeout, r.QueueDrops)
+		}
+		if g := r.GoodputBps / r.CapacityBps; g < 0.8 {
+			t.Errorf("rate %.0f Mbit/s: goodput %.3f of capacity, want at least 0.8", rate/1e6, g)
+		}
+		r = overcommitRelay(t, rate, 0.01)
+		if lost := r.WireLost + r.QueueDrops; float64(r.Retransmits) > 1.2*float64(lost) {
+			t.Errorf("rate %.0f Mbit/s, 1%% loss: %d retransmissions (gap %d, timeout %d, spurious %d) for %d datagrams lost, want at most 1.2 times",
+				rate/1e6, r.Retransmits, r.RetxGap, r.RetxTimeout, r.RetxSpurious, lost)
+		}
+	}
+}

@@ -1,0 +1,151 @@
+package cc
+
+import (
+	"math"
+	"time"
+)
+
+// The drop-tail overflow rule: while the delay equilibrium steers, loss
+// well above the connection's random-loss floor means the bottleneck's
+// buffer is shallower than the queue the connections through it hold, and
+// their queue share shrinks.
+//
+// Why: the equilibrium keeps α = QueueShare × scale per connection in the
+// bottleneck's queue, n·α in all, where scale is the connection's hint or
+// egress level. When those ceilings overcommit a bottleneck (two gateways
+// of a region each told the whole fabric's capacity, each receiver sharing
+// it out as if it were alone), n·α is more than the queue the fabric can
+// hold: 4 connections told half of a 100 Mbit/s fabric hold 20 ms, a whole
+// 20 ms drop-tail buffer, and lost a third of their packets to it, while
+// the equilibrium, reading only the delay, saw nothing to answer. The
+// per-path loss test cannot see it either: spread over 16 paths a
+// connection sends a handful of packets per path and round trip, too few
+// for a loss rate. So the connection counts its loss over its own round
+// trips, all paths together.
+
+const (
+	// overflowMinPkts and overflowMinLost: a connection round counts only
+	// with this many packets in it (acked and lost) and this many lost,
+	// so that random loss of a few packets is no overflow.
+	overflowMinPkts = 32
+	overflowMinLost = 3
+	// overflowMaxRounds bounds a connection round, in smoothed round
+	// trips, while it waits for overflowMinLost losses.
+	overflowMaxRounds = 16
+	// overflowAbove is the loss rate above LossFactor × the floor that
+	// makes a round an overflow.
+	overflowAbove = 0.005
+	// overflowFloorStep is the most the random-loss floor rises per
+	// connection round.
+	overflowFloorStep = 0.001
+	// overflowCut is what an overflow takes off the queue share and, at
+	// once, off the rate.
+	overflowCut = 0.3
+	// overflowMinShare bounds the cap on the queue share from below, as a
+	// fraction of the whole share.
+	overflowMinShare = 1.0 / 16
+	// overflowMemory is the time over which the cap grows back by a
+	// factor e:
+	// slow against the round trips in which an overflow shows, so that a
+	// too-shallow buffer overflows again only every few seconds.
+	overflowMemory = 20 * time.Second
+)
+
+// overflowState is the connection-wide loss count of the drop-tail rule.
+type overflowState struct {
+	acked, lost int           // bytes in the current connection round
+	start       time.Duration // when the round began
+	floor       float64       // the connection's random-loss floor
+	// cap bounds the equilibrium's queue share alpha, bytes (0: none);
+	// at is when it was last cut or grown.
+	cap   float64
+	at    time.Duration
+	cutAt time.Duration // the last overflow: its echo is not a new one
+	// startRate and prevStart are the connection's rate at the start of
+	// the current round and of the one before: the rate at which the
+	// packets a round's acks report were sent.
+	startRate, prevStart float64
+}
+
+// overflowAlpha returns the equilibrium's queue share alpha (bytes)
+// bounded by the cap the last overflows left, grown back since by a
+// fraction of itself per second; the cap goes once it no longer binds.
+// A cap in bytes, not a factor on alpha: alpha follows the hint, and a
+// hint that rises while the bottleneck overflows (a receiver whose
+// senders are all held back elsewhere hands out more) must not undo it.
+func (a *AIMD) overflowAlpha(now time.Duration, alpha float64) float64 {
+	o := &a.ovf
+	if o.cap <= 0 {
+		return alpha
+	}
+	if dt := now - o.at; dt > 0 {
+		o.cap *= math.Exp(dt.Seconds() / overflowMemory.Seconds())
+		o.at = now
+	}
+	if o.cap >= alpha {
+		o.cap = 0
+		return alpha
+	}
+	return o.cap
+}
+
+// overflowAck counts an ack's bytes and closes the connection's round
+// once it lasted its smoothed round trip and holds enough packets and
+// losses to tell a loss rate: a round with fewer than overflowMinLost
+// losses goes on, up to overflowMaxRounds round trips, so that a steady
+// overflow of a few packets per round trip is seen as well as a burst.
+func (a *AIMD) overflowAck(now time.Duration, acked int) {
+	o := &a.ovf
+	o.acked += acked
+	_, _, srtt := a.connDelay()
+	if srtt <= 0 || now-o.start < srtt {
+		return
+	}
+	n, lost := o.acked+o.lost, o.lost
+	if (n < overflowMinPkts*a.pkt || lost < overflowMinLost*a.pkt) && now-o.start < overflowMaxRounds*srtt {
+		return
+	}
+	o.acked, o.lost, o.start = 0, 0, now
+	sentAt := o.prevStart
+	if sentAt <= 0 {
+		sentAt = a.total
+	}
+	defer func() { o.prevStart, o.startRate = o.startRate, a.total }()
+	if n < overflowMinPkts*a.pkt {
+		return
+	}
+	rate := float64(lost) / float64(n)
+	excess := lost >= overflowMinLost*a.pkt && rate > a.cfg.LossFactor*o.floor+overflowAbove && a.steering()
+	if excess {
+		// The arrivals exceeded the service by the loss rate: the rate the
+		// lost packets were sent at, less as much, is what the bottleneck
+		// carried. Once per two round trips (not on the echo of the last
+		// cut) the queue share and the rate are cut by overflowCut too, so
+		// that the queue the connections hold falls below the buffer.
+		target := sentAt * (1 - math.Min(0.5, rate))
+		if now-o.cutAt >= 2*srtt {
+			full := a.alpha()
+			c := a.overflowAlpha(now, full) * (1 - overflowCut)
+			o.cap, o.at, o.cutAt = math.Max(overflowMinShare*full, c), now, now
+			target = math.Min(target, a.total*(1-overflowCut))
+		}
+		if target < a.total {
+			a.lastCongestion = now
+			a.setTotal(math.Max(target, a.minRate()*float64(len(a.paths))))
+			// The rate a receiver's hold-back left is forgotten: a hint
+			// that rises next must not restore a rate the bottleneck
+			// could not carry.
+			a.held = 0
+		}
+	}
+	// The floor learns the random loss from every round, overflows
+	// included, but rises by at most overflowFloorStep per round: random
+	// loss, which cutting the rate does not stop, is learnt within a few
+	// tens of rounds (and cut for meanwhile), while an overflow, which the
+	// cut ends within a round or two, barely moves it. It falls fast.
+	if rate < o.floor {
+		o.floor += (rate - o.floor) / 4
+	} else {
+		o.floor += math.Min((rate-o.floor)/8, overflowFloorStep)
+	}
+}
