@@ -44,11 +44,11 @@ const (
 	// overflowMinShare bounds the cap on the queue share from below, as a
 	// fraction of the whole share.
 	overflowMinShare = 1.0 / 16
-	// overflowMemory is the time over which the cap grows back by a
-	// factor e:
+	// overflowRegrow is the time over which the cap grows back by the
+	// whole queue share:
 	// slow against the round trips in which an overflow shows, so that a
 	// too-shallow buffer overflows again only every few seconds.
-	overflowMemory = 20 * time.Second
+	overflowRegrow = 60 * time.Second
 )
 
 // overflowState is the connection-wide loss count of the drop-tail rule.
@@ -68,18 +68,22 @@ type overflowState struct {
 }
 
 // overflowAlpha returns the equilibrium's queue share alpha (bytes)
-// bounded by the cap the last overflows left, grown back since by a
-// fraction of itself per second; the cap goes once it no longer binds.
+// bounded by the cap the last overflows left, grown back since by the
+// whole share per overflowRegrow; the cap goes once it no longer binds.
 // A cap in bytes, not a factor on alpha: alpha follows the hint, and a
 // hint that rises while the bottleneck overflows (a receiver whose
 // senders are all held back elsewhere hands out more) must not undo it.
+// It grows back additively and is cut multiplicatively, so that the caps
+// of connections through one bottleneck, which see its overflows at
+// different moments, converge (Chiu and Jain): grown back by a fraction
+// of itself, a cap twice another's stayed so, and so did their rates.
 func (a *AIMD) overflowAlpha(now time.Duration, alpha float64) float64 {
 	o := &a.ovf
 	if o.cap <= 0 {
 		return alpha
 	}
 	if dt := now - o.at; dt > 0 {
-		o.cap *= math.Exp(dt.Seconds() / overflowMemory.Seconds())
+		o.cap += alpha * dt.Seconds() / overflowRegrow.Seconds()
 		o.at = now
 	}
 	if o.cap >= alpha {

@@ -78,6 +78,23 @@ type Setup struct {
 	// each keeps StreamWindow messages incomplete (default 8), and
 	// Result.StreamBytes counts what each completed after the warm-up.
 	Streams, StreamWindow int
+	// FlowStreams[i], if set, is the number of streams of connection i
+	// instead of Streams (connections that carry different numbers of
+	// flows, as gateway pairs do when flows are placed by hashing).
+	FlowStreams []int
+	// StreamWeights[i], if set, is stream i's weight on every connection
+	// (metaroce.Conn.SetStreamWeight), as the gateway weighs flows by
+	// class.
+	StreamWeights []int
+}
+
+// flowStreams is the number of streams connection f carries (0 or 1: one
+// bulk over the whole connection).
+func (s *Setup) flowStreams(f int) int {
+	if f < len(s.FlowStreams) && s.FlowStreams[f] > 0 {
+		return s.FlowStreams[f]
+	}
+	return s.Streams
 }
 
 // HostStalls describe the descheduling of a user-space driver: every host
@@ -381,13 +398,13 @@ func (s *Setup) addSenders(sm *sim.Sim, net *sim.Network, mcfg metaroce.Config, 
 		res.ConnectedAt[f] = -1
 		b := &bulk{msgSize: s.MsgSize, outstanding: outstanding, src: src, key: bulkKey, regionSize: regionSize, stream: uint32(f)}
 		var streams []*bulk // Setup.Streams: one bulk per stream, each its own window
-		if s.Streams > 1 {
+		if ns := s.flowStreams(f); ns > 1 || len(s.FlowStreams) > 0 {
 			w := s.StreamWindow
 			if w <= 0 {
 				w = 8
 			}
-			res.StreamBytes = append(res.StreamBytes, make([]uint64, s.Streams))
-			for i := 0; i < s.Streams; i++ {
+			res.StreamBytes = append(res.StreamBytes, make([]uint64, ns))
+			for i := 0; i < ns; i++ {
 				streams = append(streams, &bulk{msgSize: s.MsgSize, outstanding: w, perStream: true, src: src, key: bulkKey, regionSize: regionSize, stream: uint32(i)})
 			}
 		}
@@ -397,6 +414,9 @@ func (s *Setup) addSenders(sm *sim.Sim, net *sim.Network, mcfg metaroce.Config, 
 				res.ConnectedAt[f] = now
 				if streams == nil {
 					b.fill(now)
+				}
+				for i, w := range s.StreamWeights {
+					b.conn.SetStreamWeight(uint32(i), w)
 				}
 				for _, sb := range streams {
 					sb.conn = b.conn
