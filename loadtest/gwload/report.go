@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mrgw/mrgw/internal/report"
+	"github.com/mrgw/mrgw/netem"
 
 	"github.com/mrgw/mrgw/units"
 )
@@ -184,18 +185,30 @@ func (e *env) row(ser *Series, steps []time.Duration, stepRates []float64) repor
 	// The WAN peers' retransmissions, with the DATA packets sent beside
 	// them and split by cause, so that a row tells queue drops and loss
 	// (gap) from timeouts and copies the peer did not need (spurious).
-	var data, gap, timeout, spurious uint64
+	// Beside them, per hop: the gateways' retransmissions to their hosts
+	// (the destination's LAN hop) and what the emulator dropped in each
+	// direction, from its queues and at random, so that the WAN's
+	// retransmissions can be set against the packets the WAN lost.
+	var data, gap, timeout, spurious, lanRetx uint64
 	for _, g := range e.l.Gateways {
-		for _, p := range g.Status().Peers {
+		st := g.Status()
+		for _, p := range st.Peers {
 			r.Retransmits += p.Retrans
 			data += p.DataSent
 			gap, timeout, spurious = gap+p.RetransGap, timeout+p.RetransTimeout, spurious+p.RetransSpurious
+		}
+		for _, hl := range st.HostLinks {
+			lanRetx += hl.Retrans
 		}
 	}
 	if data > 0 {
 		r.Note = report.JoinNote(r.Note, fmt.Sprintf("wan retransmits %.2f%% of %d data packets: gap %d, timeout %d, spurious %d",
 			100*float64(r.Retransmits)/float64(data), data, gap, timeout, spurious))
 	}
+	emu := e.l.Emu.Stats()
+	ab, ba := emu.Total(netem.Dir(0)), emu.Total(netem.Dir(1))
+	r.Note = report.JoinNote(r.Note, fmt.Sprintf("emulator drops a-b queue %d random %d, b-a queue %d random %d; lan retransmits gateways to hosts %d",
+		ab.QueueDrops, ab.LossDrops, ba.QueueDrops, ba.LossDrops, lanRetx))
 	ser.mu.Lock()
 	defer ser.mu.Unlock()
 	if w.Pattern == PatternBulk {

@@ -158,3 +158,17 @@ func TestShippedFiles(t *testing.T) {
 		t.Fatalf("connections-10000.yaml %+v, built-in %+v", c, last)
 	}
 }
+
+// The two-pairs scenario files parse into the lab's default two regions
+// with the workload they state.
+func TestTwoPairsScenarioFiles(t *testing.T) {
+	for _, f := range []string{"testdata/two-pairs.yaml", "testdata/two-pairs-loss.yaml"} {
+		s, err := LoadScenario(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Workload.Flows != 8 || s.Workload.Hosts != 2 || len(s.Sources) != 0 || s.Duration != 20*time.Second {
+			t.Errorf("%s: %+v", f, s)
+		}
+	}
+}
