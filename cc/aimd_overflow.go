@@ -48,12 +48,13 @@ const (
 	// whole queue share:
 	// slow against the round trips in which an overflow shows, so that a
 	// too-shallow buffer overflows again only every few seconds.
-	overflowRegrow = 60 * time.Second
+	overflowRegrow = 120 * time.Second
 )
 
 // overflowState is the connection-wide loss count of the drop-tail rule.
 type overflowState struct {
 	acked, lost int           // bytes in the current connection round
+	timedOut    int           // of lost, the bytes declared by probe timeouts
 	start       time.Duration // when the round began
 	floor       float64       // the connection's random-loss floor
 	// cap bounds the equilibrium's queue share alpha, bytes (0: none);
@@ -105,11 +106,11 @@ func (a *AIMD) overflowAck(now time.Duration, acked int) {
 	if srtt <= 0 || now-o.start < srtt {
 		return
 	}
-	n, lost := o.acked+o.lost, o.lost
+	n, lost := o.acked+o.lost, o.lost-o.timedOut
 	if (n < overflowMinPkts*a.pkt || lost < overflowMinLost*a.pkt) && now-o.start < overflowMaxRounds*srtt {
 		return
 	}
-	o.acked, o.lost, o.start = 0, 0, now
+	o.acked, o.lost, o.timedOut, o.start = 0, 0, 0, now
 	sentAt := o.prevStart
 	if sentAt <= 0 {
 		sentAt = a.total
@@ -119,7 +120,12 @@ func (a *AIMD) overflowAck(now time.Duration, acked int) {
 		return
 	}
 	rate := float64(lost) / float64(n)
-	excess := lost >= overflowMinLost*a.pkt && rate > a.cfg.LossFactor*o.floor+overflowAbove && a.steering()
+	// Only below the hint: a connection held there by the fabric's queue,
+	// not by its receiver or egress, whose shares then overcommit the
+	// fabric. At its hint the shares fit, and loss is a plane's failure or
+	// random loss, not the queue the hints made.
+	excess := lost >= overflowMinLost*a.pkt && rate > a.cfg.LossFactor*o.floor+overflowAbove && a.steering() &&
+		a.hint > 0 && a.total < atHintFrac*a.hint
 	if excess {
 		// The arrivals exceeded the service by the loss rate: the rate the
 		// lost packets were sent at, less as much, is what the bottleneck
@@ -152,4 +158,13 @@ func (a *AIMD) overflowAck(now time.Duration, acked int) {
 	} else {
 		o.floor += math.Min((rate-o.floor)/8, overflowFloorStep)
 	}
+}
+
+// OnTimeoutLoss implements TimeoutLossObserver: the overflow rule counts
+// only the losses gaps declare. A plane that fails takes every packet in
+// flight on its paths, which time out; counted, they cut connections that
+// run below their hints as if the queue had overflowed, and the shares
+// after the failure went astray.
+func (a *AIMD) OnTimeoutLoss(now time.Duration, path int, bytes int) {
+	a.ovf.timedOut += bytes
 }

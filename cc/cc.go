@@ -92,3 +92,13 @@ type SendLateObserver interface {
 // Factory builds a Controller for a connection with the given number of paths
 // and maximum packet size (payload plus header, in bytes).
 type Factory func(paths int, packetSize int) Controller
+
+// TimeoutLossObserver is implemented by a controller that wants to know
+// which of the losses it is told of (OnLoss) were declared by a probe
+// timeout rather than by a gap in the acknowledgements: the sender calls
+// OnTimeoutLoss just before that OnLoss, with the same bytes. A path
+// whose plane failed loses its packets to timeouts; a queue that
+// overflows, mostly to gaps (AIMD's overflow rule counts only those).
+type TimeoutLossObserver interface {
+	OnTimeoutLoss(now time.Duration, path int, bytes int)
+}

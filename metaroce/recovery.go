@@ -222,6 +222,9 @@ func (c *Conn) onPTO(now time.Duration, path int) {
 func (c *Conn) loseOverdue(now time.Duration, path int, cutoff time.Duration) {
 	c.lossCause = lossTimeout
 	if lost := c.tx[path].loseSentBy(cutoff, &c.paths.Paths[path], c); lost > 0 {
+		if o, ok := c.ctl.(cc.TimeoutLossObserver); ok {
+			o.OnTimeoutLoss(now, path, lost)
+		}
 		c.ctl.OnLoss(now, path, lost)
 	}
 	c.cwndLimit = false
@@ -231,6 +234,9 @@ func (c *Conn) loseOverdue(now time.Duration, path int, cutoff time.Duration) {
 func (c *Conn) loseAll(now time.Duration, path int) {
 	c.lossCause = lossTimeout
 	if lost := c.tx[path].loseAll(&c.paths.Paths[path], c); lost > 0 {
+		if o, ok := c.ctl.(cc.TimeoutLossObserver); ok {
+			o.OnTimeoutLoss(now, path, lost)
+		}
 		c.ctl.OnLoss(now, path, lost)
 	}
 	c.cwndLimit = false
