@@ -291,12 +291,16 @@ func (f *Forwarder) splice(tc net.Conn, sc *stream.Conn, fwd, back *atomic.Uint6
 	defer stop()
 	var wg sync.WaitGroup
 	var reset, refusedThere atomic.Bool
+	var backN atomic.Int64
 	wg.Add(2)
 	// TCP → stream.
 	go func() {
 		defer wg.Done()
 		buf := make([]byte, f.cfg.BufferSize)
 		_, err := copyCount(sc, tc, buf, fwd)
+		if stream.IsResetCode(err, CodeTargetRefused) {
+			refusedThere.Store(true)
+		}
 		if err != nil && !reset.Swap(true) {
 			// The TCP side reset (or failed): reset the stream.
 			sc.Reset()
@@ -312,13 +316,12 @@ func (f *Forwarder) splice(tc net.Conn, sc *stream.Conn, fwd, back *atomic.Uint6
 		defer wg.Done()
 		buf := make([]byte, f.cfg.BufferSize)
 		n, err := copyCount(tc, sc, buf, back)
+		backN.Store(n)
+		if stream.IsResetCode(err, CodeTargetRefused) {
+			refusedThere.Store(true)
+		}
 		if err != nil && !reset.Swap(true) {
 			// The stream was reset (or the TCP write failed).
-			if n == 0 && stream.IsResetCode(err, CodeTargetRefused) {
-				// The far side could not reach its target: a refusal.
-				f.refuse(ReasonTargetRefused, "to", sc.RemoteAddr().String())
-				refusedThere.Store(true)
-			}
 			resetTCP(tc)
 			sc.Reset()
 			return
@@ -331,7 +334,12 @@ func (f *Forwarder) splice(tc net.Conn, sc *stream.Conn, fwd, back *atomic.Uint6
 	}()
 	wg.Wait()
 	if reset.Load() {
-		if !refusedThere.Load() {
+		// The far side could not reach its target (a reset with that
+		// code before any byte came back): a refusal, whichever direction
+		// saw the reset first; any other reset is a reset.
+		if refusedThere.Load() && backN.Load() == 0 {
+			f.refuse(ReasonTargetRefused, "to", sc.RemoteAddr().String())
+		} else {
 			f.resets.Add(1)
 		}
 		return
