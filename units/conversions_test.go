@@ -32,6 +32,7 @@ var notConversions = map[string]string{
 	"pathmgr/path.go: (7*p.SRTT + rtt) / 8":           "SRTT gain 1/8",
 	"tunnel/control/session.go: (7*s.srtt + rtt) / 8": "SRTT gain 1/8",
 	"cc/aimd.go: (d - p.rttDev) / 8":                  "RTT deviation gain 1/8",
+	"cc/aimd_overflow.go: (rate - o.floor) / 8":       "random-loss floor gain 1/8",
 	"loadtest/recovery/recovery.go: rtt / 8":          "sampling step of an eighth of a round trip",
 	"metaroce/sent.go: i / 8":                         "SACK bitmap index",
 	"metaroce/sent.go: (seq - base) / 8":              "SACK bitmap index",
