@@ -270,6 +270,11 @@ func TestForwardRefusals(t *testing.T) {
 	deadAddr := dead.Addr().String()
 	dead.Close()
 	d := deploy(t, ctx, setup{lab: lab.Config{Direct: true}, target: deadAddr})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("client %+v\nserver %+v", d.client.Stats(), d.server.Stats())
+		}
+	})
 	expectReset := func(addr string) {
 		t.Helper()
 		c, err := net.Dial("tcp", addr)
@@ -283,8 +288,13 @@ func TestForwardRefusals(t *testing.T) {
 		}
 	}
 	expectReset(d.local)
-	labtest.WaitFor(t, ctx, "target_refused counted on both sides", func() bool {
-		return d.server.Stats().Refused[forward.ReasonTargetRefused] == 1 && d.client.Stats().Refused[forward.ReasonTargetRefused] == 1
+	// The server counts the refusal; the client counts it when the
+	// stream's reset code reaches it before its own WRITE is refused by the
+	// torn-down stream, else as a reset (a race on a busy machine: the
+	// reason is lost, never the reset), so it is counted once either way.
+	labtest.WaitFor(t, ctx, "target_refused counted at the server, the refusal once at the client", func() bool {
+		c := d.client.Stats()
+		return d.server.Stats().Refused[forward.ReasonTargetRefused] == 1 && c.Refused[forward.ReasonTargetRefused]+c.Resets == 1
 	})
 
 	// Forwarders to a port nothing exposes and to an unknown endpoint.
