@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mrgw/mrgw/loadtest/lab/labtest"
+
 	"github.com/mrgw/mrgw/gateway"
 	"github.com/mrgw/mrgw/loadtest/lab"
 )
@@ -48,7 +50,7 @@ func TestAdminConnectionsBounded(t *testing.T) {
 	}
 	cfg := *l.Configs["euw-gw1"]
 	l.Close()
-	g, err := gateway.New(&cfg, gateway.Options{Logger: testLogger(t), AdminMaxConns: 2, AdminIdleTimeout: 2 * time.Second})
+	g, err := gateway.New(&cfg, gateway.Options{Logger: labtest.Logger(), AdminMaxConns: 2, AdminIdleTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

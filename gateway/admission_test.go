@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mrgw/mrgw/loadtest/lab/labtest"
+
 	"github.com/mrgw/mrgw/config"
 	"github.com/mrgw/mrgw/gateway"
 	"github.com/mrgw/mrgw/host"
@@ -34,7 +36,7 @@ func soloGateway(t *testing.T, ctx context.Context, opts gateway.Options, edit f
 	if edit != nil {
 		edit(&cfg)
 	}
-	opts.Logger = testLogger(t)
+	opts.Logger = labtest.Logger()
 	if opts.StatsEvery == 0 {
 		opts.StatsEvery = 50 * time.Millisecond
 	}
@@ -103,7 +105,7 @@ func TestLANAdmissionSurvivesFlood(t *testing.T) {
 	}
 	// A host that arrives after the flood gets in.
 	h, err := host.New(host.Config{Name: "late", Region: g.Config().Node.Region, Gateways: []netip.AddrPort{g.LANAddr()},
-		Key: key, OpenTimeout: patience / 4, Logger: testLogger(t)})
+		Key: key, OpenTimeout: patience / 4, Logger: labtest.Logger()})
 	if err != nil {
 		t.Fatalf("a host after a flood of %d bare INITs: %v", flood, err)
 	}
@@ -119,7 +121,7 @@ func TestLANAdmissionSurvivesFlood(t *testing.T) {
 	}
 	// A registered host killed without a CLOSE (kill -9) is reclaimed.
 	v, err := host.New(host.Config{Name: "victim", Region: g.Config().Node.Region, Gateways: []netip.AddrPort{g.LANAddr()},
-		Key: key, OpenTimeout: patience / 4, Logger: testLogger(t)})
+		Key: key, OpenTimeout: patience / 4, Logger: labtest.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +249,7 @@ func TestDeadHostsReclaimedAtTheLimit(t *testing.T) {
 		func(c *config.Config) { c.WAN.DeadAfter = time.Minute })
 	newHost := func(name string) (*host.Host, error) {
 		return host.New(host.Config{Name: name, Region: g.Config().Node.Region, Gateways: []netip.AddrPort{g.LANAddr()},
-			Key: key, OpenTimeout: patience / 2, Logger: testLogger(t)})
+			Key: key, OpenTimeout: patience / 2, Logger: labtest.Logger()})
 	}
 	for _, n := range []string{"dead-0", "dead-1"} {
 		h, err := newHost(n)
@@ -300,7 +302,7 @@ func TestHostsSharePathSockets(t *testing.T) {
 	const n = 8
 	for i := range n {
 		h, err := host.New(host.Config{Name: fmt.Sprintf("h%d", i), Region: g.Config().Node.Region, Gateways: []netip.AddrPort{g.LANAddr()},
-			Key: key, OpenTimeout: patience / 4, Logger: testLogger(t)})
+			Key: key, OpenTimeout: patience / 4, Logger: labtest.Logger()})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mrgw/mrgw/loadtest/lab/labtest"
+
 	"github.com/mrgw/mrgw/gateway"
 	"github.com/mrgw/mrgw/host"
 )
@@ -27,7 +29,7 @@ func TestUnauthenticatedRegistrationRefused(t *testing.T) {
 	reg := g.Config().Node.Region
 	try := func(name string, k *host.Key) error {
 		h, err := host.New(host.Config{Name: name, Region: reg, Gateways: []netip.AddrPort{g.LANAddr()},
-			Key: k, OpenTimeout: patience / 4, Logger: testLogger(t)})
+			Key: k, OpenTimeout: patience / 4, Logger: labtest.Logger()})
 		if err == nil {
 			t.Cleanup(func() { h.Close() })
 		}

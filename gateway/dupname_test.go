@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mrgw/mrgw/loadtest/lab/labtest"
+
 	"github.com/mrgw/mrgw/config"
 	"github.com/mrgw/mrgw/gateway"
 	"github.com/mrgw/mrgw/loadtest/lab"
@@ -64,7 +66,7 @@ func TestDuplicateNameStopsTheNewcomer(t *testing.T) {
 	for _, c := range held {
 		c.Close()
 	}
-	dup, err := gateway.New(&cfg, gateway.Options{Logger: testLogger(t)})
+	dup, err := gateway.New(&cfg, gateway.Options{Logger: labtest.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,12 +7,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
-	"os"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/mrgw/mrgw/loadtest/lab/labtest"
 
 	"github.com/mrgw/mrgw/host"
 	"github.com/mrgw/mrgw/loadtest/lab"
@@ -23,28 +23,6 @@ import (
 // patience bounds every wait: a failure deadline, never a performance
 // threshold.
 const patience = 60 * time.Second
-
-func testLogger(t *testing.T) *slog.Logger {
-	if os.Getenv("MRGW_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	}
-	return slog.New(slog.DiscardHandler)
-}
-
-func startLab(t *testing.T, ctx context.Context, cfg lab.Config) *lab.Lab {
-	t.Helper()
-	cfg.Logger = testLogger(t)
-	l, err := lab.New(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(l.Close)
-	l.Start()
-	if err := l.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
 
 // hostOpenTimeout is the test hosts' OpenTimeout: how long host.New waits
 // for its gateways to register it and an OPEN for its answer. The default,
@@ -57,7 +35,7 @@ const hostOpenTimeout = patience / 4
 func newHost(t *testing.T, l *lab.Lab, name, reg string) *host.Host {
 	t.Helper()
 	h, err := host.New(host.Config{Name: name, Region: reg, Gateways: l.HostGateways(reg), Key: l.HostKey, DeadAfter: time.Second, OpenTimeout: hostOpenTimeout,
-		Logger: testLogger(t)})
+		Logger: labtest.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +211,7 @@ func (tr *transfer) check() {
 func TestRelayByteExact(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
-	l := startLab(t, ctx, lab.Config{Loss: 0.01, OneWay: 10 * time.Millisecond})
+	l := labtest.Start(t, ctx, lab.Config{Loss: 0.01, OneWay: 10 * time.Millisecond})
 	src := newHost(t, l, "trainer-a", lab.RegionA)
 	dst := newHost(t, l, "trainer-b", lab.RegionB)
 	tr := newTransfer(t, src, dst, 64<<20)
@@ -273,7 +251,7 @@ func TestGatewayKilledMidTransfer(t *testing.T) {
 		t.Run(victim, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), patience)
 			defer cancel()
-			l := startLab(t, ctx, lab.Config{Loss: 0.01, OneWay: 10 * time.Millisecond})
+			l := labtest.Start(t, ctx, lab.Config{Loss: 0.01, OneWay: 10 * time.Millisecond})
 			src := newHost(t, l, "trainer-a", lab.RegionA)
 			dst := newHost(t, l, "trainer-b", lab.RegionB)
 			tr := newTransfer(t, src, dst, 128<<20)

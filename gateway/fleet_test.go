@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mrgw/mrgw/loadtest/lab/labtest"
+
 	"github.com/mrgw/mrgw/config"
 	"github.com/mrgw/mrgw/gateway"
 	"github.com/mrgw/mrgw/host"
@@ -30,7 +32,7 @@ import (
 func TestThirdRegionJoinsRunningFleet(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
-	l := startLab(t, ctx, lab.Config{Direct: true, Regions: []lab.Region{
+	l := labtest.Start(t, ctx, lab.Config{Direct: true, Regions: []lab.Region{
 		{Name: lab.RegionA, Site: netem.SiteA, Gateways: 1, Prefix: "euw"},
 		{Name: lab.RegionB, Site: netem.SiteB, Gateways: 1, Prefix: "use"},
 	}})
@@ -116,7 +118,7 @@ func moveAndCheck(t *testing.T, ctx context.Context, src, dst *host.Host, region
 func TestFlowsSpreadByRendezvousAndOnlyTheDeadGatewaysMove(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
-	l := startLab(t, ctx, lab.Config{Direct: true, Regions: []lab.Region{
+	l := labtest.Start(t, ctx, lab.Config{Direct: true, Regions: []lab.Region{
 		{Name: lab.RegionA, Site: netem.SiteA, Gateways: 1, Prefix: "euw"},
 		{Name: lab.RegionB, Site: netem.SiteB, Gateways: 3, Prefix: "use"},
 	}})

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mrgw/mrgw/loadtest/lab/labtest"
+
 	"go.uber.org/goleak"
 
 	"github.com/mrgw/mrgw/config"
@@ -89,7 +91,7 @@ func TestStartStopNoLeak(t *testing.T) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
-	l, err := lab.New(ctx, lab.Config{Admin: true, Dir: t.TempDir(), Logger: testLogger(t)})
+	l, err := lab.New(ctx, lab.Config{Admin: true, Dir: t.TempDir(), Logger: labtest.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +140,7 @@ func get(t *testing.T, url string) string {
 func TestReload(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
-	l := startLab(t, ctx, lab.Config{})
+	l := labtest.Start(t, ctx, lab.Config{})
 	g := l.Gateways["euw-gw1"]
 	next := *g.Config()
 	next.Limits.MaxFlows = 7

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mrgw/mrgw/loadtest/lab/labtest"
+
 	"github.com/mrgw/mrgw/host"
 	"github.com/mrgw/mrgw/loadtest/lab"
 	"github.com/mrgw/mrgw/metaroce"
@@ -23,11 +25,11 @@ import (
 func TestHostReceiveCapacityBoundsGatewayRate(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
-	l := startLab(t, ctx, lab.Config{OneWay: 5 * time.Millisecond})
+	l := labtest.Start(t, ctx, lab.Config{OneWay: 5 * time.Millisecond})
 	const capacity units.BitRate = 400e6
 	src := newHost(t, l, "src", lab.RegionA)
 	dst, err := host.New(host.Config{Name: "dst", Region: lab.RegionB, Gateways: l.HostGateways(lab.RegionB), Key: l.HostKey,
-		DeadAfter: time.Second, OpenTimeout: hostOpenTimeout, Logger: testLogger(t), Protocol: metaroce.Config{ReceiveCapacity: capacity}})
+		DeadAfter: time.Second, OpenTimeout: hostOpenTimeout, Logger: labtest.Logger(), Protocol: metaroce.Config{ReceiveCapacity: capacity}})
 	if err != nil {
 		t.Fatal(err)
 	}

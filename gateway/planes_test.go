@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mrgw/mrgw/loadtest/lab/labtest"
+
 	"github.com/mrgw/mrgw/config"
 	"github.com/mrgw/mrgw/gateway"
 	"github.com/mrgw/mrgw/host"
@@ -218,7 +220,7 @@ func (pl *planeLab) start(t *testing.T, pc planeLabConfig, names []string) {
 	rtt := 2 * pc.oneWay
 	for _, n := range names {
 		opts := gateway.Options{
-			Logger: testLogger(t).With("gw", n),
+			Logger: labtest.Logger().With("gw", n),
 			Protocol: func(p *metaroce.Config) {
 				p.Path = pathmgr.Config{
 					InitialRTT: rtt, MinPTO: 10 * time.Millisecond, MaxAckDelay: 2 * time.Millisecond,
@@ -306,7 +308,7 @@ func (pl *planeLab) waitReady(t *testing.T, ctx context.Context) {
 func (pl *planeLab) hostVia(t *testing.T, name, gw string) *host.Host {
 	t.Helper()
 	h, err := host.New(host.Config{Name: name, Region: pl.regionOf[gw],
-		Gateways: []netip.AddrPort{netip.MustParseAddrPort(pl.cfgs[gw].LAN.Listen)}, DeadAfter: time.Second, OpenTimeout: hostOpenTimeout, Logger: testLogger(t)})
+		Gateways: []netip.AddrPort{netip.MustParseAddrPort(pl.cfgs[gw].LAN.Listen)}, DeadAfter: time.Second, OpenTimeout: hostOpenTimeout, Logger: labtest.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mrgw/mrgw/loadtest/lab/labtest"
+
 	"github.com/mrgw/mrgw/gateway"
 	"github.com/mrgw/mrgw/host"
 )
@@ -28,7 +30,7 @@ func TestDuplicateEndpointRefused(t *testing.T) {
 	reg := g.Config().Node.Region
 	newHost := func(name string, takeover bool, open time.Duration) (*host.Host, error) {
 		h, err := host.New(host.Config{Name: name, Region: reg, Gateways: []netip.AddrPort{g.LANAddr()},
-			Key: key, Takeover: takeover, OpenTimeout: open, Logger: testLogger(t)})
+			Key: key, Takeover: takeover, OpenTimeout: open, Logger: labtest.Logger()})
 		if err == nil {
 			t.Cleanup(func() { h.Close() })
 		}
@@ -94,7 +96,7 @@ func TestHostOfAnotherRegionRefused(t *testing.T) {
 	g, key := soloGateway(t, ctx, gateway.Options{}, nil)
 	reg := g.Config().Node.Region
 	h, err := host.New(host.Config{Name: "trainer-0", Region: reg + "-other", Gateways: []netip.AddrPort{g.LANAddr()},
-		Key: key, OpenTimeout: patience / 2, Logger: testLogger(t)})
+		Key: key, OpenTimeout: patience / 2, Logger: labtest.Logger()})
 	if err == nil {
 		h.Close()
 		t.Fatalf("a host naming region %q registered with a gateway of %q", reg+"-other", reg)
@@ -118,7 +120,7 @@ func TestRepeatedRefusalLoggedOnce(t *testing.T) {
 	g, key := soloGateway(t, ctx, gateway.Options{}, nil)
 	reg := g.Config().Node.Region
 	h1, err := host.New(host.Config{Name: "trainer-0", Region: reg, Gateways: []netip.AddrPort{g.LANAddr()},
-		Key: key, OpenTimeout: patience / 4, Logger: testLogger(t)})
+		Key: key, OpenTimeout: patience / 4, Logger: labtest.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mrgw/mrgw/loadtest/lab/labtest"
+
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
@@ -67,7 +69,7 @@ func TestReloadReachesExistingConnections(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	const slow, fast = 8e6, 80e6 // bit/s
-	l := startLab(t, ctx, lab.Config{WANControl: config.WANControllerFixed, WANRateBps: slow, OneWay: 5 * time.Millisecond})
+	l := labtest.Start(t, ctx, lab.Config{WANControl: config.WANControllerFixed, WANRateBps: slow, OneWay: 5 * time.Millisecond})
 	g := l.Gateways["euw-gw1"]
 	// Both WAN connections were up at WaitReady; on a starved machine one
 	// may be dropped as silent and dialled again right after (under -race
@@ -108,7 +110,7 @@ func TestReloadReachesExistingConnections(t *testing.T) {
 	// Traffic through euw-gw1 brings the receivers' new hints back in
 	// acks; the existing connections then pace above the old ceiling.
 	src, err := host.New(host.Config{Name: "src", Region: lab.RegionA, Gateways: []netip.AddrPort{netip.MustParseAddrPort(l.Configs["euw-gw1"].LAN.Listen)}, Key: l.HostKey,
-		DeadAfter: time.Second, OpenTimeout: hostOpenTimeout, Logger: testLogger(t)})
+		DeadAfter: time.Second, OpenTimeout: hostOpenTimeout, Logger: labtest.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}

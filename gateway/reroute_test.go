@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mrgw/mrgw/loadtest/lab/labtest"
+
 	"github.com/mrgw/mrgw/gateway"
 	"github.com/mrgw/mrgw/host"
 	"github.com/mrgw/mrgw/internal/hrw"
@@ -26,10 +28,10 @@ import (
 func TestOpenReachesHostRegisteredAtOneGateway(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
-	l := startLab(t, ctx, lab.Config{OneWay: 5 * time.Millisecond})
+	l := labtest.Start(t, ctx, lab.Config{OneWay: 5 * time.Millisecond})
 	src := newHost(t, l, "src", lab.RegionA)
 	only := l.HostGateways(lab.RegionB)[1:] // use-gw2 alone
-	dst, err := host.New(host.Config{Name: "dst", Region: lab.RegionB, Gateways: only, Key: l.HostKey, DeadAfter: time.Second, OpenTimeout: hostOpenTimeout, Logger: testLogger(t)})
+	dst, err := host.New(host.Config{Name: "dst", Region: lab.RegionB, Gateways: only, Key: l.HostKey, DeadAfter: time.Second, OpenTimeout: hostOpenTimeout, Logger: labtest.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +103,7 @@ func TestOpenReachesHostRegisteredAtOneGateway(t *testing.T) {
 func TestIdleWANConnectionFindsDeadPeer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
-	l := startLab(t, ctx, lab.Config{OneWay: 5 * time.Millisecond})
+	l := labtest.Start(t, ctx, lab.Config{OneWay: 5 * time.Millisecond})
 	src := newHost(t, l, "src", lab.RegionA)
 	dst := newHost(t, l, "dst", lab.RegionB)
 	tr := newTransfer(t, src, dst, 8<<20)

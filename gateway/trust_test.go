@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mrgw/mrgw/loadtest/lab/labtest"
+
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/mrgw/mrgw/loadtest/lab"
@@ -29,7 +31,7 @@ import (
 func TestTrustByCertificate(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
-	l := startLab(t, ctx, lab.Config{Direct: true, Regions: []lab.Region{
+	l := labtest.Start(t, ctx, lab.Config{Direct: true, Regions: []lab.Region{
 		{Name: lab.RegionA, Site: netem.SiteA, Gateways: 1, Prefix: "euw"},
 		{Name: lab.RegionB, Site: netem.SiteB, Gateways: 1, Prefix: "use"},
 	}})
@@ -41,7 +43,7 @@ func TestTrustByCertificate(t *testing.T) {
 	nowhere := netip.MustParseAddrPort("127.0.0.1:9")
 	ev, err := region.New(region.Config{Name: "evil-gw1", Bind: "127.0.0.1:0", Profile: region.ProfileCustom,
 		Timings: region.Timings{ProbeInterval: 500 * time.Millisecond, ProbeTimeout: 400 * time.Millisecond, SuspicionMult: 3, GossipInterval: 50 * time.Millisecond},
-		Meta:    region.Meta{Region: "ap-south", Control: nowhere, Planes: []region.Plane{{Name: "wan", WAN: nowhere}}}}, testLogger(t))
+		Meta:    region.Meta{Region: "ap-south", Control: nowhere, Planes: []region.Plane{{Name: "wan", WAN: nowhere}}}}, labtest.Logger())
 	if err != nil {
 		t.Fatal(err)
 	}
