@@ -27,6 +27,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -213,6 +214,14 @@ func (f *Forwarder) Expose(ctx context.Context, port string, target string) erro
 	if err != nil {
 		return fmt.Errorf("forward: expose %s: %w", port, err)
 	}
+	return f.Serve(ctx, ln, target)
+}
+
+// Serve is Expose on a listener the caller opened, so that the port
+// accepts from the moment Listen returned rather than from when Serve
+// starts running. It closes ln when it returns.
+func (f *Forwarder) Serve(ctx context.Context, ln *stream.Listener, target string) error {
+	port := strconv.Itoa(int(ln.Addr().(stream.Addr).Port))
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
 	defer ln.Close()

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -81,7 +82,7 @@ const maxStash = 4096
 
 func newConn(m *Mux, key uint32, out *host.Flow, local, remote Addr) *Conn {
 	w := uint64(m.cfg.Window)
-	c := &Conn{m: m, key: key, region: make([]byte, slotSize+w), win: w, local: local, remote: remote,
+	c := &Conn{m: m, key: key, region: make([]byte, ringBase+w), win: w, local: local, remote: remote,
 		out: out, changed: make(chan struct{}), established: make(chan struct{}),
 		stash: map[uint64]host.Delivery{}, kick: make(chan struct{}, 1), done: make(chan struct{})}
 	c.bg, c.cancel = context.WithCancel(context.Background())
@@ -165,7 +166,7 @@ func (c *Conn) process(d host.Delivery) error {
 	if d.Key != c.key {
 		return fmt.Errorf("message to key %#x on stream %#x", d.Key, c.key)
 	}
-	if d.Addr == 0 && d.Len == slotSize {
+	if d.Addr < ringBase && d.Addr%slotSize == 0 && d.Len == slotSize {
 		return c.control()
 	}
 	pos := c.rcvd % c.win
@@ -188,23 +189,31 @@ func (c *Conn) process(d host.Delivery) error {
 	return nil
 }
 
-// control reads the peer's record from the slot and merges it (c.mu held).
+// control reads the peer's records from the slots and merges them (c.mu
+// held). A slot the peer has not written yet is all zeros.
 func (c *Conn) control() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	var b [slotSize]byte
+	var b [ringBase]byte
 	if err := c.m.h.ReadMemory(ctx, c.key, 0, b[:]); err != nil {
-		return fmt.Errorf("read control slot: %w", err)
+		return fmt.Errorf("read control slots: %w", err)
 	}
-	r, err := parseRecord(b[:])
-	if err != nil {
-		return err
+	hadAccept := c.peer.Flags&flagAccept != 0
+	for i := 0; i < ringBase; i += slotSize {
+		slot := b[i : i+slotSize]
+		if !slices.ContainsFunc(slot, func(x byte) bool { return x != 0 }) {
+			continue
+		}
+		r, err := parseRecord(slot)
+		if err != nil {
+			return err
+		}
+		if r.Answers != c.answers {
+			return fmt.Errorf("record answers flow %016x, stream is %016x", r.Answers, c.answers)
+		}
+		c.peer.merge(r)
 	}
-	if r.Answers != c.answers {
-		return fmt.Errorf("record answers flow %016x, stream is %016x", r.Answers, c.answers)
-	}
-	first := c.peer.Flags&flagAccept == 0 && r.Flags&flagAccept != 0
-	c.peer.merge(r)
+	first := !hadAccept && c.peer.Flags&flagAccept != 0
 	if first {
 		if c.peer.Window < 4096 || c.peer.RingKey < keyBase {
 			return fmt.Errorf("peer ring key %#x, window %d", c.peer.RingKey, c.peer.Window)
@@ -318,7 +327,9 @@ func (c *Conn) Write(p []byte) (int, error) {
 		// least a window; its context ends with the stream.
 		pnd, err := out.Write(c.bg, key, ringBase+pos, buf)
 		if err != nil {
-			c.fail(&ResetError{Code: CodeUnreachable, Cause: err})
+			c.mu.Lock()
+			c.failUndeliveredLocked(err)
+			c.mu.Unlock()
 			return written, c.errNow()
 		}
 		c.mu.Lock()
@@ -389,7 +400,7 @@ func (c *Conn) reap() {
 			goto out
 		}
 		if err := ch.p.Err(); err != nil {
-			c.failLocked(&ResetError{Code: CodeUnreachable, Cause: err})
+			c.failUndeliveredLocked(err)
 			return
 		}
 		c.released = ch.end
@@ -506,6 +517,19 @@ func (c *Conn) fail(err *ResetError) {
 	c.failLocked(err)
 }
 
+// failUndeliveredLocked fails the stream on a WRITE its flow could not
+// deliver (c.mu held). A peer that resets the stream tears it down only
+// once its reset record has landed in this end's slot, so a WRITE refused
+// by the torn-down stream can complete before this end has read that
+// record: the slot is read first, and the peer's reset, when it is there,
+// is the reason the application sees.
+func (c *Conn) failUndeliveredLocked(cause error) {
+	if c.err == nil && c.peer.Flags&flagAccept != 0 {
+		_ = c.control()
+	}
+	c.failLocked(&ResetError{Code: CodeUnreachable, Cause: cause})
+}
+
 func (c *Conn) failLocked(err *ResetError) {
 	if c.err == nil {
 		c.m.ctr.resets.Add(1)
@@ -549,7 +573,9 @@ func (c *Conn) teardownLocked() {
 // are finished: the worker of one stream.
 func (c *Conn) run() {
 	var lastCtl *host.Pending
-	var watch <-chan struct{} // a completion the worker waits for
+	var watch <-chan struct{}         // a completion the worker waits for
+	var slots [ctlSlots]*host.Pending // the record last written to each slot
+	next := 0                         // the slot the next record goes to
 	tick := min(c.m.cfg.Linger, c.m.cfg.KeepAlive)
 	if c.m.cfg.KeepAlive < 0 {
 		tick = c.m.cfg.Linger
@@ -569,7 +595,9 @@ func (c *Conn) run() {
 		}
 		if lastCtl != nil && isDone(lastCtl) && lastCtl.Err() != nil {
 			// A record could not reach the peer: its flow failed.
-			c.fail(&ResetError{Code: CodeUnreachable, Cause: lastCtl.Err()})
+			c.mu.Lock()
+			c.failUndeliveredLocked(lastCtl.Err())
+			c.mu.Unlock()
 			lastCtl = nil
 		}
 		c.mu.Lock()
@@ -591,7 +619,12 @@ func (c *Conn) run() {
 			c.finSent, c.ctlDirty = true, true
 		}
 		var rec []byte
-		if c.ctlDirty {
+		var slotBusy <-chan struct{}
+		if c.ctlDirty && slots[next] != nil && !isDone(slots[next]) {
+			// The record this slot holds may still land: writing over it
+			// now could let it land over the newer one.
+			slotBusy = slots[next].Done()
+		} else if c.ctlDirty {
 			c.ctlDirty = false
 			r := record{Flags: flagAccept, RingKey: c.key, Window: uint32(c.win), Consumed: c.consumed, Answers: c.answers}
 			if c.finSent {
@@ -609,13 +642,19 @@ func (c *Conn) run() {
 		c.mu.Unlock()
 		if rec != nil {
 			ctx, cancel := context.WithTimeout(c.bg, 30*time.Second)
-			p, err := out.Write(ctx, key, 0, rec)
+			p, err := out.Write(ctx, key, uint64(next*slotSize), rec)
 			cancel()
 			if err != nil {
 				c.fail(&ResetError{Code: CodeUnreachable, Cause: err})
 				continue
 			}
-			lastCtl = p
+			lastCtl, slots[next] = p, p
+			next = (next + 1) % ctlSlots
+		}
+		if slotBusy != nil {
+			// Send the record (a reset's too) once its slot is free.
+			watch = slotBusy
+			continue
 		}
 		if failed {
 			// The reset record is queued: wait for it to arrive (or

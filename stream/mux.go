@@ -435,7 +435,7 @@ func (m *Mux) forget(c *Conn) {
 	}
 	m.mu.Unlock()
 	m.ctr.openStream.Add(^uint64(0))
-	if err := m.h.ReplaceMemory(c.key, make([]byte, slotSize)); err != nil {
+	if err := m.h.ReplaceMemory(c.key, make([]byte, ringBase)); err != nil {
 		return
 	}
 	time.AfterFunc(m.cfg.Linger, func() {

@@ -6,12 +6,19 @@ import (
 	"fmt"
 )
 
-// The layout of one end's registered region: a control slot, then the
-// receive ring. The peer WRITEs control records into the slot and data
-// into the ring; data never wraps inside one message.
+// The layout of one end's registered region: ctlSlots control slots, then
+// the receive ring. The peer WRITEs control records into the slots in
+// turn and data into the ring; data never wraps inside one message.
+//
+// A flow places its messages as they arrive, not in order, so a record
+// WRITTEN over the one before it could be overwritten by that older one
+// landing late, and a reset or FIN lost with it. Records therefore go to
+// the slots in turn, a slot is written again only once the record it held
+// has landed, and the reader merges every slot.
 const (
-	slotSize = 64 // bytes of the control slot at offset 0
-	ringBase = slotSize
+	slotSize = 64 // bytes of one control slot
+	ctlSlots = 4  // control records in flight at most
+	ringBase = ctlSlots * slotSize
 )
 
 // recordMagic opens every control record ("MRS1").

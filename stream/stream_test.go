@@ -172,6 +172,73 @@ func TestStreamRefusedAndReset(t *testing.T) {
 	labtest.WaitFor(t, ctx, "both ends torn down", func() bool { return ma.Stats().Open == 0 && mb.Stats().Open == 0 })
 }
 
+// TestStreamResetCodeReachesABusyWriter: the listener resets streams
+// with its own code while the dialer writes. The reset tears the
+// listener's end down once its record has landed, so a WRITE that arrives
+// later is refused, and that refusal can reach the dialer before it reads
+// the record; the dialer's Write still fails with the listener's code,
+// never as a lost route.
+func TestStreamResetCodeReachesABusyWriter(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	l := labtest.Start(t, ctx, lab.Config{Direct: true})
+	ma := newMux(t, l, "client", lab.RegionA, stream.Config{Window: 4 << 20})
+	mb := newMux(t, l, "server", lab.RegionB, stream.Config{Window: 4 << 20})
+	ln, err := mb.Listen("7000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	const code = stream.CodeApplication + 7
+	for i := range 20 {
+		acc := make(chan *stream.Conn, 1)
+		go func() {
+			c, err := ln.AcceptStream(ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			acc <- c
+		}()
+		a, err := ma.Dial(ctx, lab.RegionB+"/server:7000")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := <-acc
+		if b == nil {
+			t.FailNow()
+		}
+		written := make(chan error, 1)
+		go func() {
+			buf := make([]byte, 1<<10)
+			// Bounded: 16 MiB at most, past the 4 MiB window the
+			// listener stops reading at.
+			for range 1 << 14 {
+				if _, err := a.Write(buf); err != nil {
+					written <- err
+					return
+				}
+			}
+			written <- nil
+		}()
+		// Reset as soon as accepted (the writer's first WRITEs race the
+		// reset), or while the writer is busy, after the first 64 KiB.
+		if i%2 == 1 {
+			if _, err := io.ReadFull(b, make([]byte, 64<<10)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := b.ResetCode(code); err != nil {
+			t.Fatal(err)
+		}
+		err = <-written
+		var re *stream.ResetError
+		if !errors.As(err, &re) || !re.Remote || re.Code != code {
+			t.Fatalf("stream %d: the writer's error %v, want the peer's reset with code %d", i, err, code)
+		}
+		a.Close()
+	}
+}
+
 // TestStreamDeadlines: a read deadline in the past fails Read with a
 // timeout at once, one in the future fails it when it passes, and a
 // cleared deadline lets the data through. A write deadline bounds the

@@ -4,7 +4,6 @@ package apps
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -127,13 +126,12 @@ func forwardIperf(ctx context.Context, o *Options, p point, n int) (Result, erro
 		fa.Close()
 		fb.Close()
 	}()
-	wg.Go(func() {
-		_ = fb.Expose(fctx, strconv.Itoa(iperfStreamPort), net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-	})
-	to := stream.Addr{Region: lab.RegionB, Endpoint: dstName, Port: iperfStreamPort}
-	if err := waitExposed(ctx, env.ma, to); err != nil {
+	sl, err := env.mb.Listen(strconv.Itoa(iperfStreamPort))
+	if err != nil {
 		return Result{}, err
 	}
+	wg.Go(func() { _ = fb.Serve(fctx, sl, net.JoinHostPort("127.0.0.1", strconv.Itoa(port))) })
+	to := stream.Addr{Region: lab.RegionB, Endpoint: dstName, Port: iperfStreamPort}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return Result{}, err
@@ -150,32 +148,6 @@ func forwardIperf(ctx context.Context, o *Options, p point, n int) (Result, erro
 	}
 	r.CC, r.Emulator = "", "emu"
 	return r, nil
-}
-
-// waitExposed waits until a stream to to is accepted: Expose listens.
-// The probe is made before the TCP target listens, so Expose refuses it on
-// and nothing reaches the target.
-func waitExposed(ctx context.Context, m *stream.Mux, to stream.Addr) error {
-	ctx, cancel := context.WithTimeout(ctx, labPatience)
-	defer cancel()
-	for {
-		dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
-		c, err := m.DialAddr(dctx, to)
-		dcancel()
-		if err == nil {
-			c.Reset()
-			return nil
-		}
-		// Refused: Expose does not listen yet. Anything else (a flow
-		// that could not open on a busy machine) is tried again too,
-		// within the patience.
-		if serr := sleep.Ctx(ctx, 20*time.Millisecond); serr != nil {
-			if errors.Is(err, stream.ErrRefused) {
-				err = serr
-			}
-			return fmt.Errorf("forward: %v not exposed: %w", to, err)
-		}
-	}
 }
 
 // copySystemDef is a way mrgw carries the copy workload: run moves the
