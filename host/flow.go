@@ -379,8 +379,7 @@ func (f *Flow) tryOpen(now time.Duration) {
 		f.arm()
 		return
 	}
-	f.gw, f.conn, f.stream = g, g.conn, g.nextStream
-	g.nextStream++
+	f.use(g)
 	f.submitNext = f.doneBelow
 	h.o.txByStr[streamKey{f.conn, f.stream}] = f
 	ok := h.sendCtl(f.conn, &flowctl.Msg{Type: flowctl.Open, Flow: f.id, Stream: f.stream, Resume: f.doneBelow,
@@ -495,12 +494,22 @@ func (f *Flow) reroute(now time.Duration, cause error, avoid *gateway) {
 	f.arm()
 }
 
+// use puts the flow on a new stream of g's connection.
+func (f *Flow) use(g *gateway) {
+	f.gw, f.conn, f.stream = g, g.conn, g.nextStream
+	g.flows++
+	g.nextStream++
+}
+
 // abandonStream stops using the current stream: its submissions are
 // failed so that metaroce never reads their data again (the bytes may be
 // reused once DONE), and its completions are ignored from now on.
 func (f *Flow) abandonStream() {
 	if f.conn != nil {
 		delete(f.h.o.txByStr, streamKey{f.conn, f.stream})
+	}
+	if f.gw != nil {
+		f.gw.flows--
 	}
 	for _, s := range f.segs[f.head:] {
 		if s.rm != nil {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/mrgw/mrgw/flowctl"
@@ -35,6 +36,9 @@ type gateway struct {
 	retryAt    time.Duration
 	backoff    time.Duration
 	nextStream uint32 // next flow stream on conn (0 is the control stream)
+	// flows is how many of this host's flows use the gateway now (f.gw):
+	// placement's load (pickGateway).
+	flows int
 	lastPing   time.Duration
 	pingSeq    uint64
 	// live watches the connection's peer for silence (silentGateway).
@@ -364,23 +368,28 @@ func (h *Host) silentGateway(now time.Duration, g *gateway) bool {
 }
 
 // gwInUse reports whether a flow still uses g's connection.
-func (h *Host) gwInUse(g *gateway) bool {
-	for _, f := range h.o.flows {
-		if f.gw == g {
-			return true
-		}
-	}
-	return false
-}
+func (h *Host) gwInUse(g *gateway) bool { return g.flows > 0 }
 
-// pickGateway chooses a ready gateway for flow id by rendezvous hashing
-// of the id over the region's gateways (internal/hrw, keyed by their
-// addresses): flows spread evenly over the gateways, a gateway that goes
-// away moves only its own flows (each to the gateway that ranks next for
-// it), and one that comes back takes back only its own. avoid (the
-// gateway a flow just lost) is passed over when another is ready; from
-// the third attempt on, attempts rotate through the ready ones, so a
+// pickGateway chooses a ready gateway for flow id: the one carrying the
+// fewest of this host's flows, ties going to the one that ranks first in
+// rendezvous hashing of the id over the region's gateways (internal/hrw,
+// keyed by their addresses). Hashing alone is even only over many flows:
+// 8 flows of two hosts landed 1/1/2/4 on four gateway pairs. A flow is
+// placed only when it opens or re-opens, so a gateway that goes away
+// moves only its own flows and one that comes back takes new and
+// re-opened flows until it carries its share. avoid (the gateway a flow
+// just lost) is passed over when another is ready; from the third
+// attempt on, attempts rotate through the ready ones in that order, so a
 // gateway that keeps refusing a flow is not asked for ever.
+//
+// Least loaded over all ready gateways rather than the better of the
+// two ranked first ("two choices"): the host knows its own load exactly
+// and places one flow at a time, so the herding that two random choices
+// guard against cannot happen, and only the full comparison keeps each
+// host's flows within one of each other on any number of gateways (two
+// choices can leave a third gateway empty). With two gateways the rules
+// coincide. The rank as tie-break spreads the hosts, which do not see
+// each other's load: each puts its first flow where the hash says.
 func (h *Host) pickGateway(id uint64, attempt int, avoid *gateway) *gateway {
 	gws := h.o.gws
 	var live []*gateway
@@ -401,6 +410,7 @@ func (h *Host) pickGateway(id uint64, attempt int, avoid *gateway) *gateway {
 	if len(live) == 0 {
 		return nil
 	}
+	slices.SortStableFunc(live, func(a, b *gateway) int { return a.flows - b.flows })
 	if attempt <= 1 {
 		return live[0]
 	}
