@@ -38,9 +38,9 @@ type gateway struct {
 	nextStream uint32 // next flow stream on conn (0 is the control stream)
 	// flows is how many of this host's flows use the gateway now (f.gw):
 	// placement's load (pickGateway).
-	flows int
-	lastPing   time.Duration
-	pingSeq    uint64
+	flows    int
+	lastPing time.Duration
+	pingSeq  uint64
 	// live watches the connection's peer for silence (silentGateway).
 	live liveness.Watch
 	// refusal: this gateway refused the registration (ErrRefused); the

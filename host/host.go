@@ -10,9 +10,10 @@
 // reconnects, with bounded backoff, when one goes away.
 //
 // Sending: OpenFlow opens a flow to (region, endpoint) through one live
-// gateway, chosen by rendezvous hashing of the flow id so flows spread
-// over the region's gateways and a gateway's failure moves only its own
-// flows. Write and
+// gateway, the one carrying the fewest of the host's flows (ties by
+// rendezvous hashing of the flow id), so flows spread evenly over the
+// region's gateways and a gateway's failure moves only its own flows.
+// Write and
 // Send cut a message larger than half the flow's credit into segments, one
 // flow sequence each, and return a Pending that completes only when the
 // destination has reported every segment DONE end to end: the bytes are in
