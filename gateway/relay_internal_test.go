@@ -4,12 +4,15 @@ package gateway
 
 import (
 	"log/slog"
+	"math/rand/v2"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/mrgw/mrgw/cc"
 	_ "github.com/mrgw/mrgw/cc/longrtt" // registers longrtt-htcp
+	"github.com/mrgw/mrgw/internal/hrw"
 	"github.com/mrgw/mrgw/internal/liveness"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/metrics"
@@ -172,10 +175,11 @@ func silence(ci *connInfo, at time.Duration) {
 // whose peer has been silent for the suspect threshold (two PING
 // intervals) while waited on, and one with no usable path; the second
 // pass takes the first in rendezvous order when nothing else is left.
+// Equal loads: the first in rendezvous order.
 func TestPickRouteTwoPasses(t *testing.T) {
 	b := newRelayBench(t)
 	first, second := b.conn(t, "use-gw1"), b.conn(t, "use-gw2")
-	cands := []*connInfo{first, second}
+	cands := []routeCand{{ci: first, weight: 1}, {ci: second, weight: 1}}
 	const suspect = 125 * time.Millisecond
 	now := time.Second
 	if got := pickRoute(cands, now, suspect); got != first {
@@ -242,5 +246,138 @@ func TestReportEvictionsCounted(t *testing.T) {
 	}
 	if v := value(t, b.g.metrics.HealthReportsEvicted); v != 3 {
 		t.Errorf("mrgw_path_health_reports_evicted_total %v, want 3", v)
+	}
+}
+
+// carry puts a flow of id on ci as open does (its stream in ci.out).
+func carry(ci *connInfo, id uint64) *flow {
+	f := &flow{id: id, down: ci, downStream: ci.next, state: flowOpening, outbound: true}
+	ci.out[f.downStream] = f
+	ci.next++
+	return f
+}
+
+// routeAmong is routeExcept's choice among conns, the peers' weights
+// given: candidates in weighted rendezvous order of the flow id, routed
+// by pickRoute.
+func routeAmong(id uint64, conns []*connInfo, weight []float64, suspect []bool) *connInfo {
+	order := hrw.Rank(id, len(conns), func(i int) string { return conns[i].wan.name }, func(i int) float64 { return weight[i] })
+	var cands []routeCand
+	for _, k := range order {
+		cands = append(cands, routeCand{ci: conns[k], weight: weight[k], suspect: suspect != nil && suspect[k]})
+	}
+	slices.SortStableFunc(cands, func(a, b routeCand) int {
+		if a.suspect == b.suspect {
+			return 0
+		}
+		if a.suspect {
+			return 1
+		}
+		return -1
+	})
+	return pickRoute(cands, time.Second, 125*time.Millisecond)
+}
+
+// TestPickRouteBalanced: two gateways of eu-west route 8 and then 64
+// flows (random ids, in turn) to the two gateways of us-east: each
+// gateway's flows on its two WAN connections differ by at most one after
+// every flow, so the four gateway pairs carry 2 each of 8 flows, 16 each
+// of 64. With weights 1 and 3, 8 flows go 2 and 6.
+func TestPickRouteBalanced(t *testing.T) {
+	for _, n := range []int{8, 64} {
+		t.Run(strconv.Itoa(n), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(n), 3))
+			src := []*relayBench{newRelayBench(t), newRelayBench(t)}
+			var conns [][]*connInfo
+			for _, b := range src {
+				conns = append(conns, []*connInfo{b.conn(t, "use-gw1"), b.conn(t, "use-gw2")})
+			}
+			for i := range n {
+				s := i % 2
+				ci := routeAmong(rng.Uint64()|1, conns[s], []float64{1, 1}, nil)
+				carry(ci, uint64(i))
+				if a, b := len(conns[s][0].out), len(conns[s][1].out); a-b > 1 || b-a > 1 {
+					t.Fatalf("after %d flows gateway %d carries %d and %d", i+1, s, a, b)
+				}
+			}
+			for s := range src {
+				for _, ci := range conns[s] {
+					if len(ci.out) != n/4 {
+						t.Errorf("pair %d->%s carries %d of %d flows, want %d", s, ci.wan.name, len(ci.out), n, n/4)
+					}
+				}
+			}
+		})
+	}
+	b := newRelayBench(t)
+	conns := []*connInfo{b.conn(t, "use-gw1"), b.conn(t, "use-gw2")}
+	rng := rand.New(rand.NewPCG(1, 3))
+	for i := range 8 {
+		carry(routeAmong(rng.Uint64()|1, conns, []float64{1, 3}, nil), uint64(i))
+	}
+	if len(conns[0].out) != 2 || len(conns[1].out) != 6 {
+		t.Errorf("weights 1 and 3: %d and %d of 8 flows, want 2 and 6", len(conns[0].out), len(conns[1].out))
+	}
+}
+
+// TestPickRouteAliveFirst: a gossip-suspect peer carrying nothing is
+// passed over for an alive one carrying more, unless no alive peer can
+// carry the flow.
+func TestPickRouteAliveFirst(t *testing.T) {
+	b := newRelayBench(t)
+	conns := []*connInfo{b.conn(t, "use-gw1"), b.conn(t, "use-gw2")}
+	for i := range 5 {
+		carry(conns[0], uint64(i))
+	}
+	suspect := []bool{false, true}
+	if got := routeAmong(1, conns, []float64{1, 1}, suspect); got != conns[0] {
+		t.Fatalf("picked suspect %s over alive use-gw1", got.wan.name)
+	}
+	for i := range conns[0].c.Paths().Paths {
+		conns[0].c.Paths().Paths[i].State = pathmgr.Down
+	}
+	if got := routeAmong(1, conns, []float64{1, 1}, suspect); got != conns[1] {
+		t.Fatalf("alive use-gw1 has no usable path: picked %s, want the suspect use-gw2", got.wan.name)
+	}
+}
+
+// TestDropConnMovesOnlyItsFlows: of three WAN connections carrying 10
+// flows each, one is dropped: its flows end here (their sources re-open
+// them), the others' stay on their connections, and the re-opened ones
+// route to the two left, 15 each.
+func TestDropConnMovesOnlyItsFlows(t *testing.T) {
+	b := newRelayBench(t)
+	conns := []*connInfo{b.conn(t, "use-gw1"), b.conn(t, "use-gw2"), b.conn(t, "use-gw3")}
+	rng := rand.New(rand.NewPCG(5, 5))
+	on := map[uint64]*connInfo{}
+	for range 30 {
+		id := rng.Uint64() | 1
+		ci := routeAmong(id, conns, []float64{1, 1, 1}, nil)
+		b.r.flows[id] = carry(ci, id)
+		on[id] = ci
+	}
+	for _, ci := range conns {
+		if len(ci.out) != 10 {
+			t.Fatalf("%s carries %d of 30 flows, want 10", ci.wan.name, len(ci.out))
+		}
+	}
+	lost := conns[1]
+	b.r.dropConn(time.Millisecond, lost, "closed")
+	left := []*connInfo{conns[0], conns[2]}
+	for id, ci := range on {
+		_, still := b.r.flows[id]
+		switch {
+		case ci == lost && still:
+			t.Fatalf("flow %x of the dropped connection still relayed", id)
+		case ci != lost && (!still || b.r.flows[id].down != ci || ci.out[b.r.flows[id].downStream] != b.r.flows[id]):
+			t.Fatalf("flow %x of %s moved or ended", id, ci.wan.name)
+		case ci == lost:
+			b.r.flows[id] = carry(routeAmong(id, left, []float64{1, 1}, nil), id)
+		}
+	}
+	for _, ci := range left {
+		if len(ci.out) != 15 {
+			t.Errorf("%s carries %d of 30 flows after the drop, want 15", ci.wan.name, len(ci.out))
+		}
 	}
 }
