@@ -416,10 +416,9 @@ func (g *Gateway) FlowRoutes() map[uint64]string {
 }
 
 // Detoured returns, read on the owner goroutine (not a StatsEvery
-// snapshot), how many routes took another gateway than the one
-// rendezvous hashing ranks first among those with an established WAN
-// connection (Status.Flows.Detoured says when). Tests compare placement
-// with the hash and excuse only what this counts.
+// snapshot), how many routes took another gateway than the one the
+// placement rule picks among those with an established WAN connection
+// (Status.Flows.Detoured says when).
 func (g *Gateway) Detoured() uint64 {
 	var n uint64
 	_ = g.ep.Call(context.Background(), func(time.Duration, *metaroce.Endpoint) { n = g.relay.detoured })

@@ -137,10 +137,10 @@ type relay struct {
 	completed, refused, resets uint64
 	fromHosts, toHosts         uint64
 	// detoured counts routes (OPENs and re-opens sent on) that took
-	// another gateway than the one rendezvous hashing ranks first among
-	// those with an established WAN connection: it was gossip-suspect,
-	// silent for suspectAfter (pickRoute), or had refused the flow's
-	// endpoint (retryOpen). Status.Flows.Detoured.
+	// another gateway than the one the placement rule (route) picks
+	// among all those with an established WAN connection: it was
+	// gossip-suspect, silent for suspectAfter (pickRoute), or had
+	// refused the flow's endpoint (retryOpen). Status.Flows.Detoured.
 	detoured uint64
 }
 
@@ -588,12 +588,15 @@ func (r *relay) retryOpen(f *flow) bool {
 	if !f.outbound || f.state != flowOpening || f.open == nil {
 		return false
 	}
-	next, _, _ := r.routeExcept(f.id, f.peerRegion, f.tried)
-	if next == nil {
-		return false
-	}
+	// The flow leaves the refusing connection first, so that it does not
+	// count in that connection's load (route's choice and its detour).
 	old := f.down
 	delete(old.out, f.downStream)
+	next, _, _ := r.routeExcept(f.id, f.peerRegion, f.tried)
+	if next == nil {
+		old.out[f.downStream] = f
+		return false
+	}
 	old.c.ForgetSendStream(f.downStream)
 	r.reweigh(old)
 	f.down, f.downStream = next, next.next

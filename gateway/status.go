@@ -137,10 +137,11 @@ type FlowStatus struct {
 	Refused   uint64 `json:"refused"`
 	Resets    uint64 `json:"resets"`
 	Completed uint64 `json:"messages_completed"`
-	// Detoured counts routes that passed over the gateway rendezvous
-	// hashing ranks first for the flow among those with an established
-	// WAN connection (gossip-suspect, silent while waited on, or it
-	// refused the endpoint): placement departs from the hash only then.
+	// Detoured counts routes that passed over the gateway the placement
+	// rule picks for the flow among those with an established WAN
+	// connection (the least loaded, ties by rendezvous rank), because it
+	// was gossip-suspect, silent while waited on, or refused the
+	// endpoint.
 	Detoured uint64 `json:"detoured"`
 }
 
