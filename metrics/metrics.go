@@ -485,7 +485,7 @@ func New(opts ...Option) *Metrics {
 		"Host flows refused at admission, by reason: limit (max_flows or memory reached), no_route (no reachable gateway of the destination region), bad_request.",
 		LabelReason)
 	m.HostFlowsDetoured = b.counter("mrgw_host_flows_detoured_total",
-		"Host flows (OPENs and re-opens) routed past the gateway that rendezvous hashing ranks first among those with a WAN connection, because it was gossip-suspect, silent or refused the endpoint: steady growth means a remote gateway is flapping.")
+		"Host flows (OPENs and re-opens) routed past the gateway the placement rule picks among those with a WAN connection (the least loaded, ties by rendezvous rank), because it was gossip-suspect, silent or refused the endpoint: steady growth means a remote gateway is flapping.")
 	m.LANAdmissionRefused = b.counterVec("mrgw_lan_admissions_refused_total",
 		"INITs from new LAN sources not admitted, by reason: retry (under load, answered with a cookie challenge), bad_cookie, rate_limited (per source IP), pending_limit (too many peers not yet registered), full (the LAN peer table is full).",
 		LabelReason)

@@ -41,12 +41,14 @@
 //	                         flows P1, P2, ... (at least N) until every
 //	                         gateway of R carries one
 //	routes                   record which gateway of the destination
-//	                         region relays each flow
+//	                         region relays each flow, and whether their
+//	                         counts are within one of each other (or as
+//	                         many more as detours were counted)
 //	placement                after a gateway of the destination region
 //	                         was killed: whether each flow it relayed
-//	                         moved to the gateway rendezvous hashing
-//	                         ranks next for it (or a detour was counted),
-//	                         and each other flow stayed
+//	                         moved to a live gateway, each other flow
+//	                         stayed, and the live gateways' counts are
+//	                         within one of each other (or detours)
 //	write F n=N size=S [key=K]
 //	                         N messages of S bytes at fresh addresses of
 //	                         the destination's memory (key K [7])
@@ -94,7 +96,6 @@ import (
 	"github.com/mrgw/mrgw/flowctl"
 	"github.com/mrgw/mrgw/gateway"
 	"github.com/mrgw/mrgw/host"
-	"github.com/mrgw/mrgw/internal/hrw"
 	"github.com/mrgw/mrgw/internal/script"
 	"github.com/mrgw/mrgw/loadtest/lab"
 	"github.com/mrgw/mrgw/netem"
@@ -875,6 +876,25 @@ func (s *relayScenario) routes() {
 	for _, g := range slices.Sorted(maps.Keys(per)) {
 		s.printf("%s relays some\n", g)
 	}
+	s.balance(per, s.l.Names[lab.RegionB], s.detoursAt)
+}
+
+// balance says whether the flows per gateway of names are within one of
+// each other; every detour counted (allowed) excuses one more.
+func (s *relayScenario) balance(per map[string]int, names []string, allowed uint64) {
+	lo, hi := per[names[0]], per[names[0]]
+	for _, n := range names {
+		lo, hi = min(lo, per[n]), max(hi, per[n])
+	}
+	if uint64(hi-lo) <= 1+allowed {
+		s.printf("flows per gateway: within one of each other\n")
+		return
+	}
+	counts := make([]string, 0, len(names))
+	for _, n := range names {
+		counts = append(counts, fmt.Sprintf("%s %d", n, per[n]))
+	}
+	s.printf("flows per gateway: %s (%d detours)\n", strings.Join(counts, ", "), allowed)
 }
 
 // flowRoutes maps every flow to the destination gateway relaying it.
@@ -910,19 +930,15 @@ func (s *relayScenario) placement() {
 			live = append(live, g)
 		}
 	}
-	// Gateways announce equal capacities in the lab: equal weights.
-	next := func(id uint64) string {
-		return live[hrw.Rank(id, len(live), func(i int) string { return live[i] }, func(int) float64 { return 1 })[0]]
-	}
-	off := 0
 	moved := map[string][]string{}  // problems per gateway the flows were on
 	stayed := map[string][]string{} // flows that stayed, per gateway
+	per := map[string]int{}
 	for _, fn := range s.order {
 		was, is := s.routesAt[fn], now[fn]
+		per[is]++
 		switch {
-		case slices.Contains(s.killed, was) && is != next(s.flows[fn].f.ID()):
-			off++
-			moved[was] = append(moved[was], fmt.Sprintf("%s went to %s, ranked next is %s", fn, is, next(s.flows[fn].f.ID())))
+		case slices.Contains(s.killed, was) && !slices.Contains(live, is):
+			moved[was] = append(moved[was], fmt.Sprintf("%s went to %q", fn, is))
 		case slices.Contains(s.killed, was):
 			moved[was] = append(moved[was], "")
 		case is != was:
@@ -931,7 +947,6 @@ func (s *relayScenario) placement() {
 			stayed[was] = append(stayed[was], "")
 		}
 	}
-	excused := uint64(off) <= s.detours()-s.detoursAt
 	for _, g := range s.l.Names[lab.RegionB] {
 		var bad []string
 		for _, p := range append(moved[g], stayed[g]...) {
@@ -940,14 +955,15 @@ func (s *relayScenario) placement() {
 			}
 		}
 		switch {
-		case len(moved[g]) > 0 && (len(bad) == 0 || excused):
-			s.printf("flows of %s (killed): each moved to the gateway ranked next for it\n", g)
+		case len(moved[g]) > 0 && len(bad) == 0:
+			s.printf("flows of %s (killed): each moved to a live gateway\n", g)
 		case len(stayed[g]) > 0 && len(bad) == 0:
 			s.printf("flows of %s: stayed\n", g)
 		case len(bad) > 0:
 			s.printf("flows of %s: %s\n", g, strings.Join(bad, "; "))
 		}
 	}
+	s.balance(per, live, s.detours()-s.detoursAt)
 }
 
 // collapse shows lines "NAME: REST" of two flows or more that all say the
