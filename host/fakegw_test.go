@@ -31,6 +31,7 @@ type fakeGW struct {
 	ep       *netio.Endpoint
 	credit   uint64
 	dropDone atomic.Bool // withhold DONE from the sources
+	resets   atomic.Int64 // RESETs received from a host (any flow)
 	errs     atomic.Int64
 	lastErr  atomic.Value
 	killOnce sync.Once
@@ -153,6 +154,23 @@ func (g *fakeGW) resetFlow(t *testing.T, flow uint64) {
 		}
 	}); err != nil || !ok {
 		t.Fatalf("resetFlow %x: ok=%v err=%v", flow, ok, err)
+	}
+}
+
+// dropHost closes the gateway's connection to the host registered as
+// name (REGION/NAME), the gateway living on: its flows from that host
+// are dropped without a word downstream, as a gateway drops a flow whose
+// upstream is lost.
+func (g *fakeGW) dropHost(t *testing.T, name string) {
+	t.Helper()
+	ok := false
+	if err := g.ep.Call(testCtx(t), func(now time.Duration, _ *metaroce.Endpoint) {
+		if c := g.hosts[name]; c != nil {
+			ok = true
+			c.Close(now)
+		}
+	}); err != nil || !ok {
+		t.Fatalf("dropHost %s: ok=%v err=%v", name, ok, err)
 	}
 }
 
@@ -284,6 +302,9 @@ func (g *fakeGW) dispatch(now time.Duration, c *metaroce.Conn, m *flowctl.Msg) {
 			g.send(now, f.up, &flowctl.Msg{Type: flowctl.OpenOK, Flow: m.Flow, Credit: f.credit})
 		}
 	case flowctl.OpenErr, flowctl.Reset:
+		if m.Type == flowctl.Reset {
+			g.resets.Add(1)
+		}
 		if f := g.flows[m.Flow]; f != nil && f.down == c {
 			g.send(now, f.up, m)
 			g.drop(f)

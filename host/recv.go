@@ -92,6 +92,19 @@ func (h *Host) rxOpen(now time.Duration, c *metaroce.Conn, m *flowctl.Msg) {
 		refuse(flowctl.CodeBadRequest, err.Error())
 		return
 	}
+	if rf != nil && rf.conn != nil && rf.conn != c && !rf.conn.Closed() {
+		// The flow re-opened through another gateway of this region. The
+		// one it came through before may still hold its old instance:
+		// gateways place flows by their own load, so the source's new
+		// gateway can pick another destination gateway than its old one
+		// did, and the old source gateway, which lost only its host (the
+		// host's connection to it dropped), dropped the flow without a
+		// word downstream. That instance would keep its credit
+		// reservation until its WAN connection closed. RESET ends it
+		// there; the gateway passes it upstream, where the flow's current
+		// instance (if any) takes another route and ignores it.
+		h.sendCtl(rf.conn, &flowctl.Msg{Type: flowctl.Reset, Flow: m.Flow, Code: flowctl.CodeRouteLost, Reason: "the flow re-opened through another gateway"})
+	}
 	if rf == nil {
 		// Messages below the resume point completed before (this host
 		// may have restarted since): they are not reported again.
