@@ -30,7 +30,7 @@ import (
 type fakeGW struct {
 	ep       *netio.Endpoint
 	credit   uint64
-	dropDone atomic.Bool // withhold DONE from the sources
+	dropDone atomic.Bool  // withhold DONE from the sources
 	resets   atomic.Int64 // RESETs received from a host (any flow)
 	errs     atomic.Int64
 	lastErr  atomic.Value
