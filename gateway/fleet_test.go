@@ -284,3 +284,62 @@ func wanConnsByPeer(t *testing.T, g *gateway.Gateway, names []string) map[string
 	}
 	return out
 }
+
+// TestEightFlowsTwoPerGatewayPair: two hosts of eu-west open 4 flows each
+// to one host of us-east, two gateways per region. Each host puts 2 on
+// each of its gateways, and each gateway 2 on each WAN connection: the
+// four gateway pairs carry 2 flows each (rendezvous hashing alone put
+// them 1/1/2/4 in the two-pairs load test). A re-open (of a flow a
+// starved gateway reset) or a detour counted excuses one flow off.
+func TestEightFlowsTwoPerGatewayPair(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	l := labtest.Start(t, ctx, lab.Config{Direct: true})
+	srcs := []*host.Host{newHost(t, l, "h0", lab.RegionA), newHost(t, l, "h1", lab.RegionA)}
+	newHost(t, l, "dst", lab.RegionB)
+	agws := l.Names[lab.RegionA]
+	excuses := func() (n uint64) {
+		for _, g := range agws {
+			n += l.Gateways[g].Detoured()
+		}
+		for _, h := range srcs {
+			n += h.Stats().Reopens
+		}
+		return n
+	}
+	before := excuses()
+	var flows []*host.Flow
+	for i := range 8 {
+		f, err := lab.OpenFlow(ctx, srcs[i%2], lab.RegionB, "dst", host.FlowOptions{}, t.Logf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		flows = append(flows, f)
+	}
+	pairs := map[string]int{}
+	for _, a := range agws {
+		routes := l.Gateways[a].FlowRoutes()
+		for _, f := range flows {
+			if b, ok := routes[f.ID()]; ok {
+				pairs[a+"->"+b]++
+			}
+		}
+	}
+	t.Logf("flows per gateway pair: %v", pairs)
+	off, placed := 0, 0
+	for _, a := range agws {
+		for _, b := range l.Names[lab.RegionB] {
+			n := pairs[a+"->"+b]
+			placed += n
+			off += max(n-2, 2-n)
+		}
+	}
+	if placed != 8 {
+		t.Fatalf("%d of 8 flows open at a gateway pair: %v", placed, pairs)
+	}
+	// A flow off its pair leaves one pair short and one over: two off.
+	if d := excuses() - before; uint64(off) > 2*d {
+		t.Fatalf("flows per gateway pair %v, want 2 each (%d re-opens and detours excuse %d off)", pairs, d, 2*d)
+	}
+}
