@@ -187,7 +187,7 @@ func (g *fakeGW) measures(t *testing.T) (maxOut, maxOver, relayed uint64) {
 }
 
 func (g *fakeGW) send(now time.Duration, c *metaroce.Conn, m *flowctl.Msg) {
-	if c == nil || c.Closed() {
+	if c == nil || !c.Established() { // closed, or closing (dropHost)
 		return
 	}
 	b, err := flowctl.Append(nil, m)
