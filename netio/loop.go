@@ -24,6 +24,9 @@ type ownerState struct {
 	deadline time.Duration
 	janitor  time.Duration
 	planes   map[PeerID]*peerPlanes // cache of Endpoint.planeSet
+	// txTally and rxTally count what flush sends and receiveBatch
+	// receives per plane (planeTally).
+	txTally, rxTally planeTally
 	// graceFor is the overdue deadline whose timers wait until graceUntil
 	// (see run); -1 when none.
 	graceFor, graceUntil time.Duration
@@ -60,6 +63,7 @@ func (o *ownerState) init(e *Endpoint) {
 	o.cookies = map[PeerID][CookieLen]byte{}
 	o.lastInit = map[PeerID]sentInit{}
 	o.planes = map[PeerID]*peerPlanes{}
+	o.rxTally.rx = true
 	o.room = e.ep.Config().MTU + metaroce.DataHeaderLen
 	e.initTx(txBufLen(e.ep.Config()))
 	o.deadline = -1
@@ -285,7 +289,7 @@ func (e *Endpoint) receiveBatch(now time.Duration, b *rxBatch) {
 	var rc resolveCache
 	var notedPeer PeerID
 	var notedSrc netip.AddrPort
-	tally := planeTally{rx: true}
+	tally := &e.owner.rxTally
 	defer tally.flush(e)
 	for i := range b.ents[:b.n] {
 		ent := &b.ents[i]

@@ -4,6 +4,7 @@ package netio
 
 import (
 	"errors"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 
@@ -85,44 +86,60 @@ func (e *Endpoint) planeCounters(peer PeerID) *peerPlanes {
 	return c
 }
 
-// planeTally adds up a run of datagrams of one peer on one plane, so
-// that the plane's counters (a map lookup and two atomic adds) are
-// updated once per run and not per datagram: a batch's datagrams come in
-// long runs of one peer and plane. Owner goroutine only.
+// planeTally adds up a flush's or a received batch's datagrams per plane
+// for one peer, so that the planes' counters (a map lookup and two atomic
+// adds) are updated once per plane at the end, not per datagram: a
+// gateway sprays its paths round robin over its planes, so consecutive
+// datagrams alternate between planes, and a tally of runs of one plane
+// paid the lookup and the adds for every datagram. A change of peer
+// flushes. Owner goroutine only; the owner keeps one for sending and one
+// for receiving (ownerState), so that its arrays are not zeroed per call.
 type planeTally struct {
-	peer     PeerID
-	plane    int
-	n, bytes uint64
-	rx       bool
+	peer    PeerID
+	touched uint64 // bit i: n[i] > 0 (MaxPlanes is 64)
+	n       [MaxPlanes]uint64
+	bytes   [MaxPlanes]uint64
+	rx      bool
 }
 
-// add counts one datagram of bytes, flushing the run before it when the
-// peer or plane changes.
+// touched has a bit per plane.
+var _ [64 - MaxPlanes]struct{}
+
+// add counts one datagram of bytes on plane (one of no plane, or of an
+// index past MaxPlanes, is counted in Stats only).
 func (t *planeTally) add(e *Endpoint, peer PeerID, plane, bytes int) {
-	if t.n > 0 && (t.peer != peer || t.plane != plane) {
-		t.flush(e)
-	}
-	t.peer, t.plane = peer, plane
-	t.n++
-	t.bytes += uint64(bytes)
-}
-
-// flush adds the run to its plane's counters.
-func (t *planeTally) flush(e *Endpoint) {
-	n, bytes := t.n, t.bytes
-	t.n, t.bytes = 0, 0
-	if n == 0 || t.plane < 0 || t.plane >= MaxPlanes {
+	if uint(plane) >= MaxPlanes {
 		return
 	}
-	if c := e.planeCounters(t.peer); c != nil {
-		if t.rx {
-			c[t.plane].rx.Add(n)
-			c[t.plane].rxBytes.Add(bytes)
-		} else {
-			c[t.plane].tx.Add(n)
-			c[t.plane].txBytes.Add(bytes)
-		}
+	if t.touched != 0 && t.peer != peer {
+		t.flush(e)
 	}
+	t.peer = peer
+	t.touched |= 1 << uint(plane)
+	t.n[plane]++
+	t.bytes[plane] += uint64(bytes)
+}
+
+// flush adds what was tallied to the planes' counters and starts over.
+func (t *planeTally) flush(e *Endpoint) {
+	if t.touched == 0 {
+		return
+	}
+	c := e.planeCounters(t.peer)
+	for m := t.touched; m != 0; m &= m - 1 {
+		i := bits.TrailingZeros64(m)
+		if c != nil {
+			if t.rx {
+				c[i].rx.Add(t.n[i])
+				c[i].rxBytes.Add(t.bytes[i])
+			} else {
+				c[i].tx.Add(t.n[i])
+				c[i].txBytes.Add(t.bytes[i])
+			}
+		}
+		t.n[i], t.bytes[i] = 0, 0
+	}
+	t.touched = 0
 }
 
 // PlaneStats returns the per-plane counters of peer, for the planes that

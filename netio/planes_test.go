@@ -97,3 +97,93 @@ func TestPlaneCounters(t *testing.T) {
 		t.Fatalf("stats of an unknown peer: %+v", got)
 	}
 }
+
+// TestPlaneTally: datagrams that alternate between planes, change peer,
+// and name no plane or one past MaxPlanes are counted per peer and plane
+// exactly as one at a time would count them, sent and received apart,
+// and a tally starts over after each flush.
+func TestPlaneTally(t *testing.T) {
+	e := &Endpoint{cfg: Config{MaxPeers: 8}}
+	e.owner.planes = map[PeerID]*peerPlanes{}
+	type key struct {
+		peer  PeerID
+		plane int
+	}
+	want := map[key]PlaneStats{}
+	tx, rx := &planeTally{}, &planeTally{rx: true}
+	count := func(tl *planeTally, peer PeerID, plane, n int) {
+		tl.add(e, peer, plane, n)
+		if plane < 0 || plane >= MaxPlanes {
+			return
+		}
+		w := want[key{peer, plane}]
+		w.Plane = plane
+		if tl.rx {
+			w.RxDatagrams++
+			w.RxBytes += uint64(n)
+		} else {
+			w.TxDatagrams++
+			w.TxBytes += uint64(n)
+		}
+		want[key{peer, plane}] = w
+	}
+	for round := range 3 {
+		for i := range 40 {
+			count(tx, 1, i%4, 100+i)
+			count(rx, 1, (i+1)%3, 7)
+		}
+		count(tx, 2, 0, 5)
+		count(tx, 2, MaxPlanes-1, 6)
+		count(tx, 1, -1, 9)
+		count(tx, 1, MaxPlanes, 9)
+		count(rx, 2, 5, 11)
+		count(tx, 1, 2, 13)
+		tx.flush(e)
+		rx.flush(e)
+		if tx.touched != 0 || rx.touched != 0 {
+			t.Fatalf("round %d: a flushed tally still holds counts", round)
+		}
+		for _, peer := range []PeerID{1, 2} {
+			got := e.PlaneStats(peer)
+			n := 0
+			for k := range want {
+				if k.peer == peer {
+					n++
+				}
+			}
+			if len(got) != n {
+				t.Fatalf("round %d, peer %d: %d planes counted, want %d: %+v", round, peer, len(got), n, got)
+			}
+			for _, g := range got {
+				if w := want[key{peer, g.Plane}]; g != w {
+					t.Errorf("round %d, peer %d, plane %d: %+v, want %+v", round, peer, g.Plane, g, w)
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkPlaneTally is the owner's per-plane counting per datagram, for
+// datagrams that alternate between 4 planes (a paced connection sprayed
+// round robin over a gateway's planes) and for runs of 64 on one plane
+// (a window-limited one, each path filling its window in turn).
+func BenchmarkPlaneTally(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		run  int
+	}{{"alternating", 1}, {"runs-of-64", 64}} {
+		b.Run(c.name, func(b *testing.B) {
+			e := &Endpoint{cfg: Config{MaxPeers: 8}}
+			e.owner.planes = map[PeerID]*peerPlanes{}
+			tl := &planeTally{}
+			i := 0
+			for b.Loop() {
+				tl.add(e, 1, (i/c.run)%4, 1344)
+				if i++; i%txBatch == 0 {
+					tl.flush(e)
+				}
+			}
+			tl.flush(e)
+		})
+	}
+}

@@ -376,7 +376,7 @@ func (e *Endpoint) flush(now time.Duration) bool {
 	e.reclaimAll()
 	polled := 0
 	defer e.dispatch()
-	var tally planeTally
+	tally := &o.txTally
 	defer tally.flush(e)
 	// Most datagrams of a flush go to one peer: look it up once.
 	var lastID PeerID
