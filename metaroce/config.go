@@ -101,6 +101,12 @@ type Config struct {
 	// (an OS timer wakes up to a millisecond late) sets it to that lateness,
 	// so that a late wake-up sends what was due instead of losing it.
 	PacingSlack time.Duration
+	// PacingBurst lets a paced connection run up to this many bytes (and
+	// at most a millisecond of its rate) ahead of its schedule, so that a
+	// driver waking at a packet's slot sends a burst at once instead of a
+	// packet per wake-up (Conn.paceHeld). 0 (the default): no packet
+	// leaves before its slot. netio sets 64 KiB.
+	PacingBurst int
 	// PacingCatchUp lets a connection whose driver came back late, while
 	// it was waiting for its next pacing slot, send what fell due up to
 	// this fraction of its smallest round trip (when that exceeds

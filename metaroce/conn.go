@@ -96,6 +96,7 @@ type Conn struct {
 	nextSend  time.Duration
 	paceStart time.Duration // when the pacing clock started (the ACCEPT)
 	paceWait  bool          // stopped for the pacer, and not out of data or window since: a late driver may catch up
+	paceHold  bool          // a burst used Config.PacingBurst: nothing more until the pacing clock is due
 	minRTT    time.Duration // smallest RTT sample of any path (0: none yet); sizes the pacer's slack
 	// rttHi is the largest recent RTT sample of any path, decaying towards
 	// the newer ones over rttHiMemory (rttHiAt: its last update): the

@@ -113,3 +113,58 @@ func TestPacerReportsLateness(t *testing.T) {
 		t.Fatalf("a send after an idle spell reported late: %v", rec.late)
 	}
 }
+
+// TestPacerBursts: with Config.PacingBurst, a driver that wakes at the
+// pacing slots sends bursts of PacingBurst bytes (or a millisecond of the
+// rate, whichever is less), sends nothing when it polls between them, and
+// keeps the rate; without it, one packet per slot and none early.
+func TestPacerBursts(t *testing.T) {
+	const size = 1344
+	for _, k := range []struct {
+		name   string
+		rate   float64 // bytes/s
+		burst  int
+		expect int // packets per burst
+	}{
+		{"64KiB at 2 Gbit/s", 250e6, 64 << 10, 64<<10/size + 1},
+		{"a millisecond at 200 Mbit/s", 25e6, 64 << 10, 25000/size + 1},
+		{"off", 250e6, 0, 1},
+	} {
+		t.Run(k.name, func(t *testing.T) {
+			c := &Conn{ep: &Endpoint{cfg: Config{PacingSlack: 2 * time.Millisecond, PacingBurst: k.burst}}}
+			gap := time.Duration(size / k.rate * 1e9)
+			now := time.Second
+			c.nextSend = now
+			sent, bursts := 0, 0
+			var first time.Duration
+			for bursts < 200 {
+				// The driver wakes at the slot...
+				now = max(now, c.nextSend)
+				n := 0
+				for !c.paceHeld(now, k.rate) && n < 10000 {
+					c.pace(now, size, k.rate)
+					n++
+				}
+				if bursts == 0 {
+					first = now
+				} else if n < k.expect-1 || n > k.expect+1 {
+					t.Fatalf("burst %d: %d packets, want about %d", bursts, n, k.expect)
+				}
+				sent += n
+				bursts++
+				// ...and polls again before the next slot (acknowledgements,
+				// a sender handing a batch back): nothing leaves.
+				for _, d := range []time.Duration{gap / 2, 3 * gap / 2} {
+					if at := now + d; at < c.nextSend && !c.paceHeld(at, k.rate) {
+						t.Fatalf("burst %d: a packet would leave %v after the burst, %v before its slot", bursts, d, c.nextSend-at)
+					}
+				}
+			}
+			// The rate is kept: what was sent took its gaps' worth of time.
+			span := now - first
+			if want := time.Duration(sent-k.expect) * gap; span < want-2*gap || span > want+2*gap {
+				t.Errorf("%d packets over %v, want %v at the rate", sent, span, want)
+			}
+		})
+	}
+}

@@ -293,7 +293,7 @@ func (c *Conn) consumed(ref chunkRef) {
 
 func (c *Conn) pollData(now time.Duration, buf []byte) (Transmit, bool) {
 	rate := float64(c.ctl.PacingRate())
-	if rate > 0 && now < c.nextSend {
+	if c.paceHeld(now, rate) {
 		c.paceWait = true
 		return Transmit{}, false
 	}
@@ -447,6 +447,39 @@ func (c *Conn) sent(now time.Duration, path, size, payload int, retransmit bool,
 	c.pace(now, size, rate)
 	return Transmit{Peer: c.peer, Conn: c, Path: path, Entropy: c.paths.Paths[path].Entropy, ECT: true, Len: n,
 		Tracked: true, Seq: c.tx[path].next - 1}
+}
+
+// maxPaceAhead bounds how far ahead of its schedule Config.PacingBurst
+// lets a connection run: about what TCP puts in one TSO burst (a
+// millisecond of the rate, at most 64 KiB), so that a slow connection's
+// burst stays a few packets.
+const maxPaceAhead = time.Millisecond
+
+// paceHeld reports whether the pacer holds the next packet back at now
+// (rate in bytes/s; 0: not paced). Without Config.PacingBurst a packet
+// leaves at its slot (nextSend) and not before. With it, a driver that
+// wakes at a slot sends a burst: packets go while the connection is at
+// most PacingBurst bytes (and maxPaceAhead) ahead of its schedule, then
+// none until the schedule has caught up with the burst, however often the
+// driver polls meanwhile. The average rate is the same (every packet
+// still moves the clock by its gap); what changes is that a driver pays
+// its wake-up, its hand-offs and a system call per burst instead of per
+// packet: a tunnel paced at 2 Gbit/s sent 1.1 datagrams per sendmmsg and
+// spent 4 times the CPU per datagram of an unpaced one.
+func (c *Conn) paceHeld(now time.Duration, rate float64) bool {
+	if rate <= 0 || now >= c.nextSend {
+		c.paceHold = false
+		return false
+	}
+	b := c.ep.cfg.PacingBurst
+	if b <= 0 || c.paceHold {
+		return true
+	}
+	if c.nextSend-now > min(time.Duration(float64(b)/rate*1e9), maxPaceAhead) {
+		c.paceHold = true // the burst is over
+		return true
+	}
+	return false
 }
 
 // pace advances the pacing clock by one packet of size bytes at rate bytes/s.
