@@ -130,6 +130,15 @@ func benchDatapath(b *testing.B, linkMTU, planes int, pace units.ByteRate) {
 	if err := tb.SetPeerAddr(ta.LocalAddr()); err != nil {
 		b.Fatal(err)
 	}
+	if planes > 0 {
+		// What A's control session would announce: B takes datagrams from
+		// A's plane addresses as A's.
+		p := tb.peer()
+		p.Sources = planeAddrs
+		if err := tb.ep.AddPeer(p); err != nil {
+			b.Fatal(err)
+		}
+	}
 	var regErr error
 	if err := tb.Endpoint().Call(ctx, func(_ time.Duration, ep *metaroce.Endpoint) { regErr = ep.Memory().Register(1, dst) }); err != nil {
 		b.Fatal(err)
@@ -164,6 +173,20 @@ func benchDatapath(b *testing.B, linkMTU, planes int, pace units.ByteRate) {
 		retx, timeouts = sender.Stats.Retransmits, sender.Stats.Timeouts
 	})
 	stopping.Store(true)
+	if planes > 0 {
+		// Every plane carried its share (none of A's paths was refused).
+		ps := ta.Endpoint().PlaneStats(PeerID)
+		lo, hi := uint64(0), uint64(0)
+		for i, p := range ps {
+			if i == 0 || p.TxDatagrams < lo {
+				lo = p.TxDatagrams
+			}
+			hi = max(hi, p.TxDatagrams)
+		}
+		if len(ps) != planes || hi > 2*lo {
+			b.Fatalf("datagrams per plane: %+v, want %d planes with about a share each", ps, planes)
+		}
+	}
 	n := float64(b.N)
 	user, sys := float64(u1-u0)/n, float64(s1-s0)/n
 	if w := st.TxWrites - w0; w > 0 {
