@@ -391,7 +391,7 @@ func New(cfg Config) (*Endpoint, error) {
 	if cfg.Protocol.PacingBurst == 0 {
 		// A paced connection polled at each of its slots handed the
 		// senders one datagram per wake-up, each its own sendmmsg and
-		// hand-offs: 4 times the CPU per datagram at 2 Gbit/s. In bursts
+		// hand-offs: 3 times the CPU per datagram at 2 Gbit/s. In bursts
 		// (at most a millisecond of the rate), a wake-up fills a GSO send.
 		cfg.Protocol.PacingBurst = DefaultPacingBurst
 	}
