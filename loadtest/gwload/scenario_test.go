@@ -162,12 +162,13 @@ func TestShippedFiles(t *testing.T) {
 // The two-pairs scenario files parse into the lab's default two regions
 // with the workload they state.
 func TestTwoPairsScenarioFiles(t *testing.T) {
-	for _, f := range []string{"testdata/two-pairs.yaml", "testdata/two-pairs-loss.yaml"} {
+	for f, flows := range map[string]int{"testdata/two-pairs.yaml": 8, "testdata/two-pairs-loss.yaml": 8,
+		"testdata/two-pairs-64.yaml": 64, "testdata/two-pairs-64-loss.yaml": 64} {
 		s, err := LoadScenario(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if s.Workload.Flows != 8 || s.Workload.Hosts != 2 || len(s.Sources) != 0 || s.Duration != 20*time.Second {
+		if s.Workload.Flows != flows || s.Workload.Hosts != 2 || len(s.Sources) != 0 || s.Duration != 20*time.Second {
 			t.Errorf("%s: %+v", f, s)
 		}
 	}
