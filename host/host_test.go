@@ -52,6 +52,18 @@ func hostConfig(name, region string, listen netip.AddrPort, gws []*fakeGW, credi
 
 // newWorld starts nGW fake gateways, a source host eu/src and a
 // destination host us/dst that grants credit.
+// gatewayOf is the fake gateway carrying flow f.
+func (w *world) gatewayOf(t *testing.T, f *Flow) *fakeGW {
+	t.Helper()
+	for _, g := range w.gws {
+		if g.addr() == f.Gateway() {
+			return g
+		}
+	}
+	t.Fatalf("flow goes through %v, no such gateway", f.Gateway())
+	return nil
+}
+
 func newWorld(t *testing.T, nGW int, credit uint64) *world {
 	t.Helper()
 	w := &world{}
@@ -447,12 +459,7 @@ func TestResetResendsAndDedups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var g *fakeGW
-	for _, x := range w.gws {
-		if x.addr() == f.Gateway() {
-			g = x
-		}
-	}
+	g := w.gatewayOf(t, f)
 	g.dropDone.Store(true)
 	msgs := layout(rand.New(rand.NewPCG(5, 6)), 0, 1<<20, 64<<10)
 	ps, err := writeAll(ctx, f, 1, msgs, 0)
@@ -653,12 +660,7 @@ func TestResumeNeverPlacesAReportedMessageAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var g *fakeGW
-	for _, x := range w.gws {
-		if x.addr() == f.Gateway() {
-			g = x
-		}
-	}
+	g := w.gatewayOf(t, f)
 	g.dropDone.Store(true)
 	msgs := layout(rand.New(rand.NewPCG(7, 8)), 0, 1<<20, 64<<10)
 	ps, err := writeAll(ctx, f, 1, msgs, 0)

@@ -26,15 +26,7 @@ func TestReopenElsewhereResetsTheOldRoute(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var old *fakeGW
-	for _, g := range w.gws {
-		if g.addr() == f.Gateway() {
-			old = g
-		}
-	}
-	if old == nil {
-		t.Fatalf("flow goes through %v, no such gateway", f.Gateway())
-	}
+	old := w.gatewayOf(t, f)
 	msgs := layout(rand.New(rand.NewPCG(8, 9)), 0, 1<<20, 64<<10)
 	half := len(msgs) / 2
 	ps, err := writeAll(ctx, f, 1, msgs[:half], 0)

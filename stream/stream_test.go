@@ -62,6 +62,13 @@ func pair(t *testing.T, ctx context.Context, l *lab.Lab, cfg stream.Config) (a, 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
+	a, b = dialAccepted(t, ctx, ma, ln)
+	return a, b, ma, mb
+}
+
+// dialAccepted dials ln's port from ma and returns both ends.
+func dialAccepted(t *testing.T, ctx context.Context, ma *stream.Mux, ln *stream.Listener) (a, b *stream.Conn) {
+	t.Helper()
 	acc := make(chan *stream.Conn, 1)
 	go func() {
 		c, err := ln.AcceptStream(ctx)
@@ -70,7 +77,7 @@ func pair(t *testing.T, ctx context.Context, l *lab.Lab, cfg stream.Config) (a, 
 		}
 		acc <- c
 	}()
-	a, err = ma.Dial(ctx, lab.RegionB+"/server:7000")
+	a, err := ma.Dial(ctx, ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +85,7 @@ func pair(t *testing.T, ctx context.Context, l *lab.Lab, cfg stream.Config) (a, 
 	if b == nil {
 		t.FailNow()
 	}
-	return a, b, ma, mb
+	return a, b
 }
 
 func randBytes(seed uint64, n int) []byte {
@@ -191,22 +198,7 @@ func TestStreamResetCodeReachesABusyWriter(t *testing.T) {
 	defer ln.Close()
 	const code = stream.CodeApplication + 7
 	for i := range 20 {
-		acc := make(chan *stream.Conn, 1)
-		go func() {
-			c, err := ln.AcceptStream(ctx)
-			if err != nil {
-				t.Error(err)
-			}
-			acc <- c
-		}()
-		a, err := ma.Dial(ctx, lab.RegionB+"/server:7000")
-		if err != nil {
-			t.Fatal(err)
-		}
-		b := <-acc
-		if b == nil {
-			t.FailNow()
-		}
+		a, b := dialAccepted(t, ctx, ma, ln)
 		written := make(chan error, 1)
 		go func() {
 			buf := make([]byte, 1<<10)
