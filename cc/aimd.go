@@ -192,6 +192,9 @@ type AIMD struct {
 	// smaller of the receiver's hint and the egress level.
 	eg               *egressConn
 	egLevel, rcvHint float64
+	// weight is the shares of a shared bottleneck the connection stands
+	// for (SetWeight; 0: one).
+	weight float64
 }
 
 // NewAIMD returns a Factory for the AIMD engine with cfg.

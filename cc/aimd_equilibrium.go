@@ -127,10 +127,11 @@ func (a *AIMD) equilibrium(now time.Duration) {
 
 // alpha is the bytes the connection keeps queued at the delay
 // equilibrium, before beyond-the-target shrinking and overflows: its
-// queue share of its scale, less what markedShare yields.
+// queue share of its scale times its weight (aimd_weight.go), less what
+// markedShare yields.
 func (a *AIMD) alpha() float64 {
 	scale := a.scale()
-	return a.cfg.QueueShare.Seconds() * scale * a.markedShare(scale)
+	return a.cfg.QueueShare.Seconds() * scale * a.Weight() * a.markedShare(scale)
 }
 
 // queueStands reports whether the connection's paths hold a queue of at
@@ -172,7 +173,7 @@ func (a *AIMD) markedShare(scale float64) float64 {
 	if a.markMem <= 0 || scale <= 0 {
 		return 1
 	}
-	x := a.total / scale
+	x := a.total / scale / a.Weight() // the part of one share's scale
 	m := 1 - (x-markedShareFrom)/(markedShareTo-markedShareFrom)*(1-markedShareMin)
 	m = math.Min(1, math.Max(markedShareMin, m))
 	return 1 - math.Min(1, 2*a.markMem)*(1-m)

@@ -22,6 +22,17 @@ import (
 // connection sends a handful of packets per path and round trip, too few
 // for a loss rate. So the connection counts its loss over its own round
 // trips, all paths together.
+//
+// Every connection through the bottleneck must read its overflows alike,
+// or their shares drift apart: the cap on the queue share is each
+// connection's own, cut when it reads an overflow, and one cut more than
+// another's costs it a share for tens of seconds. Its rounds therefore
+// last a fixed time (overflowRoundRTTs), long enough that every
+// connection's round spans the overflow, however few packets a slow one
+// has in it; and a round is an overflow only where random loss at the
+// connection's floor would rarely make it (unlikelyAtFloor), so that the
+// random loss of a slow connection's short rounds does not read as an
+// overflow more often than a fast one's.
 
 const (
 	// overflowMinPkts and overflowMinLost: a connection round counts only
@@ -29,9 +40,17 @@ const (
 	// so that random loss of a few packets is no overflow.
 	overflowMinPkts = 32
 	overflowMinLost = 3
+	// overflowRoundRTTs is the length of a connection round in smoothed
+	// round trips: an overflow lasts about one, and a round of two holds
+	// it whole whatever the round's phase.
+	overflowRoundRTTs = 2
 	// overflowMaxRounds bounds a connection round, in smoothed round
-	// trips, while it waits for overflowMinLost losses.
+	// trips, while it waits for overflowMinPkts packets.
 	overflowMaxRounds = 16
+	// overflowSignificance bounds the probability that a round read as
+	// an overflow was random loss at the connection's floor
+	// (unlikelyAtFloor).
+	overflowSignificance = 1e-3
 	// overflowAbove is the loss rate above LossFactor × the floor that
 	// makes a round an overflow.
 	overflowAbove = 0.005
@@ -39,10 +58,12 @@ const (
 	// connection round.
 	overflowFloorStep = 0.001
 	// overflowCut is what an overflow takes off the queue share and, at
-	// once, off the rate.
-	overflowCut = 0.3
+	// once, off the rate: small, so that the share a connection holds is
+	// the mean of many cuts, and shares that a few cuts more or less set
+	// apart stay close.
+	overflowCut = 0.1
 	// overflowMinShare bounds the cap on the queue share from below, as a
-	// fraction of the whole share.
+	// fraction of the whole share of weight 1 (SetWeight).
 	overflowMinShare = 1.0 / 16
 	// overflowRegrow is the time over which the cap grows back by the
 	// whole queue share:
@@ -95,19 +116,20 @@ func (a *AIMD) overflowAlpha(now time.Duration, alpha float64) float64 {
 }
 
 // overflowAck counts an ack's bytes and closes the connection's round
-// once it lasted its smoothed round trip and holds enough packets and
-// losses to tell a loss rate: a round with fewer than overflowMinLost
-// losses goes on, up to overflowMaxRounds round trips, so that a steady
-// overflow of a few packets per round trip is seen as well as a burst.
+// once it lasted overflowRoundRTTs smoothed round trips and holds
+// overflowMinPkts packets (or lasted overflowMaxRounds round trips). It
+// does not wait for losses: a round that closes at its overflowMinLost-th
+// loss reads a high rate from a few random losses in a short round, and
+// a slow connection's rounds are the short ones.
 func (a *AIMD) overflowAck(now time.Duration, acked int) {
 	o := &a.ovf
 	o.acked += acked
 	_, _, srtt := a.connDelay()
-	if srtt <= 0 || now-o.start < srtt {
+	if srtt <= 0 || now-o.start < overflowRoundRTTs*srtt {
 		return
 	}
 	n, lost := o.acked+o.lost, o.lost-o.timedOut
-	if (n < overflowMinPkts*a.pkt || lost < overflowMinLost*a.pkt) && now-o.start < overflowMaxRounds*srtt {
+	if n < overflowMinPkts*a.pkt && now-o.start < overflowMaxRounds*srtt {
 		return
 	}
 	o.acked, o.lost, o.timedOut, o.start = 0, 0, 0, now
@@ -125,7 +147,7 @@ func (a *AIMD) overflowAck(now time.Duration, acked int) {
 	// fabric. At its hint the shares fit, and loss is a plane's failure or
 	// random loss, not the queue the hints made.
 	excess := lost >= overflowMinLost*a.pkt && rate > a.cfg.LossFactor*o.floor+overflowAbove && a.steering() &&
-		a.hint > 0 && a.total < atHintFrac*a.hint
+		a.hint > 0 && a.total < atHintFrac*a.hint && unlikelyAtFloor(lost/a.pkt, float64(n)/float64(a.pkt)*o.floor)
 	if excess {
 		// The arrivals exceeded the service by the loss rate: the rate the
 		// lost packets were sent at, less as much, is what the bottleneck
@@ -136,7 +158,7 @@ func (a *AIMD) overflowAck(now time.Duration, acked int) {
 		if now-o.cutAt >= 2*srtt {
 			full := a.alpha()
 			c := a.overflowAlpha(now, full) * (1 - overflowCut)
-			o.cap, o.at, o.cutAt = math.Max(overflowMinShare*full, c), now, now
+			o.cap, o.at, o.cutAt = math.Max(overflowMinShare*full/a.Weight(), c), now, now
 			target = math.Min(target, a.total*(1-overflowCut))
 		}
 		if target < a.total {
@@ -158,6 +180,25 @@ func (a *AIMD) overflowAck(now time.Duration, acked int) {
 	} else {
 		o.floor += math.Min((rate-o.floor)/8, overflowFloorStep)
 	}
+}
+
+// unlikelyAtFloor reports whether random loss expected to take mean
+// packets of a round takes lost or more with a probability below
+// overflowSignificance (the Poisson tail). The round's loss rate alone is
+// no test on a round of a few tens of packets: three random losses in
+// one, at a 1% floor about one round in a hundred, read as a rate of
+// several percent.
+func unlikelyAtFloor(lost int, mean float64) bool {
+	if mean <= 0 {
+		return true
+	}
+	term := math.Exp(-mean) // P(X = 0)
+	below := 0.0            // P(X < i)
+	for i := 0; i < lost; i++ {
+		below += term
+		term *= mean / float64(i+1)
+	}
+	return 1-below < overflowSignificance
 }
 
 // OnTimeoutLoss implements TimeoutLossObserver: the overflow rule counts

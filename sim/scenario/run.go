@@ -82,6 +82,10 @@ type Setup struct {
 	// instead of Streams (connections that carry different numbers of
 	// flows, as gateway pairs do when flows are placed by hashing).
 	FlowStreams []int
+	// ConnWeights[i], if set and positive, is connection i's weight at a
+	// shared bottleneck (cc.AIMD.SetWeight: the flows it carries), set
+	// when it connects.
+	ConnWeights []float64
 	// StreamWeights[i], if set, is stream i's weight on every connection
 	// (metaroce.Conn.SetStreamWeight), as the gateway weighs flows by
 	// class.
@@ -455,6 +459,11 @@ func (s *Setup) addSenders(sm *sim.Sim, net *sim.Network, mcfg metaroce.Config, 
 				return err
 			}
 			b.conn = conn
+			if f < len(s.ConnWeights) && s.ConnWeights[f] > 0 {
+				if w, ok := conn.Controller().(interface{ SetWeight(float64) }); ok {
+					w.SetWeight(s.ConnWeights[f])
+				}
+			}
 			res.Senders[f] = conn
 			res.CCName = conn.Controller().Name()
 			h.Kick()
