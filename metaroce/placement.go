@@ -114,10 +114,14 @@ func (p *placer) post(tag uint64, buf []byte) error {
 }
 
 // validChunk checks that a DATA packet's offset and length are exactly one of
-// the message's MTU-sized chunks.
+// the message's MTU-sized chunks. The offset must lie inside the message
+// (offset 0 of the empty message aside): a version-2 DATA without
+// descriptor takes its message's length from the receiver, so nothing
+// before this bounds its chunk index, and a chunk past the message's end
+// would name a bit beyond the message's bitmap.
 func (p *placer) validChunk(h *DataHeader, n int) bool {
 	mtu := uint64(p.mtu)
-	if h.Offset%mtu != 0 {
+	if h.Offset%mtu != 0 || h.Offset >= h.MsgLen && (h.Offset != 0 || h.MsgLen != 0) {
 		return false
 	}
 	want := h.MsgLen - h.Offset

@@ -418,6 +418,14 @@ func TestBadInputV2(t *testing.T) {
 	if s.Stats.Malformed != before+2 {
 		t.Fatalf("disagreeing chunks: malformed %d, want 2", s.Stats.Malformed-before)
 	}
+	// Chunks past the announced message's end, full-sized or empty, its
+	// length taken from the message held: malformed, nothing placed.
+	before, largest := s.Stats.Malformed, s.rx[1].win.largest
+	rx.Receive(n.now, pkt(func(h *DataHeaderV2) { h.Seq, h.Chunk = 13, 100 }, 1024), meta)
+	rx.Receive(n.now, pkt(func(h *DataHeaderV2) { h.Seq, h.Chunk = 13, 3 }, 1024), meta)
+	if s.Stats.Malformed != before+2 || s.rx[1].win.largest != largest {
+		t.Fatalf("chunks past the message: malformed %d, want 2; largest %d, want %d (not recorded)", s.Stats.Malformed-before, s.rx[1].win.largest, largest)
+	}
 	// The announced message's chunks then place without descriptor.
 	for i := uint32(0); i < 3; i++ {
 		rx.Receive(n.now, pkt(func(h *DataHeaderV2) { h.Seq, h.Chunk = 13+i, i }, min(1024, 3000-int(i)*1024)), meta)
