@@ -481,29 +481,29 @@ func (c *Conn) startPacing(now time.Duration) {
 }
 
 // poll builds this connection's next datagram into buf.
-func (c *Conn) poll(now time.Duration, buf []byte) (Transmit, bool) {
-	if tx, ok := c.pollControl(now, buf); ok {
-		return tx, true
+func (c *Conn) poll(now time.Duration, buf []byte, out *Transmit) bool {
+	if c.pollControl(now, buf, out) {
+		return true
 	}
 	if c.state == stateClosed {
-		return Transmit{}, false
+		return false
 	}
-	if tx, ok := c.pollAck(now, buf); ok {
-		return tx, true
+	if c.pollAck(now, buf, out) {
+		return true
 	}
 	if c.state != stateEstablished {
-		return Transmit{}, false
+		return false
 	}
-	if tx, ok := c.pollProbe(now, buf); ok {
-		return tx, true
+	if c.pollProbe(now, buf, out) {
+		return true
 	}
-	if tx, ok := c.pollPMTU(now, buf); ok {
-		return tx, true
+	if c.pollPMTU(now, buf, out) {
+		return true
 	}
-	return c.pollData(now, buf)
+	return c.pollData(now, buf, out)
 }
 
-func (c *Conn) pollControl(now time.Duration, buf []byte) (Transmit, bool) {
+func (c *Conn) pollControl(now time.Duration, buf []byte, out *Transmit) bool {
 	t := Transmit{Peer: c.peer, Conn: c}
 	var p []byte
 	var err error
@@ -547,13 +547,14 @@ func (c *Conn) pollControl(now time.Duration, buf []byte) (Transmit, bool) {
 		p, err = AppendError(buf[:0], &eo.e)
 		t.Reply, t.Entropy = true, eo.port
 	default:
-		return Transmit{}, false
+		return false
 	}
 	if err != nil {
-		return Transmit{}, false
+		return false
 	}
 	t.Len = len(p)
-	return t, true
+	*out = t
+	return true
 }
 
 // rto is the retransmission timeout of handshake and close packets.
@@ -561,7 +562,7 @@ func (c *Conn) rto() time.Duration {
 	return 2 * c.paths.Paths[0].PTO(c.paths.Config())
 }
 
-func (c *Conn) pollProbe(now time.Duration, buf []byte) (Transmit, bool) {
+func (c *Conn) pollProbe(now time.Duration, buf []byte, out *Transmit) bool {
 	for i := range c.paths.Paths {
 		// An up path is never due a probe (pathmgr's ProbeDue says no
 		// without changing anything); the check saves a call per path
@@ -571,13 +572,14 @@ func (c *Conn) pollProbe(now time.Duration, buf []byte) (Transmit, bool) {
 		}
 		p, err := AppendProbe(buf[:0], TypeProbe, c.id, uint16(i), uint64(now)+1)
 		if err != nil {
-			return Transmit{}, false
+			return false
 		}
 		c.Stats.ProbesSent++
 		c.flushTransitions(now)
-		return Transmit{Peer: c.peer, Conn: c, Path: i, Entropy: c.paths.Paths[i].Entropy, Len: len(p)}, true
+		*out = Transmit{Peer: c.peer, Conn: c, Path: i, Entropy: c.paths.Paths[i].Entropy, Len: len(p)}
+		return true
 	}
-	return Transmit{}, false
+	return false
 }
 
 // nextTimeout returns the connection's earliest timer, or -1.

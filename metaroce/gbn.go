@@ -58,7 +58,7 @@ func (c *Conn) onAckGBN(now time.Duration, a *Ack) {
 }
 
 // gbnResend resends, with its original sequence number, the next packet after a go-back.
-func (c *Conn) gbnResend(now time.Duration, buf []byte, rate float64) (Transmit, bool) {
+func (c *Conn) gbnResend(now time.Duration, buf []byte, rate float64, out *Transmit) bool {
 	h := &c.tx[0]
 	seq := h.gbnResend
 	r := h.rec(seq)
@@ -66,7 +66,7 @@ func (c *Conn) gbnResend(now time.Duration, buf []byte, rate float64) (Transmit,
 	payload := ref.msg.chunk(ref.idx, c.mtu)
 	p, err := c.encodeData(buf, 0, seq, h.floor, ref, payload, true, false, now)
 	if err != nil {
-		return Transmit{}, false
+		return false
 	}
 	h.gbnResend++
 	r.sent = now
@@ -74,5 +74,6 @@ func (c *Conn) gbnResend(now time.Duration, buf []byte, rate float64) (Transmit,
 	c.Stats.Retransmits++
 	c.Stats.PayloadBytesSent += uint64(len(payload))
 	c.pace(now, int(r.size), rate)
-	return Transmit{Peer: c.peer, Conn: c, Path: 0, Entropy: c.paths.Paths[0].Entropy, ECT: true, Len: len(p)}, true
+	*out = Transmit{Peer: c.peer, Conn: c, Path: 0, Entropy: c.paths.Paths[0].Entropy, ECT: true, Len: len(p)}
+	return true
 }

@@ -59,10 +59,10 @@ func (c *Conn) Measurement() ([]PathMeasure, bool) {
 }
 
 // pollMeasure sends the measurement probe due, if any.
-func (c *Conn) pollMeasure(now time.Duration, buf []byte) (Transmit, bool) {
+func (c *Conn) pollMeasure(now time.Duration, buf []byte, out *Transmit) bool {
 	m := c.pmtu.meas
 	if m == nil {
-		return Transmit{}, false
+		return false
 	}
 	if len(m.queue) == 0 && m.round < m.count && now >= m.next {
 		m.round++
@@ -86,9 +86,10 @@ func (c *Conn) pollMeasure(now time.Duration, buf []byte) (Transmit, bool) {
 		pm := &m.paths[path]
 		pm.Sent++
 		pm.Entropy = c.paths.Paths[path].Entropy
-		return Transmit{Peer: c.peer, Conn: c, Path: path, Entropy: pm.Entropy, ECT: true, Len: len(b)}, true
+		*out = Transmit{Peer: c.peer, Conn: c, Path: path, Entropy: pm.Entropy, ECT: true, Len: len(b)}
+		return true
 	}
-	return Transmit{}, false
+	return false
 }
 
 func (c *Conn) onMeasureAck(path int, rtt time.Duration, ce bool) {

@@ -106,10 +106,10 @@ func (c *Conn) pmtuProbePath(g int) int {
 
 // pollPMTU sends what discovery owes: answers first, then the probes of
 // the rounds due.
-func (c *Conn) pollPMTU(now time.Duration, buf []byte) (Transmit, bool) {
+func (c *Conn) pollPMTU(now time.Duration, buf []byte, out *Transmit) bool {
 	p := c.pmtu
 	if p == nil {
-		return Transmit{}, false
+		return false
 	}
 	if len(p.acks) > 0 {
 		a := p.acks[0]
@@ -118,16 +118,17 @@ func (c *Conn) pollPMTU(now time.Duration, buf []byte) (Transmit, bool) {
 			p.acks = p.acks[:0:cap(p.acks)]
 		}
 		b := AppendPMTUAck(buf[:0], c.id, a.path, a.flags, a.ts, a.n)
-		return Transmit{Peer: c.peer, Conn: c, Path: int(a.path), Entropy: a.port, Reply: true, Len: len(b)}, true
+		*out = Transmit{Peer: c.peer, Conn: c, Path: int(a.path), Entropy: a.port, Reply: true, Len: len(b)}
+		return true
 	}
 	if c.state != stateEstablished {
-		return Transmit{}, false
+		return false
 	}
 	if p.groups == nil {
 		p.start(c, now)
 	}
-	if tx, ok := c.pollMeasure(now, buf); ok {
-		return tx, true
+	if c.pollMeasure(now, buf, out) {
+		return true
 	}
 	if len(p.out) == 0 {
 		for g := range p.groups {
@@ -159,9 +160,10 @@ func (c *Conn) pollPMTU(now time.Duration, buf []byte) (Transmit, bool) {
 			continue
 		}
 		c.Stats.PMTUProbesSent++
-		return Transmit{Peer: c.peer, Conn: c, Path: path, Entropy: c.paths.Paths[path].Entropy, ECT: true, Len: len(b)}, true
+		*out = Transmit{Peer: c.peer, Conn: c, Path: path, Entropy: c.paths.Paths[path].Entropy, ECT: true, Len: len(b)}
+		return true
 	}
-	return Transmit{}, false
+	return false
 }
 
 // pmtuPTO is how long a round of probes on path waits for answers: twice

@@ -161,7 +161,7 @@ func (c *Conn) sinkChunk(s Sink, h *DataHeader, payload []byte) ErrorCode {
 }
 
 // pollAck sends the acknowledgement a path owes, if it is due.
-func (c *Conn) pollAck(now time.Duration, buf []byte) (Transmit, bool) {
+func (c *Conn) pollAck(now time.Duration, buf []byte, out *Transmit) bool {
 	for i := range c.rx {
 		r := &c.rx[i]
 		if r.pending == 0 && !r.nak {
@@ -184,13 +184,14 @@ func (c *Conn) pollAck(now time.Duration, buf []byte) (Transmit, bool) {
 		c.placer.fillStreamAcks(&a)
 		p, err := AppendAck(buf[:0], &a)
 		if err != nil {
-			return Transmit{}, false
+			return false
 		}
 		r.pending = 0
 		r.immediate = false
 		r.ackDeadline = -1
 		c.Stats.AcksSent++
-		return Transmit{Peer: c.peer, Conn: c, Path: i, Entropy: r.peerPort, Reply: true, Len: len(p)}, true
+		*out = Transmit{Peer: c.peer, Conn: c, Path: i, Entropy: r.peerPort, Reply: true, Len: len(p)}
+		return true
 	}
-	return Transmit{}, false
+	return false
 }

@@ -164,7 +164,7 @@ func (e *Endpoint) nextTimer() (timerEnt, bool) {
 // pollReady runs the round robin over connections that may have something
 // to send. A connection that yields a datagram goes to the back of the
 // queue; one that has nothing leaves it until it is touched again.
-func (e *Endpoint) pollReady(now time.Duration, buf []byte) (Transmit, bool) {
+func (e *Endpoint) pollReady(now time.Duration, buf []byte, out *Transmit) bool {
 	for n := len(e.ready) - e.readyHead; n > 0; n-- {
 		c := e.ready[e.readyHead]
 		if c.removed {
@@ -172,7 +172,7 @@ func (e *Endpoint) pollReady(now time.Duration, buf []byte) (Transmit, bool) {
 			e.readyHead++
 			continue
 		}
-		if tx, ok := c.poll(now, buf); ok {
+		if c.poll(now, buf, out) {
 			// To the back of the queue, unless it is alone there (the
 			// common case of one busy connection: the move cost a slice
 			// copy and clear per datagram).
@@ -182,7 +182,7 @@ func (e *Endpoint) pollReady(now time.Duration, buf []byte) (Transmit, bool) {
 				e.ready = append(e.ready, c)
 				e.compactReady()
 			}
-			return tx, true
+			return true
 		}
 		e.ready[e.readyHead] = nil
 		e.readyHead++
@@ -190,7 +190,7 @@ func (e *Endpoint) pollReady(now time.Duration, buf []byte) (Transmit, bool) {
 		c.markTimer()
 	}
 	e.compactReady()
-	return Transmit{}, false
+	return false
 }
 
 func (e *Endpoint) compactReady() {

@@ -291,19 +291,19 @@ func (c *Conn) consumed(ref chunkRef) {
 	}
 }
 
-func (c *Conn) pollData(now time.Duration, buf []byte) (Transmit, bool) {
+func (c *Conn) pollData(now time.Duration, buf []byte, out *Transmit) bool {
 	rate := float64(c.ctl.PacingRate())
 	if c.paceHeld(now, rate) {
 		c.paceWait = true
-		return Transmit{}, false
+		return false
 	}
 	if c.mode == ModeRoCEv2 && c.gbnPending() {
-		return c.gbnResend(now, buf, rate)
+		return c.gbnResend(now, buf, rate, out)
 	}
 	ref, ok := c.peekChunk()
 	if !ok {
 		c.paceWait = false // idle: what follows is a new start, not a catch-up
-		return Transmit{}, false
+		return false
 	}
 	payload := ref.msg.chunk(ref.idx, c.mtu)
 	size := DataHeaderLen + len(payload)
@@ -323,7 +323,7 @@ func (c *Conn) pollData(now time.Duration, buf []byte) (Transmit, bool) {
 	if path < 0 {
 		c.cwndLimit = true
 		c.paceWait = false // window-limited, not pacing-limited
-		return Transmit{}, false
+		return false
 	}
 	var desc uint8
 	if c.wire == Version2 && ref.msg.needsDesc(path) {
@@ -335,7 +335,7 @@ func (c *Conn) pollData(now time.Duration, buf []byte) (Transmit, bool) {
 				// No room beside a full chunk: the descriptor goes
 				// alone, ahead of it on the same path (PROTOCOL.md §12).
 				c.descNext = descNext{ref: ref, path: path}
-				return c.sendDescriptor(now, buf, path, ref, rate)
+				return c.sendDescriptor(now, buf, path, ref, rate, out)
 			}
 		}
 	}
@@ -343,11 +343,11 @@ func (c *Conn) pollData(now time.Duration, buf []byte) (Transmit, bool) {
 	h := &c.tx[path]
 	if !h.reserve(c.ep.cfg.MaxPathInflight) {
 		c.cwndLimit = true
-		return Transmit{}, false
+		return false
 	}
 	p, err := c.encodeData(buf, path, h.next, h.floor, ref, payload, retransmit, desc != 0, now)
 	if err != nil {
-		return Transmit{}, false
+		return false
 	}
 	// The chunk leaves its queue only once its packet is built: taken
 	// before a refusal (the path's sequence space full, a driver's buffer
@@ -373,7 +373,8 @@ func (c *Conn) pollData(now time.Duration, buf []byte) (Transmit, bool) {
 	if c.mode == ModeRoCEv2 {
 		h.gbnResend = h.next // nothing to go back over
 	}
-	return c.sent(now, path, size, len(payload), retransmit, rate, len(p)), true
+	c.sent(out, now, path, size, len(payload), retransmit, rate, len(p))
+	return true
 }
 
 // descNext is a chunk whose descriptor went alone on path: the chunk goes
@@ -411,20 +412,21 @@ func (c *Conn) descPathWithRoom(m *txMessage, size int) int {
 
 // sendDescriptor sends a version-2 descriptor-only DATA of ref's message on
 // path; the chunk itself goes next (PROTOCOL.md §12).
-func (c *Conn) sendDescriptor(now time.Duration, buf []byte, path int, ref chunkRef, rate float64) (Transmit, bool) {
+func (c *Conn) sendDescriptor(now time.Duration, buf []byte, path int, ref chunkRef, rate float64, out *Transmit) bool {
 	h := &c.tx[path]
 	if !h.reserve(c.ep.cfg.MaxPathInflight) {
 		c.cwndLimit = true
-		return Transmit{}, false
+		return false
 	}
 	p, err := c.encodeDataV2(buf, path, h.next, h.floor, chunkRef{msg: ref.msg}, nil, false, true)
 	if err != nil {
-		return Transmit{}, false
+		return false
 	}
 	seq := h.add(now, &c.paths.Paths[path], ref.msg, ref.idx, len(p))
 	c.descSent(h.rec(seq), path, recDesc|recDescOnly)
 	c.Stats.DescriptorOnlySent++
-	return c.sent(now, path, len(p), 0, false, rate, len(p)), true
+	c.sent(out, now, path, len(p), 0, false, rate, len(p))
+	return true
 }
 
 // descSent records that the packet r, sent on path, carries its message's
@@ -436,8 +438,8 @@ func (c *Conn) descSent(r *txRecord, path int, desc uint8) {
 }
 
 // sent does the connection's bookkeeping of a DATA packet sent (the path's
-// is the sentHistory's).
-func (c *Conn) sent(now time.Duration, path, size, payload int, retransmit bool, rate float64, n int) Transmit {
+// is the sentHistory's) and describes it in out.
+func (c *Conn) sent(out *Transmit, now time.Duration, path, size, payload int, retransmit bool, rate float64, n int) {
 	c.ctl.OnSent(now, path, size)
 	c.Stats.DataSent++
 	c.Stats.PayloadBytesSent += uint64(payload)
@@ -445,7 +447,7 @@ func (c *Conn) sent(now time.Duration, path, size, payload int, retransmit bool,
 		c.Stats.Retransmits++
 	}
 	c.pace(now, size, rate)
-	return Transmit{Peer: c.peer, Conn: c, Path: path, Entropy: c.paths.Paths[path].Entropy, ECT: true, Len: n,
+	*out = Transmit{Peer: c.peer, Conn: c, Path: path, Entropy: c.paths.Paths[path].Entropy, ECT: true, Len: n,
 		Tracked: true, Seq: c.tx[path].next - 1}
 }
 
