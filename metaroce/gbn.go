@@ -8,7 +8,7 @@ import "time"
 
 // onDataGBN accepts only the next expected sequence; anything beyond it is
 // dropped and answered with one NAK per gap.
-func (c *Conn) onDataGBN(now time.Duration, r *rxPath, h *DataHeader, payload []byte, m RecvMeta) {
+func (c *Conn) onDataGBN(now time.Duration, r *rxPath, h *DataHeader, idx int, payload []byte, m RecvMeta) {
 	switch {
 	case h.Seq < r.win.cum:
 		c.Stats.Duplicates++
@@ -27,7 +27,7 @@ func (c *Conn) onDataGBN(now time.Duration, r *rxPath, h *DataHeader, payload []
 			r.ce++
 		}
 		c.owe(now, r)
-		c.placer.place(now, h, payload, r.peerPort)
+		c.placer.place(now, h, idx, payload, r.peerPort)
 	}
 }
 

@@ -113,22 +113,30 @@ func (p *placer) post(tag uint64, buf []byte) error {
 	return nil
 }
 
-// validChunk checks that a DATA packet's offset and length are exactly one of
-// the message's MTU-sized chunks. The offset must lie inside the message
-// (offset 0 of the empty message aside): a version-2 DATA without
-// descriptor takes its message's length from the receiver, so nothing
-// before this bounds its chunk index, and a chunk past the message's end
-// would name a bit beyond the message's bitmap.
-func (p *placer) validChunk(h *DataHeader, n int) bool {
+// chunkIndex returns the index of the chunk a DATA packet's offset names,
+// and whether the offset and the payload length n are exactly one of the
+// message's MTU-sized chunks (chunkFits).
+func (p *placer) chunkIndex(h *DataHeader, n int) (int, bool) {
 	mtu := uint64(p.mtu)
-	if h.Offset%mtu != 0 || h.Offset >= h.MsgLen && (h.Offset != 0 || h.MsgLen != 0) {
+	idx := h.Offset / mtu
+	if idx*mtu != h.Offset {
+		return 0, false
+	}
+	return int(idx), p.chunkFits(h, n)
+}
+
+// chunkFits checks that a payload of n bytes at h.Offset, a multiple of
+// the MTU, is exactly that chunk of the message. The offset must lie
+// inside the message (offset 0 of the empty message aside): a version-2
+// DATA without descriptor takes its message's length from the receiver,
+// so nothing before this bounds its chunk index, and a chunk past the
+// message's end would name a bit beyond the message's bitmap. A version-2
+// DATA's offset is its chunk index times the MTU: it needs no division.
+func (p *placer) chunkFits(h *DataHeader, n int) bool {
+	if h.Offset >= h.MsgLen && (h.Offset != 0 || h.MsgLen != 0) {
 		return false
 	}
-	want := h.MsgLen - h.Offset
-	if want > mtu {
-		want = mtu
-	}
-	return uint64(n) == want
+	return uint64(n) == min(h.MsgLen-h.Offset, uint64(p.mtu))
 }
 
 // stream returns the receive state of stream id, creating it; nil when the
@@ -192,14 +200,13 @@ func (p *placer) forget(stream uint32) {
 
 // place writes a payload straight into its destination, whatever order it
 // arrives in, and completes messages in order per stream. h must be a valid
-// chunk (validChunk) that its path accepted; port is the entropy it came
-// with, where a refusal is answered.
-func (p *placer) place(now time.Duration, h *DataHeader, payload []byte, port uint16) {
+// chunk (chunkIndex, chunkFits), idx its index, that its path accepted;
+// port is the entropy it came with, where a refusal is answered.
+func (p *placer) place(now time.Duration, h *DataHeader, idx int, payload []byte, port uint16) {
 	rs, m := p.message(now, h, port)
 	if m == nil {
 		return
 	}
-	idx := int(h.Offset / uint64(p.mtu))
 	w, bit := idx/64, uint64(1)<<(idx%64)
 	if m.got[w]&bit != 0 {
 		p.stats.Duplicates++

@@ -65,10 +65,11 @@ func newPlaceRig(t *testing.T, maxAhead int) *placeRig {
 func (r *placeRig) chunk(op Op, stream uint32, seq uint64, key uint32, addr, msgLen, off uint64, b byte) {
 	h := DataHeader{Op: op, Stream: stream, MsgSeq: seq, Key: key, Addr: addr, MsgLen: msgLen, Offset: off}
 	n := min(msgLen-off, 4)
-	if !r.p.validChunk(&h, int(n)) {
+	idx, ok := r.p.chunkIndex(&h, int(n))
+	if !ok {
 		panic(fmt.Sprintf("test chunk %+v is not valid", h))
 	}
-	r.p.place(0, &h, bytes.Repeat([]byte{b}, int(n)), 7)
+	r.p.place(0, &h, idx, bytes.Repeat([]byte{b}, int(n)), 7)
 }
 
 // write places a chunk of a WRITE to region 1.
@@ -83,7 +84,7 @@ func wantLog(t *testing.T, what string, got []string, want ...string) {
 	}
 }
 
-func TestPlacerValidChunk(t *testing.T) {
+func TestPlacerChunkIndex(t *testing.T) {
 	r := newPlaceRig(t, 16)
 	for _, c := range []struct {
 		msgLen, off uint64
@@ -95,12 +96,16 @@ func TestPlacerValidChunk(t *testing.T) {
 		{10, 8, 2, true}, // the last chunk is short
 		{10, 8, 4, false},
 		{10, 4, 3, false},
-		{10, 2, 4, false}, // not on a chunk boundary
-		{0, 0, 0, true},   // an empty message is one empty chunk
+		{10, 2, 4, false},  // not on a chunk boundary
+		{0, 0, 0, true},    // an empty message is one empty chunk
+		{8, 8, 0, false},   // at the message's end
+		{10, 12, 4, false}, // past it
+		{10, 400, 4, false},
 	} {
 		h := DataHeader{MsgLen: c.msgLen, Offset: c.off}
-		if got := r.p.validChunk(&h, c.n); got != c.ok {
-			t.Errorf("validChunk(len %d, off %d, n %d) = %v, want %v", c.msgLen, c.off, c.n, got, c.ok)
+		idx, got := r.p.chunkIndex(&h, c.n)
+		if got != c.ok || got && uint64(idx) != c.off/4 {
+			t.Errorf("chunkIndex(len %d, off %d, n %d) = %d, %v, want %d, %v", c.msgLen, c.off, c.n, idx, got, c.off/4, c.ok)
 		}
 	}
 }
@@ -398,14 +403,14 @@ func TestPlacerPlacesWithoutAllocating(t *testing.T) {
 	}
 	h := DataHeader{Op: OpWrite, Stream: 1, Key: 2, MsgLen: 4 * chunks}
 	payload := []byte("abcd")
-	r.p.place(0, &h, payload, 0) // the message is tracked from its first chunk
+	r.p.place(0, &h, 0, payload, 0) // the message is tracked from its first chunk
 	idx := uint64(1)
 	allocs := testing.AllocsPerRun(chunks/2-2, func() {
 		h.Offset = 4 * (idx + 1) // one out of order...
-		r.p.place(0, &h, payload, 0)
+		r.p.place(0, &h, int(idx+1), payload, 0)
 		h.Offset = 4 * idx // ...then the hole
-		r.p.place(0, &h, payload, 0)
-		r.p.place(0, &h, payload, 0) // and a duplicate
+		r.p.place(0, &h, int(idx), payload, 0)
+		r.p.place(0, &h, int(idx), payload, 0) // and a duplicate
 		idx += 2
 	})
 	if allocs != 0 {

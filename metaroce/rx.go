@@ -24,11 +24,12 @@ func (c *Conn) PostRecv(tag uint64, buf []byte) error {
 // placement.
 func (c *Conn) onData(now time.Duration, h *DataHeader, payload []byte, m RecvMeta) {
 	path := int(h.Path)
-	if path >= len(c.rx) || !c.placer.validChunk(h, len(payload)) {
+	idx, ok := c.placer.chunkIndex(h, len(payload))
+	if path >= len(c.rx) || !ok {
 		c.Stats.Malformed++
 		return
 	}
-	c.dataArrived(now, h, payload, m, DataHeaderLen+len(payload), false)
+	c.dataArrived(now, h, idx, payload, m, DataHeaderLen+len(payload), false)
 }
 
 // onDataV2 processes one version-2 DATA packet (PROTOCOL.md §12): it
@@ -47,14 +48,17 @@ func (c *Conn) onDataV2(now time.Duration, d *DataHeaderV2, payload []byte, m Re
 		c.Stats.Malformed++
 		return
 	}
+	// Field by field: a composite literal is built on the stack and
+	// copied, the header's size again per datagram.
 	h := &c.rxHdr
-	*h = DataHeader{Flags: d.Flags & FlagRetransmit, Op: d.Op, Conn: c.id, Path: d.Path, Stream: d.Stream,
-		Seq: seq, FloorGap: d.FloorGap, Offset: uint64(d.Chunk) * uint64(c.mtu)}
+	h.Flags, h.Op, h.Conn, h.Path, h.Stream = d.Flags&FlagRetransmit, d.Op, c.id, d.Path, d.Stream
+	h.Seq, h.FloorGap, h.Offset = seq, d.FloorGap, uint64(d.Chunk)*uint64(c.mtu)
+	h.Key, h.Addr, h.MsgLen, h.Timestamp = 0, 0, 0, 0
 	h.MsgSeq = Unwrap32(c.placer.completionPoint(d.Stream), d.MsgSeq)
 	descOnly := d.DescriptorOnly(len(payload))
 	if d.Desc {
 		h.Key, h.Addr, h.MsgLen = d.Key, d.Addr, d.MsgLen
-		if !descOnly && !c.placer.validChunk(h, len(payload)) {
+		if !descOnly && !c.placer.chunkFits(h, len(payload)) {
 			c.Stats.Malformed++
 			return
 		}
@@ -72,20 +76,20 @@ func (c *Conn) onDataV2(now time.Duration, d *DataHeaderV2, payload []byte, m Re
 				return
 			}
 			h.Key, h.Addr, h.MsgLen = rm.key, rm.addr, rm.len
-			if !c.placer.validChunk(h, len(payload)) {
+			if !c.placer.chunkFits(h, len(payload)) {
 				c.Stats.Malformed++
 				return
 			}
 		}
 	}
-	c.dataArrived(now, h, payload, m, d.Len()+len(payload), descOnly)
+	c.dataArrived(now, h, int(d.Chunk), payload, m, d.Len()+len(payload), descOnly)
 }
 
 // dataArrived does the bookkeeping of a DATA packet whose header is valid:
 // the connection established if it was waiting for its ACCEPT, the
 // receiver loop's demand, the path's window and owed acknowledgement, then
 // placement (or, for a descriptor-only DATA, the message recorded).
-func (c *Conn) dataArrived(now time.Duration, h *DataHeader, payload []byte, m RecvMeta, wireLen int, descOnly bool) {
+func (c *Conn) dataArrived(now time.Duration, h *DataHeader, idx int, payload []byte, m RecvMeta, wireLen int, descOnly bool) {
 	path := int(h.Path)
 	if c.state == stateConnecting {
 		// Data before our ACCEPT arrived: the ACCEPT was lost or reordered.
@@ -101,7 +105,7 @@ func (c *Conn) dataArrived(now time.Duration, h *DataHeader, payload []byte, m R
 	r := &c.rx[path]
 	r.peerPort = m.Entropy
 	if c.mode == ModeRoCEv2 {
-		c.onDataGBN(now, r, h, payload, m)
+		c.onDataGBN(now, r, h, idx, payload, m)
 		return
 	}
 	switch r.win.receive(h.Seq, h.Seq-uint64(h.FloorGap), h.Timestamp, uint64(c.ep.cfg.MaxPathInflight)) {
@@ -126,7 +130,7 @@ func (c *Conn) dataArrived(now time.Duration, h *DataHeader, payload []byte, m R
 		c.placer.announce(now, h, r.peerPort)
 		return
 	}
-	c.placer.place(now, h, payload, r.peerPort)
+	c.placer.place(now, h, idx, payload, r.peerPort)
 }
 
 // owe records one more packet to acknowledge on r.
