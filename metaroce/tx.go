@@ -561,27 +561,52 @@ func (c *Conn) encodeData(buf []byte, path int, seq, floor uint64, ref chunkRef,
 }
 
 // encodeDataV2 builds a version-2 DATA (PROTOCOL.md §12): the low 32 bits
-// of the sequences, the chunk index, the descriptor if desc.
+// of the sequences, the chunk index, the descriptor if desc. It writes
+// AppendDataV2's layout straight from the message, with its checks, and
+// no header struct between (TestEncodeDataV2IsAppendDataV2): filling one
+// and reading it back was a fifth of the header's cost per datagram.
 func (c *Conn) encodeDataV2(buf []byte, path int, seq, floor uint64, ref chunkRef, payload []byte, retransmit, desc bool) ([]byte, error) {
 	m := ref.msg
-	h := DataHeaderV2{
-		Op:       m.op,
-		Tag:      uint32(c.id),
-		Path:     uint16(path),
-		Seq:      uint32(seq),
-		FloorGap: uint32(seq - floor), // < MaxPathInflight ≤ 2^24
-		Stream:   m.stream.id,
-		MsgSeq:   uint32(m.seq),
-		Chunk:    uint32(ref.idx),
-		Desc:     desc,
+	gap := uint32(seq - floor) // < MaxPathInflight ≤ 2^24
+	if len(payload) > MaxPayload || gap > maxFloorGapV2 || (m.op != OpWrite && m.op != OpSend) || desc && m.length > MaxMessageLen {
+		return buf[:0], ErrBadField
+	}
+	hl := DataHeaderLenV2
+	if desc {
+		hl += DataDescLen
+	}
+	n := hl + len(payload)
+	if cap(buf) < n {
+		return buf[:0], ErrShortBuffer
+	}
+	b := buf[:n]
+	var f uint8
+	if retransmit {
+		f = FlagRetransmit
 	}
 	if desc {
-		h.Key, h.Addr, h.MsgLen = m.key, m.addr, m.length
+		f |= FlagDescriptor
 	}
-	if retransmit {
-		h.Flags = FlagRetransmit
+	if m.op == OpSend {
+		f |= flagSendV2
 	}
-	return AppendDataV2(buf[:0], &h, payload)
+	_ = b[DataHeaderLenV2-1]
+	b[0], b[1], b[2] = Version2, byte(TypeData), f
+	b[3], b[4], b[5] = byte(gap>>16), byte(gap>>8), byte(gap)
+	be.PutUint16(b[6:], uint16(path))
+	be.PutUint32(b[8:], uint32(c.id))
+	be.PutUint32(b[12:], uint32(seq))
+	be.PutUint32(b[16:], m.stream.id)
+	be.PutUint32(b[20:], uint32(m.seq))
+	be.PutUint32(b[24:], uint32(ref.idx))
+	if desc {
+		be.PutUint32(b[28:], m.key)
+		be.PutUint64(b[32:], m.addr)
+		be.PutUint16(b[40:], uint16(m.length>>32))
+		be.PutUint32(b[42:], uint32(m.length))
+	}
+	copy(b[hl:], payload)
+	return b, nil
 }
 
 // ackChunk records that chunk idx of m is in the receiver's memory.

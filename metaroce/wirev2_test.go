@@ -2,6 +2,7 @@ package metaroce
 
 import (
 	"bytes"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -265,4 +266,46 @@ func FuzzDecodeV2(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestEncodeDataV2IsAppendDataV2: the sender's encoder writes exactly the
+// bytes AppendDataV2 writes for the header it describes, and refuses what
+// AppendDataV2 refuses, over random messages, sequences, flags and
+// payload sizes (with and without descriptor, at the limits of each field).
+func TestEncodeDataV2IsAppendDataV2(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	src := make([]byte, MaxPayload+1)
+	for i := range src {
+		src[i] = byte(i * 7)
+	}
+	c := &Conn{}
+	for i := range 10000 {
+		c.id = rng.Uint64()
+		m := &txMessage{stream: &txStream{id: rng.Uint32()}, seq: rng.Uint64(), op: Op(rng.IntN(3) + 1),
+			key: rng.Uint32(), addr: rng.Uint64(), length: rng.Uint64N(2 << 40)}
+		ref := chunkRef{msg: m, idx: int(rng.Uint32())}
+		path := rng.IntN(1 << 16)
+		seq := rng.Uint64()
+		floor := seq - rng.Uint64N(1<<25)
+		payload := src[:rng.IntN(len(src)+1)]
+		retransmit, desc := rng.IntN(2) == 0, rng.IntN(2) == 0
+		if i%4 == 0 { // mostly inside the limits
+			m.op, m.length, floor, payload = OpWrite, m.length%(1<<40), seq-rng.Uint64N(1<<24), payload[:min(len(payload), MaxPayload)]
+		}
+		h := DataHeaderV2{Op: m.op, Tag: uint32(c.id), Path: uint16(path), Seq: uint32(seq), FloorGap: uint32(seq - floor),
+			Stream: m.stream.id, MsgSeq: uint32(m.seq), Chunk: uint32(ref.idx), Desc: desc}
+		if desc {
+			h.Key, h.Addr, h.MsgLen = m.key, m.addr, m.length
+		}
+		if retransmit {
+			h.Flags = FlagRetransmit
+		}
+		size := DataHeaderLenV2 + DataDescLen + len(payload) - rng.IntN(DataDescLen+2)
+		want, werr := AppendDataV2(make([]byte, 0, size), &h, payload)
+		got, gerr := c.encodeDataV2(make([]byte, 0, size), path, seq, floor, ref, payload, retransmit, desc)
+		if gerr != werr || werr == nil && !bytes.Equal(got, want) {
+			t.Fatalf("header %+v, payload %d, buffer %d: encodeDataV2 gave %x, %v; AppendDataV2 %x, %v",
+				h, len(payload), size, got[:min(len(got), 48)], gerr, want[:min(len(want), 48)], werr)
+		}
+	}
 }
