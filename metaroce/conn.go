@@ -108,6 +108,10 @@ type Conn struct {
 	// receiver
 	rx     []rxPath // per path (rx.go)
 	placer placer   // streams, messages, posted buffers (placement.go)
+	// acksOwed is false only when no path owes an acknowledgement (no
+	// packet pending, no NAK): set by whatever owes one, cleared by
+	// pollAck when it finds none.
+	acksOwed bool
 
 	// control packets owed
 	needInit, needAccept, needClose, needCloseAck bool

@@ -18,6 +18,7 @@ func (c *Conn) onDataGBN(now time.Duration, r *rxPath, h *DataHeader, idx int, p
 		c.Stats.OutOfOrderDropped++
 		if !r.nakSent {
 			r.nak, r.nakSent = true, true
+			c.acksOwed = true
 		}
 	default:
 		r.win.inOrder(h.Seq, h.Timestamp)

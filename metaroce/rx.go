@@ -136,6 +136,7 @@ func (c *Conn) dataArrived(now time.Duration, h *DataHeader, idx int, payload []
 // owe records one more packet to acknowledge on r.
 func (c *Conn) owe(now time.Duration, r *rxPath) {
 	r.pending++
+	c.acksOwed = true
 	if r.pending >= c.ep.cfg.AckEvery {
 		r.immediate = true
 	}
@@ -164,13 +165,20 @@ func (c *Conn) sinkChunk(s Sink, h *DataHeader, payload []byte) ErrorCode {
 	return s.Chunk(c, h, payload)
 }
 
-// pollAck sends the acknowledgement a path owes, if it is due.
+// pollAck sends the acknowledgement a path owes, if it is due. Unless
+// some path may owe one (acksOwed), it looks at none: a connection that
+// only sends asked every path for each datagram it polled.
 func (c *Conn) pollAck(now time.Duration, buf []byte, out *Transmit) bool {
+	if !c.acksOwed {
+		return false
+	}
+	owed := false
 	for i := range c.rx {
 		r := &c.rx[i]
 		if r.pending == 0 && !r.nak {
 			continue
 		}
+		owed = true
 		if !r.immediate && !r.nak && (r.ackDeadline < 0 || now < r.ackDeadline) {
 			continue
 		}
@@ -197,5 +205,6 @@ func (c *Conn) pollAck(now time.Duration, buf []byte, out *Transmit) bool {
 		*out = Transmit{Peer: c.peer, Conn: c, Path: i, Entropy: r.peerPort, Reply: true, Len: len(p)}
 		return true
 	}
+	c.acksOwed = owed
 	return false
 }
