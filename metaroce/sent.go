@@ -120,7 +120,12 @@ func (h *sentHistory) reserve(limit int) bool {
 func (h *sentHistory) add(now time.Duration, ps *pathmgr.Path, m *txMessage, idx, size int) uint64 {
 	seq := h.next
 	h.next++
-	*h.rec(seq) = txRecord{msg: m, idx: uint32(idx), size: uint32(size), sent: now, state: recInflight}
+	// Every field, one by one: a composite literal is built on the stack
+	// and copied with wide loads that stall on its narrow stores, once
+	// per datagram.
+	r := h.rec(seq)
+	r.msg, r.idx, r.size, r.sent = m, uint32(idx), uint32(size), now
+	r.state, r.desc, r.path = recInflight, 0, 0
 	if ps.InflightBytes == 0 {
 		ps.LastProgress = now
 	}

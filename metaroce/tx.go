@@ -447,8 +447,9 @@ func (c *Conn) sent(out *Transmit, now time.Duration, path, size, payload int, r
 		c.Stats.Retransmits++
 	}
 	c.pace(now, size, rate)
-	*out = Transmit{Peer: c.peer, Conn: c, Path: path, Entropy: c.paths.Paths[path].Entropy, ECT: true, Len: n,
-		Tracked: true, Seq: c.tx[path].next - 1}
+	// Every field, one by one, as sentHistory.add writes its record.
+	out.Peer, out.Conn, out.Path, out.Entropy = c.peer, c, path, c.paths.Paths[path].Entropy
+	out.Reply, out.ECT, out.Len, out.Tracked, out.Seq = false, true, n, true, c.tx[path].next-1
 }
 
 // maxPaceAhead bounds how far ahead of its schedule Config.PacingBurst
