@@ -254,6 +254,31 @@ func TestPlacerRefusesWriteToDeregisteredRegion(t *testing.T) {
 	}
 }
 
+// TestPlacerFollowsReregisteredRegion: each chunk of a message goes to
+// the region its key names when the chunk arrives: registered again under
+// the same key, the new buffer takes the next chunk, and one too short
+// refuses it.
+func TestPlacerFollowsReregisteredRegion(t *testing.T) {
+	r := newPlaceRig(t, 16)
+	r.write(0, 0, 0, 12, 0, 'a')
+	r.mem.Deregister(1)
+	moved := make([]byte, 64)
+	if err := r.mem.Register(1, moved); err != nil {
+		t.Fatal(err)
+	}
+	r.write(0, 0, 0, 12, 4, 'b')
+	if r.reg[4] != 0 || moved[4] != 'b' {
+		t.Fatalf("second chunk: old region %q, new %q; want it in the new one", r.reg[4], moved[4])
+	}
+	r.mem.Deregister(1)
+	if err := r.mem.Register(1, make([]byte, 8)); err != nil {
+		t.Fatal(err)
+	}
+	r.write(0, 0, 0, 12, 8, 'c')
+	wantLog(t, "refusals", r.log.refusals, "0/0 2 7")
+	wantLog(t, "completions", r.log.completions, "0/0 "+ErrOutOfBounds.Error())
+}
+
 func TestPlacerMessagesAheadLimit(t *testing.T) {
 	r := newPlaceRig(t, 4)
 	r.write(0, 4, 0, 4, 0, 'z') // 4 beyond the oldest (0): refused
