@@ -54,7 +54,9 @@ if [ "$assemble" = 0 ]; then
     if [ -z "${ONLY:-}" ] || [[ "$args" == *"${ONLY}"* ]] || [ ! -f "$f" ]; then
       echo "running: mrgw-lab $args" >&2
       before=$(load1)
-      "$bin" $args --quiet | sed '/^## /d' > "$f.tmp"
+      quiet=
+      if "$bin" $args --help 2>/dev/null | grep -q -- '--quiet'; then quiet=--quiet; fi
+      "$bin" $args $quiet | sed '/^## /d' > "$f.tmp"
       if [[ "$args" == loadtest* ]]; then
         printf '\nLoad average (1 min) %s before, %s after; run %s.\n' "$before" "$(load1)" "$(date -u +%Y-%m-%d)" >> "$f.tmp"
       fi
