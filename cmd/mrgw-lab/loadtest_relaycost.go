@@ -136,9 +136,9 @@ func printRelayCost(w io.Writer, res *relaycost.Result) {
 		if r.WANDataSent > 0 {
 			retx = fmt.Sprintf("%.1f%%", 100*float64(r.WANRetransmits)/float64(r.WANDataSent))
 		}
-		fmt.Fprintf(w, "| %d | %s | %.2f | %.3f | %.2f | %.2f | %.3f | %.2f | %.2f | %s | %.2f → %.2f |\n",
-			r.GOMAXPROCS, report.FormatBps(r.GoodputBps), r.Send.Cores, r.Send.CPUPerGbps, r.Send.XFloor,
-			r.Recv.Cores, r.Recv.CPUPerGbps, r.Recv.XFloor, r.HostsCores, retx, r.LoadStart, r.LoadEnd)
+		fmt.Fprintf(w, "| %d | %s | %.2f | %.3f | %s | %.2f | %.3f | %s | %.2f | %s | %.2f → %.2f |\n",
+			r.GOMAXPROCS, report.FormatBps(r.GoodputBps), r.Send.Cores, r.Send.CPUPerGbps, xFloor(r.Send.XFloor),
+			r.Recv.Cores, r.Recv.CPUPerGbps, xFloor(r.Recv.XFloor), r.HostsCores, retx, r.LoadStart, r.LoadEnd)
 	}
 	if res.Scaling > 0 {
 		first, last := res.Rows[0], res.Rows[len(res.Rows)-1]
@@ -154,6 +154,14 @@ func printRelayCost(w io.Writer, res *relaycost.Result) {
 			fmt.Fprintf(w, "GOMAXPROCS %d: %s\n", r.GOMAXPROCS, r.Note)
 		}
 	}
+}
+
+// xFloor prints a ratio to the floor, "-" when the floor was not measured.
+func xFloor(x float64) string {
+	if x <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", x)
 }
 
 // newRelayCostGatewayCmd is `mrgw-lab loadtest relay-cost gateway`, one
