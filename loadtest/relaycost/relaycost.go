@@ -356,8 +356,11 @@ func relay(ctx context.Context, o Options, dir string, wanMTU, procs int) (Row, 
 	row.Recv = cost(c0r, c1r, secs, row.GoodputBps, row.Recv.Profile)
 	row.HostsCores = (c1h.total() - c0h.total()).Seconds() / secs
 	if st0 != nil && st1 != nil && len(st0.Peers) == 1 && len(st1.Peers) == 1 {
-		row.WANRetransmits = st1.Peers[0].Retrans - st0.Peers[0].Retrans
-		row.WANDataSent = st1.Peers[0].DataSent - st0.Peers[0].DataSent
+		p0, p1 := st0.Peers[0], st1.Peers[0]
+		row.WANRetransmits = p1.Retrans - p0.Retrans
+		row.WANDataSent = p1.DataSent - p0.DataSent
+		row.Note = report.JoinNote(row.Note, fmt.Sprintf("WAN retransmits by cause: gap %d, timeout %d, spurious %d",
+			p1.RetransGap-p0.RetransGap, p1.RetransTimeout-p0.RetransTimeout, p1.RetransSpurious-p0.RetransSpurious))
 	}
 	for i, ch := range profs {
 		if ch == nil {
