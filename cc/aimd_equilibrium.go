@@ -210,7 +210,8 @@ func (a *AIMD) steering() bool {
 // quarter of the queue share it holds, so that where marks made it hold
 // less (markedShare), it also takes over from the growth function at a
 // shallower queue, before the growth function's probing pushes the queue
-// past the marking threshold.
+// past the marking threshold; and where a drop-tail overflow capped the
+// share (overflowFrac), before the growth function refills the buffer.
 func (a *AIMD) steerFrom(scale float64) time.Duration {
-	return time.Duration(float64(a.cfg.QueueShare/4) * a.markedShare(scale))
+	return time.Duration(float64(a.cfg.QueueShare/4) * a.markedShare(scale) * a.overflowFrac())
 }

@@ -75,8 +75,10 @@ func (a *AIMD) setHint(now time.Duration, bps float64) {
 	// equilibrium pulled it back (TestHintRiseStandsBackWhileSteering).
 	// The threshold is the full queue share's quarter, not the steering
 	// threshold that markedShare lowers: a lone connection on a stalling
-	// host needs the rises at a shallow queue.
-	calm := now-a.lastCongestion > 2*a.maxSRTT() && !a.queueStands()
+	// host needs the rises at a shallow queue. Never calm while a
+	// drop-tail overflow's cap binds (aimd_overflow.go): the hints
+	// overcommit the bottleneck, and a rise towards them overflows it.
+	calm := now-a.lastCongestion > 2*a.maxSRTT() && !a.queueStands() && a.ovf.cap <= 0
 	if prev == 0 || (bps > prev*1.05 && calm) {
 		a.searching = false
 		if a.total < bps {

@@ -6,9 +6,9 @@ import (
 )
 
 // The drop-tail overflow rule: while the delay equilibrium steers, loss
-// well above the connection's random-loss floor means the bottleneck's
-// buffer is shallower than the queue the connections through it hold, and
-// their queue share shrinks.
+// significantly above the connection's random-loss floor means the
+// bottleneck's buffer is shallower than the queue the connections through
+// it hold, and their queue share shrinks.
 //
 // Why: the equilibrium keeps α = QueueShare × scale per connection in the
 // bottleneck's queue, n·α in all, where scale is the connection's hint or
@@ -29,10 +29,33 @@ import (
 // another's costs it a share for tens of seconds. Its rounds therefore
 // last a fixed time (overflowRoundRTTs), long enough that every
 // connection's round spans the overflow, however few packets a slow one
-// has in it; and a round is an overflow only where random loss at the
-// connection's floor would rarely make it (unlikelyAtFloor), so that the
-// random loss of a slow connection's short rounds does not read as an
-// overflow more often than a fast one's.
+// has in it; and a round is an overflow where random loss at the
+// connection's floor would rarely make it (unlikelyAtFloor) and its loss
+// rate is overflowAbove above the floor, not above a multiple of it
+// (LossFactor). Under 1% random loss the mild overflows of a queue held
+// near its buffer lose 2-5%, across three times the floor: the noisier
+// rates of a slow connection's smaller rounds crossed it more often than
+// a fast one's, which cut the slow one more and drove the shares apart.
+// The significance test errs the other way: a fast connection's rounds
+// hold more packets and show an overflow more surely, which pulls the
+// shares together.
+//
+// A cut takes off overflowCut, or the round's loss rate above the floor
+// if more: every connection through the queue loses about the same
+// fraction of its packets, so the cuts keep the caps' ratios, and an
+// overflow that lost a third of the packets (connections started at
+// hints that sum to twice the fabric) is answered in one cut, not over
+// many rounds of overflow.
+//
+// While the cap binds, the hint's rises stand back (setHint): the
+// receiver, whose senders the fabric holds back, hands them out ever
+// more, up to several times the fabric, and a rise half-way to that
+// overflows the buffer every second or so (a fifth to a third of the
+// packets lost through planes that do not mark). And the equilibrium
+// steers from a quarter of the capped share's queue (steerFrom), not the
+// whole share's: the queue a capped share holds is below the whole
+// share's threshold, and the growth function, which knows nothing of the
+// cap, would take over and fill the buffer.
 
 const (
 	// overflowMinPkts and overflowMinLost: a connection round counts only
@@ -51,17 +74,21 @@ const (
 	// an overflow was random loss at the connection's floor
 	// (unlikelyAtFloor).
 	overflowSignificance = 1e-3
-	// overflowAbove is the loss rate above LossFactor × the floor that
-	// makes a round an overflow.
+	// overflowAbove is the loss rate above the floor below which no
+	// round is an overflow: a lossy plane moves the connection's loss
+	// rate with the part of its rate on that plane, beyond what the
+	// significance test allows for.
 	overflowAbove = 0.005
 	// overflowFloorStep is the most the random-loss floor rises per
 	// connection round.
 	overflowFloorStep = 0.001
-	// overflowCut is what an overflow takes off the queue share and, at
-	// once, off the rate: small, so that the share a connection holds is
-	// the mean of many cuts, and shares that a few cuts more or less set
-	// apart stay close.
+	// overflowCut is the least an overflow takes off the queue share,
+	// and what it takes, at once, off the rate: small, so that the share
+	// a connection holds is the mean of many cuts, and shares that a few
+	// cuts more or less set apart stay close.
 	overflowCut = 0.1
+	// overflowMaxCut bounds one cut of the queue share.
+	overflowMaxCut = 0.5
 	// overflowMinShare bounds the cap on the queue share from below, as a
 	// fraction of the whole share of weight 1 (SetWeight).
 	overflowMinShare = 1.0 / 16
@@ -115,6 +142,16 @@ func (a *AIMD) overflowAlpha(now time.Duration, alpha float64) float64 {
 	return o.cap
 }
 
+// overflowFrac is the part of the queue share (alpha) that the overflow
+// cap leaves: 1 without a cap.
+func (a *AIMD) overflowFrac() float64 {
+	full := a.alpha()
+	if a.ovf.cap <= 0 || full <= 0 {
+		return 1
+	}
+	return math.Min(1, a.ovf.cap/full)
+}
+
 // overflowAck counts an ack's bytes and closes the connection's round
 // once it lasted overflowRoundRTTs smoothed round trips and holds
 // overflowMinPkts packets (or lasted overflowMaxRounds round trips). It
@@ -146,18 +183,20 @@ func (a *AIMD) overflowAck(now time.Duration, acked int) {
 	// not by its receiver or egress, whose shares then overcommit the
 	// fabric. At its hint the shares fit, and loss is a plane's failure or
 	// random loss, not the queue the hints made.
-	excess := lost >= overflowMinLost*a.pkt && rate > a.cfg.LossFactor*o.floor+overflowAbove && a.steering() &&
+	excess := lost >= overflowMinLost*a.pkt && rate > o.floor+overflowAbove && a.steering() &&
 		a.hint > 0 && a.total < atHintFrac*a.hint && unlikelyAtFloor(lost/a.pkt, float64(n)/float64(a.pkt)*o.floor)
 	if excess {
 		// The arrivals exceeded the service by the loss rate: the rate the
 		// lost packets were sent at, less as much, is what the bottleneck
 		// carried. Once per two round trips (not on the echo of the last
-		// cut) the queue share and the rate are cut by overflowCut too, so
-		// that the queue the connections hold falls below the buffer.
+		// cut) the queue share is cut by the loss above the floor (at least
+		// overflowCut) and the rate by overflowCut too, so that the queue
+		// the connections hold falls below the buffer.
 		target := sentAt * (1 - math.Min(0.5, rate))
 		if now-o.cutAt >= 2*srtt {
 			full := a.alpha()
-			c := a.overflowAlpha(now, full) * (1 - overflowCut)
+			cut := math.Max(overflowCut, math.Min(overflowMaxCut, rate-o.floor))
+			c := a.overflowAlpha(now, full) * (1 - cut)
 			o.cap, o.at, o.cutAt = math.Max(overflowMinShare*full/a.Weight(), c), now, now
 			target = math.Min(target, a.total*(1-overflowCut))
 		}
