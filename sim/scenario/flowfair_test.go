@@ -163,18 +163,27 @@ func fabricFlows(t *testing.T, placement []int, loss float64, mod func(*Setup)) 
 // Flows placed evenly over the four connections of one fabric (2/2/2/2
 // and 16×4) get equal shares of it: Jain's index at least 0.98 over the
 // flows, goodput at least 0.8 of the capacity, without loss and at 1%
-// random loss. The connections' shares are their overflow caps
-// (aimd_overflow.go): they stay equal only while the connections read the
-// fabric's overflows alike.
+// random loss, through planes that mark at 2 ms (MTU 4096) and through
+// the lab's, which only drop (MTU 1400). The connections' shares are
+// their overflow caps (aimd_overflow.go): they stay equal only while the
+// connections read the fabric's overflows alike.
 func TestFlowsAcrossConnectionsShareEqually(t *testing.T) {
-	for _, placement := range [][]int{{2, 2, 2, 2}, {16, 16, 16, 16}} {
-		for _, loss := range []float64{0, 0.01} {
-			j, g := fabricFlows(t, placement, loss, nil)
-			if j < 0.98 {
-				t.Errorf("placement %v, loss %.2f: Jain %.4f over the flows' shares, want at least 0.98", placement, loss, j)
-			}
-			if g < 0.8 {
-				t.Errorf("placement %v, loss %.2f: goodput %.3f of capacity, want at least 0.8", placement, loss, g)
+	for _, tc := range []struct {
+		name string
+		mod  func(*Setup)
+	}{
+		{"ECN at 2 ms, MTU 4096", nil},
+		{"no ECN, MTU 1400", func(s *Setup) { s.ECNThreshold, s.MTU = 0, 1400 }},
+	} {
+		for _, placement := range [][]int{{2, 2, 2, 2}, {16, 16, 16, 16}} {
+			for _, loss := range []float64{0, 0.01} {
+				j, g := fabricFlows(t, placement, loss, tc.mod)
+				if j < 0.98 {
+					t.Errorf("%s, placement %v, loss %.2f: Jain %.4f over the flows' shares, want at least 0.98", tc.name, placement, loss, j)
+				}
+				if g < 0.8 {
+					t.Errorf("%s, placement %v, loss %.2f: goodput %.3f of capacity, want at least 0.8", tc.name, placement, loss, g)
+				}
 			}
 		}
 	}
