@@ -7,11 +7,9 @@
 // proportional to its weight (the logarithmic method of Schindelhauer
 // and Schomaker, "Weighted distributed hash tables", 2005).
 //
-// Hosts place their flows on a gateway of their region with it, and
-// gateways place a flow on a gateway of the destination region: both
-// rank by the flow id, so every party computes the same order and a
-// failed gateway's flows move to their second choice while the others
-// stay where they are.
+// Hosts and gateways break ties with it when they place a flow where they
+// carry fewest flows (host.pickGateway, the gateway's route choice): among
+// equally loaded gateways a flow goes to the one ranked first for its id.
 package hrw
 
 import (
