@@ -131,7 +131,7 @@ func (a *AIMD) equilibrium(now time.Duration) {
 // markedShare yields.
 func (a *AIMD) alpha() float64 {
 	scale := a.scale()
-	return a.cfg.QueueShare.Seconds() * scale * a.Weight() * a.markedShare(scale)
+	return a.cfg.QueueShare.Seconds() * scale * a.connWeight() * a.markedShare(scale)
 }
 
 // queueStands reports whether the connection's paths hold a queue of at
@@ -173,7 +173,7 @@ func (a *AIMD) markedShare(scale float64) float64 {
 	if a.markMem <= 0 || scale <= 0 {
 		return 1
 	}
-	x := a.total / scale / a.Weight() // the part of one share's scale
+	x := a.total / scale / a.connWeight() // the part of one share's scale
 	m := 1 - (x-markedShareFrom)/(markedShareTo-markedShareFrom)*(1-markedShareMin)
 	m = math.Min(1, math.Max(markedShareMin, m))
 	return 1 - math.Min(1, 2*a.markMem)*(1-m)

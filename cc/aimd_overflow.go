@@ -197,7 +197,7 @@ func (a *AIMD) overflowAck(now time.Duration, acked int) {
 			full := a.alpha()
 			cut := math.Max(overflowCut, math.Min(overflowMaxCut, rate-o.floor))
 			c := a.overflowAlpha(now, full) * (1 - cut)
-			o.cap, o.at, o.cutAt = math.Max(overflowMinShare*full/a.Weight(), c), now, now
+			o.cap, o.at, o.cutAt = math.Max(overflowMinShare*full/a.connWeight(), c), now, now
 			target = math.Min(target, a.total*(1-overflowCut))
 		}
 		if target < a.total {

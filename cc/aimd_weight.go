@@ -17,27 +17,25 @@ import "math"
 // connections'). The queue they hold together is their weights' sum
 // times the share of one; absolute flow counts as weights multiply it,
 // and where that overflows a shallow buffer the overflow rule
-// (aimd_overflow.go) fights it with loss: 4 connections of 16 flows
-// weighted 16 each lost 16% of their packets through the 20 ms buffers
-// of the relay's fabric, against under 1% at weight 1.
+// (aimd_overflow.go) can only fight it with loss.
 
-// MaxWeight bounds a connection's weight (SetWeight) from above, and
-// 1/MaxWeight from below.
-const MaxWeight = 16
+// maxWeight bounds a connection's weight (SetWeight) from above, and
+// 1/maxWeight from below.
+const maxWeight = 16
 
 // SetWeight sets the connection's weight (1 by default): its share of a
 // shared bottleneck relative to the other connections through it,
-// bounded to [1/MaxWeight, MaxWeight]. A value that is not a positive
+// bounded to [1/maxWeight, maxWeight]. A value that is not a positive
 // number restores 1.
 func (a *AIMD) SetWeight(w float64) {
 	if !(w > 0) || math.IsInf(w, 0) {
 		w = 1
 	}
-	a.weight = math.Min(MaxWeight, math.Max(1.0/MaxWeight, w))
+	a.weight = math.Min(maxWeight, math.Max(1.0/maxWeight, w))
 }
 
-// Weight returns the connection's weight (SetWeight).
-func (a *AIMD) Weight() float64 {
+// connWeight returns the connection's weight (SetWeight).
+func (a *AIMD) connWeight() float64 {
 	if a.weight <= 0 {
 		return 1
 	}

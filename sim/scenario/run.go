@@ -80,7 +80,7 @@ type Setup struct {
 	Streams, StreamWindow int
 	// FlowStreams[i], if set, is the number of streams of connection i
 	// instead of Streams (connections that carry different numbers of
-	// flows, as gateway pairs do when flows are placed by hashing).
+	// flows, as gateway pairs may).
 	FlowStreams []int
 	// ConnWeights[i], if set and positive, is connection i's weight at a
 	// shared bottleneck (cc.AIMD.SetWeight: the flows it carries), set
