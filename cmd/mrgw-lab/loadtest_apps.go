@@ -8,9 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
-	"time"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
@@ -28,7 +26,6 @@ func newAppsCmd() *cobra.Command {
 		asJSON  bool
 		quiet   bool
 		jsonOut string
-		mdOut   string
 		plotDir string
 		format  string
 	)
@@ -79,21 +76,16 @@ and named in the error; nothing is estimated in their place.`,
 					_ = bar.Set(i - 1)
 				}
 			}
-			started := time.Now()
-			load0 := loadAverage()
 			rows, err := apps.Run(ctx, o)
 			if bar != nil {
 				_ = bar.Finish()
 			}
-			load1 := loadAverage()
 			skipped := err != nil && (errors.Is(err, tunemu.ErrUnavailable) || errors.Is(err, apps.ErrMissingProgram))
 			if err != nil && skipped {
 				fmt.Fprintln(stderr, "skipped:", err)
 			}
-			var files []string
 			if plotDir != "" && len(rows) > 0 {
-				var perr error
-				files, perr = apps.Plot(plotDir, format, rows)
+				files, perr := apps.Plot(plotDir, format, rows)
 				for _, f := range files {
 					fmt.Fprintf(stderr, "plot: %s\n", f)
 				}
@@ -103,11 +95,6 @@ and named in the error; nothing is estimated in their place.`,
 			}
 			if jsonOut != "" && len(rows) > 0 {
 				if werr := writeJSONFile(jsonOut, rows); werr != nil {
-					return werr
-				}
-			}
-			if mdOut != "" && len(rows) > 0 {
-				if werr := writeAppsReport(mdOut, rows, files, started, load0, load1, err); werr != nil {
 					return werr
 				}
 			}
@@ -153,48 +140,7 @@ and named in the error; nothing is estimated in their place.`,
 	f.BoolVar(&asJSON, "json", false, "print JSON rows")
 	f.BoolVar(&quiet, "quiet", false, "no estimate and no progress bar on stderr")
 	f.StringVar(&jsonOut, "json-out", "", "also write the JSON rows to this file")
-	f.StringVar(&mdOut, "out", "", "also write a Markdown report (table, targets met or not, plots) to this file")
 	f.StringVar(&plotDir, "plot-dir", "", "write the plots (goodput over capacity against loss, a line per system, per workload and rtt) into this directory")
 	f.StringVar(&format, "plot-format", "svg", "plot format: svg or png")
 	return cmd
-}
-
-// writeAppsReport writes the Markdown report: when and how it ran, the
-// rows, the targets and the plots.
-func writeAppsReport(path string, rows []report.Row, plots []string, started time.Time, load0, load1 string, runErr error) error {
-	var b strings.Builder
-	fmt.Fprintf(&b, "# loadtest apps\n\nCommand: `mrgw-lab %s`\n\n", strings.Join(os.Args[1:], " "))
-	fmt.Fprintf(&b, "Run %s to %s UTC, load average %s at the start and %s at the end.\n\n",
-		started.UTC().Format("2006-01-02 15:04"), time.Now().UTC().Format("15:04"), load0, load1)
-	if runErr != nil {
-		fmt.Fprintf(&b, "Not every row ran: %v\n\n", runErr)
-	}
-	if err := report.WriteTable(&b, rows, apps.Columns...); err != nil {
-		return err
-	}
-	if ts := apps.Targets(rows); len(ts) > 0 {
-		b.WriteString("\nTargets at 1% and 5% loss:\n\n")
-		if err := apps.WriteTargets(&b, ts); err != nil {
-			return err
-		}
-	}
-	if len(plots) > 0 {
-		b.WriteString("\nPlots:\n\n")
-		for _, p := range plots {
-			fmt.Fprintf(&b, "- %s\n", p)
-		}
-	}
-	return os.WriteFile(path, []byte(b.String()), 0o644)
-}
-
-// loadAverage is the 1-minute load average, or "?".
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	if f := strings.Fields(string(b)); len(f) > 0 {
-		return f[0]
-	}
-	return "?"
 }

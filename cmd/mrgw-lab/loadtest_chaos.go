@@ -10,7 +10,6 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -115,25 +114,26 @@ failed, a flow did not recover, or a check failed.`,
 
 func writeChaosReport(out io.Writer, rep *chaos.Report, verbose bool) {
 	fmt.Fprintf(out, "## loadtest chaos (seed %d, %.0f s, host dead-after %s)\n\n", rep.Seed, rep.DurationS, rep.HostDeadAfter)
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "fault\tinjections\tworst stall\tlost\tdup\tcorrupt\tfailed\tnot recovered\tnote")
+	fmt.Fprintln(out, "| fault | injections | worst stall | lost | dup | corrupt | failed | not recovered | note |")
+	fmt.Fprintln(out, "|---|--:|--:|--:|--:|--:|--:|--:|---|")
 	for _, r := range rep.Rows {
-		fmt.Fprintf(tw, "%s\t%d\t%.0f ms\t%d\t%d\t%d\t%d\t%d\t%s\n", r.Fault, r.Injections, r.RecoveryMs,
-			r.MessagesLost, r.MessagesDuplicated, r.MessagesCorrupted, r.MessagesFailed, r.FlowsNotRecovered, r.Note)
+		fmt.Fprintf(out, "| %s | %d | %.0f ms | %d | %d | %d | %d | %d | %s |\n", r.Fault, r.Injections, r.RecoveryMs,
+			r.MessagesLost, r.MessagesDuplicated, r.MessagesCorrupted, r.MessagesFailed, r.FlowsNotRecovered, mdCell(r.Note))
 	}
-	tw.Flush()
-	fmt.Fprintf(out, "\n%d messages delivered (%.1f MB), %d completed at the sources; %d junk datagrams sent\n",
+	fmt.Fprintf(out, "\n%d messages delivered (%.1f MB), %d completed at the sources; %d junk datagrams sent.\n",
 		rep.Messages, float64(rep.Bytes)/1e6, rep.Completed, rep.JunkSent)
 	if verbose {
 		fmt.Fprintln(out)
-		tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "at\tfault\ttarget\tcleared\trecovered\tstall\tworst flow\tnote")
+		fmt.Fprintln(out, "| at | fault | target | cleared | recovered | stall | worst flow | note |")
+		fmt.Fprintln(out, "|--:|---|---|--:|--:|--:|---|---|")
 		for _, in := range rep.Injections {
-			fmt.Fprintf(tw, "%.1fs\t%s\t%s\t%.1fs\t%.1fs\t%.0f ms\t%s\t%s\n", in.AtS, in.Fault, in.Target, in.ClearS, in.EndS, in.StallMs, in.Worst, in.Note+errSuffixCmd(in.Err))
+			fmt.Fprintf(out, "| %.1fs | %s | %s | %.1fs | %.1fs | %.0f ms | %s | %s |\n", in.AtS, in.Fault, in.Target, in.ClearS, in.EndS, in.StallMs, mdCell(in.Worst), mdCell(in.Note+errSuffixCmd(in.Err)))
 		}
-		tw.Flush()
 	}
 }
+
+// mdCell is s fit for a Markdown table cell: a '|' would end the cell.
+func mdCell(s string) string { return strings.ReplaceAll(s, "|", "\\|") }
 
 func errSuffixCmd(e string) string {
 	if e == "" {

@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -174,14 +173,16 @@ func intList(s string) ([]int, error) {
 	return out, nil
 }
 
+// writeFleet prints one size's rows as a Markdown table under a line
+// naming the size, then the late deliveries and the steps cut short.
 func writeFleet(out io.Writer, rows []fleet.Row) {
 	if len(rows) == 0 {
 		return
 	}
 	r0 := rows[0]
-	fmt.Fprintf(out, "## loadtest fleet: %d gateways, %d regions, %d planes (%s; load average %.1f)\n\n", r0.Gateways, r0.Regions, r0.Planes, r0.Profile, rows[len(rows)-1].LoadAvg)
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "event\tn\tp50\tp99\tmax\tsent B/s\trecv B/s\thealth B/s\tcpu/gw\tmem/gw\tverdicts\town\tqueued\treports\tlost\tmissed\theld\tknown\tlag p99")
+	fmt.Fprintf(out, "**%d gateways**, %d regions, %d planes (%s profile; load average %.1f at the end):\n\n", r0.Gateways, r0.Regions, r0.Planes, r0.Profile, rows[len(rows)-1].LoadAvg)
+	fmt.Fprintln(out, "| event | n | p50 | p99 | max | sent B/s | recv B/s | health B/s | cpu/gw | mem/gw | verdicts | own | queued | reports | lost | missed | held | known | lag p99 |")
+	fmt.Fprintln(out, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 	var partial []string
 	for _, r := range rows {
 		ev := r.Event
@@ -189,12 +190,12 @@ func writeFleet(out io.Writer, rows []fleet.Row) {
 			ev += " (partial)"
 			partial = append(partial, fmt.Sprintf("%s: %s", r.Event, r.Partial))
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.0f ms\t%.0f ms\t%.0f ms\t%.0f\t%.0f\t%.0f\t%.4f\t%.1f MB\t%d/%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.0f ms\n",
+		fmt.Fprintf(out, "| %s | %d | %.0f ms | %.0f ms | %.0f ms | %.0f | %.0f | %.0f | %.4f | %.1f MB | %d/%d | %d | %d | %d | %d | %d | %d | %d | %.0f ms |\n",
 			ev, r.Samples, r.P50ms, r.P99ms, r.MaxMs, r.BytesSentPerS, r.BytesRecvPerS, r.HealthBytesPerS,
 			r.CPUPerGateway, r.MemPerGateway/1e6, r.VerdictsMax, r.VerdictBound, r.OwnMax, r.QueuedMax, r.ReportsMax,
 			r.BroadcastsLost, r.Missed, r.UpsHeld, r.Known, r.SchedLagP99ms)
 	}
-	tw.Flush()
+	fmt.Fprintln(out)
 	for _, r := range rows {
 		if r.Late > 0 {
 			fmt.Fprintf(out, "late: %s: %d deliveries came by memberlist's push/pull after the event timeout (the broadcast missed them)\n", r.Event, r.Late)

@@ -5,8 +5,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"sort"
 	"syscall"
 	"time"
 
@@ -22,6 +25,7 @@ func newHostsCmd() *cobra.Command {
 		o      hostcap.Options
 		binary string
 		quiet  bool
+		asJSON bool
 	)
 	cmd := &cobra.Command{
 		Use:   "hosts",
@@ -30,7 +34,7 @@ func newHostsCmd() *cobra.Command {
 registers --count hosts with it (the host library, spread over --source-ips loopback addresses,
 --parallel at a time), keeps them PINGing for --settle, and prints the daemon's resident memory,
 Go heap, open descriptors and path sockets before and after, per host, and its CPU meanwhile, as
-JSON, with the registration times (p50, p99) and failures by reason,
+a Markdown table (--json: one JSON object), with the registration times (p50, p99) and failures by reason,
 with its peak resident memory (VmHWM) against the most it may hold: limits.memory_bytes (256 MiB)
 plus the fixed overhead plus 64 KiB per host of lan.max_hosts, and the generator's own cost per
 host (Go heap and resident memory). The hosts are idle (PINGing every 5 s, housekeeping every
@@ -65,9 +69,13 @@ to stderr.`,
 			if err != nil {
 				return err
 			}
-			enc := json.NewEncoder(cmd.OutOrStdout())
-			enc.SetIndent("", "  ")
-			return enc.Encode(res)
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(res)
+			}
+			writeHosts(cmd.OutOrStdout(), res)
+			return nil
 		},
 	}
 	cmd.AddCommand(&cobra.Command{
@@ -93,5 +101,39 @@ to stderr.`,
 	fl.StringVar(&o.Dir, "dir", "", "keep the configuration and the daemon's log here (default: a temporary directory, removed)")
 	fl.StringVar(&o.HeapProfile, "heap-profile", "", "write this process's heap profile (the hosts' side) here with every host registered")
 	fl.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
+	fl.BoolVar(&asJSON, "json", false, "print the result as one JSON object (every field)")
 	return cmd
+}
+
+// writeHosts prints the result as a Markdown table: one line per measure,
+// the daemon's first, then the registrations and the generator's cost.
+func writeHosts(out io.Writer, r *hostcap.Result) {
+	fmt.Fprintf(out, "## loadtest hosts: %d hosts\n\n", r.Hosts)
+	lines := [][2]string{
+		{"hosts registered (the gateway's count at the end)", fmt.Sprintf("%d of %d", r.Registered, r.Hosts)},
+		{"registration: all, each p50 / p99", fmt.Sprintf("%.1f s; %.2f s / %.2f s", r.RegisterSecs, r.RegisterP50, r.RegisterP99)},
+		{"registrations tried again / failed", fmt.Sprintf("%d / %d", r.Retries, r.RegisterFails)},
+		{"daemon RSS before → after", fmt.Sprintf("%.1f → %.1f MB", r.RSSBeforeMB, r.RSSAfterMB)},
+		{"daemon RSS per host", fmt.Sprintf("%.1f KiB", r.KiBPerHost)},
+		{"daemon Go heap before → after, per host", fmt.Sprintf("%.1f → %.1f MB, %.1f KiB", r.HeapBeforeMB, r.HeapAfterMB, r.HeapKiBPerHost)},
+		{"daemon descriptors before → after, per host", fmt.Sprintf("%d → %d, %.3f", r.FDsBefore, r.FDsAfter, r.FDsPerHost)},
+		{"path sockets", fmt.Sprint(r.PathSockets)},
+		{"daemon peak RSS / its bound", fmt.Sprintf("%.1f / %.1f MB (within: %v)", r.RSSPeakMB, r.BoundMB, r.Within)},
+		{"daemon CPU while the hosts idled", fmt.Sprintf("%.2f cores", r.GatewayIdleCPU)},
+		{"generator: processes; Go heap and RSS per host", fmt.Sprintf("%d; %.0f KiB and %.0f KiB", r.Processes, r.GenHeapKiBPerHost, r.GenRSSKiBPerHost)},
+		{"hosts' registrations / connects / failed handshakes / silent gateways", fmt.Sprintf("%d / %d / %d / %d", r.HostRegistrations, r.HostConnects, r.HostConnectFailures, r.HostSilentGateways)},
+	}
+	reasons := make([]string, 0, len(r.Failures))
+	for k := range r.Failures {
+		reasons = append(reasons, k)
+	}
+	sort.Strings(reasons)
+	for _, k := range reasons {
+		lines = append(lines, [2]string{"failed: " + k, fmt.Sprintf("%d (%s)", r.Failures[k], mdCell(r.FailureExamples[k]))})
+	}
+	fmt.Fprintln(out, "| measure | value |")
+	fmt.Fprintln(out, "|---|---|")
+	for _, l := range lines {
+		fmt.Fprintf(out, "| %s | %s |\n", l[0], l[1])
+	}
 }

@@ -16,7 +16,7 @@ import (
 
 // newLinkModelCmd is `mrgw-lab loadtest link-model`: kernel bbr through
 // tunemu under each choice of the link model a second emulator might make
-// differently (docs/results/peers.md, "Peers measured fairly").
+// differently: a check of the baseline the peers are measured on.
 func newLinkModelCmd() *cobra.Command {
 	var (
 		o    peers.LinkModelOptions

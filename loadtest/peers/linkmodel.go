@@ -80,8 +80,8 @@ func LinkModelVariantNames() []string {
 	return out
 }
 
-// LinkModelVariants is the experiment behind docs/results/peers.md's "Peers
-// measured fairly": kernel bbr through tunemu under each choice of the link
+// LinkModelVariants checks the baseline the peers are measured on: kernel
+// bbr through tunemu under each choice of the link
 // model that a second emulator might make differently (where the random
 // loss is drawn, whether the ACK direction loses, ECN marking, endpoints in
 // child processes that do not share the emulator's Go runtime), at one

@@ -47,8 +47,8 @@
 // no flow can deliver more than Rate·(1−Loss)), in both directions (TCP's
 // ACKs too). Config.LossBeforeQueue draws it on arrival instead (Linux
 // netem's place: the survivors can fill the rate) and
-// Config.LossForwardOnly spares B→A; docs/results/peers.md says what each
-// choice costs kernel TCP.
+// Config.LossForwardOnly spares B→A; `mrgw-lab loadtest link-model` measures
+// what each choice costs kernel TCP.
 //
 // # Self-check
 //
