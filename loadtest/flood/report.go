@@ -26,8 +26,8 @@ func WriteJSON(w io.Writer, rows []Row) error {
 // by reason and whatever went wrong.
 func WriteTable(w io.Writer, rows []Row) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
-	fmt.Fprintln(tw, "| target\t socket\t sent\t rate_pps\t counted\t uncounted\t of which kernel / state machines / nowhere\t byte_exact\t stall_ms (before)\t goodput Mbit/s before/during/after\t lockout\t register_ms\t admin_ok\t false_deaths\t wan_losses\t rss_peak_mb (base) / bound_mb\t goroutines_peak (base)\t |")
-	fmt.Fprintln(tw, "| ---\t ---\t ---\t ---\t ---\t ---\t ---\t ---\t ---\t ---\t ---\t ---\t ---\t ---\t ---\t ---\t ---\t |")
+	fmt.Fprintln(tw, "| target\t socket\t sent\t rate_pps\t counted\t uncounted\t of which kernel / state machines / nowhere\t byte_exact\t stall_ms (before)\t goodput Mbit/s before/during/after\t lockout\t register_ms\t admin_ok\t false_deaths\t wan_losses\t rss_peak_mb (base) / bound_mb\t goroutines_peak (base)\t")
+	fmt.Fprintln(tw, "| ---\t ---\t ---\t ---\t ---\t ---\t ---\t ---\t ---\t ---\t ---\t ---\t ---\t ---\t ---\t ---\t ---\t")
 	for i := range rows {
 		r := &rows[i]
 		sent := fmt.Sprintf("%d", r.DatagramsSent)
@@ -54,7 +54,7 @@ func WriteTable(w io.Writer, rows []Row) error {
 		default:
 			where = fmt.Sprintf("%s / %d / %d", kernel, proto+gossipDropped(r), r.Unaccounted)
 		}
-		fmt.Fprintf(tw, "| %s\t %s\t %s\t %.0f\t %d\t %d\t %s\t %v\t %.0f (%.0f)\t %.1f / %.1f / %.1f\t %v\t %.0f\t %v\t %d\t %d\t %.0f (%.0f) / %.0f\t %d (%d)\t |\n",
+		fmt.Fprintf(tw, "| %s\t %s\t %s\t %.0f\t %d\t %d\t %s\t %v\t %.0f (%.0f)\t %.1f / %.1f / %.1f\t %v\t %.0f\t %v\t %d\t %d\t %.0f (%.0f) / %.0f\t %d (%d)\t\n",
 			r.Target, r.Socket, sent, r.RatePPS, r.Counted, r.Uncounted, where, r.TransferByteExact, r.StallMs, r.StallBeforeMs,
 			r.GoodputBefore, r.GoodputDuring, r.GoodputAfter, r.Lockout, r.RegisterMs, r.AdminOK, r.FalseDeaths, r.WANLosses,
 			r.RSSPeakMB, r.RSSBaseMB, r.BoundMB, r.GoroutinesPeak, r.GoroutinesBase)
