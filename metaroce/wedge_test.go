@@ -9,10 +9,9 @@ import (
 	"github.com/mrgw/mrgw/units"
 )
 
-// The send-side wedge seen once in the chaos runs (docs/results/reliability.md;
-// it stalled two flows for 30 s): every path of a WAN connection
-// timed out within 60 ms on a loaded host, the paths came back up on the
-// next acks, and then the connection sent no DATA for 90 s, with data
+// The send-side wedge seen once in a chaos run (it stalled two flows for
+// 30 s): every path of a WAN connection timed out within 60 ms on a
+// loaded host, the paths came back up on the next acks, and then the connection sent no DATA for 90 s, with data
 // queued and nothing in flight. These tests drive the state machine
 // through the same moments with simulated time: a WAN-like connection
 // (one plane, 8 paths, 20 ms RTT, MTU 4096, so a full DATA datagram

@@ -17,7 +17,7 @@ import (
 // The demo's figures depend on the machine as much as on the gateways: a
 // report without a yardstick said "errors: none" over 50 Mbit/s and 107 RTT
 // of recovery as over 265 Mbit/s and 8 RTT. Each figure is therefore set
-// against the range quiet machines gave (docs/results/reliability.md, the demo runs),
+// against the range that runs on quiet machines gave (the ranges below),
 // and the machine itself is judged from what it says about its load: the
 // load average, the CPU time the hypervisor stole, and how late the link
 // emulator (the demo's own clock for the WAN) delivered datagrams.

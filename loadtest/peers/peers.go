@@ -147,8 +147,8 @@ var (
 	DefaultTCPStreams = []int{1, 8}
 )
 
-// Options configure the scenarios. The zero value runs them as
-// docs/results/peers.md reports them.
+// Options configure the scenarios. The zero value runs them with the
+// defaults given on each field.
 type Options struct {
 	// CapacityBps is the bottleneck's capacity (default 200 Mbit/s); in
 	// Planes it is the total, split evenly over the planes.
@@ -224,7 +224,7 @@ type Options struct {
 	// process's session at that autogroup nice (tunemu.Prioritize; -20 is
 	// the most CPU): on a machine shared by several sessions the kernel
 	// splits the CPUs by session first, and the emulators, endpoints and
-	// kernel stacks of a run starve together (docs/results/peers.md).
+	// kernel stacks of a run starve together.
 	Nice int
 }
 
