@@ -342,9 +342,9 @@ func stringListHook(from, to reflect.Type, data any) (any, error) {
 
 // toolEnv are the prefixes of MRGW_ variables that are not configuration:
 // the test harnesses read them (MRGW_TEST_LOG, MRGW_DATAPATH_MTU,
-// MRGW_CHAOS_PARTITION, MRGW_FLOOD_REPRO, MRGW_CC_DEFAULTS). No configuration section has one
-// of these names; TestEveryMRGWVariableIsKnown keeps the list complete.
-var toolEnv = []string{"MRGW_TEST_", "MRGW_DATAPATH_", "MRGW_CHAOS_", "MRGW_FLOOD_", "MRGW_CC_"}
+// MRGW_FLOOD_REPRO, MRGW_CC_DEFAULTS). No configuration section has one of
+// these names; TestEveryMRGWVariableIsKnown keeps the list complete.
+var toolEnv = []string{"MRGW_TEST_", "MRGW_DATAPATH_", "MRGW_FLOOD_", "MRGW_CC_"}
 
 // unknownEnv reports every variable of environ ("NAME=value" strings) that
 // starts with MRGW_ but sets no key, as a misspelt key in a file is: the

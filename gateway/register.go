@@ -19,7 +19,7 @@ import (
 // in use". A connection whose registration is gone is told so when it next
 // PINGs (REGISTER_ERR "not registered") and registers again.
 
-// staleAfter: a holder that has sent no control message for this long (six
+// staleAfter: a holder that has sent no control message for this long (48
 // PINGs at the default period) is taken for dead.
 const staleAfter = 3 * time.Second
 

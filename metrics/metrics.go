@@ -557,7 +557,7 @@ func New(opts ...Option) *Metrics {
 		"Control session attempts, dialled and accepted, by result: established, refused (certificate or name not accepted), failed (handshake or network).",
 		LabelResult)
 	m.ControlRefusals = b.counterVec("mrgw_control_refusals_total",
-		"Control session handshakes this gateway refused, as listener or dialer, by reason: no_certificate, expired, unknown_ca, bad_name, unknown_peer, version, protocol, other (each is also a result=\"refused\" of mrgw_control_sessions_total).",
+		"Control session handshakes this gateway refused, as listener or dialer, by reason: no_certificate, expired, unknown_ca, bad_name, unknown_peer, denied, identity_mismatch, version, protocol, other (each is also a result=\"refused\" of mrgw_control_sessions_total).",
 		LabelReason)
 	m.ControlDropped = b.counterVec("mrgw_control_packets_dropped_total",
 		"Packets at control.listen (QUIC) turned away before any connection held state for them, by reason: retry (an Initial without an address token, answered with a QUIC Retry and forgotten: one per session attempt, and every junk or spoofed Initial), busy (too many handshakes in progress: refused), queue (a quic-go queue full), malformed, unknown_connection (a short-header packet of no connection), version, unexpected (not a packet a connection starts with), buffer (the kernel's receive buffer was full).",

@@ -204,7 +204,10 @@ type Injection struct {
 	Failed   int64   `json:"messages_failed"`
 	NotRecov int     `json:"flows_not_recovered"`
 	Note     string  `json:"note,omitempty"`
-	Err      string  `json:"error,omitempty"`
+	// CutSeen: in a gossip partition, a gateway saw the other region's
+	// gateways fewer alive during the cut (the cut reached gossip).
+	CutSeen bool   `json:"cut_seen,omitempty"`
+	Err     string `json:"error,omitempty"`
 
 	t0, tClear, tEnd time.Time
 	entering         map[int]bool // gateway-kill: writers whose flow entered at the killed gateway
