@@ -45,6 +45,11 @@ type Transmit struct {
 	// Conn.Departed once it has left.
 	Tracked bool
 	Seq     uint64
+	// Payload, when not nil, is the rest of the datagram, left where it
+	// lies (a driver that asked for it: Endpoint.LendPayloads): the
+	// datagram is the Len bytes written into the buffer followed by
+	// Payload, which the driver appends to them (the buffer has room).
+	Payload []byte
 }
 
 // EndpointStats counts what the Endpoint dropped before any connection saw it.
@@ -87,7 +92,82 @@ type Endpoint struct {
 	evHead  int
 	sinks   map[uint32]Sink // streams bound on every connection (BindSinkAll)
 
+	// lend: Poll hands DATA payloads out by reference (LendPayloads);
+	// lent counts those handed out, lentDone those the driver no longer
+	// reads (PayloadsDone). While lentDone < lent, what would let a
+	// payload's memory be reused (a relay buffer's release, an event,
+	// among them the completion of the message it belongs to) waits in
+	// held, in order, stamped with lent at the time.
+	lend           bool
+	lent, lentDone uint64
+	held           []heldAction
+	heldHead       int
+
 	Stats EndpointStats
+}
+
+// heldAction is a release or an event waiting for the payloads lent
+// before it to be done with (Endpoint.PayloadsDone).
+type heldAction struct {
+	after   uint64 // runs once lentDone reaches it
+	release func([]byte)
+	buf     []byte
+	ev      Event
+	isEvent bool
+}
+
+// LendPayloads makes Poll leave the payload of a DATA datagram where it
+// lies (the message's data, a relay buffer) and hand it in
+// Transmit.Payload instead of copying it into the buffer: the driver
+// appends it, on another goroutine if it likes, so that the copy leaves
+// the goroutine running the protocol. The driver must then report with
+// PayloadsDone when it no longer reads them: until then the endpoint
+// holds back the releases of relay buffers and every event (a completed
+// message's memory may be reused once its completion is seen).
+func (e *Endpoint) LendPayloads() { e.lend = true }
+
+// PayloadsDone tells the endpoint that the driver no longer reads the
+// payloads of the first n Transmits that carried one (counted in the
+// order Poll returned them): releases and events held for them go ahead.
+func (e *Endpoint) PayloadsDone(n uint64) {
+	if n > e.lent {
+		n = e.lent
+	}
+	if n <= e.lentDone {
+		return
+	}
+	e.lentDone = n
+	for e.heldHead < len(e.held) && e.held[e.heldHead].after <= n {
+		a := e.held[e.heldHead]
+		e.held[e.heldHead] = heldAction{}
+		e.heldHead++
+		if a.isEvent {
+			e.push(a.ev)
+		} else {
+			a.release(a.buf)
+		}
+	}
+	// Compact once the run prefix dominates: under steady load the queue
+	// is never empty, and appends must not keep the prefix alive.
+	if e.heldHead > 0 && e.heldHead*2 >= len(e.held) {
+		n := copy(e.held, e.held[e.heldHead:])
+		clear(e.held[n:])
+		e.held = e.held[:n]
+		e.heldHead = 0
+	}
+}
+
+// releaseBuf gives a relay buffer back through release (nil: nobody
+// wants it), once no lent payload may still be read from it.
+func (e *Endpoint) releaseBuf(release func([]byte), b []byte) {
+	if release == nil {
+		return
+	}
+	if e.lentDone < e.lent {
+		e.held = append(e.held, heldAction{after: e.lent, release: release, buf: b})
+		return
+	}
+	release(b)
 }
 
 type reply struct {
@@ -266,6 +346,15 @@ func (e *Endpoint) untag(c *Conn) {
 }
 
 func (e *Endpoint) emit(ev Event) {
+	if e.lentDone < e.lent || e.heldHead < len(e.held) {
+		e.held = append(e.held, heldAction{after: e.lent, ev: ev, isEvent: true})
+		return
+	}
+	e.push(ev)
+}
+
+// push queues ev for PollEvent.
+func (e *Endpoint) push(ev Event) {
 	if e.evHead > 0 && e.evHead == len(e.events) {
 		e.events = e.events[:0]
 		e.evHead = 0

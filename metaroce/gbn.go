@@ -65,7 +65,7 @@ func (c *Conn) gbnResend(now time.Duration, buf []byte, rate float64, out *Trans
 	r := h.rec(seq)
 	ref := chunkRef{msg: r.msg, idx: int(r.idx)}
 	payload := ref.msg.chunk(ref.idx, c.mtu)
-	p, err := c.encodeData(buf, 0, seq, h.floor, ref, payload, true, false, now)
+	p, err := c.encodeData(buf, 0, seq, h.floor, ref, payload, true, false, false, now)
 	if err != nil {
 		return false
 	}

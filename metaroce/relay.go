@@ -143,11 +143,9 @@ func (r *RelayMessage) Fail(err error) {
 func (r *RelayMessage) Seq() uint64 { return r.m.seq }
 
 // releaseAll gives every buffer a failed relayed message still holds back.
-func (m *txMessage) releaseAll() {
+func (m *txMessage) releaseAll(e *Endpoint) {
 	m.bufs.all(func(b []byte) {
-		if m.release != nil {
-			m.release(b)
-		}
+		e.releaseBuf(m.release, b)
 	})
 	m.supplied, m.supHead = nil, 0
 }

@@ -345,7 +345,8 @@ func (c *Conn) pollData(now time.Duration, buf []byte, out *Transmit) bool {
 		c.cwndLimit = true
 		return false
 	}
-	p, err := c.encodeData(buf, path, h.next, h.floor, ref, payload, retransmit, desc != 0, now)
+	lend := c.ep.lend && c.wire == Version2 && len(payload) > 0
+	p, err := c.encodeData(buf, path, h.next, h.floor, ref, payload, retransmit, desc != 0, lend, now)
 	if err != nil {
 		return false
 	}
@@ -366,6 +367,9 @@ func (c *Conn) pollData(now time.Duration, buf []byte, out *Transmit) bool {
 		c.consumed(ref)
 	}
 	size = len(p)
+	if lend {
+		size += len(payload)
+	}
 	seq := h.add(now, &c.paths.Paths[path], ref.msg, ref.idx, size)
 	if desc != 0 {
 		c.descSent(h.rec(seq), path, desc)
@@ -374,6 +378,10 @@ func (c *Conn) pollData(now time.Duration, buf []byte, out *Transmit) bool {
 		h.gbnResend = h.next // nothing to go back over
 	}
 	c.sent(out, now, path, size, len(payload), retransmit, rate, len(p))
+	if lend {
+		out.Payload = payload
+		c.ep.lent++
+	}
 	return true
 }
 
@@ -418,7 +426,7 @@ func (c *Conn) sendDescriptor(now time.Duration, buf []byte, path int, ref chunk
 		c.cwndLimit = true
 		return false
 	}
-	p, err := c.encodeDataV2(buf, path, h.next, h.floor, chunkRef{msg: ref.msg}, nil, false, true)
+	p, err := c.encodeDataV2(buf, path, h.next, h.floor, chunkRef{msg: ref.msg}, nil, false, true, false)
 	if err != nil {
 		return false
 	}
@@ -450,6 +458,7 @@ func (c *Conn) sent(out *Transmit, now time.Duration, path, size, payload int, r
 	// Every field, one by one, as sentHistory.add writes its record.
 	out.Peer, out.Conn, out.Path, out.Entropy = c.peer, c, path, c.paths.Paths[path].Entropy
 	out.Reply, out.ECT, out.Len, out.Tracked, out.Seq = false, true, n, true, c.tx[path].next-1
+	out.Payload = nil
 }
 
 // maxPaceAhead bounds how far ahead of its schedule Config.PacingBurst
@@ -536,9 +545,9 @@ func ackSample(acked int, ps *pathmgr.Path) cc.AckSample {
 	return cc.AckSample{AckedBytes: acked, RTT: ps.LatestRTT, SRTT: ps.SRTT, MinRTT: ps.MinRTT, InflightBytes: ps.InflightBytes}
 }
 
-func (c *Conn) encodeData(buf []byte, path int, seq, floor uint64, ref chunkRef, payload []byte, retransmit, desc bool, now time.Duration) ([]byte, error) {
+func (c *Conn) encodeData(buf []byte, path int, seq, floor uint64, ref chunkRef, payload []byte, retransmit, desc, lend bool, now time.Duration) ([]byte, error) {
 	if c.wire == Version2 {
-		return c.encodeDataV2(buf, path, seq, floor, ref, payload, retransmit, desc)
+		return c.encodeDataV2(buf, path, seq, floor, ref, payload, retransmit, desc, lend)
 	}
 	m := ref.msg
 	h := DataHeader{
@@ -566,7 +575,11 @@ func (c *Conn) encodeData(buf []byte, path int, seq, floor uint64, ref chunkRef,
 // AppendDataV2's layout straight from the message, with its checks, and
 // no header struct between (TestEncodeDataV2IsAppendDataV2): filling one
 // and reading it back was a fifth of the header's cost per datagram.
-func (c *Conn) encodeDataV2(buf []byte, path int, seq, floor uint64, ref chunkRef, payload []byte, retransmit, desc bool) ([]byte, error) {
+//
+// With lend it writes the header alone and leaves the payload where it
+// lies (Endpoint.LendPayloads): buf must still have room for it, which
+// the driver appends.
+func (c *Conn) encodeDataV2(buf []byte, path int, seq, floor uint64, ref chunkRef, payload []byte, retransmit, desc, lend bool) ([]byte, error) {
 	m := ref.msg
 	gap := uint32(seq - floor) // < MaxPathInflight ≤ 2^24
 	if len(payload) > MaxPayload || gap > maxFloorGapV2 || (m.op != OpWrite && m.op != OpSend) || desc && m.length > MaxMessageLen {
@@ -606,6 +619,9 @@ func (c *Conn) encodeDataV2(buf []byte, path int, seq, floor uint64, ref chunkRe
 		be.PutUint16(b[40:], uint16(m.length>>32))
 		be.PutUint32(b[42:], uint32(m.length))
 	}
+	if lend {
+		return b[:hl], nil
+	}
 	copy(b[hl:], payload)
 	return b, nil
 }
@@ -620,9 +636,7 @@ func (c *Conn) ackChunk(now time.Duration, m *txMessage, idx int) {
 	m.ackedChunks++
 	if m.relay {
 		if b, ok := m.bufs.take(idx); ok {
-			if m.release != nil {
-				m.release(b)
-			}
+			c.ep.releaseBuf(m.release, b)
 		}
 	}
 	if m.done() {
@@ -641,7 +655,7 @@ func (c *Conn) completeStream(now time.Duration, s *txStream) {
 			c.Stats.MessagesFailed++
 		}
 		if m.relay && m.err != nil {
-			m.releaseAll()
+			m.releaseAll(c.ep)
 		}
 		c.ep.emit(Event{Kind: EventSendComplete, Conn: c, Stream: s.id, Seq: m.seq, Op: m.op, Key: m.key, Addr: m.addr, Len: m.length, Err: m.err, At: now})
 		s.msgs[s.head] = nil
@@ -681,7 +695,7 @@ func (c *Conn) failAll(now time.Duration, err error) {
 			if m := s.msgs[i]; !m.done() && m.err == nil {
 				m.err = err
 				if m.relay {
-					m.releaseAll()
+					m.releaseAll(c.ep)
 				}
 			}
 		}

@@ -302,7 +302,7 @@ func TestEncodeDataV2IsAppendDataV2(t *testing.T) {
 		}
 		size := DataHeaderLenV2 + DataDescLen + len(payload) - rng.IntN(DataDescLen+2)
 		want, werr := AppendDataV2(make([]byte, 0, size), &h, payload)
-		got, gerr := c.encodeDataV2(make([]byte, 0, size), path, seq, floor, ref, payload, retransmit, desc)
+		got, gerr := c.encodeDataV2(make([]byte, 0, size), path, seq, floor, ref, payload, retransmit, desc, false)
 		if gerr != werr || werr == nil && !bytes.Equal(got, want) {
 			t.Fatalf("header %+v, payload %d, buffer %d: encodeDataV2 gave %x, %v; AppendDataV2 %x, %v",
 				h, len(payload), size, got[:min(len(got), 48)], gerr, want[:min(len(want), 48)], werr)

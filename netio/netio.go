@@ -426,6 +426,9 @@ func New(cfg Config) (*Endpoint, error) {
 	if err != nil {
 		return nil, err
 	}
+	// DATA payloads stay where they lie until a sender copies them behind
+	// their header (writeBatch): that copy leaves the owner goroutine.
+	ep.LendPayloads()
 	e := &Endpoint{
 		cfg:   cfg,
 		log:   log,

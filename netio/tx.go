@@ -4,6 +4,7 @@ package netio
 
 import (
 	"net/netip"
+	"slices"
 	"time"
 
 	"golang.org/x/sys/cpu"
@@ -34,13 +35,16 @@ import (
 // its senders would let acknowledgements pile up unread and its paths time
 // out.
 
-// txItem is one polled datagram: plaintext at buf[maxOverhead:][:n].
+// txItem is one polled datagram: plaintext at buf[maxOverhead:][:n],
+// followed by payload, which its sender copies there (the payload is lent
+// by the state machine: metaroce.Transmit.Payload).
 type txItem struct {
-	buf    []byte
-	n      int
-	sealer Sealer // nil: sent as it is
-	s      *sock
-	dst    netip.AddrPort
+	buf     []byte
+	n       int
+	payload []byte
+	sealer  Sealer // nil: sent as it is
+	s       *sock
+	dst     netip.AddrPort
 	// conn and path name the path a non-reply datagram was sent on, so
 	// that a send the kernel refuses for its size (EMSGSIZE) can be told
 	// to the connection's path MTU discovery; a tracked one (DATA) is the
@@ -57,6 +61,10 @@ type sendBatch struct {
 	// left is when the sender finished writing it, on the endpoint's
 	// clock (Endpoint.Now).
 	left time.Duration
+	// lends: an item carries a lent payload, the first of them the
+	// lentFrom-th the owner polled (counted from 0).
+	lends    bool
+	lentFrom uint64
 }
 
 // txSender is one sender goroutine's queue and its scratch state.
@@ -92,6 +100,12 @@ type txState struct {
 	filling int
 	// starved: the last flush stopped for want of a buffer or a batch.
 	starved bool
+	// lent counts the polled datagrams that carried a lent payload;
+	// lending holds the batches, being filled or with a sender, that
+	// carry one. Every lent payload before the oldest of them is no
+	// longer read (metaroce.Endpoint.PayloadsDone).
+	lent    uint64
+	lending []*sendBatch
 }
 
 // txBatchesPerSender is how many batches circulate per sender (one being
@@ -147,7 +161,13 @@ func (e *Endpoint) writeBatch(w *txSender, b *sendBatch) {
 	var rs RunSealer
 	for i := range b.items {
 		it := &b.items[i]
-		wire := it.buf[maxOverhead : maxOverhead+it.n]
+		n := it.n
+		if it.payload != nil {
+			// The payload goes behind its header here, not on the owner
+			// goroutine, and just before the seal reads it.
+			n += copy(it.buf[maxOverhead+n:], it.payload)
+		}
+		wire := it.buf[maxOverhead : maxOverhead+n]
 		if it.sealer != nil {
 			start := maxOverhead - it.sealer.Prefix()
 			if it.sealer != runFor {
@@ -296,8 +316,26 @@ func (e *Endpoint) returned(b *sendBatch) {
 		conn.Departed(int(path), upTo, b.left)
 	}
 	b.items = b.items[:0]
+	if b.lends {
+		b.lends = false
+		if i := slices.Index(t.lending, b); i >= 0 {
+			t.lending = slices.Delete(t.lending, i, i+1)
+		}
+		e.payloadsDone()
+	}
 	t.free = append(t.free, b)
 	t.starved = false
+}
+
+// payloadsDone tells the state machine which lent payloads no sender reads
+// any more: all those polled before the oldest one still in a batch.
+func (e *Endpoint) payloadsDone() {
+	t := &e.owner.tx
+	done := t.lent
+	for _, b := range t.lending {
+		done = min(done, b.lentFrom)
+	}
+	e.ep.PayloadsDone(done)
 }
 
 // reclaimAll takes back every batch the senders have finished with.
@@ -358,6 +396,10 @@ func (e *Endpoint) queue(it txItem) {
 		t.cur[w] = b
 		t.filling++
 	}
+	if it.payload != nil && !b.lends {
+		b.lends, b.lentFrom = true, t.lent-1
+		t.lending = append(t.lending, b)
+	}
 	b.items = append(b.items, it)
 	if len(b.items) == txBatch {
 		e.send(w, b)
@@ -375,6 +417,9 @@ func (e *Endpoint) flush(now time.Duration) bool {
 	// buffers are reused while they are still in the cache.
 	e.reclaimAll()
 	polled := 0
+	// Deferred calls run last first: the batches go to their senders,
+	// then the payloads no batch holds are reported done.
+	defer e.payloadsDone()
 	defer e.dispatch()
 	tally := &o.txTally
 	defer tally.flush(e)
@@ -391,6 +436,9 @@ func (e *Endpoint) flush(now time.Duration) bool {
 		tx, ok := e.ep.Poll(now, buf[maxOverhead:maxOverhead:maxOverhead+o.room])
 		if !ok {
 			return false
+		}
+		if tx.Payload != nil {
+			t.lent++
 		}
 		p := lastPeer
 		if tx.Peer != lastID || p == nil {
@@ -421,7 +469,7 @@ func (e *Endpoint) flush(now time.Duration) bool {
 		if p.Sealer == nil && tx.Len == metaroce.InitLen && !tx.Reply {
 			tx.Len = e.noteInit(p.ID, buf[maxOverhead:], s, dst)
 		}
-		it := txItem{buf: buf, n: tx.Len, sealer: p.Sealer, s: s, dst: dst}
+		it := txItem{buf: buf, n: tx.Len, payload: tx.Payload, sealer: p.Sealer, s: s, dst: dst}
 		if !tx.Reply {
 			it.conn, it.path = tx.Conn, int32(tx.Path)
 			it.tracked, it.seq = tx.Tracked, tx.Seq
@@ -431,7 +479,7 @@ func (e *Endpoint) flush(now time.Duration) bool {
 		// counters needs no lock), when the datagram is handed to its
 		// sender, a run of one peer and plane at once: plaintext
 		// length, not the sealed wire length.
-		tally.add(e, p.ID, s.plane, tx.Len)
+		tally.add(e, p.ID, s.plane, tx.Len+len(tx.Payload))
 		polled++
 	}
 	return polled >= txRounds*txBatch
