@@ -1,6 +1,7 @@
 package metaroce
 
 import (
+	"bytes"
 	"container/heap"
 	"math/rand/v2"
 	"testing"
@@ -31,7 +32,41 @@ type testNet struct {
 	// descheduled process, whose timers and received datagrams wait.
 	paused [2]time.Duration
 
+	// lendLag > 0: the driver reads a payload an endpoint lent it
+	// (LendPayloads, which the test turns on) lendLag after the poll, as a
+	// sender goroutine running behind the protocol does, and checks it
+	// still holds what it held then; the datagram carries that. Then it
+	// reports the payload done (PayloadsDone).
+	lendLag time.Duration
+	lends   [2][]lentPayload
+	lentN   [2]uint64
+
 	sent, lost, delivered int
+}
+
+// lentPayload is a payload an endpoint lent, due to be read at due.
+type lentPayload struct {
+	due           time.Duration
+	payload, sent []byte
+}
+
+// readLent reads endpoint i's lent payloads that are due and reports
+// them done.
+func (n *testNet) readLent(i int) {
+	l := n.lends[i]
+	k := 0
+	for k < len(l) && l[k].due <= n.now {
+		if !bytes.Equal(l[k].payload, l[k].sent) {
+			n.t.Errorf("endpoint %d: a lent payload changed before the driver read it", i)
+		}
+		k++
+	}
+	if k == 0 {
+		return
+	}
+	n.lends[i] = l[k:]
+	n.lentN[i] += uint64(k)
+	n.eps[i].PayloadsDone(n.lentN[i])
 }
 
 // stall stops endpoint i until the simulated time until: it sends nothing,
@@ -99,6 +134,7 @@ func (n *testNet) flush(from int) {
 		return
 	}
 	ep := n.eps[from]
+	n.readLent(from)
 	scratch := make([]byte, 0, 70000)
 	for {
 		tx, ok := ep.Poll(n.now, scratch)
@@ -106,6 +142,13 @@ func (n *testNet) flush(from int) {
 			return
 		}
 		buf := append([]byte(nil), scratch[:tx.Len]...)
+		if tx.Payload != nil {
+			if n.lendLag <= 0 {
+				n.t.Fatal("a payload lent to a driver that did not ask for it")
+			}
+			buf = append(buf, tx.Payload...)
+			n.lends[from] = append(n.lends[from], lentPayload{due: n.now + n.lendLag, payload: tx.Payload, sent: buf[tx.Len:]})
+		}
 		if n.tap != nil {
 			n.tap(from, buf)
 		}
@@ -124,7 +167,7 @@ func (n *testNet) flush(from int) {
 			copies = 2
 		}
 		for k := 0; k < copies; k++ {
-			d := &dgram{at: n.now + n.delay[pl] + time.Duration(k)*time.Microsecond, to: 1 - from, data: buf[:tx.Len],
+			d := &dgram{at: n.now + n.delay[pl] + time.Duration(k)*time.Microsecond, to: 1 - from, data: buf,
 				meta: RecvMeta{Peer: PeerID(from), Entropy: src}}
 			n.seq++
 			d.seq = n.seq
@@ -150,6 +193,9 @@ func (n *testNet) run(limit time.Duration, cond func() bool) bool {
 			}
 			if t >= 0 && (next < 0 || t < next) {
 				next = t
+			}
+			if l := n.lends[i]; len(l) > 0 && (next < 0 || l[0].due < next) {
+				next = l[0].due
 			}
 		}
 		if next < 0 || next > limit {

@@ -26,7 +26,13 @@ func (r *relaySink) Chunk(c *Conn, h *DataHeader, payload []byte) ErrorCode {
 	rm := r.msgs[h.MsgSeq]
 	if rm == nil {
 		var err error
-		rm, err = r.out.WriteRelay(r.stream, h.MsgSeq, h.Op, h.Key, h.Addr, h.MsgLen, func([]byte) { r.inflight-- })
+		rm, err = r.out.WriteRelay(r.stream, h.MsgSeq, h.Op, h.Key, h.Addr, h.MsgLen, func(b []byte) {
+			r.inflight--
+			// Released: the buffer is reused at once, here scribbled on.
+			for i := range b {
+				b[i] = 0xee
+			}
+		})
 		if err != nil {
 			r.t.Errorf("WriteRelay: %v", err)
 			return ErrCodeTooFarAhead
@@ -45,10 +51,28 @@ func (r *relaySink) Chunk(c *Conn, h *DataHeader, payload []byte) ErrorCode {
 // hops. G never holds a whole message: it forwards chunks as they arrive. B's
 // memory must equal what A sent, with every message completed once in order,
 // and G must end holding no buffers.
+//
+// With lent payloads, A and G lend theirs (LendPayloads) to a driver that
+// reads each one 100 µs after the poll, after its ACK has come back: a
+// relay buffer G reuses as soon as it is released (scribbled on) must
+// still hold what was polled when the driver reads it.
 func TestRelayCutThrough(t *testing.T) {
+	t.Run("copied", func(t *testing.T) { relayCutThrough(t, 0) })
+	t.Run("lent", func(t *testing.T) { relayCutThrough(t, 100*time.Microsecond) })
+}
+
+func relayCutThrough(t *testing.T, lendLag time.Duration) {
 	cfg := Config{MTU: 1024, Paths: 4, CC: cc.NewFixed(32<<10, 0), Seed: 11}
+	if lendLag > 0 {
+		cfg.WireVersions = []uint8{Version1, Version2} // version 2 DATA lends its payload
+	}
 	n1 := newTestNet(t, cfg, cfg, 4, 11) // A (0) → G (1)
 	n2 := newTestNet(t, cfg, cfg, 4, 12) // G (0) → B (1)
+	if lendLag > 0 {
+		n1.lendLag, n2.lendLag = lendLag, lendLag
+		n1.eps[0].LendPayloads()
+		n2.eps[0].LendPayloads()
+	}
 	n1.loss, n2.loss = 0.02, 0.02
 	a, _ := n1.eps[0].Connect(0, 1)
 	gOut, _ := n2.eps[0].Connect(0, 1)
@@ -128,6 +152,9 @@ func TestRelayCutThrough(t *testing.T) {
 	}
 	if !bytes.Equal(region[:len(want)], want) {
 		t.Fatal("B's memory differs from what A wrote")
+	}
+	if lendLag > 0 && (n1.lentN[0] == 0 || n2.lentN[0] == 0) {
+		t.Fatalf("payloads lent: A %d, G %d; want both > 0", n1.lentN[0], n2.lentN[0])
 	}
 	if sink.maxHeld*1024 >= len(want) {
 		t.Fatalf("G held %d chunks at once: that is the whole transfer, not cut-through", sink.maxHeld)
