@@ -57,15 +57,13 @@ func (r *relaySink) Chunk(c *Conn, h *DataHeader, payload []byte) ErrorCode {
 // relay buffer G reuses as soon as it is released (scribbled on) must
 // still hold what was polled when the driver reads it.
 func TestRelayCutThrough(t *testing.T) {
-	t.Run("copied", func(t *testing.T) { relayCutThrough(t, 0) })
-	t.Run("lent", func(t *testing.T) { relayCutThrough(t, 100*time.Microsecond) })
+	t.Run("copied", func(t *testing.T) { relayCutThrough(t, 0, Version1) })
+	t.Run("lent", func(t *testing.T) { relayCutThrough(t, 100*time.Microsecond, Version1) })
+	t.Run("lent-v2", func(t *testing.T) { relayCutThrough(t, 100*time.Microsecond, Version2) })
 }
 
-func relayCutThrough(t *testing.T, lendLag time.Duration) {
-	cfg := Config{MTU: 1024, Paths: 4, CC: cc.NewFixed(32<<10, 0), Seed: 11}
-	if lendLag > 0 {
-		cfg.WireVersions = []uint8{Version1, Version2} // version 2 DATA lends its payload
-	}
+func relayCutThrough(t *testing.T, lendLag time.Duration, wire uint8) {
+	cfg := Config{MTU: 1024, Paths: 4, CC: cc.NewFixed(32<<10, 0), Seed: 11, WireVersions: []uint8{wire}}
 	n1 := newTestNet(t, cfg, cfg, 4, 11) // A (0) → G (1)
 	n2 := newTestNet(t, cfg, cfg, 4, 12) // G (0) → B (1)
 	if lendLag > 0 {

@@ -345,7 +345,7 @@ func (c *Conn) pollData(now time.Duration, buf []byte, out *Transmit) bool {
 		c.cwndLimit = true
 		return false
 	}
-	lend := c.ep.lend && c.wire == Version2 && len(payload) > 0
+	lend := c.ep.lend && len(payload) > 0
 	p, err := c.encodeData(buf, path, h.next, h.floor, ref, payload, retransmit, desc != 0, lend, now)
 	if err != nil {
 		return false
@@ -545,6 +545,8 @@ func ackSample(acked int, ps *pathmgr.Path) cc.AckSample {
 	return cc.AckSample{AckedBytes: acked, RTT: ps.LatestRTT, SRTT: ps.SRTT, MinRTT: ps.MinRTT, InflightBytes: ps.InflightBytes}
 }
 
+// encodeData builds the DATA of chunk ref into buf; with lend, its header
+// alone, the payload left to the driver (Endpoint.LendPayloads).
 func (c *Conn) encodeData(buf []byte, path int, seq, floor uint64, ref chunkRef, payload []byte, retransmit, desc, lend bool, now time.Duration) ([]byte, error) {
 	if c.wire == Version2 {
 		return c.encodeDataV2(buf, path, seq, floor, ref, payload, retransmit, desc, lend)
@@ -567,7 +569,7 @@ func (c *Conn) encodeData(buf []byte, path int, seq, floor uint64, ref chunkRef,
 	if retransmit {
 		h.Flags = FlagRetransmit
 	}
-	return AppendData(buf[:0], &h, payload)
+	return appendData(buf[:0], &h, payload, lend)
 }
 
 // encodeDataV2 builds a version-2 DATA (PROTOCOL.md §12): the low 32 bits

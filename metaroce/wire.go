@@ -160,6 +160,13 @@ type DataHeader struct {
 // AppendData encodes a DATA packet with payload into b[:0] and returns the
 // packet. It does not allocate if cap(b) is large enough.
 func AppendData(b []byte, h *DataHeader, payload []byte) ([]byte, error) {
+	return appendData(b, h, payload, false)
+}
+
+// appendData is AppendData; with headerOnly it checks the room for the
+// payload and writes the header that describes it, but not the payload
+// (which the driver appends: Endpoint.LendPayloads).
+func appendData(b []byte, h *DataHeader, payload []byte, headerOnly bool) ([]byte, error) {
 	if len(payload) > MaxPayload {
 		return b, ErrBadField
 	}
@@ -180,6 +187,9 @@ func AppendData(b []byte, h *DataHeader, payload []byte) ([]byte, error) {
 	be.PutUint32(b[56:], h.Key)
 	be.PutUint64(b[60:], h.Addr)
 	be.PutUint64(b[68:], h.Timestamp)
+	if headerOnly {
+		return b[:DataHeaderLen], nil
+	}
 	copy(b[DataHeaderLen:], payload)
 	return b, nil
 }
