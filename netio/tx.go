@@ -16,8 +16,10 @@ import (
 
 // The send side is a pipeline: the owner goroutine polls datagrams out of
 // the state machine into buffers and hands them, in batches, to sender
-// goroutines that seal them (the AEAD is the costliest step per datagram)
-// and write them with one WriteBatch per socket. So the protocol and the
+// goroutines that complete them (a DATA's payload is lent by the state
+// machine, copied behind its header by the sender: metaroce
+// Endpoint.LendPayloads), seal them (the AEAD is the costliest step per
+// datagram) and write them with one WriteBatch per socket. So the protocol and the
 // sealing run on different cores, and with several senders the sealing
 // itself runs in parallel.
 //
