@@ -92,28 +92,26 @@ type Endpoint struct {
 	evHead  int
 	sinks   map[uint32]Sink // streams bound on every connection (BindSinkAll)
 
-	// lend: Poll hands DATA payloads out by reference (LendPayloads);
-	// lent counts those handed out, lentDone those the driver no longer
-	// reads (PayloadsDone). While lentDone < lent, what would let a
-	// payload's memory be reused (a relay buffer's release, an event,
-	// among them the completion of the message it belongs to) waits in
-	// held, in order, stamped with lent at the time.
-	lend           bool
-	lent, lentDone uint64
-	held           []heldAction
-	heldHead       int
+	// lend: Poll hands DATA payloads out by reference (LendPayloads).
+	// lentMsgs[lentHead:] are the messages of the payloads lent and not
+	// yet done with, in the order they were lent (PayloadsDone counts
+	// them off). held[heldHead:] are the events waiting for a message's
+	// lent payloads (its completion), and those behind one, in order.
+	lend     bool
+	lentMsgs []*txMessage
+	lentHead int
+	lentDone uint64
+	held     []heldEvent
+	heldHead int
 
 	Stats EndpointStats
 }
 
-// heldAction is a release or an event waiting for the payloads lent
-// before it to be done with (Endpoint.PayloadsDone).
-type heldAction struct {
-	after   uint64 // runs once lentDone reaches it
-	release func([]byte)
-	buf     []byte
-	ev      Event
-	isEvent bool
+// heldEvent is an event held back: its message (nil if none) still has
+// payloads lent, or an event ahead of it does.
+type heldEvent struct {
+	m  *txMessage
+	ev Event
 }
 
 // LendPayloads makes Poll leave the payload of a DATA datagram where it
@@ -122,52 +120,70 @@ type heldAction struct {
 // appends it, on another goroutine if it likes, so that the copy leaves
 // the goroutine running the protocol. The driver must then report with
 // PayloadsDone when it no longer reads them: until then the endpoint
-// holds back the releases of relay buffers and every event (a completed
-// message's memory may be reused once its completion is seen).
+// holds back what would let their memory be reused, the release of a
+// relay buffer of the message and the message's completion (with the
+// events after it, which keep their order).
 func (e *Endpoint) LendPayloads() { e.lend = true }
+
+// lendOut records that a payload of m was lent.
+func (e *Endpoint) lendOut(m *txMessage) {
+	e.lentMsgs = append(e.lentMsgs, m)
+	m.lentOut++
+}
 
 // PayloadsDone tells the endpoint that the driver no longer reads the
 // payloads of the first n Transmits that carried one (counted in the
 // order Poll returned them): releases and events held for them go ahead.
 func (e *Endpoint) PayloadsDone(n uint64) {
-	if n > e.lent {
-		n = e.lent
-	}
-	if n <= e.lentDone {
-		return
-	}
-	e.lentDone = n
-	for e.heldHead < len(e.held) && e.held[e.heldHead].after <= n {
-		a := e.held[e.heldHead]
-		e.held[e.heldHead] = heldAction{}
-		e.heldHead++
-		if a.isEvent {
-			e.push(a.ev)
-		} else {
-			a.release(a.buf)
+	for e.lentDone < n && e.lentHead < len(e.lentMsgs) {
+		m := e.lentMsgs[e.lentHead]
+		e.lentMsgs[e.lentHead] = nil
+		e.lentHead++
+		e.lentDone++
+		if m.lentOut--; m.lentOut == 0 && len(m.heldBufs) > 0 {
+			for i, b := range m.heldBufs {
+				m.release(b)
+				m.heldBufs[i] = nil
+			}
+			m.heldBufs = m.heldBufs[:0]
 		}
 	}
-	// Compact once the run prefix dominates: under steady load the queue
-	// is never empty, and appends must not keep the prefix alive.
+	// Compact once the done prefix dominates: under steady load the
+	// queues are never empty, and appends must not keep the prefix alive.
+	if e.lentHead > 0 && e.lentHead*2 >= len(e.lentMsgs) {
+		k := copy(e.lentMsgs, e.lentMsgs[e.lentHead:])
+		clear(e.lentMsgs[k:])
+		e.lentMsgs = e.lentMsgs[:k]
+		e.lentHead = 0
+	}
+	for e.heldHead < len(e.held) {
+		h := e.held[e.heldHead]
+		if h.m != nil && h.m.lentOut > 0 {
+			break
+		}
+		e.held[e.heldHead] = heldEvent{}
+		e.heldHead++
+		e.push(h.ev)
+	}
 	if e.heldHead > 0 && e.heldHead*2 >= len(e.held) {
-		n := copy(e.held, e.held[e.heldHead:])
-		clear(e.held[n:])
-		e.held = e.held[:n]
+		k := copy(e.held, e.held[e.heldHead:])
+		clear(e.held[k:])
+		e.held = e.held[:k]
 		e.heldHead = 0
 	}
 }
 
-// releaseBuf gives a relay buffer back through release (nil: nobody
-// wants it), once no lent payload may still be read from it.
-func (e *Endpoint) releaseBuf(release func([]byte), b []byte) {
-	if release == nil {
+// releaseBuf gives a relay buffer of m back through m's release (nil:
+// nobody wants it), once no lent payload of m may still be read.
+func (e *Endpoint) releaseBuf(m *txMessage, b []byte) {
+	if m.release == nil {
 		return
 	}
-	if e.lentDone < e.lent {
-		e.held = append(e.held, heldAction{after: e.lent, release: release, buf: b})
+	if m.lentOut > 0 {
+		m.heldBufs = append(m.heldBufs, b)
 		return
 	}
-	release(b)
+	m.release(b)
 }
 
 type reply struct {
@@ -345,9 +361,13 @@ func (e *Endpoint) untag(c *Conn) {
 	}
 }
 
-func (e *Endpoint) emit(ev Event) {
-	if e.lentDone < e.lent || e.heldHead < len(e.held) {
-		e.held = append(e.held, heldAction{after: e.lent, ev: ev, isEvent: true})
+func (e *Endpoint) emit(ev Event) { e.emitFor(nil, ev) }
+
+// emitFor queues ev, an event about message m (nil: none); it waits
+// while m has payloads lent, or while an event ahead of it waits.
+func (e *Endpoint) emitFor(m *txMessage, ev Event) {
+	if e.heldHead < len(e.held) || m != nil && m.lentOut > 0 {
+		e.held = append(e.held, heldEvent{m: m, ev: ev})
 		return
 	}
 	e.push(ev)

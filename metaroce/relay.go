@@ -145,7 +145,7 @@ func (r *RelayMessage) Seq() uint64 { return r.m.seq }
 // releaseAll gives every buffer a failed relayed message still holds back.
 func (m *txMessage) releaseAll(e *Endpoint) {
 	m.bufs.all(func(b []byte) {
-		e.releaseBuf(m.release, b)
+		e.releaseBuf(m, b)
 	})
 	m.supplied, m.supHead = nil, 0
 }

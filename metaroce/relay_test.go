@@ -54,8 +54,9 @@ func (r *relaySink) Chunk(c *Conn, h *DataHeader, payload []byte) ErrorCode {
 //
 // With lent payloads, A and G lend theirs (LendPayloads) to a driver that
 // reads each one 100 µs after the poll, after its ACK has come back: a
-// relay buffer G reuses as soon as it is released (scribbled on) must
-// still hold what was polled when the driver reads it.
+// relay buffer G reuses as soon as it is released, and a message's data A
+// reuses as soon as it completes (both scribbled on), must still hold
+// what was polled when the driver reads it.
 func TestRelayCutThrough(t *testing.T) {
 	t.Run("copied", func(t *testing.T) { relayCutThrough(t, 0, Version1) })
 	t.Run("lent", func(t *testing.T) { relayCutThrough(t, 100*time.Microsecond, Version1) })
@@ -108,6 +109,7 @@ func relayCutThrough(t *testing.T, lendLag time.Duration, wire uint8) {
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	var want []byte
+	sent := map[uint64][]byte{} // A's messages' data, reused once complete
 	off := 0
 	const msgs = 40
 	for i := 0; i < msgs; i++ {
@@ -116,9 +118,11 @@ func relayCutThrough(t *testing.T, lendLag time.Duration, wire uint8) {
 		for j := range data {
 			data[j] = byte(rng.Uint32())
 		}
-		if _, err := a.Write(n1.now, 5, 3, uint64(off), data); err != nil {
+		seq, err := a.Write(n1.now, 5, 3, uint64(off), data)
+		if err != nil {
 			t.Fatal(err)
 		}
+		sent[seq] = data
 		want = append(want, data...)
 		off += size
 	}
@@ -127,6 +131,10 @@ func relayCutThrough(t *testing.T, lendLag time.Duration, wire uint8) {
 		for _, ev := range drain(n1.eps[0]) {
 			if ev.Kind == EventSendComplete {
 				aDone = append(aDone, ev.Seq)
+				// Complete: the application reuses the data at once.
+				for i := range sent[ev.Seq] {
+					sent[ev.Seq][i] = 0xdd
+				}
 			}
 		}
 		drain(n1.eps[1])

@@ -39,6 +39,12 @@ type txMessage struct {
 	supplied []int
 	supHead  int
 	release  func([]byte)
+
+	// lentOut counts the payloads of m lent to the driver and not yet
+	// done with (Endpoint.LendPayloads); while it is not zero, m's
+	// released buffers wait in heldBufs and its completion is held.
+	lentOut  int
+	heldBufs [][]byte
 }
 
 func (m *txMessage) done() bool { return m.ackedChunks == m.nChunks }
@@ -380,7 +386,7 @@ func (c *Conn) pollData(now time.Duration, buf []byte, out *Transmit) bool {
 	c.sent(out, now, path, size, len(payload), retransmit, rate, len(p))
 	if lend {
 		out.Payload = payload
-		c.ep.lent++
+		c.ep.lendOut(ref.msg)
 	}
 	return true
 }
@@ -638,7 +644,7 @@ func (c *Conn) ackChunk(now time.Duration, m *txMessage, idx int) {
 	m.ackedChunks++
 	if m.relay {
 		if b, ok := m.bufs.take(idx); ok {
-			c.ep.releaseBuf(m.release, b)
+			c.ep.releaseBuf(m, b)
 		}
 	}
 	if m.done() {
@@ -659,7 +665,7 @@ func (c *Conn) completeStream(now time.Duration, s *txStream) {
 		if m.relay && m.err != nil {
 			m.releaseAll(c.ep)
 		}
-		c.ep.emit(Event{Kind: EventSendComplete, Conn: c, Stream: s.id, Seq: m.seq, Op: m.op, Key: m.key, Addr: m.addr, Len: m.length, Err: m.err, At: now})
+		c.ep.emitFor(m, Event{Kind: EventSendComplete, Conn: c, Stream: s.id, Seq: m.seq, Op: m.op, Key: m.key, Addr: m.addr, Len: m.length, Err: m.err, At: now})
 		s.msgs[s.head] = nil
 		s.head++
 		c.queued--
