@@ -506,9 +506,9 @@ func (r *run) entering(lan netip.AddrPort) map[int]bool {
 func (r *run) writerName(id int) string {
 	switch {
 	case id < r.o.Flows:
-		return fmt.Sprintf("%s->%s #%d", r.names[RegionA], r.names[RegionB], id)
+		return fmt.Sprintf("%s->%s flow %d", r.names[RegionA], r.names[RegionB], id)
 	case id < 2*r.o.Flows:
-		return fmt.Sprintf("%s->%s #%d", r.names[RegionB], r.names[RegionA], id-r.o.Flows)
+		return fmt.Sprintf("%s->%s flow %d", r.names[RegionB], r.names[RegionA], id-r.o.Flows)
 	}
 	return fmt.Sprintf("a-proc->%s", r.names[RegionB])
 }
