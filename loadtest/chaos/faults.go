@@ -133,53 +133,7 @@ func (r *run) inject(ctx context.Context, kind string) Injection {
 			fail("%v", err)
 		}
 	case FaultPartition:
-		in.Target = RegionA + " | " + RegionB
-		// A gateway of each region watches the other region's gateways
-		// through the cut, which lasts until gossip declares one of them
-		// dead (what the fault is for; at most 30 s on a slow machine) and
-		// at least the drawn hold.
-		watch := map[string]*gwProc{}
-		for _, p := range r.cl.gws {
-			if watch[p.region] == nil {
-				watch[p.region] = p
-			}
-		}
-		alive := func(p *gwProc) float64 {
-			other := RegionB
-			if p.region == RegionB {
-				other = RegionA
-			}
-			v, err := p.metric(ctx, "mrgw_peers_alive", `peer_region="`+other+`"`)
-			if err != nil {
-				return -1
-			}
-			return v
-		}
-		before, least := map[string]float64{}, map[string]float64{}
-		for reg, p := range watch {
-			before[reg] = alive(p)
-			least[reg] = before[reg]
-		}
-		r.cl.partition(true)
-		r.say("%s: gossip between %s cut", kind, in.Target)
-		hold, longest := time.Now().Add(r.dur(3*time.Second, 6*time.Second)), time.Now().Add(30*time.Second)
-		for {
-			for reg, p := range watch {
-				if v := alive(p); v >= 0 && v < least[reg] {
-					least[reg] = v
-				}
-			}
-			in.CutSeen = least[RegionA] < before[RegionA] || least[RegionB] < before[RegionB]
-			if now := time.Now(); (in.CutSeen && now.After(hold)) || now.After(longest) {
-				break
-			}
-			if sleep.Ctx(ctx, 200*time.Millisecond) != nil {
-				break
-			}
-		}
-		r.cl.partition(false)
-		in.Note = fmt.Sprintf("other region's gateways alive during the cut, least seen: %s %g of %g, %s %g of %g",
-			RegionA, least[RegionA], before[RegionA], RegionB, least[RegionB], before[RegionB])
+		r.partition(ctx, &in)
 	case FaultKeyRotation:
 		in.Target = gw.name
 		before, _ := gw.metric(ctx, "mrgw_key_rotations_total", `result="ok"`)
@@ -268,6 +222,57 @@ func (r *run) inject(ctx context.Context, kind string) Injection {
 		}
 	}
 	return in
+}
+
+// partition cuts gossip between the regions. A gateway of each region
+// watches the other region's gateways through the cut, which lasts until
+// gossip declares one of them dead (what the fault is for; at most 30 s on
+// a slow machine) and at least the drawn hold.
+func (r *run) partition(ctx context.Context, in *Injection) {
+	kind := in.Fault
+	in.Target = RegionA + " | " + RegionB
+	watch := map[string]*gwProc{}
+	for _, p := range r.cl.gws {
+		if watch[p.region] == nil {
+			watch[p.region] = p
+		}
+	}
+	alive := func(p *gwProc) float64 {
+		other := RegionB
+		if p.region == RegionB {
+			other = RegionA
+		}
+		v, err := p.metric(ctx, "mrgw_peers_alive", `peer_region="`+other+`"`)
+		if err != nil {
+			return -1
+		}
+		return v
+	}
+	before, least := map[string]float64{}, map[string]float64{}
+	for reg, p := range watch {
+		before[reg] = alive(p)
+		least[reg] = before[reg]
+	}
+	r.cl.partition(true)
+	r.say("%s: gossip between %s cut", kind, in.Target)
+	hold, longest := time.Now().Add(r.dur(3*time.Second, 6*time.Second)), time.Now().Add(30*time.Second)
+	for {
+		for reg, p := range watch {
+			if v := alive(p); v >= 0 && v < least[reg] {
+				least[reg] = v
+			}
+		}
+		in.CutSeen = least[RegionA] < before[RegionA] || least[RegionB] < before[RegionB]
+		if now := time.Now(); (in.CutSeen && now.After(hold)) || now.After(longest) {
+			break
+		}
+		if sleep.Ctx(ctx, 200*time.Millisecond) != nil {
+			break
+		}
+	}
+	r.cl.partition(false)
+	in.Note = fmt.Sprintf("other region's gateways alive during the cut, least seen: %s %g of %g, %s %g of %g",
+		RegionA, least[RegionA], before[RegionA], RegionB, least[RegionB], before[RegionB])
 }
 
 func errSuffix(e string) string {
