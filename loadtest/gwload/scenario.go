@@ -132,6 +132,12 @@ type Scenario struct {
 	// optional unit) [4MiB]: each gateway's 256 MiB budget admits 256 MiB /
 	// FlowCredit flows, so thousands of flows need a smaller credit.
 	FlowCredit string `yaml:"flow_credit,omitempty"`
+	// GatewayWANRate is every gateway's wan.max_rate_bps, a rate as in
+	// link.rate [the planes' whole rate: each gateway is told the whole
+	// fabric, which the two gateways of a region share, so that their
+	// connections' hints sum to twice what it carries]. Half the fabric
+	// tells each gateway of a region its share.
+	GatewayWANRate string `yaml:"gateway_wan_rate,omitempty"`
 	// Seed of the emulator [1].
 	Seed uint64 `yaml:"seed,omitempty"`
 	// Sources, if set, replace the lab's two regions (bulk only): one
@@ -219,6 +225,7 @@ type resolved struct {
 	links      [2][]netem.LinkConfig // per direction and plane
 	msgSize    int
 	flowCredit int
+	wanRate    float64 // GatewayWANRate, bit/s; 0: the lab's default
 }
 
 // Normalize fills in defaults and checks the scenario against the limits.
@@ -424,7 +431,8 @@ func (s *Scenario) resolvePattern() (defSize string, err error) {
 	return defSize, nil
 }
 
-// resolveLimits parses the flow credit and checks the class name.
+// resolveLimits parses the flow credit and the gateways' WAN rate, and
+// checks the class name.
 func (s *Scenario) resolveLimits(r *resolved) error {
 	if s.FlowCredit != "" {
 		var err error
@@ -434,6 +442,16 @@ func (s *Scenario) resolveLimits(r *resolved) error {
 		if r.flowCredit < 4096 || r.flowCredit > 256<<20 {
 			return fmt.Errorf("flow_credit %d outside 4096..%d bytes", r.flowCredit, 256<<20)
 		}
+	}
+	if s.GatewayWANRate != "" {
+		lc, err := netem.ParseLink("rate=" + s.GatewayWANRate)
+		if err != nil || strings.Contains(s.GatewayWANRate, ",") {
+			return fmt.Errorf("gateway_wan_rate %q: not a rate (like 100mbit)", s.GatewayWANRate)
+		}
+		if lc.Rate <= 0 || lc.Rate > 10e9 {
+			return fmt.Errorf("gateway_wan_rate %q outside 0..10gbit", s.GatewayWANRate)
+		}
+		r.wanRate = float64(lc.Rate)
 	}
 	if len(s.Workload.Class) > 64 {
 		return errors.New("class name longer than 64 bytes")

@@ -50,6 +50,9 @@ func TestParseRejects(t *testing.T) {
 		{"name: x\nworkload: {message_size: 1GiB}\n", "message_size"},
 		{"name: x\nunknown_key: 1\n", "unknown_key"},
 		{"name: x\nlinks: [{plane: 0, dir: up}]\n", "dir"},
+		{"name: x\ngateway_wan_rate: fast\n", "gateway_wan_rate"},
+		{"name: x\ngateway_wan_rate: 0mbit\n", "gateway_wan_rate"},
+		{"name: x\ngateway_wan_rate: 20gbit\n", "gateway_wan_rate"},
 	} {
 		_, err := ParseScenario([]byte(c.yaml))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -115,6 +118,7 @@ func FuzzParseScenario(f *testing.F) {
 	f.Add([]byte("name: x\nworkload: {pattern: incast, flows: 8}\n"))
 	f.Add([]byte("name: y\nduration: 3s\nworkload: {pattern: allreduce, hosts: 2, steps: 2}\nfaults: [{at: 1s, kind: gateway-kill, target: busiest-src}]\n"))
 	f.Add([]byte("links: [{plane: 0, dir: b-a, rate: 10mbit, delay: 5ms, queue: 64KiB}]\n"))
+	f.Add([]byte("name: z\ngateway_wan_rate: 100mbit\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s, err := ParseScenario(data)
 		if err != nil {
@@ -160,16 +164,29 @@ func TestShippedFiles(t *testing.T) {
 }
 
 // The two-pairs scenario files parse into the lab's default two regions
-// with the workload they state.
+// with the workload they state; the -share ones tell each gateway half
+// the fabric (4 planes of 50 Mbit/s), the others leave the lab's default
+// (the whole fabric).
 func TestTwoPairsScenarioFiles(t *testing.T) {
-	for f, flows := range map[string]int{"testdata/two-pairs.yaml": 8, "testdata/two-pairs-loss.yaml": 8,
-		"testdata/two-pairs-64.yaml": 64, "testdata/two-pairs-64-loss.yaml": 64} {
-		s, err := LoadScenario(f)
+	for f, flows := range map[string]int{"two-pairs": 8, "two-pairs-loss": 8, "two-pairs-64": 64, "two-pairs-64-loss": 64,
+		"two-pairs-share": 8, "two-pairs-share-loss": 8, "two-pairs-share-64": 64, "two-pairs-share-64-loss": 64} {
+		s, err := LoadScenario("testdata/" + f + ".yaml")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if s.Workload.Flows != flows || s.Workload.Hosts != 2 || len(s.Sources) != 0 || s.Duration != 20*time.Second {
+		if s.Name != f || s.Workload.Flows != flows || s.Workload.Hosts != 2 || len(s.Sources) != 0 || s.Duration != 20*time.Second {
 			t.Errorf("%s: %+v", f, s)
+		}
+		r, err := s.resolve()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := 0.0
+		if strings.Contains(f, "share") {
+			want = float64(r.base.Rate) * float64(s.Planes) / 2
+		}
+		if r.wanRate != want {
+			t.Errorf("%s: gateways' WAN rate %g bit/s, want %g", f, r.wanRate, want)
 		}
 	}
 }
