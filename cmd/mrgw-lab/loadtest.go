@@ -119,11 +119,20 @@ var lossCols = []report.Column{
 var completionCols = []report.Column{
 	report.ColSystem, report.ColRTT, report.ColLoss,
 	{Title: "message", Value: func(r *report.Row) string { return fmt.Sprintf("%d MiB", r.MessageBytes>>20) }},
-	{Title: "p50", Value: func(r *report.Row) string { return fmt.Sprintf("%.1f ms", r.P50ms) }},
-	{Title: "p99", Value: func(r *report.Row) string { return fmt.Sprintf("%.1f ms", r.P99ms) }},
+	{Title: "p50", Value: func(r *report.Row) string { return completionMs(r, r.P50ms) }},
+	{Title: "p99", Value: func(r *report.Row) string { return completionMs(r, r.P99ms) }},
 	{Title: "p50 / mrgw", Value: func(r *report.Row) string { return ratioOrDash(r.P50Ratio) }},
 	{Title: "p99 / mrgw", Value: func(r *report.Row) string { return ratioOrDash(r.P99Ratio) }},
 	{Title: "emulator", Value: func(r *report.Row) string { return r.Emulator }},
+}
+
+// completionMs is a completion-time quantile, or "-" for a row whose
+// messages did not complete (its quantiles are no measurement).
+func completionMs(r *report.Row, ms float64) string {
+	if r.Messages == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f ms", ms)
 }
 
 func intOrDash(n int) string {
