@@ -118,6 +118,11 @@ type Path struct {
 	consecutiveTimeouts int
 	probeAnswers        int
 	probeInterval       time.Duration
+	// suspectAnswers counts the answers in a row to an idle suspect
+	// path's probes; suspectWait is the wait between them once it
+	// backs off (probeSuspect).
+	suspectAnswers int
+	suspectWait    time.Duration
 	// NextProbe is when the next probe of a down or probing path is due.
 	NextProbe time.Duration
 	// ProbeOutstanding is true while a probe awaits its answer.

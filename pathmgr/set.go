@@ -90,6 +90,7 @@ func (s *Set) OnTimeout(now time.Duration, path int) bool {
 	}
 	s.move(p, Suspect, now, "timeout")
 	p.suspectMisses = 0
+	p.suspectAnswers, p.suspectWait = 0, 0
 	// Should the path carry nothing from now on (round robin prefers up
 	// paths), a probe tests it after one more PTO (ProbeDue).
 	p.ProbeOutstanding = false
@@ -154,9 +155,21 @@ func (s *Set) ProbeDue(now time.Duration, path int) bool {
 	return true
 }
 
+// suspectBackoffAfter is how many answers in a row an idle suspect path
+// gives before its probes back off. A path that is suspect for a moment
+// of a transfer is probed at the PTO as before (backing off from the
+// first answer cost goodput at 10% loss, sim TestLossSweepTargets); one
+// left suspect by an idle connection backs off.
+const suspectBackoffAfter = 8
+
 // probeSuspect is ProbeDue for a suspect path with nothing in flight: a
-// probe every max(PTO, probe interval). An answer keeps it suspect (it
-// is alive); 2×DownAfter unanswered in a row take it down. Twice DownAfter, not
+// probe every max(PTO, probe interval); after suspectBackoffAfter answers
+// in a row the wait doubles with every answer up to MaxProbeInterval, and
+// a miss brings it back to the PTO. An answer keeps the path suspect (it is
+// alive), so the probes go on for as long as the connection stays idle: at
+// the PTO, a thousand idle hosts' suspect paths drew about 100,000 probes
+// a second from a gateway (a host stalled past a PTO once is enough to
+// leave a path suspect). 2×DownAfter unanswered in a row take it down. Twice DownAfter, not
 // DownAfter: on a lossy but live path (10% loss) a probe round trip fails
 // one time in five, and counting misses as timeouts took such paths down
 // often enough to cost a fifth of the goodput (sim TestLossSweepTargets);
@@ -169,6 +182,7 @@ func (s *Set) probeSuspect(now time.Duration, path int) bool {
 	if p.ProbeOutstanding {
 		p.ProbeOutstanding = false
 		p.suspectMisses++
+		p.suspectAnswers, p.suspectWait = 0, 0 // it may be dying: probe at the PTO again
 		if p.suspectMisses >= 2*s.cfg.DownAfter {
 			p.Timeouts++
 			s.markDown(now, p, "probes unanswered")
@@ -176,7 +190,7 @@ func (s *Set) probeSuspect(now time.Duration, path int) bool {
 		}
 	}
 	p.ProbeOutstanding = true
-	p.NextProbe = now + max(p.probeInterval, p.PTO(&s.cfg))
+	p.NextProbe = now + max(p.suspectWait, p.probeInterval, p.PTO(&s.cfg))
 	return true
 }
 
@@ -193,6 +207,9 @@ func (s *Set) OnProbeAck(now time.Duration, path int, rtt time.Duration) {
 		// goodput at 10% loss (sim TestLossSweepTargets).
 		p.ProbeOutstanding = false
 		p.suspectMisses = 0
+		if p.suspectAnswers++; p.suspectAnswers >= suspectBackoffAfter {
+			p.suspectWait = min(2*max(p.suspectWait, p.PTO(&s.cfg)), s.cfg.MaxProbeInterval)
+		}
 		return
 	}
 	if p.State.Usable() || !p.ProbeOutstanding {

@@ -224,3 +224,54 @@ func TestIdleSuspectPathIsProbed(t *testing.T) {
 		t.Errorf("%d probes sent before down, want 2×DownAfter = %d", probes, 2*s.cfg.DownAfter)
 	}
 }
+
+// An idle suspect path that keeps answering is probed less and less often:
+// after suspectBackoffAfter answers at the PTO the wait doubles with every
+// answer, up to MaxProbeInterval, and falls back to the PTO after a miss. Probed at the PTO for as long as
+// it stayed idle, a thousand idle hosts' paths cost a gateway most of a
+// core.
+func TestIdleSuspectProbesBackOffWhileAnswered(t *testing.T) {
+	cfg := newTestSet(0).cfg
+	cfg.ProbeInterval = time.Millisecond // below the PTO, as in the default configuration
+	s := NewSet(2, cfg, rand.New(rand.NewPCG(1, 2)))
+	p := &s.Paths[0]
+	s.OnTimeout(0, 0)
+	now := p.NextProbe
+	var waits []time.Duration
+	for range suspectBackoffAfter + 8 {
+		if !s.ProbeDue(now, 0) {
+			t.Fatalf("probe not due at %v", now)
+		}
+		s.OnProbeAck(now, 0, time.Millisecond)
+		waits = append(waits, p.NextProbe-now)
+		now = p.NextProbe
+	}
+	pto, ceiling := p.PTO(&s.cfg), s.cfg.MaxProbeInterval
+	want := pto
+	for i, w := range waits {
+		if w != want {
+			t.Fatalf("waits %v: wait %d is %v, want %v (the PTO %v for %d answers, then doubling up to %v)", waits, i, w, want, pto, suspectBackoffAfter, ceiling)
+		}
+		if i+1 >= suspectBackoffAfter {
+			want = min(2*want, ceiling)
+		}
+	}
+	if waits[len(waits)-1] != ceiling {
+		t.Fatalf("waits %v never reach MaxProbeInterval %v", waits, ceiling)
+	}
+	if p.State != Suspect {
+		t.Fatalf("answered probes left the path %v, want suspect", p.State)
+	}
+
+	// A miss: the next probe comes one PTO (or probe interval) later again.
+	if !s.ProbeDue(now, 0) {
+		t.Fatal("probe not due")
+	}
+	now = p.NextProbe
+	if !s.ProbeDue(now, 0) { // the last one went unanswered
+		t.Fatal("probe after a miss not due")
+	}
+	if w := p.NextProbe - now; w != pto {
+		t.Fatalf("wait after a miss %v, want the PTO %v", w, pto)
+	}
+}
