@@ -34,7 +34,7 @@
 // # Live reload
 //
 // Only some settings may change while the daemon runs (log.level, limits.*,
-// scheduler.*, wan.key_rotation, wan.max_rate_bps, lan.max_rate_bps,
+// scheduler.*, wan.key_rotation, wan.max_rate_bps, wan.region_rate_bps, lan.max_rate_bps,
 // gossip.keyring); [Reloadable] compares two configurations and refuses a
 // reload that touches anything else, naming the key. docs/CONFIG.md explains
 // each choice.
@@ -98,7 +98,8 @@ type WAN struct {
 	PathsPerPeer      int           `mapstructure:"paths_per_peer" doc:"parallel paths (distinct UDP source ports) per peer gateway, 1..1024"`
 	MTU               int           `mapstructure:"mtu" doc:"largest tunnel datagram payload in bytes, 512..65000"`
 	CongestionControl string        `mapstructure:"congestion_control" doc:"long-RTT controller: longrtt-htcp, longrtt-scalable or fixed"`
-	MaxRateBps        int64         `mapstructure:"max_rate_bps" reload:"live" doc:"the gateway's WAN capacity in bit/s on the wire (IP, UDP and the AEAD envelope included: the gateway paces its datagrams' content at the share they leave), shared max-min by all its peer connections (each paces at most its share); 0 means none; required by the fixed controller"`
+	MaxRateBps        int64         `mapstructure:"max_rate_bps" reload:"live" doc:"the gateway's WAN capacity in bit/s on the wire (IP, UDP and the AEAD envelope included: the gateway paces its datagrams' content at the share they leave), shared max-min by all its peer connections (each paces at most its share); 0 means none; the fixed controller requires it or region_rate_bps"`
+	RegionRateBps     int64         `mapstructure:"region_rate_bps" reload:"live" doc:"the WAN capacity in bit/s on the wire that this region's gateways share (one link, or one rate bought for the region): the gateway takes its node.capacity's part of it among the region's live gateways in gossip, re-divided when one joins, dies or leaves; the smaller of that part and max_rate_bps when both are set; give every gateway of the region the same value; 0 means none"`
 	ECN               bool          `mapstructure:"ecn" doc:"send ECT(0) and read CE marks on WAN datagrams"`
 	ClassicFallback   bool          `mapstructure:"classic_fallback" doc:"answer ECN marks as CUBIC does and keep 3% of the WAN rate free, so classic-ECN traffic sharing a marking queue keeps its share; costs at least that 3% on a link mrgw has to itself, much more on a host that holds the sender off for milliseconds (docs/OPERATIONS.md)"`
 	GSO               bool          `mapstructure:"gso" doc:"use UDP generic segmentation offload when the kernel supports it"`

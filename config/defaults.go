@@ -90,7 +90,8 @@ const (
 	// WANControllerScalable is a scalable (multiplicative) increase for very
 	// large bandwidth-delay products.
 	WANControllerScalable = "longrtt-scalable"
-	// WANControllerFixed sends at wan.max_rate_bps; for tests and baselines.
+	// WANControllerFixed sends at the gateway's WAN rate (wan.max_rate_bps,
+	// its part of wan.region_rate_bps); for tests and baselines.
 	WANControllerFixed = "fixed"
 
 	CipherAES128GCM        = "aes-128-gcm"

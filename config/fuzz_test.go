@@ -39,6 +39,7 @@ func FuzzParse(f *testing.F) {
 	// Numbers that integer keys used to truncate or wrap,
 	// lists with empty items, a remote with fewer addresses than planes.
 	f.Add([]byte("wan: {mtu: 4096.5, max_rate_bps: 1.5, paths_per_peer: .inf}\nlan: {max_rate_bps: true}\n"))
+	f.Add([]byte("wan: {region_rate_bps: 2e8, max_rate_bps: -1}\n"))
 	f.Add([]byte("limits: {memory_bytes: 99999999999999999999, max_flows: -1e300, flow_credit_bytes: 18446744073709551615}\n"))
 	f.Add([]byte("limits: {memory_bytes: 1e12, max_flows: 1000000, flow_credit_bytes: 9223372036854775807}\n"))
 	f.Add([]byte("gossip: {seeds: ',,,', keyring: ' , '}\ncontrol: {peer_names: 'a,,b,'}\n"))

@@ -13,3 +13,7 @@ func (l LAN) MaxRate() units.BitRate { return units.BitRate(l.MaxRateBps) }
 // MaxRate is wan.max_rate_bps: the gateway's WAN capacity (shared by its peer connections), and
 // the capacity the receiver divides among its senders (0: none).
 func (w WAN) MaxRate() units.BitRate { return units.BitRate(w.MaxRateBps) }
+
+// RegionRate is wan.region_rate_bps: the WAN capacity the region's
+// gateways share, each taking its node.capacity's part (0: none).
+func (w WAN) RegionRate() units.BitRate { return units.BitRate(w.RegionRateBps) }

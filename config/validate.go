@@ -59,7 +59,8 @@ func (c *Config) check(files bool) []*FieldError {
 	v.intRange("wan.paths_per_peer", int64(c.WAN.PathsPerPeer), minPathsPerPeer, maxPathsPerPeer)
 	v.intRange("wan.mtu", int64(c.WAN.MTU), minMTU, maxMTU)
 	v.oneOf("wan.congestion_control", c.WAN.CongestionControl, wanControllers)
-	v.rate("wan.max_rate_bps", c.WAN.MaxRateBps, c.WAN.CongestionControl == WANControllerFixed, "wan.congestion_control")
+	v.rate("wan.max_rate_bps", c.WAN.MaxRateBps, c.WAN.CongestionControl == WANControllerFixed && c.WAN.RegionRateBps == 0, "wan.congestion_control")
+	v.rate("wan.region_rate_bps", c.WAN.RegionRateBps, false, "")
 	v.oneOf("wan.cipher", c.WAN.Cipher, ciphers)
 	if d := c.WAN.DeadAfter; d < minDeadAfter || d > maxDeadAfter {
 		v.add("wan.dead_after", "%s is out of range %s..%s", fmtDur(d), fmtDur(minDeadAfter), fmtDur(maxDeadAfter))

@@ -117,6 +117,8 @@ func TestValidateCases(t *testing.T) {
 			`lan.max_rate_bps: must be set (bit/s) when lan.congestion_control is "fixed"`,
 			`wan.max_rate_bps: must be set (bit/s) when wan.congestion_control is "fixed"`,
 		}},
+		{"fixed takes the region's rate", func(c *Config) { c.WAN.CongestionControl = "fixed"; c.WAN.RegionRateBps = 1e9 }, nil},
+		{"region rate negative", func(c *Config) { c.WAN.RegionRateBps = -1 }, []string{"wan.region_rate_bps: -1 is negative"}},
 		{"lan controller", func(c *Config) { c.LAN.CongestionControl = "dcqcn" }, []string{
 			`lan.congestion_control: "dcqcn" is not one of dc-aimd, fixed`,
 		}},

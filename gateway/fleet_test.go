@@ -343,3 +343,33 @@ func TestEightFlowsTwoPerGatewayPair(t *testing.T) {
 		t.Fatalf("flows per gateway pair %v, want 2 each (%d re-opens and detours excuse %d off)", pairs, d, 2*d)
 	}
 }
+
+// TestRegionRateSplitByGossip: gateways given their region's WAN capacity
+// (wan.region_rate_bps) pace at their part of it among the region's live
+// gateways, and a gateway that leaves gives its part to the others: two
+// gateways of a region told 400 Mbit/s take 200 each, and the one left
+// takes all 400.
+func TestRegionRateSplitByGossip(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	const rate = 400e6
+	l := labtest.Start(t, ctx, lab.Config{Direct: true, RegionRateBps: rate})
+	waitRate := func(name string, want float64) {
+		t.Helper()
+		g := l.Gateways[name]
+		for gauge(t, g.Metrics().WANRateBps) != want {
+			if ctx.Err() != nil {
+				t.Fatalf("%s paces at %.0f bit/s, want %.0f", name, gauge(t, g.Metrics().WANRateBps), want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	for _, n := range []string{"euw-gw1", "euw-gw2", "use-gw1", "use-gw2"} {
+		waitRate(n, rate/2)
+	}
+	if err := l.Gateways["euw-gw2"].Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitRate("euw-gw1", rate)
+	waitRate("use-gw1", rate/2) // the other region's split is its own
+}

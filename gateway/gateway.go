@@ -31,6 +31,7 @@ import (
 	"github.com/mrgw/mrgw/tunnel"
 	"github.com/mrgw/mrgw/tunnel/control"
 	"github.com/mrgw/mrgw/tunnel/pki"
+	"github.com/mrgw/mrgw/units"
 )
 
 // hostPathPool is the default number of path sockets the hosts share
@@ -81,7 +82,14 @@ type Gateway struct {
 	healthOut  chan region.HealthReport
 	wanCC      cc.Factory
 	lanCC      cc.Factory
-	// egress is the gateway's WAN capacity (wan.max_rate_bps) that the
+	// share is this gateway's part of wan.region_rate_bps (regionShare,
+	// packed by packShare), as syncPeers last read it from gossip.
+	share atomic.Uint64
+	// rateCfg and the applied rates are what applyRates last set; only the
+	// endpoint's goroutine touches them.
+	rateCfg                *config.Config
+	appliedWAN, appliedLAN units.BitRate
+	// egress is the gateway's WAN capacity (wanRate) that the
 	// connections it sends on to other gateways share max-min (cc.Egress):
 	// without it each connection was capped by the
 	// whole capacity alone. One for the gateway's life (its capacity 0
@@ -177,8 +185,12 @@ func New(cfg *config.Config, opts Options) (g *Gateway, err error) {
 	if g.suite, err = suiteOf(cfg.WAN.Cipher); err != nil {
 		return nil, fmt.Errorf("%w: wan.cipher: %w", ErrInvalidConfig, err)
 	}
-	g.egress = newEgress(wanRate(cfg), slowestHint(cfg))
-	if g.wanCC, err = controller(cfg.WAN.CongestionControl, wanParams(cfg, g.egress)); err != nil {
+	// Alone in its region until gossip says otherwise: no WAN connection
+	// opens before the first join (syncPeers), which sets the share.
+	g.rateCfg, g.appliedWAN, g.appliedLAN = cfg, wanRate(cfg, regionShare{}), cfg.LAN.MaxRate()
+	g.metrics.WANRateBps.Set(float64(wanWire(cfg, regionShare{})))
+	g.egress = newEgress(g.appliedWAN, slowestHint(cfg))
+	if g.wanCC, err = controller(cfg.WAN.CongestionControl, wanParams(cfg, g.appliedWAN, g.egress)); err != nil {
 		return nil, fmt.Errorf("%w: wan.congestion_control: %w", ErrInvalidConfig, err)
 	}
 	if g.lanCC, err = controller(cfg.LAN.CongestionControl, cc.Params{LineRate: cfg.LAN.MaxRate()}); err != nil {
@@ -405,7 +417,7 @@ func (g *Gateway) protocol(cfg *config.Config) metaroce.Config {
 		// among the senders it serves (peer gateways and hosts), and tells
 		// each its share in every ack: senders start there instead of
 		// searching, and never exceed it. 0 (not configured): no hints.
-		ReceiveCapacity: wanRate(cfg),
+		ReceiveCapacity: g.appliedWAN,
 		AcceptOptions: func(peer metaroce.PeerID) metaroce.ConnOptions {
 			if peer < hostPeerBase {
 				return metaroce.ConnOptions{CC: g.wanCC, Paths: cfg.WAN.PathsPerPeer, PMTU: g.wanPMTU(cfg)}

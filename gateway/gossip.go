@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mrgw/mrgw/config"
 	"github.com/mrgw/mrgw/internal/sleep"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/region"
@@ -134,4 +135,18 @@ func (g *Gateway) watchGossip() {
 			g.syncPeers()
 		}
 	}
+}
+
+// syncShare re-reads this gateway's part of wan.region_rate_bps from the
+// gossip view and, when it changed, applies it on the endpoint's goroutine.
+// The share is kept up to date without the key too, so that a reload that
+// sets it starts from the region's current membership.
+func (g *Gateway) syncShare(cfg *config.Config, view region.View) {
+	s := packShare(shareOf(cfg, view))
+	if g.share.Swap(s) == s || cfg.WAN.RegionRateBps == 0 {
+		return
+	}
+	_ = g.ep.Do(g.ctx, func(_ time.Duration, ep *metaroce.Endpoint) {
+		g.applyRates(ep, g.rateCfg, "region membership")
+	})
 }

@@ -18,11 +18,11 @@ func controller(name string, p cc.Params) (cc.Factory, error) {
 }
 
 // wanParams are the parameters of the controllers of the connections to
-// other gateways: wan.max_rate_bps (wanRate) as each one's ceiling, the slowest
-// region's RTT hint as the base RTT, the gateway's egress share, and
-// wan.classic_fallback.
-func wanParams(cfg *config.Config, egress *cc.Egress) cc.Params {
-	return cc.Params{LineRate: wanRate(cfg), BaseRTT: slowestHint(cfg), Egress: egress, ClassicFallback: cfg.WAN.ClassicFallback}
+// other gateways: the gateway's WAN capacity (wanRate) as each one's
+// ceiling, the slowest region's RTT hint as the base RTT, the gateway's
+// egress share, and wan.classic_fallback.
+func wanParams(cfg *config.Config, rate units.BitRate, egress *cc.Egress) cc.Params {
+	return cc.Params{LineRate: rate, BaseRTT: slowestHint(cfg), Egress: egress, ClassicFallback: cfg.WAN.ClassicFallback}
 }
 
 // newEgress returns the egress share of a WAN capacity, measured over two
@@ -34,7 +34,7 @@ func newEgress(capacity units.BitRate, rtt time.Duration) *cc.Egress {
 	return cc.NewEgress(capacity, 2*rtt)
 }
 
-// reloadEgress applies a reloaded wan.max_rate_bps to the egress share:
+// reloadEgress applies a new WAN capacity to the egress share:
 // the gateway keeps one Egress for its life, which every WAN connection's
 // controller holds, and sets the new capacity on it (0: unlimited, no
 // level). It used to drop the Egress on a reload to 0 and make a new one

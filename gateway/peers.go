@@ -242,6 +242,7 @@ func (g *Gateway) syncPeers() {
 	}
 	cfg := g.Config()
 	view := g.cluster.View()
+	g.syncShare(cfg, view)
 	now := time.Now()
 	seen := map[string]bool{}
 	for reg, gws := range view.Regions {

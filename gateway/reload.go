@@ -51,7 +51,7 @@ func (g *Gateway) Reload(next *config.Config) error {
 	g.level.Set(parseLevel(next.Log.Level))
 	if err := g.ep.Call(context.Background(), func(now time.Duration, ep *metaroce.Endpoint) {
 		g.relay.apply(next)
-		g.applyRates(ep, running, next)
+		g.applyRates(ep, next, "reload")
 	}); err != nil {
 		return err
 	}
@@ -74,20 +74,26 @@ func (g *Gateway) Reload(next *config.Config) error {
 // built with; only new connections get the reloaded one.
 type lineRater interface{ SetLineRate(rate units.ByteRate) }
 
-// applyRates applies reloaded pacing ceilings (wan.max_rate_bps,
-// lan.max_rate_bps) to the connections already open, to the receiver's
-// capacity (its rate hints) and to the controllers of new connections. It
-// runs on the endpoint's goroutine.
-func (g *Gateway) applyRates(ep *metaroce.Endpoint, running, next *config.Config) {
-	if next.WAN.MaxRate() == running.WAN.MaxRate() && next.LAN.MaxRate() == running.LAN.MaxRate() {
+// applyRates applies the pacing ceilings of cfg and the region share
+// (wanRate, lan.max_rate_bps) to the connections already open, to the
+// receiver's capacity (its rate hints) and to the controllers of new
+// connections, when they differ from the ones applied last. It runs on the
+// endpoint's goroutine, after a reload and when the region's membership
+// changed this gateway's part of wan.region_rate_bps.
+func (g *Gateway) applyRates(ep *metaroce.Endpoint, cfg *config.Config, why string) {
+	g.rateCfg = cfg
+	share := unpackShare(g.share.Load())
+	wan, lan := wanRate(cfg, share), cfg.LAN.MaxRate()
+	if wan == g.appliedWAN && lan == g.appliedLAN {
 		return
 	}
-	wan, lan := wanRate(next), next.LAN.MaxRate()
+	g.appliedWAN, g.appliedLAN = wan, lan
+	g.metrics.WANRateBps.Set(float64(wanWire(cfg, share)))
 	g.reloadEgress(wan)
-	if f, err := controller(next.WAN.CongestionControl, wanParams(next, g.egress)); err == nil {
+	if f, err := controller(cfg.WAN.CongestionControl, wanParams(cfg, wan, g.egress)); err == nil {
 		g.wanCC = f
 	}
-	if f, err := controller(next.LAN.CongestionControl, cc.Params{LineRate: lan}); err == nil {
+	if f, err := controller(cfg.LAN.CongestionControl, cc.Params{LineRate: lan}); err == nil {
 		g.lanCC = f
 	}
 	ep.SetReceiveCapacity(wan)
@@ -104,5 +110,6 @@ func (g *Gateway) applyRates(ep *metaroce.Endpoint, running, next *config.Config
 			missed++
 		}
 	}
-	g.log.Info("pacing ceilings reloaded", "wan_max_rate_bps", wan, "lan_max_rate_bps", lan, "connections", n, "new_connections_only", missed)
+	g.log.Info("pacing ceilings applied", "why", why, "wan_rate_bps", wanWire(cfg, share), "region_share", fmt.Sprintf("%d/%d", share.mine, share.total),
+		"lan_max_rate_bps", lan, "connections", n, "new_connections_only", missed)
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/mrgw/mrgw/config"
 	"github.com/mrgw/mrgw/metaroce"
 	"github.com/mrgw/mrgw/netio/seal"
+	"github.com/mrgw/mrgw/region"
 	"github.com/mrgw/mrgw/units"
 )
 
@@ -15,14 +16,54 @@ const (
 	ipv6UDPHeaders = 48
 )
 
-// wanRate is wan.max_rate_bps, a rate on the wire, in the bytes the WAN
-// connections' controllers, egress share and receive capacity count: a
-// DATA datagram's header and payload. The link also carries each
-// datagram's AEAD envelope and its IP and UDP headers; senders paced at
-// the link's own rate would overdrive it by that share (56 of 1,484 bytes
-// at wan.mtu 1400, 3.9%) and keep its queue full.
-func wanRate(cfg *config.Config) units.BitRate {
+// regionShare is this gateway's part of wan.region_rate_bps: its
+// node.capacity (mine) over the sum over its region's live gateways in
+// gossip, itself included (total). The zero value is a gateway alone in
+// its region, which takes the whole rate.
+type regionShare struct{ mine, total uint32 }
+
+// shareOf reads this gateway's part of its region in a gossip view. Live
+// gateways (alive or suspect, the ones flows are routed to) count: a dead
+// or departed one's part goes to the others.
+func shareOf(cfg *config.Config, view region.View) regionShare {
+	mine := region.Meta{Capacity: uint32(cfg.Node.Capacity)}.Weight()
+	s := regionShare{mine: mine, total: mine}
+	for _, gw := range view.Regions[cfg.Node.Region] {
+		if gw.Name != cfg.Node.Name && gw.State.Live() {
+			s.total += gw.Meta.Weight()
+		}
+	}
+	return s
+}
+
+// of is this share of a rate (the whole of it for the zero value).
+func (s regionShare) of(r units.BitRate) units.BitRate {
+	if s.total == 0 {
+		return r
+	}
+	return units.BitRate(float64(r) * float64(s.mine) / float64(s.total))
+}
+
+// wanWire is the gateway's WAN capacity on the wire: wan.max_rate_bps, its
+// share of wan.region_rate_bps, or the smaller when both are set (0: none).
+func wanWire(cfg *config.Config, share regionShare) units.BitRate {
 	r := cfg.WAN.MaxRate()
+	if rr := cfg.WAN.RegionRate(); rr > 0 {
+		part := share.of(rr)
+		if r <= 0 || part < r {
+			r = part
+		}
+	}
+	return r
+}
+
+// wanRate is wanWire in the bytes the WAN connections' controllers, egress
+// share and receive capacity count: a DATA datagram's header and payload.
+// The link also carries each datagram's AEAD envelope and its IP and UDP
+// headers; senders paced at the link's own rate would overdrive it by that
+// share (56 of 1,484 bytes at wan.mtu 1400, 3.9%) and keep its queue full.
+func wanRate(cfg *config.Config, share regionShare) units.BitRate {
+	r := wanWire(cfg, share)
 	if r <= 0 {
 		return r
 	}
@@ -35,3 +76,7 @@ func wanRate(cfg *config.Config) units.BitRate {
 	data := cfg.WAN.MTU + metaroce.DataHeaderLenV2
 	return units.BitRate(float64(r) * float64(data) / float64(data+seal.Overhead+hdr))
 }
+
+func packShare(s regionShare) uint64 { return uint64(s.mine)<<32 | uint64(s.total) }
+
+func unpackShare(v uint64) regionShare { return regionShare{mine: uint32(v >> 32), total: uint32(v)} }

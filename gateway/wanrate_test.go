@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/mrgw/mrgw/config"
+	"github.com/mrgw/mrgw/region"
 	"github.com/mrgw/mrgw/units"
 )
 
@@ -21,13 +22,61 @@ func TestWANRateTakesOutHeaders(t *testing.T) {
 		cfg := &config.Config{}
 		cfg.WAN.MTU, cfg.WAN.MaxRateBps = 1400, 1e9
 		cfg.WAN.Planes = []config.Plane{{Name: "p0", Local: tc.local}}
-		if got := wanRate(cfg); got != tc.want {
+		if got := wanRate(cfg, regionShare{}); got != tc.want {
 			t.Errorf("%s: wanRate %v, want %v", tc.local, got, tc.want)
 		}
 	}
 	cfg := &config.Config{}
 	cfg.WAN.MTU = 1400
-	if got := wanRate(cfg); got != 0 {
+	if got := wanRate(cfg, regionShare{}); got != 0 {
 		t.Errorf("no max rate: %v, want 0 (none)", got)
+	}
+}
+
+// TestRegionShare: a gateway's part of wan.region_rate_bps is its
+// node.capacity over the sum over its region's live gateways (itself
+// included; other regions, dead and departed gateways do not count), and
+// with wan.max_rate_bps too it takes the smaller.
+func TestRegionShare(t *testing.T) {
+	cfg := &config.Config{}
+	cfg.Node = config.Node{Name: "euw-gw1", Region: "eu-west"} // capacity 0: the default, 100
+	cfg.WAN.RegionRateBps = 1e9
+	gw := func(name string, capacity uint32, st region.State) region.Gateway {
+		return region.Gateway{Name: name, Meta: region.Meta{Region: "eu-west", Capacity: capacity}, State: st}
+	}
+	view := region.View{Self: "euw-gw1", Regions: map[string][]region.Gateway{
+		"eu-west": {
+			gw("euw-gw1", 0, region.Alive), // itself: counted once, from its own configuration
+			gw("euw-gw2", 300, region.Alive),
+			gw("euw-gw3", 0, region.Suspect), // routed to, so counted
+			gw("euw-gw4", 500, region.Dead),
+			gw("euw-gw5", 500, region.Left),
+		},
+		"us-east": {gw("use-gw1", 900, region.Alive)},
+	}}
+	s := shareOf(cfg, view)
+	if s != (regionShare{mine: 100, total: 500}) {
+		t.Fatalf("share %+v, want 100 of 500", s)
+	}
+	if got, want := wanWire(cfg, s), units.BitRate(2e8); got != want {
+		t.Errorf("region rate alone: %v, want %v", got, want)
+	}
+	cfg.WAN.MaxRateBps = 1e8
+	if got, want := wanWire(cfg, s), units.BitRate(1e8); got != want {
+		t.Errorf("max rate below the share: %v, want %v", got, want)
+	}
+	cfg.WAN.MaxRateBps = 5e8
+	if got, want := wanWire(cfg, s), units.BitRate(2e8); got != want {
+		t.Errorf("share below the max rate: %v, want %v", got, want)
+	}
+	if got, want := wanWire(cfg, regionShare{}), units.BitRate(5e8); got != want {
+		t.Errorf("alone before gossip: %v, want the smaller of the whole region rate and the max rate, %v", got, want)
+	}
+	cfg.WAN.RegionRateBps = 0
+	if got, want := wanWire(cfg, s), units.BitRate(5e8); got != want {
+		t.Errorf("no region rate: %v, want the max rate %v", got, want)
+	}
+	if unpackShare(packShare(s)) != s {
+		t.Errorf("share does not survive packing: %+v", unpackShare(packShare(s)))
 	}
 }

@@ -209,7 +209,8 @@ func Run(ctx context.Context, s Scenario, o Options) ([]report.Row, *Series, err
 		Planes: sc.Planes, OneWay: base.Delay, Loss: base.Loss, RateBps: base.Rate, Queue: base.QueueBytes,
 		MTU: 4096, Paths: 16, Seed: sc.Seed, Logger: o.Logger,
 		Classes: classes(sc.Workload.Class), FlowCreditBytes: int64(sc.flowCredit), WANRateBps: int64(sc.wanRate),
-		Regions: regions,
+		RegionRateBps: int64(sc.regionRate),
+		Regions:       regions,
 		// A gateway may carry every flow (the default admits 4096).
 		MaxFlows: max(4096, sc.Workload.Flows+1024),
 	})

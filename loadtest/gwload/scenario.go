@@ -138,6 +138,11 @@ type Scenario struct {
 	// connections' hints sum to twice what it carries]. Half the fabric
 	// tells each gateway of a region its share.
 	GatewayWANRate string `yaml:"gateway_wan_rate,omitempty"`
+	// RegionWANRate is every gateway's wan.region_rate_bps, a rate as in
+	// link.rate [none]: the capacity a region's gateways share, which
+	// each divides with the region's other live gateways by gossip. The
+	// planes' whole rate states the fabric truthfully.
+	RegionWANRate string `yaml:"region_wan_rate,omitempty"`
 	// Seed of the emulator [1].
 	Seed uint64 `yaml:"seed,omitempty"`
 	// Sources, if set, replace the lab's two regions (bulk only): one
@@ -226,6 +231,7 @@ type resolved struct {
 	msgSize    int
 	flowCredit int
 	wanRate    float64 // GatewayWANRate, bit/s; 0: the lab's default
+	regionRate float64 // RegionWANRate, bit/s; 0: none
 }
 
 // Normalize fills in defaults and checks the scenario against the limits.
@@ -443,20 +449,33 @@ func (s *Scenario) resolveLimits(r *resolved) error {
 			return fmt.Errorf("flow_credit %d outside 4096..%d bytes", r.flowCredit, 256<<20)
 		}
 	}
-	if s.GatewayWANRate != "" {
-		lc, err := netem.ParseLink("rate=" + s.GatewayWANRate)
-		if err != nil || strings.Contains(s.GatewayWANRate, ",") {
-			return fmt.Errorf("gateway_wan_rate %q: not a rate (like 100mbit)", s.GatewayWANRate)
-		}
-		if lc.Rate <= 0 || lc.Rate > 10e9 {
-			return fmt.Errorf("gateway_wan_rate %q outside 0..10gbit", s.GatewayWANRate)
-		}
-		r.wanRate = float64(lc.Rate)
+	var err error
+	if r.wanRate, err = parseGatewayRate("gateway_wan_rate", s.GatewayWANRate); err != nil {
+		return err
+	}
+	if r.regionRate, err = parseGatewayRate("region_wan_rate", s.RegionWANRate); err != nil {
+		return err
 	}
 	if len(s.Workload.Class) > 64 {
 		return errors.New("class name longer than 64 bytes")
 	}
 	return nil
+}
+
+// parseGatewayRate reads a gateway rate key: a rate as in link.rate, above
+// 0 and at most 10 Gbit/s; "" is 0 (not set).
+func parseGatewayRate(key, v string) (float64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	lc, err := netem.ParseLink("rate=" + v)
+	if err != nil || strings.Contains(v, ",") {
+		return 0, fmt.Errorf("%s %q: not a rate (like 100mbit)", key, v)
+	}
+	if lc.Rate <= 0 || lc.Rate > 10e9 {
+		return 0, fmt.Errorf("%s %q outside 0..10gbit", key, v)
+	}
+	return float64(lc.Rate), nil
 }
 
 // resolveFaults checks the faults and sorts them by time.

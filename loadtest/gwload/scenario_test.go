@@ -53,6 +53,8 @@ func TestParseRejects(t *testing.T) {
 		{"name: x\ngateway_wan_rate: fast\n", "gateway_wan_rate"},
 		{"name: x\ngateway_wan_rate: 0mbit\n", "gateway_wan_rate"},
 		{"name: x\ngateway_wan_rate: 20gbit\n", "gateway_wan_rate"},
+		{"name: x\nregion_wan_rate: 100mbit,delay=1ms\n", "region_wan_rate"},
+		{"name: x\nregion_wan_rate: -1mbit\n", "region_wan_rate"},
 	} {
 		_, err := ParseScenario([]byte(c.yaml))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -119,6 +121,7 @@ func FuzzParseScenario(f *testing.F) {
 	f.Add([]byte("name: y\nduration: 3s\nworkload: {pattern: allreduce, hosts: 2, steps: 2}\nfaults: [{at: 1s, kind: gateway-kill, target: busiest-src}]\n"))
 	f.Add([]byte("links: [{plane: 0, dir: b-a, rate: 10mbit, delay: 5ms, queue: 64KiB}]\n"))
 	f.Add([]byte("name: z\ngateway_wan_rate: 100mbit\n"))
+	f.Add([]byte("name: z\nregion_wan_rate: 200mbit\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s, err := ParseScenario(data)
 		if err != nil {
@@ -165,11 +168,13 @@ func TestShippedFiles(t *testing.T) {
 
 // The two-pairs scenario files parse into the lab's default two regions
 // with the workload they state; the -share ones tell each gateway half
-// the fabric (4 planes of 50 Mbit/s), the others leave the lab's default
-// (the whole fabric).
+// the fabric (4 planes of 50 Mbit/s), the -region ones tell every gateway
+// the whole fabric as its region's rate (split by gossip), the others
+// leave the lab's default (the whole fabric to each gateway).
 func TestTwoPairsScenarioFiles(t *testing.T) {
 	for f, flows := range map[string]int{"two-pairs": 8, "two-pairs-loss": 8, "two-pairs-64": 64, "two-pairs-64-loss": 64,
-		"two-pairs-share": 8, "two-pairs-share-loss": 8, "two-pairs-share-64": 64, "two-pairs-share-64-loss": 64} {
+		"two-pairs-share": 8, "two-pairs-share-loss": 8, "two-pairs-share-64": 64, "two-pairs-share-64-loss": 64,
+		"two-pairs-region": 8, "two-pairs-region-loss": 8, "two-pairs-region-64": 64, "two-pairs-region-64-loss": 64} {
 		s, err := LoadScenario("testdata/" + f + ".yaml")
 		if err != nil {
 			t.Fatal(err)
@@ -187,6 +192,13 @@ func TestTwoPairsScenarioFiles(t *testing.T) {
 		}
 		if r.wanRate != want {
 			t.Errorf("%s: gateways' WAN rate %g bit/s, want %g", f, r.wanRate, want)
+		}
+		want = 0
+		if strings.Contains(f, "region") {
+			want = float64(r.base.Rate) * float64(s.Planes)
+		}
+		if r.regionRate != want {
+			t.Errorf("%s: region's WAN rate %g bit/s, want %g", f, r.regionRate, want)
 		}
 	}
 }

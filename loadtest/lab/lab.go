@@ -112,6 +112,10 @@ type Config struct {
 	// WANRateBps is its rate.
 	WANControl string
 	WANRateBps int64
+	// RegionRateBps is every gateway's wan.region_rate_bps [0: none]: the
+	// WAN capacity a region's gateways share, split among the live ones
+	// by gossip.
+	RegionRateBps int64
 	// Admin gives every gateway an admin listener on an ephemeral port.
 	Admin bool
 	// Classes are scheduler classes (name → weight) besides "default".
@@ -299,7 +303,7 @@ func (cfg *Config) fill() {
 	if cfg.Paths == 0 {
 		cfg.Paths = 16
 	}
-	if cfg.WANRateBps == 0 && cfg.RateBps > 0 {
+	if cfg.WANRateBps == 0 && cfg.RegionRateBps == 0 && cfg.RateBps > 0 {
 		// The gateways are told the fabric's capacity on the wire, as an
 		// operator configures wan.max_rate_bps; they take out the
 		// headers the planes carry and charge (gateway wanRate).
@@ -449,6 +453,7 @@ func (l *Lab) gatewayConfig(reg, n string, all map[string]*gatewayAddrs) (*confi
 	c.WAN.PathsPerPeer = cfg.Paths
 	c.WAN.CongestionControl = cfg.WANControl
 	c.WAN.MaxRateBps = cfg.WANRateBps
+	c.WAN.RegionRateBps = cfg.RegionRateBps
 	c.WAN.KeyRotation = 10 * time.Minute
 	c.Control.Listen = a.ctl.String()
 	c.Control.TLS = config.TLS{

@@ -220,12 +220,13 @@ variable "lan" {
 }
 
 variable "wan" {
-  description = "Inter-region side: paths per peer, datagram payload size (1024 works on any WAN; at most 1368 on a 1500-byte IPv4 WAN MTU, 1416 when every peer speaks wire version 2), controller, cipher and key rotation interval."
+  description = "Inter-region side: paths per peer, datagram payload size (1024 works on any WAN; at most 1368 on a 1500-byte IPv4 WAN MTU, 1416 when every peer speaks wire version 2), controller, the WAN rate (max_rate_bps per gateway, region_rate_bps shared by the region's gateways), cipher and key rotation interval."
   type = object({
     paths_per_peer     = optional(number, 16)
     mtu                = optional(number, 1024)
     congestion_control = optional(string, "longrtt-htcp")
     max_rate_bps       = optional(number, 0)
+    region_rate_bps    = optional(number, 0)
     ecn                = optional(bool, true)
     gso                = optional(bool, true)
     gro                = optional(bool, true)
@@ -242,8 +243,8 @@ variable "wan" {
     error_message = "wan.mtu must be an integer 512..65000 (1024, the default, works on any WAN; at most 1368 on a 1500-byte IPv4 WAN MTU, 1416 when every peer speaks wire version 2)."
   }
   validation {
-    condition     = contains(["longrtt-htcp", "longrtt-scalable", "fixed"], var.wan.congestion_control) && var.wan.max_rate_bps >= 0 && (var.wan.congestion_control != "fixed" || var.wan.max_rate_bps > 0)
-    error_message = "wan.congestion_control must be longrtt-htcp, longrtt-scalable or fixed; max_rate_bps is >= 0 and required (> 0) with fixed."
+    condition     = contains(["longrtt-htcp", "longrtt-scalable", "fixed"], var.wan.congestion_control) && var.wan.max_rate_bps >= 0 && var.wan.region_rate_bps >= 0 && floor(var.wan.region_rate_bps) == var.wan.region_rate_bps && (var.wan.congestion_control != "fixed" || var.wan.max_rate_bps > 0 || var.wan.region_rate_bps > 0)
+    error_message = "wan.congestion_control must be longrtt-htcp, longrtt-scalable or fixed; max_rate_bps and region_rate_bps are integers >= 0, and fixed needs one of them > 0."
   }
   validation {
     condition     = contains(["aes-128-gcm", "aes-256-gcm", "chacha20-poly1305"], var.wan.cipher)
