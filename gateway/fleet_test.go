@@ -348,12 +348,23 @@ func TestEightFlowsTwoPerGatewayPair(t *testing.T) {
 // (wan.region_rate_bps) pace at their part of it among the region's live
 // gateways, and a gateway that leaves gives its part to the others: two
 // gateways of a region told 400 Mbit/s take 200 each, and the one left
-// takes all 400.
+// takes all 400. The key set by a reload takes the region's membership
+// as it already is.
 func TestRegionRateSplitByGossip(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	const rate = 400e6
-	l := labtest.Start(t, ctx, lab.Config{Direct: true, RegionRateBps: rate})
+	l := labtest.Start(t, ctx, lab.Config{Direct: true})
+	for n, g := range l.Gateways {
+		if v := gauge(t, g.Metrics().WANRateBps); v != 0 {
+			t.Fatalf("%s paces at %.0f bit/s with no rate configured, want 0 (none)", n, v)
+		}
+		next := *g.Config()
+		next.WAN.RegionRateBps = rate
+		if err := g.Reload(&next); err != nil {
+			t.Fatal(err)
+		}
+	}
 	waitRate := func(name string, want float64) {
 		t.Helper()
 		g := l.Gateways[name]

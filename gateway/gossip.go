@@ -138,12 +138,14 @@ func (g *Gateway) watchGossip() {
 }
 
 // syncShare re-reads this gateway's part of wan.region_rate_bps from the
-// gossip view and, when it changed, applies it on the endpoint's goroutine.
-// The share is kept up to date without the key too, so that a reload that
-// sets it starts from the region's current membership.
+// gossip view and, when it changed, applies it on the endpoint's goroutine
+// (applyRates, which reads the configuration it last applied: a reload
+// racing with this one is applied in order there). The share is kept up to
+// date without the key too, so that a reload that sets it starts from the
+// region's current membership.
 func (g *Gateway) syncShare(cfg *config.Config, view region.View) {
 	s := packShare(shareOf(cfg, view))
-	if g.share.Swap(s) == s || cfg.WAN.RegionRateBps == 0 {
+	if g.share.Swap(s) == s {
 		return
 	}
 	_ = g.ep.Do(g.ctx, func(_ time.Duration, ep *metaroce.Endpoint) {
