@@ -52,7 +52,13 @@ type Status struct {
 	// regions (out) and towards local hosts (in).
 	LANOutBps units.ByteRate `json:"lan_out_bytes_per_second"`
 	LANInBps  units.ByteRate `json:"lan_in_bytes_per_second"`
-	Hosts     int            `json:"hosts"`
+	// WANRate is the WAN capacity on the wire the gateway paces to (0:
+	// none): wan.max_rate_bps or its part of wan.region_rate_bps, and
+	// RegionShare that part ("100/200": its node.capacity over the sum
+	// over its region's live gateways; empty without the key).
+	WANRate     units.BitRate `json:"wan_rate_bps"`
+	RegionShare string        `json:"region_share,omitempty"`
+	Hosts       int           `json:"hosts"`
 	// HostLinks are the connections to registered hosts (the LAN hop).
 	HostLinks []HostLinkStatus `json:"host_links,omitempty"`
 	// PathsAvoided counts WAN paths taken out of service because another
@@ -212,6 +218,11 @@ func (g *Gateway) snapshot(prev *rateState) {
 		g.metrics.LANGoodputBytes.WithLabelValues(metrics.DirIn).Add(float64(r.toHosts - prev.toHosts))
 		prev.fromHosts, prev.toHosts = r.fromHosts, r.toHosts
 		st.Hosts = len(r.hosts)
+		share := unpackShare(g.share.Load())
+		st.WANRate = wanWire(g.rateCfg, share)
+		if g.rateCfg.WAN.RegionRateBps > 0 && share.total > 0 {
+			st.RegionShare = fmt.Sprintf("%d/%d", share.mine, share.total)
+		}
 		for name, ci := range r.hosts {
 			if !ci.up || ci.dead {
 				continue

@@ -73,9 +73,17 @@ func printStatus(w io.Writer, st *gateway.Status, paths bool) {
 	fmt.Fprintf(w, "gateway %s (region %s): %s, at %s\n", st.Node, st.Region, ready, st.At.Format(time.RFC3339))
 	fmt.Fprintf(w, "flows %d active, %d refused, %d reset; %d messages completed; %d hosts registered\n",
 		st.Flows.Active, st.Flows.Refused, st.Flows.Resets, st.Flows.Completed, st.Hosts)
-	fmt.Fprintf(w, "memory %s in use, %s reserved, limit %s; LAN out %s, in %s\n\n",
+	fmt.Fprintf(w, "memory %s in use, %s reserved, limit %s; LAN out %s, in %s\n",
 		bytesH(float64(st.Memory.InUse)), bytesH(float64(st.Memory.Reserved)), bytesH(float64(st.Memory.Limit)),
 		rateH(st.LANOutBps), rateH(st.LANInBps))
+	switch {
+	case st.WANRate <= 0:
+		fmt.Fprintf(w, "WAN rate: none configured\n\n")
+	case st.RegionShare != "":
+		fmt.Fprintf(w, "WAN rate %s (the region's rate, share %s)\n\n", rateH(st.WANRate.Bytes()), st.RegionShare)
+	default:
+		fmt.Fprintf(w, "WAN rate %s\n\n", rateH(st.WANRate.Bytes()))
+	}
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "MEMBER\tREGION\tSTATE")
 	sort.Slice(st.Members, func(i, j int) bool { return st.Members[i].Name < st.Members[j].Name })

@@ -62,3 +62,22 @@ func TestStatusUnknownRTT(t *testing.T) {
 		t.Errorf("measured RTT lost: %s", j)
 	}
 }
+
+// The WAN rate line says where the rate comes from: none, the gateway's
+// own, or its share of the region's.
+func TestStatusWANRate(t *testing.T) {
+	for _, tc := range []struct {
+		st   gateway.Status
+		want string
+	}{
+		{gateway.Status{}, "WAN rate: none configured\n"},
+		{gateway.Status{WANRate: 1e9}, "WAN rate 1.00 Gbit/s\n"},
+		{gateway.Status{WANRate: 2e8, RegionShare: "100/200"}, "WAN rate 200.0 Mbit/s (the region's rate, share 100/200)\n"},
+	} {
+		var b bytes.Buffer
+		printStatus(&b, &tc.st, false)
+		if !strings.Contains(b.String(), tc.want) {
+			t.Errorf("status of %+v lacks %q:\n%s", tc.st, tc.want, b.String())
+		}
+	}
+}
