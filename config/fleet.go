@@ -12,7 +12,9 @@ import (
 // found against the ones before it (names[i] names cfgs[i] in the
 // messages), each naming its key. Wildcard addresses (0.0.0.0:port) are
 // compared by port only when both are on one host, which a file cannot
-// say: they are left out.
+// say: they are left out. The gateways of one region must agree on
+// wan.region_rate_bps, which each divides by the region's gossip view: a
+// gateway told more takes more than its part.
 func Fleet(names []string, cfgs []*Config) [][]error {
 	out := make([][]error, len(cfgs))
 	type owner struct {
@@ -20,9 +22,16 @@ func Fleet(names []string, cfgs []*Config) [][]error {
 	}
 	byName := map[string]owner{}
 	byAddr := map[netip.AddrPort]owner{}
+	regionRate := map[string]int{} // region → the first of its files
 	for i, c := range cfgs {
 		if c == nil {
 			continue
+		}
+		if j, ok := regionRate[c.Node.Region]; !ok {
+			regionRate[c.Node.Region] = i
+		} else if r := cfgs[j].WAN.RegionRateBps; r != c.WAN.RegionRateBps {
+			out[i] = append(out[i], fieldErr("wan.region_rate_bps", "%d differs from %s's %d in region %q: the gateways of a region share one rate and must agree on it",
+				c.WAN.RegionRateBps, names[j], r, c.Node.Region))
 		}
 		if o, ok := byName[c.Node.Name]; ok {
 			out[i] = append(out[i], fieldErr("node.name", "%q is also the node.name of %s: every gateway needs a name of its own (a second one under a name in use is refused at start)", c.Node.Name, o.file))

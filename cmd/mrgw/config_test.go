@@ -202,4 +202,17 @@ func TestConfigCheckFleet(t *testing.T) {
 	if strings.Contains(errOut, "node.name") {
 		t.Errorf("distinct names reported:\n%s", errOut)
 	}
+	// Two gateways of one region told different region rates.
+	src2, err := os.ReadFile(examples + "euw-gw2.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	told := write("told.yaml", strings.Replace(string(src2), "wan:\n", "wan:\n  region_rate_bps: 1000000000\n", 1))
+	_, errOut, err = run(t, "config", "check", "--skip-file-checks", four[0], told)
+	if err == nil {
+		t.Fatal("two gateways of one region with different wan.region_rate_bps passed config check")
+	}
+	if want := `wan.region_rate_bps: 1000000000 differs from ` + four[0] + `'s 0 in region "eu-west"`; !strings.Contains(errOut, want) {
+		t.Errorf("output does not say %q:\n%s", want, errOut)
+	}
 }
