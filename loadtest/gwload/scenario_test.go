@@ -164,6 +164,18 @@ func TestShippedFiles(t *testing.T) {
 	if c.Workload != last.Workload || c.FlowCredit != last.FlowCredit || c.Duration != last.Duration {
 		t.Fatalf("connections-10000.yaml %+v, built-in %+v", c, last)
 	}
+	// gateway-failure-region.yaml is the built-in gateway failure with
+	// the region's rate.
+	g, err := LoadScenario("testdata/gateway-failure-region.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bg, _ := Builtin("gateway-failure", false)
+	want, _ := bg[0].Normalize()
+	if g.RegionWANRate != "200mbit" || g.Workload != want.Workload || g.Duration != want.Duration || g.Planes != want.Planes ||
+		g.Link != want.Link || len(g.Faults) != 1 || g.Faults[0] != want.Faults[0] {
+		t.Fatalf("gateway-failure-region.yaml %+v, built-in %+v", g, want)
+	}
 }
 
 // The two-pairs scenario files parse into the lab's default two regions
