@@ -384,3 +384,31 @@ func TestRegionRateSplitByGossip(t *testing.T) {
 	waitRate("euw-gw1", rate)
 	waitRate("use-gw1", rate/2) // the other region's split is its own
 }
+
+// TestRegionRateSurvivesAKilledGateway: a gateway killed without a
+// goodbye stops answering the survivor's direct probes, and the survivor
+// takes its part of wan.region_rate_bps long before gossip declares it
+// dead (here made to take at least 50 s: suspicion × 100).
+func TestRegionRateSurvivesAKilledGateway(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	const rate = 400e6
+	l := labtest.Start(t, ctx, lab.Config{Direct: true, RegionRateBps: rate, SuspicionMult: 100})
+	g := l.Gateways["euw-gw1"]
+	for gauge(t, g.Metrics().WANRateBps) != rate/2 {
+		if ctx.Err() != nil {
+			t.Fatalf("euw-gw1 paces at %.0f bit/s, want %.0f", gauge(t, g.Metrics().WANRateBps), rate/2)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	l.Gateways["euw-gw2"].Close()
+	for gauge(t, g.Metrics().WANRateBps) != rate {
+		if ctx.Err() != nil {
+			t.Fatalf("euw-gw1 paces at %.0f bit/s after euw-gw2 was killed, want %.0f", gauge(t, g.Metrics().WANRateBps), rate)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if gw, _ := g.Cluster().View().Gateway("euw-gw2"); !gw.State.Live() {
+		t.Fatalf("gossip declared euw-gw2 %s before the survivor took its part: the test shows nothing about direct probes", gw.State)
+	}
+}

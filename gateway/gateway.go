@@ -85,6 +85,9 @@ type Gateway struct {
 	// share is this gateway's part of wan.region_rate_bps (regionShare,
 	// packed by packShare), as syncPeers last read it from gossip.
 	share atomic.Uint64
+	// probe checks the region's other gateways directly for the share
+	// (regionprobe.go).
+	probe *regionProbe
 	// rateCfg and the applied rates are what applyRates last set; only the
 	// endpoint's goroutine touches them.
 	rateCfg                *config.Config
@@ -188,6 +191,7 @@ func New(cfg *config.Config, opts Options) (g *Gateway, err error) {
 	// Alone in its region until gossip says otherwise: no WAN connection
 	// opens before the first join (syncPeers), which sets the share.
 	g.rateCfg, g.appliedWAN, g.appliedLAN = cfg, wanRate(cfg, regionShare{}), cfg.LAN.MaxRate()
+	g.probe = newRegionProbe()
 	g.metrics.WANRateBps.Set(float64(wanWire(cfg, regionShare{})))
 	g.egress = newEgress(g.appliedWAN, slowestHint(cfg))
 	if g.wanCC, err = controller(cfg.WAN.CongestionControl, wanParams(cfg, g.appliedWAN, g.egress)); err != nil {
@@ -507,6 +511,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	g.startedAt = time.Now()
 	g.goTrack(g.joinLoop)
 	g.goTrack(g.watchGossip)
+	g.goTrack(g.probeRegion)
 	g.goTrack(g.watchHealth)
 	g.goTrack(g.publishLoop)
 	g.goTrack(g.statsLoop)

@@ -144,7 +144,7 @@ func (g *Gateway) watchGossip() {
 // date without the key too, so that a reload that sets it starts from the
 // region's current membership.
 func (g *Gateway) syncShare(cfg *config.Config, view region.View) {
-	s := packShare(shareOf(cfg, view))
+	s := packShare(shareOf(cfg, view, g.probe.silent))
 	if g.share.Swap(s) == s {
 		return
 	}

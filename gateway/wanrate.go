@@ -23,13 +23,14 @@ const (
 type regionShare struct{ mine, total uint32 }
 
 // shareOf reads this gateway's part of its region in a gossip view. Live
-// gateways (alive or suspect, the ones flows are routed to) count: a dead
-// or departed one's part goes to the others.
-func shareOf(cfg *config.Config, view region.View) regionShare {
+// gateways (alive or suspect, the ones flows are routed to) count unless
+// silent says they stopped answering direct probes: a dead or departed
+// one's part goes to the others.
+func shareOf(cfg *config.Config, view region.View, silent func(name string) bool) regionShare {
 	mine := region.Meta{Capacity: uint32(cfg.Node.Capacity)}.Weight()
 	s := regionShare{mine: mine, total: mine}
 	for _, gw := range view.Regions[cfg.Node.Region] {
-		if gw.Name != cfg.Node.Name && gw.State.Live() {
+		if gw.Name != cfg.Node.Name && gw.State.Live() && !silent(gw.Name) {
 			s.total += gw.Meta.Weight()
 		}
 	}

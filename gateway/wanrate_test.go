@@ -54,9 +54,12 @@ func TestRegionShare(t *testing.T) {
 		},
 		"us-east": {gw("use-gw1", 900, region.Alive)},
 	}}
-	s := shareOf(cfg, view)
+	s := shareOf(cfg, view, func(string) bool { return false })
 	if s != (regionShare{mine: 100, total: 500}) {
 		t.Fatalf("share %+v, want 100 of 500", s)
+	}
+	if s3 := shareOf(cfg, view, func(n string) bool { return n == "euw-gw3" }); s3 != (regionShare{mine: 100, total: 400}) {
+		t.Errorf("with euw-gw3 silent to direct probes: share %+v, want 100 of 400", s3)
 	}
 	if got, want := wanWire(cfg, s), units.BitRate(2e8); got != want {
 		t.Errorf("region rate alone: %v, want %v", got, want)

@@ -7,6 +7,7 @@ import (
 	"log"
 	"log/slog"
 	"math"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -445,6 +446,15 @@ func (c *Cluster) UpdateMeta(m Meta, timeout time.Duration) error {
 		return fmt.Errorf("region: update metadata: %w", err)
 	}
 	return nil
+}
+
+// Ping sends one failure-detector probe to the member named name at addr
+// (its gossip address) and waits memberlist's probe timeout for the ack: a
+// direct check of one member, outside the probe rounds and the suspicion
+// that decide who is dead.
+func (c *Cluster) Ping(name string, addr netip.AddrPort) error {
+	_, err := c.ml.Ping(name, net.UDPAddrFromAddrPort(addr))
+	return err
 }
 
 // View returns a snapshot of all regions and their gateways.

@@ -116,6 +116,10 @@ type Config struct {
 	// WAN capacity a region's gateways share, split among the live ones
 	// by gossip.
 	RegionRateBps int64
+	// SuspicionMult is every gateway's gossip.suspicion_mult [3]: how
+	// many probe intervals (500 ms) gossip suspects a silent gateway
+	// before it declares it dead.
+	SuspicionMult int
 	// Admin gives every gateway an admin listener on an ephemeral port.
 	Admin bool
 	// Classes are scheduler classes (name → weight) besides "default".
@@ -492,6 +496,9 @@ func (l *Lab) gatewayConfig(reg, n string, all map[string]*gatewayAddrs) (*confi
 	c.Gossip.ProbeInterval = 500 * time.Millisecond
 	c.Gossip.ProbeTimeout = 400 * time.Millisecond
 	c.Gossip.SuspicionMult = 3
+	if cfg.SuspicionMult > 0 {
+		c.Gossip.SuspicionMult = cfg.SuspicionMult
+	}
 	c.Gossip.GossipInterval = 50 * time.Millisecond
 	c.Limits.MemoryBytes = 256 << 20
 	c.Limits.FlowCreditBytes = 4 << 20
