@@ -29,7 +29,9 @@ import (
 // sender (its shard); a sender serves its batches in order.
 //
 // Memory is bounded: a fixed number of batches, each with a fixed number of
-// buffers, circulate between the owner and the senders. The owner polls a
+// buffers, circulate between the owner and the senders (a DATA whose
+// payload is lent travels without one: txItem), and each sender holds at
+// most a batch's worth of buffers of its own. The owner polls a
 // datagram only when it has a buffer for it and a batch for whichever
 // sender it turns out to need; otherwise it dispatches what it holds and
 // stops sending until a sender returns a batch (backpressure), serving
@@ -39,11 +41,21 @@ import (
 
 // txItem is one polled datagram: plaintext at buf[maxOverhead:][:n],
 // followed by payload, which its sender copies there (the payload is lent
-// by the state machine: metaroce.Transmit.Payload).
+// by the state machine: metaroce.Transmit.Payload). A DATA with a lent
+// payload has no buffer of the owner's (buf nil): its header is hdr[:n],
+// and its sender puts header and payload in a buffer of its own (txSender.
+// bufs). So the owner writes every DATA header into the one buffer it
+// polls into, which stays in its cache, and a sender's buffers stay in
+// its: a buffer that went from the owner's core to a sender's and back
+// had its lines fetched from the other core at both ends, and the first
+// load behind those stores that the store buffer could not serve (Poll's
+// result, the AEAD's nonce) waited for them, on the owner and on the
+// sender, for every datagram.
 type txItem struct {
 	buf     []byte
 	n       int
 	payload []byte
+	hdr     [lentHeaderMax]byte
 	sealer  Sealer // nil: sent as it is
 	s       *sock
 	dst     netip.AddrPort
@@ -56,6 +68,11 @@ type txItem struct {
 	tracked bool
 	seq     uint64
 }
+
+// lentHeaderMax bounds the header of a DATA with a lent payload that
+// travels in its txItem (version 1's is the longest); a longer one keeps
+// its buffer.
+const lentHeaderMax = metaroce.DataHeaderLen + 4
 
 // sendBatch is a run of datagrams for one sender.
 type sendBatch struct {
@@ -79,6 +96,11 @@ type txSender struct {
 	// sender took a datagram's counter from was: the line run replaces).
 	_     cpu.CacheLinePad
 	dirty []*sock // sockets with datagrams waiting
+	// bufs[i] holds the i-th datagram of a batch when it is a lent DATA
+	// (txItem.hdr): made on first use, at most txBatch of bufLen bytes,
+	// reused by every batch once its WriteBatch calls have returned.
+	bufs   [][]byte
+	bufLen int
 	// run holds the counters this sender reserved for the rest of its
 	// batch from a RunSealer: one reservation per batch and peer, and a
 	// nonce buffer of its own.
@@ -122,7 +144,7 @@ func (e *Endpoint) initTx(bufLen int) {
 	t.senders = make([]*txSender, n)
 	t.cur = make([]*sendBatch, n)
 	for i := range t.senders {
-		t.senders[i] = &txSender{in: make(chan *sendBatch, nb)}
+		t.senders[i] = &txSender{in: make(chan *sendBatch, nb), bufLen: bufLen}
 	}
 	// A batch's items grow with use, up to txBatch (queue sends it then).
 	for range nb {
@@ -164,12 +186,17 @@ func (e *Endpoint) writeBatch(w *txSender, b *sendBatch) {
 	for i := range b.items {
 		it := &b.items[i]
 		n := it.n
+		buf := it.buf
+		if buf == nil {
+			buf = w.buf(i)
+			copy(buf[maxOverhead:], it.hdr[:n])
+		}
 		if it.payload != nil {
 			// The payload goes behind its header here, not on the owner
 			// goroutine, and just before the seal reads it.
-			n += copy(it.buf[maxOverhead+n:], it.payload)
+			n += copy(buf[maxOverhead+n:], it.payload)
 		}
-		wire := it.buf[maxOverhead : maxOverhead+n]
+		wire := buf[maxOverhead : maxOverhead+n]
 		if it.sealer != nil {
 			start := maxOverhead - it.sealer.Prefix()
 			if it.sealer != runFor {
@@ -182,9 +209,9 @@ func (e *Endpoint) writeBatch(w *txSender, b *sendBatch) {
 			var out []byte
 			var err error
 			if rs != nil {
-				out, err = w.run.Seal(it.buf[start:start], wire)
+				out, err = w.run.Seal(buf[start:start], wire)
 			} else {
-				out, err = it.sealer.Seal(it.buf[start:start], wire)
+				out, err = it.sealer.Seal(buf[start:start], wire)
 			}
 			if err != nil {
 				e.ctr.sealErr.Add(1)
@@ -217,7 +244,7 @@ func (e *Endpoint) writeBatch(w *txSender, b *sendBatch) {
 				// DontFragment): lost, and the path's MTU discovery
 				// learns it; the rest of the batch still goes.
 				e.ctr.txErr.Add(1)
-				e.tooBig(sentFrom(b, out[sent].Buf), out[sent].N)
+				e.tooBig(sentFrom(w, b, out[sent].Buf), out[sent].N)
 				out = out[sent+1:]
 				continue
 			}
@@ -233,6 +260,14 @@ func (e *Endpoint) writeBatch(w *txSender, b *sendBatch) {
 	}
 	clear(w.dirty)
 	w.dirty = w.dirty[:0]
+}
+
+// buf returns the sender's buffer for the i-th datagram of its batch.
+func (w *txSender) buf(i int) []byte {
+	for len(w.bufs) <= i {
+		w.bufs = append(w.bufs, make([]byte, w.bufLen))
+	}
+	return w.bufs[i]
 }
 
 // sealedFor counts the datagrams of items that s seals: the counters a
@@ -256,15 +291,20 @@ type txFrom struct {
 	path int
 }
 
-// sentFrom finds the path of the datagram wire in b: the item whose buffer
-// it lies in (wire runs to the end of its buffer, as every datagram the
-// sender queues does). Only a refused send needs the path, so it is looked
-// up then instead of being recorded beside every datagram queued.
-func sentFrom(b *sendBatch, wire []byte) txFrom {
+// sentFrom finds the path of the datagram wire in b, which w sent: the
+// item whose buffer it lies in (wire runs to the end of its buffer, as
+// every datagram the sender queues does). Only a refused send needs the
+// path, so it is looked up then instead of being recorded beside every
+// datagram queued.
+func sentFrom(w *txSender, b *sendBatch, wire []byte) txFrom {
 	end := wire[:cap(wire)]
 	for i := range b.items {
 		it := &b.items[i]
-		buf := it.buf[:cap(it.buf)]
+		buf := it.buf
+		if buf == nil && i < len(w.bufs) {
+			buf = w.bufs[i]
+		}
+		buf = buf[:cap(buf)]
 		if len(buf) > 0 && len(end) > 0 && &buf[len(buf)-1] == &end[len(end)-1] {
 			return txFrom{conn: it.conn, path: int(it.path)}
 		}
@@ -311,7 +351,9 @@ func (e *Endpoint) returned(b *sendBatch) {
 			}
 			upTo = it.seq + 1
 		}
-		t.spare = append(t.spare, it.buf)
+		if it.buf != nil {
+			t.spare = append(t.spare, it.buf)
+		}
 		*it = txItem{}
 	}
 	if conn != nil {
@@ -388,8 +430,17 @@ func (e *Endpoint) room() bool {
 // queue adds a datagram to its socket's sender, dispatching the sender's
 // batch when it is full. room must have reported true.
 func (e *Endpoint) queue(it txItem) {
+	p := e.add(it.s)
+	*p = it
+	e.queued(p)
+}
+
+// add appends an empty item to the batch of socket s's sender and returns
+// it, for the caller to fill (s included) and pass to queued: a datagram
+// is written where its sender reads it, not built and copied there.
+func (e *Endpoint) add(s *sock) *txItem {
 	t := &e.owner.tx
-	w := it.s.shard
+	w := s.shard
 	b := t.cur[w]
 	if b == nil {
 		n := len(t.free)
@@ -398,11 +449,20 @@ func (e *Endpoint) queue(it txItem) {
 		t.cur[w] = b
 		t.filling++
 	}
+	b.items = append(b.items, txItem{})
+	return &b.items[len(b.items)-1]
+}
+
+// queued completes the item add returned, dispatching the sender's batch
+// when it is full.
+func (e *Endpoint) queued(it *txItem) {
+	t := &e.owner.tx
+	w := it.s.shard
+	b := t.cur[w]
 	if it.payload != nil && !b.lends {
 		b.lends, b.lentFrom = true, t.lent-1
 		t.lending = append(t.lending, b)
 	}
-	b.items = append(b.items, it)
 	if len(b.items) == txBatch {
 		e.send(w, b)
 	}
@@ -467,16 +527,24 @@ func (e *Endpoint) flush(now time.Duration) bool {
 				continue
 			}
 		}
-		t.spare = t.spare[:len(t.spare)-1]
 		if p.Sealer == nil && tx.Len == metaroce.InitLen && !tx.Reply {
 			tx.Len = e.noteInit(p.ID, buf[maxOverhead:], s, dst)
 		}
-		it := txItem{buf: buf, n: tx.Len, payload: tx.Payload, sealer: p.Sealer, s: s, dst: dst}
+		it := e.add(s)
+		it.n, it.payload, it.sealer, it.s, it.dst = tx.Len, tx.Payload, p.Sealer, s, dst
+		if tx.Payload != nil && tx.Len <= len(it.hdr) {
+			// Its sender completes it in a buffer of its own; the
+			// owner's stays for the next poll.
+			copy(it.hdr[:], buf[maxOverhead:maxOverhead+tx.Len])
+		} else {
+			it.buf = buf
+			t.spare = t.spare[:len(t.spare)-1]
+		}
 		if !tx.Reply {
 			it.conn, it.path = tx.Conn, int32(tx.Path)
 			it.tracked, it.seq = tx.Tracked, tx.Seq
 		}
-		e.queue(it)
+		e.queued(it)
 		// Counted per plane here, by the owner (whose cache of the
 		// counters needs no lock), when the datagram is handed to its
 		// sender, a run of one peer and plane at once: plaintext
