@@ -130,6 +130,12 @@ type aimdPath struct {
 	// 1/8): the noise the path's samples carry (ack delay, late timers).
 	// A delay target below it would read that noise as a queue.
 	rttDev time.Duration
+	// splitF is SplitWeight's queue factor, computed from the path's queue
+	// splitQ and balance's splitBalQ and splitRef (splitFactor); splitOK:
+	// it was computed.
+	splitF                      float64
+	splitQ, splitBalQ, splitRef time.Duration
+	splitOK                     bool
 }
 
 // AIMD is the engine behind dc-aimd and the long-RTT controllers: ECN-driven

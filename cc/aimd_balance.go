@@ -119,10 +119,25 @@ func (a *AIMD) SplitWeight(path int) float64 {
 	}
 	w := p.rate / a.total * float64(n)
 	if a.balRef > 0 {
-		d := float64(a.balQ-splitQueue(p)) / float64(a.balRef)
-		w *= math.Exp(splitDamp * math.Max(-1, math.Min(1, d)))
+		w *= a.splitFactor(p)
 	}
 	return w
+}
+
+// splitFactor is SplitWeight's exp(-splitDamp·(q_p − q̄)/ref), kept per
+// path beside the three durations it was computed from: the sender asks
+// for the weight at each of the path's turns, about once per datagram,
+// while those change only with balance and the path's RTT samples, and
+// math.Exp was most of the lookup (BenchmarkSplitWeight). The same
+// durations give the same factor, so the split is exactly what it was.
+func (a *AIMD) splitFactor(p *aimdPath) float64 {
+	q := splitQueue(p)
+	if !p.splitOK || q != p.splitQ || a.balQ != p.splitBalQ || a.balRef != p.splitRef {
+		d := float64(a.balQ-q) / float64(a.balRef)
+		p.splitF = math.Exp(splitDamp * math.Max(-1, math.Min(1, d)))
+		p.splitQ, p.splitBalQ, p.splitRef, p.splitOK = q, a.balQ, a.balRef, true
+	}
+	return p.splitF
 }
 
 // rttLoRise is the inverse of the gain with which rttLo follows an RTT

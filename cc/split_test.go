@@ -1,6 +1,7 @@
 package cc
 
 import (
+	"math"
 	"testing"
 	"time"
 )
@@ -8,7 +9,7 @@ import (
 // newSplitter returns an AIMD with the long-RTT controllers' split (a
 // queue share) and no growth, over paths at 1 Gbit/s and a 10 ms base
 // round trip, held at its 1 Gbit/s hint so that only balance moves rates.
-func newSplitter(t *testing.T, paths int) *AIMD {
+func newSplitter(t testing.TB, paths int) *AIMD {
 	t.Helper()
 	f := NewAIMD(AIMDConfig{Name: "split", Growth: func(GrowthState) float64 { return 0 }, RefRTT: 50 * time.Millisecond,
 		RTTFair: true, DelayTarget: 25 * time.Millisecond, QueueShare: 10 * time.Millisecond,
@@ -65,5 +66,89 @@ func TestBalanceStepsAPathOnItsOwnSamples(t *testing.T) {
 	ackQ(a, now, 0, 0)
 	if g := a.pathRate(0) / before; g > 1.07 {
 		t.Errorf("path 0's next sample moved its rate by %.3f, want at most one round trip's step (e^%g, and the rescaling)", g, balanceGain)
+	}
+}
+
+// splitWeightFresh is SplitWeight computed from the controller's state
+// alone, with nothing kept from earlier calls.
+func splitWeightFresh(a *AIMD, path int) float64 {
+	p := &a.paths[path]
+	if !p.usable || a.total <= 0 {
+		return 0
+	}
+	n := a.balN
+	if n <= 0 {
+		n = len(a.paths)
+	}
+	w := p.rate / a.total * float64(n)
+	if a.balRef > 0 {
+		d := float64(a.balQ-splitQueue(p)) / float64(a.balRef)
+		w *= math.Exp(splitDamp * math.Max(-1, math.Min(1, d)))
+	}
+	return w
+}
+
+// TestSplitWeightFollowsState: the queue factor SplitWeight keeps per path
+// is the one the controller's state gives, call after call, as acks move
+// the paths' queues, balance's mean and its reference, and as a path goes
+// down and comes back.
+func TestSplitWeightFollowsState(t *testing.T) {
+	a := newSplitter(t, 4)
+	now := time.Millisecond
+	check := func(step int) {
+		t.Helper()
+		for p := range 4 {
+			// Twice: the second call is served from what the first kept.
+			for range 2 {
+				if got, want := a.SplitWeight(p), splitWeightFresh(a, p); got != want {
+					t.Fatalf("step %d: path %d weight %v, want %v", step, p, got, want)
+				}
+			}
+		}
+	}
+	moved := 0
+	for k := range 2000 {
+		now += 383 * time.Microsecond
+		p := k % 4
+		before := a.SplitWeight(p)
+		ackQ(a, now, p, time.Duration(p)*time.Millisecond+time.Duration(k%7)*100*time.Microsecond)
+		switch k {
+		case 700:
+			a.OnPathState(now, 2, false)
+		case 900:
+			a.OnPathState(now, 2, true)
+		}
+		check(k)
+		if a.SplitWeight(p) != before {
+			moved++
+		}
+	}
+	if a.balRef <= 0 || moved < 100 {
+		t.Fatalf("balance reference %v, weights moved %d times: the queue factor was not exercised", a.balRef, moved)
+	}
+}
+
+// BenchmarkSplitWeight is the sender's weight lookup as PickWeighted makes
+// it, one path's turn per datagram over 8 paths, with an RTT sample (an
+// ACK) every 64 datagrams: go test -run - -bench SplitWeight ./cc
+func BenchmarkSplitWeight(b *testing.B) {
+	a := newSplitter(b, 8)
+	now := time.Millisecond
+	for p := range 8 {
+		ackQ(a, now, p, time.Duration(p)*200*time.Microsecond)
+	}
+	var sum float64
+	i := 0
+	for b.Loop() {
+		if i%64 == 63 {
+			now += 100 * time.Microsecond
+			p := (i / 64) % 8
+			ackQ(a, now, p, time.Duration(p)*200*time.Microsecond+time.Duration(i%5)*10*time.Microsecond)
+		}
+		sum += a.SplitWeight(i % 8)
+		i++
+	}
+	if sum <= 0 {
+		b.Fatal("no weight")
 	}
 }
