@@ -22,12 +22,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,6 +37,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/mrgw/mrgw/gateway"
@@ -164,11 +168,16 @@ type Row struct {
 	// included): the WAN is loss-free, so what is lost is dropped by the
 	// receiving gateway's full socket (the sender's controller finds the
 	// receiving gateway's capacity so).
-	WANRetransmits uint64  `json:"wan_retransmits"`
-	WANDataSent    uint64  `json:"wan_data_sent"`
-	LoadStart      float64 `json:"load_start"`
-	LoadEnd        float64 `json:"load_end"`
-	Note           string  `json:"note,omitempty"`
+	WANRetransmits uint64 `json:"wan_retransmits"`
+	WANDataSent    uint64 `json:"wan_data_sent"`
+	// RecvDrops are the datagrams the receiving gateway's WAN plane
+	// sockets dropped during the window, by reason
+	// (mrgw_wan_datagrams_dropped_total): buffer is the kernel's receive
+	// buffer, queue its readers' queue, the others refusals.
+	RecvDrops map[string]uint64 `json:"receiving_gateway_wan_drops,omitempty"`
+	LoadStart float64           `json:"load_start"`
+	LoadEnd   float64           `json:"load_end"`
+	Note      string            `json:"note,omitempty"`
 }
 
 // Result is a run: the datapath rows measured beside the relay, then the
@@ -340,6 +349,7 @@ func relay(ctx context.Context, o Options, dir string, wanMTU, procs int) (Row, 
 		}
 	}
 	st0, _ := send.status(tctx)
+	dr0, _ := recv.drops(tctx)
 	row.LoadStart = report.LoadAvg()
 	c0s, c0r, c0h := send.cpu(), recv.cpu(), selfCPU()
 	t0, d0 := time.Now(), done.Load()
@@ -350,6 +360,15 @@ func relay(ctx context.Context, o Options, dir string, wanMTU, procs int) (Row, 
 	t1, d1 := time.Now(), done.Load()
 	row.LoadEnd = report.LoadAvg()
 	st1, _ := send.status(tctx)
+	if dr1, err := recv.drops(tctx); err == nil && dr0 != nil {
+		row.RecvDrops = map[string]uint64{}
+		for reason, n := range dr1 {
+			if d := n - dr0[reason]; d > 0 {
+				row.RecvDrops[reason] = d
+			}
+		}
+		row.Note = report.JoinNote(row.Note, "receiving gateway's WAN drops: "+dropsNote(row.RecvDrops))
+	}
 	secs := t1.Sub(t0).Seconds()
 	row.GoodputBps = float64(units.Throughput(float64(d1-d0), secs))
 	row.Send = cost(c0s, c1s, secs, row.GoodputBps, row.Send.Profile)
@@ -639,6 +658,45 @@ func (d *daemon) status(ctx context.Context) (*gateway.Status, error) {
 	defer resp.Body.Close()
 	var st gateway.Status
 	return &st, json.NewDecoder(resp.Body).Decode(&st)
+}
+
+// drops reads the daemon's mrgw_wan_datagrams_dropped_total from its
+// /metrics, summed over planes, by reason.
+func (d *daemon) drops(ctx context.Context) (map[string]uint64, error) {
+	resp, err := d.get(ctx, "/metrics", 5*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]uint64{}
+	if f := fams["mrgw_wan_datagrams_dropped_total"]; f != nil {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reason" {
+					out[l.GetValue()] += uint64(m.GetCounter().GetValue())
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// dropsNote lists drops by reason in a stable order ("none" for none).
+func dropsNote(drops map[string]uint64) string {
+	reasons := slices.Sorted(maps.Keys(drops))
+	if len(reasons) == 0 {
+		return "none"
+	}
+	parts := make([]string, len(reasons))
+	for i, r := range reasons {
+		parts[i] = fmt.Sprintf("%s %d", r, drops[r])
+	}
+	return strings.Join(parts, ", ")
 }
 
 // profile writes a CPU profile of the daemon over the next d into path.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -99,6 +100,19 @@ func TestRelayCostRow(t *testing.T) {
 	}
 	if r.LoadStart < 0 || r.LoadEnd < 0 {
 		t.Errorf("load average %v → %v", r.LoadStart, r.LoadEnd)
+	}
+	if r.RecvDrops == nil || !strings.Contains(r.Note, "receiving gateway's WAN drops: ") {
+		t.Errorf("the receiving gateway's drops were not read from its /metrics: %v, note %q", r.RecvDrops, r.Note)
+	}
+}
+
+// The drops note lists reasons in order, and says none for none.
+func TestDropsNote(t *testing.T) {
+	if got := dropsNote(map[string]uint64{"queue": 3, "buffer": 12}); got != "buffer 12, queue 3" {
+		t.Errorf("dropsNote = %q", got)
+	}
+	if got := dropsNote(map[string]uint64{}); got != "none" {
+		t.Errorf("dropsNote of none = %q", got)
 	}
 }
 
