@@ -173,11 +173,16 @@ type Row struct {
 	// RecvDrops are the datagrams the receiving gateway's WAN plane
 	// sockets dropped during the window, by reason
 	// (mrgw_wan_datagrams_dropped_total): buffer is the kernel's receive
-	// buffer, queue its readers' queue, the others refusals.
-	RecvDrops map[string]uint64 `json:"receiving_gateway_wan_drops,omitempty"`
-	LoadStart float64           `json:"load_start"`
-	LoadEnd   float64           `json:"load_end"`
-	Note      string            `json:"note,omitempty"`
+	// buffer, queue its readers' queue, the others refusals;
+	// RecvDuplicates the DATA packets it received that it had placed
+	// already (a retransmission of a packet that was not lost). Both come
+	// from its /metrics, which it folds every second, so they are the
+	// window's to within a second.
+	RecvDrops      map[string]uint64 `json:"receiving_gateway_wan_drops,omitempty"`
+	RecvDuplicates uint64            `json:"receiving_gateway_duplicates,omitempty"`
+	LoadStart      float64           `json:"load_start"`
+	LoadEnd        float64           `json:"load_end"`
+	Note           string            `json:"note,omitempty"`
 }
 
 // Result is a run: the datapath rows measured beside the relay, then the
@@ -349,7 +354,7 @@ func relay(ctx context.Context, o Options, dir string, wanMTU, procs int) (Row, 
 		}
 	}
 	st0, _ := send.status(tctx)
-	dr0, _ := recv.drops(tctx)
+	r0, _ := recv.counters(tctx)
 	row.LoadStart = report.LoadAvg()
 	c0s, c0r, c0h := send.cpu(), recv.cpu(), selfCPU()
 	t0, d0 := time.Now(), done.Load()
@@ -360,14 +365,16 @@ func relay(ctx context.Context, o Options, dir string, wanMTU, procs int) (Row, 
 	t1, d1 := time.Now(), done.Load()
 	row.LoadEnd = report.LoadAvg()
 	st1, _ := send.status(tctx)
-	if dr1, err := recv.drops(tctx); err == nil && dr0 != nil {
+	if r1, err := recv.counters(tctx); err == nil && r0 != nil {
 		row.RecvDrops = map[string]uint64{}
-		for reason, n := range dr1 {
-			if d := n - dr0[reason]; d > 0 {
+		for reason, n := range r1.drops {
+			if d := n - r0.drops[reason]; d > 0 {
 				row.RecvDrops[reason] = d
 			}
 		}
-		row.Note = report.JoinNote(row.Note, "receiving gateway's WAN drops: "+dropsNote(row.RecvDrops))
+		row.RecvDuplicates = r1.duplicates - r0.duplicates
+		row.Note = report.JoinNote(row.Note, fmt.Sprintf("receiving gateway: WAN drops %s, duplicates %d",
+			dropsNote(row.RecvDrops), row.RecvDuplicates))
 	}
 	secs := t1.Sub(t0).Seconds()
 	row.GoodputBps = float64(units.Throughput(float64(d1-d0), secs))
@@ -660,9 +667,16 @@ func (d *daemon) status(ctx context.Context) (*gateway.Status, error) {
 	return &st, json.NewDecoder(resp.Body).Decode(&st)
 }
 
-// drops reads the daemon's mrgw_wan_datagrams_dropped_total from its
-// /metrics, summed over planes, by reason.
-func (d *daemon) drops(ctx context.Context) (map[string]uint64, error) {
+// wanCounters are a gateway's WAN counters, summed over planes and peers:
+// datagrams dropped by reason, and DATA packets received that had been
+// placed already.
+type wanCounters struct {
+	duplicates uint64
+	drops      map[string]uint64
+}
+
+// counters reads the daemon's WAN counters from its /metrics.
+func (d *daemon) counters(ctx context.Context) (*wanCounters, error) {
 	resp, err := d.get(ctx, "/metrics", 5*time.Second)
 	if err != nil {
 		return nil, err
@@ -673,17 +687,18 @@ func (d *daemon) drops(ctx context.Context) (map[string]uint64, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]uint64{}
-	if f := fams["mrgw_wan_datagrams_dropped_total"]; f != nil {
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "reason" {
-					out[l.GetValue()] += uint64(m.GetCounter().GetValue())
-				}
+	c := &wanCounters{drops: map[string]uint64{}}
+	for _, m := range fams["mrgw_peer_duplicates_received_total"].GetMetric() {
+		c.duplicates += uint64(m.GetCounter().GetValue())
+	}
+	for _, m := range fams["mrgw_wan_datagrams_dropped_total"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "reason" {
+				c.drops[l.GetValue()] += uint64(m.GetCounter().GetValue())
 			}
 		}
 	}
-	return out, nil
+	return c, nil
 }
 
 // dropsNote lists drops by reason in a stable order ("none" for none).
