@@ -110,6 +110,8 @@ type Gateway struct {
 	syncMu       sync.Mutex
 	peerRefusals *ratelog.Logger
 	pmtuLog      *ratelog.Logger // path MTU black-hole verdicts (wanPeer.logBlackHoles)
+	sendFailLog  *ratelog.Logger // datagrams the kernel refused (syncSendFailures)
+	sendFailed   uint64          // netio's TxErrors at the last syncSendFailures
 	startedAt    time.Time       // when Run started (unseen gateways)
 
 	relay *relay // owner-goroutine state
@@ -184,6 +186,7 @@ func New(cfg *config.Config, opts Options) (g *Gateway, err error) {
 	g.log = g.log.With("gateway", cfg.Node.Name)
 	g.peerRefusals = ratelog.New(g.log, 10*time.Second)
 	g.pmtuLog = ratelog.New(g.log.With("part", "pmtu"), 10*time.Second)
+	g.sendFailLog = ratelog.New(g.log, 10*time.Second)
 	g.metrics = newMetrics(cfg)
 	if g.suite, err = suiteOf(cfg.WAN.Cipher); err != nil {
 		return nil, fmt.Errorf("%w: wan.cipher: %w", ErrInvalidConfig, err)

@@ -292,6 +292,7 @@ func (g *Gateway) snapshot(prev *rateState) {
 		}
 	}
 	g.syncPlaneDrops()
+	g.syncSendFailures()
 	g.syncLANDrops()
 	g.syncControlDrops()
 	view := g.cluster.View()
@@ -333,6 +334,19 @@ func (g *Gateway) syncPlaneDrops() {
 			}
 		}
 	}
+}
+
+// syncSendFailures counts the datagrams the kernel refused to send since
+// the last call (mrgw_datagrams_send_failed_total) and warns of them,
+// rate-limited. Only the stats loop calls it.
+func (g *Gateway) syncSendFailures() {
+	n := g.ep.Stats().TxErrors
+	if n > g.sendFailed {
+		d := n - g.sendFailed
+		g.metrics.DatagramsSendFailed.Add(float64(d))
+		g.sendFailLog.Warn("send", "datagrams the kernel refused to send: the protocol resends them as lost", "count", d)
+	}
+	g.sendFailed = n
 }
 
 // syncMembership lists gossip's members in st and sets the per-region

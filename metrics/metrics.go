@@ -311,6 +311,7 @@ type Metrics struct {
 	AdmissionSaturated   prometheus.Gauge       //
 	LANPeersLimit        prometheus.Gauge       //
 	PathSocketsExhausted prometheus.Counter     //
+	DatagramsSendFailed  prometheus.Counter     //
 	LANGoodputBytes      *prometheus.CounterVec // direction
 	MessagesCompleted    *prometheus.CounterVec // peer_region, direction
 	MessagesFailed       *prometheus.CounterVec // peer_region, direction
@@ -509,6 +510,8 @@ func New(opts ...Option) *Metrics {
 		"LAN peers (hosts) admitted at most at once: lan.max_hosts. A host beyond it is refused at once (mrgw_lan_admissions_refused_total{reason=\"full\"}).")
 	m.PathSocketsExhausted = b.counter("mrgw_path_sockets_exhausted_total",
 		"Datagrams not sent because every path socket was in use (1,024 for the WAN, and the hosts' shared pool of 64): more WAN paths than 1,024.")
+	m.DatagramsSendFailed = b.counter("mrgw_datagrams_send_failed_total",
+		"Datagrams (WAN and LAN) the kernel refused to send: a socket error other than a full send buffer, which waits, or too big for the local stack. The protocol resends them as lost; the gateway logs them at warn.")
 	m.AdmissionSaturated = b.gauge("mrgw_lan_admission_saturated",
 		"1 while LAN admission refuses hosts for want of room (the peer table full or the pending bound hit in the last 5 s); /readyz then says \"admission saturated\".")
 	m.LANGoodputBytes = b.counterVec("mrgw_lan_goodput_bytes_total",

@@ -180,9 +180,12 @@ type Row struct {
 	// window's to within a second.
 	RecvDrops      map[string]uint64 `json:"receiving_gateway_wan_drops,omitempty"`
 	RecvDuplicates uint64            `json:"receiving_gateway_duplicates,omitempty"`
-	LoadStart      float64           `json:"load_start"`
-	LoadEnd        float64           `json:"load_end"`
-	Note           string            `json:"note,omitempty"`
+	// SendFailed are the datagrams the sending gateway's kernel refused
+	// (mrgw_datagrams_send_failed_total), as lost as a dropped one.
+	SendFailed uint64  `json:"sending_gateway_send_failed,omitempty"`
+	LoadStart  float64 `json:"load_start"`
+	LoadEnd    float64 `json:"load_end"`
+	Note       string  `json:"note,omitempty"`
 }
 
 // Result is a run: the datapath rows measured beside the relay, then the
@@ -354,6 +357,7 @@ func relay(ctx context.Context, o Options, dir string, wanMTU, procs int) (Row, 
 		}
 	}
 	st0, _ := send.status(tctx)
+	s0, _ := send.counters(tctx)
 	r0, _ := recv.counters(tctx)
 	row.LoadStart = report.LoadAvg()
 	c0s, c0r, c0h := send.cpu(), recv.cpu(), selfCPU()
@@ -375,6 +379,10 @@ func relay(ctx context.Context, o Options, dir string, wanMTU, procs int) (Row, 
 		row.RecvDuplicates = r1.duplicates - r0.duplicates
 		row.Note = report.JoinNote(row.Note, fmt.Sprintf("receiving gateway: WAN drops %s, duplicates %d",
 			dropsNote(row.RecvDrops), row.RecvDuplicates))
+	}
+	if s1, err := send.counters(tctx); err == nil && s0 != nil {
+		row.SendFailed = s1.sendFailed - s0.sendFailed
+		row.Note = report.JoinNote(row.Note, fmt.Sprintf("sending gateway: datagrams the kernel refused %d", row.SendFailed))
 	}
 	secs := t1.Sub(t0).Seconds()
 	row.GoodputBps = float64(units.Throughput(float64(d1-d0), secs))
@@ -668,11 +676,11 @@ func (d *daemon) status(ctx context.Context) (*gateway.Status, error) {
 }
 
 // wanCounters are a gateway's WAN counters, summed over planes and peers:
-// datagrams dropped by reason, and DATA packets received that had been
-// placed already.
+// datagrams dropped by reason, DATA packets received that had been placed
+// already, and datagrams the kernel refused to send.
 type wanCounters struct {
-	duplicates uint64
-	drops      map[string]uint64
+	duplicates, sendFailed uint64
+	drops                  map[string]uint64
 }
 
 // counters reads the daemon's WAN counters from its /metrics.
@@ -690,6 +698,9 @@ func (d *daemon) counters(ctx context.Context) (*wanCounters, error) {
 	c := &wanCounters{drops: map[string]uint64{}}
 	for _, m := range fams["mrgw_peer_duplicates_received_total"].GetMetric() {
 		c.duplicates += uint64(m.GetCounter().GetValue())
+	}
+	for _, m := range fams["mrgw_datagrams_send_failed_total"].GetMetric() {
+		c.sendFailed += uint64(m.GetCounter().GetValue())
 	}
 	for _, m := range fams["mrgw_wan_datagrams_dropped_total"].GetMetric() {
 		for _, l := range m.GetLabel() {
