@@ -539,6 +539,23 @@ func (g *Gateway) goTrack(f func()) {
 	}()
 }
 
+// ticking runs f every interval until the gateway stops or f returns
+// false.
+func (g *Gateway) ticking(interval time.Duration, f func() bool) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-g.ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !f() {
+			return
+		}
+	}
+}
+
 // Shutdown stops the gateway gracefully: new flows are refused with
 // OPEN_ERR gateway draining; the gateway leaves gossip so that peers route
 // around it; in-flight messages get until the drain timeout (or ctx) to

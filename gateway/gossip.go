@@ -75,14 +75,7 @@ const reconnectInterval = 2 * time.Second
 // for failed members. A dead gateway that is really gone costs one failed
 // dial per interval.
 func (g *Gateway) reconnectLoop(seeds []string) {
-	t := time.NewTicker(reconnectInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-g.ctx.Done():
-			return
-		case <-t.C:
-		}
+	g.ticking(reconnectInterval, func() bool {
 		var addrs []string
 		for _, gws := range g.cluster.View().Regions {
 			for _, gw := range gws {
@@ -92,14 +85,15 @@ func (g *Gateway) reconnectLoop(seeds []string) {
 			}
 		}
 		if len(addrs) == 0 {
-			continue
+			return true
 		}
 		n, err := g.cluster.Join(g.ctx, append(addrs, seeds...))
 		if errors.Is(err, region.ErrClosed) {
-			return
+			return false
 		}
 		g.log.Debug("gossip: rejoin of dead gateways", "addrs", len(addrs), "reached", n, "err", err)
-	}
+		return true
+	})
 }
 
 // watchGossip acts on membership changes at once: a gateway of another

@@ -88,18 +88,11 @@ func (p *regionProbe) prune(keep map[string]bool) {
 // regionProbeEvery while wan.region_rate_bps is set, and re-reads the
 // region share when one falls silent or answers again.
 func (g *Gateway) probeRegion() {
-	t := time.NewTicker(regionProbeEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-g.ctx.Done():
-			return
-		case <-t.C:
-		}
+	g.ticking(regionProbeEvery, func() bool {
 		cfg := g.Config()
 		if cfg.WAN.RegionRateBps == 0 || !g.joined.Load() {
 			g.probe.prune(nil)
-			continue
+			return true
 		}
 		keep := map[string]bool{}
 		for _, gw := range g.cluster.View().Regions[cfg.Node.Region] {
@@ -115,7 +108,8 @@ func (g *Gateway) probeRegion() {
 			}
 		}
 		g.probe.prune(keep)
-	}
+		return true
+	})
 }
 
 // probeOne sends one probe and acts on a change of standing.

@@ -111,24 +111,15 @@ func (p *wanPeer) keepalive() {
 // dropped within a few percent of DeadAfter after it (watchSilence).
 func (g *Gateway) silenceLoop() {
 	every := min(max(g.deadAfter/50, 2*time.Millisecond), 100*time.Millisecond)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-g.ctx.Done():
-			return
-		case <-t.C:
-		}
+	g.ticking(every, func() bool {
 		// Do: nothing waits for it, and a full command queue must not
 		// hold up shutdown.
-		if err := g.ep.Do(g.ctx, func(now time.Duration, _ *metaroce.Endpoint) {
+		return g.ep.Do(g.ctx, func(now time.Duration, _ *metaroce.Endpoint) {
 			for p := range g.relay.wan {
 				p.watchSilence(now, g.deadAfter)
 			}
-		}); err != nil {
-			return
-		}
-	}
+		}) == nil
+	})
 }
 
 // watchSilence drops the peer's WAN connection if the peer has answered
