@@ -474,13 +474,16 @@ func (f *Flow) reroute(now time.Duration, cause error, avoid *gateway) {
 		f.gone = false
 	}
 	f.h.ctr.reopens.Add(1)
+	if f.nextSeq > f.doneBelow {
+		f.h.ctr.resumedReopens.Add(1)
+	}
 	// One line per loss of the route; the attempts that follow it are
 	// counted (Stats.Reopens) and logged at debug level.
 	lvl := slog.LevelInfo
 	if f.attempt > 0 {
 		lvl = slog.LevelDebug
 	}
-	f.h.log.Log(context.Background(), lvl, "host: re-opening flow", "flow", flowctl.FlowID(f.id), "resume", f.doneBelow, "cause", cause)
+	f.h.log.Log(context.Background(), lvl, "host: re-opening flow", "flow", flowctl.FlowID(f.id), "resume", f.doneBelow, "unfinished", f.nextSeq-f.doneBelow, "cause", cause)
 	f.state = flowWaiting
 	f.retryAt = now
 	if f.attempt > 0 {

@@ -333,8 +333,10 @@ type Delivery struct {
 
 // Stats count a Host's work since New.
 type Stats struct {
-	// Source side.
-	FlowsOpened, Reopens, SegmentsDone, BytesDone uint64
+	// Source side. ResumedReopens counts the Reopens that had messages
+	// not yet DONE to send again (the others re-opened a finished flow,
+	// which keeps a route while it lives).
+	FlowsOpened, Reopens, ResumedReopens, SegmentsDone, BytesDone uint64
 	// Destination side.
 	Delivered, DeliveredBytes, Duplicates, DoneSent uint64
 	// Gateway connections established, attempts that failed before
@@ -349,7 +351,7 @@ type counters struct {
 	flowsOpened, reopens, segsDone, bytesDone      atomic.Uint64
 	delivered, deliveredBytes, duplicates, doneSnt atomic.Uint64
 	connects, connFails, registrations             atomic.Uint64
-	silent                                         atomic.Uint64
+	silent, resumedReopens                         atomic.Uint64
 }
 
 // Host is one endpoint of a region, connected to its local gateway pair.
@@ -649,7 +651,7 @@ func (h *Host) Received() <-chan Delivery { return h.recv }
 func (h *Host) Stats() Stats {
 	c := &h.ctr
 	return Stats{
-		FlowsOpened: c.flowsOpened.Load(), Reopens: c.reopens.Load(),
+		FlowsOpened: c.flowsOpened.Load(), Reopens: c.reopens.Load(), ResumedReopens: c.resumedReopens.Load(),
 		SegmentsDone: c.segsDone.Load(), BytesDone: c.bytesDone.Load(),
 		Delivered: c.delivered.Load(), DeliveredBytes: c.deliveredBytes.Load(),
 		Duplicates: c.duplicates.Load(), DoneSent: c.doneSnt.Load(),
