@@ -64,9 +64,6 @@ func (p *regionProbe) observe(name string, answered bool) bool {
 
 // silent reports whether name missed regionProbeMisses probes in a row.
 func (p *regionProbe) silent(name string) bool {
-	if p == nil {
-		return false
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.misses[name] >= regionProbeMisses

@@ -110,6 +110,9 @@ func (g *Gateway) applyRates(ep *metaroce.Endpoint, cfg *config.Config, why stri
 			missed++
 		}
 	}
-	g.log.Info("pacing ceilings applied", "why", why, "wan_rate_bps", wanWire(cfg, share), "region_share", fmt.Sprintf("%d/%d", share.mine, share.total),
-		"lan_max_rate_bps", lan, "connections", n, "new_connections_only", missed)
+	attrs := []any{"why", why, "wan_rate_bps", wanWire(cfg, share), "lan_max_rate_bps", lan, "connections", n, "new_connections_only", missed}
+	if cfg.WAN.RegionRateBps > 0 {
+		attrs = append(attrs, "region_share", fmt.Sprintf("%d/%d", share.mine, share.total))
+	}
+	g.log.Info("pacing ceilings applied", attrs...)
 }

@@ -339,8 +339,10 @@ func (g *Gateway) syncPlaneDrops() {
 // syncSendFailures counts the datagrams the kernel refused to send since
 // the last call (mrgw_datagrams_send_failed_total) and warns of them,
 // rate-limited. Only the stats loop calls it.
-func (g *Gateway) syncSendFailures() {
-	n := g.ep.Stats().TxErrors
+func (g *Gateway) syncSendFailures() { g.countSendFailures(g.ep.Stats().TxErrors) }
+
+// countSendFailures takes netio's running total of refused datagrams.
+func (g *Gateway) countSendFailures(n uint64) {
 	if n > g.sendFailed {
 		d := n - g.sendFailed
 		g.metrics.DatagramsSendFailed.Add(float64(d))
