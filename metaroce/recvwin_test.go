@@ -126,8 +126,8 @@ func TestRecvWindowFillAckWindowsTheSack(t *testing.T) {
 	if a.Cum != 0 || a.SackBase() != 400-SackBits {
 		t.Fatalf("cum %d base %d", a.Cum, a.SackBase())
 	}
-	// What lies below the SACK window is not reported: the sender will
-	// count it lost (PROTOCOL.md §3, "Loss").
+	// What lies between the cumulative point and the SACK window is not
+	// reported: the sender keeps it in flight (PROTOCOL.md §3, "Loss").
 	if a.Acked(100) || !a.Acked(399) || !a.Acked(400-SackBits) {
 		t.Fatal("SACK window wrong")
 	}

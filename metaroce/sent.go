@@ -59,8 +59,8 @@ type sentHandler interface {
 // ECN counts, the RoCEv2 go-back point).
 //
 // Loss detection is by sequence, not by time: the fabric keeps one path's
-// packets in order, so a sequence below an ACK's largest that the ACK does
-// not acknowledge is lost (PROTOCOL.md §3 "Loss"), and when nothing is
+// packets in order, so a sequence below an ACK's largest that the ACK
+// reports missing is lost (PROTOCOL.md §3 "Loss"), and when nothing is
 // acknowledged for a probe timeout what was sent that long ago is (§3
 // "Tail loss"). Sequence numbers are never reused: a lost packet stays lost, and
 // the floor passes it.
@@ -140,10 +140,15 @@ func (h *sentHistory) plausible(a *Ack) bool {
 }
 
 // onAck applies ACK a (plausible) to the records in flight: each one it
-// acknowledges is acked; each one below a.Largest it does not acknowledge
-// is lost, whether its SACK bit is clear or it fell below the SACK window
-// unreported (PROTOCOL.md §3 "Loss"). Then the floor moves past every
-// record no longer in flight. It returns the bytes acknowledged and lost.
+// acknowledges is acked; each one below a.Largest whose SACK bit is clear
+// is lost, and so is the cumulative point itself, the first sequence the
+// receiver lacks. What lies between the cumulative point and the SACK
+// window is unreported and stays in flight until an ACK reports it
+// (PROTOCOL.md §3 "Loss"): a receiver whose cumulative point waits on a
+// hole for longer than the window's 256 packets (the sender's news that
+// the hole was given up is a round trip away) has most of it. Then the
+// floor moves past every record no longer in flight. It returns the bytes
+// acknowledged and lost.
 func (h *sentHistory) onAck(now time.Duration, a *Ack, ps *pathmgr.Path, hd sentHandler) (acked, lost int) {
 	end := min(max(a.Largest+1, a.Cum), h.next)
 	seq := h.floor
@@ -162,7 +167,7 @@ func (h *sentHistory) onAck(now time.Duration, a *Ack, ps *pathmgr.Path, hd sent
 		}
 		if i := seq - base; seq >= base && i < SackBits && a.Sack[i/8]&(1<<(i%8)) != 0 {
 			acked += h.ack(now, r, ps, hd)
-		} else if seq < a.Largest {
+		} else if seq < a.Largest && (seq >= base || seq == a.Cum) {
 			h.lose(r, ps, hd)
 			lost += int(r.size)
 		}

@@ -154,14 +154,15 @@ func TestSentHistoryFloorWaitsForOldestInflight(t *testing.T) {
 	}
 }
 
-func TestSentHistoryBelowSackWindowIsLost(t *testing.T) {
+func TestSentHistoryBelowSackWindowIsUnreported(t *testing.T) {
 	var h sentHistory
 	ps := &pathmgr.Path{}
 	sendN(t, &h, ps, &txMessage{}, 0, 300, 1)
-	// The receiver has 0 and 50..299; its SACK covers only 44..299, so 0 is
-	// not reported and 1..49 are missing: all of 0..49 count as lost.
-	seqs := make([]uint64, 0, 250)
-	for s := uint64(50); s < 300; s++ {
+	// The receiver lacks 0 (its cumulative point) and 30, and has the
+	// rest; its SACK covers only 44..299. 0 is known lost; 1..43 are not
+	// reported either way and stay in flight, 30 among them.
+	seqs := make([]uint64, 0, 256)
+	for s := uint64(44); s < 300; s++ {
 		seqs = append(seqs, s)
 	}
 	a := sackAck(0, 299, seqs...)
@@ -170,11 +171,33 @@ func TestSentHistoryBelowSackWindowIsLost(t *testing.T) {
 	}
 	var log sentLog
 	acked, lost := h.onAck(0, a, ps, &log)
-	if acked != 250 || lost != 50 || log.lost[0] != 0 || log.lost[49] != 49 {
-		t.Fatalf("acked %d lost %d (first lost %d, last %d)", acked, lost, log.lost[0], log.lost[len(log.lost)-1])
+	if acked != 256 || lost != 1 || log.lost[0] != 0 {
+		t.Fatalf("acked %d lost %d %v, want 256, 1 [0]", acked, lost, log.lost)
 	}
-	if h.floor != 300 {
-		t.Fatalf("floor %d, want 300", h.floor)
+	if h.floor != 1 || ps.InflightBytes != 43 {
+		t.Fatalf("floor %d inflight %d, want 1 and 43 (1..43 unreported)", h.floor, ps.InflightBytes)
+	}
+	// The sender's floor (1) reached the receiver, whose cumulative point
+	// ran to 30: 1..29 are acknowledged below it, 30 is lost, 31..43 are
+	// still below the window.
+	log = sentLog{}
+	acked, lost = h.onAck(0, sackAck(30, 299, seqs...), ps, &log)
+	if acked != 29 || lost != 1 || log.lost[0] != 30 {
+		t.Fatalf("second ACK: acked %d lost %d %v, want 29, 1 [30]", acked, lost, log.lost)
+	}
+	if h.floor != 31 || ps.InflightBytes != 13 {
+		t.Fatalf("floor %d inflight %d, want 31 and 13", h.floor, ps.InflightBytes)
+	}
+	// Told to skip 30, the receiver's cumulative point passes everything.
+	log = sentLog{}
+	if acked, lost = h.onAck(0, &Ack{Cum: 300, Largest: 299}, ps, &log); acked != 13 || lost != 0 {
+		t.Fatalf("third ACK: acked %d lost %d, want 13 and 0", acked, lost)
+	}
+	if h.floor != 300 || ps.InflightBytes != 0 {
+		t.Fatalf("floor %d inflight %d, want 300 and 0", h.floor, ps.InflightBytes)
+	}
+	if len(log.lost) != 0 {
+		t.Fatalf("lost %v after the window passed", log.lost)
 	}
 }
 
@@ -333,7 +356,8 @@ func TestSentHistoryAllocs(t *testing.T) {
 // range and the SACK vector separately, against the rule it implements
 // taken one sequence at a time (PROTOCOL.md §3 "Loss"): a record in flight
 // is acked if the ACK acknowledges it (Ack.Acked), else lost if it lies
-// below the ACK's largest; in sequence order. Random flights, earlier
+// below the ACK's largest and the ACK reports it (in the SACK window, or
+// the cumulative point itself); in sequence order. Random flights, earlier
 // acks and ACKs (cumulative points above and below the SACK window).
 func TestSentHistoryAckMatchesRule(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -370,7 +394,7 @@ func TestSentHistoryAckMatchesRule(t *testing.T) {
 			if a.Acked(seq) {
 				want.acked = append(want.acked, uint32(seq))
 				wantAcked += 100
-			} else if seq < a.Largest {
+			} else if seq < a.Largest && (seq >= a.SackBase() || seq == a.Cum) {
 				want.lost = append(want.lost, uint32(seq))
 				wantLost += 100
 			}
