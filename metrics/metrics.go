@@ -122,6 +122,8 @@ const (
 	DropUnknownPeer DropReason = "unknown_peer" // no control session (no keys) for the sender
 	// DropBuffer: the kernel dropped it, the plane socket's receive buffer
 	// full (the gateway did not read fast enough; /proc/net/udp's drops).
+	// The kernel counts a dropped buffer, which under GRO holds a
+	// coalesced run of datagrams: the count is a floor on datagrams.
 	DropBuffer DropReason = "buffer"
 	DropOther  DropReason = Other
 )
@@ -590,7 +592,7 @@ func New(opts ...Option) *Metrics {
 		"UDP payload bytes of tunnel datagrams received and accepted, headers and AEAD tags included.",
 		wanLabels...)
 	m.WANDatagramsDropped = b.counterVec("mrgw_wan_datagrams_dropped_total",
-		"Tunnel datagrams received on a plane and dropped before reaching a connection, by reason: auth, replay, malformed, queue, truncated, unknown_peer, buffer (the kernel's receive buffer of the plane socket was full).",
+		"Tunnel datagrams received on a plane and dropped before reaching a connection, by reason: auth, replay, malformed, queue, truncated, unknown_peer, buffer (the kernel's receive buffer of the plane socket was full; with wan.gro on, one drop may be a coalesced run of datagrams, about nine on loopback).",
 		LabelPlane, LabelReason)
 
 	// LAN datagrams.

@@ -173,7 +173,8 @@ type Row struct {
 	// RecvDrops are the datagrams the receiving gateway's WAN plane
 	// sockets dropped during the window, by reason
 	// (mrgw_wan_datagrams_dropped_total): buffer is the kernel's receive
-	// buffer, queue its readers' queue, the others refusals;
+	// buffer (a coalesced GRO run counts once: about nine datagrams
+	// each on loopback), queue its readers' queue, the others refusals;
 	// RecvDuplicates the DATA packets it received that it had placed
 	// already (a retransmission of a packet that was not lost). Both come
 	// from its /metrics, which it folds every second, so they are the
@@ -377,7 +378,7 @@ func relay(ctx context.Context, o Options, dir string, wanMTU, procs int) (Row, 
 			}
 		}
 		row.RecvDuplicates = r1.duplicates - r0.duplicates
-		row.Note = report.JoinNote(row.Note, fmt.Sprintf("receiving gateway: WAN drops %s, duplicates %d",
+		row.Note = report.JoinNote(row.Note, fmt.Sprintf("receiving gateway: WAN drops %s (a GRO run counts once), duplicates %d",
 			dropsNote(row.RecvDrops), row.RecvDuplicates))
 	}
 	if s1, err := send.counters(tctx); err == nil && s0 != nil {
