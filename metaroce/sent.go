@@ -18,6 +18,13 @@ const (
 	recInflight uint8 = iota + 1
 	recAcked
 	recLost
+	// recUnreported: below an ACK's largest, between its cumulative point
+	// and its SACK window. Most likely received, so it no longer counts
+	// against the path's window (the path must keep sending for the
+	// receiver to learn the floor that lets its cumulative point pass
+	// it), but not acknowledged either: the floor stays below it until an
+	// ACK reports it, or a probe timeout gives it up.
+	recUnreported
 )
 
 // txRecord is one DATA packet sent on a path.
@@ -81,7 +88,13 @@ type sentHistory struct {
 	// the truth). pending counts such records; lostLo is the lowest.
 	pending int
 	lostLo  uint64
+	// unreported counts the records in state recUnreported.
+	unreported int
 }
+
+// live reports whether a record is still to be resolved: in flight, or
+// unreported.
+func (r *txRecord) live() bool { return r.state == recInflight || r.state == recUnreported }
 
 // rec returns the record of seq, which must lie in [floor, next).
 func (h *sentHistory) rec(seq uint64) *txRecord { return &h.ring[seq&uint64(len(h.ring)-1)] }
@@ -155,21 +168,27 @@ func (h *sentHistory) onAck(now time.Duration, a *Ack, ps *pathmgr.Path, hd sent
 	// Below the cumulative point everything is acknowledged: no bit to
 	// test. Then the SACK vector, its base computed once, not per record.
 	for cum := min(a.Cum, end); seq < cum; seq++ {
-		if r := h.rec(seq); r.state == recInflight {
+		if r := h.rec(seq); r.live() {
 			acked += h.ack(now, r, ps, hd)
 		}
 	}
 	base := a.SackBase()
 	for ; seq < end; seq++ {
 		r := h.rec(seq)
-		if r.state != recInflight {
+		if !r.live() {
 			continue
 		}
-		if i := seq - base; seq >= base && i < SackBits && a.Sack[i/8]&(1<<(i%8)) != 0 {
+		switch i := seq - base; {
+		case seq >= base && i < SackBits && a.Sack[i/8]&(1<<(i%8)) != 0:
 			acked += h.ack(now, r, ps, hd)
-		} else if seq < a.Largest && (seq >= base || seq == a.Cum) {
+		case seq >= a.Largest:
+		case seq >= base || seq == a.Cum:
 			h.lose(r, ps, hd)
 			lost += int(r.size)
+		case r.state == recInflight:
+			r.state = recUnreported
+			h.unreported++
+			ps.InflightBytes -= int(r.size)
 		}
 	}
 	h.advanceFloor()
@@ -178,8 +197,8 @@ func (h *sentHistory) onAck(now time.Duration, a *Ack, ps *pathmgr.Path, hd sent
 
 // ack marks r acknowledged and returns its size.
 func (h *sentHistory) ack(now time.Duration, r *txRecord, ps *pathmgr.Path, hd sentHandler) int {
+	h.leave(r, ps)
 	r.state = recAcked
-	ps.InflightBytes -= int(r.size)
 	ps.AckedPackets++
 	hd.packetAcked(now, r)
 	return int(r.size)
@@ -189,7 +208,7 @@ func (h *sentHistory) ack(now time.Duration, r *txRecord, ps *pathmgr.Path, hd s
 // taken down) and returns the bytes lost.
 func (h *sentHistory) loseAll(ps *pathmgr.Path, hd sentHandler) (lost int) {
 	for seq := h.floor; seq < h.next; seq++ {
-		if r := h.rec(seq); r.state == recInflight {
+		if r := h.rec(seq); r.live() {
 			h.lose(r, ps, hd)
 			lost += int(r.size)
 		}
@@ -206,7 +225,7 @@ func (h *sentHistory) loseSentBy(cutoff time.Duration, ps *pathmgr.Path, hd sent
 	first := true
 	for seq := h.floor; seq < h.next; seq++ {
 		r := h.rec(seq)
-		if r.state != recInflight {
+		if !r.live() {
 			continue
 		}
 		if !first && r.sent > cutoff {
@@ -221,10 +240,20 @@ func (h *sentHistory) loseSentBy(cutoff time.Duration, ps *pathmgr.Path, hd sent
 }
 
 func (h *sentHistory) lose(r *txRecord, ps *pathmgr.Path, hd sentHandler) {
+	h.leave(r, ps)
 	r.state = recLost
-	ps.InflightBytes -= int(r.size)
 	ps.LostPackets++
 	hd.packetLost(r)
+}
+
+// leave takes live record r out of the path's bytes in flight (an
+// unreported one is out already) before it is acked or lost.
+func (h *sentHistory) leave(r *txRecord, ps *pathmgr.Path) {
+	if r.state == recUnreported {
+		h.unreported--
+		return
+	}
+	ps.InflightBytes -= int(r.size)
 }
 
 // advanceFloor moves the floor over every record no longer in flight: the
@@ -232,7 +261,7 @@ func (h *sentHistory) lose(r *txRecord, ps *pathmgr.Path, hd sentHandler) {
 // so in the floor gap of its next DATA (PROTOCOL.md §3, "the cumulative
 // point").
 func (h *sentHistory) advanceFloor() {
-	for h.floor < h.next && h.rec(h.floor).state != recInflight {
+	for h.floor < h.next && !h.rec(h.floor).live() {
 		r := h.rec(h.floor)
 		if r.state == recLost && r.desc&recResent != 0 {
 			if h.pending == 0 {
@@ -326,7 +355,7 @@ func (h *sentHistory) sentStamp(seq uint64) uint64 {
 // probe timeout after it was sent or after the path last made progress,
 // whichever is later (PROTOCOL.md §3 "Tail loss and dead paths").
 func (h *sentHistory) ptoDeadline(ps *pathmgr.Path, cfg *pathmgr.Config) (time.Duration, bool) {
-	if h.floor >= h.next || ps.InflightBytes <= 0 {
+	if h.floor >= h.next || ps.InflightBytes <= 0 && h.unreported == 0 {
 		return 0, false
 	}
 	start := ps.LastProgress

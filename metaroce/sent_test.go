@@ -160,7 +160,9 @@ func TestSentHistoryBelowSackWindowIsUnreported(t *testing.T) {
 	sendN(t, &h, ps, &txMessage{}, 0, 300, 1)
 	// The receiver lacks 0 (its cumulative point) and 30, and has the
 	// rest; its SACK covers only 44..299. 0 is known lost; 1..43 are not
-	// reported either way and stay in flight, 30 among them.
+	// reported either way, 30 among them: neither acked nor lost, they
+	// hold the floor but leave the path's window free, so that its next
+	// DATA can carry the floor to the receiver.
 	seqs := make([]uint64, 0, 256)
 	for s := uint64(44); s < 300; s++ {
 		seqs = append(seqs, s)
@@ -174,8 +176,11 @@ func TestSentHistoryBelowSackWindowIsUnreported(t *testing.T) {
 	if acked != 256 || lost != 1 || log.lost[0] != 0 {
 		t.Fatalf("acked %d lost %d %v, want 256, 1 [0]", acked, lost, log.lost)
 	}
-	if h.floor != 1 || ps.InflightBytes != 43 {
-		t.Fatalf("floor %d inflight %d, want 1 and 43 (1..43 unreported)", h.floor, ps.InflightBytes)
+	if h.floor != 1 || ps.InflightBytes != 0 || h.unreported != 43 {
+		t.Fatalf("floor %d inflight %d unreported %d, want 1, 0 and 43", h.floor, ps.InflightBytes, h.unreported)
+	}
+	if _, ok := h.ptoDeadline(ps, &pathmgr.Config{}); !ok {
+		t.Fatal("no probe timeout while records are unreported")
 	}
 	// The sender's floor (1) reached the receiver, whose cumulative point
 	// ran to 30: 1..29 are acknowledged below it, 30 is lost, 31..43 are
@@ -185,19 +190,44 @@ func TestSentHistoryBelowSackWindowIsUnreported(t *testing.T) {
 	if acked != 29 || lost != 1 || log.lost[0] != 30 {
 		t.Fatalf("second ACK: acked %d lost %d %v, want 29, 1 [30]", acked, lost, log.lost)
 	}
-	if h.floor != 31 || ps.InflightBytes != 13 {
-		t.Fatalf("floor %d inflight %d, want 31 and 13", h.floor, ps.InflightBytes)
+	if h.floor != 31 || h.unreported != 13 {
+		t.Fatalf("floor %d unreported %d, want 31 and 13", h.floor, h.unreported)
 	}
 	// Told to skip 30, the receiver's cumulative point passes everything.
 	log = sentLog{}
 	if acked, lost = h.onAck(0, &Ack{Cum: 300, Largest: 299}, ps, &log); acked != 13 || lost != 0 {
 		t.Fatalf("third ACK: acked %d lost %d, want 13 and 0", acked, lost)
 	}
-	if h.floor != 300 || ps.InflightBytes != 0 {
-		t.Fatalf("floor %d inflight %d, want 300 and 0", h.floor, ps.InflightBytes)
+	if h.floor != 300 || ps.InflightBytes != 0 || h.unreported != 0 {
+		t.Fatalf("floor %d inflight %d unreported %d, want 300, 0, 0", h.floor, ps.InflightBytes, h.unreported)
 	}
 	if len(log.lost) != 0 {
 		t.Fatalf("lost %v after the window passed", log.lost)
+	}
+}
+
+func TestSentHistoryUnreportedLostAtTimeout(t *testing.T) {
+	// A path that goes silent with records unreported gives them up at
+	// its probe timeout like the ones in flight: no DATA may reach the
+	// receiver to let an ACK report them.
+	var h sentHistory
+	ps := &pathmgr.Path{}
+	sendN(t, &h, ps, &txMessage{}, 0, 301, 1)
+	seqs := make([]uint64, 0, 256)
+	for s := uint64(44); s < 300; s++ {
+		seqs = append(seqs, s)
+	}
+	var log sentLog
+	h.onAck(0, sackAck(0, 299, seqs...), ps, &log)
+	if h.unreported != 43 || ps.InflightBytes != 1 {
+		t.Fatalf("unreported %d inflight %d, want 43 and 1 (300)", h.unreported, ps.InflightBytes)
+	}
+	log = sentLog{}
+	if lost := h.loseSentBy(time.Hour, ps, &log); lost != 44 || len(log.lost) != 44 || log.lost[0] != 1 || log.lost[43] != 300 {
+		t.Fatalf("timeout lost %d %v, want 1..43 and 300", lost, log.lost)
+	}
+	if h.unreported != 0 || ps.InflightBytes != 0 || h.floor != 301 {
+		t.Fatalf("unreported %d inflight %d floor %d, want 0 0 301", h.unreported, ps.InflightBytes, h.floor)
 	}
 }
 
