@@ -47,6 +47,8 @@ type Cluster struct {
 	metaMu sync.Mutex
 	meta   []byte // encoded Meta announced by NodeMeta
 
+	onMessage atomic.Pointer[MessageHandler] // gateway messages (OnMessage)
+
 	// lifeMu orders Leave and Shutdown: memberlist panics on Leave after
 	// Shutdown.
 	lifeMu sync.Mutex

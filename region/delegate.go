@@ -77,6 +77,11 @@ func (d *delegate) NotifyMsg(b []byte) {
 		if core.goodbye(name) {
 			d.c.queue.queue("\x00goodbye\x00"+name, slices.Clone(b), true)
 		}
+	case len(b) > 0 && b[0] == kindMessage:
+		if err := d.c.deliverMessage(b); err != nil {
+			core.badMessages.Add(1)
+			core.log.Debug("dropping gateway message", "err", err)
+		}
 	default:
 		// An unknown kind: a newer gateway's message, or garbage.
 		core.badMessages.Add(1)
