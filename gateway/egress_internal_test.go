@@ -19,9 +19,9 @@ import (
 func TestWANParamsCarryEgress(t *testing.T) {
 	const capacity = 1e9 // bit/s
 	cfg, g := egressGateway(capacity)
-	p := wanParams(cfg, wanRate(cfg, regionShare{}), g.egress)
-	if p.Egress == nil || p.Egress != g.egress || p.LineRate != wanRate(cfg, regionShare{}) || p.BaseRTT != 50*time.Millisecond {
-		t.Fatalf("wanParams = %+v, want the gateway's Egress, line rate %g, base RTT 50ms", p, float64(wanRate(cfg, regionShare{})))
+	p := wanParams(cfg, wanRate(cfg, regionPart{}), g.egress)
+	if p.Egress == nil || p.Egress != g.egress || p.LineRate != wanRate(cfg, regionPart{}) || p.BaseRTT != 50*time.Millisecond {
+		t.Fatalf("wanParams = %+v, want the gateway's Egress, line rate %g, base RTT 50ms", p, float64(wanRate(cfg, regionPart{})))
 	}
 	f, err := controller("longrtt-htcp", p)
 	if err != nil {
@@ -29,8 +29,8 @@ func TestWANParamsCarryEgress(t *testing.T) {
 	}
 	const pkt = 1400
 	c1, c2 := f(4, pkt), f(4, pkt)
-	whole := wanRate(cfg, regionShare{}).Bytes() // the capacity less the datagrams' headers
-	c1.OnRateHint(0, whole)                      // each receiver has no other sender
+	whole := wanRate(cfg, regionPart{}).Bytes() // the capacity less the datagrams' headers
+	c1.OnRateHint(0, whole)                     // each receiver has no other sender
 	c2.OnRateHint(0, whole)
 	// Both send for a second at what they may.
 	var now time.Duration
@@ -50,7 +50,7 @@ func TestWANParamsCarryEgress(t *testing.T) {
 	}
 
 	old := g.egress
-	g.reloadEgress(wanRate(cfg, regionShare{}) / 2)
+	g.reloadEgress(wanRate(cfg, regionPart{}) / 2)
 	if g.egress != old {
 		t.Fatal("a new capacity replaced the Egress: the open connections would not see it")
 	}
@@ -60,7 +60,7 @@ func TestWANParamsCarryEgress(t *testing.T) {
 
 	g.reloadEgress(0)
 	cfg.WAN.MaxRateBps = 0
-	if g.egress != old || wanParams(cfg, wanRate(cfg, regionShare{}), g.egress).Egress != old {
+	if g.egress != old || wanParams(cfg, wanRate(cfg, regionPart{}), g.egress).Egress != old {
 		t.Fatal("a reload to an unlimited wan.max_rate_bps dropped the Egress the open connections hold")
 	}
 	c1.OnSent(now+time.Millisecond, 0, pkt)
@@ -79,12 +79,12 @@ func TestWANParamsCarryEgress(t *testing.T) {
 func TestReloadEgressZeroAndBack(t *testing.T) {
 	const capacity = 1e9 // bit/s
 	cfg, g := egressGateway(capacity)
-	f, err := controller("longrtt-htcp", wanParams(cfg, wanRate(cfg, regionShare{}), g.egress))
+	f, err := controller("longrtt-htcp", wanParams(cfg, wanRate(cfg, regionPart{}), g.egress))
 	if err != nil {
 		t.Fatal(err)
 	}
 	const pkt = 1400
-	whole := wanRate(cfg, regionShare{}).Bytes()
+	whole := wanRate(cfg, regionPart{}).Bytes()
 	conns := []cc.Controller{f(4, pkt), f(4, pkt)}
 	for _, c := range conns {
 		c.OnRateHint(0, whole) // each receiver has no other sender
@@ -108,7 +108,7 @@ func TestReloadEgressZeroAndBack(t *testing.T) {
 			t.Errorf("unlimited: connection %d paces at %.4g B/s, want its receiver's hint %.4g", i, r, float64(whole))
 		}
 	}
-	g.reloadEgress(wanRate(cfg, regionShare{}))
+	g.reloadEgress(wanRate(cfg, regionPart{}))
 	send(time.Second)
 	half := cc.EgressUtilisation * float64(whole) / 2
 	for i, c := range conns {
@@ -124,7 +124,7 @@ func egressGateway(capacity int64) (*config.Config, *Gateway) {
 	cfg := &config.Config{}
 	cfg.WAN.MaxRateBps, cfg.WAN.MTU = capacity, 1400
 	cfg.Regions = []config.Region{{RTTHint: 50 * time.Millisecond}}
-	return cfg, &Gateway{egress: newEgress(wanRate(cfg, regionShare{}), slowestHint(cfg))}
+	return cfg, &Gateway{egress: newEgress(wanRate(cfg, regionPart{}), slowestHint(cfg))}
 }
 
 // TestWANParamsCarryClassicFallback: wan.classic_fallback reaches the WAN
@@ -132,11 +132,11 @@ func egressGateway(capacity int64) (*config.Config, *Gateway) {
 // for a WAN shared with classic-ECN traffic is the controllers' too.
 func TestWANParamsCarryClassicFallback(t *testing.T) {
 	cfg, g := egressGateway(1e9)
-	if wanParams(cfg, wanRate(cfg, regionShare{}), g.egress).ClassicFallback {
+	if wanParams(cfg, wanRate(cfg, regionPart{}), g.egress).ClassicFallback {
 		t.Fatal("the classic fallback is on without wan.classic_fallback")
 	}
 	cfg.WAN.ClassicFallback = true
-	if !wanParams(cfg, wanRate(cfg, regionShare{}), g.egress).ClassicFallback {
+	if !wanParams(cfg, wanRate(cfg, regionPart{}), g.egress).ClassicFallback {
 		t.Fatal("wan.classic_fallback: true does not reach the controllers' parameters")
 	}
 }

@@ -82,9 +82,14 @@ type Gateway struct {
 	healthOut  chan region.HealthReport
 	wanCC      cc.Factory
 	lanCC      cc.Factory
-	// share is this gateway's part of wan.region_rate_bps (regionShare,
-	// packed by packShare), as syncPeers last read it from gossip.
-	share atomic.Uint64
+	// share is this gateway's static part of wan.region_rate_bps
+	// (regionShare, packed by packShare), as syncPeers last read it from
+	// gossip; demandFrac its demand-aware part, a fraction of the rate
+	// (math.Float64bits; 0 until the demand exchange computed one), and
+	// demand the exchange's state (regiondemand.go).
+	share      atomic.Uint64
+	demandFrac atomic.Uint64
+	demand     *regionDemand
 	// probe checks the region's other gateways directly for the share
 	// (regionprobe.go).
 	probe *regionProbe
@@ -193,9 +198,10 @@ func New(cfg *config.Config, opts Options) (g *Gateway, err error) {
 	}
 	// Alone in its region until gossip says otherwise: no WAN connection
 	// opens before the first join (syncPeers), which sets the share.
-	g.rateCfg, g.appliedWAN, g.appliedLAN = cfg, wanRate(cfg, regionShare{}), cfg.LAN.MaxRate()
+	g.rateCfg, g.appliedWAN, g.appliedLAN = cfg, wanRate(cfg, regionPart{}), cfg.LAN.MaxRate()
 	g.probe = newRegionProbe()
-	g.metrics.WANRateBps.Set(float64(wanWire(cfg, regionShare{})))
+	g.demand = newRegionDemand()
+	g.metrics.WANRateBps.Set(float64(wanWire(cfg, regionPart{})))
 	g.egress = newEgress(g.appliedWAN, slowestHint(cfg))
 	if g.wanCC, err = controller(cfg.WAN.CongestionControl, wanParams(cfg, g.appliedWAN, g.egress)); err != nil {
 		return nil, fmt.Errorf("%w: wan.congestion_control: %w", ErrInvalidConfig, err)
@@ -357,6 +363,7 @@ func (g *Gateway) newRegion(cfg *config.Config, onClose func(func())) error {
 	if err != nil {
 		return fmt.Errorf("%w: gossip.bind %s: %w", ErrBind, cfg.Gossip.Bind, err)
 	}
+	g.cluster.OnMessage(g.onDemandMessage)
 	onClose(func() { g.cluster.Shutdown() })
 	return nil
 }
@@ -448,7 +455,7 @@ func (g *Gateway) protocol(cfg *config.Config) metaroce.Config {
 func (g *Gateway) regionConfig(cfg *config.Config) (region.Config, error) {
 	rc := region.Config{
 		Name: cfg.Node.Name,
-		Meta: region.Meta{Region: cfg.Node.Region, Capabilities: []string{"relay-v1", region.CapHealthBatch},
+		Meta: region.Meta{Region: cfg.Node.Region, Capabilities: []string{"relay-v1", region.CapHealthBatch, capRegionDemand},
 			Wire: g.wireVersions(), Capacity: uint32(cfg.Node.Capacity)},
 		MetaVersion: g.opts.GossipMetaVersion,
 		Bind:        cfg.Gossip.Bind, Advertise: cfg.Gossip.Advertise, Seeds: cfg.Gossip.Seeds,
@@ -515,6 +522,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	g.goTrack(g.joinLoop)
 	g.goTrack(g.watchGossip)
 	g.goTrack(g.probeRegion)
+	g.goTrack(g.demandLoop)
 	g.goTrack(g.watchHealth)
 	g.goTrack(g.publishLoop)
 	g.goTrack(g.statsLoop)

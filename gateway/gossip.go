@@ -5,6 +5,7 @@ package gateway
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/mrgw/mrgw/config"
@@ -132,17 +133,30 @@ func (g *Gateway) watchGossip() {
 }
 
 // syncShare re-reads this gateway's part of wan.region_rate_bps from the
-// gossip view and, when it changed, applies it on the endpoint's goroutine
-// (applyRates, which reads the configuration it last applied: a reload
-// racing with this one is applied in order there). The share is kept up to
-// date without the key too, so that a reload that sets it starts from the
-// region's current membership.
+// gossip view: its static share, and its part by demand from the reports
+// of the region's other live gateways (demandSplit). When either changed
+// it applies them on the endpoint's goroutine (applyRates, which reads the
+// configuration it last applied: a reload racing with this one is applied
+// in order there). The share is kept up to date without the key too, so
+// that a reload that sets it starts from the region's current membership.
+// Callers hold syncMu.
 func (g *Gateway) syncShare(cfg *config.Config, view region.View) {
 	s := packShare(shareOf(cfg, view, g.probe.silent))
-	if g.share.Swap(s) == s {
+	f := math.Float64bits(g.demandSplit(cfg, view, time.Now()))
+	shareChanged := g.share.Swap(s) != s
+	fracChanged := g.demandFrac.Swap(f) != f
+	if !shareChanged && !fracChanged {
 		return
 	}
+	why := whyDemand
+	if shareChanged {
+		why = "region membership"
+	}
 	_ = g.ep.Do(g.ctx, func(_ time.Duration, ep *metaroce.Endpoint) {
-		g.applyRates(ep, g.rateCfg, "region membership")
+		g.applyRates(ep, g.rateCfg, why)
 	})
 }
+
+// whyDemand is applyRates's reason when the demand of the region's
+// gateways moved this gateway's part.
+const whyDemand = "region demand"

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -82,13 +83,13 @@ type lineRater interface{ SetLineRate(rate units.ByteRate) }
 // changed this gateway's part of wan.region_rate_bps.
 func (g *Gateway) applyRates(ep *metaroce.Endpoint, cfg *config.Config, why string) {
 	g.rateCfg = cfg
-	share := unpackShare(g.share.Load())
-	wan, lan := wanRate(cfg, share), cfg.LAN.MaxRate()
+	part := g.regionPart()
+	wan, lan := wanRate(cfg, part), cfg.LAN.MaxRate()
 	if wan == g.appliedWAN && lan == g.appliedLAN {
 		return
 	}
 	g.appliedWAN, g.appliedLAN = wan, lan
-	g.metrics.WANRateBps.Set(float64(wanWire(cfg, share)))
+	g.metrics.WANRateBps.Set(float64(wanWire(cfg, part)))
 	g.reloadEgress(wan)
 	if f, err := controller(cfg.WAN.CongestionControl, wanParams(cfg, wan, g.egress)); err == nil {
 		g.wanCC = f
@@ -110,9 +111,16 @@ func (g *Gateway) applyRates(ep *metaroce.Endpoint, cfg *config.Config, why stri
 			missed++
 		}
 	}
-	attrs := []any{"why", why, "wan_rate_bps", wanWire(cfg, share), "lan_max_rate_bps", lan, "connections", n, "new_connections_only", missed}
+	attrs := []any{"why", why, "wan_rate_bps", wanWire(cfg, part), "lan_max_rate_bps", lan, "connections", n, "new_connections_only", missed}
 	if cfg.WAN.RegionRateBps > 0 {
-		attrs = append(attrs, "region_share", fmt.Sprintf("%d/%d", share.mine, share.total))
+		attrs = append(attrs, "region_share", fmt.Sprintf("%d/%d", part.share.mine, part.share.total),
+			"region_fair_bps", part.share.of(cfg.WAN.RegionRate()))
 	}
-	g.log.Info("pacing ceilings applied", attrs...)
+	// A change of demand re-applies the ceilings up to 4 times a second:
+	// at debug; a reload or a change of the region's members at info.
+	level := slog.LevelInfo
+	if why == whyDemand {
+		level = slog.LevelDebug
+	}
+	g.log.Log(context.Background(), level, "pacing ceilings applied", attrs...)
 }

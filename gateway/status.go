@@ -53,12 +53,17 @@ type Status struct {
 	LANOutBps units.ByteRate `json:"lan_out_bytes_per_second"`
 	LANInBps  units.ByteRate `json:"lan_in_bytes_per_second"`
 	// WANRate is the WAN capacity on the wire the gateway paces to (0:
-	// none): wan.max_rate_bps or its part of wan.region_rate_bps, and
-	// RegionShare that part ("100/200": its node.capacity over the sum
-	// over its region's live gateways; empty without the key).
+	// none): wan.max_rate_bps or its part of wan.region_rate_bps (by
+	// demand), and RegionShare its static fair part ("100/200": its
+	// node.capacity over the sum over its region's live gateways; empty
+	// without the key).
 	WANRate     units.BitRate `json:"wan_rate_bps"`
 	RegionShare string        `json:"region_share,omitempty"`
-	Hosts       int           `json:"hosts"`
+	// RegionDemand is the demand-aware split of wan.region_rate_bps:
+	// the static fair part, the part held now, what this gateway and the
+	// region's others last reported (nil without the key).
+	RegionDemand *RegionDemandStatus `json:"region_demand,omitempty"`
+	Hosts        int                 `json:"hosts"`
 	// HostLinks are the connections to registered hosts (the LAN hop).
 	HostLinks []HostLinkStatus `json:"host_links,omitempty"`
 	// PathsAvoided counts WAN paths taken out of service because another
@@ -218,11 +223,12 @@ func (g *Gateway) snapshot(prev *rateState) {
 		g.metrics.LANGoodputBytes.WithLabelValues(metrics.DirIn).Add(float64(r.toHosts - prev.toHosts))
 		prev.fromHosts, prev.toHosts = r.fromHosts, r.toHosts
 		st.Hosts = len(r.hosts)
-		share := unpackShare(g.share.Load())
-		st.WANRate = wanWire(g.rateCfg, share)
-		if g.rateCfg.WAN.RegionRateBps > 0 && share.total > 0 {
-			st.RegionShare = fmt.Sprintf("%d/%d", share.mine, share.total)
+		part := g.regionPart()
+		st.WANRate = wanWire(g.rateCfg, part)
+		if g.rateCfg.WAN.RegionRateBps > 0 && part.share.total > 0 {
+			st.RegionShare = fmt.Sprintf("%d/%d", part.share.mine, part.share.total)
 		}
+		st.RegionDemand = g.demandStatus(g.rateCfg, time.Now())
 		for name, ci := range r.hosts {
 			if !ci.up || ci.dead {
 				continue

@@ -45,14 +45,30 @@ func (s regionShare) of(r units.BitRate) units.BitRate {
 	return units.BitRate(float64(r) * float64(s.mine) / float64(s.total))
 }
 
+// regionPart is this gateway's part of wan.region_rate_bps: the static
+// share, and the demand-aware fraction of the rate (regiondemand.go) once
+// the demand exchange has computed one (0: none, the static share holds).
+type regionPart struct {
+	share regionShare
+	frac  float64
+}
+
+// of is this part of a rate.
+func (p regionPart) of(r units.BitRate) units.BitRate {
+	if p.frac > 0 {
+		return units.BitRate(float64(r) * min(p.frac, 1))
+	}
+	return p.share.of(r)
+}
+
 // wanWire is the gateway's WAN capacity on the wire: wan.max_rate_bps, its
-// share of wan.region_rate_bps, or the smaller when both are set (0: none).
-func wanWire(cfg *config.Config, share regionShare) units.BitRate {
+// part of wan.region_rate_bps, or the smaller when both are set (0: none).
+func wanWire(cfg *config.Config, part regionPart) units.BitRate {
 	r := cfg.WAN.MaxRate()
 	if rr := cfg.WAN.RegionRate(); rr > 0 {
-		part := share.of(rr)
-		if r <= 0 || part < r {
-			r = part
+		p := part.of(rr)
+		if r <= 0 || p < r {
+			r = p
 		}
 	}
 	return r
@@ -63,19 +79,33 @@ func wanWire(cfg *config.Config, share regionShare) units.BitRate {
 // The link also carries each datagram's AEAD envelope and its IP and UDP
 // headers; senders paced at the link's own rate would overdrive it by that
 // share (56 of 1,484 bytes at wan.mtu 1400, 3.9%) and keep its queue full.
-func wanRate(cfg *config.Config, share regionShare) units.BitRate {
-	r := wanWire(cfg, share)
+func wanRate(cfg *config.Config, part regionPart) units.BitRate {
+	r := wanWire(cfg, part)
 	if r <= 0 {
 		return r
 	}
+	data, wire := datagramBytes(cfg)
+	return units.BitRate(float64(r) * float64(data) / float64(wire))
+}
+
+// wireFactor is the wire bytes per byte of a full DATA datagram's content
+// (header and payload): its AEAD envelope and IP and UDP headers added.
+func wireFactor(cfg *config.Config) float64 {
+	data, wire := datagramBytes(cfg)
+	return float64(wire) / float64(data)
+}
+
+// datagramBytes are a full DATA datagram's content (header and payload)
+// and its size on the wire.
+func datagramBytes(cfg *config.Config) (data, wire int) {
 	hdr := ipv4UDPHeaders
 	if len(cfg.WAN.Planes) > 0 {
 		if a, err := netip.ParseAddrPort(cfg.WAN.Planes[0].Local); err == nil && a.Addr().Is6() && !a.Addr().Is4In6() {
 			hdr = ipv6UDPHeaders
 		}
 	}
-	data := cfg.WAN.MTU + metaroce.DataHeaderLenV2
-	return units.BitRate(float64(r) * float64(data) / float64(data+seal.Overhead+hdr))
+	data = cfg.WAN.MTU + metaroce.DataHeaderLenV2
+	return data, data + seal.Overhead + hdr
 }
 
 func packShare(s regionShare) uint64 { return uint64(s.mine)<<32 | uint64(s.total) }

@@ -22,13 +22,13 @@ func TestWANRateTakesOutHeaders(t *testing.T) {
 		cfg := &config.Config{}
 		cfg.WAN.MTU, cfg.WAN.MaxRateBps = 1400, 1e9
 		cfg.WAN.Planes = []config.Plane{{Name: "p0", Local: tc.local}}
-		if got := wanRate(cfg, regionShare{}); got != tc.want {
+		if got := wanRate(cfg, regionPart{}); got != tc.want {
 			t.Errorf("%s: wanRate %v, want %v", tc.local, got, tc.want)
 		}
 	}
 	cfg := &config.Config{}
 	cfg.WAN.MTU = 1400
-	if got := wanRate(cfg, regionShare{}); got != 0 {
+	if got := wanRate(cfg, regionPart{}); got != 0 {
 		t.Errorf("no max rate: %v, want 0 (none)", got)
 	}
 }
@@ -61,22 +61,22 @@ func TestRegionShare(t *testing.T) {
 	if s3 := shareOf(cfg, view, func(n string) bool { return n == "euw-gw3" }); s3 != (regionShare{mine: 100, total: 400}) {
 		t.Errorf("with euw-gw3 silent to direct probes: share %+v, want 100 of 400", s3)
 	}
-	if got, want := wanWire(cfg, s), units.BitRate(2e8); got != want {
+	if got, want := wanWire(cfg, regionPart{share: s}), units.BitRate(2e8); got != want {
 		t.Errorf("region rate alone: %v, want %v", got, want)
 	}
 	cfg.WAN.MaxRateBps = 1e8
-	if got, want := wanWire(cfg, s), units.BitRate(1e8); got != want {
+	if got, want := wanWire(cfg, regionPart{share: s}), units.BitRate(1e8); got != want {
 		t.Errorf("max rate below the share: %v, want %v", got, want)
 	}
 	cfg.WAN.MaxRateBps = 5e8
-	if got, want := wanWire(cfg, s), units.BitRate(2e8); got != want {
+	if got, want := wanWire(cfg, regionPart{share: s}), units.BitRate(2e8); got != want {
 		t.Errorf("share below the max rate: %v, want %v", got, want)
 	}
-	if got, want := wanWire(cfg, regionShare{}), units.BitRate(5e8); got != want {
+	if got, want := wanWire(cfg, regionPart{}), units.BitRate(5e8); got != want {
 		t.Errorf("alone before gossip: %v, want the smaller of the whole region rate and the max rate, %v", got, want)
 	}
 	cfg.WAN.RegionRateBps = 0
-	if got, want := wanWire(cfg, s), units.BitRate(5e8); got != want {
+	if got, want := wanWire(cfg, regionPart{share: s}), units.BitRate(5e8); got != want {
 		t.Errorf("no region rate: %v, want the max rate %v", got, want)
 	}
 	if unpackShare(packShare(s)) != s {
