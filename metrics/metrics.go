@@ -486,7 +486,7 @@ func New(opts ...Option) *Metrics {
 	m.HostFlowsLimit = b.gauge("mrgw_host_flows_limit",
 		"The configured cap on host flows, limits.max_flows (follows live reloads).")
 	m.WANRateBps = b.gauge("mrgw_wan_rate_bps",
-		"The WAN capacity in bit/s on the wire this gateway paces to and divides among its senders' rate hints: wan.max_rate_bps, or its part of wan.region_rate_bps among its region's live gateways (the smaller when both are set); 0 means none. Follows reloads and the region's membership.")
+		"The WAN capacity in bit/s on the wire this gateway paces to and divides among its senders' rate hints: wan.max_rate_bps, or its part of wan.region_rate_bps among its region's live gateways by demand (the smaller when both are set); 0 means none. Follows reloads, the region's membership and its gateways' demand (every 250 ms).")
 	m.HostFlowsRefused = b.counterVec("mrgw_host_flows_refused_total",
 		"Host flows refused at admission, by reason: limit (max_flows or memory reached), no_route (no reachable gateway of the destination region), bad_request.",
 		LabelReason)

@@ -79,6 +79,14 @@ func printStatus(w io.Writer, st *gateway.Status, paths bool) {
 	switch {
 	case st.WANRate <= 0:
 		fmt.Fprintf(w, "WAN rate: none configured\n\n")
+	case st.RegionShare != "" && st.RegionDemand != nil:
+		d := st.RegionDemand
+		limited := ""
+		if d.Limited {
+			limited = ", limited by its part"
+		}
+		fmt.Fprintf(w, "WAN rate %s (the region's rate by demand: part %s, fair part %s, share %s; demand %s%s)\n\n", rateH(st.WANRate.Bytes()),
+			rateH(d.PartBps.Bytes()), rateH(d.FairBps.Bytes()), st.RegionShare, rateH(d.DemandBps.Bytes()), limited)
 	case st.RegionShare != "":
 		fmt.Fprintf(w, "WAN rate %s (the region's rate, share %s)\n\n", rateH(st.WANRate.Bytes()), st.RegionShare)
 	default:

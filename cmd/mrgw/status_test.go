@@ -73,6 +73,8 @@ func TestStatusWANRate(t *testing.T) {
 		{gateway.Status{}, "WAN rate: none configured\n"},
 		{gateway.Status{WANRate: 1e9}, "WAN rate 1.00 Gbit/s\n"},
 		{gateway.Status{WANRate: 2e8, RegionShare: "100/200"}, "WAN rate 200.0 Mbit/s (the region's rate, share 100/200)\n"},
+		{gateway.Status{WANRate: 3.75e8, RegionShare: "100/200", RegionDemand: &gateway.RegionDemandStatus{FairBps: 2e8, PartBps: 3.75e8, DemandBps: 3.6e8, Limited: true}},
+			"WAN rate 375.0 Mbit/s (the region's rate by demand: part 375.0 Mbit/s, fair part 200.0 Mbit/s, share 100/200; demand 360.0 Mbit/s, limited by its part)\n"},
 	} {
 		var b bytes.Buffer
 		printStatus(&b, &tc.st, false)
