@@ -26,7 +26,7 @@ const (
 	// the others give back, it takes the water-filled part). The rest is
 	// lent to the busy gateways: with one busy gateway of two it takes
 	// 15/16 of the region's rate.
-	demandFloor = 1.0 / 8
+	demandFloor = 0.125
 	// demandHeadroom: a gateway that sends r without being held back by
 	// its part wants r × demandHeadroom, so that it can grow into its part
 	// without being limited first.
