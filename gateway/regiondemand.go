@@ -125,9 +125,11 @@ func (g *Gateway) exchangeDemand(now time.Time) {
 	cfg := g.Config()
 	if cfg.WAN.RegionRateBps == 0 || !g.joined.Load() {
 		g.demand.reset()
-		g.syncMu.Lock()
-		g.syncShare(cfg, g.cluster.View())
-		g.syncMu.Unlock()
+		if g.demandFrac.Load() != 0 { // back to the static share
+			g.syncMu.Lock()
+			g.syncShare(cfg, g.cluster.View())
+			g.syncMu.Unlock()
+		}
 		return
 	}
 	view := g.cluster.View()
