@@ -119,8 +119,14 @@ func (c *client) sendMsg(m *msg) [][2]uint64 {
 
 // lastAck returns the most recent ACK for path, or nil.
 func (c *client) lastAck(path int) *ackPkt {
+	return c.lastAckWhere(path, func(*ackPkt) bool { return true })
+}
+
+// lastAckWhere returns the last ACK received for path that satisfies ok,
+// or nil.
+func (c *client) lastAckWhere(path int, ok func(*ackPkt) bool) *ackPkt {
 	for i := len(c.acks) - 1; i >= 0; i-- {
-		if int(c.acks[i].Path) == path {
+		if int(c.acks[i].Path) == path && ok(c.acks[i]) {
 			return c.acks[i]
 		}
 	}

@@ -151,6 +151,13 @@ type ackPkt struct {
 	arrivalNo int
 }
 
+// flagAckAtCum: the ACK reports the SACK window at its cumulative point,
+// its largest that window's last sequence (§3 "Loss").
+const flagAckAtCum = 1 << 1
+
+// atCum reports whether the ACK is one of the window at its cumulative point.
+func (a *ackPkt) atCum() bool { return a.Flags&flagAckAtCum != 0 }
+
 // base is the sequence that SACK bit 0 stands for: max(cum, largest+1-256).
 func (a *ackPkt) base() uint64 {
 	if a.Largest+1 > sackBits && a.Largest+1-sackBits > a.Cum {

@@ -104,6 +104,10 @@ type Conn struct {
 	rttHi, rttHiAt time.Duration
 	cwndLimit      bool     // the last attempt to send found no path with room
 	descNext       descNext // version 2: the chunk whose descriptor just went alone, and its path
+	// newsOwed: some path's floor passed a lost packet while packets
+	// after it are unreported (sentHistory.owesFloor); its next DATA
+	// goes on that path (floorPath).
+	newsOwed bool
 
 	// receiver
 	rx     []rxPath // per path (rx.go)

@@ -39,6 +39,9 @@ func (c *Conn) onAck(now time.Duration, a *Ack) {
 	c.ackedLargest = 0
 	c.lossCause = lossGap
 	s.AckedBytes, lostBytes = h.onAck(now, a, ps, c)
+	if h.owesFloor() {
+		c.newsOwed = true
+	}
 	c.Stats.RetransmitsSpurious += uint64(h.spurious(a))
 	if rtt, ok := h.rttSample(now, echo); ok {
 		s.RTT = rtt

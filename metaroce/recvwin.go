@@ -149,13 +149,23 @@ func (w *recvWindow) inOrder(seq, ts uint64) {
 
 // fillAck writes the window's report into a: the cumulative point, the
 // largest sequence and its timestamp, and, if sack, the SACK vector from
-// a.SackBase() on.
-func (w *recvWindow) fillAck(a *Ack, sack bool) {
+// a.SackBase() on. With anchor, when the largest is a SACK window or more
+// beyond the cumulative point, it reports the window that starts at the
+// cumulative point instead, as its largest the window's last sequence
+// (PROTOCOL.md §3, "Loss"). It returns whether the largest was that far
+// ahead.
+func (w *recvWindow) fillAck(a *Ack, sack, anchor bool) (far bool) {
 	a.Cum = w.cum
 	a.Largest = w.largest
 	a.EchoTimestamp = w.lastTs
 	if !sack {
-		return
+		return false
+	}
+	far = w.largest >= w.cum && w.largest-w.cum >= SackBits
+	if far && anchor {
+		a.Largest = w.cum + SackBits - 1
+		a.EchoTimestamp = 0
+		a.Flags |= FlagAckAtCum
 	}
 	base := a.SackBase()
 	for s := base; s <= w.largest && s-base < SackBits; s++ {
@@ -164,4 +174,5 @@ func (w *recvWindow) fillAck(a *Ack, sack bool) {
 			a.Sack[j/8] |= 1 << (j % 8)
 		}
 	}
+	return far
 }

@@ -98,7 +98,7 @@ func TestRecvWindowFillAck(t *testing.T) {
 		w.receive(s, 0, 10+s, testLimit)
 	}
 	var a Ack
-	w.fillAck(&a, true)
+	w.fillAck(&a, true, false)
 	if a.Cum != 2 || a.Largest != 6 || a.EchoTimestamp != 16 {
 		t.Fatalf("cum %d largest %d echo %d", a.Cum, a.Largest, a.EchoTimestamp)
 	}
@@ -110,7 +110,7 @@ func TestRecvWindowFillAck(t *testing.T) {
 	}
 	// Without SACK (RoCEv2) only the cumulative point is reported.
 	var b Ack
-	w.fillAck(&b, false)
+	w.fillAck(&b, false, false)
 	if b.Acked(3) || b.Cum != 2 {
 		t.Fatalf("no-SACK ack reports 3 (cum %d)", b.Cum)
 	}
@@ -122,7 +122,7 @@ func TestRecvWindowFillAckWindowsTheSack(t *testing.T) {
 		w.receive(s, 0, 1, testLimit)
 	}
 	var a Ack
-	w.fillAck(&a, true)
+	w.fillAck(&a, true, false)
 	if a.Cum != 0 || a.SackBase() != 400-SackBits {
 		t.Fatalf("cum %d base %d", a.Cum, a.SackBase())
 	}
@@ -130,6 +130,24 @@ func TestRecvWindowFillAckWindowsTheSack(t *testing.T) {
 	// reported: the sender keeps it in flight (PROTOCOL.md §3, "Loss").
 	if a.Acked(100) || !a.Acked(399) || !a.Acked(400-SackBits) {
 		t.Fatal("SACK window wrong")
+	}
+	// Anchored, the report is the window at the cumulative point: 0
+	// missing, 1..255 received, nothing said of what lies beyond.
+	var b Ack
+	if !w.fillAck(&b, true, true) {
+		t.Fatal("fillAck: largest not reported as a window or more ahead")
+	}
+	if b.Cum != 0 || b.Largest != SackBits-1 || b.SackBase() != 0 || b.Acked(0) || !b.Acked(1) || !b.Acked(SackBits-1) {
+		t.Fatalf("anchored ACK: cum %d largest %d base %d", b.Cum, b.Largest, b.SackBase())
+	}
+	// Within a window of the cumulative point, anchor changes nothing.
+	var n, m Ack
+	var near recvWindow
+	for s := uint64(1); s < 100; s++ {
+		near.receive(s, 0, 1, testLimit)
+	}
+	if near.fillAck(&n, true, false) || near.fillAck(&m, true, true) || n != m {
+		t.Fatalf("near: %+v and %+v differ", n, m)
 	}
 }
 
@@ -151,7 +169,7 @@ func TestRecvWindowAllocs(t *testing.T) {
 		w.receive(seq+1, 0, 1, testLimit) // one out of order...
 		w.receive(seq, 0, 1, testLimit)   // ...then the hole
 		seq += 2
-		w.fillAck(&a, true)
+		w.fillAck(&a, true, false)
 	})
 	if allocs != 0 {
 		t.Fatalf("%v allocations per packet, want 0", allocs)

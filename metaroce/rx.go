@@ -13,6 +13,11 @@ type rxPath struct {
 	immediate   bool
 	nak         bool // RoCEv2: a NAK is owed
 	nakSent     bool // RoCEv2: a NAK was sent for the current gap
+	// While the largest is a SACK window or more past the cumulative
+	// point, every second ACK is followed by one of the window at the
+	// cumulative point (recvWindow.fillAck, PROTOCOL.md §3 "Loss"):
+	// alternate says this ACK is the second, atCumOwed that one is due.
+	alternate, atCumOwed bool
 }
 
 // PostRecv posts buf to receive the SEND whose tag is tag.
@@ -175,17 +180,22 @@ func (c *Conn) pollAck(now time.Duration, buf []byte, out *Transmit) bool {
 	owed := false
 	for i := range c.rx {
 		r := &c.rx[i]
-		if r.pending == 0 && !r.nak {
+		atCum := r.atCumOwed
+		if r.pending == 0 && !r.nak && !atCum {
 			continue
 		}
 		owed = true
-		if !r.immediate && !r.nak && (r.ackDeadline < 0 || now < r.ackDeadline) {
+		if !atCum && !r.immediate && !r.nak && (r.ackDeadline < 0 || now < r.ackDeadline) {
 			continue
 		}
 		var a Ack
 		a.Conn = c.id
 		a.Path = uint16(i)
-		r.win.fillAck(&a, c.mode != ModeRoCEv2)
+		r.atCumOwed = false
+		if r.win.fillAck(&a, c.mode != ModeRoCEv2, atCum) && !atCum {
+			r.atCumOwed = r.alternate
+			r.alternate = !r.alternate
+		}
 		a.CECount, a.RxCount = r.ce, r.count
 		a.RateHintBps = c.ep.rateHintBps(now, c)
 		c.lastHint = a.RateHintBps

@@ -73,6 +73,9 @@ func describe(b []byte, tx Transmit) string {
 		if a.Flags&FlagAckNak != 0 {
 			s += " nak"
 		}
+		if a.Flags&FlagAckAtCum != 0 {
+			s += " at-cum"
+		}
 		if a.CECount > 0 {
 			s += fmt.Sprintf(" ce=%d", a.CECount)
 		}

@@ -90,6 +90,8 @@ type sentHistory struct {
 	lostLo  uint64
 	// unreported counts the records in state recUnreported.
 	unreported int
+	// floorSent is the floor the path's last DATA carried.
+	floorSent uint64
 }
 
 // live reports whether a record is still to be resolved: in flight, or
@@ -139,6 +141,7 @@ func (h *sentHistory) add(now time.Duration, ps *pathmgr.Path, m *txMessage, idx
 	r := h.rec(seq)
 	r.msg, r.idx, r.size, r.sent = m, uint32(idx), uint32(size), now
 	r.state, r.desc, r.path = recInflight, 0, 0
+	h.floorSent = h.floor
 	if ps.InflightBytes == 0 {
 		ps.LastProgress = now
 	}
@@ -246,6 +249,14 @@ func (h *sentHistory) lose(r *txRecord, ps *pathmgr.Path, hd sentHandler) {
 	hd.packetLost(r)
 }
 
+// owesFloor reports whether the receiver must hear the path's floor before
+// it can report what is unreported: its cumulative point waits on a
+// packet the sender gave up, and only the path's next DATA says so. A
+// path whose unreported packets left its window may carry nothing more
+// for a while (what it sent is not acknowledged, so a relay has no room
+// to take more): the connection sends its next chunk there (floorPath).
+func (h *sentHistory) owesFloor() bool { return h.unreported > 0 && h.floor > h.floorSent }
+
 // leave takes live record r out of the path's bytes in flight (an
 // unreported one is out already) before it is acked or lost.
 func (h *sentHistory) leave(r *txRecord, ps *pathmgr.Path) {
@@ -287,7 +298,9 @@ func (h *sentHistory) advanceFloor() {
 // longer judge are a prefix, those below its cumulative point another,
 // and the rest can only be acknowledged by a SACK bit.
 func (h *sentHistory) spurious(a *Ack) (n int) {
-	if h.pending <= 0 {
+	if h.pending <= 0 || a.Flags&FlagAckAtCum != 0 {
+		// An ACK of the window at the cumulative point does not say how
+		// far the receiver has read: the marks wait for the next ACK.
 		return 0
 	}
 	if lo := h.next - min(h.next, uint64(len(h.ring))); h.lostLo < lo {

@@ -320,6 +320,8 @@ func (c *Conn) pollData(now time.Duration, buf []byte, out *Transmit) bool {
 	if c.descNext.ref == ref && ref.msg != nil && c.paths.Paths[c.descNext.path].State.Usable() {
 		// The chunk whose descriptor just went alone follows it on its path.
 		path = c.descNext.path
+	} else if q := c.floorPath(); q >= 0 {
+		path = q
 	} else if c.weightFn != nil {
 		path = c.paths.PickWeighted(size, c.windowFn, c.weightFn)
 	} else {
@@ -389,6 +391,23 @@ func (c *Conn) pollData(now time.Duration, buf []byte, out *Transmit) bool {
 		c.ep.lendOut(ref.msg)
 	}
 	return true
+}
+
+// floorPath returns a usable path that owes its receiver its floor
+// (sentHistory.owesFloor), or -1. The path takes the packet even when its
+// window is full, as a probe would: the packets that fill it are
+// acknowledged only once the receiver has the floor.
+func (c *Conn) floorPath() int {
+	if !c.newsOwed {
+		return -1
+	}
+	for i := range c.tx {
+		if c.tx[i].owesFloor() && c.paths.Paths[i].State.Usable() {
+			return i
+		}
+	}
+	c.newsOwed = false
+	return -1
 }
 
 // descNext is a chunk whose descriptor went alone on path: the chunk goes

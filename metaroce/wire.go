@@ -88,6 +88,10 @@ const (
 	FlagRetransmit = 1 << 0
 	// FlagAckNak marks an ACK that is a go-back-N negative acknowledgement.
 	FlagAckNak = 1 << 0
+	// FlagAckAtCum marks an ACK that reports the SACK window at its
+	// cumulative point: its largest is that window's last sequence, not
+	// the largest received, and it echoes no timestamp (PROTOCOL.md §3).
+	FlagAckAtCum = 1 << 1
 	// FlagCloseAck marks a CLOSE that answers a CLOSE.
 	FlagCloseAck = 1 << 0
 )
