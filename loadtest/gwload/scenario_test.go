@@ -213,4 +213,19 @@ func TestTwoPairsScenarioFiles(t *testing.T) {
 			t.Errorf("%s: region's WAN rate %g bit/s, want %g", f, r.regionRate, want)
 		}
 	}
+	// One flow: the region's rate split by demand, against half of it held
+	// by each gateway.
+	for f, rates := range map[string][2]float64{"one-flow-region": {0, 200e6}, "one-flow-share": {100e6, 0}} {
+		s, err := LoadScenario("testdata/" + f + ".yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := s.resolve()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Name != f || s.Workload.Flows != 1 || s.Workload.Hosts != 1 || r.wanRate != rates[0] || r.regionRate != rates[1] {
+			t.Errorf("%s: %+v, gateways' rate %g, region's %g", f, s, r.wanRate, r.regionRate)
+		}
+	}
 }
