@@ -44,6 +44,15 @@ func sendN(t *testing.T, h *sentHistory, ps *pathmgr.Path, m *txMessage, start t
 }
 
 // sackAck builds an ACK with cum and largest whose SACK vector marks seqs.
+// seqRange returns the sequences [lo, hi).
+func seqRange(lo, hi uint64) []uint64 {
+	seqs := make([]uint64, 0, hi-lo)
+	for s := lo; s < hi; s++ {
+		seqs = append(seqs, s)
+	}
+	return seqs
+}
+
 func sackAck(cum, largest uint64, seqs ...uint64) *Ack {
 	a := &Ack{Cum: cum, Largest: largest}
 	base := a.SackBase()
@@ -163,11 +172,7 @@ func TestSentHistoryBelowSackWindowIsUnreported(t *testing.T) {
 	// reported either way, 30 among them: neither acked nor lost, they
 	// hold the floor but leave the path's window free, so that its next
 	// DATA can carry the floor to the receiver.
-	seqs := make([]uint64, 0, 256)
-	for s := uint64(44); s < 300; s++ {
-		seqs = append(seqs, s)
-	}
-	a := sackAck(0, 299, seqs...)
+	a := sackAck(0, 299, seqRange(44, 300)...)
 	if a.SackBase() != 44 {
 		t.Fatalf("SACK base %d, want 44", a.SackBase())
 	}
@@ -186,7 +191,7 @@ func TestSentHistoryBelowSackWindowIsUnreported(t *testing.T) {
 	// ran to 30: 1..29 are acknowledged below it, 30 is lost, 31..43 are
 	// still below the window.
 	log = sentLog{}
-	acked, lost = h.onAck(0, sackAck(30, 299, seqs...), ps, &log)
+	acked, lost = h.onAck(0, sackAck(30, 299, seqRange(44, 300)...), ps, &log)
 	if acked != 29 || lost != 1 || log.lost[0] != 30 {
 		t.Fatalf("second ACK: acked %d lost %d %v, want 29, 1 [30]", acked, lost, log.lost)
 	}
@@ -213,12 +218,8 @@ func TestSentHistoryUnreportedLostAtTimeout(t *testing.T) {
 	var h sentHistory
 	ps := &pathmgr.Path{}
 	sendN(t, &h, ps, &txMessage{}, 0, 301, 1)
-	seqs := make([]uint64, 0, 256)
-	for s := uint64(44); s < 300; s++ {
-		seqs = append(seqs, s)
-	}
 	var log sentLog
-	h.onAck(0, sackAck(0, 299, seqs...), ps, &log)
+	h.onAck(0, sackAck(0, 299, seqRange(44, 300)...), ps, &log)
 	if h.unreported != 43 || ps.InflightBytes != 1 {
 		t.Fatalf("unreported %d inflight %d, want 43 and 1 (300)", h.unreported, ps.InflightBytes)
 	}
