@@ -31,7 +31,10 @@ func (c *Conn) onAck(now time.Duration, a *Ack) {
 	}
 	ps := &c.paths.Paths[path]
 	echo := a.EchoTimestamp
-	if c.wire == Version2 {
+	switch {
+	case a.Flags&FlagAckAtCum != 0:
+		echo = 0 // its largest is not the newest arrival: no round trip
+	case c.wire == Version2:
 		echo = h.sentStamp(a.Largest) // no timestamps in version-2 DATA
 	}
 	var s cc.AckSample

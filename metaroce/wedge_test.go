@@ -46,7 +46,13 @@ type wedgeFlow struct {
 
 func newWedgeFlow(t *testing.T, ctl cc.Factory) *wedgeFlow {
 	t.Helper()
-	pc := pathmgr.DefaultConfig() // as the gateway's WAN (gateway.protocol)
+	return newWedgeFlowPaths(t, ctl, pathmgr.DefaultConfig())
+}
+
+// newWedgeFlowPaths is newWedgeFlow with the paths' timings pc (the
+// gateway's WAN: pathmgr.DefaultConfig); its InitialRTT is set here.
+func newWedgeFlowPaths(t *testing.T, ctl cc.Factory, pc pathmgr.Config) *wedgeFlow {
+	t.Helper()
 	pc.InitialRTT = 20 * time.Millisecond
 	cfg := Config{MTU: 4096, Paths: 8, CC: ctl, Path: pc, Seed: 5, WireVersions: []uint8{Version1, Version2}}
 	pm := PMTUConfig{Groups: 1, Overhead: 28} // the gateway's wanPMTU with one plane
