@@ -116,6 +116,7 @@ type Gateway struct {
 	peerRefusals *ratelog.Logger
 	pmtuLog      *ratelog.Logger // path MTU black-hole verdicts (wanPeer.logBlackHoles)
 	sendFailLog  *ratelog.Logger // datagrams the kernel refused (syncSendFailures)
+	demandLog    *ratelog.Logger // demand reports dropped (dropDemand)
 	sendFailed   uint64          // netio's TxErrors at the last syncSendFailures
 	startedAt    time.Time       // when Run started (unseen gateways)
 
@@ -192,6 +193,7 @@ func New(cfg *config.Config, opts Options) (g *Gateway, err error) {
 	g.peerRefusals = ratelog.New(g.log, 10*time.Second)
 	g.pmtuLog = ratelog.New(g.log.With("part", "pmtu"), 10*time.Second)
 	g.sendFailLog = ratelog.New(g.log, 10*time.Second)
+	g.demandLog = ratelog.New(g.log.With("part", "region-demand"), 10*time.Second)
 	g.metrics = newMetrics(cfg)
 	if g.suite, err = suiteOf(cfg.WAN.Cipher); err != nil {
 		return nil, fmt.Errorf("%w: wan.cipher: %w", ErrInvalidConfig, err)

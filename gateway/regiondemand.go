@@ -59,6 +59,13 @@ func (d *regionDemand) reset() {
 	clear(d.bytes)
 }
 
+// dropDemand counts a demand report dropped for reason and logs it at
+// warn, once per reason per 10 s.
+func (g *Gateway) dropDemand(reason string, args ...any) {
+	g.metrics.DemandReportsDropped.WithLabelValues(reason).Inc()
+	g.demandLog.Warn(reason, "dropping a demand report from the region's gateways", args...)
+}
+
 // onMessage takes a demand report from the region's gateway messages. It
 // runs on memberlist's goroutine: it decodes, stores and signals, nothing
 // more. Malformed reports and reports of another region or of this
@@ -68,12 +75,13 @@ func (g *Gateway) onDemandMessage(payload []byte) {
 	r, err := decodeDemand(payload)
 	if err != nil {
 		d.malformed.Add(1)
-		g.log.Debug("dropping a demand report", "err", err)
+		g.dropDemand("malformed", "err", err)
 		return
 	}
 	cfg := g.Config()
 	if r.Region != cfg.Node.Region || r.From == cfg.Node.Name {
 		d.foreign.Add(1)
+		g.dropDemand("foreign", "from", r.From, "region", r.Region)
 		return
 	}
 	now := time.Now()
@@ -88,6 +96,7 @@ func (g *Gateway) onDemandMessage(payload []byte) {
 	case !ok && len(d.heard) >= maxDemandReports:
 		d.mu.Unlock()
 		d.foreign.Add(1)
+		g.dropDemand("full", "from", r.From, "tracked", maxDemandReports)
 		return
 	}
 	d.heard[r.From] = heardDemand{demandReport: r, at: now}

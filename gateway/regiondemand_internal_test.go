@@ -3,22 +3,28 @@
 package gateway
 
 import (
+	"bytes"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/mrgw/mrgw/config"
+	"github.com/mrgw/mrgw/internal/ratelog"
 )
 
 // TestDemandMessagesDroppedAndCounted: a received demand report is kept
 // only if it is well formed, of this gateway's region and another
 // gateway's name, and newer than the one held; the rest are dropped and
-// counted; the table is bounded.
+// counted by reason and logged at warn once per reason; the table is
+// bounded.
 func TestDemandMessagesDroppedAndCounted(t *testing.T) {
 	cfg := config.Default()
 	cfg.Node.Name, cfg.Node.Region = "euw-gw1", "eu-west"
-	g := &Gateway{log: slog.New(slog.DiscardHandler), demand: newRegionDemand()}
+	var logs bytes.Buffer
+	g := &Gateway{log: slog.New(slog.NewTextHandler(&logs, nil)), demand: newRegionDemand(), metrics: newMetrics(cfg)}
+	g.demandLog = ratelog.New(g.log, time.Hour)
 	g.cfgv.Store(cfg)
 	d := g.demand
 	send := func(r demandReport) {
@@ -51,5 +57,13 @@ func TestDemandMessagesDroppedAndCounted(t *testing.T) {
 	}
 	if len(d.heard) != maxDemandReports {
 		t.Fatalf("%d reports held, bound %d", len(d.heard), maxDemandReports)
+	}
+	for reason, want := range map[string]float64{"malformed": 2, "foreign": 2, "full": maxDemandReports + 1} { // euw-gw2 holds one of the 64
+		if got := value(t, g.metrics.DemandReportsDropped.WithLabelValues(reason)); got != want {
+			t.Errorf("mrgw_region_demand_reports_dropped_total{reason=%q} = %v, want %v", reason, got, want)
+		}
+		if n := strings.Count(logs.String(), "reason="+reason); n != 1 {
+			t.Errorf("%d warnings for reason %s, want 1 (rate-limited):\n%s", n, reason, logs.String())
+		}
 	}
 }

@@ -228,6 +228,10 @@ var RegisterReasons = []string{RegisterDuplicate, RegisterUnauthenticated, Regis
 // reason label: region.DropReasons, and other.
 var GossipDropReasons = []string{"too_short", "too_long", "format", "decrypt", "rate", "queue_full", "socket_overflow", Other}
 
+// DemandDropReasons lists the values of
+// mrgw_region_demand_reports_dropped_total's reason label.
+var DemandDropReasons = []string{"malformed", "foreign", "full"}
+
 // GossipRefuseReasons lists the values of mrgw_gossip_refused_total's reason
 // label: region.RefuseReasons, and other.
 var GossipRefuseReasons = []string{"stream_limit", "stream_timeout", "stream_size", "keyring", "unencrypted",
@@ -326,6 +330,7 @@ type Metrics struct {
 	PeersAlive             *prometheus.GaugeVec   // peer_region
 	GossipDatagramsDropped *prometheus.CounterVec // reason
 	GossipRefused          *prometheus.CounterVec // reason
+	DemandReportsDropped   *prometheus.CounterVec // reason
 	// Path-health gossip's flap damping and bounds (region.Stats,
 	// [Metrics.SyncGossipHealth]) and the relay's report table.
 	GossipHealthHeld        prometheus.Counter
@@ -546,6 +551,9 @@ func New(opts ...Option) *Metrics {
 		"Gossip refused, by reason: stream_limit, stream_timeout, stream_size (streams beyond the bounds), keyring (a gateway with another keyring), unencrypted (a gateway without one), not_gateway, name_conflict.",
 		LabelReason)
 
+	m.DemandReportsDropped = b.counterVec("mrgw_region_demand_reports_dropped_total",
+		"Demand reports from the region's gateways (wan.region_rate_bps split by demand) dropped, by reason: malformed (does not decode), foreign (of another region, or naming this gateway), full (from a gateway beyond the 64 this one tracks).",
+		LabelReason)
 	m.GossipHealthHeld = b.counter("mrgw_gossip_health_held_total",
 		"Path-health verdicts of this gateway's own that flap damping held back: each up the relay reported while the plane's verdict was held after repeated downs (published once the penalty decays).")
 	m.GossipHealthReleased = b.counter("mrgw_gossip_health_released_total",
@@ -736,6 +744,9 @@ func New(opts ...Option) *Metrics {
 	}
 	for _, r := range GossipDropReasons {
 		m.GossipDatagramsDropped.WithLabelValues(r)
+	}
+	for _, r := range DemandDropReasons {
+		m.DemandReportsDropped.WithLabelValues(r)
 	}
 	for _, r := range GossipRefuseReasons {
 		m.GossipRefused.WithLabelValues(r)
