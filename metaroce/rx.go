@@ -14,10 +14,14 @@ type rxPath struct {
 	nak         bool // RoCEv2: a NAK is owed
 	nakSent     bool // RoCEv2: a NAK was sent for the current gap
 	// While the largest is a SACK window or more past the cumulative
-	// point, every second ACK is followed by one of the window at the
-	// cumulative point (recvWindow.fillAck, PROTOCOL.md §3 "Loss"):
-	// alternate says this ACK is the second, atCumOwed that one is due.
-	alternate, atCumOwed bool
+	// point, an ACK is followed by one of the window at the cumulative
+	// point (recvWindow.fillAck, PROTOCOL.md §3 "Loss") when the point
+	// moved since the last such ACK, or atCumEvery ACKs went without one:
+	// atCumOwed says it is due, lastAtCum and sinceAtCum (ACKs since,
+	// 0: none sent yet) when the last went.
+	atCumOwed  bool
+	lastAtCum  uint64
+	sinceAtCum int
 }
 
 // PostRecv posts buf to receive the SEND whose tag is tag.
@@ -138,6 +142,13 @@ func (c *Conn) dataArrived(now time.Duration, h *DataHeader, idx int, payload []
 	c.placer.place(now, h, idx, payload, r.peerPort)
 }
 
+// atCumEvery: while a path's largest stays a SACK window or more past its
+// cumulative point, at least every atCumEvery-th ACK is followed by one
+// of the window at the cumulative point, in case one was lost; otherwise
+// one follows only when the point moved, since its report changes only
+// then (or when a resent packet fills a hole in it).
+const atCumEvery = 8
+
 // owe records one more packet to acknowledge on r.
 func (c *Conn) owe(now time.Duration, r *rxPath) {
 	r.pending++
@@ -192,9 +203,13 @@ func (c *Conn) pollAck(now time.Duration, buf []byte, out *Transmit) bool {
 		a.Conn = c.id
 		a.Path = uint16(i)
 		r.atCumOwed = false
-		if r.win.fillAck(&a, c.mode != ModeRoCEv2, atCum) && !atCum {
-			r.atCumOwed = r.alternate
-			r.alternate = !r.alternate
+		far := r.win.fillAck(&a, c.mode != ModeRoCEv2, atCum)
+		switch {
+		case atCum:
+			r.lastAtCum, r.sinceAtCum = a.Cum, 1
+		case far:
+			r.atCumOwed = r.sinceAtCum == 0 || a.Cum != r.lastAtCum || r.sinceAtCum >= atCumEvery
+			r.sinceAtCum++
 		}
 		a.CECount, a.RxCount = r.ce, r.count
 		a.RateHintBps = c.ep.rateHintBps(now, c)
