@@ -88,3 +88,48 @@ func TestHoleFarBehindResendsOnlyWhatWasDropped(t *testing.T) {
 		t.Errorf("%d dropped: %d declared lost, %d resent on timeouts, %d received twice; want %d, 0, 0", dropped, lost, pto, dup, dropped)
 	}
 }
+
+// TestFloorNewsGoesOnItsPath: a path whose floor passed a lost packet
+// while packets after it are unreported (sentHistory.owesFloor) takes the
+// connection's next chunk even when its window is full: only its own DATA
+// can tell the receiver to let its cumulative point pass them, and the
+// packets that fill the window are acknowledged only after that.
+func TestFloorNewsGoesOnItsPath(t *testing.T) {
+	f := newWedgeFlow(t, cc.NewFixed(1<<20, units.ByteRate(50e6)))
+	n, c := f.n, f.c
+	if !n.run(n.now+time.Second, func() bool { drain(n.eps[0]); drain(n.eps[1]); return c.InflightBytes() == 0 }) {
+		t.Fatal("the flow did not settle")
+	}
+	const path = 3
+	h, ps := &c.tx[path], &c.paths.Paths[path]
+	// The path's state after an ACK that lost its cumulative point and
+	// left packets unreported: the floor has moved past what its last
+	// DATA said, and its window is full.
+	h.unreported++
+	h.floorSent = h.floor - 1
+	c.newsOwed = true
+	full := c.window(path)
+	ps.InflightBytes += full
+	if _, err := c.Write(n.now, 1, 7, 0, f.src[:4096]); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 0, 70000)
+	for {
+		tx, ok := n.eps[0].Poll(n.now, buf)
+		if !ok {
+			t.Fatal("no DATA polled")
+		}
+		if tx.Reply || PacketType(buf[:tx.Len][1]) != TypeData {
+			continue
+		}
+		if tx.Path != path {
+			t.Fatalf("the chunk went on path %d, want %d (the path that owes its floor)", tx.Path, path)
+		}
+		break
+	}
+	if h.owesFloor() {
+		t.Fatal("the path still owes its floor after its DATA")
+	}
+	ps.InflightBytes -= full
+	h.unreported--
+}
