@@ -167,6 +167,9 @@ type relay struct {
 	// gossip-suspect, silent for suspectAfter (pickRoute), or had
 	// refused the flow's endpoint (retryOpen). Status.Flows.Detoured.
 	detoured uint64
+	// inPlace and copied count chunks relayed in the receive buffer they
+	// arrived in (ChunkIn) and chunks copied out of it.
+	inPlace, copied uint64
 }
 
 func newRelay(g *Gateway, cfg *config.Config) *relay {
@@ -644,11 +647,7 @@ func (r *relay) retryOpen(f *flow) bool {
 // get returns a buffer of n bytes charged to f, or nil if f's reservation
 // or the memory limit would be exceeded.
 func (r *relay) get(f *flow, n int) []byte {
-	// DONE can overtake the next hop's acknowledgements (an ack lost on
-	// the WAN is repaired a round trip later), so a flow may briefly hold
-	// more than its credit: allow twice as much. A host that ignores its
-	// credit is stopped here; memory_bytes bounds the sum regardless.
-	if f.held+int64(n) > 2*f.reserved+int64(2*r.bufSize) || r.inUse+int64(n) > r.memLimit {
+	if !r.charge(f, n) {
 		return nil
 	}
 	var b []byte
@@ -659,18 +658,36 @@ func (r *relay) get(f *flow, n int) []byte {
 	} else {
 		b = make([]byte, n)
 	}
-	f.held += int64(n)
-	r.inUse += int64(n)
 	return b[:n]
 }
 
-// put returns a buffer charged to f; a full-size one is kept for reuse
-// while freeBound allows.
+// charge counts n more bytes held by f, if its credit and the memory
+// limit allow. DONE can overtake the next hop's acknowledgements (an ack
+// lost on the WAN is repaired a round trip later), so a flow may briefly
+// hold more than its credit: allow twice as much. A host that ignores its
+// credit is stopped here; memory_bytes bounds the sum regardless.
+func (r *relay) charge(f *flow, n int) bool {
+	if f.held+int64(n) > 2*f.reserved+int64(2*r.bufSize) || r.inUse+int64(n) > r.memLimit {
+		return false
+	}
+	f.held += int64(n)
+	r.inUse += int64(n)
+	return true
+}
+
+// put returns a buffer charged to f: a full-size one is kept for reuse
+// while freeBound allows, a receive buffer kept by ChunkIn goes back to
+// the endpoint's spares.
 func (r *relay) put(f *flow, b []byte) {
 	f.held -= int64(len(b))
 	r.inUse -= int64(len(b))
-	if cap(b) == r.bufSize && len(r.free) < r.freeBound() {
-		r.free = append(r.free, b[:cap(b)])
+	switch {
+	case cap(b) == r.bufSize:
+		if len(r.free) < r.freeBound() {
+			r.free = append(r.free, b[:cap(b)])
+		}
+	case r.g.ep != nil:
+		r.g.ep.ReturnRxBuf(b)
 	}
 }
 
@@ -713,17 +730,32 @@ type flowSink struct {
 // flow's message on the next hop, which sends it as soon as its window
 // allows.
 func (s *flowSink) Chunk(c *metaroce.Conn, h *metaroce.DataHeader, payload []byte) metaroce.ErrorCode {
+	code, _ := s.chunk(h, payload, nil)
+	return code
+}
+
+// ChunkIn is Chunk for a chunk that arrived in buf, a receive buffer the
+// relay may keep: when both hops cut the message alike, the chunk goes on
+// where it lies instead of being copied out (buf is charged to the flow
+// and given back to the endpoint when the next hop has it acknowledged).
+func (s *flowSink) ChunkIn(c *metaroce.Conn, h *metaroce.DataHeader, payload, buf []byte) (metaroce.ErrorCode, bool) {
+	return s.chunk(h, payload, buf)
+}
+
+// chunk relays one arriving chunk, keeping buf (if not nil) rather than
+// copying payload where it can; kept reports that it did.
+func (s *flowSink) chunk(h *metaroce.DataHeader, payload, buf []byte) (code metaroce.ErrorCode, kept bool) {
 	r, f := s.r, s.f
 	if f.state != flowOpen || f.down == nil || f.down.dead {
 		r.g.log.Debug("chunk refused: flow not open", "flow", flowctl.FlowID(f.id), "state", f.state, "seq", h.MsgSeq)
-		return metaroce.ErrCodeNoBuffer
+		return metaroce.ErrCodeNoBuffer, false
 	}
 	m := f.msg(h.MsgSeq)
 	if m == nil {
 		rm, err := f.down.c.WriteRelay(f.downStream, h.MsgSeq, h.Op, h.Key, h.Addr, h.MsgLen, f.release)
 		if err != nil {
 			r.g.log.Debug("cannot relay message", "flow", flowctl.FlowID(f.id), "seq", h.MsgSeq, "err", err)
-			return metaroce.ErrCodeNoBuffer
+			return metaroce.ErrCodeNoBuffer, false
 		}
 		m = &relayMsg{rm: rm, length: h.MsgLen}
 		f.msgs[h.MsgSeq] = m
@@ -743,19 +775,35 @@ func (s *flowSink) Chunk(c *metaroce.Conn, h *metaroce.DataHeader, payload []byt
 	}
 	f.bytes += n
 	if off%mtu == 0 && n <= mtu && (n == mtu || off+n == h.MsgLen) {
-		// Same chunking on both hops: one copy, straight through.
+		// Same chunking on both hops: straight through, in the buffer
+		// it arrived in or in one copy.
+		if buf != nil {
+			if !r.charge(f, len(buf)) {
+				r.refusedChunk(f)
+				return metaroce.ErrCodeNoBuffer, false
+			}
+			if err := m.rm.SupplyIn(off, payload, buf); err != nil {
+				f.held -= int64(len(buf))
+				r.inUse -= int64(len(buf))
+				return metaroce.ErrCodeNoBuffer, false
+			}
+			m.supplied += n
+			r.inPlace++
+			return 0, true
+		}
 		b := r.get(f, int(n))
 		if b == nil {
-			r.g.log.Debug("chunk refused: over the flow's credit or the memory limit", "flow", flowctl.FlowID(f.id), "held", f.held, "reserved", f.reserved, "in_use", r.inUse)
-			return metaroce.ErrCodeNoBuffer
+			r.refusedChunk(f)
+			return metaroce.ErrCodeNoBuffer, false
 		}
 		copy(b, payload)
 		if err := m.rm.Supply(off, b); err != nil {
 			r.put(f, b)
-			return metaroce.ErrCodeNoBuffer
+			return metaroce.ErrCodeNoBuffer, false
 		}
 		m.supplied += n
-		return 0
+		r.copied++
+		return 0, false
 	}
 	// Different MTUs: fill the next hop's chunks and supply each when full.
 	if m.parts == nil {
@@ -769,7 +817,8 @@ func (s *flowSink) Chunk(c *metaroce.Conn, h *metaroce.DataHeader, payload []byt
 		if p == nil {
 			b := r.get(f, int(clen))
 			if b == nil {
-				return metaroce.ErrCodeNoBuffer
+				r.refusedChunk(f)
+				return metaroce.ErrCodeNoBuffer, false
 			}
 			p = &part{buf: b}
 			m.parts[j] = p
@@ -782,10 +831,16 @@ func (s *flowSink) Chunk(c *metaroce.Conn, h *metaroce.DataHeader, payload []byt
 			delete(m.parts, j)
 			if err := m.rm.Supply(start, p.buf); err != nil {
 				r.put(f, p.buf)
-				return metaroce.ErrCodeNoBuffer
+				return metaroce.ErrCodeNoBuffer, false
 			}
 			m.supplied += clen
 		}
 	}
-	return 0
+	r.copied++
+	return 0, false
+}
+
+// refusedChunk logs a chunk refused for want of credit or memory.
+func (r *relay) refusedChunk(f *flow) {
+	r.g.log.Debug("chunk refused: over the flow's credit or the memory limit", "flow", flowctl.FlowID(f.id), "held", f.held, "reserved", f.reserved, "in_use", r.inUse)
 }

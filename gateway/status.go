@@ -154,6 +154,12 @@ type FlowStatus struct {
 	// was gossip-suspect, silent while waited on, or refused the
 	// endpoint.
 	Detoured uint64 `json:"detoured"`
+	// ChunksInPlace counts chunks relayed in the receive buffer they
+	// arrived in; ChunksCopied those copied out of it (the two hops cut
+	// the message differently, or the receive path could not give up
+	// its buffer).
+	ChunksInPlace uint64 `json:"chunks_relayed_in_place"`
+	ChunksCopied  uint64 `json:"chunks_relayed_copied"`
 }
 
 // MemoryStatus is the relay buffer budget.
@@ -215,7 +221,8 @@ func (g *Gateway) snapshot(prev *rateState) {
 		r.adm.reclaim(epNow)
 		st.Admission = r.adm.status(epNow)
 		st.PathSockets = g.ep.Stats().PathSockets
-		st.Flows = FlowStatus{Active: len(r.flows), Refused: r.refused, Resets: r.resets, Completed: r.completed, Detoured: r.detoured}
+		st.Flows = FlowStatus{Active: len(r.flows), Refused: r.refused, Resets: r.resets, Completed: r.completed, Detoured: r.detoured,
+			ChunksInPlace: r.inPlace, ChunksCopied: r.copied}
 		st.Memory = MemoryStatus{InUse: r.inUse, Reserved: r.reserved, Limit: r.memLimit}
 		st.LANOutBps = units.ByteRate(float64(r.fromHosts-prev.fromHosts) / dt)
 		st.LANInBps = units.ByteRate(float64(r.toHosts-prev.toHosts) / dt)

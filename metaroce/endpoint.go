@@ -23,6 +23,9 @@ type RecvMeta struct {
 	Entropy uint16
 	// CE is true if the datagram arrived marked ECN congestion-experienced.
 	CE bool
+	// Buf, if not nil, is the buffer the datagram lies in, which the
+	// caller gives up if a BufferSink keeps it (Receive reports so).
+	Buf []byte
 }
 
 // Transmit describes a datagram that Poll wrote into the caller's buffer.
@@ -63,10 +66,14 @@ type EndpointStats struct {
 // driver feeds it datagrams and the time, and polls it for datagrams to send,
 // events and the next timer. It is not safe for concurrent use.
 type Endpoint struct {
-	cfg   Config
-	mem   *Memory
-	share *cc.FairShare
-	rng   *rand.Rand
+	cfg Config
+	// rxBuf is the buffer of the datagram Receive is processing, while
+	// a BufferSink may keep it; rxKept says one did.
+	rxBuf  []byte
+	rxKept bool
+	mem    *Memory
+	share  *cc.FairShare
+	rng    *rand.Rand
 
 	conns map[uint64]*Conn
 	// tags holds the connections that speak, or offered, wire version 2 by
@@ -404,8 +411,17 @@ func (e *Endpoint) queueReply(peer PeerID, entropy uint16, pkt []byte) {
 }
 
 // Receive processes one datagram. Malformed or unexpected datagrams are
-// dropped and counted; Receive never panics on any input.
-func (e *Endpoint) Receive(now time.Duration, b []byte, m RecvMeta) {
+// dropped and counted; Receive never panics on any input. kept reports
+// that a BufferSink kept m.Buf: the caller must not use it again.
+func (e *Endpoint) Receive(now time.Duration, b []byte, m RecvMeta) (kept bool) {
+	e.rxBuf = m.Buf
+	e.receive(now, b, m)
+	kept = e.rxKept
+	e.rxBuf, e.rxKept = nil, false
+	return kept
+}
+
+func (e *Endpoint) receive(now time.Duration, b []byte, m RecvMeta) {
 	e.Stats.Received++
 	ver, t, id, err := Peek(b)
 	if err != nil {

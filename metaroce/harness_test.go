@@ -38,8 +38,14 @@ type testNet struct {
 	// still holds what it held then; the datagram carries that. Then it
 	// reports the payload done (PayloadsDone).
 	lendLag time.Duration
-	lends   [2][]lentPayload
-	lentN   [2]uint64
+	// rxBufs: each datagram is received in a buffer of its own of
+	// rxBufTestLen bytes, offered to BufferSinks (RecvMeta.Buf); keptN
+	// counts those kept. One not kept is scribbled on once Receive
+	// returns, as a driver reuses it.
+	rxBufs bool
+	keptN  int
+	lends  [2][]lentPayload
+	lentN  [2]uint64
 
 	sent, lost, delivered int
 }
@@ -223,7 +229,21 @@ func (n *testNet) run(limit time.Duration, cond func() bool) bool {
 				continue
 			}
 			n.delivered++
-			n.eps[d.to].Receive(n.now, d.data, d.meta)
+			if !n.rxBufs {
+				n.eps[d.to].Receive(n.now, d.data, d.meta)
+				continue
+			}
+			buf := make([]byte, rxBufTestLen)
+			meta := d.meta
+			meta.Buf = buf
+			pkt := buf[rxBufTestPrefix : rxBufTestPrefix+copy(buf[rxBufTestPrefix:], d.data)]
+			if n.eps[d.to].Receive(n.now, pkt, meta) {
+				n.keptN++
+				continue
+			}
+			for i := range buf {
+				buf[i] = 0xdd
+			}
 		}
 		for i, ep := range n.eps {
 			if n.paused[i] > n.now {
@@ -249,3 +269,11 @@ func drain(ep *Endpoint) []Event {
 		out = append(out, ev)
 	}
 }
+
+// rxBufTestLen and rxBufTestPrefix shape the receive buffers of a testNet
+// with rxBufs: a datagram lies past a prefix (a seal's header, in netio),
+// in a buffer longer than it.
+const (
+	rxBufTestLen    = 2048
+	rxBufTestPrefix = 16
+)

@@ -24,6 +24,18 @@ type Sink interface {
 	Chunk(c *Conn, h *DataHeader, payload []byte) ErrorCode
 }
 
+// A BufferSink is a Sink that may keep the buffer a chunk arrived in
+// instead of copying the payload out of it: a relay hands the chunk to
+// the next hop where it lies. The receive path offers the buffer when it
+// can give it up (RecvMeta.Buf); otherwise Chunk is called.
+type BufferSink interface {
+	Sink
+	// ChunkIn is Chunk with buf, the buffer payload lies in. If it
+	// reports kept, buf is the sink's from then on (Receive reports it
+	// to its caller, who uses another buffer).
+	ChunkIn(c *Conn, h *DataHeader, payload, buf []byte) (code ErrorCode, kept bool)
+}
+
 // BindSink makes every chunk of stream go to sink instead of memory. Memory
 // keys and posted buffers are not consulted for that stream: the sink
 // decides. Completion events are reported as for any stream.
@@ -102,6 +114,13 @@ func (c *Conn) WriteRelay(stream uint32, seq uint64, op Op, key uint32, addr, le
 // exactly MTU bytes except for the message's last chunk). The buffer belongs
 // to the connection until release is called with it.
 func (r *RelayMessage) Supply(offset uint64, chunk []byte) error {
+	return r.SupplyIn(offset, chunk, nil)
+}
+
+// SupplyIn is Supply for a chunk that lies in buf, a larger buffer (the
+// receive buffer a BufferSink kept): buf belongs to the connection until
+// release is called with it, and only chunk is sent.
+func (r *RelayMessage) SupplyIn(offset uint64, chunk, buf []byte) error {
 	m, c := r.m, r.c
 	mtu := uint64(c.mtu)
 	if offset%mtu != 0 || offset > m.length {
@@ -121,7 +140,7 @@ func (r *RelayMessage) Supply(offset uint64, chunk []byte) error {
 	if m.err != nil {
 		return m.err
 	}
-	m.bufs.put(idx, chunk)
+	m.bufs.put(idx, chunk, buf)
 	m.supplied = append(m.supplied, idx)
 	m.stream.pushSendable(m)
 	c.activate(m.stream)

@@ -47,6 +47,42 @@ func (r *relaySink) Chunk(c *Conn, h *DataHeader, payload []byte) ErrorCode {
 	return 0
 }
 
+// keepingRelaySink is relaySink relaying every chunk in the receive buffer
+// it arrived in (BufferSink), as a gateway does.
+type keepingRelaySink struct {
+	relaySink
+	kept int
+}
+
+func (r *keepingRelaySink) ChunkIn(c *Conn, h *DataHeader, payload, buf []byte) (ErrorCode, bool) {
+	rm := r.msgs[h.MsgSeq]
+	if rm == nil {
+		var err error
+		rm, err = r.out.WriteRelay(r.stream, h.MsgSeq, h.Op, h.Key, h.Addr, h.MsgLen, func(b []byte) {
+			if len(b) != rxBufTestLen {
+				r.t.Errorf("released %d bytes, not the %d-byte receive buffer kept", len(b), rxBufTestLen)
+			}
+			r.inflight--
+			for i := range b {
+				b[i] = 0xee
+			}
+		})
+		if err != nil {
+			r.t.Errorf("WriteRelay: %v", err)
+			return ErrCodeTooFarAhead, false
+		}
+		r.msgs[h.MsgSeq] = rm
+	}
+	if err := rm.SupplyIn(h.Offset, payload, buf); err != nil {
+		r.t.Errorf("SupplyIn: %v", err)
+		return ErrCodeNoBuffer, false
+	}
+	r.inflight++
+	r.kept++
+	r.maxHeld = max(r.maxHeld, r.inflight)
+	return 0, true
+}
+
 // TestRelayCutThrough relays random messages A → G → B with loss on both
 // hops. G never holds a whole message: it forwards chunks as they arrive. B's
 // memory must equal what A sent, with every message completed once in order,
@@ -58,12 +94,17 @@ func (r *relaySink) Chunk(c *Conn, h *DataHeader, payload []byte) ErrorCode {
 // reuses as soon as it completes (both scribbled on), must still hold
 // what was polled when the driver reads it.
 func TestRelayCutThrough(t *testing.T) {
-	t.Run("copied", func(t *testing.T) { relayCutThrough(t, 0, Version1) })
-	t.Run("lent", func(t *testing.T) { relayCutThrough(t, 100*time.Microsecond, Version1) })
-	t.Run("lent-v2", func(t *testing.T) { relayCutThrough(t, 100*time.Microsecond, Version2) })
+	t.Run("copied", func(t *testing.T) { relayCutThrough(t, 0, Version1, false) })
+	t.Run("lent", func(t *testing.T) { relayCutThrough(t, 100*time.Microsecond, Version1, false) })
+	t.Run("lent-v2", func(t *testing.T) { relayCutThrough(t, 100*time.Microsecond, Version2, false) })
+	// G keeps each chunk's receive buffer and sends from it; buffers it
+	// does not keep are scribbled on by the driver as soon as Receive
+	// returns, the ones it keeps when released.
+	t.Run("kept", func(t *testing.T) { relayCutThrough(t, 0, Version1, true) })
+	t.Run("kept-lent-v2", func(t *testing.T) { relayCutThrough(t, 100*time.Microsecond, Version2, true) })
 }
 
-func relayCutThrough(t *testing.T, lendLag time.Duration, wire uint8) {
+func relayCutThrough(t *testing.T, lendLag time.Duration, wire uint8, keep bool) {
 	cfg := Config{MTU: 1024, Paths: 4, CC: cc.NewFixed(32<<10, 0), Seed: 11, WireVersions: []uint8{wire}}
 	n1 := newTestNet(t, cfg, cfg, 4, 11) // A (0) → G (1)
 	n2 := newTestNet(t, cfg, cfg, 4, 12) // G (0) → B (1)
@@ -102,7 +143,15 @@ func relayCutThrough(t *testing.T, lendLag time.Duration, wire uint8) {
 		}
 	}
 	sink := &relaySink{t: t, out: gOut, stream: 9, msgs: map[uint64]*RelayMessage{}}
-	gIn.BindSink(5, sink)
+	var keeper *keepingRelaySink
+	if keep {
+		keeper = &keepingRelaySink{relaySink: relaySink{t: t, out: gOut, stream: 9, msgs: map[uint64]*RelayMessage{}}}
+		sink = &keeper.relaySink
+		n1.rxBufs = true
+		gIn.BindSink(5, keeper)
+	} else {
+		gIn.BindSink(5, sink)
+	}
 	region := make([]byte, 1<<20)
 	if err := n2.eps[1].Memory().Register(3, region); err != nil {
 		t.Fatal(err)
@@ -158,6 +207,9 @@ func relayCutThrough(t *testing.T, lendLag time.Duration, wire uint8) {
 	}
 	if !bytes.Equal(region[:len(want)], want) {
 		t.Fatal("B's memory differs from what A wrote")
+	}
+	if keep && (keeper.kept == 0 || n1.keptN == 0 || n1.keptN != keeper.kept) {
+		t.Fatalf("G's sink kept %d receive buffers, Receive reported %d; want the same, above 0", keeper.kept, n1.keptN)
 	}
 	if lendLag > 0 && (n1.lentN[0] == 0 || n2.lentN[0] == 0) {
 		t.Fatalf("payloads lent: A %d, G %d; want both > 0", n1.lentN[0], n2.lentN[0])

@@ -26,7 +26,7 @@ func TestRelayBufsMatchesMap(t *testing.T) {
 				if rng.IntN(50) != 0 {
 					b = []byte{byte(i), byte(i >> 8)}
 				}
-				r.put(i, b)
+				r.put(i, b, nil)
 				model[i] = b
 			} else {
 				b, ok := r.take(i)
@@ -66,7 +66,7 @@ func TestRelayBufsBounded(t *testing.T) {
 	const window = 64
 	buf := make([]byte, 1)
 	for i := range 100000 {
-		r.put(i, buf)
+		r.put(i, buf, nil)
 		if i >= window {
 			if _, ok := r.take(i - window); !ok {
 				t.Fatalf("chunk %d not held", i-window)

@@ -177,7 +177,18 @@ func (c *Conn) messageComplete(now time.Duration, stream uint32, seq uint64, m *
 }
 
 // sinkChunk hands a chunk to the sink its stream is bound to (placeHandler).
+// The buffer of the datagram being received is offered to a BufferSink,
+// once.
 func (c *Conn) sinkChunk(s Sink, h *DataHeader, payload []byte) ErrorCode {
+	if e := c.ep; e.rxBuf != nil {
+		if bs, ok := s.(BufferSink); ok {
+			code, kept := bs.ChunkIn(c, h, payload, e.rxBuf)
+			if kept {
+				e.rxBuf, e.rxKept = nil, true
+			}
+			return code
+		}
+	}
 	return s.Chunk(c, h, payload)
 }
 

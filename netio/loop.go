@@ -37,6 +37,8 @@ type ownerState struct {
 	// map lookups (release clears it).
 	txConn  *metaroce.Conn
 	txPaths *connPaths
+	// spareRx replaces receive buffers a sink kept (rxbufs.go).
+	spareRx [][]byte
 }
 
 // lateAfter is how far past a deadline the owner must run before it
@@ -366,7 +368,11 @@ func (e *Endpoint) receiveBatch(now time.Duration, b *rxBatch) {
 			n, _ := splitCookie(pkt)
 			pkt = pkt[:n]
 		}
-		e.ep.Receive(now, pkt, metaroce.RecvMeta{Peer: ent.peer, Entropy: ent.src.Port(), CE: ent.ce})
+		// The datagram lies in the batch's own buffer (check put it
+		// there), which a relay may keep rather than copy from.
+		if e.ep.Receive(now, pkt, metaroce.RecvMeta{Peer: ent.peer, Entropy: ent.src.Port(), CE: ent.ce, Buf: m.Buf}) {
+			b.bufs[ent.idx] = e.owner.spareRxBuf(e.rxBufLen)
+		}
 		tally.add(e, ent.peer, b.s.plane, ent.n)
 		rx++
 		bytes += uint64(ent.n)
