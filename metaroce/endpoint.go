@@ -23,9 +23,6 @@ type RecvMeta struct {
 	Entropy uint16
 	// CE is true if the datagram arrived marked ECN congestion-experienced.
 	CE bool
-	// Buf, if not nil, is the buffer the datagram lies in, which the
-	// caller gives up if a BufferSink keeps it (Receive reports so).
-	Buf []byte
 }
 
 // Transmit describes a datagram that Poll wrote into the caller's buffer.
@@ -66,14 +63,10 @@ type EndpointStats struct {
 // driver feeds it datagrams and the time, and polls it for datagrams to send,
 // events and the next timer. It is not safe for concurrent use.
 type Endpoint struct {
-	cfg Config
-	// rxBuf is the buffer of the datagram Receive is processing, while
-	// a BufferSink may keep it; rxKept says one did.
-	rxBuf  []byte
-	rxKept bool
-	mem    *Memory
-	share  *cc.FairShare
-	rng    *rand.Rand
+	cfg   Config
+	mem   *Memory
+	share *cc.FairShare
+	rng   *rand.Rand
 
 	conns map[uint64]*Conn
 	// tags holds the connections that speak, or offered, wire version 2 by
@@ -110,6 +103,10 @@ type Endpoint struct {
 	lentDone uint64
 	held     []heldEvent
 	heldHead int
+	// rxBuf is the buffer of the datagram Receive is processing, while
+	// a BufferSink may keep it; rxKept says one did.
+	rxBuf  []byte
+	rxKept bool
 
 	Stats EndpointStats
 }
@@ -410,18 +407,20 @@ func (e *Endpoint) queueReply(peer PeerID, entropy uint16, pkt []byte) {
 	e.replies = append(e.replies, r)
 }
 
-// Receive processes one datagram. Malformed or unexpected datagrams are
-// dropped and counted; Receive never panics on any input. kept reports
-// that a BufferSink kept m.Buf: the caller must not use it again.
-func (e *Endpoint) Receive(now time.Duration, b []byte, m RecvMeta) (kept bool) {
-	e.rxBuf = m.Buf
-	e.receive(now, b, m)
+// ReceiveIn is Receive for a datagram that lies in buf, a buffer the
+// caller gives up if a BufferSink keeps it: kept reports that one did, and
+// the caller must not use buf again.
+func (e *Endpoint) ReceiveIn(now time.Duration, b, buf []byte, m RecvMeta) (kept bool) {
+	e.rxBuf = buf
+	e.Receive(now, b, m)
 	kept = e.rxKept
 	e.rxBuf, e.rxKept = nil, false
 	return kept
 }
 
-func (e *Endpoint) receive(now time.Duration, b []byte, m RecvMeta) {
+// Receive processes one datagram. Malformed or unexpected datagrams are
+// dropped and counted; Receive never panics on any input.
+func (e *Endpoint) Receive(now time.Duration, b []byte, m RecvMeta) {
 	e.Stats.Received++
 	ver, t, id, err := Peek(b)
 	if err != nil {

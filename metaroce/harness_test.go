@@ -39,7 +39,7 @@ type testNet struct {
 	// reports the payload done (PayloadsDone).
 	lendLag time.Duration
 	// rxBufs: each datagram is received in a buffer of its own of
-	// rxBufTestLen bytes, offered to BufferSinks (RecvMeta.Buf); keptN
+	// rxBufTestLen bytes, offered to BufferSinks (ReceiveIn); keptN
 	// counts those kept. One not kept is scribbled on once Receive
 	// returns, as a driver reuses it.
 	rxBufs bool
@@ -234,10 +234,8 @@ func (n *testNet) run(limit time.Duration, cond func() bool) bool {
 				continue
 			}
 			buf := make([]byte, rxBufTestLen)
-			meta := d.meta
-			meta.Buf = buf
 			pkt := buf[rxBufTestPrefix : rxBufTestPrefix+copy(buf[rxBufTestPrefix:], d.data)]
-			if n.eps[d.to].Receive(n.now, pkt, meta) {
+			if n.eps[d.to].ReceiveIn(n.now, pkt, buf, d.meta) {
 				n.keptN++
 				continue
 			}

@@ -27,11 +27,11 @@ type Sink interface {
 // A BufferSink is a Sink that may keep the buffer a chunk arrived in
 // instead of copying the payload out of it: a relay hands the chunk to
 // the next hop where it lies. The receive path offers the buffer when it
-// can give it up (RecvMeta.Buf); otherwise Chunk is called.
+// can give it up (Endpoint.ReceiveIn); otherwise Chunk is called.
 type BufferSink interface {
 	Sink
 	// ChunkIn is Chunk with buf, the buffer payload lies in. If it
-	// reports kept, buf is the sink's from then on (Receive reports it
+	// reports kept, buf is the sink's from then on (ReceiveIn reports it
 	// to its caller, who uses another buffer).
 	ChunkIn(c *Conn, h *DataHeader, payload, buf []byte) (code ErrorCode, kept bool)
 }
@@ -99,6 +99,10 @@ func (c *Conn) WriteRelay(stream uint32, seq uint64, op Op, key uint32, addr, le
 	m := c.newTxMessage(s, seq, op, key, addr, length)
 	m.relay = true
 	m.release = release
+	// Room for every chunk held at once up front, up to a bound: grown
+	// by appends from empty, the slice was reallocated a dozen times per
+	// message on the owner goroutine.
+	m.bufs.held = make([]heldChunk, 0, min(m.nChunks, maxHeldPresize))
 	s.msgs = append(s.msgs, nil)
 	copy(s.msgs[i+1:], s.msgs[i:])
 	s.msgs[i] = m

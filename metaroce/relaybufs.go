@@ -17,6 +17,11 @@ type relayBufs struct {
 	n    int // chunks held
 }
 
+// maxHeldPresize bounds the chunks a relayed message makes room for when
+// it starts (48 KiB): a longer message holds at most its credit's worth
+// at once, and grows the slice only if it holds more.
+const maxHeldPresize = 1024
+
 // heldChunk is a supplied chunk and the buffer it lies in.
 type heldChunk struct {
 	chunk, buf []byte

@@ -370,7 +370,7 @@ func (e *Endpoint) receiveBatch(now time.Duration, b *rxBatch) {
 		}
 		// The datagram lies in the batch's own buffer (check put it
 		// there), which a relay may keep rather than copy from.
-		if e.ep.Receive(now, pkt, metaroce.RecvMeta{Peer: ent.peer, Entropy: ent.src.Port(), CE: ent.ce, Buf: m.Buf}) {
+		if e.ep.ReceiveIn(now, pkt, m.Buf, metaroce.RecvMeta{Peer: ent.peer, Entropy: ent.src.Port(), CE: ent.ce}) {
 			b.bufs[ent.idx] = e.owner.spareRxBuf(e.rxBufLen)
 		}
 		tally.add(e, ent.peer, b.s.plane, ent.n)
