@@ -777,11 +777,10 @@ func (s *flowSink) chunk(h *metaroce.DataHeader, payload, buf []byte) (code meta
 	if off%mtu == 0 && n <= mtu && (n == mtu || off+n == h.MsgLen) {
 		// Same chunking on both hops: straight through, in the buffer
 		// it arrived in or in one copy.
-		if buf != nil {
-			if !r.charge(f, len(buf)) {
-				r.refusedChunk(f)
-				return metaroce.ErrCodeNoBuffer, false
-			}
+		// A kept buffer is charged whole (about a tenth more than its
+		// chunk); where that does not fit the credit or the memory
+		// limit, the chunk is copied into one of its own size.
+		if buf != nil && r.charge(f, len(buf)) {
 			if err := m.rm.SupplyIn(off, payload, buf); err != nil {
 				f.held -= int64(len(buf))
 				r.inUse -= int64(len(buf))

@@ -381,3 +381,49 @@ func TestDropConnMovesOnlyItsFlows(t *testing.T) {
 		}
 	}
 }
+
+// TestRelayKeepsBufferWithinLimits: a chunk whose receive buffer fits the
+// flow's credit and the memory limit is relayed in that buffer, charged
+// whole, and the buffer is given back when the next hop is done with it;
+// a chunk whose buffer does not fit but whose payload does is copied into
+// a buffer of its own size, so keeping buffers refuses nothing that
+// copying would have taken.
+func TestRelayKeepsBufferWithinLimits(t *testing.T) {
+	b := newRelayBench(t)
+	ci := b.conn(t, "use-gw1")
+	r := b.r
+	mtu := ci.c.MTU()
+	r.bufSize = mtu
+	r.memLimit = 1 << 20
+	f := &flow{id: 1, state: flowOpen, down: ci, downStream: 7, reserved: 1 << 20, msgs: map[uint64]*relayMsg{}}
+	var released [][]byte
+	f.release = func(buf []byte) { released = append(released, buf); r.put(f, buf) }
+	s := &flowSink{r: r, f: f}
+	h := &metaroce.DataHeader{Op: metaroce.OpWrite, Key: 1, MsgSeq: 0, MsgLen: uint64(2 * mtu)}
+	kept := make([]byte, mtu+200)
+	payload := kept[100 : 100+mtu]
+	if code, ok := s.ChunkIn(nil, h, payload, kept); code != 0 || !ok {
+		t.Fatalf("first chunk: code %v, kept %v; want 0, kept", code, ok)
+	}
+	if f.held != int64(len(kept)) || r.inUse != int64(len(kept)) {
+		t.Fatalf("held %d, in use %d after keeping a %d-byte buffer", f.held, r.inUse, len(kept))
+	}
+	// Room left for the payload, not for a whole buffer.
+	r.memLimit = r.inUse + int64(mtu) + 100
+	h.Offset = uint64(mtu)
+	other := make([]byte, mtu+200)
+	if code, ok := s.ChunkIn(nil, h, other[100:100+mtu], other); code != 0 || ok {
+		t.Fatalf("second chunk at the limit: code %v, kept %v; want 0, copied", code, ok)
+	}
+	if r.inPlace != 1 || r.copied != 1 || f.held != int64(len(kept)+mtu) {
+		t.Fatalf("in place %d, copied %d, held %d; want 1, 1, %d", r.inPlace, r.copied, f.held, len(kept)+mtu)
+	}
+	// The message fails: both buffers come back, the kept one whole.
+	f.msg(0).rm.Fail(metaroce.ErrClosed)
+	if len(released) != 2 || f.held != 0 || r.inUse != 0 {
+		t.Fatalf("released %d buffers, held %d, in use %d; want 2, 0, 0", len(released), f.held, r.inUse)
+	}
+	if len(released[0]) != len(kept) && len(released[1]) != len(kept) {
+		t.Errorf("released buffers of %d and %d bytes; the kept one (%d) was not given back whole", len(released[0]), len(released[1]), len(kept))
+	}
+}
