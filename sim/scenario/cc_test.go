@@ -64,6 +64,7 @@ func TestCCRTTFairnessDefaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("full-scale run (about 30 s); the 1 Gbit/s run above checks the same target")
 	}
+	t.Parallel() // the package's long runs share the machine's cores
 	rows, err := rttFairness(Options{Seed: 1}, LongRTTControllers)
 	if err != nil {
 		t.Fatal(err)
@@ -94,20 +95,27 @@ func TestCCConvergence(t *testing.T) {
 // TestCCConvergenceDefaults asserts the fabric-bottleneck convergence at the
 // mrgw sim default, 100 Gbit/s, where the newcomer's search has the most
 // ground to cover (it took 33-34 round trips when the search started at 10
-// packets per round trip). About 3 minutes of CPU: left out of -short runs.
+// packets per round trip). About 3 minutes of CPU, one run per controller
+// side by side with the package's other long runs: left out of -short runs.
 func TestCCConvergenceDefaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("full-scale run (about 3 min of CPU); TestCCConvergence checks the same target at 1 Gbit/s")
 	}
-	rows, err := convergence(Options{Seed: 1}, []convVariant{{"fabric bottleneck", true, LongRTTControllers}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	logRows(t, rows)
-	for _, r := range rows {
-		if r.SettleRTTs < 0 || r.SettleRTTs > 30 {
-			t.Errorf("%s at 100 Gbit/s, %s: settled after %g round trips, want <= 30", r.CC, r.Variant, r.SettleRTTs)
-		}
+	t.Parallel()
+	for _, name := range LongRTTControllers {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			rows, err := convergence(Options{Seed: 1}, []convVariant{{"fabric bottleneck", true, []string{name}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			logRows(t, rows)
+			for _, r := range rows {
+				if r.SettleRTTs < 0 || r.SettleRTTs > 30 {
+					t.Errorf("%s at 100 Gbit/s, %s: settled after %g round trips, want <= 30", r.CC, r.Variant, r.SettleRTTs)
+				}
+			}
+		})
 	}
 }
 
@@ -210,6 +218,7 @@ var filepathGlob = filepath.Glob
 // / 8 planes at 50 ms, 0.757 of the usable capacity over the unequal
 // planes, 0.88-0.89 at 10 µs (docs/CC.md §2).
 func TestCCPlanes(t *testing.T) {
+	t.Parallel()
 	rows, err := planesCC(Options{Seed: 1, RateBps: 10e9}, LongRTTControllers, PlanesCCRTTs)
 	if err != nil {
 		t.Fatal(err)

@@ -27,6 +27,7 @@ import (
 // pair with hints on (0.14 of an equal share); with the rise taking 1/32 of
 // the gap while marks are remembered (cc.AIMD.setHint), 0.271 (htcp).
 func TestCCCoexistence(t *testing.T) {
+	t.Parallel()
 	rows, err := Coexistence(Options{Seed: 1})
 	if err != nil {
 		t.Fatal(err)

@@ -35,6 +35,7 @@ func checkStandingQueue(t *testing.T, rows []report.Row) {
 // scenario's default rate, and the full length (400 round trips), since the
 // price takes seconds to settle at 256 connections.
 func TestCCStandingQueue(t *testing.T) {
+	t.Parallel()
 	counts := QueueCounts
 	if testing.Short() {
 		counts = []int{2, 64}

@@ -48,6 +48,7 @@ func TestRegionsMaxMinDefaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("about 30 s of CPU")
 	}
+	t.Parallel()
 	s := DefaultRegions(Options{Seed: 1})
 	r, err := RunRegions(s)
 	if err != nil {
