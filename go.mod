@@ -5,6 +5,7 @@ go 1.26.2
 require (
 	github.com/dustin/go-humanize v1.1.0
 	github.com/go-viper/mapstructure/v2 v2.4.0
+	github.com/google/pprof v0.0.0-20261105003125-4bf881d7fb0b
 	github.com/hashicorp/memberlist v0.7.0
 	github.com/pelletier/go-toml/v2 v2.2.4
 	github.com/prometheus/client_golang v1.25.0

@@ -43,8 +43,10 @@ tunnel alone; each gateway's cost is given as a multiple of the floor. One relay
 goodput and cores of the last over the first. Each gateway runs as this binary's hidden
 "relay-cost gateway" command: mrgw run's gateway with the lab's smallest probe timeout (30 ms;
 the daemon's 50 µs fires spurious timeouts on a shared machine's loopback); --mrgw-bin runs
-the daemon itself instead. About 45 s at the defaults. --profile-dir keeps a CPU profile of each gateway per row
-(go tool pprof -top FILE). Progress on stderr.`,
+the daemon itself instead. About 45 s at the defaults. --profile-dir keeps a CPU profile of each
+gateway per row (go tool pprof -top FILE) and reports the share of each gateway's CPU spent under
+its endpoint's owner goroutine, the serial part that bounds what more cores give. Progress on
+stderr.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -149,6 +149,9 @@ type GatewayCost struct {
 	XFloor float64 `json:"x_floor,omitempty"`
 	// Profile is the CPU profile's file, if one was taken.
 	Profile string `json:"profile,omitempty"`
+	// OwnerShare is the share of the profile's CPU taken under the
+	// endpoint's owner goroutine (ownerShare), if a profile was taken.
+	OwnerShare float64 `json:"owner_share,omitempty"`
 }
 
 // Row is one relay measurement.
@@ -401,9 +404,18 @@ func relay(ctx context.Context, o Options, dir string, wanMTU, procs int) (Row, 
 		if ch == nil {
 			continue
 		}
-		if err := <-ch; err != nil {
+		gc := []*GatewayCost{&row.Send, &row.Recv}[i]
+		err := <-ch
+		if err == nil {
+			gc.OwnerShare, err = ownerShare(gc.Profile)
+		}
+		if err != nil {
 			row.Note = report.JoinNote(row.Note, fmt.Sprintf("profile of gateway %d: %v", i, err))
 		}
+	}
+	if row.Send.OwnerShare > 0 && row.Recv.OwnerShare > 0 {
+		row.Note = report.JoinNote(row.Note, fmt.Sprintf("owner goroutine (profiles): %.1f%% of the sending gateway's CPU, %.1f%% of the receiving one's",
+			100*row.Send.OwnerShare, 100*row.Recv.OwnerShare))
 	}
 	if d1 == d0 {
 		return row, errors.New("relaycost: no message completed during the measurement")
