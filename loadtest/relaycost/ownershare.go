@@ -65,3 +65,9 @@ func stackHolds(s *profile.Sample, fn string) bool {
 	}
 	return false
 }
+
+// amdahl is the most that k cores can speed up work of which the share
+// serial runs on one goroutine: 1 / (serial + (1 − serial) / k).
+func amdahl(serial float64, k int) float64 {
+	return 1 / (serial + (1-serial)/float64(k))
+}

@@ -45,6 +45,9 @@ func TestOwnerShare(t *testing.T) {
 	if math.Abs(got-0.4) > 1e-9 {
 		t.Errorf("owner share %v, want 0.4", got)
 	}
+	if got := amdahl(0.4, 2); math.Abs(got-1/0.7) > 1e-9 {
+		t.Errorf("amdahl(0.4, 2) = %v, want 1/0.7", got)
+	}
 	if _, err := shareUnder(&profile.Profile{SampleType: []*profile.ValueType{{Type: "alloc_space", Unit: "bytes"}}}, ownerFunc); err == nil {
 		t.Error("a profile without CPU samples gave a share")
 	}

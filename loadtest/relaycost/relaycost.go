@@ -414,8 +414,8 @@ func relay(ctx context.Context, o Options, dir string, wanMTU, procs int) (Row, 
 		}
 	}
 	if row.Send.OwnerShare > 0 && row.Recv.OwnerShare > 0 {
-		row.Note = report.JoinNote(row.Note, fmt.Sprintf("owner goroutine (profiles): %.1f%% of the sending gateway's CPU, %.1f%% of the receiving one's",
-			100*row.Send.OwnerShare, 100*row.Recv.OwnerShare))
+		row.Note = report.JoinNote(row.Note, fmt.Sprintf("owner goroutine (profiles): %.1f%% of the sending gateway's CPU, %.1f%% of the receiving one's (2 cores give at most %.2f × and %.2f × 1 core's throughput)",
+			100*row.Send.OwnerShare, 100*row.Recv.OwnerShare, amdahl(row.Send.OwnerShare, 2), amdahl(row.Recv.OwnerShare, 2)))
 	}
 	if d1 == d0 {
 		return row, errors.New("relaycost: no message completed during the measurement")
