@@ -11,6 +11,7 @@ import (
 
 	"github.com/mrgw/mrgw/config"
 	"github.com/mrgw/mrgw/metaroce"
+	"github.com/mrgw/mrgw/metrics"
 	"github.com/mrgw/mrgw/region"
 	"github.com/mrgw/mrgw/units"
 )
@@ -59,9 +60,15 @@ func (d *regionDemand) reset() {
 	clear(d.bytes)
 }
 
-// dropDemand counts a demand report dropped for reason and logs it at
-// warn, once per reason per 10 s.
+// dropDemand counts a demand report dropped for reason, in the metric and
+// in /status (Foreign counts full too), and logs it at warn, once per
+// reason per 10 s.
 func (g *Gateway) dropDemand(reason string, args ...any) {
+	if reason == metrics.DemandMalformed {
+		g.demand.malformed.Add(1)
+	} else {
+		g.demand.foreign.Add(1)
+	}
 	g.metrics.DemandReportsDropped.WithLabelValues(reason).Inc()
 	g.demandLog.Warn(reason, "dropping a demand report from the region's gateways", args...)
 }
@@ -74,14 +81,12 @@ func (g *Gateway) onDemandMessage(payload []byte) {
 	d := g.demand
 	r, err := decodeDemand(payload)
 	if err != nil {
-		d.malformed.Add(1)
-		g.dropDemand("malformed", "err", err)
+		g.dropDemand(metrics.DemandMalformed, "err", err)
 		return
 	}
 	cfg := g.Config()
 	if r.Region != cfg.Node.Region || r.From == cfg.Node.Name {
-		d.foreign.Add(1)
-		g.dropDemand("foreign", "from", r.From, "region", r.Region)
+		g.dropDemand(metrics.DemandForeign, "from", r.From, "region", r.Region)
 		return
 	}
 	now := time.Now()
@@ -95,8 +100,7 @@ func (g *Gateway) onDemandMessage(payload []byte) {
 		return
 	case !ok && len(d.heard) >= maxDemandReports:
 		d.mu.Unlock()
-		d.foreign.Add(1)
-		g.dropDemand("full", "from", r.From, "tracked", maxDemandReports)
+		g.dropDemand(metrics.DemandFull, "from", r.From, "tracked", maxDemandReports)
 		return
 	}
 	d.heard[r.From] = heardDemand{demandReport: r, at: now}

@@ -675,12 +675,17 @@ func (r *relay) charge(f *flow, n int) bool {
 	return true
 }
 
+// uncharge gives back n bytes charged to f.
+func (r *relay) uncharge(f *flow, n int) {
+	f.held -= int64(n)
+	r.inUse -= int64(n)
+}
+
 // put returns a buffer charged to f: a full-size one is kept for reuse
 // while freeBound allows, a receive buffer kept by ChunkIn goes back to
 // the endpoint's spares.
 func (r *relay) put(f *flow, b []byte) {
-	f.held -= int64(len(b))
-	r.inUse -= int64(len(b))
+	r.uncharge(f, len(b))
 	switch {
 	case cap(b) == r.bufSize:
 		if len(r.free) < r.freeBound() {
@@ -782,8 +787,7 @@ func (s *flowSink) chunk(h *metaroce.DataHeader, payload, buf []byte) (code meta
 		// limit, the chunk is copied into one of its own size.
 		if buf != nil && r.charge(f, len(buf)) {
 			if err := m.rm.SupplyIn(off, payload, buf); err != nil {
-				f.held -= int64(len(buf))
-				r.inUse -= int64(len(buf))
+				r.uncharge(f, len(buf)) // not kept: the endpoint reuses it
 				return metaroce.ErrCodeNoBuffer, false
 			}
 			m.supplied += n

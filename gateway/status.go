@@ -156,7 +156,8 @@ type FlowStatus struct {
 	Detoured uint64 `json:"detoured"`
 	// ChunksInPlace counts chunks relayed in the receive buffer they
 	// arrived in; ChunksCopied those copied out of it (the two hops cut
-	// the message differently, or the receive path could not give up
+	// the message differently, the whole buffer did not fit the flow's
+	// credit or the memory limit, or the receive path could not give up
 	// its buffer).
 	ChunksInPlace uint64 `json:"chunks_relayed_in_place"`
 	ChunksCopied  uint64 `json:"chunks_relayed_copied"`

@@ -228,9 +228,17 @@ var RegisterReasons = []string{RegisterDuplicate, RegisterUnauthenticated, Regis
 // reason label: region.DropReasons, and other.
 var GossipDropReasons = []string{"too_short", "too_long", "format", "decrypt", "rate", "queue_full", "socket_overflow", Other}
 
+// Why a demand report from the region's gateways was dropped
+// (mrgw_region_demand_reports_dropped_total).
+const (
+	DemandMalformed = "malformed" // it does not decode
+	DemandForeign   = "foreign"   // of another region, or naming this gateway
+	DemandFull      = "full"      // from a gateway beyond the ones tracked
+)
+
 // DemandDropReasons lists the values of
 // mrgw_region_demand_reports_dropped_total's reason label.
-var DemandDropReasons = []string{"malformed", "foreign", "full"}
+var DemandDropReasons = []string{DemandMalformed, DemandForeign, DemandFull}
 
 // GossipRefuseReasons lists the values of mrgw_gossip_refused_total's reason
 // label: region.RefuseReasons, and other.
