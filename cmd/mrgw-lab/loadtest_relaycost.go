@@ -45,7 +45,7 @@ goodput and cores of the last over the first. Each gateway runs as this binary's
 the daemon's 50 µs fires spurious timeouts on a shared machine's loopback); --mrgw-bin runs
 the daemon itself instead. About 45 s at the defaults. --profile-dir keeps a CPU profile of each
 gateway per row (go tool pprof -top FILE) and reports the share of each gateway's CPU spent under
-its endpoint's owner goroutine, the serial part that bounds what more cores give. Progress on
+its endpoint's owner goroutine, the stage that bounds how many cores one endpoint keeps busy. Progress on
 stderr.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -145,6 +145,10 @@ func printRelayCost(w io.Writer, res *relaycost.Result) {
 	if res.Scaling > 0 {
 		first, last := res.Rows[0], res.Rows[len(res.Rows)-1]
 		fmt.Fprintf(w, "\nGOMAXPROCS %d over %d: goodput %.2f ×, the gateways' cores %.2f ×\n", last.GOMAXPROCS, first.GOMAXPROCS, res.Scaling, res.CoreScaling)
+		if res.SendGainBound > 0 && res.RecvGainBound > 0 {
+			fmt.Fprintf(w, "At these costs per Gbit/s, %d cores of its own would carry at most %.2f × what %d carries through the sending gateway, %.2f × through the receiving one (a bound, not a measurement)\n",
+				last.GOMAXPROCS, res.SendGainBound, first.GOMAXPROCS, res.RecvGainBound)
+		}
 	}
 	for _, r := range res.Rows {
 		for _, p := range []string{r.Send.Profile, r.Recv.Profile} {

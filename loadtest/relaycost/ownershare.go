@@ -8,9 +8,10 @@ import (
 )
 
 // ownerFunc is the endpoint's owner goroutine: the protocol and the relay
-// of every connection run under it, one at a time. Its share of a
-// gateway's CPU is the serial part that bounds what more cores can give
-// (Amdahl), until the endpoint is split into shards.
+// of every connection run under it, one at a time. It is one stage of a
+// pipeline: readers hand it batches and it hands senders theirs through
+// queues, so it runs beside them rather than while they wait, and it
+// bounds the endpoint only once it fills a core (ownerBound).
 const ownerFunc = "github.com/mrgw/mrgw/netio.(*Endpoint).run"
 
 // ownerShare reads a CPU profile and returns the share of its CPU samples
@@ -66,8 +67,12 @@ func stackHolds(s *profile.Sample, fn string) bool {
 	return false
 }
 
-// amdahl is the most that k cores can speed up work of which the share
-// serial runs on one goroutine: 1 / (serial + (1 − serial) / k).
-func amdahl(serial float64, k int) float64 {
-	return 1 / (serial + (1-serial)/float64(k))
+// ownerBound is the most cores' worth of work one endpoint keeps busy
+// when share of it runs on the owner goroutine: the owner fills its core
+// when the whole reaches 1/share cores. On k cores a gateway's throughput
+// grows at most min(k, 1/share) times that of one, since the owner overlaps
+// with the rest; Amdahl's 1/(share + (1 − share)/k) would hold only if the
+// readers and senders waited while it ran.
+func ownerBound(share float64) float64 {
+	return 1 / share
 }

@@ -45,10 +45,22 @@ func TestOwnerShare(t *testing.T) {
 	if math.Abs(got-0.4) > 1e-9 {
 		t.Errorf("owner share %v, want 0.4", got)
 	}
-	if got := amdahl(0.4, 2); math.Abs(got-1/0.7) > 1e-9 {
-		t.Errorf("amdahl(0.4, 2) = %v, want 1/0.7", got)
+	if got := ownerBound(0.4); math.Abs(got-2.5) > 1e-9 {
+		t.Errorf("ownerBound(0.4) = %v, want 2.5 cores", got)
 	}
 	if _, err := shareUnder(&profile.Profile{SampleType: []*profile.ValueType{{Type: "alloc_space", Unit: "bytes"}}}, ownerFunc); err == nil {
 		t.Error("a profile without CPU samples gave a share")
+	}
+}
+
+// TestGainBound: at GOMAXPROCS 2 a gateway that costs 10% more per Gbit/s
+// than at 1 carries at most 2/1.1 of it on cores of its own; an unknown
+// cost gives no bound.
+func TestGainBound(t *testing.T) {
+	if got := gainBound(1, 2, 0.10, 0.11); math.Abs(got-2/1.1) > 1e-9 {
+		t.Errorf("gainBound(1, 2, 0.10, 0.11) = %v, want %v", got, 2/1.1)
+	}
+	if got := gainBound(1, 2, 0, 0.11); got != 0 {
+		t.Errorf("gainBound with no first cost = %v, want 0", got)
 	}
 }

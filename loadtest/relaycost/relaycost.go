@@ -209,6 +209,14 @@ type Result struct {
 	// gateways' cores together.
 	Scaling     float64 `json:"goodput_scaling,omitempty"`
 	CoreScaling float64 `json:"core_scaling,omitempty"`
+	// SendGainBound and RecvGainBound are the most a gateway given cores
+	// of its own would carry at the last row's GOMAXPROCS over the first
+	// row's, at the costs per Gbit/s the rows measured: procs ratio × the
+	// first cost over the last (what the cores cost to coordinate is in
+	// the last cost). An upper bound, not a measurement: the rows share
+	// the machine with the hosts and the other gateway.
+	SendGainBound float64 `json:"send_gain_bound,omitempty"`
+	RecvGainBound float64 `json:"recv_gain_bound,omitempty"`
 }
 
 // Run measures the datapath rows, then the relay at each GOMAXPROCS.
@@ -258,8 +266,20 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		if c := first.Send.Cores + first.Recv.Cores; c > 0 {
 			res.CoreScaling = (last.Send.Cores + last.Recv.Cores) / c
 		}
+		res.SendGainBound = gainBound(first.GOMAXPROCS, last.GOMAXPROCS, first.Send.CPUPerGbps, last.Send.CPUPerGbps)
+		res.RecvGainBound = gainBound(first.GOMAXPROCS, last.GOMAXPROCS, first.Recv.CPUPerGbps, last.Recv.CPUPerGbps)
 	}
 	return res, nil
+}
+
+// gainBound is the most a gateway on p2 cores of its own carries over one on
+// p1 when it costs c1 and c2 cores per Gbit/s: p2/c2 over p1/c1 (0 when a
+// cost is unknown).
+func gainBound(p1, p2 int, c1, c2 float64) float64 {
+	if p1 <= 0 || c1 <= 0 || c2 <= 0 {
+		return 0
+	}
+	return float64(p2) / c2 / (float64(p1) / c1)
 }
 
 // Link MTUs the load test takes (wan.mtu's range, with the headers).
@@ -414,8 +434,8 @@ func relay(ctx context.Context, o Options, dir string, wanMTU, procs int) (Row, 
 		}
 	}
 	if row.Send.OwnerShare > 0 && row.Recv.OwnerShare > 0 {
-		row.Note = report.JoinNote(row.Note, fmt.Sprintf("owner goroutine (profiles): %.1f%% of the sending gateway's CPU, %.1f%% of the receiving one's (2 cores give at most %.2f × and %.2f × 1 core's throughput)",
-			100*row.Send.OwnerShare, 100*row.Recv.OwnerShare, amdahl(row.Send.OwnerShare, 2), amdahl(row.Recv.OwnerShare, 2)))
+		row.Note = report.JoinNote(row.Note, fmt.Sprintf("owner goroutine (profiles): %.1f%% of the sending gateway's CPU, %.1f%% of the receiving one's (it fills a core when the gateway keeps %.1f and %.1f cores busy)",
+			100*row.Send.OwnerShare, 100*row.Recv.OwnerShare, ownerBound(row.Send.OwnerShare), ownerBound(row.Recv.OwnerShare)))
 	}
 	if d1 == d0 {
 		return row, errors.New("relaycost: no message completed during the measurement")
