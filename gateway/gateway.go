@@ -724,7 +724,8 @@ func suiteOf(name string) (seal.Suite, error) {
 }
 
 // socketBufferBytes is asked for as SO_RCVBUF and SO_SNDBUF on every
-// socket (the kernel caps it at net.core.rmem_max/wmem_max). The LAN socket
+// socket (past net.core.rmem_max/wmem_max with CAP_NET_ADMIN, else capped
+// by them, which netio logs at warn: udp.Options.ReadBuffer). The LAN socket
 // receives from every host at once: with the kernel's default of 208 KiB
 // (about 25 datagrams of 4 KiB), 32 hosts starting a message together
 // overflowed it and the kernel dropped thousands of datagrams per second

@@ -133,8 +133,9 @@ type Config struct {
 	// DONE is withheld, which holds the sources back through their credit.
 	DeliveryQueue int
 	// SocketBuffer is asked for as SO_RCVBUF and SO_SNDBUF of the host's
-	// sockets (default 4 MiB; the kernel caps it at net.core.rmem_max and
-	// wmem_max; negative keeps the kernel's default). Everything the
+	// sockets (default 4 MiB; past net.core.rmem_max and wmem_max with
+	// CAP_NET_ADMIN, else capped by them, which netio logs at warn;
+	// negative keeps the kernel's default). Everything the
 	// gateways relay to this host arrives on its listening socket: with
 	// the kernel's 208 KiB (about 50 datagrams of 4 KiB), the receiving
 	// host of an incast dropped the two gateways' bursts, its paths were

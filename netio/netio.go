@@ -466,6 +466,7 @@ func New(cfg Config) (*Endpoint, error) {
 		e.listens = append(e.listens, ls)
 	}
 	e.listen = e.listens[0]
+	e.warnSmallBuffers()
 	e.startSenders()
 	e.wg.Add(1)
 	go e.run()

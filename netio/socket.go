@@ -63,3 +63,20 @@ func BindOf[S Socket](listen func(local netip.AddrPort, o udp.Options) (S, error
 }
 
 var _ Socket = (*udp.Conn)(nil)
+
+// warnSmallBuffers logs, once per endpoint, listening sockets whose
+// buffers the kernel granted below Config.UDP's: such a socket drops a
+// burst from many peers at once, which they read as dead paths. Sockets
+// that do not say what they were granted (0) are not judged.
+func (e *Endpoint) warnSmallBuffers() {
+	want := e.cfg.UDP
+	for _, s := range e.listens {
+		st := s.c.Stats()
+		if (st.ReadBuffer > 0 && st.ReadBuffer < want.ReadBuffer) || (st.WriteBuffer > 0 && st.WriteBuffer < want.WriteBuffer) {
+			e.log.Warn("netio: socket buffers smaller than asked: raise net.core.rmem_max and wmem_max, or run with CAP_NET_ADMIN",
+				"local", s.c.LocalAddr(), "receive", st.ReadBuffer, "receive_asked", want.ReadBuffer,
+				"send", st.WriteBuffer, "send_asked", want.WriteBuffer)
+			return
+		}
+	}
+}
