@@ -24,7 +24,7 @@ import (
 //     registered; all sources together at most maxPending.
 //   - A peer that has not registered within Options.HostRegisterTimeout, or
 //     whose connections have been silent (no control message: hosts PING
-//     every half second) for Options.HostIdleTimeout, is closed and its
+//     every DeadAfter/8, 62.5 ms by default) for Options.HostIdleTimeout, is closed and its
 //     slot reclaimed: a bare INIT, or a host killed with kill -9, no longer
 //     holds a slot until the gateway restarts.
 //   - Every refusal is counted (mrgw_lan_admissions_refused_total{reason})
