@@ -279,7 +279,7 @@ func (a *AIMD) pathAlpha(path int) float64 { return a.paths[path].alpha }
 func (a *AIMD) pathLossFloor(path int) float64 { return a.paths[path].lossFloor }
 
 // appLimited reports whether the connection's last measured round delivered
-// less than UseFraction of what its rate allowed: the sender does not use
+// less than useFraction of what its rate allowed: the sender does not use
 // its rate (it has less to send, or something other than this controller
 // holds it back), so the rate does not grow.
 func (a *AIMD) appLimited() bool { return a.use.limited }

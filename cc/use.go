@@ -77,7 +77,7 @@ type useMeter struct {
 	sent, acked float64 // bytes sent and acked in this round
 	sentSeen    bool    // the driver reports sends
 	prevRate    float64 // allowance of the last closed round, bytes/s (0: none closed)
-	// limited: the last closed round used less than UseFraction of its
+	// limited: the last closed round used less than useFraction of its
 	// allowance.
 	limited      bool
 	bestDelivery float64 // highest delivery rate of a closed round, bytes/s

@@ -34,8 +34,10 @@
 // # Live reload
 //
 // Only some settings may change while the daemon runs (log.level, limits.*,
-// scheduler.*, wan.key_rotation, wan.max_rate_bps, wan.region_rate_bps, lan.max_rate_bps,
-// gossip.keyring); [Reloadable] compares two configurations and refuses a
+// scheduler.*, lan.max_rate_bps, lan.host_keys,
+// lan.allow_unauthenticated_hosts, wan.key_rotation, wan.max_rate_bps,
+// wan.region_rate_bps, control.deny, gossip.keyring: the keys tagged
+// reload:"live"); [Reloadable] compares two configurations and refuses a
 // reload that touches anything else, naming the key. docs/CONFIG.md explains
 // each choice.
 //

@@ -57,7 +57,8 @@ func (g *Gateway) hostPathPool() int {
 const hostHintScale = 8
 
 // hostPeerBase is the first netio peer id given to hosts; ids below it are
-// peer gateways (one per configured remote gateway).
+// peer gateways (one per gateway gossip announces, a hash of its name:
+// peerIDOf).
 const hostPeerBase = 1 << 20
 
 // Gateway is one mrgw gateway daemon.

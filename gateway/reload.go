@@ -19,7 +19,8 @@ import (
 
 // Reload applies a new configuration if config.Reloadable accepts it:
 // log.level, limits.*, scheduler.*, the pacing ceilings (to the
-// connections already open too), wan.key_rotation (to the sessions already
+// connections already open too), lan.host_keys (the REGISTERs that follow
+// are checked against them), wan.key_rotation (to the sessions already
 // up too), gossip.keyring and control.deny (sessions with gateways it now
 // denies end). Anything else is refused
 // (ErrReload wrapping the keys that need a restart) and nothing changes.

@@ -25,7 +25,7 @@ const (
 	gwReady                      // registered: flows may use it
 )
 
-// gateway is one member of the local pair, as the host sees it.
+// gateway is one of the region's gateways, as the host sees it.
 type gateway struct {
 	idx        int
 	addr       netip.AddrPort

@@ -82,7 +82,7 @@ func socketOptions(cfg Config) udp.Options {
 type Config struct {
 	// Name is the endpoint name the host registers; Region its region.
 	Name, Region string
-	// Gateways are the LAN listening addresses of the local gateway pair.
+	// Gateways are the LAN listening addresses of the region's gateways.
 	// On one machine give every gateway its own IP (127.0.0.2, 127.0.0.3,
 	// ...): netio tells peers apart by source IP for the datagrams they send
 	// from their path sockets.
@@ -287,7 +287,7 @@ func (c *Config) validate() error {
 var (
 	// ErrClosed: the Host (or netio endpoint under it) is closed.
 	ErrClosed = errors.New("host: closed")
-	// ErrNoGateway: no gateway of the pair registered the host in time.
+	// ErrNoGateway: no gateway of the region registered the host in time.
 	ErrNoGateway = errors.New("host: no gateway available")
 	// ErrRefused: a gateway refused the registration (a duplicate name, a
 	// missing or wrong credential) or another host took the name over;
@@ -355,7 +355,7 @@ type counters struct {
 	silent, resumedReopens                         atomic.Uint64
 }
 
-// Host is one endpoint of a region, connected to its local gateway pair.
+// Host is one endpoint of a region, connected to its region's gateways.
 type Host struct {
 	cfg  Config
 	log  *slog.Logger

@@ -55,7 +55,7 @@ func (c *Conn) setPMTU(o PMTUConfig) {
 	c.pmtu = &pmtuConn{cfg: o}
 }
 
-// pmtuStart creates the searches once the connection is established (the
+// start creates the searches once the connection is established (the
 // MTU is then final).
 func (p *pmtuConn) start(c *Conn, now time.Duration) {
 	cfg := p.cfg
@@ -92,7 +92,7 @@ func (c *Conn) pmtuBlocks(path int) bool {
 	return p.groups[path%len(p.groups)].Size() < c.pmtuDataSize()
 }
 
-// probePath is the usable path of group g that carries its probes (-1:
+// pmtuProbePath is the usable path of group g that carries its probes (-1:
 // none).
 func (c *Conn) pmtuProbePath(g int) int {
 	n := len(c.pmtu.groups)

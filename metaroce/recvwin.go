@@ -3,7 +3,7 @@ package metaroce
 // This file is the receiver's per-path record of which sequence numbers
 // arrived: the counterpart of sent.go, and like it unaware of messages,
 // memory and the connection. What a packet carries is placement's business
-// (place.go); when the acknowledgement goes out is rxPath's (rx.go).
+// (placement.go); when the acknowledgement goes out is rxPath's (rx.go).
 
 // rxVerdict is what a recvWindow makes of a DATA packet's sequence.
 type rxVerdict uint8

@@ -7,18 +7,21 @@
 //
 // # Sockets and paths
 //
-// An Endpoint has one listening socket, where peers send DATA, INIT and
-// PROBE, and one socket per (peer, entropy) from which it sends them. A
-// path's entropy in metaroce is a logical value; here it names a local
-// socket bound to an ephemeral port, and that real port is what the fabric
-// hashes (DESIGN.md §5). When the state machine re-rolls a path's entropy
-// the next Transmit names an entropy never seen before, so a new socket,
-// a new port and a new ECMP route are created on demand. A socket no path
-// uses any more lingers (answers to packets already sent still arrive
-// there) and is then closed. Path i may be bound to the local address of
-// plane i mod P (Config.PlaneAddrs). Replies (acks, probe answers) leave
-// from the listening socket to the port the answered datagram came from,
-// so they follow the path they answer.
+// An Endpoint has a listening socket (Config.Listen, plus one per
+// Config.ExtraListen address: a gateway's WAN planes), where peers send
+// DATA, INIT and PROBE, and one socket per (peer, entropy) from which it
+// sends them (the peers Config.SharePaths names send from a shared pool
+// instead, the entropy picking the socket). A path's entropy in metaroce
+// is a logical value; here it names a local socket bound to an ephemeral
+// port, and that real port is what the fabric hashes (docs/PROTOCOL.md).
+// When the state machine re-rolls a path's entropy the next Transmit
+// names an entropy never seen before, so a new socket, a new port and a
+// new ECMP route are created on demand. A socket no path uses any more
+// lingers (answers to packets already sent still arrive there) and is
+// then closed. Path i may be bound to the local address of plane i mod P
+// (Config.PlaneAddrs, or the peer's Locals). Replies (acks, probe answers)
+// leave from the listening socket the answered datagram arrived on, to the
+// port it came from, so they follow the path they answer.
 //
 // The Endpoint uses its sockets through the Socket interface, opened by
 // Config.Bind: real UDP sockets (BindUDP, package netio/udp) by default,

@@ -43,8 +43,8 @@ type sock struct {
 	// The sender's fields sit on cache lines of their own: it writes them
 	// for every datagram of its batch while the owner reads shard and plane
 	// for every datagram it polls, and on one line the two cores passed it
-	// back and forth (the loads of shard and plane in queue and countTx
-	// were 1% of the datapath tunnel's CPU at MTU 1400).
+	// back and forth (the loads of shard and plane in add, queued and the
+	// tx tally were 1% of the datapath tunnel's CPU at MTU 1400).
 	_     cpu.CacheLinePad
 	out   []udp.Message // datagrams waiting for the next WriteBatch
 	dirty bool

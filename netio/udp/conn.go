@@ -1,7 +1,7 @@
 //go:build linux
 
 // Package udp is the per-path socket layer of the tunnel: one Conn is one
-// local UDP port, and that port is the path's ECMP entropy (DESIGN.md §5).
+// local UDP port, and that port is the path's ECMP entropy (docs/PROTOCOL.md).
 // A new path, or a path whose entropy is re-rolled, is a new Conn.
 //
 // The API is batch-first, after wireguard-go's conn package: ReadBatch and
