@@ -55,7 +55,7 @@ var (
 )
 
 // Register makes a controller selectable by name (in configuration and in
-// `mrgw sim`). Subpackages register themselves from init, so a program that
+// `mrgw-lab sim`). Subpackages register themselves from init, so a program that
 // wants the long-RTT controllers imports cc/longrtt. Registering a name twice
 // panics: names are a configuration interface.
 func Register(name string, b Builder) {

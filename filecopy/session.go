@@ -521,7 +521,7 @@ func (ss *session) inline(m *msg) error {
 // Small files are committed in batches: written under their temporary
 // names, then synced together (concurrent syncs share the file system's
 // journal commits), then renamed. A sync per file as it comes costs a
-// journal commit each (docs/ARCHITECTURE.md has the figures).
+// journal commit each.
 const (
 	batchFiles  = 256
 	batchBytes  = 32 << 20

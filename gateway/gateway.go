@@ -730,8 +730,8 @@ func suiteOf(name string) (seal.Suite, error) {
 // receives from every host at once: with the kernel's default of 208 KiB
 // (about 25 datagrams of 4 KiB), 32 hosts starting a message together
 // overflowed it and the kernel dropped thousands of datagrams per second
-// (incast 64→1 in mrgw loadtest: 23,000 drops on one gateway's LAN socket,
-// /proc/net/udp), which the hosts read as dead paths.
+// (incast 64→1 in mrgw-lab loadtest: 23,000 drops on one gateway's LAN
+// socket, /proc/net/udp), which the hosts read as dead paths.
 const socketBufferBytes = 4 << 20
 
 func udpOptions(cfg *config.Config) udp.Options {

@@ -248,7 +248,7 @@ func (h *Host) rxConnClosed(c *metaroce.Conn) {
 func (h *Host) rxTick(now time.Duration) {
 	h.drainOverflow()
 	// The idle sweep walks every incoming flow (10,000 at the receiving
-	// host of mrgw loadtest connections): once per rxSweepEvery, not every
+	// host of mrgw-lab loadtest connections): once per rxSweepEvery, not every
 	// tick; an idle flow's state is kept for minutes anyway.
 	if now-h.o.rx.lastSweep < rxSweepEvery {
 		return

@@ -20,7 +20,7 @@ import (
 // Conn is one end of a stream: a net.Conn over two flows, one each way.
 // Data is WRITTEN straight into the peer's receive ring; the peer's
 // control records (its window, FIN and reset) land in this end's control
-// slot. Read, Write and the deadlines are safe for concurrent use.
+// slots. Read, Write and the deadlines are safe for concurrent use.
 type Conn struct {
 	m             *Mux
 	key           uint32

@@ -10,16 +10,16 @@
 // # How a stream works
 //
 // A stream is two flows, one each way, and one registered memory region at
-// each end: a 64-byte control slot followed by a receive ring of
+// each end: four 64-byte control slots followed by a receive ring of
 // Config.Window bytes. A sender WRITEs its data straight into the peer's
 // ring, at the stream offset modulo the ring size, and never more than the
 // peer's window ahead of what the peer's application has read: the ring is
 // the receive buffer, placed into as the data arrives (no reorder buffer),
 // and the window is TCP's. Each end WRITEs its cumulative state (its ring,
 // the bytes its application has read, FIN with the total it sent, a reset
-// and its code) into the peer's control slot. Every field of that record
-// only grows, so a reader that finds a newer record than the delivery it
-// handles loses nothing.
+// and its code) into the peer's control slots, in turn (record.go). Every
+// field of that record only grows, so a reader that merges the slots, or
+// finds a newer record than the delivery it handles, loses nothing.
 //
 // The receiver processes its inbound flow's completions in flow sequence
 // order, so a FIN or a reset takes effect after every byte sent before it.
