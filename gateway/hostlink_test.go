@@ -21,7 +21,7 @@ import (
 // within it (a rate hint), and Status lists the connection to it. Without
 // a hint the gateways' dc-aimd on the LAN hop had no scale at all (no
 // lan.max_rate_bps): its rate fell to zero when the host's paths went down
-// for a moment, or grew without bound (mrgw loadtest incast, --trace).
+// for a moment, or grew without bound (mrgw-lab loadtest incast, --trace).
 func TestHostReceiveCapacityBoundsGatewayRate(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()

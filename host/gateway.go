@@ -181,7 +181,7 @@ func (h *Host) connClosed(now time.Duration, c *metaroce.Conn, err error) {
 			h.ctr.connFails.Add(1)
 		}
 		if g.state == gwReady {
-			h.log.Warn("host: lost the gateway; reconnecting (flows fail over to the pair member). If it persists, check the gateway runs and its lan.listen is reachable",
+			h.log.Warn("host: lost the gateway; reconnecting (flows fail over to the region's other gateways). If it persists, check the gateway runs and its lan.listen is reachable",
 				"gateway", g.addr, "err", err)
 		} else {
 			h.log.Info("host: gateway connection closed", "gateway", g.addr, "err", err)

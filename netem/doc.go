@@ -1,5 +1,5 @@
-// Package netem is the link emulator under mrgw's tests, `mrgw demo` and
-// `mrgw loadtest`: a user-space UDP relay on loopback that stands in for
+// Package netem is the link emulator under mrgw's tests, `mrgw-lab demo` and
+// `mrgw-lab loadtest`: a user-space UDP relay on loopback that stands in for
 // the WAN between two sites, modelled as an ECMP fabric of P parallel
 // planes. This kernel has no netem, so the millisecond round trips, the
 // bottleneck queues, the random loss, the ECN marks and the plane failures

@@ -7,8 +7,8 @@ import (
 	"time"
 )
 
-// ParseLink parses the compact link notation used by `mrgw demo` and
-// `mrgw loadtest` flags, for example
+// ParseLink parses the compact link notation used by `mrgw-lab demo` and
+// `mrgw-lab loadtest` flags, for example
 //
 //	rate=1gbit,queue=1MiB,delay=20ms,jitter=1ms,loss=1%,ecn=100KiB
 //

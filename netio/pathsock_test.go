@@ -13,7 +13,7 @@ import (
 // are opened on demand and again on every entropy re-roll; at ~0.8 MiB
 // each (listening-socket batches and four 64 KiB GRO buffers), the
 // load-test lab's 66 hosts churned gigabytes of zeroed memory and starved
-// their own timers (incast 64→1 in mrgw loadtest).
+// their own timers (incast 64→1 in mrgw-lab loadtest).
 func TestPathSocketMemory(t *testing.T) {
 	p := newPair(t, nil, nil, nil)
 	e := p.a

@@ -1,7 +1,7 @@
 // Package plot is the drawing code the scenario reports share: one palette,
 // a line plot (lines, lines with point markers or scattered points, plus
 // vertical fault markers) and a bar chart of shares, saved as SVG or PNG.
-// It wraps gonum.org/v1/plot so that mrgw sim and mrgw loadtest draw their
+// It wraps gonum.org/v1/plot so that mrgw-lab sim and mrgw-lab loadtest draw their
 // figures the same way; what to plot stays with each scenario.
 package plot
 

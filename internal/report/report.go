@@ -1,4 +1,4 @@
-// Package report holds the result rows shared by `mrgw sim` and `mrgw
+// Package report holds the result rows shared by `mrgw-lab sim` and `mrgw
 // loadtest`, and prints them as a readable table or as JSON lines.
 //
 // A Row's JSON field names are a published interface: scripts and

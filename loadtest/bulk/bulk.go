@@ -1,5 +1,5 @@
 // Package bulk is the steady message transfer of the plane-failure runs
-// (mrgw loadtest datapath --plane-failure and plane-failure-peers): one
+// (mrgw-lab loadtest datapath --plane-failure and plane-failure-peers): one
 // event loop for both. The sender keeps a fixed number of WRITEs of one
 // buffer outstanding on its connection until stopped; both ends check that
 // every message completes once, in order; Drain waits until every message

@@ -81,7 +81,7 @@ type Series struct {
 	PathCwnd [][]float64
 	// Delivered is the cumulative count behind Goodput (bytes delivered
 	// by each bin's end, from the start of traffic): recovery is measured
-	// on it (loadtest/recovery), as by mrgw demo and the tunnel tests.
+	// on it (loadtest/recovery), as by mrgw-lab demo and the tunnel tests.
 	Delivered recovery.Series
 	// FlowBytes are the bytes delivered per flow.
 	FlowBytes []float64

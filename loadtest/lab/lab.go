@@ -14,10 +14,10 @@
 // emulator cannot reach each other through it, so they deny each other
 // (control.deny REGION/*). Config.Direct drops the emulator (every region
 // reaches every other over loopback) and AddRegion starts another region
-// in a running lab, touching nothing else. `mrgw demo` and the
+// in a running lab, touching nothing else. `mrgw-lab demo` and the
 // gateway's end-to-end tests run on it. Config.Regions builds other
 // layouts: any regions at either site of the emulator, each at its own
-// distance (mrgw loadtest fairness: three source regions 10, 50 and
+// distance (mrgw-lab loadtest fairness: three source regions 10, 50 and
 // 150 ms away from one destination gateway).
 //
 // Each gateway gets its own loopback address (127.0.0.11, .12, .21, .22)
@@ -490,7 +490,7 @@ func (l *Lab) gatewayConfig(reg, n string, all map[string]*gatewayAddrs) (*confi
 	// suspicion ×2, and 4 control keepalives 250 ms apart, the
 	// gateways declared each other dead under load (load average
 	// 10-15 on 2 cores: route lost: gossip: dead, control: peer
-	// dead), which failed 7,374 of 10,000 flows of mrgw loadtest
+	// dead), which failed 7,374 of 10,000 flows of mrgw-lab loadtest
 	// connections. A real gateway death is still seen within
 	// about two seconds; hosts see theirs within DeadAfter.
 	c.Gossip.ProbeInterval = 500 * time.Millisecond
@@ -567,7 +567,7 @@ func (l *Lab) newGateways(names []string) error {
 // gateways declared host paths suspect hundreds of times per run and
 // recovered on the late ack ("ack after timeout"), and paths that were
 // declared down took their connections with them (allreduce 8×8, incast
-// 64→1 in mrgw loadtest).
+// 64→1 in mrgw-lab loadtest).
 const LANMinPTO = 30 * time.Millisecond
 
 // HostProtocol is the protocol of the hosts the load tests run beside the

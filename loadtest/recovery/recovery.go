@@ -3,7 +3,7 @@
 // the recovery time (in round trips) until it is back to a fraction of
 // that, and what is sustained afterwards; with a sampler of such counts and
 // a check that messages complete once each, in order. The tunnel's
-// plane-failure test and `mrgw loadtest datapath --plane-failure` share it.
+// plane-failure test and `mrgw-lab loadtest datapath --plane-failure` share it.
 //
 // This package imports nothing from mrgw but the unit types (units).
 package recovery

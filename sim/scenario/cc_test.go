@@ -57,7 +57,7 @@ func TestCCRTTFairness(t *testing.T) {
 	}
 }
 
-// TestCCRTTFairnessDefaults checks the target at the `mrgw sim rtt-fairness`
+// TestCCRTTFairnessDefaults checks the target at the `mrgw-lab sim rtt-fairness`
 // defaults (10 Gbit/s, full length) for our two controllers: about 30 s of
 // CPU, so it is left out of -short runs.
 func TestCCRTTFairnessDefaults(t *testing.T) {
@@ -93,7 +93,7 @@ func TestCCConvergence(t *testing.T) {
 }
 
 // TestCCConvergenceDefaults asserts the fabric-bottleneck convergence at the
-// mrgw sim default, 100 Gbit/s, where the newcomer's search has the most
+// mrgw-lab sim default, 100 Gbit/s, where the newcomer's search has the most
 // ground to cover (it took 33-34 round trips when the search started at 10
 // packets per round trip). About 3 minutes of CPU, one run per controller
 // side by side with the package's other long runs: left out of -short runs.

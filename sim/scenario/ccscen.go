@@ -14,7 +14,7 @@ import (
 	"github.com/mrgw/mrgw/units"
 )
 
-// Scenarios maps each `mrgw sim` scenario name to its function.
+// Scenarios maps each `mrgw-lab sim` scenario name to its function.
 var Scenarios = map[string]func(Options) ([]report.Row, error){
 	"loss-sweep":           LossSweep,
 	"planes":               Planes,

@@ -10,7 +10,7 @@ import (
 	"github.com/mrgw/mrgw/units"
 )
 
-// The coexistence scenario is the simulator's copy of `mrgw loadtest
+// The coexistence scenario is the simulator's copy of `mrgw-lab loadtest
 // coexistence` (loadtest/peers/coexist.go): one 200 Mbit/s bottleneck at
 // 50 ms with a 1-BDP drop-tail queue that marks CE above a tenth of the
 // BDP (5 ms, step marking on the instantaneous queue), shared by the

@@ -1,6 +1,6 @@
 // Package scenario runs the unchanged metaroce state machine on the
 // deterministic simulator (package sim) and measures it: the reference
-// scenarios behind `mrgw sim` and docs/RESULTS.md.
+// scenarios behind `mrgw-lab sim` and docs/RESULTS.md.
 //
 // Everything here is deterministic: the same seed gives the same rows, bit
 // for bit, so the targets are checked by ordinary tests.

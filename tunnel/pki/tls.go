@@ -26,7 +26,7 @@ func NewPool(cas []*x509.Certificate) *x509.CertPool {
 }
 
 // Credentials returns in-memory credentials for id trusting only ca (tests,
-// `mrgw demo`). It does not check that ca signed id: a mismatch is exactly
+// `mrgw-lab demo`). It does not check that ca signed id: a mismatch is exactly
 // what some tests need, and the peer will refuse it.
 func (ca *CA) Credentials(id *Identity) *Credentials {
 	cas := []*x509.Certificate{ca.Cert}
