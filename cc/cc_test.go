@@ -331,3 +331,65 @@ func TestSetLineRateLive(t *testing.T) {
 		t.Fatalf("fixed: rate %g after SetLineRate(3e6)", got)
 	}
 }
+
+// A new capacity (a gateway's next part of its region's rate) is shared
+// over the demands already measured: a lone busy sender beside one that
+// only keeps its connection alive keeps the whole capacity, and is not cut
+// to the equal split until the next window.
+func TestFairShareNewCapacityKeepsMeasuredDemands(t *testing.T) {
+	f := NewFairShare(8e9, time.Second) // 1 GB/s
+	f.Window = time.Millisecond
+	now := time.Duration(0)
+	for step := 0; step < 100; step++ {
+		now += 100 * time.Microsecond
+		f.Account(now, 1, int(float64(f.Share(now))*100e-6), false)
+		if step%20 == 0 {
+			f.Account(now, 2, 64, false) // a keepalive
+		}
+	}
+	if got := float64(f.Share(now)); got < 0.99e9 {
+		t.Fatalf("share %g before the change, want the whole 1e9", got)
+	}
+	f.SetCapacity(7.6e9) // 0.95 GB/s
+	if got := float64(f.current()); math.Abs(got-0.95e9)/0.95e9 > 0.01 {
+		t.Fatalf("share %g after the capacity fell 5%%, want 0.95e9 (the keepalive sender was measured idle), not the equal split", got)
+	}
+	f.SetCapacity(9.6e9)
+	if got := float64(f.current()); math.Abs(got-1.2e9)/1.2e9 > 0.01 {
+		t.Fatalf("share %g after the capacity rose to 1.2e9, want all of it", got)
+	}
+	// Before any measurement the new capacity is split equally.
+	g := NewFairShare(8e9, time.Second)
+	g.Observe(0, 1)
+	g.Observe(0, 2)
+	g.SetCapacity(9.6e9)
+	if got := float64(g.current()); math.Abs(got-0.6e9)/0.6e9 > 0.01 {
+		t.Fatalf("share %g of two unmeasured senders, want the equal split 0.6e9", got)
+	}
+}
+
+// The egress level of a gateway's busy connection survives a new WAN
+// rate: the connection to an idle peer was measured idle.
+func TestEgressNewCapacityKeepsMeasuredDemands(t *testing.T) {
+	e := NewEgress(8e9, time.Millisecond)
+	busy, idle := e.join(), e.join()
+	now := time.Duration(0)
+	lvl := 0.0
+	for step := 0; step < 100; step++ {
+		now += 100 * time.Microsecond
+		if lvl <= 0 {
+			lvl = 0.5e9
+		}
+		lvl = e.sent(now, busy, int(lvl*100e-6))
+		if step%20 == 0 {
+			e.sent(now, idle, 64)
+		}
+	}
+	if lvl < 0.97e9 {
+		t.Fatalf("level %g before the change, want about 0.98e9", lvl)
+	}
+	e.SetCapacity(7.6e9)
+	if got, want := float64(e.Level(now)), EgressUtilisation*0.95e9; math.Abs(got-want)/want > 0.01 {
+		t.Fatalf("level %g after the rate fell 5%%, want %g, not the equal split", got, want)
+	}
+}

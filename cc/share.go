@@ -142,11 +142,35 @@ func (f *FairShare) Account(now time.Duration, sender uint64, bytes int, ce bool
 }
 
 // SetCapacity changes the capacity while senders are counted (a live
-// reload): shares fall back to the equal split of the new capacity at once
-// and are measured again from the next window.
+// reload, or a new part of a region's rate, which a gateway's demand-aware
+// split sets every few hundred milliseconds): the level is water-filled
+// again over the new capacity from the demands the last window measured,
+// as roll computes it. Before any measurement the shares are the equal
+// split of the new capacity.
+//
+// Why not the equal split at once: with one busy sender and others that
+// only keep their connections alive, the equal split is a fraction of
+// what the busy sender had, and its controller takes a lower hint at once
+// (capTo); every re-split of a region's rate then cut the only flow
+// through a gateway to a half or a third of its part for a window, and the
+// rate it lost made its gateway's next demand report, and part, smaller.
 func (f *FairShare) SetCapacity(capacity units.BitRate) {
+	prev := f.level
 	f.Capacity = capacity
 	f.level = 0
+	if prev <= 0 {
+		return
+	}
+	f.demands = f.demands[:0]
+	unconstrained := 0
+	for _, s := range f.last {
+		if s.measured >= 0 && s.measured < 0.8*prev {
+			f.demands = append(f.demands, s.measured)
+		} else {
+			unconstrained++
+		}
+	}
+	f.level = maxMinLevel(float64(capacity.Bytes()), f.demands, unconstrained)
 }
 
 // Forget removes sender at once (its connection closed).
@@ -486,9 +510,8 @@ func (e *Egress) leave(c *egressConn) {
 }
 
 // SetCapacity changes the capacity (a live reload of the gateway's WAN
-// rate; 0 is unlimited): the level falls back to the equal split of the
-// new capacity among the connections counted and is measured again from
-// the next window, as FairShare.SetCapacity.
+// rate; 0 is unlimited): the level is water-filled again over the new
+// capacity from the demands last measured, as FairShare.SetCapacity.
 func (e *Egress) SetCapacity(capacity units.BitRate) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
