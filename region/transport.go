@@ -96,7 +96,8 @@ const (
 	readBatch       = 32
 	memberReadBatch = 4
 	// udpRecvBuf is asked of the kernel for the socket's receive buffer
-	// (it grants at most net.core.rmem_max); a larger buffer rides out a
+	// (it grants at most net.core.rmem_max unless the process has
+	// CAP_NET_ADMIN: newReader); a larger buffer rides out a
 	// longer pause of the reader.
 	udpRecvBuf = 8 << 20
 	// packetQueue bounds the authenticated datagrams waiting for
@@ -266,13 +267,15 @@ func newGuardTransport(bind netip.AddrPort, keys [][]byte, streamWait time.Durat
 	return t, nil
 }
 
-// newReader prepares a socket for reading: its receive buffer (best
-// effort: the kernel caps it at net.core.rmem_max) and the kernel's count
-// of what it dropped.
+// newReader prepares a socket for reading: its receive buffer (past
+// net.core.rmem_max with CAP_NET_ADMIN, else best effort: the kernel caps
+// it there) and the kernel's count of what it dropped.
 func (t *guardTransport) newReader(c *net.UDPConn, rcvbuf int, member bool) *udpReader {
-	for size := rcvbuf; size >= 64<<10; size /= 2 {
-		if c.SetReadBuffer(size) == nil {
-			break
+	if !forceReadBuffer(c, rcvbuf) {
+		for size := rcvbuf; size >= 64<<10; size /= 2 {
+			if c.SetReadBuffer(size) == nil {
+				break
+			}
 		}
 	}
 	enableOverflowCount(c)
