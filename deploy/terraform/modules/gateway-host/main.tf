@@ -53,6 +53,10 @@ resource "terraform_data" "install" {
     destination = "${local.staging}/mrgw.service"
   }
   provisioner "file" {
+    source      = "${path.module}/../../../sysctl/60-mrgw.conf"
+    destination = "${local.staging}/60-mrgw.conf"
+  }
+  provisioner "file" {
     content     = var.config
     destination = "${local.staging}/mrgw.yaml"
   }
@@ -88,6 +92,8 @@ resource "terraform_data" "install" {
       "${local.sudo}mv -f \"$D/next/mrgw.yaml\" \"$D/mrgw.yaml\"",
       "${local.sudo}mv -f '${var.install.binary}.next' '${var.install.binary}'",
       "${local.sudo}install -o root -g root -m 0644 \"$S/mrgw.service\" /etc/systemd/system/mrgw.service",
+      "${local.sudo}install -o root -g root -m 0644 \"$S/60-mrgw.conf\" /etc/sysctl.d/60-mrgw.conf",
+      "${local.sudo}sysctl -q -p /etc/sysctl.d/60-mrgw.conf || echo 'mrgw: could not apply /etc/sysctl.d/60-mrgw.conf (a container?): socket buffers stay capped' >&2",
       "rm -rf \"$S\"",
       "${local.sudo}systemctl daemon-reload",
       "${local.sudo}systemctl enable mrgw.service",
