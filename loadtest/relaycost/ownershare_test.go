@@ -54,11 +54,14 @@ func TestOwnerShare(t *testing.T) {
 }
 
 // TestGainBound: at GOMAXPROCS 2 a gateway that costs 10% more per Gbit/s
-// than at 1 carries at most 2/1.1 of it on cores of its own; an unknown
-// cost gives no bound.
+// than at 1 carries at most 2/1.1 of it on cores of its own, one that costs
+// less at most twice; an unknown cost gives no bound.
 func TestGainBound(t *testing.T) {
 	if got := gainBound(1, 2, 0.10, 0.11); math.Abs(got-2/1.1) > 1e-9 {
 		t.Errorf("gainBound(1, 2, 0.10, 0.11) = %v, want %v", got, 2/1.1)
+	}
+	if got := gainBound(1, 2, 0.12, 0.10); got != 2 {
+		t.Errorf("gainBound(1, 2, 0.12, 0.10) = %v, want 2 (no more than linear)", got)
 	}
 	if got := gainBound(1, 2, 0, 0.11); got != 0 {
 		t.Errorf("gainBound with no first cost = %v, want 0", got)
