@@ -62,20 +62,3 @@ func reusePort(_, _ string, rc syscall.RawConn) error {
 	}
 	return serr
 }
-
-// forceReadBuffer sets the socket's receive buffer past net.core.rmem_max
-// where the process has CAP_NET_ADMIN (SO_RCVBUFFORCE); false where it
-// may not, and the caller asks the ordinary way.
-func forceReadBuffer(c *net.UDPConn, size int) bool {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return false
-	}
-	var serr error
-	if err := rc.Control(func(fd uintptr) {
-		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, size)
-	}); err != nil {
-		return false
-	}
-	return serr == nil
-}

@@ -20,5 +20,3 @@ const msgTrunc = 0
 const memberSockets = false
 
 func reusePort(string, string, syscall.RawConn) error { return nil }
-
-func forceReadBuffer(*net.UDPConn, int) bool { return false }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mrgw/mrgw/internal/ratelog"
+	"github.com/mrgw/mrgw/internal/sockbuf"
 
 	"github.com/hashicorp/memberlist"
 	"golang.org/x/net/ipv4"
@@ -269,13 +270,11 @@ func newGuardTransport(bind netip.AddrPort, keys [][]byte, streamWait time.Durat
 
 // newReader prepares a socket for reading: its receive buffer (past
 // net.core.rmem_max with CAP_NET_ADMIN, else best effort: the kernel caps
-// it there) and the kernel's count of what it dropped.
+// it there; internal/sockbuf) and the kernel's count of what it dropped.
 func (t *guardTransport) newReader(c *net.UDPConn, rcvbuf int, member bool) *udpReader {
-	if !forceReadBuffer(c, rcvbuf) {
-		for size := rcvbuf; size >= 64<<10; size /= 2 {
-			if c.SetReadBuffer(size) == nil {
-				break
-			}
+	for size := rcvbuf; size >= 64<<10; size /= 2 {
+		if sockbuf.SetRead(c, size) == nil {
+			break
 		}
 	}
 	enableOverflowCount(c)

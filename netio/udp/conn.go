@@ -42,6 +42,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mrgw/mrgw/internal/ecn"
+	"github.com/mrgw/mrgw/internal/sockbuf"
 )
 
 // Message is one datagram. On ReadBatch the Conn fills Buf[:N] with the
@@ -77,9 +78,8 @@ type Options struct {
 	GROBuffers int
 	// ReadBuffer and WriteBuffer ask for SO_RCVBUF and SO_SNDBUF of this
 	// many bytes when non-zero: past net.core.rmem_max and wmem_max where
-	// the process may (CAP_NET_ADMIN: SO_RCVBUFFORCE, SO_SNDBUFFORCE, as
-	// quic-go asks), else as much as those allow, which the kernel grants
-	// without an error. Stats says what was granted.
+	// the process has CAP_NET_ADMIN, else as much as those allow
+	// (internal/sockbuf). Stats says what was granted.
 	ReadBuffer, WriteBuffer int
 	// ListenUDP, if set, opens the socket in place of net.ListenUDP, with
 	// the same arguments. A load test uses it to open every path socket
@@ -226,16 +226,16 @@ func newConn(uc *net.UDPConn, v6 bool, opts Options) (*Conn, error) {
 		c.batch = ipv4.NewPacketConn(uc)
 	}
 	if opts.ReadBuffer > 0 {
-		if err := setSocketBuffer(uc, unix.SO_RCVBUFFORCE, uc.SetReadBuffer, opts.ReadBuffer); err != nil {
+		if err := sockbuf.SetRead(uc, opts.ReadBuffer); err != nil {
 			return nil, fmt.Errorf("udp: SO_RCVBUF: %w", err)
 		}
 	}
 	if opts.WriteBuffer > 0 {
-		if err := setSocketBuffer(uc, unix.SO_SNDBUFFORCE, uc.SetWriteBuffer, opts.WriteBuffer); err != nil {
+		if err := sockbuf.SetWrite(uc, opts.WriteBuffer); err != nil {
 			return nil, fmt.Errorf("udp: SO_SNDBUF: %w", err)
 		}
 	}
-	c.rbuf, c.wbuf = grantedBuffer(uc, unix.SO_RCVBUF), grantedBuffer(uc, unix.SO_SNDBUF)
+	c.rbuf, c.wbuf = sockbuf.Granted(uc)
 	if err := ecn.EnableReceive(uc); err != nil {
 		return nil, fmt.Errorf("udp: %w", err)
 	}
@@ -333,44 +333,6 @@ func (c *Conn) Stats() Stats {
 		GSO:          c.gso.Load(), GRO: c.gro,
 		ReadBuffer: c.rbuf, WriteBuffer: c.wbuf,
 	}
-}
-
-// setSocketBuffer asks for a socket buffer of size bytes: with force
-// (SO_RCVBUFFORCE, SO_SNDBUFFORCE) past the sysctl cap where the process
-// has CAP_NET_ADMIN, else through set, which the kernel clamps to the cap.
-// A burst from many peers at once overflows the default (208 KiB on most
-// distributions) and the peers read the drops as dead paths.
-func setSocketBuffer(uc *net.UDPConn, force int, set func(int) error, size int) error {
-	rc, err := uc.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var forceErr error
-	if err := rc.Control(func(fd uintptr) {
-		forceErr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, force, size)
-	}); err != nil {
-		return err
-	}
-	if forceErr == nil {
-		return nil
-	}
-	return set(size)
-}
-
-// grantedBuffer reads a socket buffer's size back (opt SO_RCVBUF or
-// SO_SNDBUF), halved to the units it was asked in; 0 if it cannot.
-func grantedBuffer(uc *net.UDPConn, opt int) int {
-	rc, err := uc.SyscallConn()
-	if err != nil {
-		return 0
-	}
-	v := 0
-	_ = rc.Control(func(fd uintptr) {
-		if n, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, opt); err == nil {
-			v = n / 2
-		}
-	})
-	return v
 }
 
 // ReadBatch blocks until at least one datagram is available and fills
