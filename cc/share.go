@@ -158,19 +158,27 @@ func (f *FairShare) SetCapacity(capacity units.BitRate) {
 	prev := f.level
 	f.Capacity = capacity
 	f.level = 0
-	if prev <= 0 {
-		return
+	if prev > 0 {
+		f.level = f.waterFill(prev)
 	}
+}
+
+// waterFill is the level that fills the capacity over the rates last
+// measured (shareSender.measured): a sender measured clearly below
+// prevLevel (under 0.8 of it) is constrained elsewhere and keeps its rate;
+// one measured near or above it, or not measured, could take more and
+// shares what is left equally.
+func (f *FairShare) waterFill(prevLevel float64) float64 {
 	f.demands = f.demands[:0]
 	unconstrained := 0
 	for _, s := range f.last {
-		if s.measured >= 0 && s.measured < 0.8*prev {
+		if s.measured >= 0 && s.measured < 0.8*prevLevel {
 			f.demands = append(f.demands, s.measured)
 		} else {
 			unconstrained++
 		}
 	}
-	f.level = maxMinLevel(float64(capacity.Bytes()), f.demands, unconstrained)
+	return maxMinLevel(float64(f.Capacity.Bytes()), f.demands, unconstrained)
 }
 
 // Forget removes sender at once (its connection closed).
@@ -224,24 +232,16 @@ func (f *FairShare) roll(now time.Duration) {
 	if prevLevel == 0 && f.active > 0 {
 		prevLevel = capacity / float64(f.active)
 	}
-	f.demands = f.demands[:0]
-	unconstrained := 0
 	for _, s := range f.last {
 		rate := float64(s.bytes) / span
 		s.bytes = 0
 		if !full || now-s.first < 2*w {
 			s.measured = -1
-			unconstrained++
 			continue
 		}
 		s.measured = rate
-		if rate < 0.8*prevLevel {
-			f.demands = append(f.demands, rate)
-		} else {
-			unconstrained++
-		}
 	}
-	f.level = maxMinLevel(capacity, f.demands, unconstrained)
+	f.level = f.waterFill(prevLevel)
 }
 
 // rollMarks closes the mark window if it is over.
